@@ -1,0 +1,193 @@
+/* kiln.h — the public C API of kiln, a deep-learning compiler and runtime.
+ *
+ * Usage, start to finish:
+ *
+ *   kiln_model *model = NULL;
+ *   kiln_status_t st = kiln_model_load_file("mlp.onnx", &model);
+ *   if (st) { fprintf(stderr, "%s\n", kiln_status_message(st)); kiln_status_free(st); return 1; }
+ *
+ *   kiln_session *sess = NULL;
+ *   kiln_session_options opts = kiln_session_options_default();  // device "ref"
+ *   st = kiln_session_create(model, &opts, &sess);
+ *
+ *   int64_t dims[2] = {1, 4};
+ *   kiln_tensor *x = NULL;
+ *   st = kiln_tensor_create(KILN_DTYPE_F32, 2, dims, &x);
+ *   float *xd = kiln_tensor_data(x);   // fill the input
+ *
+ *   const char *in_names[1] = {"x"};
+ *   kiln_tensor *outs[1] = {NULL};
+ *   st = kiln_session_run(sess, 1, in_names, (const kiln_tensor *const *)&x, 1, outs);
+ *   // outs[0] is a new tensor owned by the caller: kiln_tensor_release(outs[0]).
+ *
+ *   kiln_tensor_release(x); kiln_session_destroy(sess); kiln_model_destroy(model);
+ *
+ * Errors: every call that can fail returns a kiln_status_t. NULL means success;
+ * anything else carries a code and a message and must be freed with
+ * kiln_status_free(). The library never aborts on bad input.
+ *
+ * Ownership: a function that returns an object through an out_* parameter
+ * transfers ownership to the caller (destroy/release it). Pointers passed in
+ * are borrowed for the duration of the call unless stated otherwise.
+ *
+ * Thread safety: a kiln_model is immutable after loading and may be shared by
+ * threads. A kiln_session may be used by one thread at a time (callers
+ * serialize kiln_session_run on the same session); distinct sessions may run
+ * concurrently. kiln_tensor objects are not synchronized.
+ */
+#ifndef KILN_H
+#define KILN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_VERSION_MAJOR 0
+#define KILN_VERSION_MINOR 1
+#define KILN_VERSION_PATCH 0
+#define KILN_VERSION_STRING "0.1.0"
+
+/* ---- status ---------------------------------------------------------- */
+
+typedef enum kiln_status_code {
+  KILN_OK = 0,
+  KILN_INVALID_ARGUMENT = 1,  /* caller passed something wrong */
+  KILN_INVALID_MODEL = 2,     /* malformed or inconsistent model file */
+  KILN_UNSUPPORTED = 3,       /* valid, but kiln cannot do it (op, dtype...) */
+  KILN_OUT_OF_MEMORY = 4,     /* host or device allocation failed */
+  KILN_IO_ERROR = 5,          /* file could not be opened/read/written */
+  KILN_OUT_OF_RANGE = 6,      /* index out of range at run time */
+  KILN_NOT_FOUND = 7,         /* named thing does not exist */
+  KILN_INTERNAL = 8,          /* a bug in kiln */
+  KILN_DEVICE_ERROR = 9,      /* device lost, driver failure */
+} kiln_status_code;
+
+typedef struct kiln_status_s *kiln_status_t; /* NULL == success */
+
+kiln_status_code kiln_status_code_of(kiln_status_t status);
+/* Borrowed; valid until kiln_status_free. Never NULL ("ok" for success). */
+const char *kiln_status_message(kiln_status_t status);
+void kiln_status_free(kiln_status_t status);
+
+/* ---- dtypes (values match ONNX TensorProto.DataType) ---------------- */
+
+typedef enum kiln_dtype {
+  KILN_DTYPE_UNDEFINED = 0,
+  KILN_DTYPE_F32 = 1,
+  KILN_DTYPE_U8 = 2,
+  KILN_DTYPE_I8 = 3,
+  KILN_DTYPE_U16 = 4,
+  KILN_DTYPE_I16 = 5,
+  KILN_DTYPE_I32 = 6,
+  KILN_DTYPE_I64 = 7,
+  KILN_DTYPE_STRING = 8, /* element = char* (NUL-terminated, owned by the tensor) */
+  KILN_DTYPE_BOOL = 9,   /* one byte, 0 or 1 */
+  KILN_DTYPE_F16 = 10,
+  KILN_DTYPE_F64 = 11,
+  KILN_DTYPE_U32 = 12,
+  KILN_DTYPE_U64 = 13,
+  KILN_DTYPE_C64 = 14,
+  KILN_DTYPE_C128 = 15,
+  KILN_DTYPE_BF16 = 16,
+} kiln_dtype;
+
+#define KILN_MAX_RANK 12
+
+/* Short name ("f32", "i64", ...). Never NULL. */
+const char *kiln_dtype_name(kiln_dtype dtype);
+/* Bytes per element; 0 for UNDEFINED. STRING reports sizeof(char*). */
+size_t kiln_dtype_size(kiln_dtype dtype);
+
+/* ---- host tensors ------------------------------------------------------ */
+
+/* A reference-counted n-dimensional array in host memory, row-major. */
+typedef struct kiln_tensor kiln_tensor;
+
+/* New zero-filled tensor with refcount 1. rank may be 0 (scalar). */
+kiln_status_t kiln_tensor_create(kiln_dtype dtype, int rank, const int64_t *dims,
+                                 kiln_tensor **out_tensor);
+/* Drops one reference; frees at zero. NULL is ignored. */
+void kiln_tensor_release(kiln_tensor *tensor);
+kiln_tensor *kiln_tensor_retain(kiln_tensor *tensor);
+kiln_dtype kiln_tensor_dtype(const kiln_tensor *tensor);
+int kiln_tensor_rank(const kiln_tensor *tensor);
+/* Borrowed pointer to KILN_MAX_RANK dims, valid while the tensor lives. */
+const int64_t *kiln_tensor_dims(const kiln_tensor *tensor);
+int64_t kiln_tensor_numel(const kiln_tensor *tensor);
+/* Borrowed pointer to the elements (row-major). */
+void *kiln_tensor_data(kiln_tensor *tensor);
+
+/* .npy files (all kiln dtypes but STRING; C or Fortran order, either byte order on read). */
+kiln_status_t kiln_tensor_load_npy(const char *path, kiln_tensor **out_tensor);
+kiln_status_t kiln_tensor_save_npy(const kiln_tensor *tensor, const char *path);
+
+/* ---- models -------------------------------------------------------------- */
+
+typedef struct kiln_model kiln_model;
+
+/* Loads an ONNX model. External data files are resolved relative to the
+ * model's folder. The file is memory-mapped; weights are not copied twice. */
+kiln_status_t kiln_model_load_file(const char *path, kiln_model **out_model);
+/* Loads from memory; `data` is copied, the caller keeps ownership. */
+kiln_status_t kiln_model_load_memory(const void *data, size_t size, kiln_model **out_model);
+void kiln_model_destroy(kiln_model *model);
+
+/* A graph input or output, as declared by the model. Borrowed strings. */
+typedef struct kiln_io_info {
+  const char *name;
+  kiln_dtype dtype;        /* element dtype (for sequences: of the items) */
+  int rank;                /* -1 when unknown */
+  int64_t dims[KILN_MAX_RANK]; /* -1 for a symbolic/unknown dim */
+  const char *dim_names[KILN_MAX_RANK]; /* symbolic names or NULL */
+  int is_sequence;         /* 1 for sequence types */
+  int is_optional;         /* 1 for optional types */
+} kiln_io_info;
+
+int kiln_model_input_count(const kiln_model *model);
+int kiln_model_output_count(const kiln_model *model);
+kiln_status_t kiln_model_input_info(const kiln_model *model, int index, kiln_io_info *out_info);
+kiln_status_t kiln_model_output_info(const kiln_model *model, int index, kiln_io_info *out_info);
+
+/* ---- devices -------------------------------------------------------------- */
+
+/* Number of devices compiled in and available on this machine. */
+int kiln_device_count(void);
+/* Name ("ref", ...) of device i; borrowed, NULL if out of range. */
+const char *kiln_device_name(int index);
+/* One-line human-readable description of device i; borrowed. */
+const char *kiln_device_description(int index);
+
+/* ---- sessions -------------------------------------------------------------- */
+
+typedef struct kiln_session_options {
+  const char *device; /* "ref" (default); borrowed during kiln_session_create */
+  int threads;        /* 0 = default */
+} kiln_session_options;
+
+kiln_session_options kiln_session_options_default(void);
+
+typedef struct kiln_session kiln_session;
+
+/* The session keeps a reference to the model's data: destroy the session
+ * before the model. */
+kiln_status_t kiln_session_create(const kiln_model *model, const kiln_session_options *options,
+                                  kiln_session **out_session);
+void kiln_session_destroy(kiln_session *session);
+
+/* Runs the model. inputs are bound by graph-input name (borrowed). On success
+ * out_outputs[i] receives a new reference to the i-th graph output (the caller
+ * releases it); n_outputs must not exceed kiln_model_output_count. Every graph
+ * input without an initializer must be given; each is checked for dtype and
+ * shape and an error names the input and what was expected. */
+kiln_status_t kiln_session_run(kiln_session *session, int n_inputs, const char *const *input_names,
+                               const kiln_tensor *const *inputs, int n_outputs,
+                               kiln_tensor **out_outputs);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_H */

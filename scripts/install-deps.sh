@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what kiln needs to build and test, with apt-get. Idempotent: when
+# everything is already installed it does nothing (no apt-get update).
+#
+#   build:   gcc, cmake, make, zlib (optional .npz compression)
+#   tests:   clang + compiler-rt (libFuzzer, sanitizers), the official ONNX
+#            backend test data, and Debian's python3 with onnx/numpy/torch/
+#            torchvision (used by /usr/bin/python3 to export test models and
+#            to write reference .npy files).
+set -euo pipefail
+
+packages=(
+  build-essential cmake clang libclang-rt-14-dev zlib1g-dev time
+  libonnx-testdata python3-onnx python3-numpy python3-torch python3-torchvision
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,48 @@
+/* common.h — small helpers every layer uses: checked allocation, min/max,
+ * overflow-checked size arithmetic, a growable pointer/int vector. */
+#ifndef KILN_BASE_COMMON_H
+#define KILN_BASE_COMMON_H
+
+#include "base/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KILN_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define KILN_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define KILN_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* The most bytes one tensor may occupy. Guards against hostile models that
+ * declare huge dims: allocation beyond this is an error, not an attempt. */
+#define KILN_MAX_TENSOR_BYTES ((int64_t)1 << 36) /* 64 GiB */
+
+/* a*b into *out; false on overflow or negative operands. */
+static inline bool kiln_mul_i64(int64_t a, int64_t b, int64_t *out) {
+  if (a < 0 || b < 0) return false;
+  return !__builtin_mul_overflow(a, b, out);
+}
+
+/* strdup that returns NULL on NULL. */
+char *kiln_strdup(const char *s);
+/* printf into a new heap string (NULL on OOM). */
+char *kiln_strfmt(const char *fmt, ...) KILN_PRINTF(1, 2);
+
+/* Growable vector of void* (owned array; elements owned by whoever says so). */
+typedef struct kiln_ptr_vec {
+  void **items;
+  int count, capacity;
+} kiln_ptr_vec;
+kiln_status_t kiln_ptr_vec_push(kiln_ptr_vec *v, void *item);
+void kiln_ptr_vec_free(kiln_ptr_vec *v); /* frees the array only */
+
+typedef struct kiln_int_vec {
+  int *items;
+  int count, capacity;
+} kiln_int_vec;
+kiln_status_t kiln_int_vec_push(kiln_int_vec *v, int item);
+void kiln_int_vec_free(kiln_int_vec *v);
+
+#endif

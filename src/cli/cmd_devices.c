@@ -1,0 +1,26 @@
+#include <stdio.h>
+
+#include "cli/cli.h"
+
+int kiln_cmd_devices(int argc, char **argv) {
+  if (kiln_cli_wants_help(argc, argv)) {
+    puts("usage: kiln devices\n\nLists the devices kiln can run on, with their properties.");
+    return 0;
+  }
+  if (argc > 1) return kiln_cli_failf("devices takes no arguments (got '%s')", argv[1]);
+  kiln_device *devs[16];
+  int n = kiln_device_list(devs, 16);
+  for (int i = 0; i < n && i < 16; i++) {
+    kiln_device_info info;
+    devs[i]->vt->query(devs[i], &info);
+    printf("%-10s %s\n", info.name, info.description);
+    printf("%-10s vendor: %s; memory: %s", "", info.vendor, info.host_memory ? "host" : "device");
+    if (info.memory_bytes) printf(" (%.1f GiB)", (double)info.memory_bytes / (1 << 30));
+    if (info.subgroup_size) printf("; subgroup size: %d", info.subgroup_size);
+    printf("; features:%s%s%s%s\n", info.features & KILN_DEVICE_FEATURE_ALL_DTYPES ? " all-dtypes" : "",
+           info.features & KILN_DEVICE_FEATURE_FP16 ? " fp16" : "",
+           info.features & KILN_DEVICE_FEATURE_INT8_DOT ? " int8-dot" : "",
+           info.features & KILN_DEVICE_FEATURE_COOPERATIVE_MATRIX ? " cooperative-matrix" : "");
+  }
+  return 0;
+}

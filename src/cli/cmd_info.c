@@ -1,0 +1,120 @@
+#include <stdio.h>
+
+#include "cli/cli.h"
+#include "ir/print.h"
+#include "passes/passes.h"
+
+typedef struct op_count {
+  const char *op;
+  int count;
+} op_count;
+
+static void count_ops(const kiln_graph *g, op_count *hist, int *n_hist, int *n_nodes, int64_t *flops) {
+  for (int i = 0; i < g->n_nodes; i++) {
+    const kiln_node *n = &g->nodes[i];
+    (*n_nodes)++;
+    *flops += kiln_node_flops(g, n);
+    int k = 0;
+    while (k < *n_hist && strcmp(hist[k].op, n->op_type)) k++;
+    if (k == *n_hist && *n_hist < 512) hist[(*n_hist)++] = (op_count){n->op_type, 0};
+    if (k < 512) hist[k].count++;
+    for (int a = 0; a < n->n_attrs; a++) {
+      const kiln_attr *at = &n->attrs[a];
+      if (at->g) count_ops(at->g, hist, n_hist, n_nodes, flops);
+      for (int j = 0; at->graphs && j < at->n; j++) count_ops(at->graphs[j], hist, n_hist, n_nodes, flops);
+    }
+  }
+}
+
+static int cmp_count(const void *a, const void *b) {
+  const op_count *x = a, *y = b;
+  return x->count != y->count ? y->count - x->count : strcmp(x->op, y->op);
+}
+
+static void print_io(const char *what, const kiln_graph *g, int id) {
+  char t[256];
+  const kiln_value_def *v = &g->values[id];
+  kiln_type_str(&v->type, t, sizeof t);
+  printf("  %-7s %-24s %s", what, v->name, t);
+  bool sym = false;
+  for (int i = 0; i < v->type.rank && i < KILN_MAX_RANK; i++) sym |= v->type.dim_params[i] != NULL;
+  if (sym) {
+    printf("  (");
+    for (int i = 0; i < v->type.rank; i++) printf("%s%s", i ? "," : "", v->type.dim_params[i] ? v->type.dim_params[i] : "_");
+    printf(")");
+  }
+  printf("\n");
+}
+
+int kiln_cmd_info(int argc, char **argv) {
+  if (kiln_cli_wants_help(argc, argv)) {
+    puts("usage: kiln info MODEL.onnx [--dot]\n\n"
+         "Prints the model's opsets, inputs and outputs, node and parameter counts, op\n"
+         "histogram, estimated FLOPs and the ops no device supports. --dot prints the\n"
+         "graph in Graphviz DOT instead (kiln info m.onnx --dot | dot -Tsvg > m.svg).");
+    return 0;
+  }
+  const char *path = NULL;
+  bool dot = false;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--dot")) dot = true;
+    else if (argv[i][0] == '-') return kiln_cli_failf("unknown option '%s' (see `kiln info --help`)", argv[i]);
+    else if (!path) path = argv[i];
+    else return kiln_cli_failf("unexpected argument '%s'", argv[i]);
+  }
+  if (!path) return kiln_cli_failf("info needs a model file (see `kiln info --help`)");
+  kiln_model *model;
+  kiln_status_t st = kiln_model_load_file(path, &model);
+  if (st) return kiln_cli_fail(st);
+  const kiln_model_ir *m = model->ir;
+  const kiln_graph *g = m->graph;
+  if (dot) {
+    kiln_graph_print_dot(g, stdout);
+    kiln_model_destroy(model);
+    return 0;
+  }
+  printf("model: %s\n", path);
+  printf("  ir_version %lld, producer %s %s\n", (long long)m->ir_version, m->producer_name ? m->producer_name : "?",
+         m->producer_version ? m->producer_version : "");
+  printf("opsets:");
+  for (int i = 0; i < m->n_opsets; i++)
+    printf(" %s=%lld", m->opsets[i].domain[0] ? m->opsets[i].domain : "ai.onnx", (long long)m->opsets[i].version);
+  printf("\ninputs:\n");
+  for (int i = 0; i < g->n_inputs; i++)
+    if (!g->values[g->inputs[i]].constant) print_io("input", g, g->inputs[i]);
+  printf("outputs:\n");
+  for (int i = 0; i < g->n_outputs; i++) print_io("output", g, g->outputs[i]);
+  int64_t params = 0, param_bytes = 0;
+  int n_init = 0;
+  for (int i = 0; i < g->n_values; i++)
+    if (g->values[i].constant) {
+      n_init++;
+      params += g->values[i].constant->numel;
+      param_bytes += (int64_t)kiln_tensor_nbytes(g->values[i].constant);
+    }
+  op_count hist[512];
+  int n_hist = 0, n_nodes = 0;
+  int64_t flops = 0;
+  count_ops(g, hist, &n_hist, &n_nodes, &flops);
+  qsort(hist, (size_t)n_hist, sizeof *hist, cmp_count);
+  printf("nodes: %d (%d in the main graph)\n", n_nodes, g->n_nodes);
+  printf("parameters: %lld in %d initializers (%.2f MB)\n", (long long)params, n_init, (double)param_bytes / 1e6);
+  printf("estimated FLOPs: %.4g (%s)\n", (double)flops, flops ? "for the declared input shapes" : "unknown shapes");
+  printf("op histogram:\n");
+  for (int i = 0; i < n_hist; i++) printf("  %-28s %d\n", hist[i].op, hist[i].count);
+  kiln_ptr_vec unsup = {0};
+  st = kiln_graph_unsupported_ops(g, &unsup);
+  if (st) {
+    kiln_model_destroy(model);
+    return kiln_cli_fail(st);
+  }
+  printf("unsupported ops: ");
+  if (!unsup.count) printf("none\n");
+  for (int i = 0; i < unsup.count; i++) {
+    printf("%s%s", (char *)unsup.items[i], i + 1 < unsup.count ? ", " : "\n");
+    free(unsup.items[i]);
+  }
+  kiln_ptr_vec_free(&unsup);
+  kiln_model_destroy(model);
+  return 0;
+}

@@ -1,0 +1,65 @@
+/* kiln — command-line entry point. */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "cli/cli.h"
+
+static const char *usage_text =
+    "usage: kiln <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  run MODEL.onnx [--device D] [--input NAME=FILE.npy]... [--output-dir DIR]\n"
+    "                       run a model; write DIR/output_<i>.npy or print the outputs\n"
+    "  info MODEL.onnx [--dot]\n"
+    "                       opsets, inputs/outputs, op histogram, parameters, FLOPs,\n"
+    "                       unsupported ops; --dot prints the graph for Graphviz\n"
+    "  devices              the devices available and their properties\n"
+    "  help                 this text; `kiln CMD --help` for one command\n"
+    "  --version            the version\n";
+
+int kiln_cli_fail(kiln_status_t st) {
+  char *msg = kiln_strdup(kiln_status_message(st));
+  for (char *p = msg; p && *p; p++)
+    if (*p == '\n') *p = ' ';
+  fprintf(stderr, "kiln: error: %s\n", msg ? msg : "out of memory");
+  free(msg);
+  kiln_status_free(st);
+  return 1;
+}
+
+int kiln_cli_failf(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("kiln: error: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  return 1;
+}
+
+bool kiln_cli_wants_help(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return true;
+  return false;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fputs(usage_text, stderr);
+    return 2;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+    printf("kiln %s\n", KILN_VERSION_STRING);
+    return 0;
+  }
+  if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+    fputs(usage_text, stdout);
+    return 0;
+  }
+  if (!strcmp(cmd, "run")) return kiln_cmd_run(argc - 1, argv + 1);
+  if (!strcmp(cmd, "info")) return kiln_cmd_info(argc - 1, argv + 1);
+  if (!strcmp(cmd, "devices")) return kiln_cmd_devices(argc - 1, argv + 1);
+  fprintf(stderr, "kiln: error: unknown command '%s' (try `kiln help`)\n", cmd);
+  return 2;
+}

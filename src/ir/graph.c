@@ -1,0 +1,338 @@
+#include "ir/graph.h"
+
+#include <stdio.h>
+
+kiln_status_t kiln_graph_new(const char *name, kiln_graph *parent, kiln_graph **out) {
+  kiln_graph *g = calloc(1, sizeof *g);
+  if (!g) return KILN_OOM();
+  g->name = kiln_strdup(name ? name : "");
+  if (!g->name) {
+    free(g);
+    return KILN_OOM();
+  }
+  g->parent = parent;
+  *out = g;
+  return NULL;
+}
+
+void kiln_type_clear(kiln_type *t) {
+  for (int i = 0; i < KILN_MAX_RANK; i++) {
+    free(t->dim_params[i]);
+    t->dim_params[i] = NULL;
+  }
+}
+
+void kiln_type_copy(kiln_type *dst, const kiln_type *src) {
+  if (dst == src) return;
+  kiln_type_clear(dst);
+  *dst = *src;
+  for (int i = 0; i < KILN_MAX_RANK; i++) dst->dim_params[i] = kiln_strdup(src->dim_params[i]);
+}
+
+void kiln_type_init_tensor(kiln_type *t, kiln_dtype dtype, int rank, const int64_t *dims) {
+  kiln_type_clear(t);
+  t->kind = KILN_TYPE_TENSOR;
+  t->dtype = dtype;
+  t->rank = rank;
+  for (int i = 0; i < KILN_MAX_RANK; i++) t->dims[i] = (rank > 0 && i < rank && dims) ? dims[i] : -1;
+}
+
+char *kiln_type_str(const kiln_type *t, char *buf, size_t size) {
+  char shape[256];
+  if (t->rank < 0)
+    snprintf(shape, sizeof shape, "[?]");
+  else
+    kiln_shape_str(t->rank, t->dims, shape, sizeof shape);
+  const char *dt = t->dtype ? kiln_dtype_name(t->dtype) : "?";
+  switch (t->kind) {
+    case KILN_TYPE_TENSOR: snprintf(buf, size, "%s%s", dt, shape); break;
+    case KILN_TYPE_SEQUENCE: snprintf(buf, size, "seq(%s%s)", dt, shape); break;
+    case KILN_TYPE_OPTIONAL_TENSOR: snprintf(buf, size, "optional(%s%s)", dt, shape); break;
+    case KILN_TYPE_OPTIONAL_SEQUENCE: snprintf(buf, size, "optional(seq(%s%s))", dt, shape); break;
+    default: snprintf(buf, size, "?"); break;
+  }
+  return buf;
+}
+
+static void attr_free(kiln_attr *a) {
+  free(a->name);
+  free(a->s);
+  kiln_tensor_release(a->t);
+  kiln_graph_free(a->g);
+  free(a->floats);
+  free(a->ints);
+  if (a->strings)
+    for (int i = 0; i < a->n; i++) free(a->strings[i]);
+  free(a->strings);
+  if (a->tensors)
+    for (int i = 0; i < a->n; i++) kiln_tensor_release(a->tensors[i]);
+  free(a->tensors);
+  if (a->graphs)
+    for (int i = 0; i < a->n; i++) kiln_graph_free(a->graphs[i]);
+  free(a->graphs);
+}
+
+void kiln_graph_free(kiln_graph *g) {
+  if (!g) return;
+  for (int i = 0; i < g->n_nodes; i++) {
+    kiln_node *n = &g->nodes[i];
+    free(n->name);
+    free(n->op_type);
+    free(n->domain);
+    free(n->inputs);
+    free(n->outputs);
+    for (int k = 0; k < n->n_attrs; k++) attr_free(&n->attrs[k]);
+    free(n->attrs);
+  }
+  free(g->nodes);
+  for (int i = 0; i < g->n_values; i++) {
+    kiln_value_def *v = &g->values[i];
+    free(v->name);
+    free(v->outer_name);
+    kiln_type_clear(&v->type);
+    kiln_tensor_release(v->constant);
+  }
+  free(g->values);
+  free(g->inputs);
+  free(g->outputs);
+  free(g->name);
+  free(g);
+}
+
+int kiln_graph_find_value(const kiln_graph *g, const char *name) {
+  /* Linear scan is fine for the reference path; the importer keeps its own
+   * hash map while building large graphs. */
+  for (int i = g->n_values - 1; i >= 0; i--)
+    if (!strcmp(g->values[i].name, name)) return i;
+  return -1;
+}
+
+kiln_status_t kiln_graph_intern_value(kiln_graph *g, const char *name, int *out_id) {
+  int id = kiln_graph_find_value(g, name);
+  if (id >= 0) {
+    *out_id = id;
+    return NULL;
+  }
+  if (g->n_values == g->cap_values) {
+    int cap = g->cap_values ? g->cap_values * 2 : 16;
+    kiln_value_def *n = realloc(g->values, (size_t)cap * sizeof *n);
+    if (!n) return KILN_OOM();
+    g->values = n;
+    g->cap_values = cap;
+  }
+  kiln_value_def *v = &g->values[g->n_values];
+  memset(v, 0, sizeof *v);
+  v->name = kiln_strdup(name);
+  if (!v->name) return KILN_OOM();
+  v->producer = -1;
+  v->type.rank = -1;
+  for (int i = 0; i < KILN_MAX_RANK; i++) v->type.dims[i] = -1;
+  *out_id = g->n_values++;
+  return NULL;
+}
+
+kiln_status_t kiln_graph_add_node(kiln_graph *g, const char *name, const char *op_type, const char *domain,
+                                  int n_inputs, const int *inputs, int n_outputs, const int *outputs,
+                                  int *out_index) {
+  if (g->n_nodes == g->cap_nodes) {
+    int cap = g->cap_nodes ? g->cap_nodes * 2 : 16;
+    kiln_node *n = realloc(g->nodes, (size_t)cap * sizeof *n);
+    if (!n) return KILN_OOM();
+    g->nodes = n;
+    g->cap_nodes = cap;
+  }
+  if (n_inputs < 0 || n_outputs < 0) return kiln_error(KILN_INTERNAL, "negative input/output count");
+  kiln_node *n = &g->nodes[g->n_nodes];
+  memset(n, 0, sizeof *n);
+  n->name = kiln_strdup(name ? name : "");
+  n->op_type = kiln_strdup(op_type ? op_type : "");
+  n->domain = kiln_strdup(domain ? domain : "");
+  n->inputs = malloc((size_t)(n_inputs > 0 ? n_inputs : 1) * sizeof(int));
+  n->outputs = malloc((size_t)(n_outputs > 0 ? n_outputs : 1) * sizeof(int));
+  if (!n->name || !n->op_type || !n->domain || !n->inputs || !n->outputs) {
+    free(n->name);
+    free(n->op_type);
+    free(n->domain);
+    free(n->inputs);
+    free(n->outputs);
+    return KILN_OOM();
+  }
+  n->n_inputs = n_inputs;
+  n->n_outputs = n_outputs;
+  if (n_inputs) memcpy(n->inputs, inputs, (size_t)n_inputs * sizeof(int));
+  if (n_outputs) memcpy(n->outputs, outputs, (size_t)n_outputs * sizeof(int));
+  if (out_index) *out_index = g->n_nodes;
+  g->n_nodes++;
+  return NULL;
+}
+
+static kiln_status_t push_id(int **arr, int *n, int id) {
+  int *a = realloc(*arr, (size_t)(*n + 1) * sizeof(int));
+  if (!a) return KILN_OOM();
+  a[(*n)++] = id;
+  *arr = a;
+  return NULL;
+}
+
+kiln_status_t kiln_graph_add_input(kiln_graph *g, int id) {
+  g->values[id].is_graph_input = true;
+  return push_id(&g->inputs, &g->n_inputs, id);
+}
+
+kiln_status_t kiln_graph_add_output(kiln_graph *g, int id) {
+  g->values[id].is_graph_output = true;
+  return push_id(&g->outputs, &g->n_outputs, id);
+}
+
+kiln_status_t kiln_node_add_attr(kiln_node *node, const char *name, kiln_attr_type type, kiln_attr **out) {
+  kiln_attr *a = realloc(node->attrs, (size_t)(node->n_attrs + 1) * sizeof *a);
+  if (!a) return KILN_OOM();
+  node->attrs = a;
+  kiln_attr *at = &a[node->n_attrs];
+  memset(at, 0, sizeof *at);
+  at->name = kiln_strdup(name);
+  if (!at->name) return KILN_OOM();
+  at->type = type;
+  node->n_attrs++;
+  *out = at;
+  return NULL;
+}
+
+kiln_status_t kiln_graph_toposort(kiln_graph *g) {
+  int nv = g->n_values, nn = g->n_nodes;
+  for (int i = 0; i < nv; i++) g->values[i].producer = -1;
+  for (int i = 0; i < nn; i++) {
+    kiln_node *n = &g->nodes[i];
+    for (int k = 0; k < n->n_outputs; k++) {
+      int v = n->outputs[k];
+      if (v < 0) continue;
+      if (g->values[v].producer >= 0)
+        return kiln_error(KILN_INVALID_MODEL, "value '%s' is produced by both node '%s' and node '%s'",
+                          g->values[v].name, g->nodes[g->values[v].producer].name, n->name);
+      if (g->values[v].constant || g->values[v].is_graph_input)
+        return kiln_error(KILN_INVALID_MODEL, "node '%s' (%s) writes '%s', which is a graph input or initializer",
+                          n->name, n->op_type, g->values[v].name);
+      g->values[v].producer = i;
+    }
+  }
+  /* Kahn's algorithm, taking the lowest-index ready node first so the file's
+   * order is kept when it is already valid. */
+  int *pending = calloc((size_t)(nn ? nn : 1), sizeof(int));
+  int *order = malloc((size_t)(nn ? nn : 1) * sizeof(int));
+  char *done = calloc((size_t)(nn ? nn : 1), 1);
+  if (!pending || !order || !done) {
+    free(pending);
+    free(order);
+    free(done);
+    return KILN_OOM();
+  }
+  for (int i = 0; i < nn; i++)
+    for (int k = 0; k < g->nodes[i].n_inputs; k++) {
+      int v = g->nodes[i].inputs[k];
+      if (v >= 0 && g->values[v].producer >= 0) pending[i]++;
+    }
+  int count = 0;
+  /* O(n^2) worst case on scan; a ready-heap is not worth it for model sizes
+   * we see (a few thousand nodes), and the common case is already sorted. */
+  int start = 0;
+  while (count < nn) {
+    int pick = -1;
+    for (int i = start; i < nn; i++)
+      if (!done[i] && pending[i] == 0) {
+        pick = i;
+        break;
+      }
+    if (pick < 0) {
+      for (int i = 0; i < start; i++)
+        if (!done[i] && pending[i] == 0) {
+          pick = i;
+          break;
+        }
+    }
+    if (pick < 0) {
+      int culprit = 0;
+      for (int i = 0; i < nn; i++)
+        if (!done[i]) {
+          culprit = i;
+          break;
+        }
+      kiln_status_t st = kiln_error(KILN_INVALID_MODEL, "the graph has a cycle through node '%s' (%s)",
+                                    g->nodes[culprit].name, g->nodes[culprit].op_type);
+      free(pending);
+      free(order);
+      free(done);
+      return st;
+    }
+    done[pick] = 1;
+    order[count++] = pick;
+    start = pick;
+    kiln_node *n = &g->nodes[pick];
+    for (int k = 0; k < n->n_outputs; k++) {
+      int v = n->outputs[k];
+      if (v < 0) continue;
+      for (int j = 0; j < nn; j++)
+        for (int q = 0; q < g->nodes[j].n_inputs; q++)
+          if (g->nodes[j].inputs[q] == v) pending[j]--;
+    }
+  }
+  kiln_node *sorted = malloc((size_t)(nn ? nn : 1) * sizeof *sorted);
+  if (!sorted) {
+    free(pending);
+    free(order);
+    free(done);
+    return KILN_OOM();
+  }
+  for (int i = 0; i < nn; i++) sorted[i] = g->nodes[order[i]];
+  memcpy(g->nodes, sorted, (size_t)nn * sizeof *sorted);
+  free(sorted);
+  free(pending);
+  free(order);
+  free(done);
+  for (int i = 0; i < nn; i++)
+    for (int k = 0; k < g->nodes[i].n_outputs; k++)
+      if (g->nodes[i].outputs[k] >= 0) g->values[g->nodes[i].outputs[k]].producer = i;
+  return NULL;
+}
+
+const kiln_attr *kiln_node_attr(const kiln_node *n, const char *name) {
+  for (int i = 0; i < n->n_attrs; i++)
+    if (!strcmp(n->attrs[i].name, name)) return &n->attrs[i];
+  return NULL;
+}
+
+int64_t kiln_attr_int(const kiln_node *n, const char *name, int64_t dflt) {
+  const kiln_attr *a = kiln_node_attr(n, name);
+  return a && a->type == KILN_ATTR_INT ? a->i : dflt;
+}
+
+float kiln_attr_float(const kiln_node *n, const char *name, float dflt) {
+  const kiln_attr *a = kiln_node_attr(n, name);
+  if (a && a->type == KILN_ATTR_FLOAT) return a->f;
+  if (a && a->type == KILN_ATTR_INT) return (float)a->i;
+  return dflt;
+}
+
+const char *kiln_attr_string(const kiln_node *n, const char *name, const char *dflt) {
+  const kiln_attr *a = kiln_node_attr(n, name);
+  return a && a->type == KILN_ATTR_STRING && a->s ? a->s : dflt;
+}
+
+const int64_t *kiln_attr_ints(const kiln_node *n, const char *name, int *out_count) {
+  const kiln_attr *a = kiln_node_attr(n, name);
+  if (a && a->type == KILN_ATTR_INTS) {
+    *out_count = a->n;
+    return a->ints;
+  }
+  *out_count = 0;
+  return NULL;
+}
+
+const float *kiln_attr_floats(const kiln_node *n, const char *name, int *out_count) {
+  const kiln_attr *a = kiln_node_attr(n, name);
+  if (a && a->type == KILN_ATTR_FLOATS) {
+    *out_count = a->n;
+    return a->floats;
+  }
+  *out_count = 0;
+  return NULL;
+}

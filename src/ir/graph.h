@@ -1,0 +1,152 @@
+/* graph.h — kiln's graph IR: values, nodes, attributes, subgraphs.
+ *
+ * A kiln_graph owns its nodes, values and attributes. Values are referred
+ * to by index (int id) into graph->values; -1 means "absent" (an optional
+ * input left empty). Every node input names a value in the same graph; a
+ * subgraph (If/Loop/Scan body) that reads a value of an enclosing graph
+ * holds a local value with `outer_name` set, bound at run time from the
+ * enclosing scope.
+ *
+ * Strings are owned by the graph. Constant values (initializers, folded
+ * constants) hold one tensor reference each.
+ *
+ * Lifetime: created by the ONNX importer (or tests), destroyed with
+ * kiln_graph_free. Not thread-safe to mutate; read-only sharing is fine.
+ */
+#ifndef KILN_IR_GRAPH_H
+#define KILN_IR_GRAPH_H
+
+#include "base/common.h"
+#include "tensor/tensor.h"
+
+/* Static type of a value. For sequences, dtype/rank/dims describe the items. */
+typedef enum kiln_type_kind {
+  KILN_TYPE_UNKNOWN = 0,
+  KILN_TYPE_TENSOR,
+  KILN_TYPE_SEQUENCE,
+  KILN_TYPE_OPTIONAL_TENSOR,
+  KILN_TYPE_OPTIONAL_SEQUENCE,
+} kiln_type_kind;
+
+typedef struct kiln_type {
+  kiln_type_kind kind;
+  kiln_dtype dtype;                     /* UNDEFINED when unknown */
+  int rank;                             /* -1 when unknown */
+  int64_t dims[KILN_MAX_RANK];          /* -1 when unknown */
+  char *dim_params[KILN_MAX_RANK];      /* symbolic names (owned) or NULL */
+} kiln_type;
+
+typedef struct kiln_value_def {
+  char *name;                 /* owned; unique within its graph ("" never) */
+  kiln_type type;
+  kiln_tensor *constant;      /* initializer / folded constant, one ref owned, or NULL */
+  int producer;               /* node index, or -1 */
+  bool is_graph_input;
+  bool is_graph_output;
+  char *outer_name;           /* captured from an enclosing graph (owned), or NULL */
+} kiln_value_def;
+
+typedef enum kiln_attr_type {
+  KILN_ATTR_UNDEFINED = 0,
+  KILN_ATTR_FLOAT = 1,
+  KILN_ATTR_INT = 2,
+  KILN_ATTR_STRING = 3,
+  KILN_ATTR_TENSOR = 4,
+  KILN_ATTR_GRAPH = 5,
+  KILN_ATTR_FLOATS = 6,
+  KILN_ATTR_INTS = 7,
+  KILN_ATTR_STRINGS = 8,
+  KILN_ATTR_TENSORS = 9,
+  KILN_ATTR_GRAPHS = 10,
+  KILN_ATTR_SPARSE_TENSOR = 11,
+  KILN_ATTR_SPARSE_TENSORS = 12,
+  KILN_ATTR_TYPE_PROTO = 13,
+  KILN_ATTR_TYPE_PROTOS = 14,
+} kiln_attr_type; /* values match ONNX AttributeProto.AttributeType */
+
+struct kiln_graph;
+
+typedef struct kiln_attr {
+  char *name;              /* owned */
+  kiln_attr_type type;
+  float f;
+  int64_t i;
+  char *s;                 /* owned, NUL-terminated (may contain NULs: see s_len) */
+  size_t s_len;
+  kiln_tensor *t;          /* one ref owned */
+  struct kiln_graph *g;    /* owned */
+  int n;                   /* count for the list kinds */
+  float *floats;           /* owned arrays */
+  int64_t *ints;
+  char **strings;
+  kiln_tensor **tensors;
+  struct kiln_graph **graphs;
+} kiln_attr;
+
+struct kiln_op_def;
+
+typedef struct kiln_node {
+  char *name;              /* owned; never NULL (importer names unnamed nodes) */
+  char *op_type;           /* owned */
+  char *domain;            /* owned; "" for ai.onnx */
+  int opset;               /* opset version of the node's domain in this model */
+  int n_inputs, n_outputs;
+  int *inputs;             /* value ids, -1 = absent optional input */
+  int *outputs;            /* value ids, -1 = absent optional output */
+  int n_attrs;
+  kiln_attr *attrs;
+  const struct kiln_op_def *op; /* resolved by kiln_graph_resolve_ops; NULL if unknown */
+} kiln_node;
+
+typedef struct kiln_graph {
+  char *name;
+  struct kiln_graph *parent; /* enclosing graph for subgraphs, borrowed */
+  int n_values, cap_values;
+  kiln_value_def *values;
+  int n_nodes, cap_nodes;
+  kiln_node *nodes;          /* in topological order after kiln_graph_toposort */
+  int n_inputs, n_outputs;
+  int *inputs;               /* value ids of graph inputs (in declared order) */
+  int *outputs;              /* value ids of graph outputs */
+} kiln_graph;
+
+kiln_status_t kiln_graph_new(const char *name, kiln_graph *parent, kiln_graph **out);
+void kiln_graph_free(kiln_graph *g);
+
+/* Finds the value id of `name` in this graph, or -1. */
+int kiln_graph_find_value(const kiln_graph *g, const char *name);
+/* Returns the id of `name`, creating an untyped value if needed. */
+kiln_status_t kiln_graph_intern_value(kiln_graph *g, const char *name, int *out_id);
+/* Appends a node; takes ownership of nothing (copies strings, arrays).
+ * Returns the new node index. Attributes are added with the kiln_node_add_*
+ * functions afterwards. */
+kiln_status_t kiln_graph_add_node(kiln_graph *g, const char *name, const char *op_type, const char *domain,
+                                  int n_inputs, const int *inputs, int n_outputs, const int *outputs,
+                                  int *out_index);
+kiln_status_t kiln_graph_add_input(kiln_graph *g, int value_id);
+kiln_status_t kiln_graph_add_output(kiln_graph *g, int value_id);
+/* Appends an attribute slot to node and returns it zeroed (name copied). */
+kiln_status_t kiln_node_add_attr(kiln_node *node, const char *name, kiln_attr_type type, kiln_attr **out);
+
+/* Sorts nodes topologically (stable: keeps file order where possible) and
+ * sets producers. Errors on cycles and values produced twice; names the node. */
+kiln_status_t kiln_graph_toposort(kiln_graph *g);
+
+/* Free-function form of type copies (dim_params are deep-copied). */
+void kiln_type_copy(kiln_type *dst, const kiln_type *src);
+void kiln_type_clear(kiln_type *t);
+void kiln_type_init_tensor(kiln_type *t, kiln_dtype dtype, int rank, const int64_t *dims);
+/* "f32[1,3,224,224]", "seq(f32[?])", ... into buf */
+char *kiln_type_str(const kiln_type *t, char *buf, size_t size);
+
+/* ---- attribute access (the op's defaults are the caller's) ------------ */
+const kiln_attr *kiln_node_attr(const kiln_node *n, const char *name);
+int64_t kiln_attr_int(const kiln_node *n, const char *name, int64_t dflt);
+float kiln_attr_float(const kiln_node *n, const char *name, float dflt);
+/* Borrowed; dflt if absent. */
+const char *kiln_attr_string(const kiln_node *n, const char *name, const char *dflt);
+/* Borrowed array and its length; NULL/0 if absent. */
+const int64_t *kiln_attr_ints(const kiln_node *n, const char *name, int *out_count);
+const float *kiln_attr_floats(const kiln_node *n, const char *name, int *out_count);
+
+#endif

@@ -1,0 +1,514 @@
+/* Resize (opsets 10, 11, 13) and Upsample (opsets 1, 7, 9).
+ *
+ * Every output coordinate is mapped back to the input, one axis at a time,
+ * exactly as ONNX's reference (onnx/backend/test/case/node/resize.py) does:
+ *
+ *   1. x_original from the coordinate_transformation_mode. "length_resized"
+ *      is the exact output length when `sizes` is given and in*scale (may be
+ *      fractional) when `scales` is given, as in the reference.
+ *   2. base = floor(x_original) and ratio = x_original - base, except that an
+ *      integral x_original takes base = x_original - 1 and ratio = 1 (the
+ *      reference prefers the pixel on the left).
+ *   3. n taps (2 for nearest/linear, 4 for cubic) at base-n/2+1 .. base+n/2,
+ *      on the input padded by n/2 edge values (the window slides to stay in
+ *      the padded range); each tap reads the clamped index.
+ *   4. Weights from the mode; exclude_outside zeroes taps outside the input
+ *      and renormalizes.
+ *
+ * N-D interpolation is the tensor product of the per-axis taps. Opset < 11
+ * (Resize-10, Upsample) uses "asymmetric" coordinates and the legacy nearest
+ * rule of ONNX Runtime: ceil when downsampling, floor otherwise.
+ *
+ * Nearest copies elements (any dtype, strings included); linear and cubic
+ * compute in double and round back (integers to nearest, saturated). */
+#include "ops/misc_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+
+typedef enum { INTERP_NEAREST, INTERP_LINEAR, INTERP_CUBIC } interp_mode;
+
+typedef enum {
+  CTM_HALF_PIXEL,
+  CTM_PYTORCH_HALF_PIXEL,
+  CTM_ALIGN_CORNERS,
+  CTM_ASYMMETRIC,
+  CTM_TF_HALF_PIXEL_FOR_NN,
+  CTM_TF_CROP_AND_RESIZE,
+} coord_mode;
+
+typedef enum {
+  NEAREST_ROUND_PREFER_FLOOR,
+  NEAREST_ROUND_PREFER_CEIL,
+  NEAREST_FLOOR,
+  NEAREST_CEIL,
+  NEAREST_LEGACY, /* opset < 11: ceil when downsampling, floor otherwise */
+} nearest_mode;
+
+typedef struct resize_params {
+  interp_mode mode;
+  coord_mode ctm;
+  nearest_mode nearest;
+  double cubic_a;
+  bool exclude_outside;
+  double extrapolation_value;
+  int rank;
+  int64_t in[KILN_MAX_RANK];
+  int64_t out[KILN_MAX_RANK];
+  double scale[KILN_MAX_RANK];          /* out/in, as the formulas use it */
+  double length_resized[KILN_MAX_RANK]; /* "output_width" of the formulas */
+  double roi_start[KILN_MAX_RANK], roi_end[KILN_MAX_RANK];
+} resize_params;
+
+/* ---- attributes ---------------------------------------------------------- */
+
+static kiln_status_t parse_mode(const char *s, bool legacy, interp_mode *out) {
+  if (!strcmp(s, "nearest"))
+    *out = INTERP_NEAREST;
+  else if (!strcmp(s, "linear") || (legacy && (!strcmp(s, "bilinear") || !strcmp(s, "trilinear"))))
+    *out = INTERP_LINEAR;
+  else if (!legacy && !strcmp(s, "cubic"))
+    *out = INTERP_CUBIC;
+  else
+    return kiln_error(KILN_INVALID_MODEL, "attribute mode: unknown value '%s' (expected %s)", s,
+                      legacy ? "nearest or linear" : "nearest, linear or cubic");
+  return NULL;
+}
+
+/* Fills the attribute part of p. legacy: Upsample or Resize-10. */
+static kiln_status_t parse_resize_attrs(const kiln_node *node, bool legacy, resize_params *p) {
+  memset(p, 0, sizeof *p);
+  KILN_TRY(parse_mode(kiln_attr_string(node, "mode", "nearest"), legacy, &p->mode));
+  if (legacy) {
+    p->ctm = CTM_ASYMMETRIC;
+    p->nearest = NEAREST_LEGACY;
+    p->cubic_a = -0.75;
+    return NULL;
+  }
+  const char *ctm = kiln_attr_string(node, "coordinate_transformation_mode", "half_pixel");
+  if (!strcmp(ctm, "half_pixel"))
+    p->ctm = CTM_HALF_PIXEL;
+  else if (!strcmp(ctm, "pytorch_half_pixel"))
+    p->ctm = CTM_PYTORCH_HALF_PIXEL;
+  else if (!strcmp(ctm, "align_corners"))
+    p->ctm = CTM_ALIGN_CORNERS;
+  else if (!strcmp(ctm, "asymmetric"))
+    p->ctm = CTM_ASYMMETRIC;
+  else if (!strcmp(ctm, "tf_half_pixel_for_nn"))
+    p->ctm = CTM_TF_HALF_PIXEL_FOR_NN;
+  else if (!strcmp(ctm, "tf_crop_and_resize"))
+    p->ctm = CTM_TF_CROP_AND_RESIZE;
+  else
+    return kiln_error(KILN_INVALID_MODEL, "attribute coordinate_transformation_mode: unknown value '%s'", ctm);
+  const char *nm = kiln_attr_string(node, "nearest_mode", "round_prefer_floor");
+  if (!strcmp(nm, "round_prefer_floor"))
+    p->nearest = NEAREST_ROUND_PREFER_FLOOR;
+  else if (!strcmp(nm, "round_prefer_ceil"))
+    p->nearest = NEAREST_ROUND_PREFER_CEIL;
+  else if (!strcmp(nm, "floor"))
+    p->nearest = NEAREST_FLOOR;
+  else if (!strcmp(nm, "ceil"))
+    p->nearest = NEAREST_CEIL;
+  else
+    return kiln_error(KILN_INVALID_MODEL, "attribute nearest_mode: unknown value '%s'", nm);
+  p->cubic_a = kiln_attr_float(node, "cubic_coeff_a", -0.75f);
+  p->exclude_outside = kiln_attr_int(node, "exclude_outside", 0) != 0;
+  p->extrapolation_value = kiln_attr_float(node, "extrapolation_value", 0.0f);
+  return NULL;
+}
+
+/* ---- where scales / sizes / roi come from -------------------------------- */
+
+/* The inputs that decide the output shape, as tensors (kernel) or constants
+ * (inference); any may be NULL. */
+typedef struct resize_inputs {
+  const kiln_tensor *roi, *scales, *sizes;
+  const float *scales_attr; /* Upsample-7 / Upsample-1 */
+  int n_scales_attr;
+  float upsample1_scales[4];
+} resize_inputs;
+
+static void gather_inputs(const kiln_node *node, int opset, bool upsample, int n_inputs,
+                          const kiln_tensor *(*get)(const void *, int), const void *src, resize_inputs *ri) {
+  memset(ri, 0, sizeof *ri);
+  if (upsample) {
+    if (opset >= 9) {
+      ri->scales = n_inputs > 1 ? get(src, 1) : NULL;
+    } else if (opset >= 7) {
+      ri->scales_attr = kiln_attr_floats(node, "scales", &ri->n_scales_attr);
+    } else {
+      ri->upsample1_scales[0] = 1.0f;
+      ri->upsample1_scales[1] = 1.0f;
+      ri->upsample1_scales[2] = kiln_attr_float(node, "height_scale", 1.0f);
+      ri->upsample1_scales[3] = kiln_attr_float(node, "width_scale", 1.0f);
+      ri->scales_attr = ri->upsample1_scales;
+      ri->n_scales_attr = 4;
+    }
+  } else if (opset < 11) {
+    ri->scales = n_inputs > 1 ? get(src, 1) : NULL;
+  } else {
+    ri->roi = n_inputs > 1 ? get(src, 1) : NULL;
+    ri->scales = n_inputs > 2 ? get(src, 2) : NULL;
+    ri->sizes = n_inputs > 3 ? get(src, 3) : NULL;
+  }
+  /* An empty tensor stands for an absent input (opset 11 requires the slot). */
+  if (ri->scales && ri->scales->numel == 0) ri->scales = NULL;
+  if (ri->sizes && ri->sizes->numel == 0) ri->sizes = NULL;
+  if (ri->roi && ri->roi->numel == 0) ri->roi = NULL;
+}
+
+static const kiln_tensor *kernel_get(const void *src, int i) {
+  return kiln_kernel_input((const kiln_kernel_ctx *)src, i);
+}
+
+static const kiln_tensor *infer_get(const void *src, int i) {
+  const kiln_infer_ctx *ctx = src;
+  return ctx->consts && i < ctx->n_inputs ? ctx->consts[i] : NULL;
+}
+
+/* Computes out dims, scales and roi of p from the inputs. in dims may be -1
+ * (inference): the matching out dims become -1. for_kernel: roi must be
+ * there for tf_crop_and_resize (inference may compute shapes from sizes
+ * without it). */
+static kiln_status_t resize_shape(resize_params *p, int rank, const int64_t *in, const resize_inputs *ri,
+                                  bool legacy, bool for_kernel) {
+  p->rank = rank;
+  memcpy(p->in, in, sizeof(int64_t) * (size_t)rank);
+  bool have_scales = ri->scales || ri->scales_attr;
+  if (have_scales && ri->sizes)
+    return kiln_error(KILN_INVALID_ARGUMENT, "inputs scales and sizes: only one of them may be given");
+  if (!have_scales && !ri->sizes)
+    return kiln_error(KILN_INVALID_ARGUMENT, "%s",
+                      legacy ? "scales are required" : "one of inputs scales (2) and sizes (3) is required");
+  /* roi: [start_1..start_N, end_1..end_N], only read for tf_crop_and_resize */
+  for (int d = 0; d < rank; d++) {
+    p->roi_start[d] = 0.0;
+    p->roi_end[d] = 1.0;
+  }
+  if (p->ctm == CTM_TF_CROP_AND_RESIZE && (ri->roi || for_kernel)) {
+    if (!ri->roi)
+      return kiln_error(KILN_INVALID_ARGUMENT,
+                        "input 1 (roi) is required by coordinate_transformation_mode tf_crop_and_resize");
+    if (!kiln_dtype_is_float(ri->roi->dtype))
+      return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (roi): dtype %s, expected a float type",
+                        kiln_dtype_name(ri->roi->dtype));
+    if (ri->roi->numel != 2 * (int64_t)rank)
+      return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (roi): %lld values, expected 2*rank = %d",
+                        (long long)ri->roi->numel, 2 * rank);
+    for (int d = 0; d < rank; d++) {
+      p->roi_start[d] = kiln_load_f64(ri->roi->data, ri->roi->dtype, d);
+      p->roi_end[d] = kiln_load_f64(ri->roi->data, ri->roi->dtype, rank + d);
+      if (!isfinite(p->roi_start[d]) || !isfinite(p->roi_end[d]))
+        return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (roi): value for axis %d is not finite", d);
+    }
+  }
+  if (have_scales) {
+    int64_t n = ri->scales ? ri->scales->numel : ri->n_scales_attr;
+    const char *what = ri->scales ? "input scales" : "attribute scales";
+    if (ri->scales && !kiln_dtype_is_float(ri->scales->dtype))
+      return kiln_error(KILN_INVALID_ARGUMENT, "%s: dtype %s, expected float", what,
+                        kiln_dtype_name(ri->scales->dtype));
+    if (n != rank)
+      return kiln_error(KILN_INVALID_ARGUMENT, "%s: %lld values, expected one per axis of X (rank %d)", what,
+                        (long long)n, rank);
+    for (int d = 0; d < rank; d++) {
+      double s = ri->scales ? kiln_load_f64(ri->scales->data, ri->scales->dtype, d) : ri->scales_attr[d];
+      if (!(s > 0) || !isfinite(s))
+        return kiln_error(KILN_INVALID_ARGUMENT, "%s: value %g for axis %d, expected a positive finite number",
+                          what, s, d);
+      p->scale[d] = s;
+      if (in[d] < 0) {
+        p->out[d] = -1;
+        p->length_resized[d] = -1;
+        continue;
+      }
+      double len = (double)in[d] * s;
+      if (p->ctm == CTM_TF_CROP_AND_RESIZE) len *= p->roi_end[d] - p->roi_start[d];
+      double o = floor(len);
+      if (!(o >= 0)) o = 0; /* a reversed roi gives an empty axis */
+      if (o > 9.0e15)
+        return kiln_error(KILN_INVALID_ARGUMENT, "%s: value %g for axis %d gives an output dim too large", what,
+                          s, d);
+      p->out[d] = (int64_t)o;
+      p->length_resized[d] = (double)in[d] * s; /* as the reference: in*scale, not the rounded length */
+      if (p->ctm == CTM_TF_CROP_AND_RESIZE) p->length_resized[d] = len;
+    }
+  } else {
+    if (ri->sizes->dtype != KILN_DTYPE_I64)
+      return kiln_error(KILN_INVALID_ARGUMENT, "input 3 (sizes): dtype %s, expected i64",
+                        kiln_dtype_name(ri->sizes->dtype));
+    if (ri->sizes->numel != rank)
+      return kiln_error(KILN_INVALID_ARGUMENT, "input 3 (sizes): %lld values, expected one per axis of X (rank %d)",
+                        (long long)ri->sizes->numel, rank);
+    for (int d = 0; d < rank; d++) {
+      int64_t o = ((const int64_t *)ri->sizes->data)[d];
+      if (o < 0)
+        return kiln_error(KILN_INVALID_ARGUMENT, "input 3 (sizes): value %lld for axis %d is negative",
+                          (long long)o, d);
+      p->out[d] = o;
+      p->length_resized[d] = (double)o;
+      p->scale[d] = in[d] > 0 ? (double)o / (double)in[d] : 1.0;
+    }
+  }
+  return NULL;
+}
+
+/* ---- per-axis taps -------------------------------------------------------- */
+
+typedef struct resize_taps {
+  int n;              /* taps with nonzero weight */
+  bool extrapolate;   /* tf_crop_and_resize sample outside the input */
+  int64_t idx[4];     /* clamped input indices */
+  double w[4];
+} resize_taps;
+
+static void cubic_coeffs(double r, double a, double c[4]) {
+  double r1 = r + 1, r2 = 1 - r, r3 = 2 - r;
+  c[0] = ((a * r1 - 5 * a) * r1 + 8 * a) * r1 - 4 * a;
+  c[1] = ((a + 2) * r - (a + 3)) * r * r + 1;
+  c[2] = ((a + 2) * r2 - (a + 3)) * r2 * r2 + 1;
+  c[3] = ((a * r3 - 5 * a) * r3 + 8 * a) * r3 - 4 * a;
+}
+
+static void compute_taps(const resize_params *p, int d, int64_t x, resize_taps *t) {
+  int64_t in = p->in[d];
+  double scale = p->scale[d], lr = p->length_resized[d];
+  double xo;
+  memset(t, 0, sizeof *t);
+  switch (p->ctm) {
+    case CTM_HALF_PIXEL: xo = ((double)x + 0.5) / scale - 0.5; break;
+    case CTM_PYTORCH_HALF_PIXEL: xo = lr > 1 ? ((double)x + 0.5) / scale - 0.5 : 0.0; break;
+    case CTM_ALIGN_CORNERS: xo = lr == 1 ? 0.0 : (double)x * (double)(in - 1) / (lr - 1); break;
+    case CTM_ASYMMETRIC: xo = (double)x / scale; break;
+    case CTM_TF_HALF_PIXEL_FOR_NN: xo = ((double)x + 0.5) / scale; break;
+    case CTM_TF_CROP_AND_RESIZE: {
+      double s = p->roi_start[d], e = p->roi_end[d];
+      if (lr == 1)
+        xo = (e - s) * (double)(in - 1) / 2;
+      else
+        xo = (double)x * (e - s) * (double)(in - 1) / (lr - 1);
+      xo += s * (double)(in - 1);
+      if (!(xo >= 0 && xo <= (double)(in - 1))) {
+        t->extrapolate = true;
+        return;
+      }
+      break;
+    }
+    default: xo = 0; break;
+  }
+  if (isnan(xo)) xo = 0; /* only from degenerate 0/0 (align_corners with in = 1 and lr = 1 handled above) */
+
+  double fl = floor(xo);
+  bool integral = xo == fl;
+  double ratio = integral ? 1.0 : xo - fl;
+  double base = integral ? fl - 1 : fl;
+  /* Far outside, the window is pinned to the padded edge anyway: clamp so
+   * the conversion to int64 is defined. */
+  if (base < -(double)in - 8) base = -(double)in - 8;
+  if (base > 2.0 * (double)in + 8) base = 2.0 * (double)in + 8;
+
+  double c[4];
+  int n;
+  switch (p->mode) {
+    case INTERP_NEAREST: {
+      n = 2;
+      bool take_high;
+      if (integral) {
+        take_high = true;
+      } else {
+        switch (p->nearest) {
+          case NEAREST_ROUND_PREFER_FLOOR: take_high = ratio > 0.5; break;
+          case NEAREST_ROUND_PREFER_CEIL: take_high = ratio >= 0.5; break;
+          case NEAREST_FLOOR: take_high = false; break;
+          case NEAREST_CEIL: take_high = true; break;
+          default: take_high = scale < 1.0; break; /* legacy: ceil when downsampling */
+        }
+      }
+      c[0] = take_high ? 0.0 : 1.0;
+      c[1] = take_high ? 1.0 : 0.0;
+      break;
+    }
+    case INTERP_LINEAR:
+      n = 2;
+      c[0] = 1 - ratio;
+      c[1] = ratio;
+      break;
+    default:
+      n = 4;
+      cubic_coeffs(ratio, p->cubic_a, c);
+      break;
+  }
+  int64_t pad = n / 2;
+  int64_t start = (int64_t)base - n / 2 + 1;
+  if (start < -pad) start = -pad;
+  if (start > in + pad - n) start = in + pad - n;
+
+  if (p->exclude_outside && p->mode != INTERP_NEAREST) {
+    double sum = 0;
+    for (int k = 0; k < n; k++) {
+      int64_t i = start + k;
+      if (i < 0 || i >= in) c[k] = 0;
+      sum += c[k];
+    }
+    if (sum != 0)
+      for (int k = 0; k < n; k++) c[k] /= sum;
+  }
+  for (int k = 0; k < n; k++) {
+    if (c[k] == 0) continue;
+    int64_t i = start + k;
+    t->idx[t->n] = i < 0 ? 0 : i >= in ? in - 1 : i;
+    t->w[t->n] = c[k];
+    t->n++;
+  }
+}
+
+/* ---- the kernel ----------------------------------------------------------- */
+
+static kiln_status_t resize_run(kiln_kernel_ctx *ctx, resize_params *p, const kiln_tensor *x) {
+  kiln_dtype dt = x->dtype;
+  int rank = x->rank;
+  bool numeric = kiln_dtype_is_float(dt) || kiln_dtype_is_int(dt);
+  if (p->mode != INTERP_NEAREST && !numeric)
+    return kiln_error(KILN_UNSUPPORTED, "input 0 (X): %s interpolation of dtype %s is not supported",
+                      p->mode == INTERP_LINEAR ? "linear" : "cubic", kiln_dtype_name(dt));
+  for (int d = 0; d < rank; d++)
+    if (p->in[d] == 0 && p->out[d] > 0)
+      return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (X): axis %d is empty but the output has %lld", d,
+                        (long long)p->out[d]);
+
+  kiln_tensor *y;
+  KILN_TRY(kiln_kernel_output_tensor(ctx, 0, dt, rank, p->out, &y));
+  if (y->numel == 0) return NULL;
+
+  /* Per-axis taps for every output coordinate. */
+  resize_taps *taps[KILN_MAX_RANK] = {0};
+  kiln_status_t st = NULL;
+  double *xd = NULL;
+  for (int d = 0; d < rank; d++) {
+    taps[d] = malloc(sizeof(resize_taps) * (size_t)p->out[d]);
+    if (!taps[d]) {
+      st = KILN_OOM();
+      goto done;
+    }
+    for (int64_t o = 0; o < p->out[d]; o++) compute_taps(p, d, o, &taps[d][o]);
+  }
+  int64_t in_stride[KILN_MAX_RANK];
+  int64_t s = 1;
+  for (int d = rank - 1; d >= 0; d--) {
+    in_stride[d] = s;
+    s *= p->in[d];
+  }
+  size_t esize = kiln_dtype_size(dt);
+  if (p->mode != INTERP_NEAREST) {
+    xd = malloc(sizeof(double) * (size_t)(x->numel > 0 ? x->numel : 1));
+    if (!xd) {
+      st = KILN_OOM();
+      goto done;
+    }
+    for (int64_t i = 0; i < x->numel; i++) xd[i] = kiln_load_f64(x->data, dt, i);
+  }
+
+  int64_t oi[KILN_MAX_RANK] = {0};
+  for (int64_t e = 0; e < y->numel; e++) {
+    const resize_taps *t[KILN_MAX_RANK];
+    bool extrapolate = false;
+    for (int d = 0; d < rank; d++) {
+      t[d] = &taps[d][oi[d]];
+      if (t[d]->extrapolate) extrapolate = true;
+    }
+    if (extrapolate) {
+      if (dt == KILN_DTYPE_STRING) {
+        /* leave "" */
+      } else if (kiln_dtype_is_float(dt) || kiln_dtype_is_int(dt) || dt == KILN_DTYPE_BOOL) {
+        kiln_misc_store_rounded(y->data, dt, e, p->extrapolation_value);
+      } else if (dt == KILN_DTYPE_C64) {
+        ((float *)y->data)[2 * e] = (float)p->extrapolation_value;
+      } else if (dt == KILN_DTYPE_C128) {
+        ((double *)y->data)[2 * e] = p->extrapolation_value;
+      }
+    } else if (p->mode == INTERP_NEAREST) {
+      int64_t src = 0;
+      for (int d = 0; d < rank; d++) src += t[d]->idx[0] * in_stride[d];
+      if (dt == KILN_DTYPE_STRING) {
+        const char *str = ((char *const *)x->data)[src];
+        if (str) {
+          st = kiln_tensor_set_string(y, e, str, strlen(str));
+          if (st) goto done;
+        }
+      } else {
+        memcpy((char *)y->data + (size_t)e * esize, (const char *)x->data + (size_t)src * esize, esize);
+      }
+    } else {
+      /* Tensor product of the per-axis taps. */
+      int k[KILN_MAX_RANK] = {0};
+      double acc = 0;
+      for (;;) {
+        double w = 1;
+        int64_t src = 0;
+        for (int d = 0; d < rank; d++) {
+          w *= t[d]->w[k[d]];
+          src += t[d]->idx[k[d]] * in_stride[d];
+        }
+        acc += w * xd[src];
+        int d = rank - 1;
+        while (d >= 0 && ++k[d] == t[d]->n) k[d--] = 0;
+        if (d < 0) break;
+      }
+      kiln_misc_store_rounded(y->data, dt, e, acc);
+    }
+    for (int d = rank - 1; d >= 0 && ++oi[d] == p->out[d]; d--) oi[d] = 0;
+  }
+
+done:
+  for (int d = 0; d < rank; d++) free(taps[d]);
+  free(xd);
+  return st;
+}
+
+static kiln_status_t resize_common_kernel(kiln_kernel_ctx *ctx, bool upsample) {
+  bool legacy = upsample || ctx->opset < 11;
+  kiln_tensor *x;
+  KILN_TRY(kiln_kernel_require_input(ctx, 0, &x));
+  resize_params p;
+  KILN_TRY(parse_resize_attrs(ctx->node, legacy, &p));
+  resize_inputs ri;
+  gather_inputs(ctx->node, ctx->opset, upsample, ctx->n_inputs, kernel_get, ctx, &ri);
+  KILN_TRY(resize_shape(&p, x->rank, x->dims, &ri, legacy, true));
+  return resize_run(ctx, &p, x);
+}
+
+static kiln_status_t resize_common_infer(kiln_infer_ctx *ctx, bool upsample) {
+  const kiln_type *xt = ctx->n_inputs > 0 ? ctx->inputs[0] : NULL;
+  if (!xt) return NULL;
+  kiln_dtype dt = xt->dtype;
+  bool legacy = upsample || ctx->opset < 11;
+  resize_params p;
+  KILN_TRY(parse_resize_attrs(ctx->node, legacy, &p));
+  resize_inputs ri;
+  gather_inputs(ctx->node, ctx->opset, upsample, ctx->n_inputs, infer_get, ctx, &ri);
+  int rank = xt->rank;
+  if (rank < 0 && ri.sizes) rank = (int)ri.sizes->numel;
+  if (rank < 0 || rank > KILN_MAX_RANK) {
+    kiln_infer_set(ctx, 0, dt, -1, NULL);
+    return NULL;
+  }
+  int64_t in[KILN_MAX_RANK];
+  for (int d = 0; d < rank; d++) in[d] = xt->rank == rank ? xt->dims[d] : -1;
+  /* Constant sizes decide; else constant scales (and roi for
+   * tf_crop_and_resize); else only the rank is known. */
+  bool roi_needed = p.ctm == CTM_TF_CROP_AND_RESIZE && !ri.sizes;
+  if (ri.sizes || ((ri.scales || ri.scales_attr) && (!roi_needed || ri.roi))) {
+    KILN_TRY(resize_shape(&p, rank, in, &ri, legacy, false));
+    kiln_infer_set(ctx, 0, dt, rank, p.out);
+    return NULL;
+  }
+  int64_t dims[KILN_MAX_RANK];
+  for (int d = 0; d < rank; d++) dims[d] = -1;
+  kiln_infer_set(ctx, 0, dt, rank, dims);
+  return NULL;
+}
+
+kiln_status_t kiln_misc_resize_kernel(kiln_kernel_ctx *ctx) { return resize_common_kernel(ctx, false); }
+kiln_status_t kiln_misc_resize_infer(kiln_infer_ctx *ctx) { return resize_common_infer(ctx, false); }
+kiln_status_t kiln_misc_upsample_kernel(kiln_kernel_ctx *ctx) { return resize_common_kernel(ctx, true); }
+kiln_status_t kiln_misc_upsample_infer(kiln_infer_ctx *ctx) { return resize_common_infer(ctx, true); }

@@ -1,0 +1,118 @@
+/* op.h — how an op is defined: schema facts, shape/type inference, and
+ * its reference kernel. One kiln_op_def per (domain, op_type); each op
+ * family's file (ops/elementwise.c, ops/conv.c, ...) registers its ops in
+ * a table returned by kiln_ops_<family>(). ops/registry.c collects them.
+ *
+ * A reference kernel is plain, obviously-correct C. It receives its inputs
+ * as kiln_value (NULL for an absent optional input), reads attributes from
+ * ctx->node, allocates its outputs with kiln_kernel_output_tensor (or sets
+ * ctx->outputs[i] directly for sequences/optionals) and returns NULL, or an
+ * error that says what was wrong with which input (the executor adds the
+ * node's name and op). Kernels never abort on bad data: an out-of-range
+ * index is a KILN_OUT_OF_RANGE error.
+ *
+ * Inference receives input types (and constant inputs when known) and
+ * fills output types. Unknown dims are -1; an op that cannot know its
+ * output shape statically (NonZero, Unique...) leaves them unknown.
+ */
+#ifndef KILN_OPS_OP_H
+#define KILN_OPS_OP_H
+
+#include "ir/graph.h"
+
+struct kiln_kernel_ctx;
+struct kiln_infer_ctx;
+
+typedef kiln_status_t (*kiln_kernel_fn)(struct kiln_kernel_ctx *ctx);
+typedef kiln_status_t (*kiln_infer_fn)(struct kiln_infer_ctx *ctx);
+
+enum {
+  KILN_OP_NONDETERMINISTIC = 1 << 0, /* random outputs (Bernoulli, RandomUniformLike, training Dropout) */
+  KILN_OP_CONTROL_FLOW = 1 << 1,     /* runs subgraphs (If, Loop, Scan, SequenceMap) */
+};
+
+typedef struct kiln_op_def {
+  const char *domain;   /* "" for ai.onnx, "ai.onnx.preview.training", ... */
+  const char *op_type;
+  int min_inputs, max_inputs;   /* max -1 = variadic */
+  int min_outputs, max_outputs; /* max -1 = variadic */
+  kiln_infer_fn infer;          /* may be NULL: outputs stay unknown */
+  kiln_kernel_fn ref_kernel;    /* required */
+  unsigned flags;
+} kiln_op_def;
+
+/* Runs a subgraph with the given inputs; the executor provides it. On
+ * success out_outputs[0..n_outputs) receive owned values. Outer-scope
+ * values are resolved from the calling frame. */
+typedef kiln_status_t (*kiln_subgraph_runner)(void *runner_data, const kiln_graph *g, int n_inputs,
+                                              kiln_value *const *inputs, int n_outputs, kiln_value **out_outputs);
+
+typedef struct kiln_kernel_ctx {
+  const kiln_node *node;
+  int opset;                 /* node->opset, for version-dependent semantics */
+  int n_inputs;
+  kiln_value *const *inputs; /* borrowed; entries NULL for absent inputs */
+  int n_outputs;
+  kiln_value **outputs;      /* kernel stores owned values; NULL entries for absent outputs stay NULL */
+  bool *output_wanted;       /* output_wanted[i]: the node has output i (value id != -1) */
+  kiln_subgraph_runner run_subgraph;
+  void *runner_data;
+} kiln_kernel_ctx;
+
+/* Input i as a tensor, or NULL if absent (or not a tensor). */
+kiln_tensor *kiln_kernel_input(const kiln_kernel_ctx *ctx, int i);
+/* Input i as a tensor; an error naming the input if absent or not a tensor. */
+kiln_status_t kiln_kernel_require_input(const kiln_kernel_ctx *ctx, int i, kiln_tensor **out);
+/* Allocates output i (zero-filled) and stores it in ctx->outputs[i]. *out is borrowed. */
+kiln_status_t kiln_kernel_output_tensor(kiln_kernel_ctx *ctx, int i, kiln_dtype dtype, int rank,
+                                        const int64_t *dims, kiln_tensor **out);
+/* Stores an owned tensor as output i (takes the reference). */
+kiln_status_t kiln_kernel_set_output(kiln_kernel_ctx *ctx, int i, kiln_tensor *t);
+
+typedef struct kiln_infer_ctx {
+  const kiln_node *node;
+  int opset;
+  int n_inputs;
+  const kiln_type *const *inputs;     /* borrowed; NULL for absent */
+  const kiln_tensor *const *consts;   /* constant value of input i, or NULL */
+  int n_outputs;
+  kiln_type *outputs;                 /* to fill; start as KILN_TYPE_UNKNOWN */
+} kiln_infer_ctx;
+
+/* Helpers for common inference rules. */
+kiln_status_t kiln_infer_same_as_input(kiln_infer_ctx *ctx, int input, int output);
+/* Multidirectional (numpy) broadcast of all present inputs' shapes into output 0 with dtype. */
+kiln_status_t kiln_infer_broadcast(kiln_infer_ctx *ctx, kiln_dtype dtype);
+/* Sets output i to tensor(dtype, rank, dims); dims may contain -1. */
+void kiln_infer_set(kiln_infer_ctx *ctx, int i, kiln_dtype dtype, int rank, const int64_t *dims);
+
+/* Numpy-style broadcast of two shapes; error names both if incompatible. */
+kiln_status_t kiln_broadcast_shapes(int ra, const int64_t *a, int rb, const int64_t *b, int *out_rank,
+                                    int64_t *out_dims);
+
+/* ---- registry ----------------------------------------------------------- */
+
+/* The op definition for (domain, op_type), or NULL. domain "" == "ai.onnx". */
+const kiln_op_def *kiln_op_find(const char *domain, const char *op_type);
+/* All registered ops, for listings (count in *out_n). */
+const kiln_op_def *const *kiln_op_all(int *out_n);
+
+/* Each family file defines one of these: a static table and its length. */
+#define KILN_OP_FAMILIES(X) \
+  X(elementwise)            \
+  X(reduce)                 \
+  X(movement)               \
+  X(nn)                     \
+  X(rnn)                    \
+  X(quant)                  \
+  X(signal)                 \
+  X(sequence)               \
+  X(control)                \
+  X(misc)                   \
+  X(training)
+
+#define KILN_DECLARE_OP_FAMILY(name) const kiln_op_def *kiln_ops_##name(int *out_n);
+KILN_OP_FAMILIES(KILN_DECLARE_OP_FAMILY)
+#undef KILN_DECLARE_OP_FAMILY
+
+#endif

@@ -1,0 +1,42 @@
+/* The op registry: every family's table, looked up by (domain, op_type). */
+#include "ops/op.h"
+
+#include <pthread.h>
+
+#define MAX_OPS 512
+static const kiln_op_def *all_ops[MAX_OPS];
+static int n_all_ops;
+static pthread_once_t registry_once = PTHREAD_ONCE_INIT;
+
+static void add_family(const kiln_op_def *table, int n) {
+  for (int i = 0; i < n && n_all_ops < MAX_OPS; i++) all_ops[n_all_ops++] = &table[i];
+}
+
+static void registry_init(void) {
+  int n;
+  const kiln_op_def *t;
+#define KILN_ADD_FAMILY(name) \
+  t = kiln_ops_##name(&n);    \
+  add_family(t, n);
+  KILN_OP_FAMILIES(KILN_ADD_FAMILY)
+#undef KILN_ADD_FAMILY
+}
+
+static const char *canonical_domain(const char *d) {
+  return (!d || !strcmp(d, "ai.onnx")) ? "" : d;
+}
+
+const kiln_op_def *kiln_op_find(const char *domain, const char *op_type) {
+  pthread_once(&registry_once, registry_init);
+  domain = canonical_domain(domain);
+  for (int i = 0; i < n_all_ops; i++)
+    if (!strcmp(all_ops[i]->op_type, op_type) && !strcmp(canonical_domain(all_ops[i]->domain), domain))
+      return all_ops[i];
+  return NULL;
+}
+
+const kiln_op_def *const *kiln_op_all(int *out_n) {
+  pthread_once(&registry_once, registry_init);
+  *out_n = n_all_ops;
+  return all_ops;
+}

@@ -1,0 +1,100 @@
+/* device.h — the one interface every device implements.
+ *
+ * A device is a vtable plus its own state. The session partitions the
+ * graph: each node goes to the first device in the session's list whose
+ * `supports` accepts it; the reference device takes the rest.
+ *
+ * Slots, and the default when a device leaves one NULL:
+ *   query            (required) name, vendor, memory, features.
+ *   supports         (required) can this device run this node?
+ *   run_node         host devices: run one node on host values now.
+ *                    NULL for devices that only run compiled programs.
+ *   compile          kernel source -> program. NULL: the device cannot
+ *                    compile (host devices use run_node).
+ *   buffer_alloc/free, upload, readback, copy
+ *                    NULL on host-memory devices: buffers are host tensors
+ *                    and copies are memcpy.
+ *   launch, submit   NULL on host devices: run_node executes immediately.
+ *   event_record/wait/done, synchronize
+ *                    NULL on synchronous devices: events are complete on
+ *                    creation and synchronize returns at once.
+ *
+ * Devices are created once per process (kiln_device_get) and shared by
+ * sessions; a device's slots must be thread-safe unless it says otherwise.
+ * The ref device is stateless and thread-safe.
+ */
+#ifndef KILN_RUNTIME_DEVICE_H
+#define KILN_RUNTIME_DEVICE_H
+
+#include "ops/op.h"
+
+typedef struct kiln_device_info {
+  const char *name;        /* "ref", "cpu", "vulkan:0", ... */
+  const char *vendor;
+  const char *description; /* one line for `kiln devices` */
+  uint64_t memory_bytes;   /* 0 = host memory */
+  int subgroup_size;       /* 0 when not applicable */
+  bool host_memory;        /* buffers are plain host memory */
+  unsigned features;       /* KILN_DEVICE_FEATURE_* */
+} kiln_device_info;
+
+enum {
+  KILN_DEVICE_FEATURE_FP16 = 1 << 0,
+  KILN_DEVICE_FEATURE_INT8_DOT = 1 << 1,
+  KILN_DEVICE_FEATURE_COOPERATIVE_MATRIX = 1 << 2,
+  KILN_DEVICE_FEATURE_ALL_DTYPES = 1 << 3, /* every dtype of every op it supports */
+};
+
+typedef struct kiln_device kiln_device;
+typedef struct kiln_device_buffer kiln_device_buffer;
+typedef struct kiln_device_program kiln_device_program;
+typedef struct kiln_device_event {
+  int queue;
+  uint64_t value; /* timeline value; complete when the queue's timeline reaches it */
+} kiln_device_event;
+
+typedef struct kiln_device_vtable {
+  void (*query)(const kiln_device *dev, kiln_device_info *out_info);
+  /* true if the device runs `node` (with its inferred input/output types in g);
+   * otherwise *out_reason (static string) may say why, for `kiln info`. */
+  bool (*supports)(const kiln_device *dev, const kiln_graph *g, const kiln_node *node, const char **out_reason);
+  kiln_status_t (*run_node)(kiln_device *dev, kiln_kernel_ctx *ctx);
+
+  kiln_status_t (*compile)(kiln_device *dev, const char *source, const char *entry,
+                           kiln_device_program **out_program);
+  void (*program_free)(kiln_device *dev, kiln_device_program *program);
+  kiln_status_t (*buffer_alloc)(kiln_device *dev, size_t bytes, kiln_device_buffer **out_buffer);
+  void (*buffer_free)(kiln_device *dev, kiln_device_buffer *buffer);
+  kiln_status_t (*upload)(kiln_device *dev, kiln_device_buffer *dst, size_t offset, const void *src, size_t bytes);
+  kiln_status_t (*readback)(kiln_device *dev, void *dst, kiln_device_buffer *src, size_t offset, size_t bytes);
+  kiln_status_t (*copy)(kiln_device *dev, kiln_device_buffer *dst, size_t dst_offset, kiln_device_buffer *src,
+                        size_t src_offset, size_t bytes);
+  kiln_status_t (*launch)(kiln_device *dev, kiln_device_program *program, int n_buffers,
+                          kiln_device_buffer *const *buffers, const uint32_t grid[3]);
+  kiln_status_t (*submit)(kiln_device *dev);
+  kiln_status_t (*event_record)(kiln_device *dev, kiln_device_event *out_event);
+  kiln_status_t (*event_wait)(kiln_device *dev, kiln_device_event event);
+  bool (*event_done)(kiln_device *dev, kiln_device_event event);
+  kiln_status_t (*synchronize)(kiln_device *dev);
+  void (*destroy)(kiln_device *dev);
+} kiln_device_vtable;
+
+struct kiln_device {
+  const kiln_device_vtable *vt;
+  void *impl; /* device-specific state */
+};
+
+/* Process-wide device list (created on first use; never freed before exit).
+ * Returns NULL if no device of that name is available. "ref" always is. */
+kiln_device *kiln_device_get(const char *name);
+int kiln_device_list(kiln_device **out_devices, int max);
+
+/* Each device folder defines its constructor; it returns NULL when the
+ * device is absent on this machine (e.g. no driver). */
+kiln_device *kiln_ref_device_create(void);
+kiln_device *kiln_null_device_create(void);
+
+/* Defaults for synchronous host devices, usable by any device's code. */
+kiln_status_t kiln_device_synchronize(kiln_device *dev);
+
+#endif

@@ -1,0 +1,42 @@
+/* executor.h — runs a graph node by node on host values.
+ *
+ * This is the interpreter the reference path uses: values live in a frame
+ * (one kiln_value* per value id), nodes run in topological order on the
+ * first device in the list that supports them (ref takes the rest), and a
+ * value is released as soon as its last consumer has run. Subgraphs
+ * (If/Loop/Scan bodies) run in child frames that resolve outer-scope
+ * names through their parents.
+ *
+ * Not thread-safe per call, but calls share no state: two threads may run
+ * the same graph at once with different inputs.
+ */
+#ifndef KILN_RUNTIME_EXECUTOR_H
+#define KILN_RUNTIME_EXECUTOR_H
+
+#include "runtime/device.h"
+
+/* Called after each node ran (for verification tools); `outputs` borrowed.
+ * Returning an error stops the run. */
+typedef kiln_status_t (*kiln_node_observer)(void *user, const kiln_graph *g, const kiln_node *node,
+                                           kiln_value *const *outputs);
+
+typedef struct kiln_exec_options {
+  kiln_device *const *devices; /* priority order; ref is always the fallback */
+  int n_devices;
+  kiln_node_observer observer; /* may be NULL; sees top-level nodes only */
+  void *observer_user;
+} kiln_exec_options;
+
+typedef struct kiln_exec_frame kiln_exec_frame;
+
+/* Runs `g`. inputs[i] binds g->inputs[i] (borrowed; NULL = use the input's
+ * initializer default, or an error if it has none). On success each
+ * out_outputs[i] (i < n_outputs <= g->n_outputs) is an owned value. */
+kiln_status_t kiln_execute_graph(const kiln_graph *g, const kiln_exec_frame *parent, int n_inputs,
+                                 kiln_value *const *inputs, int n_outputs, kiln_value **out_outputs,
+                                 const kiln_exec_options *opts);
+
+/* Names of outer-scope values that `g` (and its nested subgraphs) read. */
+kiln_status_t kiln_graph_outer_names(const kiln_graph *g, kiln_ptr_vec *out_names);
+
+#endif

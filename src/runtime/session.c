@@ -1,0 +1,173 @@
+/* Public session API (include/kiln.h) over the executor. */
+#include "runtime/session.h"
+
+#include <stdio.h>
+
+kiln_session_options kiln_session_options_default(void) {
+  kiln_session_options o = {"ref", 0};
+  return o;
+}
+
+static kiln_status_t collect_unsupported(const kiln_graph *g, kiln_ptr_vec *out) {
+  for (int i = 0; i < g->n_nodes; i++) {
+    const kiln_node *n = &g->nodes[i];
+    if (!n->op) {
+      char *name = n->domain[0] ? kiln_strfmt("%s.%s", n->domain, n->op_type) : kiln_strdup(n->op_type);
+      if (!name) return KILN_OOM();
+      bool dup = false;
+      for (int k = 0; k < out->count && !dup; k++) dup = !strcmp(out->items[k], name);
+      if (dup) free(name);
+      else KILN_TRY(kiln_ptr_vec_push(out, name));
+    }
+    for (int a = 0; a < n->n_attrs; a++) {
+      const kiln_attr *at = &n->attrs[a];
+      if (at->g) KILN_TRY(collect_unsupported(at->g, out));
+      for (int k = 0; at->graphs && k < at->n; k++) KILN_TRY(collect_unsupported(at->graphs[k], out));
+    }
+  }
+  return NULL;
+}
+
+kiln_status_t kiln_graph_unsupported_ops(const kiln_graph *g, kiln_ptr_vec *out) { return collect_unsupported(g, out); }
+
+kiln_status_t kiln_session_create(const kiln_model *model, const kiln_session_options *options,
+                                  kiln_session **out_session) {
+  if (!model || !out_session) return kiln_error(KILN_INVALID_ARGUMENT, "NULL argument");
+  *out_session = NULL;
+  kiln_session_options opts = options ? *options : kiln_session_options_default();
+  const char *dev_name = opts.device ? opts.device : "ref";
+  kiln_device *dev = kiln_device_get(dev_name);
+  if (!dev) {
+    char avail[512] = "";
+    for (int i = 0; i < kiln_device_count(); i++) {
+      strncat(avail, i ? ", " : "", sizeof avail - strlen(avail) - 1);
+      strncat(avail, kiln_device_name(i), sizeof avail - strlen(avail) - 1);
+    }
+    return kiln_error(KILN_NOT_FOUND, "no device named '%s' (available: %s)", dev_name, avail);
+  }
+  kiln_ptr_vec unsupported = {0};
+  KILN_TRY(collect_unsupported(model->ir->graph, &unsupported));
+  if (unsupported.count) {
+    char list[1024] = "";
+    for (int i = 0; i < unsupported.count; i++) {
+      strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
+      strncat(list, unsupported.items[i], sizeof list - strlen(list) - 1);
+      free(unsupported.items[i]);
+    }
+    kiln_ptr_vec_free(&unsupported);
+    return kiln_error(KILN_UNSUPPORTED, "the model uses ops no device supports: %s", list);
+  }
+  kiln_ptr_vec_free(&unsupported);
+  kiln_session *s = calloc(1, sizeof *s);
+  if (!s) return KILN_OOM();
+  s->model = model;
+  s->devices[s->n_devices++] = dev;
+  *out_session = s;
+  return NULL;
+}
+
+void kiln_session_destroy(kiln_session *s) { free(s); }
+
+static kiln_status_t check_input(const kiln_value_def *def, const kiln_value *v) {
+  const kiln_type *t = &def->type;
+  char want[256], got[256];
+  kiln_type_str(t, want, sizeof want);
+  if (v->kind == KILN_VALUE_TENSOR) {
+    const kiln_tensor *x = v->tensor;
+    if (t->kind == KILN_TYPE_SEQUENCE)
+      return kiln_error(KILN_INVALID_ARGUMENT, "input '%s': expected %s, got a tensor", def->name, want);
+    snprintf(got, sizeof got, "%s", kiln_dtype_name(x->dtype));
+    char shape[256];
+    kiln_shape_str(x->rank, x->dims, shape, sizeof shape);
+    bool ok = !t->dtype || t->dtype == x->dtype;
+    if (ok && t->rank >= 0) {
+      ok = t->rank == x->rank;
+      for (int i = 0; ok && i < t->rank; i++) ok = t->dims[i] < 0 || t->dims[i] == x->dims[i];
+    }
+    if (!ok)
+      return kiln_error(KILN_INVALID_ARGUMENT, "input '%s': expected %s, got %s%s", def->name, want, got, shape);
+  } else if (v->kind == KILN_VALUE_SEQUENCE) {
+    if (t->kind == KILN_TYPE_TENSOR)
+      return kiln_error(KILN_INVALID_ARGUMENT, "input '%s': expected %s, got a sequence", def->name, want);
+  } else if (t->kind == KILN_TYPE_TENSOR || t->kind == KILN_TYPE_SEQUENCE) {
+    return kiln_error(KILN_INVALID_ARGUMENT, "input '%s': expected %s, got an empty optional", def->name, want);
+  }
+  return NULL;
+}
+
+kiln_status_t kiln_session_run_values(kiln_session *s, int n_inputs, const char *const *names,
+                                      kiln_value *const *inputs, int n_outputs, kiln_value **out_outputs) {
+  const kiln_graph *g = s->model->ir->graph;
+  if (n_outputs < 0 || n_outputs > g->n_outputs)
+    return kiln_error(KILN_INVALID_ARGUMENT, "the model has %d outputs, %d requested", g->n_outputs, n_outputs);
+  kiln_value **bound = calloc((size_t)(g->n_inputs ? g->n_inputs : 1), sizeof *bound);
+  if (!bound) return KILN_OOM();
+  kiln_status_t st = NULL;
+  for (int i = 0; i < n_inputs && !st; i++) {
+    int slot = -1;
+    for (int k = 0; k < g->n_inputs; k++)
+      if (!strcmp(g->values[g->inputs[k]].name, names[i])) slot = k;
+    if (slot < 0) {
+      char list[1024] = "";
+      for (int k = 0; k < g->n_inputs; k++) {
+        if (g->values[g->inputs[k]].constant) continue;
+        strncat(list, list[0] ? ", " : "", sizeof list - strlen(list) - 1);
+        strncat(list, g->values[g->inputs[k]].name, sizeof list - strlen(list) - 1);
+      }
+      st = kiln_error(KILN_INVALID_ARGUMENT, "the model has no input named '%s' (inputs: %s)", names[i], list);
+    } else if (bound[slot]) {
+      st = kiln_error(KILN_INVALID_ARGUMENT, "input '%s' given twice", names[i]);
+    } else if (!inputs[i]) {
+      st = kiln_error(KILN_INVALID_ARGUMENT, "input '%s' is NULL", names[i]);
+    } else {
+      st = check_input(&g->values[g->inputs[slot]], inputs[i]);
+      bound[slot] = inputs[i];
+    }
+  }
+  for (int k = 0; k < g->n_inputs && !st; k++) {
+    const kiln_value_def *v = &g->values[g->inputs[k]];
+    if (!bound[k] && !v->constant) {
+      char want[256];
+      st = kiln_error(KILN_INVALID_ARGUMENT, "input '%s' (%s) is missing", v->name,
+                      kiln_type_str(&v->type, want, sizeof want));
+    }
+  }
+  if (!st) {
+    kiln_exec_options opts = {s->devices, s->n_devices, s->observer, s->observer_user};
+    st = kiln_execute_graph(g, NULL, g->n_inputs, bound, n_outputs, out_outputs, &opts);
+  }
+  free(bound);
+  return st;
+}
+
+kiln_status_t kiln_session_run(kiln_session *s, int n_inputs, const char *const *input_names,
+                               const kiln_tensor *const *inputs, int n_outputs, kiln_tensor **out_outputs) {
+  if (!s || (n_inputs && (!input_names || !inputs)) || (n_outputs && !out_outputs))
+    return kiln_error(KILN_INVALID_ARGUMENT, "NULL argument");
+  kiln_value **vals = calloc((size_t)(n_inputs ? n_inputs : 1), sizeof *vals);
+  kiln_value **outs = calloc((size_t)(n_outputs ? n_outputs : 1), sizeof *outs);
+  kiln_status_t st = (!vals || !outs) ? KILN_OOM() : NULL;
+  for (int i = 0; i < n_inputs && !st; i++) {
+    if (!inputs[i]) {
+      st = kiln_error(KILN_INVALID_ARGUMENT, "input '%s' is NULL", input_names[i]);
+      break;
+    }
+    st = kiln_value_from_tensor(kiln_tensor_retain((kiln_tensor *)inputs[i]), &vals[i]);
+  }
+  if (!st) st = kiln_session_run_values(s, n_inputs, input_names, vals, n_outputs, outs);
+  for (int i = 0; i < n_outputs && !st; i++) {
+    if (outs[i]->kind != KILN_VALUE_TENSOR)
+      st = kiln_error(KILN_UNSUPPORTED, "output %d is a sequence or optional; use the CLI or the internal API", i);
+  }
+  for (int i = 0; i < n_outputs; i++) {
+    if (!st) {
+      out_outputs[i] = outs[i]->tensor;
+      outs[i]->tensor = NULL;
+    }
+    kiln_value_free(outs ? outs[i] : NULL);
+  }
+  for (int i = 0; vals && i < n_inputs; i++) kiln_value_free(vals[i]);
+  free(vals);
+  free(outs);
+  return st;
+}

@@ -1,0 +1,38 @@
+/* session.h — internal side of kiln_model / kiln_session (include/kiln.h).
+ *
+ * A model is an imported, op-resolved, type-inferred graph. A session binds
+ * a model to a device list and runs it; kiln_session_run_values is the
+ * general form (sequence and optional values too) that the CLI and the
+ * conformance test use. A session borrows its model: destroy it first.
+ */
+#ifndef KILN_RUNTIME_SESSION_H
+#define KILN_RUNTIME_SESSION_H
+
+#include "onnx/onnx.h"
+#include "runtime/executor.h"
+
+struct kiln_model {
+  kiln_model_ir *ir; /* owned */
+};
+
+struct kiln_session {
+  const kiln_model *model; /* borrowed */
+  kiln_device *devices[8]; /* priority order; process-wide devices */
+  int n_devices;
+  kiln_node_observer observer; /* optional, for verification tools */
+  void *observer_user;
+};
+
+/* Wraps an imported model: resolves ops and infers types. Takes `ir`. */
+kiln_status_t kiln_model_from_ir(kiln_model_ir *ir, kiln_model **out);
+
+/* Runs with general values. inputs borrowed; outputs owned by the caller.
+ * Each input is checked against the graph input's declared type. */
+kiln_status_t kiln_session_run_values(kiln_session *s, int n_inputs, const char *const *names,
+                                      kiln_value *const *inputs, int n_outputs, kiln_value **out_outputs);
+
+/* Lists the (domain, op_type) of nodes no device of the session (or ref)
+ * can run, recursively, as "Op" or "domain.Op" strings in *out (owned strings). */
+kiln_status_t kiln_graph_unsupported_ops(const kiln_graph *g, kiln_ptr_vec *out);
+
+#endif

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The `kiln` command's contract: exit codes, one-line errors that name the
+# input and what was expected, outputs written as .npy, info and devices.
+#   test_cli.sh KILN_BINARY SOURCE_DIR ONNX_TESTDATA_DIR
+set -uo pipefail
+kiln=$1 src=$2 data=$3
+py=/usr/bin/python3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+check() { # name, condition (command string)
+  if eval "$2"; then echo "ok   $1"; else echo "FAIL $1"; fails=$((fails+1)); fi
+}
+# expect_error NAME PATTERN -- ARGS: exit 1, stderr is one line 'kiln: error: ...' matching PATTERN
+expect_error() {
+  local name=$1 pat=$2; shift 3
+  "$kiln" "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
+  if [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "^kiln: error: " "$tmp/err" && grep -qE "$pat" "$tmp/err"; then
+    echo "ok   $name"
+  else
+    echo "FAIL $name (rc=$rc)"; cat "$tmp/err"; fails=$((fails+1))
+  fi
+}
+
+check "--version" '"$kiln" --version | grep -q "^kiln [0-9]"'
+check "help" '"$kiln" help | grep -q "kiln run"'
+check "run --help" '"$kiln" run --help | grep -q "output-dir"'
+check "info --help" '"$kiln" info --help | grep -q "dot"'
+check "devices lists ref" '"$kiln" devices | grep -q "^ref "'
+check "unknown command exits non-zero" '! "$kiln" frobnicate 2>/dev/null'
+
+model=$data/node/test_add/model.onnx
+$py - "$tmp" <<'PY'
+import sys, numpy as np
+d = sys.argv[1]
+rng = np.random.default_rng(7)
+x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+y = rng.standard_normal((3, 4, 5)).astype(np.float32)
+np.save(f"{d}/x.npy", x); np.save(f"{d}/y.npy", y); np.save(f"{d}/sum.npy", x + y)
+np.save(f"{d}/y_bad_shape.npy", y[:, :, :2].copy())
+np.save(f"{d}/y_f64.npy", y.astype(np.float64))
+PY
+
+expect_error "missing model file" "no-such.onnx" -- run "$tmp/no-such.onnx"
+expect_error "missing input names it and its type" "'y'.*f32\[3,4,5\]" -- run "$model" --input x="$tmp/x.npy"
+expect_error "extra input is named" "'z'" -- run "$model" --input x="$tmp/x.npy" --input y="$tmp/y.npy" --input z="$tmp/y.npy"
+expect_error "mis-shaped input names expected shape" "'y'.*f32\[3,4,5\].*\[3,4,2\]" -- run "$model" --input x="$tmp/x.npy" --input y="$tmp/y_bad_shape.npy"
+expect_error "wrong dtype is named" "'y'.*f32.*f64" -- run "$model" --input x="$tmp/x.npy" --input y="$tmp/y_f64.npy"
+expect_error "missing .npy file" "nope.npy" -- run "$model" --input x="$tmp/nope.npy" --input y="$tmp/y.npy"
+expect_error "bad --input syntax" "NAME=FILE" -- run "$model" --input x
+head -c 100 "$model" > "$tmp/truncated.onnx"
+expect_error "truncated model" "truncated|malformed|invalid|past the end" -- run "$tmp/truncated.onnx"
+expect_error "unknown device" "no device named 'warp9'" -- run "$model" --device warp9 --input x="$tmp/x.npy" --input y="$tmp/y.npy"
+
+"$kiln" run "$model" --input x="$tmp/x.npy" --input y="$tmp/y.npy" --output-dir "$tmp/out1"
+check "run writes output_0.npy equal to x+y" \
+  "$py -c 'import numpy as np,sys; a=np.load(\"$tmp/out1/output_0.npy\"); b=np.load(\"$tmp/sum.npy\"); sys.exit(0 if a.dtype==b.dtype and a.shape==b.shape and np.allclose(a,b,rtol=1e-6,atol=0) else 1)'"
+check "run prints name, dtype, shape, values" \
+  '"$kiln" run "$model" --input x="$tmp/x.npy" --input y="$tmp/y.npy" | grep -q "^sum: f32 \[3,4,5\]"'
+
+conv=$data/node/test_basic_conv_with_padding/model.onnx
+check "info shows op histogram and FLOPs" '"$kiln" info "$conv" | grep -q "Conv" && "$kiln" info "$conv" | grep -q "estimated FLOPs: [1-9]"'
+check "info --dot is Graphviz" '"$kiln" info "$conv" --dot | head -1 | grep -q "^digraph"'
+check "info reports unsupported ops" '"$kiln" info "$src/tests/conformance/models/unknown_op.onnx" | grep -q "unsupported ops: .*NoSuchOp"'
+expect_error "run refuses unknown ops, naming them" "NoSuchOp" -- run "$src/tests/conformance/models/unknown_op.onnx"
+
+echo "$fails failed"
+[ "$fails" -eq 0 ]

@@ -1,0 +1,71 @@
+/* kiln_check_model MODEL.onnx INPUT.npy EXPECTED.npy [--device D]
+ * Runs a one-input model on a device (default ref) and compares its first
+ * output with a reference computed by the framework that exported it
+ * (PyTorch): |got - want| <= 1e-4 + 1e-3 |want| everywhere. */
+#include <math.h>
+#include <stdio.h>
+
+#include "runtime/session.h"
+#include "tensor/npy.h"
+
+static int fail(kiln_status_t st) {
+  printf("FAIL: %s\n", kiln_status_message(st));
+  kiln_status_free(st);
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 4) {
+    fprintf(stderr, "usage: %s MODEL.onnx INPUT.npy EXPECTED.npy [--device D]\n", argv[0]);
+    return 2;
+  }
+  const char *device = argc > 5 && !strcmp(argv[4], "--device") ? argv[5] : "ref";
+  kiln_model *model;
+  kiln_status_t st = kiln_model_load_file(argv[1], &model);
+  if (st) return fail(st);
+  kiln_tensor *input, *want, *got = NULL;
+  if ((st = kiln_npy_read_file(argv[2], &input))) return fail(st);
+  if ((st = kiln_npy_read_file(argv[3], &want))) return fail(st);
+  kiln_session_options so = kiln_session_options_default();
+  so.device = device;
+  kiln_session *sess;
+  if ((st = kiln_session_create(model, &so, &sess))) return fail(st);
+  kiln_io_info info;
+  if ((st = kiln_model_input_info(model, 0, &info))) return fail(st);
+  const char *names[1] = {info.name};
+  if ((st = kiln_session_run(sess, 1, names, (const kiln_tensor *const *)&input, 1, &got))) return fail(st);
+  char a[256], b[256];
+  if (got->dtype != want->dtype || !kiln_shape_equal(got->rank, got->dims, want->rank, want->dims)) {
+    printf("FAIL: output %s%s, expected %s%s\n", kiln_dtype_name(got->dtype), kiln_shape_str(got->rank, got->dims, a, sizeof a),
+           kiln_dtype_name(want->dtype), kiln_shape_str(want->rank, want->dims, b, sizeof b));
+    return 1;
+  }
+  double max_abs = 0, worst = 0;
+  int64_t bad = 0, first_bad = -1;
+  for (int64_t i = 0; i < got->numel; i++) {
+    double x = kiln_load_f64(got->data, got->dtype, i), y = kiln_load_f64(want->data, want->dtype, i);
+    double d = fabs(x - y);
+    if (d > max_abs) max_abs = d;
+    double excess = d / (1e-4 + 1e-3 * fabs(y));
+    if (excess > worst) worst = excess;
+    if (!(d <= 1e-4 + 1e-3 * fabs(y))) {
+      if (first_bad < 0) first_bad = i;
+      bad++;
+    }
+  }
+  printf("%s on %s: %lld values, max abs err %.3g, worst err/tolerance %.3f\n", argv[1], device, (long long)got->numel,
+         max_abs, worst);
+  if (bad) {
+    printf("FAIL: %lld values outside rtol 1e-3 atol 1e-4 (first at %lld: %g vs %g)\n", (long long)bad,
+           (long long)first_bad, kiln_load_f64(got->data, got->dtype, first_bad),
+           kiln_load_f64(want->data, want->dtype, first_bad));
+    return 1;
+  }
+  kiln_tensor_release(got);
+  kiln_tensor_release(input);
+  kiln_tensor_release(want);
+  kiln_session_destroy(sess);
+  kiln_model_destroy(model);
+  printf("PASS\n");
+  return 0;
+}
