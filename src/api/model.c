@@ -20,7 +20,7 @@ kiln_status_t kiln_model_from_ir(kiln_model_ir *ir, kiln_model **out) {
 kiln_status_t kiln_model_load_file(const char *path, kiln_model **out_model) {
   if (!path || !out_model) return kiln_error(KILN_INVALID_ARGUMENT, "NULL argument");
   kiln_model_ir *ir;
-  KILN_RETURN_IF_ERROR(kiln_onnx_load_file(path, &ir), "%s", path);
+  KILN_TRY(kiln_onnx_load_file(path, &ir)); /* its errors name the file */
   KILN_RETURN_IF_ERROR(kiln_model_from_ir(ir, out_model), "%s", path);
   return NULL;
 }

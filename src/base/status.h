@@ -19,14 +19,16 @@
 #if defined(__GNUC__)
 #define KILN_PRINTF(fmt_idx, arg_idx) __attribute__((format(printf, fmt_idx, arg_idx)))
 #define KILN_MUST_USE __attribute__((warn_unused_result))
+#define KILN_RETURNS_NONNULL __attribute__((returns_nonnull))
 #else
 #define KILN_PRINTF(a, b)
 #define KILN_MUST_USE
+#define KILN_RETURNS_NONNULL
 #endif
 
 /* New error status. Never returns NULL (falls back to a static OOM status). */
-kiln_status_t kiln_error(kiln_status_code code, const char *fmt, ...) KILN_PRINTF(2, 3);
-kiln_status_t kiln_error_v(kiln_status_code code, const char *fmt, va_list ap);
+kiln_status_t kiln_error(kiln_status_code code, const char *fmt, ...) KILN_PRINTF(2, 3) KILN_RETURNS_NONNULL;
+kiln_status_t kiln_error_v(kiln_status_code code, const char *fmt, va_list ap) KILN_RETURNS_NONNULL;
 /* Prepends "context: " to the message; consumes and returns `status`. */
 kiln_status_t kiln_status_annotate(kiln_status_t status, const char *fmt, ...) KILN_PRINTF(2, 3);
 

@@ -8,7 +8,9 @@
 static const char *run_help =
     "usage: kiln run MODEL.onnx [--device ref] [--input NAME=FILE.npy]... [--output-dir DIR]\n"
     "\n"
-    "Runs the model. Inputs are bound by graph-input name. With --output-dir the\n"
+    "Runs the model. Inputs are bound by graph-input name (a .npz file gives a\n"
+    "sequence input, its arrays in order; an omitted optional input is empty).\n"
+    "With --output-dir the\n"
     "i-th graph output is written to DIR/output_<i>.npy (sequences: DIR/output_<i>.npz);\n"
     "otherwise each output's name, dtype, shape and first values are printed.\n";
 
@@ -100,10 +102,28 @@ int kiln_cmd_run(int argc, char **argv) {
     st = kiln_session_create(model, &so, &sess);
   }
   for (int i = 0; i < n_in && !st; i++) {
-    kiln_tensor *t;
-    st = kiln_npy_read_file(in_files[i], &t);
+    size_t len = strlen(in_files[i]);
+    if (len > 4 && !strcmp(in_files[i] + len - 4, ".npz")) {
+      /* A sequence input: the archive's arrays in order. */
+      int n = 0;
+      char **nm = NULL;
+      kiln_tensor **ts = NULL;
+      st = kiln_npz_read_file(in_files[i], &n, &nm, &ts);
+      /* An empty archive carries no dtype: take the one the model declares. */
+      kiln_dtype dt = KILN_DTYPE_F32;
+      const kiln_graph *g = model->ir->graph;
+      int id = kiln_graph_find_value(g, in_names[i]);
+      if (n) dt = ts[0]->dtype;
+      else if (id >= 0 && g->values[id].type.dtype) dt = g->values[id].type.dtype;
+      if (!st) st = kiln_value_new_sequence(dt, &inputs[i]);
+      for (int k = 0; k < n && !st; k++) st = kiln_value_seq_insert(inputs[i], -1, kiln_tensor_retain(ts[k]));
+      if (nm) kiln_npz_free(n, nm, ts);
+    } else {
+      kiln_tensor *t;
+      st = kiln_npy_read_file(in_files[i], &t);
+      if (!st) st = kiln_value_from_tensor(t, &inputs[i]);
+    }
     if (st) st = kiln_status_annotate(st, "input '%s'", in_names[i]);
-    else st = kiln_value_from_tensor(t, &inputs[i]);
   }
   if (!st) {
     n_out = kiln_model_output_count(model);

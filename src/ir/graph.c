@@ -217,9 +217,10 @@ kiln_status_t kiln_graph_toposort(kiln_graph *g) {
   }
   /* Kahn's algorithm, taking the lowest-index ready node first so the file's
    * order is kept when it is already valid. */
-  int *pending = calloc((size_t)(nn ? nn : 1), sizeof(int));
-  int *order = malloc((size_t)(nn ? nn : 1) * sizeof(int));
-  char *done = calloc((size_t)(nn ? nn : 1), 1);
+  size_t nalloc = nn > 0 ? (size_t)nn : 1;
+  int *pending = calloc(nalloc, sizeof(int));
+  int *order = malloc(nalloc * sizeof(int));
+  char *done = calloc(nalloc, 1);
   if (!pending || !order || !done) {
     free(pending);
     free(order);
@@ -275,7 +276,7 @@ kiln_status_t kiln_graph_toposort(kiln_graph *g) {
           if (g->nodes[j].inputs[q] == v) pending[j]--;
     }
   }
-  kiln_node *sorted = malloc((size_t)(nn ? nn : 1) * sizeof *sorted);
+  kiln_node *sorted = malloc(nalloc * sizeof *sorted);
   if (!sorted) {
     free(pending);
     free(order);

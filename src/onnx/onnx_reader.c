@@ -942,7 +942,8 @@ static kiln_status_t build_graph(onnx_loader *L, onnx_builder *parent, onnx_scop
   if (!st) st = add_outputs(&b, &p, depth);
   if (!st) st = apply_value_infos(&b, &p, depth);
   for (int i = 0; i < nodes.count && !st; i++) st = add_node(&b, &nodes.items[i], i);
-  if (!st) st = kiln_graph_toposort(b.g);
+  /* (An empty graph needs no sort; graph.c would memcpy from NULL.) */
+  if (!st && b.g->n_nodes) st = kiln_graph_toposort(b.g);
   if (st) {
     st = kiln_status_annotate(st, "graph '%s'", p.name && p.name[0] ? p.name : parent ? "(subgraph)" : "(main)");
     kiln_graph_free(b.g);

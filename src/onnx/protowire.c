@@ -157,8 +157,12 @@ kiln_status_t pw_count_elems(const pw_reader *r, const pw_field *f, int elem_wir
     /* Each varint ends with exactly one byte whose top bit is clear. */
     int64_t n = 0;
     for (size_t i = 0; i < f->len; i++) n += !(f->data[i] & 0x80);
-    if (f->len && (f->data[f->len - 1] & 0x80))
-      return kiln_error(KILN_INVALID_MODEL, "packed field %u at byte %zu ends inside a varint", f->number, f->offset);
+    if (f->len && (f->data[f->len - 1] & 0x80)) {
+      size_t start = f->len;
+      while (start > 0 && (f->data[start - 1] & 0x80)) start--;
+      return kiln_error(KILN_INVALID_MODEL, "truncated varint at byte %zu (packed field %u)",
+                        (size_t)(f->data + start - r->base), f->number);
+    }
     *count += n;
     return NULL;
   }
@@ -167,7 +171,6 @@ kiln_status_t pw_count_elems(const pw_reader *r, const pw_field *f, int elem_wir
     return kiln_error(KILN_INVALID_MODEL, "packed field %u at byte %zu has %zu bytes, not a multiple of %d", f->number,
                       f->offset, f->len, es);
   *count += (int64_t)(f->len / (size_t)es);
-  (void)r;
   return NULL;
 }
 

@@ -64,7 +64,7 @@ kiln_status_t ew_bcast_init(ew_bcast *it, int n, const ew_shape *shapes) {
 }
 
 kiln_status_t ew_bcast_init_tensors(ew_bcast *it, int n, kiln_tensor *const *ts) {
-  ew_shape shapes[8];
+  ew_shape shapes[8] = {0};
   ew_shape *sp = shapes;
   if (n > 8) {
     sp = malloc((size_t)n * sizeof *sp);

@@ -239,7 +239,8 @@ kiln_status_t kiln_misc_multinomial_infer(kiln_infer_ctx *ctx) {
   const kiln_type *xt = ctx->inputs[0];
   kiln_dtype dt;
   KILN_TRY(random_dtype(ctx->node, KILN_DTYPE_I32, &dt));
-  int64_t dims[2] = {xt && xt->rank == 2 ? xt->dims[0] : -1, kiln_attr_int(ctx->node, "sample_size", 1)};
+  int64_t samples = kiln_attr_int(ctx->node, "sample_size", 1);
+  int64_t dims[2] = {xt && xt->rank == 2 ? xt->dims[0] : -1, samples >= 0 ? samples : -1};
   kiln_infer_set(ctx, 0, dt, 2, dims);
   return NULL;
 }

@@ -58,6 +58,7 @@ typedef struct resize_params {
   double scale[KILN_MAX_RANK];          /* out/in, as the formulas use it */
   double length_resized[KILN_MAX_RANK]; /* "output_width" of the formulas */
   double roi_start[KILN_MAX_RANK], roi_end[KILN_MAX_RANK];
+  bool roi_f32;
 } resize_params;
 
 /* ---- attributes ---------------------------------------------------------- */
@@ -195,6 +196,7 @@ static kiln_status_t resize_shape(resize_params *p, int rank, const int64_t *in,
     if (ri->roi->numel != 2 * (int64_t)rank)
       return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (roi): %lld values, expected 2*rank = %d",
                         (long long)ri->roi->numel, 2 * rank);
+    p->roi_f32 = ri->roi->dtype == KILN_DTYPE_F32;
     for (int d = 0; d < rank; d++) {
       p->roi_start[d] = kiln_load_f64(ri->roi->data, ri->roi->dtype, d);
       p->roi_end[d] = kiln_load_f64(ri->roi->data, ri->roi->dtype, rank + d);
@@ -282,12 +284,16 @@ static void compute_taps(const resize_params *p, int d, int64_t x, resize_taps *
     case CTM_ASYMMETRIC: xo = (double)x / scale; break;
     case CTM_TF_HALF_PIXEL_FOR_NN: xo = ((double)x + 0.5) / scale; break;
     case CTM_TF_CROP_AND_RESIZE: {
+      /* A float32 roi takes the reference's float32 step (end - start):
+       * samples that land exactly on a pixel must round the same way. */
       double s = p->roi_start[d], e = p->roi_end[d];
+      double span = p->roi_f32 ? (double)((float)e - (float)s) : e - s;
+      double offset = s * (double)(in - 1);
       if (lr == 1)
-        xo = (e - s) * (double)(in - 1) / 2;
+        xo = span * (double)(in - 1) / 2;
       else
-        xo = (double)x * (e - s) * (double)(in - 1) / (lr - 1);
-      xo += s * (double)(in - 1);
+        xo = (double)x * span * (double)(in - 1) / (lr - 1);
+      xo += offset;
       if (!(xo >= 0 && xo <= (double)(in - 1))) {
         t->extrapolate = true;
         return;

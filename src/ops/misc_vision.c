@@ -316,7 +316,7 @@ kiln_status_t kiln_misc_roi_align_kernel(kiln_kernel_ctx *ctx) {
     double bin_h = rh / (double)oh, bin_w = rw / (double)ow;
     double gh_d = sampling_ratio > 0 ? (double)sampling_ratio : ceil(rh / (double)oh);
     double gw_d = sampling_ratio > 0 ? (double)sampling_ratio : ceil(rw / (double)ow);
-    if (gh_d > 1 << 16 || gw_d > 1 << 16)
+    if (gh_d > 1 << 16 || gw_d > 1 << 16 || gh_d * gw_d > (double)(1 << 26))
       return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (rois): roi %lld needs a %g x %g sampling grid (too large)",
                         (long long)r, gh_d, gw_d);
     int64_t gh = gh_d > 0 ? (int64_t)gh_d : 0, gw = gw_d > 0 ? (int64_t)gw_d : 0;

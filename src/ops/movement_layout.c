@@ -147,9 +147,10 @@ static kiln_status_t split_sizes(const kiln_node *node, int opset, const kiln_te
 }
 
 /* Checks the sizes against dim (-1 = unknown) and n_outputs; fills equal
- * parts when !present. out[] has n_outputs entries. */
+ * parts when !present (uneven_ok: opset >= 18 allows a smaller last part).
+ * out[] has n_outputs entries. */
 static kiln_status_t split_resolve(const int64_t *sizes, int64_t n, bool present, int64_t dim, int n_outputs,
-                                   int64_t *out) {
+                                   bool uneven_ok, int64_t *out) {
   if (present) {
     if (n != n_outputs)
       return kiln_error(KILN_INVALID_ARGUMENT, "split has %lld sizes but the node has %d outputs", (long long)n,
@@ -169,9 +170,18 @@ static kiln_status_t split_resolve(const int64_t *sizes, int64_t n, bool present
     return NULL;
   }
   if (n_outputs <= 0) return kiln_error(KILN_INVALID_ARGUMENT, "Split needs at least one output");
-  if (dim >= 0 && dim % n_outputs != 0)
-    return kiln_error(KILN_INVALID_ARGUMENT, "axis of size %lld cannot be split into %d equal parts", (long long)dim,
-                      n_outputs);
+  if (dim >= 0 && dim % n_outputs != 0) {
+    if (!uneven_ok)
+      return kiln_error(KILN_INVALID_ARGUMENT, "axis of size %lld cannot be split into %d equal parts",
+                        (long long)dim, n_outputs);
+    /* opset 18 num_outputs: ceil-sized chunks, the last one smaller */
+    int64_t chunk = dim / n_outputs + 1, left = dim;
+    for (int i = 0; i < n_outputs; i++) {
+      out[i] = KILN_MIN(chunk, left);
+      left -= out[i];
+    }
+    return NULL;
+  }
   for (int i = 0; i < n_outputs; i++) out[i] = dim >= 0 ? dim / n_outputs : -1;
   return NULL;
 }
@@ -196,7 +206,7 @@ kiln_status_t kiln_mv_infer_Split(kiln_infer_ctx *ctx) {
   }
   kiln_status_t s = NULL;
   if (known)
-    s = split_resolve(sizes, n, present, in->dims[axis], ctx->n_outputs, parts);
+    s = split_resolve(sizes, n, present, in->dims[axis], ctx->n_outputs, ctx->opset >= 18, parts);
   else
     for (int i = 0; i < ctx->n_outputs; i++) parts[i] = -1;
   free(sizes);
@@ -227,7 +237,7 @@ kiln_status_t kiln_mv_kernel_Split(kiln_kernel_ctx *ctx) {
     free(sizes);
     return KILN_OOM();
   }
-  kiln_status_t s = split_resolve(sizes, n, present, x->dims[axis], ctx->n_outputs, parts);
+  kiln_status_t s = split_resolve(sizes, n, present, x->dims[axis], ctx->n_outputs, ctx->opset >= 18, parts);
   free(sizes);
   int64_t outer = kiln_mv_prod(x->dims, 0, axis), inner = kiln_mv_prod(x->dims, axis + 1, x->rank);
   int64_t row = x->dims[axis] * inner, at = 0;
@@ -290,7 +300,7 @@ static kiln_status_t slice_plan_make(int rank, const int64_t *dims, const int64_
     if (seen[a]) return kiln_error(KILN_INVALID_ARGUMENT, "axes: axis %d repeated", a);
     seen[a] = true;
     int64_t step = steps ? steps[i] : 1;
-    if (step == 0) return kiln_error(KILN_INVALID_ARGUMENT, "steps: step %lld is zero", (long long)i);
+    if (step == 0) return kiln_error(KILN_INVALID_ARGUMENT, "steps: entry %lld is zero", (long long)i);
     p->step[a] = step;
     if (dims[a] < 0) {
       p->len[a] = -1;

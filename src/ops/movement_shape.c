@@ -222,7 +222,11 @@ kiln_status_t kiln_mv_infer_Squeeze(kiln_infer_ctx *ctx) {
   bool present, known;
   KILN_TRY(squeeze_axes_infer(ctx, axes, &n, &present, &known));
   if (!in || in->rank < 0 || !known) {
-    kiln_mv_infer_unknown_rank(ctx, 0, dt);
+    const kiln_type *at = kiln_mv_in_type(ctx, 1);
+    if (!known && in && in->rank >= 0 && at && at->rank == 1 && at->dims[0] >= 0 && at->dims[0] <= in->rank)
+      kiln_infer_set(ctx, 0, dt, (int)(in->rank - at->dims[0]), NULL);
+    else
+      kiln_mv_infer_unknown_rank(ctx, 0, dt);
     return NULL;
   }
   bool drop[KILN_MAX_RANK];
@@ -591,13 +595,17 @@ static kiln_status_t range_count(const kiln_tensor *t[3], int64_t *out) {
   int64_t s = kiln_load_i64(t[0]->data, dt, 0), l = kiln_load_i64(t[1]->data, dt, 0),
           d = kiln_load_i64(t[2]->data, dt, 0);
   if (d == 0) return kiln_error(KILN_INVALID_ARGUMENT, "input 2 (delta): must not be zero");
-  int64_t diff;
-  if (__builtin_sub_overflow(l, s, &diff))
-    return kiln_error(KILN_INVALID_ARGUMENT, "range from %lld to %lld is too large", (long long)s, (long long)l);
-  int64_t q = (d == -1) ? (diff == INT64_MIN ? INT64_MAX : -diff) : diff / d;
-  int64_t r = (d == -1) ? 0 : diff % d;
-  if (r != 0 && ((r > 0) == (d > 0))) q++; /* ceil */
-  *out = q > 0 ? q : 0;
+  /* count = ceil((l - s) / d) in unsigned arithmetic: |l - s| < 2^64 */
+  if ((d > 0 && l <= s) || (d < 0 && l >= s)) {
+    *out = 0;
+    return NULL;
+  }
+  uint64_t dist = d > 0 ? (uint64_t)l - (uint64_t)s : (uint64_t)s - (uint64_t)l;
+  uint64_t step = d > 0 ? (uint64_t)d : 0 - (uint64_t)d;
+  uint64_t q = dist / step + (dist % step != 0);
+  if (q > (uint64_t)INT64_MAX)
+    return kiln_error(KILN_INVALID_ARGUMENT, "range of %llu elements is too large", (unsigned long long)q);
+  *out = (int64_t)q;
   return NULL;
 }
 

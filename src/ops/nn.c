@@ -2,7 +2,6 @@
  * (see ops/nn_internal.h for who implements what). */
 #include "ops/nn_internal.h"
 
-#include <stdio.h>
 
 /* ---- dtype checks and bulk element access ------------------------------ */
 
@@ -87,7 +86,7 @@ kiln_status_t nn_auto_pad(const kiln_node *node, enum nn_auto_pad *out) {
 
 /* Reads an ints attribute of exactly n positive values (or fills dflt). */
 static kiln_status_t window_ints(const kiln_node *node, const char *name, int n, int64_t dflt, int64_t *out) {
-  int cnt;
+  int cnt = 0;
   const int64_t *v = kiln_attr_ints(node, name, &cnt);
   if (!v || cnt == 0) {
     for (int i = 0; i < n; i++) out[i] = dflt;
@@ -97,9 +96,9 @@ static kiln_status_t window_ints(const kiln_node *node, const char *name, int n,
     return kiln_error(KILN_INVALID_MODEL, "attribute %s: has %d values, expected %d (one per spatial axis)", name, cnt,
                       n);
   for (int i = 0; i < n; i++) {
-    if (v[i] < 1)
-      return kiln_error(KILN_INVALID_MODEL, "attribute %s: value %lld at position %d must be >= 1", name,
-                        (long long)v[i], i);
+    if (v[i] < 1 || v[i] > NN_MAX_WINDOW_ATTR)
+      return kiln_error(KILN_INVALID_MODEL, "attribute %s: value %lld at position %d must be in [1, %lld]", name,
+                        (long long)v[i], i, (long long)NN_MAX_WINDOW_ATTR);
     out[i] = v[i];
   }
   return NULL;
@@ -111,7 +110,7 @@ kiln_status_t nn_window_init(const kiln_node *node, int n, const int64_t *in_sp,
   if (n < 1 || n > KILN_MAX_RANK - 2)
     return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (X): needs rank >= 3 (N, C, spatial...), got rank %d", n + 2);
   w->n = n;
-  int cnt;
+  int cnt = 0;
   const int64_t *ks = kiln_attr_ints(node, "kernel_shape", &cnt);
   if (kernel) {
     if (ks && cnt != n)
@@ -121,6 +120,8 @@ kiln_status_t nn_window_init(const kiln_node *node, int n, const int64_t *in_sp,
         return kiln_error(KILN_INVALID_MODEL, "attribute kernel_shape: value %lld at position %d does not match W's dim %lld",
                           (long long)ks[i], i, (long long)kernel[i]);
       w->kernel[i] = kernel[i] >= 0 ? kernel[i] : (ks ? ks[i] : -1);
+      if (kernel[i] < 0 && ks && (ks[i] < 1 || ks[i] > NN_MAX_WINDOW_ATTR))
+        return kiln_error(KILN_INVALID_MODEL, "attribute kernel_shape: value %lld out of range", (long long)ks[i]);
       if (w->kernel[i] == 0)
         return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (W): kernel size 0 on spatial axis %d, expected >= 1", i);
     }
@@ -134,7 +135,7 @@ kiln_status_t nn_window_init(const kiln_node *node, int n, const int64_t *in_sp,
   else
     for (int i = 0; i < n; i++) w->dilation[i] = 1;
 
-  enum nn_auto_pad ap;
+  enum nn_auto_pad ap = NN_PAD_NOTSET;
   KILN_TRY(nn_auto_pad(node, &ap));
   if (ap == NN_PAD_NOTSET) {
     const int64_t *pads = kiln_attr_ints(node, "pads", &cnt);
@@ -144,8 +145,10 @@ kiln_status_t nn_window_init(const kiln_node *node, int n, const int64_t *in_sp,
     for (int i = 0; i < n; i++) {
       w->pad_begin[i] = pads && cnt ? pads[i] : 0;
       w->pad_end[i] = pads && cnt ? pads[n + i] : 0;
-      if (w->pad_begin[i] < 0 || w->pad_end[i] < 0)
-        return kiln_error(KILN_INVALID_MODEL, "attribute pads: negative pad on spatial axis %d", i);
+      if (w->pad_begin[i] < 0 || w->pad_end[i] < 0 || w->pad_begin[i] > NN_MAX_WINDOW_ATTR ||
+          w->pad_end[i] > NN_MAX_WINDOW_ATTR)
+        return kiln_error(KILN_INVALID_MODEL, "attribute pads: pad on spatial axis %d outside [0, %lld]", i,
+                          (long long)NN_MAX_WINDOW_ATTR);
     }
   }
 

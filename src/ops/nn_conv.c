@@ -63,7 +63,7 @@ kiln_status_t nn_conv_infer(kiln_infer_ctx *ctx) {
   const kiln_type *x = ctx->inputs[0], *w = ctx->n_inputs > 1 ? ctx->inputs[1] : NULL;
   if (!x) return NULL;
   int xr = x->rank, wr = w ? w->rank : -1;
-  int n;
+  int n = -1;
   int64_t group = kiln_attr_int(ctx->node, "group", 1);
   KILN_TRY(check_conv_shapes(xr, x->dims, wr, w ? w->dims : NULL, group, false, &n));
   if (n < 0) {
@@ -92,7 +92,7 @@ kiln_status_t nn_conv_kernel(kiln_kernel_ctx *ctx) {
   KILN_TRY(check_same_dtype(x, w, 1, "W"));
   KILN_TRY(check_same_dtype(x, bias, 2, "B"));
   int64_t group = kiln_attr_int(ctx->node, "group", 1);
-  int n;
+  int n = -1;
   KILN_TRY(check_conv_shapes(x->rank, x->dims, w->rank, w->dims, group, false, &n));
   int64_t batch = x->dims[0], c_in = x->dims[1], m = w->dims[0];
   int64_t cg = c_in / group, mg = m / group;
@@ -120,24 +120,23 @@ kiln_status_t nn_conv_kernel(kiln_kernel_ctx *ctx) {
     for (int64_t oc = 0; oc < m; oc++) {
       int64_t g = oc / mg;
       int64_t o[KILN_MAX_RANK] = {0};
+      const double *xg = xv + b * xs[0] + g * cg * xs[1]; /* first input channel of the group */
+      const double *wo = wv + oc * ws[0];
       do {
         double sum = bv ? bv[oc] : 0.0;
-        for (int64_t ic = 0; ic < cg; ic++) {
-          const double *xc = xv + b * xs[0] + (g * cg + ic) * xs[1];
-          const double *wc = wv + oc * ws[0] + ic * ws[1];
-          int64_t k[KILN_MAX_RANK] = {0};
-          do {
-            int64_t xoff = 0, woff = 0;
-            bool inside = true;
-            for (int i = 0; i < n && inside; i++) {
-              int64_t p = o[i] * win.stride[i] + k[i] * win.dilation[i] - win.pad_begin[i];
-              inside = p >= 0 && p < win.in[i];
-              xoff += p * xs[2 + i];
-              woff += k[i] * ws[2 + i];
-            }
-            if (inside) sum += xc[xoff] * wc[woff];
-          } while (nn_next_index(n, win.kernel, k));
-        }
+        int64_t k[KILN_MAX_RANK] = {0};
+        do { /* each kernel tap that falls inside the input, over the group's channels */
+          int64_t xoff = 0, woff = 0;
+          bool inside = true;
+          for (int i = 0; i < n && inside; i++) {
+            int64_t p = o[i] * win.stride[i] + k[i] * win.dilation[i] - win.pad_begin[i];
+            inside = p >= 0 && p < win.in[i];
+            xoff += p * xs[2 + i];
+            woff += k[i] * ws[2 + i];
+          }
+          if (inside)
+            for (int64_t ic = 0; ic < cg; ic++) sum += xg[ic * xs[1] + xoff] * wo[ic * ws[1] + woff];
+        } while (nn_next_index(n, win.kernel, k));
         int64_t yoff = b * ys[0] + oc * ys[1];
         for (int i = 0; i < n; i++) yoff += o[i] * ys[2 + i];
         yv[yoff] = sum;
@@ -164,7 +163,7 @@ static kiln_status_t conv_transpose_window(const kiln_node *node, int n, const i
   if (n < 1 || n > KILN_MAX_RANK - 2)
     return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (X): needs rank >= 3 (N, C, spatial...), got rank %d", n + 2);
   w->n = n;
-  int cnt;
+  int cnt = 0;
   const int64_t *ks = kiln_attr_ints(node, "kernel_shape", &cnt);
   if (ks && cnt != n)
     return kiln_error(KILN_INVALID_MODEL, "attribute kernel_shape: has %d values, expected %d", cnt, n);
@@ -173,6 +172,8 @@ static kiln_status_t conv_transpose_window(const kiln_node *node, int n, const i
       return kiln_error(KILN_INVALID_MODEL, "attribute kernel_shape: value %lld at position %d does not match W's dim %lld",
                         (long long)ks[i], i, (long long)kernel[i]);
     w->kernel[i] = kernel[i] >= 0 ? kernel[i] : (ks ? ks[i] : -1);
+    if (kernel[i] < 0 && ks && (ks[i] < 1 || ks[i] > NN_MAX_WINDOW_ATTR))
+      return kiln_error(KILN_INVALID_MODEL, "attribute kernel_shape: value %lld out of range", (long long)ks[i]);
     if (w->kernel[i] == 0)
       return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (W): kernel size 0 on spatial axis %d, expected >= 1", i);
   }
@@ -184,8 +185,9 @@ static kiln_status_t conv_transpose_window(const kiln_node *node, int n, const i
       return kiln_error(KILN_INVALID_MODEL, "attribute %s: has %d values, expected %d", names[a], cnt, n);
     for (int i = 0; i < n; i++) {
       dst[a][i] = v && cnt ? v[i] : 1;
-      if (dst[a][i] < 1)
-        return kiln_error(KILN_INVALID_MODEL, "attribute %s: value %lld must be >= 1", names[a], (long long)dst[a][i]);
+      if (dst[a][i] < 1 || dst[a][i] > NN_MAX_WINDOW_ATTR)
+        return kiln_error(KILN_INVALID_MODEL, "attribute %s: value %lld must be in [1, %lld]", names[a],
+                          (long long)dst[a][i], (long long)NN_MAX_WINDOW_ATTR);
     }
   }
   int64_t out_pad[KILN_MAX_RANK] = {0};
@@ -194,14 +196,16 @@ static kiln_status_t conv_transpose_window(const kiln_node *node, int n, const i
     return kiln_error(KILN_INVALID_MODEL, "attribute output_padding: has %d values, expected %d", cnt, n);
   for (int i = 0; i < n; i++) {
     out_pad[i] = op && cnt ? op[i] : 0;
-    if (out_pad[i] < 0) return kiln_error(KILN_INVALID_MODEL, "attribute output_padding: negative value");
+    if (out_pad[i] < 0 || out_pad[i] > NN_MAX_WINDOW_ATTR)
+      return kiln_error(KILN_INVALID_MODEL, "attribute output_padding: value %lld outside [0, %lld]",
+                        (long long)out_pad[i], (long long)NN_MAX_WINDOW_ATTR);
   }
   int os_cnt;
   const int64_t *os = kiln_attr_ints(node, "output_shape", &os_cnt);
   if (os && os_cnt && os_cnt != n && os_cnt != n + 2)
     return kiln_error(KILN_INVALID_MODEL, "attribute output_shape: has %d values, expected %d (spatial sizes)", os_cnt, n);
   if (os && os_cnt == n + 2) os += 2;
-  enum nn_auto_pad ap;
+  enum nn_auto_pad ap = NN_PAD_NOTSET;
   KILN_TRY(nn_auto_pad(node, &ap));
   const int64_t *pads = kiln_attr_ints(node, "pads", &cnt);
   if (pads && cnt && cnt != 2 * n)
@@ -212,6 +216,8 @@ static kiln_status_t conv_transpose_window(const kiln_node *node, int n, const i
     if (in_sp[i] < 0 || w->kernel[i] < 0) continue;
     int64_t full = w->stride[i] * (in_sp[i] - 1) + out_pad[i] + (w->kernel[i] - 1) * w->dilation[i] + 1;
     if (os && os_cnt) {
+      if (os[i] < 1 || os[i] > ((int64_t)1 << 40))
+        return kiln_error(KILN_INVALID_MODEL, "attribute output_shape: value %lld out of range", (long long)os[i]);
       w->out[i] = os[i];
     } else if (ap == NN_PAD_SAME_UPPER || ap == NN_PAD_SAME_LOWER) {
       w->out[i] = in_sp[i] * w->stride[i];
@@ -219,8 +225,9 @@ static kiln_status_t conv_transpose_window(const kiln_node *node, int n, const i
       if (ap == NN_PAD_NOTSET && pads && cnt) {
         w->pad_begin[i] = pads[i];
         w->pad_end[i] = pads[n + i];
-        if (pads[i] < 0 || pads[n + i] < 0)
-          return kiln_error(KILN_INVALID_MODEL, "attribute pads: negative pad on spatial axis %d", i);
+        if (pads[i] < 0 || pads[n + i] < 0 || pads[i] > NN_MAX_WINDOW_ATTR || pads[n + i] > NN_MAX_WINDOW_ATTR)
+          return kiln_error(KILN_INVALID_MODEL, "attribute pads: pad on spatial axis %d outside [0, %lld]", i,
+                            (long long)NN_MAX_WINDOW_ATTR);
       }
       w->out[i] = full - w->pad_begin[i] - w->pad_end[i];
     }
@@ -250,7 +257,7 @@ kiln_status_t nn_conv_transpose_infer(kiln_infer_ctx *ctx) {
   const kiln_type *x = ctx->inputs[0], *w = ctx->n_inputs > 1 ? ctx->inputs[1] : NULL;
   if (!x) return NULL;
   int xr = x->rank, wr = w ? w->rank : -1;
-  int n;
+  int n = -1;
   int64_t group = kiln_attr_int(ctx->node, "group", 1);
   KILN_TRY(check_conv_shapes(xr, x->dims, wr, w ? w->dims : NULL, group, true, &n));
   if (n < 0) {
@@ -279,7 +286,7 @@ kiln_status_t nn_conv_transpose_kernel(kiln_kernel_ctx *ctx) {
   KILN_TRY(check_same_dtype(x, w, 1, "W"));
   KILN_TRY(check_same_dtype(x, bias, 2, "B"));
   int64_t group = kiln_attr_int(ctx->node, "group", 1);
-  int n;
+  int n = -1;
   KILN_TRY(check_conv_shapes(x->rank, x->dims, w->rank, w->dims, group, true, &n));
   int64_t batch = x->dims[0], c_in = x->dims[1], mg = w->dims[1];
   int64_t m, cg = c_in / group;
@@ -312,21 +319,21 @@ kiln_status_t nn_conv_transpose_kernel(kiln_kernel_ctx *ctx) {
         int64_t xoff = b * xs[0] + ic * xs[1];
         for (int d = 0; d < n; d++) xoff += i[d] * xs[2 + d];
         double xval = xv[xoff];
-        for (int64_t om = 0; om < mg; om++) {
-          int64_t oc = g * mg + om;
-          int64_t k[KILN_MAX_RANK] = {0};
-          do {
-            int64_t yoff = b * ys[0] + oc * ys[1], woff = ic * ws[0] + om * ws[1];
-            bool inside = true;
-            for (int d = 0; d < n && inside; d++) {
-              int64_t p = i[d] * win.stride[d] + k[d] * win.dilation[d] - win.pad_begin[d];
-              inside = p >= 0 && p < win.out[d];
-              yoff += p * ys[2 + d];
-              woff += k[d] * ws[2 + d];
-            }
-            if (inside) yv[yoff] += xval * wv[woff];
-          } while (nn_next_index(n, win.kernel, k));
-        }
+        double *yg = yv + b * ys[0] + g * mg * ys[1]; /* first output channel of the group */
+        const double *wi = wv + ic * ws[0];
+        int64_t k[KILN_MAX_RANK] = {0};
+        do { /* each kernel tap that lands inside the output, over the group's channels */
+          int64_t yoff = 0, woff = 0;
+          bool inside = true;
+          for (int d = 0; d < n && inside; d++) {
+            int64_t p = i[d] * win.stride[d] + k[d] * win.dilation[d] - win.pad_begin[d];
+            inside = p >= 0 && p < win.out[d];
+            yoff += p * ys[2 + d];
+            woff += k[d] * ws[2 + d];
+          }
+          if (inside)
+            for (int64_t om = 0; om < mg; om++) yg[om * ys[1] + yoff] += xval * wi[om * ws[1] + woff];
+        } while (nn_next_index(n, win.kernel, k));
       } while (nn_next_index(n, win.in, i));
     }
   }

@@ -36,6 +36,10 @@ bool nn_next_index(int rank, const int64_t *dims, int64_t *idx);
 
 /* ---- sliding windows (Conv, pools) -------------------------------------- */
 
+/* Largest kernel_shape/strides/dilations/pads value accepted: far above
+ * any real model, small enough that window arithmetic cannot overflow. */
+#define NN_MAX_WINDOW_ATTR ((int64_t)1 << 24)
+
 enum nn_auto_pad { NN_PAD_NOTSET, NN_PAD_SAME_UPPER, NN_PAD_SAME_LOWER, NN_PAD_VALID };
 
 /* Geometry of a sliding window over n spatial axes. */

@@ -104,7 +104,7 @@ static kiln_status_t loss_reduction(const kiln_node *node, enum loss_reduction *
 static kiln_status_t loss_infer(kiln_infer_ctx *ctx) {
   const kiln_type *x = ctx->inputs[0];
   if (!x) return NULL;
-  enum loss_reduction red;
+  enum loss_reduction red = LOSS_MEAN;
   KILN_TRY(loss_reduction(ctx->node, &red));
   char s[256];
   if (x->rank >= 0 && x->rank < 2)
@@ -138,7 +138,7 @@ static kiln_status_t nll_from_log_prob(kiln_kernel_ctx *ctx, const kiln_tensor *
   kiln_tensor *target, *weight = kiln_kernel_input(ctx, 2), *y;
   KILN_TRY(kiln_kernel_require_input(ctx, 1, &target));
   char s1[256], s2[256];
-  enum loss_reduction red;
+  enum loss_reduction red = LOSS_MEAN;
   KILN_TRY(loss_reduction(ctx->node, &red));
   if (x->rank < 2)
     return kiln_error(KILN_INVALID_ARGUMENT, "input 0: shape %s, expected rank >= 2 (N, C, d1, ...)",

@@ -4,7 +4,6 @@
  * truncation to the element type. */
 #include "ops/nn_internal.h"
 
-#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 
@@ -77,23 +76,32 @@ kiln_status_t nn_gemm_kernel(kiln_kernel_ctx *ctx) {
   KILN_TRY(kiln_kernel_output_tensor(ctx, 0, a->dtype, 2, ydims, &y));
   int64_t as0 = ta ? 1 : k, as1 = ta ? m : 1; /* strides of op(A)[i][l] */
   int64_t bs0 = tb ? 1 : n, bs1 = tb ? k : 1; /* strides of op(B)[l][j] */
+  if (!is_int) {
+    double *av = NULL, *bv = NULL, *cv = NULL;
+    kiln_status_t st = nn_load_all_f64(a, &av);
+    if (!st) st = nn_load_all_f64(b, &bv);
+    if (!st && c) st = nn_load_all_f64(c, &cv);
+    for (int64_t i = 0; i < m && !st; i++)
+      for (int64_t j = 0; j < n; j++) {
+        double sum = 0;
+        for (int64_t l = 0; l < k; l++) sum += av[i * as0 + l * as1] * bv[l * bs0 + j * bs1];
+        double v = alpha * sum;
+        if (c) v += beta * cv[i * cstr[0] + j * cstr[1]];
+        kiln_store_f64(y->data, y->dtype, i * n + j, v);
+      }
+    free(av);
+    free(bv);
+    free(cv);
+    return st;
+  }
   bool int_exact = alpha == floor(alpha) && beta == floor(beta) && fabs(alpha) < 9e18 && fabs(beta) < 9e18;
   bool is_signed = kiln_dtype_is_signed(a->dtype);
   for (int64_t i = 0; i < m; i++)
     for (int64_t j = 0; j < n; j++) {
-      int64_t yi = i * n + j, ci = i * cstr[0] + j * cstr[1];
-      if (!is_int) {
-        double sum = 0;
-        for (int64_t l = 0; l < k; l++)
-          sum += kiln_load_f64(a->data, a->dtype, i * as0 + l * as1) * kiln_load_f64(b->data, b->dtype, l * bs0 + j * bs1);
-        double v = alpha * sum;
-        if (c) v += beta * kiln_load_f64(c->data, c->dtype, ci);
-        kiln_store_f64(y->data, y->dtype, yi, v);
-        continue;
-      }
+      int64_t yi = i * n + j;
       uint64_t sum = 0;
       for (int64_t l = 0; l < k; l++) sum += load_bits(a, i * as0 + l * as1) * load_bits(b, l * bs0 + j * bs1);
-      uint64_t cv = c ? load_bits(c, ci) : 0;
+      uint64_t cv = c ? load_bits(c, i * cstr[0] + j * cstr[1]) : 0;
       if (int_exact) {
         sum = (uint64_t)(int64_t)alpha * sum + (c ? (uint64_t)(int64_t)beta * cv : 0);
         kiln_store_i64(y->data, y->dtype, yi, (int64_t)sum);
@@ -119,7 +127,7 @@ static kiln_status_t matmul_shape(int ra, const int64_t *a, int rb, const int64_
     return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (B): shape %s does not match input 0 (A) %s (inner dims %lld vs %lld)",
                       kiln_shape_str(rb, b, s2, sizeof s2), kiln_shape_str(ra, a, s1, sizeof s1), (long long)kb,
                       (long long)ka);
-  int r;
+  int r = 0;
   int64_t batch[KILN_MAX_RANK];
   KILN_RETURN_IF_ERROR(kiln_broadcast_shapes(ra > 2 ? ra - 2 : 0, a, rb > 2 ? rb - 2 : 0, b, &r, batch),
                        "batch dims of inputs 0 (A) and 1 (B)");
@@ -137,7 +145,7 @@ kiln_status_t nn_matmul_infer(kiln_infer_ctx *ctx) {
     kiln_infer_set(ctx, 0, a->dtype, -1, NULL);
     return NULL;
   }
-  int r;
+  int r = 0;
   int64_t dims[KILN_MAX_RANK];
   KILN_TRY(matmul_shape(a->rank, a->dims, b->rank, b->dims, &r, dims));
   kiln_infer_set(ctx, 0, a->dtype, r, dims);
@@ -151,7 +159,7 @@ kiln_status_t nn_matmul_kernel(kiln_kernel_ctx *ctx) {
   bool is_int = is_matmul_int(a->dtype) && ctx->opset >= 9;
   if (!is_int) KILN_TRY(nn_require_float(a, 0, "A"));
   KILN_TRY(same_dtype(a, 0, b, 1, "B"));
-  int r;
+  int r = 0;
   int64_t ydims[KILN_MAX_RANK];
   KILN_TRY(matmul_shape(a->rank, a->dims, b->rank, b->dims, &r, ydims));
   KILN_TRY(kiln_kernel_output_tensor(ctx, 0, a->dtype, r, ydims, &y));
@@ -167,28 +175,35 @@ kiln_status_t nn_matmul_kernel(kiln_kernel_ctx *ctx) {
     astr[i] *= m * k;
     bstr[i] *= k * n;
   }
+  double *av = NULL, *bv = NULL;
+  kiln_status_t st = NULL;
+  if (!is_int) {
+    st = nn_load_all_f64(a, &av);
+    if (!st) st = nn_load_all_f64(b, &bv);
+  }
   int64_t bidx[KILN_MAX_RANK] = {0}, yi = 0;
-  do {
-    int64_t ao = 0, bo = 0;
-    for (int i = 0; i < nb; i++) {
-      ao += bidx[i] * astr[i];
-      bo += bidx[i] * bstr[i];
-    }
-    for (int64_t i = 0; i < m; i++)
-      for (int64_t j = 0; j < n; j++, yi++) {
-        if (is_int) {
-          uint64_t sum = 0;
-          for (int64_t l = 0; l < k; l++) sum += load_bits(a, ao + i * k + l) * load_bits(b, bo + l * n + j);
-          kiln_store_i64(y->data, y->dtype, yi, (int64_t)sum);
-        } else {
-          double sum = 0;
-          for (int64_t l = 0; l < k; l++)
-            sum += kiln_load_f64(a->data, a->dtype, ao + i * k + l) * kiln_load_f64(b->data, b->dtype, bo + l * n + j);
-          kiln_store_f64(y->data, y->dtype, yi, sum);
-        }
+  if (!st) do {
+      int64_t ao = 0, bo = 0;
+      for (int i = 0; i < nb; i++) {
+        ao += bidx[i] * astr[i];
+        bo += bidx[i] * bstr[i];
       }
-  } while (nn_next_index(nb, ydims, bidx));
-  return NULL;
+      for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++, yi++) {
+          if (is_int) {
+            uint64_t sum = 0;
+            for (int64_t l = 0; l < k; l++) sum += load_bits(a, ao + i * k + l) * load_bits(b, bo + l * n + j);
+            kiln_store_i64(y->data, y->dtype, yi, (int64_t)sum);
+          } else {
+            double sum = 0;
+            for (int64_t l = 0; l < k; l++) sum += av[ao + i * k + l] * bv[bo + l * n + j];
+            kiln_store_f64(y->data, y->dtype, yi, sum);
+          }
+        }
+    } while (nn_next_index(nb, ydims, bidx));
+  free(av);
+  free(bv);
+  return st;
 }
 
 /* ---- Einsum ------------------------------------------------------------------- */
@@ -266,7 +281,7 @@ static kiln_status_t einsum_parse(const char *eq, int n_inputs, const int *ranks
       return kiln_error(KILN_INVALID_ARGUMENT, "attribute equation '%s' has more terms than the %d inputs", eq, n_inputs);
     char what[32];
     snprintf(what, sizeof what, "term %d", in);
-    int cnt;
+    int cnt = 0;
     bool ell;
     KILN_TRY(parse_term(t, len, term_labels, &cnt, &ell, what));
     int letters = cnt - (ell ? 1 : 0);

@@ -250,7 +250,7 @@ static kiln_status_t layer_norm_stash_dtype(const kiln_node *node, kiln_dtype *o
 kiln_status_t nn_layer_norm_infer(kiln_infer_ctx *ctx) {
   const kiln_type *x = ctx->inputs[0];
   if (!x) return NULL;
-  kiln_dtype u;
+  kiln_dtype u = KILN_DTYPE_F32;
   KILN_TRY(layer_norm_stash_dtype(ctx->node, &u));
   kiln_type_copy(&ctx->outputs[0], x);
   if (x->rank < 0) {
@@ -275,7 +275,7 @@ kiln_status_t nn_layer_norm_kernel(kiln_kernel_ctx *ctx) {
   KILN_TRY(nn_require_float(x, 0, "X"));
   KILN_TRY(nn_require_float(scale, 1, "Scale"));
   if (bias) KILN_TRY(nn_require_float(bias, 2, "B"));
-  kiln_dtype u;
+  kiln_dtype u = KILN_DTYPE_F32;
   KILN_TRY(layer_norm_stash_dtype(ctx->node, &u));
   int64_t axis = kiln_attr_int(ctx->node, "axis", -1);
   if (x->rank == 0 || axis < -x->rank || axis >= x->rank)
@@ -347,8 +347,8 @@ kiln_status_t nn_lrn_kernel(kiln_kernel_ctx *ctx) {
     for (int64_t ch = 0; ch < c; ch++)
       for (int64_t j = 0; j < inner; j++) {
         double sq = 0;
-        for (int64_t k = ch - lo; k <= ch + hi; k++) {
-          if (k < 0 || k >= c) continue;
+        int64_t first = ch - lo > 0 ? ch - lo : 0, last = hi < c - 1 - ch ? ch + hi : c - 1;
+        for (int64_t k = first; k <= last; k++) {
           double v = xv[(b * c + k) * inner + j];
           sq += v * v;
         }

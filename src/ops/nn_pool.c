@@ -224,7 +224,8 @@ static kiln_status_t unpool_shape(const kiln_node *node, int rank, const int64_t
   for (int i = 0; i < n; i++) {
     int64_t s = st && scnt ? st[i] : 1;
     int64_t pb = pads && pcnt ? pads[i] : 0, pe = pads && pcnt ? pads[n + i] : 0;
-    if (ks[i] < 1 || s < 1 || pb < 0 || pe < 0)
+    if (ks[i] < 1 || s < 1 || pb < 0 || pe < 0 || ks[i] > NN_MAX_WINDOW_ATTR || s > NN_MAX_WINDOW_ATTR ||
+        pb > NN_MAX_WINDOW_ATTR || pe > NN_MAX_WINDOW_ATTR)
       return kiln_error(KILN_INVALID_MODEL, "attributes kernel_shape/strides/pads: invalid values on spatial axis %d", i);
     if (x[2 + i] < 0) {
       out[2 + i] = -1;

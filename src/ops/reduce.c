@@ -117,7 +117,7 @@ static kiln_status_t axes_mask(int rank, const int64_t *axes, int n_axes, bool n
     return NULL;
   }
   for (int i = 0; i < n_axes; i++) {
-    int a;
+    int a = 0;
     char what[64];
     snprintf(what, sizeof what, "axes[%d]", i);
     KILN_TRY(kiln_reduce_norm_axis(axes[i], rank, what, &a));
@@ -396,7 +396,7 @@ static kiln_status_t arg_infer(kiln_infer_ctx *ctx) {
     kiln_infer_set(ctx, 0, KILN_DTYPE_I64, -1, NULL);
     return NULL;
   }
-  int axis;
+  int axis = 0;
   KILN_TRY(kiln_reduce_norm_axis(kiln_attr_int(ctx->node, "axis", 0), in->rank, "attribute axis", &axis));
   bool mask[KILN_MAX_RANK] = {false};
   mask[axis] = true;
@@ -427,7 +427,7 @@ static kiln_status_t arg_kernel(kiln_kernel_ctx *ctx, int sign) {
   KILN_TRY(kiln_reduce_check_dtype(x, KILN_DT_NUMERIC, "input 0 (data)"));
   bool keepdims = kiln_attr_int(ctx->node, "keepdims", 1) != 0;
   bool last = kiln_attr_int(ctx->node, "select_last_index", 0) != 0;
-  int axis;
+  int axis = 0;
   if (x->rank == 0) return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (data) must have rank >= 1, got a scalar");
   KILN_TRY(kiln_reduce_norm_axis(kiln_attr_int(ctx->node, "axis", 0), x->rank, "attribute axis", &axis));
   int64_t outer, n, inner;

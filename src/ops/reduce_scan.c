@@ -16,7 +16,7 @@ kiln_status_t kiln_reduce_cumsum_kernel(kiln_kernel_ctx *ctx) {
   int64_t axis64;
   KILN_TRY(kiln_reduce_read_scalar_int(axis_t, "input 1 (axis)", &axis64));
   if (x->rank == 0) return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (x) must have rank >= 1, got a scalar");
-  int axis;
+  int axis = 0;
   KILN_TRY(kiln_reduce_norm_axis(axis64, x->rank, "input 1 (axis)", &axis));
   bool exclusive = kiln_attr_int(ctx->node, "exclusive", 0) != 0;
   bool reverse = kiln_attr_int(ctx->node, "reverse", 0) != 0;
@@ -73,7 +73,7 @@ kiln_status_t kiln_reduce_topk_infer(kiln_infer_ctx *ctx) {
     kiln_infer_set(ctx, 1, KILN_DTYPE_I64, -1, NULL);
     return NULL;
   }
-  int axis;
+  int axis = 0;
   KILN_TRY(kiln_reduce_norm_axis(kiln_attr_int(ctx->node, "axis", -1), in->rank, "attribute axis", &axis));
   int64_t dims[KILN_MAX_RANK];
   for (int d = 0; d < in->rank; d++) dims[d] = in->dims[d];
@@ -140,7 +140,7 @@ kiln_status_t kiln_reduce_topk_kernel(kiln_kernel_ctx *ctx) {
   if (x->rank == 0) return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (X) must have rank >= 1, got a scalar");
   int64_t k;
   KILN_TRY(topk_read_k(ctx->node, ctx->opset, kiln_kernel_input(ctx, 1), &k));
-  int axis;
+  int axis = 0;
   KILN_TRY(kiln_reduce_norm_axis(kiln_attr_int(ctx->node, "axis", -1), x->rank, "attribute axis", &axis));
   bool largest = ctx->opset < 11 || kiln_attr_int(ctx->node, "largest", 1) != 0;
   /* sorted = 0 leaves the order unspecified; sorted order is a valid one. */

@@ -32,7 +32,7 @@ static kiln_status_t softmax_layout(const kiln_kernel_ctx *ctx, const kiln_tenso
     l->inner = 1;
     return NULL;
   }
-  int axis;
+  int axis = 0;
   KILN_TRY(kiln_reduce_norm_axis(kiln_attr_int(ctx->node, "axis", -1), r, "attribute axis", &axis));
   kiln_reduce_split_dims(x, axis, &l->outer, &l->n, &l->inner);
   return NULL;
@@ -93,7 +93,7 @@ kiln_status_t kiln_reduce_lpnorm_kernel(kiln_kernel_ctx *ctx) {
   if (p != 1 && p != 2)
     return kiln_error(KILN_INVALID_ARGUMENT, "attribute p must be 1 or 2, got %lld", (long long)p);
   if (x->rank == 0) return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (input) must have rank >= 1, got a scalar");
-  int axis;
+  int axis = 0;
   KILN_TRY(kiln_reduce_norm_axis(kiln_attr_int(ctx->node, "axis", -1), x->rank, "attribute axis", &axis));
   row_layout l;
   kiln_reduce_split_dims(x, axis, &l.outer, &l.n, &l.inner);

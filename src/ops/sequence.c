@@ -189,7 +189,7 @@ static kiln_status_t sequence_insert_infer(kiln_infer_ctx *ctx) {
 }
 
 static kiln_status_t sequence_insert_kernel(kiln_kernel_ctx *ctx) {
-  kiln_value *in;
+  kiln_value *in = NULL;
   kiln_tensor *t, *pos_t = kiln_kernel_input(ctx, 2);
   KILN_TRY(require_sequence(ctx, 0, "input_sequence", &in));
   KILN_TRY(kiln_kernel_require_input(ctx, 1, &t));
@@ -219,11 +219,11 @@ static kiln_status_t sequence_at_infer(kiln_infer_ctx *ctx) {
 }
 
 static kiln_status_t sequence_at_kernel(kiln_kernel_ctx *ctx) {
-  kiln_value *in;
+  kiln_value *in = NULL;
   kiln_tensor *pos_t;
   KILN_TRY(require_sequence(ctx, 0, "input_sequence", &in));
   KILN_TRY(kiln_kernel_require_input(ctx, 1, &pos_t));
-  int pos;
+  int pos = 0;
   KILN_TRY(read_position(pos_t, in->n_items, false, "input 1 (position)", &pos));
   return kiln_kernel_set_output(ctx, 0, kiln_tensor_retain(in->items[pos]));
 }
@@ -236,7 +236,7 @@ static kiln_status_t sequence_same_infer(kiln_infer_ctx *ctx) {
 }
 
 static kiln_status_t sequence_erase_kernel(kiln_kernel_ctx *ctx) {
-  kiln_value *in;
+  kiln_value *in = NULL;
   kiln_tensor *pos_t = kiln_kernel_input(ctx, 1);
   KILN_TRY(require_sequence(ctx, 0, "input_sequence", &in));
   if (in->n_items == 0)
@@ -265,7 +265,7 @@ static kiln_status_t sequence_length_infer(kiln_infer_ctx *ctx) {
 }
 
 static kiln_status_t sequence_length_kernel(kiln_kernel_ctx *ctx) {
-  kiln_value *in;
+  kiln_value *in = NULL;
   KILN_TRY(require_sequence(ctx, 0, "input_sequence", &in));
   kiln_tensor *y;
   KILN_TRY(kiln_kernel_output_tensor(ctx, 0, KILN_DTYPE_I64, 0, NULL, &y));
@@ -290,7 +290,7 @@ static kiln_status_t split_to_sequence_infer(kiln_infer_ctx *ctx) {
   kiln_type_init_tensor(&item, in ? in->dtype : KILN_DTYPE_UNDEFINED, -1, NULL);
   bool has_split = ctx->n_inputs > 1 && ctx->inputs[1];
   if (in && in->rank >= 1) {
-    int axis;
+    int axis = 0;
     KILN_TRY(split_axis(kiln_attr_int(ctx->node, "axis", 0), in->rank, &axis));
     bool keepdims = kiln_attr_int(ctx->node, "keepdims", 1) != 0;
     int64_t dims[KILN_MAX_RANK];
@@ -341,7 +341,7 @@ static kiln_status_t split_to_sequence_kernel(kiln_kernel_ctx *ctx) {
   kiln_tensor *x, *split = kiln_kernel_input(ctx, 1);
   KILN_TRY(kiln_kernel_require_input(ctx, 0, &x));
   if (x->rank == 0) return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (input) must have rank >= 1, got a scalar");
-  int axis;
+  int axis = 0;
   KILN_TRY(split_axis(kiln_attr_int(ctx->node, "axis", 0), x->rank, &axis));
   bool keepdims = kiln_attr_int(ctx->node, "keepdims", 1) != 0;
   int64_t n = x->dims[axis];
@@ -426,7 +426,7 @@ static kiln_status_t concat_from_sequence_infer(kiln_infer_ctx *ctx) {
 }
 
 static kiln_status_t concat_from_sequence_kernel(kiln_kernel_ctx *ctx) {
-  kiln_value *in;
+  kiln_value *in = NULL;
   KILN_TRY(require_sequence(ctx, 0, "input_sequence", &in));
   if (!kiln_node_attr(ctx->node, "axis")) return kiln_error(KILN_INVALID_ARGUMENT, "attribute axis is required");
   if (in->n_items == 0)

@@ -37,7 +37,7 @@ static int in_index(int n, int g, int j) { return 2 + g * n + j; }
 static int out_index(int n, int g, int j) { return g * n + j; }
 
 static kiln_status_t optimizer_infer(kiln_infer_ctx *ctx, optimizer_kind kind) {
-  int n;
+  int n = 0;
   KILN_TRY(optimizer_count(kind, ctx->n_inputs, ctx->n_outputs, &n));
   int groups = optimizer_groups(kind);
   for (int j = 0; j < n; j++) {
@@ -169,7 +169,7 @@ static void optimizer_step(optimizer_kind kind, const optimizer_params *p, const
 }
 
 static kiln_status_t optimizer_kernel(kiln_kernel_ctx *ctx, optimizer_kind kind) {
-  int n;
+  int n = 0;
   KILN_TRY(optimizer_count(kind, ctx->n_inputs, ctx->n_outputs, &n));
   optimizer_params p = {0};
   KILN_TRY(read_params(ctx, kind, &p));

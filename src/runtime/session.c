@@ -12,10 +12,14 @@ static kiln_status_t collect_unsupported(const kiln_graph *g, kiln_ptr_vec *out)
   for (int i = 0; i < g->n_nodes; i++) {
     const kiln_node *n = &g->nodes[i];
     if (!n->op) {
-      char *name = n->domain[0] ? kiln_strfmt("%s.%s", n->domain, n->op_type) : kiln_strdup(n->op_type);
+      char *name = n->domain[0] ? kiln_strfmt("%s.%s (node '%s')", n->domain, n->op_type, n->name)
+                                : kiln_strfmt("%s (node '%s')", n->op_type, n->name);
       if (!name) return KILN_OOM();
+      /* One entry per op type: the first node that uses it. */
       bool dup = false;
-      for (int k = 0; k < out->count && !dup; k++) dup = !strcmp(out->items[k], name);
+      size_t oplen = strcspn(name, " ");
+      for (int k = 0; k < out->count && !dup; k++)
+        dup = !strncmp(out->items[k], name, oplen) && ((char *)out->items[k])[oplen] == ' ';
       if (dup) free(name);
       else KILN_TRY(kiln_ptr_vec_push(out, name));
     }
@@ -124,9 +128,15 @@ kiln_status_t kiln_session_run_values(kiln_session *s, int n_inputs, const char 
       bound[slot] = inputs[i];
     }
   }
+  kiln_value *nones[64] = {0}; /* omitted optional inputs are empty optionals */
+  int n_nones = 0;
   for (int k = 0; k < g->n_inputs && !st; k++) {
     const kiln_value_def *v = &g->values[g->inputs[k]];
-    if (!bound[k] && !v->constant) {
+    bool optional = v->type.kind == KILN_TYPE_OPTIONAL_TENSOR || v->type.kind == KILN_TYPE_OPTIONAL_SEQUENCE;
+    if (!bound[k] && !v->constant && optional && n_nones < 64) {
+      st = kiln_value_new_none(v->type.dtype, v->type.kind == KILN_TYPE_OPTIONAL_SEQUENCE, &nones[n_nones]);
+      if (!st) bound[k] = nones[n_nones++];
+    } else if (!bound[k] && !v->constant) {
       char want[256];
       st = kiln_error(KILN_INVALID_ARGUMENT, "input '%s' (%s) is missing", v->name,
                       kiln_type_str(&v->type, want, sizeof want));
@@ -136,6 +146,7 @@ kiln_status_t kiln_session_run_values(kiln_session *s, int n_inputs, const char 
     kiln_exec_options opts = {s->devices, s->n_devices, s->observer, s->observer_user};
     st = kiln_execute_graph(g, NULL, g->n_inputs, bound, n_outputs, out_outputs, &opts);
   }
+  for (int i = 0; i < n_nones; i++) kiln_value_free(nones[i]);
   free(bound);
   return st;
 }

@@ -23,7 +23,7 @@ expect_error() {
 }
 
 check "--version" '"$kiln" --version | grep -q "^kiln [0-9]"'
-check "help" '"$kiln" help | grep -q "kiln run"'
+check "help" '"$kiln" help | grep -q "run MODEL.onnx"'
 check "run --help" '"$kiln" run --help | grep -q "output-dir"'
 check "info --help" '"$kiln" info --help | grep -q "dot"'
 check "devices lists ref" '"$kiln" devices | grep -q "^ref "'

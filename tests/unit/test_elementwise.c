@@ -403,6 +403,61 @@ static void test_clip_int(void) {
   for (int k = 0; k < 3; k++) kiln_tensor_release(in[k]);
 }
 
+/* Bad inputs are errors with a message, never crashes. */
+static void expect_error(const char *op, int opset, int n_attrs, const attr_spec *attrs, int n_in, kiln_tensor **in,
+                         const char *what) {
+  kiln_value *out = NULL;
+  kiln_status_t st = run_node(op, opset, n_attrs, attrs, n_in, in, 1, &out);
+  CHECK(st != NULL, "%s: %s should fail", op, what);
+  kiln_status_free(st);
+  kiln_value_free(out);
+}
+
+static void test_errors(void) {
+  int64_t d2[1] = {2}, d3[1] = {3};
+  kiln_tensor *f = tensor(KILN_DTYPE_F32, 1, d2, NULL), *i = tensor(KILN_DTYPE_I32, 1, d2, NULL),
+              *f3 = tensor(KILN_DTYPE_F32, 1, d3, NULL), *s = tensor(KILN_DTYPE_STRING, 1, d2, NULL);
+  expect_error("Add", 14, 0, NULL, 2, (kiln_tensor *[]){f, i}, "f32 + i32");
+  expect_error("Add", 6, 0, NULL, 2, (kiln_tensor *[]){f, f3}, "opset 6 without broadcast=1, shapes differ");
+  expect_error("Sqrt", 13, 0, NULL, 1, (kiln_tensor *[]){i}, "Sqrt of i32");
+  expect_error("Where", 16, 0, NULL, 3, (kiln_tensor *[]){f, f, f}, "float condition");
+  expect_error("Clip", 13, 0, NULL, 2, (kiln_tensor *[]){f, f3}, "non-scalar min");
+  expect_error("PRelu", 16, 0, NULL, 2, (kiln_tensor *[]){f, f3}, "slope [3] for X [2]");
+  attr_spec bad_dir = {"direction", KILN_ATTR_STRING, 0, 0, "UP"};
+  expect_error("BitShift", 11, 1, &bad_dir, 2, (kiln_tensor *[]){i, i}, "direction UP");
+  kiln_tensor_set_string(s, 0, "1.5", 3);
+  kiln_tensor_set_string(s, 1, "Hello", 5);
+  attr_spec to_f = {"to", KILN_ATTR_INT, 0, KILN_DTYPE_F32};
+  expect_error("Cast", 13, 1, &to_f, 1, &s, "\"Hello\" to float");
+  attr_spec to_bad = {"to", KILN_ATTR_INT, 0, 99};
+  expect_error("Cast", 13, 1, &to_bad, 1, &f, "to=99");
+  expect_error("Abs", 13, 0, NULL, 1, (kiln_tensor *[]){NULL}, "absent input");
+  kiln_tensor_release(f);
+  kiln_tensor_release(i);
+  kiln_tensor_release(f3);
+  kiln_tensor_release(s);
+}
+
+/* Identity passes sequences through, sharing the tensors. */
+static void test_identity_sequence(void) {
+  const kiln_op_def *def = kiln_op_find("", "Identity");
+  kiln_value *seq = NULL, *out = NULL;
+  int64_t d[1] = {2};
+  kiln_status_t st = kiln_value_new_sequence(KILN_DTYPE_F32, &seq);
+  kiln_tensor *t = tensor(KILN_DTYPE_F32, 1, d, NULL);
+  if (!st) st = kiln_value_seq_insert(seq, -1, t);
+  bool wanted = true;
+  kiln_value *ins[1] = {seq};
+  kiln_kernel_ctx ctx = {.node = NULL, .opset = 16, .n_inputs = 1, .inputs = ins, .n_outputs = 1,
+                         .outputs = &out, .output_wanted = &wanted};
+  if (!st) st = def->ref_kernel(&ctx);
+  CHECK(!st && out && out->kind == KILN_VALUE_SEQUENCE && out->n_items == 1 && out->items[0] == t,
+        "Identity of a sequence");
+  kiln_status_free(st);
+  kiln_value_free(out);
+  kiln_value_free(seq);
+}
+
 static void test_infer(void) {
   const kiln_op_def *def = kiln_op_find("", "Add");
   kiln_type a, b, out;
@@ -431,6 +486,8 @@ int main(void) {
   test_integers();
   test_cast();
   test_clip_int();
+  test_errors();
+  test_identity_sequence();
   test_infer();
   if (failures) {
     fprintf(stderr, "test_elementwise: %d failure(s)\n", failures);

@@ -1,0 +1,118 @@
+"""Writes hostile or broken ONNX models (and inputs) into a folder, one case
+per file, for test_bad_models.sh. Run with Debian's /usr/bin/python3 (onnx,
+numpy). Each case is `<name>.onnx` plus optional `<name>.<input>.npy`, and
+`<name>.expect` holds an extended regex the one-line error must match."""
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+out = sys.argv[1]
+os.makedirs(out, exist_ok=True)
+
+
+def save(name, model, expect, inputs=None, check=False):
+    path = os.path.join(out, name + ".onnx")
+    if isinstance(model, bytes):
+        open(path, "wb").write(model)
+    else:
+        onnx.save(model, path)
+    open(os.path.join(out, name + ".expect"), "w").write(expect + "\n")
+    for k, v in (inputs or {}).items():
+        np.save(os.path.join(out, f"{name}.{k}.npy"), v)
+
+
+def model(nodes, inputs, outputs, inits=(), opset=13):
+    g = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+f32 = TensorProto.FLOAT
+vi = helper.make_tensor_value_info
+x4 = np.random.default_rng(1).standard_normal(4).astype(np.float32)
+
+# Structure
+save("cycle", model([helper.make_node("Relu", ["b"], ["a"], name="r1"), helper.make_node("Relu", ["a"], ["b"], name="r2")],
+                    [vi("x", f32, [4])], [vi("b", f32, [4])]), "cycle", {"x": x4})
+save("unknown_op", model([helper.make_node("Frobnicate", ["x"], ["y"], name="f")], [vi("x", f32, [4])], [vi("y", f32, [4])]),
+     "Frobnicate", {"x": x4})
+m = model([helper.make_node("Relu", ["x"], ["y"], name="r", domain="com.example.nothing")], [vi("x", f32, [4])], [vi("y", f32, [4])])
+m.opset_import.append(helper.make_opsetid("com.example.nothing", 1))
+save("unknown_domain", m, "com.example.nothing", {"x": x4})
+save("missing_initializer", model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [vi("x", f32, [4])], [vi("y", f32, [4])]),
+     "'w'", {"x": x4})
+save("produced_twice", model([helper.make_node("Relu", ["x"], ["y"], name="a"), helper.make_node("Relu", ["x"], ["y"], name="b")],
+                             [vi("x", f32, [4])], [vi("y", f32, [4])]), "'y'.*produced", {"x": x4})
+save("wrong_arity", model([helper.make_node("Relu", ["x", "x"], ["y"], name="r")], [vi("x", f32, [4])], [vi("y", f32, [4])]),
+     "'r'.*inputs", {"x": x4})
+save("output_never_produced", model([helper.make_node("Relu", ["x"], ["y"], name="r")], [vi("x", f32, [4])], [vi("z", f32, [4])]),
+     "'z'", {"x": x4})
+
+# Shapes
+save("inconsistent_shapes",
+     model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [vi("x", f32, [4])], [vi("y", f32, [4])],
+           [numpy_helper.from_array(np.ones(3, np.float32), "w")]), "'add'.*(broadcast|shape)", {"x": x4})
+save("matmul_mismatch",
+     model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], [vi("x", f32, [2, 4])], [vi("y", f32, None)],
+           [numpy_helper.from_array(np.ones((3, 2), np.float32), "w")]), "'mm'", {"x": np.ones((2, 4), np.float32)})
+def raw_tensor(name, dims, raw):
+    t = TensorProto()
+    t.name, t.data_type, t.raw_data = name, f32, raw
+    t.dims.extend(dims)
+    return t
+
+
+huge = raw_tensor("w", [1 << 40, 1 << 30], b"")
+save("huge_dims", model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [vi("x", f32, [4])], [vi("y", f32, [4])], [huge]),
+     "(too large|size|bytes|dims|data)", {"x": x4})
+neg = raw_tensor("w", [-4], np.ones(4, np.float32).tobytes())
+save("negative_dims", model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [vi("x", f32, [4])], [vi("y", f32, [4])], [neg]),
+     "(negative|dim)", {"x": x4})
+short = raw_tensor("w", [4], np.ones(2, np.float32).tobytes())
+save("short_raw_data", model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [vi("x", f32, [4])], [vi("y", f32, [4])], [short]),
+     "'w'.*(bytes|size|data)", {"x": x4})
+ext = raw_tensor("w", [4], b"")
+ext.data_location = TensorProto.EXTERNAL
+ext.external_data.add(key="location", value="../../../../etc/passwd")
+save("external_data_escape", model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [vi("x", f32, [4])], [vi("y", f32, [4])], [ext]),
+     "(external|location|\\.\\.)", {"x": x4})
+ext2 = raw_tensor("w", [4], b"")
+ext2.data_location = TensorProto.EXTERNAL
+ext2.external_data.add(key="location", value="missing_weights.bin")
+save("external_data_missing", model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [vi("x", f32, [4])], [vi("y", f32, [4])], [ext2]),
+     "missing_weights.bin", {"x": x4})
+
+# Run time: indices read from data
+idx = numpy_helper.from_array(np.array([0, 7], np.int64), "i")
+save("gather_index_out_of_range",
+     model([helper.make_node("Gather", ["x", "i"], ["y"], name="gather")], [vi("x", f32, [4])], [vi("y", f32, [2])], [idx]),
+     "'gather'.*7", {"x": x4})
+save("scatter_index_out_of_range",
+     model([helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], name="scatter")],
+           [vi("x", f32, [4]), vi("i", TensorProto.INT64, [2]), vi("u", f32, [2])], [vi("y", f32, [4])]),
+     "'scatter'.*(-9|range)", {"x": x4, "i": np.array([1, -9], np.int64), "u": np.ones(2, np.float32)})
+save("reshape_bad_shape",
+     model([helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")], [vi("x", f32, [4]), vi("s", TensorProto.INT64, [2])],
+           [vi("y", f32, None)]), "'reshape'", {"x": x4, "s": np.array([3, 3], np.int64)})
+save("constant_of_shape_huge",
+     model([helper.make_node("ConstantOfShape", ["s"], ["y"], name="cos")], [vi("s", TensorProto.INT64, [3])], [vi("y", f32, None)]),
+     "'cos'.*(too large|memory)", {"s": np.array([1 << 20, 1 << 20, 1 << 20], np.int64)})
+
+# Bytes that are not a model
+good = model([helper.make_node("Relu", ["x"], ["y"], name="r")], [vi("x", f32, [4])], [vi("y", f32, [4])]).SerializeToString()
+save("truncated", good[: len(good) // 2], "(truncated|past the end|malformed)", {"x": x4})
+save("garbage", bytes(range(256)) * 4, "(malformed|invalid|wire|past the end|truncated|field)", {"x": x4})
+save("empty_file", b"", "(empty|no graph|graph)", {"x": x4})
+# A length prefix claiming ~2^62 bytes.
+save("huge_length", b"\x3a\xff\xff\xff\xff\xff\xff\xff\xff\x3f", "(past the end|truncated|length)", {"x": x4})
+# Deeply nested If subgraphs.
+leaf = helper.make_graph([helper.make_node("Identity", ["x"], ["o"])], "leaf", [], [vi("o", f32, [4])])
+inner = leaf
+for d in range(200):
+    n = helper.make_node("If", ["c"], ["o"], then_branch=inner, else_branch=leaf)
+    inner = helper.make_graph([n], f"g{d}", [], [vi("o", f32, [4])])
+deep = model(list(inner.node), [vi("c", TensorProto.BOOL, []), vi("x", f32, [4])], [vi("o", f32, [4])])
+save("deep_nesting", deep, "(depth|nest|deep)", {"c": np.array(True), "x": x4})
+print(f"wrote {len(os.listdir(out))} files to {out}")
