@@ -120,7 +120,7 @@ int64_t kiln_tensor_numel(const kiln_tensor *tensor);
 /* Borrowed pointer to the elements (row-major). */
 void *kiln_tensor_data(kiln_tensor *tensor);
 
-/* .npy files (all kiln dtypes but STRING; C or Fortran order, either byte order on read). */
+/* .npy files (all kiln dtypes; STRING as NumPy unicode; C or Fortran order and either byte order on read). */
 kiln_status_t kiln_tensor_load_npy(const char *path, kiln_tensor **out_tensor);
 kiln_status_t kiln_tensor_save_npy(const kiln_tensor *tensor, const char *path);
 

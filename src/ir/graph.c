@@ -337,3 +337,109 @@ const float *kiln_attr_floats(const kiln_node *n, const char *name, int *out_cou
   *out_count = 0;
   return NULL;
 }
+
+/* ---- deep copy --------------------------------------------------------- */
+
+static kiln_status_t clone_attr(const kiln_attr *src, kiln_attr *dst, kiln_graph *owner) {
+  memset(dst, 0, sizeof *dst);
+  dst->type = src->type;
+  dst->f = src->f;
+  dst->i = src->i;
+  dst->n = src->n;
+  dst->s_len = src->s_len;
+  if (!(dst->name = kiln_strdup(src->name))) return KILN_OOM();
+  if (src->s) {
+    if (!(dst->s = malloc(src->s_len + 1))) return KILN_OOM();
+    memcpy(dst->s, src->s, src->s_len + 1);
+  }
+  dst->t = kiln_tensor_retain(src->t);
+  if (src->g) KILN_TRY(kiln_graph_clone(src->g, owner, &dst->g));
+  size_t n = (size_t)(src->n > 0 ? src->n : 0);
+  if (src->floats) {
+    if (!(dst->floats = malloc((n ? n : 1) * sizeof(float)))) return KILN_OOM();
+    memcpy(dst->floats, src->floats, n * sizeof(float));
+  }
+  if (src->ints) {
+    if (!(dst->ints = malloc((n ? n : 1) * sizeof(int64_t)))) return KILN_OOM();
+    memcpy(dst->ints, src->ints, n * sizeof(int64_t));
+  }
+  if (src->strings) {
+    if (!(dst->strings = calloc(n ? n : 1, sizeof(char *)))) return KILN_OOM();
+    for (size_t k = 0; k < n; k++)
+      if (src->strings[k] && !(dst->strings[k] = kiln_strdup(src->strings[k]))) return KILN_OOM();
+  }
+  if (src->tensors) {
+    if (!(dst->tensors = calloc(n ? n : 1, sizeof(kiln_tensor *)))) return KILN_OOM();
+    for (size_t k = 0; k < n; k++) dst->tensors[k] = kiln_tensor_retain(src->tensors[k]);
+  }
+  if (src->graphs) {
+    if (!(dst->graphs = calloc(n ? n : 1, sizeof(kiln_graph *)))) return KILN_OOM();
+    for (size_t k = 0; k < n; k++) KILN_TRY(kiln_graph_clone(src->graphs[k], owner, &dst->graphs[k]));
+  }
+  return NULL;
+}
+
+static kiln_status_t clone_into(const kiln_graph *src, kiln_graph *g) {
+  size_t nv = (size_t)(src->n_values > 0 ? src->n_values : 1);
+  if (!(g->values = calloc(nv, sizeof *g->values))) return KILN_OOM();
+  g->cap_values = (int)nv;
+  for (int i = 0; i < src->n_values; i++) {
+    const kiln_value_def *s = &src->values[i];
+    kiln_value_def *d = &g->values[i];
+    g->n_values = i + 1; /* counted before filling so kiln_graph_free cleans up on failure */
+    d->producer = s->producer;
+    d->is_graph_input = s->is_graph_input;
+    d->is_graph_output = s->is_graph_output;
+    d->constant = kiln_tensor_retain(s->constant);
+    kiln_type_copy(&d->type, &s->type);
+    if (!(d->name = kiln_strdup(s->name))) return KILN_OOM();
+    if (s->outer_name && !(d->outer_name = kiln_strdup(s->outer_name))) return KILN_OOM();
+  }
+  size_t nn = (size_t)(src->n_nodes > 0 ? src->n_nodes : 1);
+  if (!(g->nodes = calloc(nn, sizeof *g->nodes))) return KILN_OOM();
+  g->cap_nodes = (int)nn;
+  for (int i = 0; i < src->n_nodes; i++) {
+    const kiln_node *s = &src->nodes[i];
+    kiln_node *d = &g->nodes[i];
+    g->n_nodes = i + 1;
+    d->opset = s->opset;
+    d->op = s->op;
+    d->n_inputs = s->n_inputs;
+    d->n_outputs = s->n_outputs;
+    d->name = kiln_strdup(s->name);
+    d->op_type = kiln_strdup(s->op_type);
+    d->domain = kiln_strdup(s->domain);
+    d->inputs = malloc((size_t)(s->n_inputs > 0 ? s->n_inputs : 1) * sizeof(int));
+    d->outputs = malloc((size_t)(s->n_outputs > 0 ? s->n_outputs : 1) * sizeof(int));
+    if (!d->name || !d->op_type || !d->domain || !d->inputs || !d->outputs) return KILN_OOM();
+    if (s->n_inputs > 0) memcpy(d->inputs, s->inputs, (size_t)s->n_inputs * sizeof(int));
+    if (s->n_outputs > 0) memcpy(d->outputs, s->outputs, (size_t)s->n_outputs * sizeof(int));
+    if (s->n_attrs > 0) {
+      if (!(d->attrs = calloc((size_t)s->n_attrs, sizeof *d->attrs))) return KILN_OOM();
+      for (int a = 0; a < s->n_attrs; a++) {
+        d->n_attrs = a + 1;
+        KILN_TRY(clone_attr(&s->attrs[a], &d->attrs[a], g));
+      }
+    }
+  }
+  size_t ni = (size_t)(src->n_inputs > 0 ? src->n_inputs : 1), no = (size_t)(src->n_outputs > 0 ? src->n_outputs : 1);
+  if (!(g->inputs = malloc(ni * sizeof(int))) || !(g->outputs = malloc(no * sizeof(int)))) return KILN_OOM();
+  if (src->n_inputs > 0) memcpy(g->inputs, src->inputs, (size_t)src->n_inputs * sizeof(int));
+  if (src->n_outputs > 0) memcpy(g->outputs, src->outputs, (size_t)src->n_outputs * sizeof(int));
+  g->n_inputs = src->n_inputs;
+  g->n_outputs = src->n_outputs;
+  return NULL;
+}
+
+kiln_status_t kiln_graph_clone(const kiln_graph *src, kiln_graph *parent, kiln_graph **out) {
+  *out = NULL;
+  kiln_graph *g;
+  KILN_TRY(kiln_graph_new(src->name, parent, &g));
+  kiln_status_t st = clone_into(src, g);
+  if (st) {
+    kiln_graph_free(g);
+    return st;
+  }
+  *out = g;
+  return NULL;
+}

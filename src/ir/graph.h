@@ -113,6 +113,10 @@ typedef struct kiln_graph {
 kiln_status_t kiln_graph_new(const char *name, kiln_graph *parent, kiln_graph **out);
 void kiln_graph_free(kiln_graph *g);
 
+/* Deep copy (subgraphs too; constant tensors shared by reference). The
+ * copy's parent is `parent`. node->op pointers are kept. */
+kiln_status_t kiln_graph_clone(const kiln_graph *src, kiln_graph *parent, kiln_graph **out);
+
 /* Finds the value id of `name` in this graph, or -1. */
 int kiln_graph_find_value(const kiln_graph *g, const char *name);
 /* Returns the id of `name`, creating an untyped value if needed. */

@@ -136,28 +136,10 @@ kiln_status_t ew_legacy_broadcast_shape(const kiln_node *node, const kiln_tensor
 
 /* ---- element access ------------------------------------------------------ */
 
-/* Rounds v to float with round-to-odd, so that a second rounding to a
- * narrower format (f16, bf16) equals rounding v directly. */
-static float round_to_odd_f32(double v) {
-  float f = (float)v;
-  if (isfinite(v) && (double)f != v) {
-    uint32_t bits;
-    memcpy(&bits, &f, 4);
-    if (!(bits & 1)) f = nextafterf(f, v > (double)f ? INFINITY : -INFINITY);
-  }
-  return f;
-}
+uint16_t ew_f64_to_f16(double v) { return kiln_f64_to_f16(v); }
+uint16_t ew_f64_to_bf16(double v) { return kiln_f64_to_bf16(v); }
 
-uint16_t ew_f64_to_f16(double v) { return kiln_f32_to_f16(round_to_odd_f32(v)); }
-uint16_t ew_f64_to_bf16(double v) { return kiln_f32_to_bf16(round_to_odd_f32(v)); }
-
-void ew_store_f64(void *data, kiln_dtype dt, int64_t i, double v) {
-  switch (dt) {
-    case KILN_DTYPE_F16: ((uint16_t *)data)[i] = ew_f64_to_f16(v); break;
-    case KILN_DTYPE_BF16: ((uint16_t *)data)[i] = ew_f64_to_bf16(v); break;
-    default: kiln_store_f64(data, dt, i, v); break;
-  }
-}
+void ew_store_f64(void *data, kiln_dtype dt, int64_t i, double v) { kiln_store_f64(data, dt, i, v); }
 
 bool ew_is_unsigned(kiln_dtype dt) {
   return dt == KILN_DTYPE_U8 || dt == KILN_DTYPE_U16 || dt == KILN_DTYPE_U32 || dt == KILN_DTYPE_U64 ||

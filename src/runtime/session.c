@@ -1,6 +1,8 @@
 /* Public session API (include/kiln.h) over the executor. */
 #include "runtime/session.h"
 
+#include "passes/passes.h"
+
 #include <stdio.h>
 
 kiln_session_options kiln_session_options_default(void) {
@@ -70,7 +72,63 @@ kiln_status_t kiln_session_create(const kiln_model *model, const kiln_session_op
   return NULL;
 }
 
-void kiln_session_destroy(kiln_session *s) { free(s); }
+void kiln_session_destroy(kiln_session *s) {
+  if (!s) return;
+  kiln_graph_free(s->specialized);
+  free(s->spec_signature);
+  free(s);
+}
+
+#define SIG_STRIDE (3 + KILN_MAX_RANK)
+
+kiln_status_t kiln_session_specialize(kiln_session *s, kiln_value *const *bound, const kiln_graph **out) {
+  const kiln_graph *g = s->model->ir->graph;
+  size_t n = (size_t)(g->n_inputs > 0 ? g->n_inputs : 1) * SIG_STRIDE;
+  int64_t *sig = calloc(n, sizeof *sig);
+  if (!sig) return KILN_OOM();
+  for (int k = 0; k < g->n_inputs; k++) {
+    const kiln_value *v = bound[k];
+    int64_t *e = sig + (size_t)k * SIG_STRIDE;
+    e[0] = v ? (int64_t)v->kind + 1 : 0;
+    if (v && v->kind == KILN_VALUE_TENSOR) {
+      e[1] = v->tensor->dtype;
+      e[2] = v->tensor->rank;
+      for (int d = 0; d < v->tensor->rank; d++) e[3 + d] = v->tensor->dims[d];
+    }
+  }
+  if (s->specialized && !memcmp(sig, s->spec_signature, n * sizeof *sig)) {
+    free(sig);
+    *out = s->specialized;
+    return NULL;
+  }
+  kiln_graph *spec;
+  kiln_status_t st = kiln_graph_clone(g, NULL, &spec);
+  if (st) {
+    free(sig);
+    return st;
+  }
+  for (int k = 0; k < g->n_inputs; k++) {
+    const kiln_value *v = bound[k];
+    if (!v || v->kind != KILN_VALUE_TENSOR) continue;
+    kiln_value_def *def = &spec->values[spec->inputs[k]];
+    if (def->type.kind != KILN_TYPE_TENSOR && def->type.kind != KILN_TYPE_UNKNOWN &&
+        def->type.kind != KILN_TYPE_OPTIONAL_TENSOR)
+      continue;
+    kiln_type_init_tensor(&def->type, v->tensor->dtype, v->tensor->rank, v->tensor->dims);
+  }
+  st = kiln_run_pass(spec, "infer-types", kiln_pass_infer_types);
+  if (st) {
+    kiln_graph_free(spec);
+    free(sig);
+    return kiln_status_annotate(st, "with the given input shapes");
+  }
+  kiln_graph_free(s->specialized);
+  free(s->spec_signature);
+  s->specialized = spec;
+  s->spec_signature = sig;
+  *out = spec;
+  return NULL;
+}
 
 static kiln_status_t check_input(const kiln_value_def *def, const kiln_value *v) {
   const kiln_type *t = &def->type;
@@ -142,9 +200,11 @@ kiln_status_t kiln_session_run_values(kiln_session *s, int n_inputs, const char 
                       kiln_type_str(&v->type, want, sizeof want));
     }
   }
+  const kiln_graph *run_graph = NULL;
+  if (!st) st = kiln_session_specialize(s, bound, &run_graph);
   if (!st) {
     kiln_exec_options opts = {s->devices, s->n_devices, s->observer, s->observer_user};
-    st = kiln_execute_graph(g, NULL, g->n_inputs, bound, n_outputs, out_outputs, &opts);
+    st = kiln_execute_graph(run_graph, NULL, g->n_inputs, bound, n_outputs, out_outputs, &opts);
   }
   for (int i = 0; i < n_nones; i++) kiln_value_free(nones[i]);
   free(bound);

@@ -21,7 +21,16 @@ struct kiln_session {
   int n_devices;
   kiln_node_observer observer; /* optional, for verification tools */
   void *observer_user;
+  /* The model's graph with the last run's input shapes made concrete and
+   * types re-inferred (symbolic dims such as `batch` become numbers).
+   * Rebuilt when the input shapes change. Owned. */
+  kiln_graph *specialized;
+  int64_t *spec_signature; /* per graph input: kind, dtype, rank, dims[KILN_MAX_RANK]; owned */
 };
+
+/* The specialized graph for these bound inputs (one per graph input, NULL
+ * where the initializer default applies). Borrowed from the session. */
+kiln_status_t kiln_session_specialize(kiln_session *s, kiln_value *const *bound, const kiln_graph **out);
 
 /* Wraps an imported model: resolves ops and infers types. Takes `ir`. */
 kiln_status_t kiln_model_from_ir(kiln_model_ir *ir, kiln_model **out);

@@ -67,6 +67,21 @@ kiln_dtype kiln_dtype_from_name(const char *name) {
   return KILN_DTYPE_UNDEFINED;
 }
 
+/* Rounds v to float with round-to-odd, so that a second rounding to a
+ * narrower format (f16, bf16) equals rounding v directly. */
+static float round_to_odd_f32(double v) {
+  float f = (float)v;
+  if (isfinite(v) && (double)f != v) {
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    if (!(bits & 1)) f = nextafterf(f, v > (double)f ? INFINITY : -INFINITY);
+  }
+  return f;
+}
+
+uint16_t kiln_f64_to_f16(double v) { return kiln_f32_to_f16(round_to_odd_f32(v)); }
+uint16_t kiln_f64_to_bf16(double v) { return kiln_f32_to_bf16(round_to_odd_f32(v)); }
+
 double kiln_load_f64(const void *d, kiln_dtype dt, int64_t i) {
   switch (dt) {
     case KILN_DTYPE_F32: return ((const float *)d)[i];
@@ -98,8 +113,8 @@ void kiln_store_f64(void *d, kiln_dtype dt, int64_t i, double v) {
   switch (dt) {
     case KILN_DTYPE_F32: ((float *)d)[i] = (float)v; break;
     case KILN_DTYPE_F64: ((double *)d)[i] = v; break;
-    case KILN_DTYPE_F16: ((uint16_t *)d)[i] = kiln_f32_to_f16((float)v); break;
-    case KILN_DTYPE_BF16: ((uint16_t *)d)[i] = kiln_f32_to_bf16((float)v); break;
+    case KILN_DTYPE_F16: ((uint16_t *)d)[i] = kiln_f64_to_f16(v); break;
+    case KILN_DTYPE_BF16: ((uint16_t *)d)[i] = kiln_f64_to_bf16(v); break;
     case KILN_DTYPE_BOOL: ((uint8_t *)d)[i] = v != 0.0; break;
     case KILN_DTYPE_U64:
       ((uint64_t *)d)[i] = (isnan(v) || v <= 0) ? 0 : v >= 1.8446744073709552e19 ? UINT64_MAX : (uint64_t)v;

@@ -85,6 +85,11 @@ static inline uint16_t kiln_f32_to_bf16(float f) {
   return (uint16_t)(x >> 16);
 }
 
+/* Correctly rounded double -> half / bfloat16 (one rounding, not two:
+ * the double is first rounded to float with round-to-odd). */
+uint16_t kiln_f64_to_f16(double v);
+uint16_t kiln_f64_to_bf16(double v);
+
 /* Generic element access: element i of a buffer of dtype dt.
  * Not for STRING / complex. Bool loads as 0/1. */
 double kiln_load_f64(const void *data, kiln_dtype dt, int64_t i);
