@@ -91,6 +91,7 @@ void kiln_graph_free(kiln_graph *g) {
     free(v->outer_name);
     kiln_type_clear(&v->type);
     kiln_tensor_release(v->constant);
+    kiln_tensor_release(v->known_value);
   }
   free(g->values);
   free(g->inputs);
@@ -391,6 +392,7 @@ static kiln_status_t clone_into(const kiln_graph *src, kiln_graph *g) {
     d->is_graph_input = s->is_graph_input;
     d->is_graph_output = s->is_graph_output;
     d->constant = kiln_tensor_retain(s->constant);
+    d->known_value = kiln_tensor_retain(s->known_value);
     kiln_type_copy(&d->type, &s->type);
     if (!(d->name = kiln_strdup(s->name))) return KILN_OOM();
     if (s->outer_name && !(d->outer_name = kiln_strdup(s->outer_name))) return KILN_OOM();

@@ -40,6 +40,8 @@ typedef struct kiln_value_def {
   char *name;                 /* owned; unique within its graph ("" never) */
   kiln_type type;
   kiln_tensor *constant;      /* initializer / folded constant, one ref owned, or NULL */
+  kiln_tensor *known_value;   /* value inference found (small shape computations), one ref owned, or
+                                 NULL; unlike `constant` the node that produces it still runs */
   int producer;               /* node index, or -1 */
   bool is_graph_input;
   bool is_graph_output;

@@ -1,5 +1,7 @@
 /* Ops of the "training" family (domain ai.onnx.preview.training): the
- * optimizers Adagrad, Momentum and Adam, and Gradient.
+ * optimizers Adagrad, Momentum and Adam. Gradient is not registered: it
+ * needs autodiff (a graph pass, planned with training), so a model that uses
+ * it is reported as using an unsupported op.
  *
  * Each optimizer takes R (learning rate, scalar) and T (update count,
  * int64 scalar), then n tensors to optimize as consecutive groups:
@@ -214,11 +216,6 @@ static kiln_status_t adagrad_kernel(kiln_kernel_ctx *ctx) { return optimizer_ker
 static kiln_status_t momentum_kernel(kiln_kernel_ctx *ctx) { return optimizer_kernel(ctx, OPT_MOMENTUM); }
 static kiln_status_t adam_kernel(kiln_kernel_ctx *ctx) { return optimizer_kernel(ctx, OPT_ADAM); }
 
-/* ---- Gradient ------------------------------------------------------------ */
-
-static kiln_status_t gradient_kernel(kiln_kernel_ctx *ctx) {
-  return kiln_error(KILN_UNSUPPORTED, "Gradient needs autodiff, not yet implemented");
-}
 
 /* ---- table --------------------------------------------------------------- */
 
@@ -226,7 +223,6 @@ static const kiln_op_def training_ops[] = {
     {TRAINING_DOMAIN, "Adagrad", 5, -1, 2, -1, adagrad_infer, adagrad_kernel, 0},
     {TRAINING_DOMAIN, "Momentum", 5, -1, 2, -1, momentum_infer, momentum_kernel, 0},
     {TRAINING_DOMAIN, "Adam", 6, -1, 3, -1, adam_infer, adam_kernel, 0},
-    {TRAINING_DOMAIN, "Gradient", 1, -1, 1, -1, NULL, gradient_kernel, 0},
 };
 
 const kiln_op_def *kiln_ops_training(int *out_n) {

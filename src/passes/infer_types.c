@@ -43,6 +43,86 @@ static kiln_status_t merge_type(kiln_type *decl, const kiln_type *inf) {
   return NULL;
 }
 
+/* Value inference: shape computations (Shape -> Gather -> Concat -> Reshape
+ * ...) are evaluated at inference time with the reference kernels, so the
+ * shapes that depend on them become known. Only small tensors, only
+ * deterministic ops without subgraphs. */
+#define KNOWN_VALUE_MAX_ELEMENTS 4096
+
+static const kiln_tensor *known(const kiln_value_def *v) { return v->constant ? v->constant : v->known_value; }
+
+static bool type_fully_known(const kiln_type *t) {
+  if (t->kind != KILN_TYPE_TENSOR || t->rank < 0 || !t->dtype) return false;
+  for (int i = 0; i < t->rank; i++)
+    if (t->dims[i] < 0) return false;
+  return true;
+}
+
+/* Shape and Size need only the input's type, not its value. */
+static kiln_status_t shape_only_value(kiln_graph *g, const kiln_node *n) {
+  if (n->n_inputs < 1 || n->inputs[0] < 0 || n->n_outputs < 1 || n->outputs[0] < 0) return NULL;
+  const kiln_type *t = &g->values[n->inputs[0]].type;
+  if (!type_fully_known(t)) return NULL;
+  kiln_tensor *out;
+  if (!strcmp(n->op_type, "Size")) {
+    KILN_TRY(kiln_tensor_new(KILN_DTYPE_I64, 0, NULL, &out));
+    int64_t numel = kiln_shape_numel(t->rank, t->dims);
+    ((int64_t *)out->data)[0] = numel;
+  } else {
+    int64_t start = kiln_attr_int(n, "start", 0), end = kiln_attr_int(n, "end", t->rank);
+    if (start < 0) start += t->rank;
+    if (end < 0) end += t->rank;
+    start = KILN_MAX(0, KILN_MIN(start, t->rank));
+    end = KILN_MAX(start, KILN_MIN(end, t->rank));
+    int64_t len = end - start;
+    KILN_TRY(kiln_tensor_new(KILN_DTYPE_I64, 1, &len, &out));
+    for (int64_t i = 0; i < len; i++) ((int64_t *)out->data)[i] = t->dims[start + i];
+  }
+  kiln_value_def *o = &g->values[n->outputs[0]];
+  kiln_tensor_release(o->known_value);
+  o->known_value = out;
+  return NULL;
+}
+
+static void evaluate_known(kiln_graph *g, const kiln_node *n) {
+  const kiln_op_def *op = n->op;
+  if (!op || !op->ref_kernel || (op->flags & (KILN_OP_NONDETERMINISTIC | KILN_OP_CONTROL_FLOW))) return;
+  if (!strcmp(n->op_type, "Shape") || !strcmp(n->op_type, "Size")) {
+    kiln_status_free(shape_only_value(g, n));
+    return;
+  }
+  if (n->n_inputs > 16 || n->n_outputs > 16) return;
+  kiln_value *in[16] = {0}, *out[16] = {0};
+  bool wanted[16];
+  bool ok = true;
+  for (int i = 0; i < n->n_inputs && ok; i++) {
+    if (n->inputs[i] < 0) continue;
+    const kiln_tensor *t = known(&g->values[n->inputs[i]]);
+    ok = t && t->numel <= KNOWN_VALUE_MAX_ELEMENTS;
+    if (ok) ok = !kiln_value_from_tensor(kiln_tensor_retain((kiln_tensor *)t), &in[i]);
+  }
+  for (int i = 0; i < n->n_outputs; i++) wanted[i] = n->outputs[i] >= 0;
+  if (ok) {
+    kiln_kernel_ctx ctx = {n, n->opset, n->n_inputs, in, n->n_outputs, out, wanted, NULL, NULL};
+    kiln_status_t st = op->ref_kernel(&ctx);
+    /* A failure here is the run's to report, with its real inputs. */
+    if (!st) {
+      for (int i = 0; i < n->n_outputs; i++) {
+        int id = n->outputs[i];
+        if (id < 0 || !out[i] || out[i]->kind != KILN_VALUE_TENSOR) continue;
+        if (out[i]->tensor->numel > KNOWN_VALUE_MAX_ELEMENTS) continue;
+        kiln_tensor_release(g->values[id].known_value);
+        g->values[id].known_value = kiln_tensor_retain(out[i]->tensor);
+      }
+    }
+    kiln_status_free(st);
+  }
+  for (int i = 0; i < 16; i++) {
+    kiln_value_free(in[i]);
+    kiln_value_free(out[i]);
+  }
+}
+
 kiln_status_t kiln_pass_infer_types(kiln_graph *g) {
   for (int i = 0; i < g->n_values; i++) {
     kiln_value_def *v = &g->values[i];
@@ -66,6 +146,7 @@ kiln_status_t kiln_pass_infer_types(kiln_graph *g) {
                              n->op_type, at->name);
     }
     if (!n->op || !n->op->infer) continue;
+    evaluate_known(g, n);
     const kiln_type *in_types[64];
     const kiln_tensor *consts[64];
     kiln_type out_types[64];
@@ -73,7 +154,7 @@ kiln_status_t kiln_pass_infer_types(kiln_graph *g) {
     for (int i = 0; i < n->n_inputs; i++) {
       int id = n->inputs[i];
       in_types[i] = id >= 0 ? &g->values[id].type : NULL;
-      consts[i] = id >= 0 ? g->values[id].constant : NULL;
+      consts[i] = id >= 0 ? known(&g->values[id]) : NULL;
     }
     memset(out_types, 0, sizeof out_types);
     for (int i = 0; i < n->n_outputs; i++) {
@@ -86,6 +167,13 @@ kiln_status_t kiln_pass_infer_types(kiln_graph *g) {
       int id = n->outputs[i];
       if (id < 0) continue;
       st = merge_type(&g->values[id].type, &out_types[i]);
+      const kiln_tensor *kv = g->values[id].known_value;
+      if (!st && kv) {
+        kiln_type vt = {0};
+        kiln_type_init_tensor(&vt, kv->dtype, kv->rank, kv->dims);
+        st = merge_type(&g->values[id].type, &vt);
+        kiln_type_clear(&vt);
+      }
       if (st) st = kiln_status_annotate(st, "output %d ('%s')", i, g->values[id].name);
     }
     for (int i = 0; i < n->n_outputs; i++) kiln_type_clear(&out_types[i]);

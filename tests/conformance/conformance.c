@@ -181,6 +181,8 @@ static kiln_status_t compare_value(const kiln_value *got, const kiln_value *want
 typedef struct infer_check {
   char first_mismatch[512];
   int mismatches;
+  int outputs, unknown; /* node outputs seen; those whose inferred shape was not fully known */
+  char first_unknown[160];
 } infer_check;
 
 static kiln_status_t observe_node(void *user, const kiln_graph *g, const kiln_node *node, kiln_value *const *outputs) {
@@ -190,6 +192,10 @@ static kiln_status_t observe_node(void *user, const kiln_graph *g, const kiln_no
     if (id < 0 || !outputs[i] || outputs[i]->kind != KILN_VALUE_TENSOR) continue;
     const kiln_type *t = &g->values[id].type;
     const kiln_tensor *x = outputs[i]->tensor;
+    ic->outputs++;
+    bool known = t->kind == KILN_TYPE_TENSOR && t->rank >= 0 && t->dtype;
+    for (int d = 0; known && d < t->rank; d++) known = t->dims[d] >= 0;
+    if (!known && !ic->unknown++) snprintf(ic->first_unknown, sizeof ic->first_unknown, "%s", node->op_type);
     bool ok = t->kind == KILN_TYPE_UNKNOWN || t->kind != KILN_TYPE_TENSOR || !t->dtype || t->dtype == x->dtype;
     if (ok && t->kind == KILN_TYPE_TENSOR && t->rank >= 0) {
       ok = t->rank == x->rank;
@@ -375,6 +381,8 @@ typedef struct case_result {
   char name[256];
   bool pass;
   bool not_applicable; /* --via-cli: inputs the CLI cannot express */
+  int outputs, unknown;  /* node outputs, and those with a not fully inferred shape */
+  char unknown_op[160];
   char reason[1200];
 } case_result;
 
@@ -415,7 +423,7 @@ static void run_isolated(const options *o, const char *dir, case_result *r) {
     kiln_status_t st = run_case(o, dir, r->name, &cr, &ic);
     char msg[1100];
     /* First byte: P/F; then the reason (failure) or the inference note. */
-    snprintf(msg, sizeof msg, "%c%s", st ? 'F' : 'P',
+    snprintf(msg, sizeof msg, "%c%d %d %s |%s", st ? 'F' : 'P', ic.outputs, ic.unknown, ic.first_unknown[0] ? ic.first_unknown : "-",
              st ? kiln_status_message(st) : ic.mismatches ? ic.first_mismatch : "");
     kiln_status_free(st);
     ssize_t w = write(fds[1], msg, strlen(msg));
@@ -444,7 +452,11 @@ static void run_isolated(const options *o, const char *dir, case_result *r) {
     snprintf(r->reason, sizeof r->reason, "no result");
   } else {
     r->pass = buf[0] == 'P';
-    snprintf(r->reason, sizeof r->reason, "%s", buf + 1);
+    char op[160] = "";
+    sscanf(buf + 1, "%d %d %159s", &r->outputs, &r->unknown, op);
+    if (r->unknown) snprintf(r->unknown_op, sizeof r->unknown_op, "%s", op);
+    const char *bar = strchr(buf, '|');
+    snprintf(r->reason, sizeof r->reason, "%s", bar ? bar + 1 : "");
   }
 }
 
@@ -555,6 +567,22 @@ int main(int argc, char **argv) {
     printf("\nPassing cases whose inferred types disagree with what ran (%d):\n", infer_notes);
     for (int i = 0; i < names.count; i++)
       if (results[i].pass && results[i].reason[0]) printf("  %s: %s\n", results[i].name, results[i].reason);
+  }
+  {
+    /* How much of the graph inference pinned down before running
+     * (data-dependent ops such as NonZero legitimately stay unknown). */
+    long outs = 0, unknown = 0;
+    for (int i = 0; i < names.count; i++) {
+      outs += results[i].outputs;
+      unknown += results[i].unknown;
+    }
+    printf("\nInferred shapes: %ld of %ld node outputs fully known before running", outs - unknown, outs);
+    if (o.verbose && unknown) {
+      printf("; unknown in:");
+      for (int i = 0; i < names.count; i++)
+        if (results[i].unknown) printf(" %s(%s)", results[i].name, results[i].unknown_op);
+    }
+    printf("\n");
   }
   if (o.expect) {
     int unlisted = 0;

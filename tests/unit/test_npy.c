@@ -550,7 +550,7 @@ static bool write_for_numpy(void) {
         snprintf(path, sizeof path, "%s/%s.bin", dir, stem);
         write_all(path, t->data, kiln_tensor_nbytes(t));
       }
-      char descr[16];
+      char descr[32];
       if (dt == KILN_DTYPE_STRING) {
         size_t longest = 1; /* in code points: count the bytes that start one */
         for (int64_t i = 0; i < t->numel; i++) {
