@@ -163,7 +163,7 @@ const char *kiln_device_description(int index);
 /* ---- sessions -------------------------------------------------------------- */
 
 typedef struct kiln_session_options {
-  const char *device; /* "ref" (default); borrowed during kiln_session_create */
+  const char *device; /* NULL: the default device ("cpu" when a C compiler is found, else "ref"); borrowed */
   int threads;        /* 0 = default */
 } kiln_session_options;
 

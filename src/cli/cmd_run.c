@@ -12,7 +12,8 @@ static const char *run_help =
     "sequence input, its arrays in order; an omitted optional input is empty).\n"
     "With --output-dir the\n"
     "i-th graph output is written to DIR/output_<i>.npy (sequences: DIR/output_<i>.npz);\n"
-    "otherwise each output's name, dtype, shape and first values are printed.\n";
+    "otherwise each output's name, dtype, shape and first values are printed.\n"
+    "An output that is an empty optional writes no file.\n";
 
 static void print_values(const kiln_tensor *t, int max) {
   int64_t n = t->numel < max ? t->numel : max;
@@ -149,7 +150,8 @@ int kiln_cmd_run(int argc, char **argv) {
         for (int k = 0; names && k < outputs[i]->n_items; k++) free(names[k]);
         free(names);
       } else {
-        st = kiln_error(KILN_UNSUPPORTED, "output %d is an empty optional; nothing to write", i);
+        /* An empty optional has no array to write: the file is absent. */
+        fprintf(stderr, "kiln: note: output %d is an empty optional; no file written\n", i);
       }
     }
   } else if (!st) {

@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "cli/cli.h"
+#include "cli/cmd_bench.h"
 
 static const char *usage_text =
     "usage: kiln <command> [options]\n"
@@ -13,6 +14,12 @@ static const char *usage_text =
     "  info MODEL.onnx [--dot]\n"
     "                       opsets, inputs/outputs, op histogram, parameters, FLOPs,\n"
     "                       unsupported ops; --dot prints the graph for Graphviz\n"
+    "  bench MODEL.onnx [--device D] [--threads N] [--warmup W] [--iterations K] [--profile] [--json]\n"
+    "                       latency statistics (median, p10/p90, min), throughput, peak RSS;\n"
+    "                       --profile adds a per-node time table\n"
+    "  verify MODEL.onnx [--device D] [--input NAME=FILE.npy]... [--rtol R] [--atol A]\n"
+    "                       run on D and on ref with the same inputs; report the first\n"
+    "                       node whose output diverges\n"
     "  devices              the devices available and their properties\n"
     "  help                 this text; `kiln CMD --help` for one command\n"
     "  --version            the version\n";
@@ -59,6 +66,8 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(cmd, "run")) return kiln_cmd_run(argc - 1, argv + 1);
   if (!strcmp(cmd, "info")) return kiln_cmd_info(argc - 1, argv + 1);
+  if (!strcmp(cmd, "bench")) return kiln_cmd_bench(argc - 1, argv + 1);
+  if (!strcmp(cmd, "verify")) return kiln_cmd_verify(argc - 1, argv + 1);
   if (!strcmp(cmd, "devices")) return kiln_cmd_devices(argc - 1, argv + 1);
   fprintf(stderr, "kiln: error: unknown command '%s' (try `kiln help`)\n", cmd);
   return 2;

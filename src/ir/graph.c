@@ -167,11 +167,16 @@ kiln_status_t kiln_graph_add_node(kiln_graph *g, const char *name, const char *o
   return NULL;
 }
 
+/* Arrays grow to the next power of two so appends stay amortized O(1)
+ * without a separate capacity field. */
 static kiln_status_t push_id(int **arr, int *n, int id) {
-  int *a = realloc(*arr, (size_t)(*n + 1) * sizeof(int));
-  if (!a) return KILN_OOM();
-  a[(*n)++] = id;
-  *arr = a;
+  int cur = *n;
+  if (cur == 0 || (cur & (cur - 1)) == 0) {
+    int *a = realloc(*arr, (size_t)(cur ? cur * 2 : 1) * sizeof(int));
+    if (!a) return KILN_OOM();
+    *arr = a;
+  }
+  (*arr)[(*n)++] = id;
   return NULL;
 }
 
@@ -216,80 +221,102 @@ kiln_status_t kiln_graph_toposort(kiln_graph *g) {
       g->values[v].producer = i;
     }
   }
-  /* Kahn's algorithm, taking the lowest-index ready node first so the file's
-   * order is kept when it is already valid. */
-  size_t nalloc = nn > 0 ? (size_t)nn : 1;
+  if (nn <= 0) return NULL;
+  /* Kahn's algorithm with a min-heap of ready nodes, so the file's order is
+   * kept when it is already valid; consumers come from a CSR list built
+   * once (O((nodes + edges) log nodes)). */
+  size_t nalloc = (size_t)nn;
   int *pending = calloc(nalloc, sizeof(int));
   int *order = malloc(nalloc * sizeof(int));
-  char *done = calloc(nalloc, 1);
-  if (!pending || !order || !done) {
-    free(pending);
-    free(order);
-    free(done);
-    return KILN_OOM();
+  int *heap = malloc(nalloc * sizeof(int));
+  int *cons_start = calloc((size_t)g->n_values + 1, sizeof(int));
+  int n_edges = 0;
+  for (int i = 0; i < nn; i++) n_edges += g->nodes[i].n_inputs;
+  int *cons = malloc(((size_t)n_edges + 1) * sizeof(int));
+  int *fill = calloc((size_t)g->n_values + 1, sizeof(int));
+  kiln_status_t st = NULL;
+  if (!pending || !order || !heap || !cons_start || !cons || !fill) {
+    st = KILN_OOM();
+    goto out;
   }
   for (int i = 0; i < nn; i++)
     for (int k = 0; k < g->nodes[i].n_inputs; k++) {
       int v = g->nodes[i].inputs[k];
-      if (v >= 0 && g->values[v].producer >= 0) pending[i]++;
+      if (v < 0) continue;
+      if (g->values[v].producer >= 0) pending[i]++;
+      cons_start[v + 1]++;
     }
+  for (int v = 0; v < g->n_values; v++) cons_start[v + 1] += cons_start[v];
+  for (int i = 0; i < nn; i++)
+    for (int k = 0; k < g->nodes[i].n_inputs; k++) {
+      int v = g->nodes[i].inputs[k];
+      if (v >= 0) cons[cons_start[v] + fill[v]++] = i;
+    }
+  int hn = 0;
+#define HEAP_PUSH(x)                                      \
+  do {                                                    \
+    int c_ = hn++;                                        \
+    heap[c_] = (x);                                       \
+    while (c_ > 0 && heap[(c_ - 1) / 2] > heap[c_]) {     \
+      int p_ = (c_ - 1) / 2, t_ = heap[p_];               \
+      heap[p_] = heap[c_];                                \
+      heap[c_] = t_;                                      \
+      c_ = p_;                                            \
+    }                                                     \
+  } while (0)
+  for (int i = 0; i < nn; i++)
+    if (pending[i] == 0) HEAP_PUSH(i);
   int count = 0;
-  /* O(n^2) worst case on scan; a ready-heap is not worth it for model sizes
-   * we see (a few thousand nodes), and the common case is already sorted. */
-  int start = 0;
-  while (count < nn) {
-    int pick = -1;
-    for (int i = start; i < nn; i++)
-      if (!done[i] && pending[i] == 0) {
-        pick = i;
-        break;
-      }
-    if (pick < 0) {
-      for (int i = 0; i < start; i++)
-        if (!done[i] && pending[i] == 0) {
-          pick = i;
-          break;
-        }
+  while (hn > 0) {
+    int pick = heap[0];
+    heap[0] = heap[--hn];
+    for (int c = 0;;) {
+      int l = 2 * c + 1, r = l + 1, m = c;
+      if (l < hn && heap[l] < heap[m]) m = l;
+      if (r < hn && heap[r] < heap[m]) m = r;
+      if (m == c) break;
+      int t = heap[m];
+      heap[m] = heap[c];
+      heap[c] = t;
+      c = m;
     }
-    if (pick < 0) {
-      int culprit = 0;
-      for (int i = 0; i < nn; i++)
-        if (!done[i]) {
-          culprit = i;
-          break;
-        }
-      kiln_status_t st = kiln_error(KILN_INVALID_MODEL, "the graph has a cycle through node '%s' (%s)",
-                                    g->nodes[culprit].name, g->nodes[culprit].op_type);
-      free(pending);
-      free(order);
-      free(done);
-      return st;
-    }
-    done[pick] = 1;
     order[count++] = pick;
-    start = pick;
     kiln_node *n = &g->nodes[pick];
     for (int k = 0; k < n->n_outputs; k++) {
       int v = n->outputs[k];
       if (v < 0) continue;
-      for (int j = 0; j < nn; j++)
-        for (int q = 0; q < g->nodes[j].n_inputs; q++)
-          if (g->nodes[j].inputs[q] == v) pending[j]--;
+      for (int e = cons_start[v]; e < cons_start[v + 1]; e++)
+        if (--pending[cons[e]] == 0) HEAP_PUSH(cons[e]);
     }
+  }
+#undef HEAP_PUSH
+  if (count < nn) {
+    int culprit = 0;
+    for (int i = 0; i < nn; i++)
+      if (pending[i] > 0) {
+        culprit = i;
+        break;
+      }
+    st = kiln_error(KILN_INVALID_MODEL, "the graph has a cycle through node '%s' (%s)", g->nodes[culprit].name,
+                    g->nodes[culprit].op_type);
+    goto out;
   }
   kiln_node *sorted = malloc(nalloc * sizeof *sorted);
   if (!sorted) {
-    free(pending);
-    free(order);
-    free(done);
-    return KILN_OOM();
+    st = KILN_OOM();
+    goto out;
   }
   for (int i = 0; i < nn; i++) sorted[i] = g->nodes[order[i]];
-  memcpy(g->nodes, sorted, (size_t)nn * sizeof *sorted);
+  memcpy(g->nodes, sorted, nalloc * sizeof *sorted);
   free(sorted);
+out:
   free(pending);
   free(order);
-  free(done);
+  free(heap);
+  free(cons_start);
+  free(cons);
+  free(fill);
+  if (st) return st;
   for (int i = 0; i < nn; i++)
     for (int k = 0; k < g->nodes[i].n_outputs; k++)
       if (g->nodes[i].outputs[k] >= 0) g->values[g->nodes[i].outputs[k]].producer = i;

@@ -135,10 +135,21 @@ kiln_status_t onnx_parse_function(onnx_loader *L, onnx_slice msg, onnx_function 
   return st;
 }
 
+kiln_status_t onnx_index_functions(onnx_loader *L) {
+  L->next_same_name = malloc((size_t)(L->n_functions + 1) * sizeof(int));
+  if (!L->next_same_name) return KILN_OOM();
+  /* Walk backwards so each chain lists functions in file order. */
+  for (int i = L->n_functions - 1; i >= 0; i--) {
+    L->next_same_name[i] = onnx_map_get(&L->function_index, L->functions[i].name);
+    KILN_TRY(onnx_map_put(&L->function_index, L->functions[i].name, i));
+  }
+  return NULL;
+}
+
 const onnx_function *onnx_find_function(const onnx_loader *L, const char *domain, const char *op_type) {
-  for (int i = 0; i < L->n_functions; i++)
-    if (!strcmp(L->functions[i].name, op_type) && onnx_domain_eq(L->functions[i].domain, domain))
-      return &L->functions[i];
+  if (!L->n_functions || !L->next_same_name) return NULL;
+  for (int i = onnx_map_get(&L->function_index, op_type); i >= 0; i = L->next_same_name[i])
+    if (onnx_domain_eq(L->functions[i].domain, domain)) return &L->functions[i];
   return NULL;
 }
 
@@ -170,17 +181,14 @@ static kiln_status_t scope_bind(onnx_scope *s, const char *name, const char *tar
   return NULL;
 }
 
+/* attrs must have room (allocated for callers' plus defaults). */
 static kiln_status_t scope_add_attr(onnx_scope *s, const char *name, onnx_slice proto) {
-  for (int i = 0; i < s->n_attrs; i++)
-    if (!strcmp(s->attrs[i].name, name)) return NULL; /* the caller's value wins over a default */
-  onnx_attr_ref *n = realloc(s->attrs, (size_t)(s->n_attrs + 1) * sizeof *n);
-  if (!n) return KILN_OOM();
-  s->attrs = n;
-  n[s->n_attrs].name = kiln_strdup(name);
-  if (!n[s->n_attrs].name) return KILN_OOM();
-  n[s->n_attrs].proto = proto;
+  if (onnx_map_get(&s->attr_index, name) >= 0) return NULL; /* the caller's value wins over a default */
+  onnx_attr_ref *a = &s->attrs[s->n_attrs];
+  if (!(a->name = kiln_strdup(name))) return KILN_OOM();
+  a->proto = proto;
   s->n_attrs++;
-  return NULL;
+  return onnx_map_put(&s->attr_index, a->name, s->n_attrs - 1);
 }
 
 static kiln_status_t new_scope(onnx_builder *b, const onnx_node_desc *call, const onnx_function *fn,
@@ -197,15 +205,19 @@ static kiln_status_t new_scope(onnx_builder *b, const onnx_node_desc *call, cons
   if (!s) return KILN_OOM();
   b->scopes[b->n_scopes++] = s; /* freed with the builder */
   s->fn = fn;
+  s->attrs = calloc((size_t)call->n_attrs + (size_t)fn->n_defaults + 1, sizeof *s->attrs);
+  if (!s->attrs) return KILN_OOM();
   for (int i = 0; i < call->n_attrs; i++) KILN_TRY(scope_add_attr(s, call->attrs[i].name, call->attrs[i].proto));
   for (int i = 0; i < fn->n_defaults; i++) KILN_TRY(scope_add_attr(s, fn->default_names[i], fn->defaults[i]));
   *out = s;
   return NULL;
 }
 
-static kiln_status_t charge(onnx_loader *L, const onnx_node_desc *d, size_t node_bytes) {
+/* Counts bytes re-read by inlining against the budget: a body node and
+ * the attributes it decodes, or a call's scope (attributes + defaults). */
+static kiln_status_t charge(onnx_loader *L, int n_attrs, const onnx_attr_ref *attrs, size_t node_bytes) {
   int64_t cost = (int64_t)node_bytes + 64;
-  for (int i = 0; i < d->n_attrs; i++) cost += (int64_t)d->attrs[i].proto.len;
+  for (int i = 0; i < n_attrs; i++) cost += (int64_t)attrs[i].proto.len + 16;
   int64_t budget = (int64_t)L->src.size * ONNX_INLINE_BUDGET_FACTOR + ((int64_t)1 << 20);
   L->inlined_bytes += cost;
   if (L->inlined_bytes > budget)
@@ -277,6 +289,7 @@ kiln_status_t onnx_inline_call(onnx_builder *b, const onnx_node_desc *call, cons
                       fn->name, call->n_inputs, call->n_outputs, fn->n_inputs, fn->n_outputs);
   onnx_scope *s;
   KILN_TRY(new_scope(b, call, fn, &s));
+  KILN_TRY(charge(b->L, s->n_attrs, s->attrs, (size_t)fn->n_inputs * 8));
   for (int i = 0; i < fn->n_inputs; i++) {
     if (onnx_map_get(&s->rename, fn->inputs[i]) >= 0)
       return kiln_error(KILN_INVALID_MODEL, "function '%s' declares input '%s' twice", fn->name, fn->inputs[i]);
@@ -289,7 +302,7 @@ kiln_status_t onnx_inline_call(onnx_builder *b, const onnx_node_desc *call, cons
     onnx_node_desc d;
     st = onnx_parse_node_desc(b->L, fn->nodes[k], fn->node_offsets[k], s, &d);
     if (st) break; /* already names the node */
-    st = charge(b->L, &d, fn->nodes[k].len);
+    st = charge(b->L, d.n_attrs, d.attrs, fn->nodes[k].len);
     if (!st) st = translate_body_node(b, call, fn, s, &d, k, produced);
     if (!st) {
       const onnx_function *g = onnx_find_function(b->L, d.domain, d.op_type);

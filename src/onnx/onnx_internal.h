@@ -38,6 +38,13 @@ typedef struct onnx_slice {
   size_t len;
 } onnx_slice;
 
+/* String -> int map (open addressing; keys borrowed, must outlive the map). */
+typedef struct onnx_name_map {
+  const char **keys; /* borrowed */
+  int *vals;
+  int cap, count;    /* cap is 0 or a power of two */
+} onnx_name_map;
+
 /* ---- buffers the model's tensors may borrow ---------------------------- */
 
 typedef struct onnx_mapping {
@@ -90,6 +97,8 @@ typedef struct onnx_loader {
   const kiln_opset_import *opsets; /* the model's (borrowed) */
   int n_functions;
   onnx_function *functions;
+  onnx_name_map function_index; /* name -> first function of that name */
+  int *next_same_name;          /* per function: next with the same name, or -1 */
   int64_t fresh_counter; /* for unique names of inlined values */
   int64_t inlined_bytes;  /* attribute bytes decoded again by inlining (bounded) */
 } onnx_loader;
@@ -103,17 +112,12 @@ typedef struct onnx_attr_ref {
   onnx_slice proto; /* AttributeProto holding its value (ref_attr_name resolved) */
 } onnx_attr_ref;
 
-typedef struct onnx_name_map {
-  const char **keys; /* borrowed */
-  int *vals;
-  int cap, count;    /* cap is 0 or a power of two */
-} onnx_name_map;
-
 /* One inlined call of a function. */
 typedef struct onnx_scope {
   const onnx_function *fn;
-  int n_attrs;          /* the caller's attributes (owned copies) */
+  int n_attrs;          /* the caller's attributes, then the defaults (owned copies) */
   onnx_attr_ref *attrs;
+  onnx_name_map attr_index; /* attribute name -> index in attrs */
   onnx_name_map rename; /* function-body name -> index into `targets` */
   char **targets;       /* owned; "" = absent optional input */
   int n_targets, cap_targets;
@@ -149,7 +153,7 @@ typedef struct onnx_builder {
   int depth;
 } onnx_builder;
 
-/* Name maps (open addressing; keys must outlive the map). */
+/* Name maps. */
 int onnx_map_get(const onnx_name_map *m, const char *key); /* -1 if absent */
 kiln_status_t onnx_map_put(onnx_name_map *m, const char *key, int val);
 void onnx_map_free(onnx_name_map *m);
@@ -182,6 +186,8 @@ kiln_status_t onnx_scope_lookup_attr(const onnx_scope *s, const char *ref, onnx_
 
 kiln_status_t onnx_parse_function(onnx_loader *L, onnx_slice fn, onnx_function *out);
 void onnx_function_clear(onnx_function *f);
+/* Builds L->function_index once L->functions is filled. */
+kiln_status_t onnx_index_functions(onnx_loader *L);
 const onnx_function *onnx_find_function(const onnx_loader *L, const char *domain, const char *op_type);
 /* Appends the nodes of `call` (a call of fn) with the body inlined to out.
  * Names in `call` are of b's namespace; new internal values are interned. */

@@ -93,4 +93,7 @@ void onnx_loader_release(onnx_loader *L) {
   free(L->functions);
   L->functions = NULL;
   L->n_functions = 0;
+  onnx_map_free(&L->function_index);
+  free(L->next_same_name);
+  L->next_same_name = NULL;
 }

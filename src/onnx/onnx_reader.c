@@ -144,14 +144,11 @@ kiln_status_t onnx_attr_names(onnx_loader *L, onnx_slice a, char **name, char **
 }
 
 kiln_status_t onnx_scope_lookup_attr(const onnx_scope *s, const char *ref, onnx_slice *out, bool *found) {
-  *found = false;
-  for (int i = 0; i < s->n_attrs; i++)
-    if (!strcmp(s->attrs[i].name, ref)) {
-      *out = s->attrs[i].proto;
-      *found = true;
-      return NULL;
-    }
-  return NULL; /* defaults were merged into attrs when the scope was made */
+  /* The function's defaults were merged into attrs when the scope was made. */
+  int i = onnx_map_get(&s->attr_index, ref);
+  *found = i >= 0;
+  if (i >= 0) *out = s->attrs[i].proto;
+  return NULL;
 }
 
 /* ---- NodeProto -> desc ------------------------------------------------------ */
@@ -386,6 +383,7 @@ static void builder_free(onnx_builder *b) {
     onnx_scope *s = b->scopes[i];
     for (int k = 0; k < s->n_attrs; k++) free(s->attrs[k].name);
     free(s->attrs);
+    onnx_map_free(&s->attr_index);
     onnx_map_free(&s->rename);
     for (int k = 0; k < s->n_targets; k++) free(s->targets[k]);
     free(s->targets);
@@ -428,7 +426,7 @@ static kiln_status_t read_value_info(onnx_loader *L, onnx_slice msg, int depth, 
       }
     } else if (f.number == 2) {
       st = pw_expect(&f, PW_LEN, "type");
-      if (!st) st = onnx_read_type(L, slice_of(&f), &vi->type, &vi->unsupported, depth);
+      if (!st) st = onnx_read_type(L, slice_of(&f), &vi->type, &vi->unsupported, 0);
       vi->has_type = true;
     }
   }
@@ -887,31 +885,27 @@ static kiln_status_t add_node(onnx_builder *b, const onnx_node_desc *d, int inde
       if (ids[n_in + i] < 0) st = kiln_error(KILN_INTERNAL, "output '%s' was not interned", d->outputs[i]);
     }
   }
-  int done = 0;
-  for (; done < d->n_attrs && !st; done++) {
-    st = decode_attr(b, d, d->attrs[done].proto, &attrs[done]);
-    if (st) {
-      st = kiln_status_annotate(st, "attribute '%s'", d->attrs[done].name);
-      attr_clear(&attrs[done]);
-    }
+  for (int i = 0; i < d->n_attrs && !st; i++) {
+    st = decode_attr(b, d, d->attrs[i].proto, &attrs[i]);
+    if (st) st = kiln_status_annotate(st, "attribute '%s'", d->attrs[i].name);
   }
+  for (int i = 0; i < d->n_attrs && !st; i++)
+    if (!(attrs[i].name = kiln_strdup(d->attrs[i].name))) st = KILN_OOM();
   int idx = -1;
   if (!st) st = kiln_graph_add_node(g, name, d->op_type, d->domain, n_in, ids, n_out, ids + n_in, &idx);
   if (!st) {
+    /* The node owns its attribute array (kiln_node_add_attr would realloc
+     * once per attribute: quadratic for hostile nodes with very many). */
     g->nodes[idx].opset = d->opset;
-    for (int i = 0; i < d->n_attrs && !st; i++) {
-      kiln_attr *slot;
-      st = kiln_node_add_attr(&g->nodes[idx], d->attrs[i].name, attrs[i].type, &slot);
-      if (!st) {
-        char *nm = slot->name;
-        *slot = attrs[i];
-        slot->name = nm;
-        memset(&attrs[i], 0, sizeof attrs[i]);
-      }
-    }
+    g->nodes[idx].attrs = attrs;
+    g->nodes[idx].n_attrs = d->n_attrs;
+    attrs = NULL;
   }
   if (attrs)
-    for (int i = 0; i < done; i++) attr_clear(&attrs[i]);
+    for (int i = 0; i < d->n_attrs; i++) {
+      free(attrs[i].name);
+      attr_clear(&attrs[i]);
+    }
   if (st) st = kiln_status_annotate(st, "node '%s' (%s)", name ? name : "?", d->op_type);
   free(attrs);
   free(ids);
@@ -1066,6 +1060,7 @@ static kiln_status_t read_model(onnx_loader *L, kiln_model_ir *m) {
     if (!st) L->n_functions++;
     else st = kiln_status_annotate(st, "function %d", i);
   }
+  if (!st) st = onnx_index_functions(L);
   if (!st && !has_graph) st = kiln_error(KILN_INVALID_MODEL, "the model has no graph");
   if (!st) st = build_graph(L, NULL, NULL, NULL, graph, 0, &m->graph);
   slice_vec_free(&opsets);

@@ -473,7 +473,7 @@ kiln_status_t onnx_read_sparse_tensor(onnx_loader *L, onnx_slice msg, kiln_tenso
   for (int i = 0; i < shape.rank; i++)
     if (shape.dims[i] < 0) numel = -1;
   /* The dense form is not backed by file bytes: cap it. */
-  int64_t cap = KILN_MAX((int64_t)64 << 20, (int64_t)L->src.size * 16);
+  int64_t cap = KILN_MAX((int64_t)1 << 20, (int64_t)L->src.size * 64);
   if (numel < 0 || !kiln_mul_i64(numel, (int64_t)kiln_dtype_size(vals->dtype), &bytes) || bytes > cap) {
     st = kiln_error(KILN_INVALID_MODEL, "sparse tensor dense shape %s is invalid or too large",
                     kiln_shape_str(shape.rank, shape.dims, s1, sizeof s1));

@@ -109,7 +109,8 @@ const kiln_op_def *const *kiln_op_all(int *out_n);
   X(sequence)               \
   X(control)                \
   X(misc)                   \
-  X(training)
+  X(training)               \
+  X(fused)
 
 #define KILN_DECLARE_OP_FAMILY(name) const kiln_op_def *kiln_ops_##name(int *out_n);
 KILN_OP_FAMILIES(KILN_DECLARE_OP_FAMILY)

@@ -9,7 +9,8 @@ static int n_devices;
 static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
 
 static void devices_init(void) {
-  kiln_device *(*constructors[])(void) = {kiln_ref_device_create, kiln_null_device_create};
+  /* The first listed is the default device. */
+  kiln_device *(*constructors[])(void) = {kiln_cpu_device_create, kiln_ref_device_create, kiln_null_device_create};
   for (size_t i = 0; i < KILN_ARRAY_SIZE(constructors) && n_devices < MAX_DEVICES; i++) {
     kiln_device *d = constructors[i]();
     if (d) devices[n_devices++] = d;

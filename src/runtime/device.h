@@ -53,6 +53,17 @@ typedef struct kiln_device_event {
   uint64_t value; /* timeline value; complete when the queue's timeline reaches it */
 } kiln_device_event;
 
+struct kiln_prepare_options;
+struct kiln_executable; /* a device's compiled graph */
+
+/* Per-step callbacks for profilers and `kiln verify`. outputs[i] are the
+ * node's output values (borrowed; NULL for outputs not materialized). */
+typedef struct kiln_step_observer {
+  void (*before)(void *user, const kiln_graph *g, const kiln_node *node);
+  kiln_status_t (*after)(void *user, const kiln_graph *g, const kiln_node *node, kiln_value *const *outputs);
+  void *user;
+} kiln_step_observer;
+
 typedef struct kiln_device_vtable {
   void (*query)(const kiln_device *dev, kiln_device_info *out_info);
   /* true if the device runs `node` (with its inferred input/output types in g);
@@ -77,7 +88,24 @@ typedef struct kiln_device_vtable {
   bool (*event_done)(kiln_device *dev, kiln_device_event event);
   kiln_status_t (*synchronize)(kiln_device *dev);
   void (*destroy)(kiln_device *dev);
+
+  /* Whole-graph compilers (cpu): compile every node of `g` the device
+   * supports into one executable; the rest runs inside it on ref. `g` must
+   * stay alive and unchanged while the executable exists. NULL slots: the
+   * session interprets node by node with run_node. */
+  kiln_status_t (*prepare)(kiln_device *dev, const kiln_graph *g, const struct kiln_prepare_options *opts,
+                           struct kiln_executable **out_exec);
+  /* inputs[i] binds g->inputs[i] (NULL: its initializer). Outputs owned by
+   * the caller. observe (may be NULL) is called after each step with the
+   * node whose output the step materialized (fused groups: their root). */
+  kiln_status_t (*execute)(kiln_device *dev, struct kiln_executable *exec, kiln_value *const *inputs,
+                           int n_outputs, kiln_value **out_outputs, const struct kiln_step_observer *observe);
+  void (*executable_free)(kiln_device *dev, struct kiln_executable *exec);
 } kiln_device_vtable;
+
+typedef struct kiln_prepare_options {
+  int threads; /* 0 = the number of physical cores */
+} kiln_prepare_options;
 
 struct kiln_device {
   const kiln_device_vtable *vt;
@@ -93,6 +121,7 @@ int kiln_device_list(kiln_device **out_devices, int max);
  * device is absent on this machine (e.g. no driver). */
 kiln_device *kiln_ref_device_create(void);
 kiln_device *kiln_null_device_create(void);
+kiln_device *kiln_cpu_device_create(void);
 
 /* Defaults for synchronous host devices, usable by any device's code. */
 kiln_status_t kiln_device_synchronize(kiln_device *dev);

@@ -69,6 +69,7 @@ static kiln_status_t run_subgraph(void *data, const kiln_graph *g, int n_inputs,
   /* Observers see top-level nodes only: subgraph values are not graph values. */
   kiln_exec_options sub = *frame->opts;
   sub.observer = NULL;
+  sub.before_node = NULL;
   if (n_inputs != g->n_inputs)
     return kiln_error(KILN_INVALID_MODEL, "subgraph '%s' takes %d inputs, given %d", g->name, g->n_inputs, n_inputs);
   return kiln_execute_graph(g, frame, n_inputs, inputs, n_outputs, outs, &sub);
@@ -215,6 +216,7 @@ kiln_status_t kiln_execute_graph(const kiln_graph *g, const kiln_exec_frame *par
   for (int i = 0; i < g->n_outputs; i++) uses[g->outputs[i]]++;
   for (int n = 0; n < g->n_nodes; n++) {
     const kiln_node *node = &g->nodes[n];
+    if (opts->before_node) opts->before_node(opts->observer_user, g, node);
     st = run_node(&f, node);
     if (st) {
       st = kiln_status_annotate(st, "node '%s' (%s)", node->name, node->op_type);

@@ -20,11 +20,15 @@
 typedef kiln_status_t (*kiln_node_observer)(void *user, const kiln_graph *g, const kiln_node *node,
                                            kiln_value *const *outputs);
 
+/* Called before each top-level node runs (profilers start a clock here). */
+typedef void (*kiln_node_starter)(void *user, const kiln_graph *g, const kiln_node *node);
+
 typedef struct kiln_exec_options {
   kiln_device *const *devices; /* priority order; ref is always the fallback */
   int n_devices;
   kiln_node_observer observer; /* may be NULL; sees top-level nodes only */
   void *observer_user;
+  kiln_node_starter before_node; /* may be NULL; top-level nodes only; gets observer_user */
 } kiln_exec_options;
 
 typedef struct kiln_exec_frame kiln_exec_frame;

@@ -6,7 +6,7 @@
 #include <stdio.h>
 
 kiln_session_options kiln_session_options_default(void) {
-  kiln_session_options o = {"ref", 0};
+  kiln_session_options o = {NULL, 0}; /* NULL: the default device (cpu when a C compiler exists, else ref) */
   return o;
 }
 
@@ -41,7 +41,7 @@ kiln_status_t kiln_session_create(const kiln_model *model, const kiln_session_op
   if (!model || !out_session) return kiln_error(KILN_INVALID_ARGUMENT, "NULL argument");
   *out_session = NULL;
   kiln_session_options opts = options ? *options : kiln_session_options_default();
-  const char *dev_name = opts.device ? opts.device : "ref";
+  const char *dev_name = opts.device ? opts.device : kiln_device_name(0);
   kiln_device *dev = kiln_device_get(dev_name);
   if (!dev) {
     char avail[512] = "";
@@ -68,12 +68,19 @@ kiln_status_t kiln_session_create(const kiln_model *model, const kiln_session_op
   if (!s) return KILN_OOM();
   s->model = model;
   s->devices[s->n_devices++] = dev;
+  s->threads = opts.threads;
   *out_session = s;
   return NULL;
 }
 
+static void drop_exec(kiln_session *s) {
+  if (s->exec) s->devices[0]->vt->executable_free(s->devices[0], s->exec);
+  s->exec = NULL;
+}
+
 void kiln_session_destroy(kiln_session *s) {
   if (!s) return;
+  drop_exec(s);
   kiln_graph_free(s->specialized);
   free(s->spec_signature);
   free(s);
@@ -122,11 +129,35 @@ kiln_status_t kiln_session_specialize(kiln_session *s, kiln_value *const *bound,
     free(sig);
     return kiln_status_annotate(st, "with the given input shapes");
   }
+  drop_exec(s);
   kiln_graph_free(s->specialized);
   free(s->spec_signature);
   s->specialized = spec;
   s->spec_signature = sig;
+  s->fallback_reason[0] = 0;
   *out = spec;
+  /* Compiling devices compile the specialized graph once per input shapes. */
+  kiln_device *dev = s->devices[0];
+  if (dev->vt->prepare) {
+    kiln_prepare_options po = {s->threads};
+    st = dev->vt->prepare(dev, spec, &po, &s->exec);
+    if (st && kiln_status_code_of(st) == KILN_UNSUPPORTED) {
+      /* The whole graph runs on the interpreter (ref kernels) instead. */
+      snprintf(s->fallback_reason, sizeof s->fallback_reason, "%s", kiln_status_message(st));
+      kiln_status_free(st);
+      st = NULL;
+    }
+    if (st) {
+      /* Forget the specialization so the next run retries. */
+      kiln_graph_free(s->specialized);
+      free(s->spec_signature);
+      s->specialized = NULL;
+      s->spec_signature = NULL;
+      kiln_device_info info;
+      dev->vt->query(dev, &info);
+      return kiln_status_annotate(st, "compiling for device %s", info.name);
+    }
+  }
   return NULL;
 }
 
@@ -202,8 +233,13 @@ kiln_status_t kiln_session_run_values(kiln_session *s, int n_inputs, const char 
   }
   const kiln_graph *run_graph = NULL;
   if (!st) st = kiln_session_specialize(s, bound, &run_graph);
-  if (!st) {
-    kiln_exec_options opts = {s->devices, s->n_devices, s->observer, s->observer_user};
+  if (!st && s->exec) {
+    kiln_step_observer obs = {s->before_node, s->observer, s->observer_user};
+    st = s->devices[0]->vt->execute(s->devices[0], s->exec, bound, n_outputs, out_outputs,
+                                    s->observer || s->before_node ? &obs : NULL);
+  } else if (!st) {
+    /* Interpreting: nodes run on the first device with run_node (ref). */
+    kiln_exec_options opts = {s->devices, s->n_devices, s->observer, s->observer_user, s->before_node};
     st = kiln_execute_graph(run_graph, NULL, g->n_inputs, bound, n_outputs, out_outputs, &opts);
   }
   for (int i = 0; i < n_nones; i++) kiln_value_free(nones[i]);

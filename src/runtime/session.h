@@ -20,12 +20,18 @@ struct kiln_session {
   kiln_device *devices[8]; /* priority order; process-wide devices */
   int n_devices;
   kiln_node_observer observer; /* optional, for verification tools */
+  kiln_node_starter before_node; /* optional, for profilers; gets observer_user */
   void *observer_user;
   /* The model's graph with the last run's input shapes made concrete and
    * types re-inferred (symbolic dims such as `batch` become numbers).
    * Rebuilt when the input shapes change. Owned. */
   kiln_graph *specialized;
   int64_t *spec_signature; /* per graph input: kind, dtype, rank, dims[KILN_MAX_RANK]; owned */
+  /* The primary device's compiled form of `specialized` (devices with a
+   * prepare slot), or NULL when the session interprets node by node. */
+  struct kiln_executable *exec;
+  char fallback_reason[256]; /* why a compiling device interprets instead, or "" */
+  int threads;
 };
 
 /* The specialized graph for these bound inputs (one per graph input, NULL

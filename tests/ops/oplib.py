@@ -207,28 +207,64 @@ def tensor_proto(t, name):
     return numpy_helper.from_array(a, name)
 
 
+class Seq(list):
+    """A sequence of tensors whose element dtype is stated (for empty ones)."""
+
+    def __init__(self, items, elem):
+        super().__init__(items)
+        self.elem = elem
+
+
+class Opt:
+    """An optional value: a tensor, a sequence (list) or None (empty), with
+    the element type for the empty case ('float32' or Seq([], dt))."""
+
+    def __init__(self, value, like=None):
+        self.value = value
+        self.like = value if value is not None else like
+
+
+def _seq_elem(v):
+    return v.elem if isinstance(v, Seq) else (dtname(v[0]) if v else 'float32')
+
+
 def type_proto(v, shape=True):
-    """A TypeProto for a tensor or a sequence (python list) of tensors."""
+    """A TypeProto for a tensor, a sequence (list) of tensors or an Opt."""
+    if isinstance(v, Opt):
+        return helper.make_optional_type_proto(type_proto(v.like, shape=False))
     if isinstance(v, list):
-        elem = dtname(v[0]) if v else 'float32'
-        return helper.make_sequence_type_proto(helper.make_tensor_type_proto(ONNX_TYPE[elem], None))
+        return helper.make_sequence_type_proto(helper.make_tensor_type_proto(ONNX_TYPE[_seq_elem(v)], None))
     return helper.make_tensor_type_proto(ONNX_TYPE[dtname(v)], list(v.shape) if shape else None)
 
 
 def value_proto(v, name):
-    if isinstance(v, list):
-        return helper.make_tensor_sequence_value_info(name, ONNX_TYPE[dtname(v[0]) if v else 'float32'], None)
     return helper.make_value_info(name, type_proto(v))
 
 
+def _sequence_proto(v, name):
+    seq = onnx.SequenceProto()
+    seq.name = name
+    seq.elem_type = onnx.SequenceProto.TENSOR
+    for item in v:
+        seq.tensor_values.append(tensor_proto(item, ''))
+    return seq
+
+
 def serialize(v, name):
+    if isinstance(v, Opt):
+        o = onnx.OptionalProto()
+        o.name = name
+        if v.value is None:
+            o.elem_type = onnx.OptionalProto.UNDEFINED
+        elif isinstance(v.value, list):
+            o.elem_type = onnx.OptionalProto.SEQUENCE
+            o.sequence_value.CopyFrom(_sequence_proto(v.value, name))
+        else:
+            o.elem_type = onnx.OptionalProto.TENSOR
+            o.tensor_value.CopyFrom(tensor_proto(v.value, name))
+        return o.SerializeToString()
     if isinstance(v, list):
-        seq = onnx.SequenceProto()
-        seq.name = name
-        seq.elem_type = onnx.SequenceProto.TENSOR
-        for item in v:
-            seq.tensor_values.append(tensor_proto(item, ''))
-        return seq.SerializeToString()
+        return _sequence_proto(v, name).SerializeToString()
     return tensor_proto(v, name).SerializeToString()
 
 
@@ -241,13 +277,45 @@ class Writer:
         self.names = {}
         self.bytes = 0
 
+    def graph_case(self, suite, name, nodes, inputs, outputs, opset=17):
+        """A model of several nodes: inputs and outputs are (name, value)
+        pairs (graph inputs in order, graph outputs in order)."""
+        names = self.names.setdefault(suite, set())
+        if name in names:
+            raise ValueError('duplicate case %s/%s' % (suite, name))
+        names.add(name)
+        g = helper.make_graph(nodes, name, [value_proto(v, n) for n, v in inputs], [value_proto(v, n) for n, v in outputs])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid('', opset)], producer_name='kiln gen_op_cases')
+        m.ir_version = 8
+        if self.check:
+            try:
+                onnx.checker.check_model(m)
+                onnx.shape_inference.infer_shapes(m, strict_mode=True)
+            except Exception as e:  # noqa: BLE001 - report and go on
+                print('check %s/%s: %s' % (suite, name, str(e).splitlines()[-1]))
+        self._write(suite, name, m, inputs, outputs)
+
+    def _write(self, suite, name, m, inputs, outputs):
+        d = os.path.join(self.root, suite, name)
+        sd = os.path.join(d, 'test_data_set_0')
+        os.makedirs(sd)
+        files = [('model.onnx', m.SerializeToString())]
+        files += [('test_data_set_0/input_%d.pb' % k, serialize(v, n)) for k, (n, v) in enumerate(inputs)]
+        files += [('test_data_set_0/output_%d.pb' % k, serialize(v, n)) for k, (n, v) in enumerate(outputs)]
+        for path, blob in files:
+            self.bytes += len(blob)
+            with open(os.path.join(d, path), 'wb') as f:
+                f.write(blob)
+
     def case(self, suite, name, op, inputs, outputs, attrs=None, opset=17, domain='', inits=(),
-             n_outputs=None, out_shapes=True):
+             n_outputs=None, out_shapes=True, extra_inputs=()):
         """One single-node model. inputs: tensors, BF16s, lists (sequences)
         or None (an absent optional input). outputs: the expected outputs of
         the node's first len(outputs) outputs; n_outputs > len(outputs) asks
         for more node outputs that are not graph outputs (unused). inits:
-        indices of inputs given as initializers instead of graph inputs."""
+        indices of inputs given as initializers instead of graph inputs.
+        extra_inputs: (name, value) graph inputs the node does not take
+        (read by subgraphs from the outer scope); fed after the node's."""
         names = self.names.setdefault(suite, set())
         if name in names:
             raise ValueError('duplicate case %s/%s' % (suite, name))
@@ -263,10 +331,11 @@ class Writer:
         node = helper.make_node(op, node_in, node_out, domain=domain or None, **(attrs or {}))
         g_in = [value_proto(v, n) for i, (n, v) in enumerate(zip(in_names, inputs))
                 if v is not None and i not in inits]
+        g_in += [value_proto(v, n) for n, v in extra_inputs]
         init = [tensor_proto(v, n) for i, (n, v) in enumerate(zip(in_names, inputs)) if i in inits]
         g_out = []
         for n, v in zip(out_names, outputs):
-            if isinstance(v, list) or out_shapes:
+            if isinstance(v, (list, Opt)) or out_shapes:
                 g_out.append(value_proto(v, n))
             else:
                 g_out.append(helper.make_value_info(n, type_proto(v, shape=False)))
@@ -277,26 +346,10 @@ class Writer:
         m = helper.make_model(g, opset_imports=imports, producer_name='kiln gen_op_cases')
         m.ir_version = 8
         if self.check:
-            onnx.checker.check_model(m)
-            onnx.shape_inference.infer_shapes(m, strict_mode=True)
-        d = os.path.join(self.root, suite, name)
-        sd = os.path.join(d, 'test_data_set_0')
-        os.makedirs(sd)
-        blob = m.SerializeToString()
-        self.bytes += len(blob)
-        with open(os.path.join(d, 'model.onnx'), 'wb') as f:
-            f.write(blob)
-        k = 0
-        for i, (n, v) in enumerate(zip(in_names, inputs)):
-            if v is None or i in inits:
-                continue
-            blob = serialize(v, n)
-            self.bytes += len(blob)
-            with open(os.path.join(sd, 'input_%d.pb' % k), 'wb') as f:
-                f.write(blob)
-            k += 1
-        for i, (n, v) in enumerate(zip(out_names, outputs)):
-            blob = serialize(v, n)
-            self.bytes += len(blob)
-            with open(os.path.join(sd, 'output_%d.pb' % i), 'wb') as f:
-                f.write(blob)
+            try:
+                onnx.checker.check_model(m)
+                onnx.shape_inference.infer_shapes(m, strict_mode=True)
+            except Exception as e:  # noqa: BLE001 - report and go on
+                print('check %s/%s: %s' % (suite, name, str(e).splitlines()[-1]))
+        fed = [(n, v) for i, (n, v) in enumerate(zip(in_names, inputs)) if v is not None and i not in inits]
+        self._write(suite, name, m, fed + list(extra_inputs), list(zip(out_names, outputs)))

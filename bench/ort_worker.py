@@ -1,0 +1,82 @@
+"""ONNX Runtime side of bench/run_bench.py, run with bench/.venv's python.
+
+    ort_worker.py MODEL.onnx --threads N [--input NAME=FILE.npy]... [--warmup W]
+
+Creates one session (intra_op_num_threads=N, inter_op_num_threads=1,
+ORT_ENABLE_ALL, ORT_SEQUENTIAL, CPU execution provider), runs W warm-up
+inferences, then serves commands on stdin, one per line, answering each with
+one JSON line on stdout:
+
+    (on start)  {"ready": true, "ort_version": ..., "load_ms": ..., "first_run_ms": ...}
+    run K       {"samples_ms": [K latencies]}
+    quit        {"peak_rss_bytes": ...}   (then exits)
+
+It lives in its own process so its peak RSS is ONNX Runtime's alone, and it
+stays up between the harness's rounds so the runtimes can be interleaved.
+"""
+import argparse
+import json
+import resource
+import sys
+import time
+
+import numpy as np
+import onnxruntime as ort
+
+
+def reply(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--threads", type=int, required=True)
+    ap.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
+    ap.add_argument("--warmup", type=int, default=2)
+    args = ap.parse_args()
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = args.threads
+    so.inter_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    t0 = time.perf_counter()
+    sess = ort.InferenceSession(args.model, sess_options=so, providers=["CPUExecutionProvider"])
+    load_ms = (time.perf_counter() - t0) * 1e3
+
+    feeds = {}
+    for spec in args.input:
+        name, _, path = spec.partition("=")
+        feeds[name] = np.load(path)
+    for i in sess.get_inputs():
+        if i.name not in feeds:
+            sys.exit(f"ort_worker: input '{i.name}' not given (--input {i.name}=FILE.npy)")
+
+    first_ms = None
+    for k in range(args.warmup):
+        t0 = time.perf_counter()
+        sess.run(None, feeds)
+        if k == 0:
+            first_ms = (time.perf_counter() - t0) * 1e3
+    reply({"ready": True, "ort_version": ort.__version__, "load_ms": load_ms, "first_run_ms": first_ms})
+
+    for line in sys.stdin:
+        cmd = line.split()
+        if not cmd:
+            continue
+        if cmd[0] == "run":
+            samples = []
+            for _ in range(int(cmd[1])):
+                t0 = time.perf_counter()
+                sess.run(None, feeds)
+                samples.append((time.perf_counter() - t0) * 1e3)
+            reply({"samples_ms": samples})
+        elif cmd[0] == "quit":
+            break
+    reply({"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,629 @@
+/* Compute definitions: how each op's output element is built from its
+ * inputs' elements. See lower.h for the op classes. */
+#include "codegen/lower.h"
+
+#include <math.h>
+#include <stdio.h>
+
+/* ---- helpers --------------------------------------------------------------- */
+
+static const kiln_value_def *input_def(const kiln_graph *g, const kiln_node *n, int i) {
+  return i < n->n_inputs && n->inputs[i] >= 0 ? &g->values[n->inputs[i]] : NULL;
+}
+
+static const kiln_tensor *const_input(const kiln_graph *g, const kiln_node *n, int i) {
+  const kiln_value_def *v = input_def(g, n, i);
+  return v ? (v->constant ? v->constant : v->known_value) : NULL;
+}
+
+static bool fully_known(const kiln_type *t) {
+  if (t->kind != KILN_TYPE_TENSOR || t->rank < 0) return false;
+  for (int i = 0; i < t->rank; i++)
+    if (t->dims[i] < 0) return false;
+  return true;
+}
+
+static bool is_f32(const kiln_value_def *v) { return v && v->type.kind == KILN_TYPE_TENSOR && v->type.dtype == KILN_DTYPE_F32; }
+
+/* Reads a constant integer tensor (axes, shapes, starts...) into out. */
+static bool const_ints(const kiln_tensor *t, int64_t *out, int max, int *n) {
+  if (!t || !kiln_dtype_is_int(t->dtype) || t->numel > max) return false;
+  for (int64_t i = 0; i < t->numel; i++) out[i] = kiln_load_i64(t->data, t->dtype, i);
+  *n = (int)t->numel;
+  return true;
+}
+
+static float const_scalar_f(const kiln_tensor *t, bool *ok) {
+  *ok = t && t->numel == 1 && (kiln_dtype_is_float(t->dtype) || kiln_dtype_is_int(t->dtype));
+  return *ok ? (float)kiln_load_f64(t->data, t->dtype, 0) : 0.0f;
+}
+
+/* ---- op tables ------------------------------------------------------------------ */
+
+typedef enum unary_kind {
+  U_RELU, U_SIGMOID, U_TANH, U_EXP, U_LOG, U_SQRT, U_NEG, U_ABS, U_ERF, U_RECIPROCAL, U_FLOOR, U_CEIL,
+  U_LEAKY_RELU, U_ELU, U_HARD_SIGMOID, U_HARD_SWISH, U_CLIP, U_SOFTPLUS, U_SOFTSIGN, U_SIN, U_COS,
+  U_IDENTITY, U_SELU, U_GELU, U_ROUND,
+} unary_kind;
+
+static const struct {
+  const char *op;
+  unary_kind kind;
+} unary_ops[] = {
+    {"Relu", U_RELU},         {"Sigmoid", U_SIGMOID},   {"Tanh", U_TANH},
+    {"Exp", U_EXP},           {"Log", U_LOG},           {"Sqrt", U_SQRT},
+    {"Neg", U_NEG},           {"Abs", U_ABS},           {"Erf", U_ERF},
+    {"Reciprocal", U_RECIPROCAL}, {"Floor", U_FLOOR},   {"Ceil", U_CEIL},
+    {"LeakyRelu", U_LEAKY_RELU}, {"Elu", U_ELU},        {"HardSigmoid", U_HARD_SIGMOID},
+    {"HardSwish", U_HARD_SWISH}, {"Clip", U_CLIP},      {"Softplus", U_SOFTPLUS},
+    {"Softsign", U_SOFTSIGN}, {"Sin", U_SIN},           {"Cos", U_COS},
+    {"Identity", U_IDENTITY}, {"Selu", U_SELU},         {"Gelu", U_GELU},
+    {"Round", U_ROUND},       {"Dropout", U_IDENTITY},
+};
+
+static const struct {
+  const char *op;
+  te_op te;
+} binary_ops[] = {
+    {"Add", TE_ADD}, {"Sub", TE_SUB}, {"Mul", TE_MUL}, {"Div", TE_DIV},
+    {"Max", TE_MAX}, {"Min", TE_MIN}, {"Sum", TE_ADD}, {"Pow", TE_CALL2},
+    {"PRelu", TE_SELECT}, {"Mean", TE_ADD},
+};
+
+typedef enum reduce_kind { R_SUM, R_MEAN, R_MAX, R_MIN, R_PROD, R_SUMSQ, R_L1, R_L2, R_LOGSUMEXP, R_LOGSUM } reduce_kind;
+
+static const struct {
+  const char *op;
+  reduce_kind kind;
+} reduce_ops[] = {
+    {"ReduceSum", R_SUM},       {"ReduceMean", R_MEAN}, {"ReduceMax", R_MAX}, {"ReduceMin", R_MIN},
+    {"ReduceProd", R_PROD},     {"ReduceSumSquare", R_SUMSQ}, {"ReduceL1", R_L1}, {"ReduceL2", R_L2},
+    {"ReduceLogSumExp", R_LOGSUMEXP}, {"ReduceLogSum", R_LOGSUM},
+};
+
+static const char *injective_ops[] = {"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
+                                      "Expand",    "Slice",   "Concat"};
+
+static int find_unary(const char *op) {
+  for (size_t i = 0; i < KILN_ARRAY_SIZE(unary_ops); i++)
+    if (!strcmp(unary_ops[i].op, op)) return (int)i;
+  return -1;
+}
+
+static int find_binary(const char *op) {
+  for (size_t i = 0; i < KILN_ARRAY_SIZE(binary_ops); i++)
+    if (!strcmp(binary_ops[i].op, op)) return (int)i;
+  return -1;
+}
+
+static int find_reduce(const char *op) {
+  for (size_t i = 0; i < KILN_ARRAY_SIZE(reduce_ops); i++)
+    if (!strcmp(reduce_ops[i].op, op)) return (int)i;
+  return -1;
+}
+
+/* Reduced axes of a Reduce* node (attribute before opset 13/18, input after);
+ * mask[i] set for reduced axes of an input of rank r. */
+static bool reduce_axes(const kiln_graph *g, const kiln_node *n, int r, bool *mask) {
+  int64_t axes[KILN_MAX_RANK];
+  int na = 0;
+  const kiln_attr *a = kiln_node_attr(n, "axes");
+  if (a && a->type == KILN_ATTR_INTS) {
+    if (a->n > KILN_MAX_RANK) return false;
+    for (int i = 0; i < a->n; i++) axes[i] = a->ints[i];
+    na = a->n;
+  } else if (n->n_inputs > 1 && n->inputs[1] >= 0) {
+    if (!const_ints(const_input(g, n, 1), axes, KILN_MAX_RANK, &na)) return false;
+  }
+  bool noop = kiln_attr_int(n, "noop_with_empty_axes", 0) != 0;
+  for (int i = 0; i < r; i++) mask[i] = na == 0 && !noop;
+  for (int i = 0; i < na; i++) {
+    int64_t ax = axes[i] < 0 ? axes[i] + r : axes[i];
+    if (ax < 0 || ax >= r) return false;
+    mask[ax] = true;
+  }
+  return true;
+}
+
+/* Softmax family: the reduced axes (opset < 13 coerces to 2-D at `axis`). */
+static bool softmax_axes(const kiln_node *n, int r, bool *mask) {
+  int64_t axis = kiln_attr_int(n, "axis", n->opset < 13 ? 1 : -1);
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis >= r) return false;
+  for (int i = 0; i < r; i++) mask[i] = n->opset < 13 ? i >= axis : i == axis;
+  return true;
+}
+
+/* Reductions may be inlined into consumers only over trailing axes: then the
+ * reduction depends on outer loop indices alone and is computed once per
+ * row. */
+static bool trailing(const bool *mask, int r) {
+  bool seen = false;
+  for (int i = 0; i < r; i++) {
+    if (mask[i]) seen = true;
+    else if (seen) return false;
+  }
+  return true;
+}
+
+kiln_op_class kiln_lower_class(const kiln_graph *g, const kiln_node *n, const char **reason) {
+  const char *why = NULL;
+  kiln_op_class cls = KILN_OPCLASS_NONE;
+  if (n->domain[0] && strcmp(n->domain, "kiln")) {
+    why = "op outside the ai.onnx domain";
+    goto out;
+  }
+  if (n->n_outputs < 1 || n->outputs[0] < 0) {
+    why = "no output";
+    goto out;
+  }
+  for (int i = 1; i < n->n_outputs; i++)
+    if (n->outputs[i] >= 0) {
+      why = "more than one output";
+      goto out;
+    }
+  const kiln_value_def *out = &g->values[n->outputs[0]];
+  if (!fully_known(&out->type)) {
+    why = "output shape not known before running";
+    goto out;
+  }
+  if (!is_f32(out)) {
+    why = "dtype other than f32";
+    goto out;
+  }
+  const kiln_value_def *in0 = input_def(g, n, 0);
+  if (!in0 || !fully_known(&in0->type)) {
+    why = "input shape not known";
+    goto out;
+  }
+  const char *op = n->op_type;
+  if (find_unary(op) >= 0) {
+    if (!is_f32(in0)) { why = "dtype other than f32"; goto out; }
+    if (!strcmp(op, "Clip") && n->opset >= 11) {
+      bool ok = true;
+      for (int i = 1; i < 3 && ok; i++)
+        if (i < n->n_inputs && n->inputs[i] >= 0) ok = const_input(g, n, i) && const_input(g, n, i)->numel == 1;
+      if (!ok) { why = "Clip bounds that are not constants"; goto out; }
+    }
+    if (!strcmp(op, "Dropout")) {
+      if (n->n_inputs > 2 && n->inputs[2] >= 0) {
+        const kiln_tensor *tm = const_input(g, n, 2);
+        if (!tm || kiln_load_i64(tm->data, tm->dtype, 0)) { why = "training-mode Dropout"; goto out; }
+      }
+      if (n->opset < 7 && !kiln_attr_int(n, "is_test", 0) && n->opset >= 6) { /* ref decides */ }
+    }
+    cls = KILN_OPCLASS_ELEMENTWISE;
+    goto out;
+  }
+  if (find_binary(op) >= 0) {
+    if (n->opset < 7) { why = "legacy broadcast attributes"; goto out; }
+    for (int i = 0; i < n->n_inputs; i++)
+      if (!is_f32(input_def(g, n, i)) || !fully_known(&input_def(g, n, i)->type)) {
+        why = "dtype other than f32";
+        goto out;
+      }
+    cls = KILN_OPCLASS_BROADCAST;
+    goto out;
+  }
+  if (!strcmp(op, "Where")) {
+    const kiln_value_def *c = input_def(g, n, 0);
+    if (!c || c->type.dtype != KILN_DTYPE_BOOL || !is_f32(input_def(g, n, 1)) || !is_f32(input_def(g, n, 2))) {
+      why = "dtype other than f32";
+      goto out;
+    }
+    cls = KILN_OPCLASS_BROADCAST;
+    goto out;
+  }
+  if (find_reduce(op) >= 0 || !strcmp(op, "Softmax") || !strcmp(op, "LogSoftmax")) {
+    if (!is_f32(in0)) { why = "dtype other than f32"; goto out; }
+    bool mask[KILN_MAX_RANK];
+    bool ok = find_reduce(op) >= 0 ? reduce_axes(g, n, in0->type.rank, mask) : softmax_axes(n, in0->type.rank, mask);
+    if (!ok) { why = "axes that are not constants"; goto out; }
+    if (find_reduce(op) < 0 && !trailing(mask, in0->type.rank)) { why = "softmax over a non-trailing axis"; goto out; }
+    cls = KILN_OPCLASS_REDUCTION;
+    goto out;
+  }
+  for (size_t i = 0; i < KILN_ARRAY_SIZE(injective_ops); i++) {
+    if (strcmp(op, injective_ops[i])) continue;
+    for (int k = 0; k < n->n_inputs; k++) {
+      const kiln_value_def *v = input_def(g, n, k);
+      if (!v) continue;
+      bool data_input = k == 0 || !strcmp(op, "Concat");
+      if (data_input && (!is_f32(v) || !fully_known(&v->type))) { why = "dtype other than f32"; goto out; }
+      if (!data_input && !const_input(g, n, k)) { why = "shape/axes inputs that are not constants"; goto out; }
+    }
+    if (!strcmp(op, "Slice") && n->opset < 10 && !kiln_node_attr(n, "starts")) { why = "Slice without starts"; goto out; }
+    cls = KILN_OPCLASS_INJECTIVE;
+    goto out;
+  }
+  if (!strcmp(op, "MatMul") || !strcmp(op, "Gemm") || !strcmp(op, "Conv")) {
+    for (int k = 0; k < n->n_inputs; k++)
+      if (input_def(g, n, k) && (!is_f32(input_def(g, n, k)) || !fully_known(&input_def(g, n, k)->type))) {
+        why = "dtype other than f32";
+        goto out;
+      }
+    cls = KILN_OPCLASS_CONTRACTION;
+    goto out;
+  }
+  why = "no compute definition for this op yet";
+out:
+  if (reason) *reason = why;
+  return cls;
+}
+
+bool kiln_lower_reduces_trailing(const kiln_graph *g, const kiln_node *n) {
+  const kiln_value_def *in0 = input_def(g, n, 0);
+  if (!in0 || in0->type.rank < 0) return false;
+  bool mask[KILN_MAX_RANK];
+  int r = in0->type.rank;
+  bool ok = find_reduce(n->op_type) >= 0 ? reduce_axes(g, n, r, mask) : softmax_axes(n, r, mask);
+  return ok && trailing(mask, r);
+}
+
+/* ---- compute functions -------------------------------------------------------- */
+
+static te_expr *f32c(te_builder *b, double v) { return te_const_f(b, KILN_DTYPE_F32, v); }
+
+static te_expr *compute_unary(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  te_expr *x = te_at_broadcast(b, t->in[0], t->rank, idx);
+  double alpha = t->fp[0], beta = t->fp[1];
+  te_expr *zero = f32c(b, 0), *one = f32c(b, 1);
+  switch ((unary_kind)t->ip) {
+    case U_RELU: return te_binary(b, TE_MAX, x, zero);
+    case U_SIGMOID: return te_call1(b, "kiln_sigmoidf", x);
+    case U_TANH: return te_call1(b, "kiln_tanhf", x);
+    case U_EXP: return te_call1(b, "kiln_expf", x);
+    case U_LOG: return te_call1(b, "logf", x);
+    case U_SQRT: return te_call1(b, "sqrtf", x);
+    case U_NEG: return te_unary(b, TE_NEG, x);
+    case U_ABS: return te_unary(b, TE_ABS, x);
+    case U_ERF: return te_call1(b, "kiln_erff", x);
+    case U_RECIPROCAL: return te_binary(b, TE_DIV, one, x);
+    case U_FLOOR: return te_call1(b, "floorf", x);
+    case U_CEIL: return te_call1(b, "ceilf", x);
+    case U_ROUND: return te_call1(b, "nearbyintf", x);
+    case U_SIN: return te_call1(b, "sinf", x);
+    case U_COS: return te_call1(b, "cosf", x);
+    case U_IDENTITY: return x;
+    case U_LEAKY_RELU:
+      return te_select(b, te_binary(b, TE_LT, x, zero), te_binary(b, TE_MUL, f32c(b, alpha), x), x);
+    case U_ELU:
+      return te_select(b, te_binary(b, TE_LT, x, zero),
+                       te_binary(b, TE_MUL, f32c(b, alpha), te_binary(b, TE_SUB, te_call1(b, "kiln_expf", x), one)), x);
+    case U_SELU:
+      return te_binary(b, TE_MUL, f32c(b, beta),
+                       te_select(b, te_binary(b, TE_LE, x, zero),
+                                 te_binary(b, TE_SUB, te_binary(b, TE_MUL, f32c(b, alpha), te_call1(b, "kiln_expf", x)),
+                                           f32c(b, alpha)),
+                                 x));
+    case U_HARD_SIGMOID:
+      return te_binary(b, TE_MAX, zero,
+                       te_binary(b, TE_MIN, one, te_binary(b, TE_ADD, te_binary(b, TE_MUL, f32c(b, alpha), x), f32c(b, beta))));
+    case U_HARD_SWISH:
+      return te_binary(b, TE_MUL, x,
+                       te_binary(b, TE_MAX, zero,
+                                 te_binary(b, TE_MIN, one,
+                                           te_binary(b, TE_ADD, te_binary(b, TE_MUL, f32c(b, 1.0 / 6.0), x), f32c(b, 0.5)))));
+    case U_CLIP: return te_binary(b, TE_MIN, te_binary(b, TE_MAX, x, f32c(b, alpha)), f32c(b, beta));
+    case U_SOFTPLUS: return te_call1(b, "kiln_softplusf", x);
+    case U_SOFTSIGN: return te_binary(b, TE_DIV, x, te_binary(b, TE_ADD, one, te_unary(b, TE_ABS, x)));
+    case U_GELU: return te_call1(b, alpha != 0 ? "kiln_gelu_tanhf" : "kiln_geluf", x);
+  }
+  return NULL;
+}
+
+static te_expr *compute_binary(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  te_expr *acc = te_at_broadcast(b, t->in[0], t->rank, idx);
+  for (int k = 1; k < t->n_in; k++) {
+    te_expr *y = te_at_broadcast(b, t->in[k], t->rank, idx);
+    te_op op = (te_op)t->ip;
+    if (op == TE_CALL2) { /* Pow: exponents 2 and 0.5 are common and cheap */
+      if (t->fp[0] == 2.0 && t->fp[1] == 1.0) acc = te_binary(b, TE_MUL, acc, acc);
+      else if (t->fp[0] == 0.5 && t->fp[1] == 1.0) acc = te_call1(b, "sqrtf", acc);
+      else acc = te_call2(b, "powf", acc, y);
+    } else if (op == TE_SELECT) { /* PRelu */
+      acc = te_select(b, te_binary(b, TE_LT, acc, f32c(b, 0)), te_binary(b, TE_MUL, y, acc), acc);
+    } else {
+      acc = te_binary(b, op, acc, y);
+    }
+  }
+  if (t->fp[2] != 0) acc = te_binary(b, TE_MUL, acc, f32c(b, 1.0 / t->n_in)); /* Mean */
+  return acc;
+}
+
+static te_expr *compute_where(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  return te_select(b, te_at_broadcast(b, t->in[0], t->rank, idx), te_at_broadcast(b, t->in[1], t->rank, idx),
+                   te_at_broadcast(b, t->in[2], t->rank, idx));
+}
+
+static te_expr *compute_transpose(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  te_expr *sub[KILN_MAX_RANK];
+  for (int i = 0; i < t->rank; i++) sub[t->p[i]] = idx[i];
+  return te_at(b, t->in[0], sub);
+}
+
+/* Same elements, other dims: drop/insert unit dims directly when that is all
+ * that changed, otherwise go through the linear index. */
+static te_expr *compute_reshape(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *in = t->in[0];
+  te_expr *sub[KILN_MAX_RANK];
+  int i = 0, k = 0;
+  bool direct = true;
+  while (direct && (i < t->rank || k < in->rank)) {
+    if (i < t->rank && t->dims[i] == 1) { i++; continue; }
+    if (k < in->rank && in->dims[k] == 1) { sub[k++] = te_idx(b, 0); continue; }
+    if (i < t->rank && k < in->rank && t->dims[i] == in->dims[k]) sub[k++] = idx[i++];
+    else direct = false;
+  }
+  if (direct) return te_at(b, in, sub);
+  te_expr *lin = te_linearize(b, t->rank, t->dims, idx);
+  for (int d = in->rank - 1; d >= 0; d--) {
+    sub[d] = d == 0 ? lin : te_imod(b, lin, in->dims[d]);
+    lin = te_idiv(b, lin, in->dims[d]);
+  }
+  return te_at(b, in, sub);
+}
+
+static te_expr *compute_expand(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  return te_at_broadcast(b, t->in[0], t->rank, idx);
+}
+
+/* p[0..r): starts, p[KILN_MAX_RANK..): steps */
+static te_expr *compute_slice(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  te_expr *sub[KILN_MAX_RANK];
+  for (int i = 0; i < t->rank; i++)
+    sub[i] = te_iadd(b, te_imul(b, idx[i], t->p[KILN_MAX_RANK + i]), te_idx(b, t->p[i]));
+  return te_at(b, t->in[0], sub);
+}
+
+/* p[0]: axis */
+static te_expr *compute_concat(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  int axis = (int)t->p[0];
+  int64_t offs[8];
+  int64_t off = 0;
+  for (int k = 0; k < t->n_in; k++) {
+    offs[k] = off;
+    off += t->in[k]->dims[axis];
+  }
+  te_expr *sub[KILN_MAX_RANK];
+  for (int i = 0; i < t->rank; i++) sub[i] = idx[i];
+  sub[axis] = te_binary(b, TE_SUB, idx[axis], te_idx(b, offs[t->n_in - 1]));
+  te_expr *r = te_at(b, t->in[t->n_in - 1], sub);
+  for (int k = t->n_in - 2; k >= 0; k--) {
+    sub[axis] = te_binary(b, TE_SUB, idx[axis], te_idx(b, offs[k]));
+    r = te_select(b, te_binary(b, TE_LT, idx[axis], te_idx(b, offs[k + 1])), te_at(b, t->in[k], sub), r);
+  }
+  return r;
+}
+
+/* Builds a reduction of f(x[...]) over the axes in mask (p[0..r) is the mask,
+ * p[KILN_MAX_RANK] keepdims) for output index idx. `value` maps the loaded
+ * element (sq, abs, exp(x - m)...). */
+typedef te_expr *(*map_fn)(te_builder *b, te_expr *x, te_expr *aux);
+
+static te_expr *reduce_over(te_builder *b, const te_tensor *in, const int64_t *mask, bool keepdims,
+                            te_expr *const *idx, te_reduce_op rop, map_fn map, te_expr *aux) {
+  te_expr *sub[KILN_MAX_RANK] = {0};
+  int vars[KILN_MAX_RANK], nv = 0;
+  for (int i = 0, o = 0; i < in->rank; i++) {
+    if (mask[i]) {
+      vars[nv] = te_new_var(b);
+      sub[i] = te_var(b, vars[nv++]);
+      if (keepdims) o++;
+    } else {
+      sub[i] = idx[o++];
+    }
+  }
+  te_expr *body = te_at(b, in, sub);
+  if (map) body = map(b, body, aux);
+  for (int k = nv - 1; k >= 0; k--) {
+    int64_t extent = 0;
+    for (int i = 0, seen = 0; i < in->rank; i++)
+      if (mask[i] && seen++ == k) extent = in->dims[i];
+    body = te_reduce(b, rop, vars[k], extent, body);
+  }
+  return body;
+}
+
+static te_expr *map_sq(te_builder *b, te_expr *x, te_expr *aux) { return te_binary(b, TE_MUL, x, x); }
+static te_expr *map_abs(te_builder *b, te_expr *x, te_expr *aux) { return te_unary(b, TE_ABS, x); }
+static te_expr *map_exp_sub(te_builder *b, te_expr *x, te_expr *m) {
+  return te_call1(b, "kiln_expf", te_binary(b, TE_SUB, x, m));
+}
+
+static te_expr *compute_reduce(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *in = t->in[0];
+  const int64_t *mask = t->p;
+  bool keep = t->p[KILN_MAX_RANK] != 0;
+  int64_t count = 1;
+  for (int i = 0; i < in->rank; i++)
+    if (mask[i]) count *= in->dims[i];
+  switch ((reduce_kind)t->ip) {
+    case R_SUM: return reduce_over(b, in, mask, keep, idx, TE_RSUM, NULL, NULL);
+    case R_MEAN:
+      return te_binary(b, TE_MUL, reduce_over(b, in, mask, keep, idx, TE_RSUM, NULL, NULL), f32c(b, 1.0 / (double)count));
+    case R_MAX: return reduce_over(b, in, mask, keep, idx, TE_RMAX, NULL, NULL);
+    case R_MIN: return reduce_over(b, in, mask, keep, idx, TE_RMIN, NULL, NULL);
+    case R_PROD: return reduce_over(b, in, mask, keep, idx, TE_RPROD, NULL, NULL);
+    case R_SUMSQ: return reduce_over(b, in, mask, keep, idx, TE_RSUM, map_sq, NULL);
+    case R_L1: return reduce_over(b, in, mask, keep, idx, TE_RSUM, map_abs, NULL);
+    case R_L2: return te_call1(b, "sqrtf", reduce_over(b, in, mask, keep, idx, TE_RSUM, map_sq, NULL));
+    case R_LOGSUM: return te_call1(b, "logf", reduce_over(b, in, mask, keep, idx, TE_RSUM, NULL, NULL));
+    case R_LOGSUMEXP: {
+      te_expr *m = reduce_over(b, in, mask, keep, idx, TE_RMAX, NULL, NULL);
+      te_expr *s = reduce_over(b, in, mask, keep, idx, TE_RSUM, map_exp_sub, m);
+      return te_binary(b, TE_ADD, te_call1(b, "logf", s), m);
+    }
+  }
+  return NULL;
+}
+
+/* Softmax / LogSoftmax: p[0..r) mask of the normalized axes; ip 1 = log. The
+ * two reductions depend only on the row, so the scheduler computes them once
+ * per row (hoisting) and the element loop is cheap. */
+static te_expr *compute_softmax(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *in = t->in[0];
+  te_expr *x = te_at(b, in, idx);
+  /* keepdims view: reduce_over with keepdims=1 reads idx at the kept axes */
+  te_expr *m = reduce_over(b, in, t->p, true, idx, TE_RMAX, NULL, NULL);
+  te_expr *s = reduce_over(b, in, t->p, true, idx, TE_RSUM, map_exp_sub, m);
+  te_expr *shifted = te_binary(b, TE_SUB, x, m);
+  if (t->ip) return te_binary(b, TE_SUB, shifted, te_call1(b, "logf", s));
+  return te_binary(b, TE_DIV, te_call1(b, "kiln_expf", shifted), s);
+}
+
+/* ---- node -> view ---------------------------------------------------------------- */
+
+static void out_dims(const kiln_graph *g, const kiln_node *n, int *rank, int64_t *dims) {
+  const kiln_type *t = &g->values[n->outputs[0]].type;
+  *rank = t->rank;
+  for (int i = 0; i < t->rank; i++) dims[i] = t->dims[i];
+}
+
+kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_node *n,
+                              const te_tensor *const *inputs, te_tensor **out) {
+  const char *op = n->op_type;
+  int rank;
+  int64_t dims[KILN_MAX_RANK];
+  out_dims(g, n, &rank, dims);
+  te_tensor *t = NULL;
+  int k;
+  if ((k = find_unary(op)) >= 0) {
+    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_unary);
+    if (!t) return te_builder_status(b);
+    t->ip = (int)unary_ops[k].kind;
+    t->in[0] = inputs[0];
+    t->n_in = 1;
+    switch (unary_ops[k].kind) {
+      case U_LEAKY_RELU: t->fp[0] = kiln_attr_float(n, "alpha", 0.01f); break;
+      case U_ELU: t->fp[0] = kiln_attr_float(n, "alpha", 1.0f); break;
+      case U_HARD_SIGMOID:
+        t->fp[0] = kiln_attr_float(n, "alpha", 0.2f);
+        t->fp[1] = kiln_attr_float(n, "beta", 0.5f);
+        break;
+      case U_SELU:
+        t->fp[0] = kiln_attr_float(n, "alpha", 1.67326319217681884765625f);
+        t->fp[1] = kiln_attr_float(n, "gamma", 1.05070102214813232421875f);
+        break;
+      case U_GELU: t->fp[0] = !strcmp(kiln_attr_string(n, "approximate", "none"), "tanh"); break;
+      case U_CLIP: {
+        double lo = -INFINITY, hi = INFINITY;
+        if (n->opset < 11) {
+          lo = kiln_attr_float(n, "min", -INFINITY);
+          hi = kiln_attr_float(n, "max", INFINITY);
+        } else {
+          bool ok;
+          if (n->n_inputs > 1 && n->inputs[1] >= 0) lo = const_scalar_f(const_input(g, n, 1), &ok);
+          if (n->n_inputs > 2 && n->inputs[2] >= 0) hi = const_scalar_f(const_input(g, n, 2), &ok);
+        }
+        t->fp[0] = lo;
+        t->fp[1] = hi;
+        break;
+      }
+      default: break;
+    }
+  } else if ((k = find_binary(op)) >= 0) {
+    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_binary);
+    if (!t) return te_builder_status(b);
+    t->ip = (int)binary_ops[k].te;
+    t->n_in = n->n_inputs < 8 ? n->n_inputs : 8;
+    for (int i = 0; i < t->n_in; i++) t->in[i] = inputs[i];
+    if (!strcmp(op, "Pow")) {
+      bool ok;
+      float e = const_scalar_f(const_input(g, n, 1), &ok);
+      t->fp[0] = e;
+      t->fp[1] = ok ? 1.0 : 0.0;
+    }
+    if (!strcmp(op, "Mean")) t->fp[2] = 1;
+  } else if (!strcmp(op, "Where")) {
+    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_where);
+    if (!t) return te_builder_status(b);
+    for (int i = 0; i < 3; i++) t->in[i] = inputs[i];
+    t->n_in = 3;
+  } else if ((k = find_reduce(op)) >= 0 || !strcmp(op, "Softmax") || !strcmp(op, "LogSoftmax")) {
+    bool softmax = k < 0;
+    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, softmax ? compute_softmax : compute_reduce);
+    if (!t) return te_builder_status(b);
+    t->in[0] = inputs[0];
+    t->n_in = 1;
+    bool mask[KILN_MAX_RANK];
+    int r = inputs[0]->rank;
+    if (softmax) softmax_axes(n, r, mask);
+    else reduce_axes(g, n, r, mask);
+    for (int i = 0; i < r; i++) t->p[i] = mask[i];
+    t->p[KILN_MAX_RANK] = softmax ? 1 : kiln_attr_int(n, "keepdims", 1);
+    t->ip = softmax ? !strcmp(op, "LogSoftmax") : (int)reduce_ops[k].kind;
+  } else if (!strcmp(op, "Transpose")) {
+    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_transpose);
+    if (!t) return te_builder_status(b);
+    t->in[0] = inputs[0];
+    t->n_in = 1;
+    int np;
+    const int64_t *perm = kiln_attr_ints(n, "perm", &np);
+    for (int i = 0; i < rank; i++) t->p[i] = perm && np == rank ? (perm[i] < 0 ? perm[i] + rank : perm[i]) : rank - 1 - i;
+  } else if (!strcmp(op, "Reshape") || !strcmp(op, "Flatten") || !strcmp(op, "Squeeze") || !strcmp(op, "Unsqueeze")) {
+    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_reshape);
+    if (!t) return te_builder_status(b);
+    t->in[0] = inputs[0];
+    t->n_in = 1;
+  } else if (!strcmp(op, "Expand")) {
+    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_expand);
+    if (!t) return te_builder_status(b);
+    t->in[0] = inputs[0];
+    t->n_in = 1;
+  } else if (!strcmp(op, "Slice")) {
+    /* starts/ends/axes/steps from attributes (< 10) or constant inputs. */
+    int64_t starts[KILN_MAX_RANK], ends[KILN_MAX_RANK], axes[KILN_MAX_RANK], steps[KILN_MAX_RANK];
+    int ns = 0, ne = 0, na = 0, nst = 0;
+    const te_tensor *in = inputs[0];
+    if (n->opset < 10) {
+      const int64_t *a;
+      if ((a = kiln_attr_ints(n, "starts", &ns))) memcpy(starts, a, (size_t)ns * 8);
+      if ((a = kiln_attr_ints(n, "ends", &ne))) memcpy(ends, a, (size_t)ne * 8);
+      if ((a = kiln_attr_ints(n, "axes", &na))) memcpy(axes, a, (size_t)na * 8);
+    } else {
+      const_ints(const_input(g, n, 1), starts, KILN_MAX_RANK, &ns);
+      const_ints(const_input(g, n, 2), ends, KILN_MAX_RANK, &ne);
+      if (n->n_inputs > 3 && n->inputs[3] >= 0) const_ints(const_input(g, n, 3), axes, KILN_MAX_RANK, &na);
+      if (n->n_inputs > 4 && n->inputs[4] >= 0) const_ints(const_input(g, n, 4), steps, KILN_MAX_RANK, &nst);
+    }
+    if (na == 0) {
+      na = ns;
+      for (int i = 0; i < na; i++) axes[i] = i;
+    }
+    if (nst == 0)
+      for (int i = 0; i < ns; i++) steps[i] = 1;
+    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_slice);
+    if (!t) return te_builder_status(b);
+    t->in[0] = in;
+    t->n_in = 1;
+    for (int i = 0; i < rank; i++) {
+      t->p[i] = 0;
+      t->p[KILN_MAX_RANK + i] = 1;
+    }
+    for (int j = 0; j < ns && j < na; j++) {
+      int64_t ax = axes[j] < 0 ? axes[j] + in->rank : axes[j];
+      if (ax < 0 || ax >= in->rank) return kiln_error(KILN_INVALID_ARGUMENT, "Slice axis %lld out of range", (long long)axes[j]);
+      int64_t d = in->dims[ax], st = steps[j], s = starts[j];
+      if (st == 0) return kiln_error(KILN_INVALID_ARGUMENT, "Slice step 0");
+      if (s < 0) s += d;
+      s = st > 0 ? KILN_MAX(0, KILN_MIN(s, d)) : KILN_MAX(0, KILN_MIN(s, d - 1));
+      t->p[ax] = s;
+      t->p[KILN_MAX_RANK + ax] = st;
+    }
+  } else if (!strcmp(op, "Concat")) {
+    if (n->n_inputs > 8) return kiln_error(KILN_UNSUPPORTED, "Concat of more than 8 inputs");
+    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_concat);
+    if (!t) return te_builder_status(b);
+    int64_t axis = kiln_attr_int(n, "axis", 0);
+    t->p[0] = axis < 0 ? axis + rank : axis;
+    t->n_in = n->n_inputs;
+    for (int i = 0; i < n->n_inputs; i++) t->in[i] = inputs[i];
+  } else {
+    return kiln_error(KILN_UNSUPPORTED, "no compute definition for %s", op);
+  }
+  for (int i = 0; i < t->n_in; i++)
+    if (!t->in[i]) return kiln_error(KILN_INTERNAL, "lowering %s: input %d has no view", op, i);
+  *out = t;
+  return te_builder_status(b);
+}

@@ -1,0 +1,49 @@
+/* lower.h — one compute definition per op: graph node -> tensor view.
+ *
+ * kiln_lower_supports says whether an op (with its inferred types and
+ * constant inputs) has a compute definition; kiln_lower_node builds the
+ * node's output view from its input views. Views compose, so lowering a
+ * chain of nodes and asking the last view for an element inlines the whole
+ * chain (fusion). Op classes follow TVM's lattice:
+ *
+ *   elementwise  unary math/activations, Cast, Clip
+ *   broadcast    binary arithmetic/comparison, Where, PRelu
+ *   injective    Transpose, Reshape/Flatten/Squeeze/Unsqueeze, Expand, Slice,
+ *                Concat (element order changes, no arithmetic)
+ *   reduction    Reduce{Sum,Mean,Max,Min,Prod,SumSquare,L1,L2,LogSumExp},
+ *                Softmax, LogSoftmax
+ *   complex-out-fusable  MatMul, Gemm, Conv: not here; the cpu device maps
+ *                them onto GEMM micro-kernels with these views as epilogue
+ *
+ * Only f32 data is claimed for now (indices and shapes may be other types
+ * when they are constants): every other dtype runs on the reference device.
+ */
+#ifndef KILN_CODEGEN_LOWER_H
+#define KILN_CODEGEN_LOWER_H
+
+#include "codegen/te.h"
+
+typedef enum kiln_op_class {
+  KILN_OPCLASS_NONE = 0, /* not lowered */
+  KILN_OPCLASS_ELEMENTWISE,
+  KILN_OPCLASS_BROADCAST,
+  KILN_OPCLASS_INJECTIVE,
+  KILN_OPCLASS_REDUCTION,
+  KILN_OPCLASS_CONTRACTION,
+} kiln_op_class;
+
+/* Class of `node` if the compiler can lower it (types from g), else NONE
+ * with *reason (static) saying why. */
+kiln_op_class kiln_lower_class(const kiln_graph *g, const kiln_node *node, const char **reason);
+
+/* For a REDUCTION-class node: true if it reduces trailing axes only (its
+ * result then depends on leading indices only, so a consumer that inlines
+ * it computes it once per row). */
+bool kiln_lower_reduces_trailing(const kiln_graph *g, const kiln_node *node);
+
+/* Builds node's output 0 view from its input views (inputs[i] NULL for
+ * absent or constant-parameter inputs the op reads from g instead). */
+kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_node *node,
+                              const te_tensor *const *inputs, te_tensor **out);
+
+#endif

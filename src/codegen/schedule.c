@@ -1,0 +1,132 @@
+/* Schedules: from a kernel's root view and the knobs to a loop nest. */
+#include "codegen/loopnest.h"
+
+kiln_loop_schedule kiln_loop_schedule_default(void) {
+  kiln_loop_schedule s = {-1, 16384, 0};
+  return s;
+}
+
+/* Free index variables of every expression, memoized by expression id, as
+ * bit sets over variable numbers. */
+typedef struct var_sets {
+  int words;
+  uint64_t *bits; /* n_exprs * words */
+  char *done;
+  const te_expr **reduces; /* every reduction reachable, by id */
+  int n_reduces;
+} var_sets;
+
+static uint64_t *set_of(var_sets *vs, const te_expr *e) { return vs->bits + (size_t)e->id * (size_t)vs->words; }
+
+static void collect(var_sets *vs, const te_expr *e) {
+  if (!e || vs->done[e->id]) return;
+  vs->done[e->id] = 1;
+  uint64_t *s = set_of(vs, e);
+  const te_expr *kids[3] = {e->a, e->b, e->c};
+  for (int k = 0; k < 3; k++) {
+    if (!kids[k]) continue;
+    collect(vs, kids[k]);
+    uint64_t *c = set_of(vs, kids[k]);
+    for (int w = 0; w < vs->words; w++) s[w] |= c[w];
+  }
+  if (e->op == TE_VAR) s[e->var / 64] |= 1ull << (e->var % 64);
+  if (e->op == TE_REDUCE) {
+    s[e->var / 64] &= ~(1ull << (e->var % 64));
+    vs->reduces[vs->n_reduces++] = e;
+  }
+}
+
+static bool has(const uint64_t *s, int var) { return (s[var / 64] >> (var % 64)) & 1; }
+
+static int cmp_id(const void *a, const void *b) {
+  const te_expr *x = *(const te_expr *const *)a, *y = *(const te_expr *const *)b;
+  return x->id - y->id;
+}
+
+kiln_status_t kiln_schedule_kernel(te_builder *b, const te_tensor *root, int out_buf, const kiln_loop_schedule *sched,
+                                   kiln_loop_nest *out) {
+  memset(out, 0, sizeof *out);
+  kiln_loop_schedule s = sched ? *sched : kiln_loop_schedule_default();
+  out->rank = root->rank;
+  out->out_buf = out_buf;
+  out->unroll_inner = s.unroll_inner;
+  te_expr *idx[KILN_MAX_RANK];
+  for (int i = 0; i < root->rank; i++) {
+    out->extents[i] = root->dims[i];
+    out->vars[i] = te_new_var(b);
+    idx[i] = te_var(b, out->vars[i]);
+  }
+  out->value = te_at(b, root, idx);
+  KILN_TRY(te_builder_status(b));
+  if (!out->value) return kiln_error(KILN_INTERNAL, "kernel body could not be built");
+
+  /* Parallel loop: enough outer dims that there is work for every thread,
+   * but never the innermost (it is the vectorized one) unless rank is 1. */
+  int pd = s.parallel_dims;
+  if (pd < 0) {
+    pd = 0;
+    int64_t outer = 1;
+    while (pd < root->rank - 1 && outer < 64) outer *= root->dims[pd++];
+    if (root->rank == 1) pd = 1;
+  }
+  out->parallel_dims = pd;
+  int64_t inner = 1;
+  for (int i = pd; i < root->rank; i++) inner *= root->dims[i];
+  out->grain = inner > 0 ? (s.min_chunk_elems + inner - 1) / inner : 1;
+  if (out->grain < 1) out->grain = 1;
+
+  int n_exprs = te_expr_count(b), n_vars = te_var_count(b);
+  var_sets vs = {(n_vars + 63) / 64, NULL, NULL, NULL, 0};
+  vs.bits = calloc((size_t)n_exprs * (size_t)vs.words + 1, sizeof(uint64_t));
+  vs.done = calloc((size_t)n_exprs + 1, 1);
+  vs.reduces = calloc((size_t)n_exprs + 1, sizeof *vs.reduces);
+  int *level_of_var = malloc(((size_t)n_vars + 1) * sizeof(int));
+  const te_expr **owner_of_var = calloc((size_t)n_vars + 1, sizeof *owner_of_var);
+  kiln_status_t st = NULL;
+  if (!vs.bits || !vs.done || !vs.reduces || !level_of_var || !owner_of_var) {
+    st = KILN_OOM();
+    goto done;
+  }
+  collect(&vs, out->value);
+  qsort(vs.reduces, (size_t)vs.n_reduces, sizeof *vs.reduces, cmp_id);
+  for (int v = 0; v < n_vars; v++) level_of_var[v] = -2;
+  for (int i = 0; i < root->rank; i++) level_of_var[out->vars[i]] = i;
+  for (int r = 0; r < vs.n_reduces; r++) owner_of_var[vs.reduces[r]->var] = vs.reduces[r];
+  out->sites = calloc((size_t)vs.n_reduces + 1, sizeof *out->sites);
+  if (!out->sites) {
+    st = KILN_OOM();
+    goto done;
+  }
+  for (int r = 0; r < vs.n_reduces; r++) {
+    const te_expr *red = vs.reduces[r];
+    const uint64_t *fv = set_of(&vs, red);
+    kiln_reduce_site site = {red, -1, NULL};
+    for (int v = 0; v < n_vars; v++) {
+      if (!has(fv, v)) continue;
+      if (level_of_var[v] >= 0) {
+        if (level_of_var[v] > site.level) site.level = level_of_var[v];
+      } else if (owner_of_var[v]) {
+        /* Inside an enclosing reduction: the innermost one (smallest id) wins. */
+        if (!site.owner || owner_of_var[v]->id < site.owner->id) site.owner = owner_of_var[v];
+      }
+    }
+    /* Reductions computed inside the flattened parallel loop cannot sit
+     * between its dims: put them at the start of its body. */
+    if (!site.owner && site.level >= 0 && site.level < pd) site.level = pd - 1;
+    out->sites[out->n_sites++] = site;
+  }
+done:
+  free(vs.bits);
+  free(vs.done);
+  free(vs.reduces);
+  free(level_of_var);
+  free(owner_of_var);
+  if (st) kiln_loop_nest_free(out);
+  return st;
+}
+
+void kiln_loop_nest_free(kiln_loop_nest *n) {
+  free(n->sites);
+  n->sites = NULL;
+  n->n_sites = 0;
+}

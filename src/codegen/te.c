@@ -1,0 +1,331 @@
+#include "codegen/te.h"
+
+#include <math.h>
+
+#define TE_BUCKETS 4096
+#define TE_CHUNK (64 * 1024)
+
+typedef struct te_chunk {
+  struct te_chunk *next;
+  size_t used, size;
+  _Alignas(16) unsigned char data[];
+} te_chunk;
+
+struct te_builder {
+  te_chunk *chunks;
+  te_expr *buckets[TE_BUCKETS];
+  int n_exprs, n_vars;
+  te_buffer *buffers;
+  int n_buffers, cap_buffers;
+  bool oom;
+};
+
+static void *arena_alloc(te_builder *b, size_t n) {
+  n = (n + 15) & ~(size_t)15;
+  te_chunk *c = b->chunks;
+  if (!c || c->used + n > c->size) {
+    size_t size = n > TE_CHUNK ? n : TE_CHUNK;
+    c = malloc(sizeof *c + size);
+    if (!c) {
+      b->oom = true;
+      return NULL;
+    }
+    c->next = b->chunks;
+    c->used = 0;
+    c->size = size;
+    b->chunks = c;
+  }
+  void *p = c->data + c->used;
+  c->used += n;
+  memset(p, 0, n);
+  return p;
+}
+
+kiln_status_t te_builder_create(te_builder **out) {
+  te_builder *b = calloc(1, sizeof *b);
+  if (!b) return KILN_OOM();
+  *out = b;
+  return NULL;
+}
+
+void te_builder_destroy(te_builder *b) {
+  if (!b) return;
+  for (te_chunk *c = b->chunks, *n; c; c = n) {
+    n = c->next;
+    free(c);
+  }
+  free(b->buffers);
+  free(b);
+}
+
+kiln_status_t te_builder_status(const te_builder *b) {
+  return b->oom ? kiln_error(KILN_OUT_OF_MEMORY, "out of memory building tensor expressions") : NULL;
+}
+
+int te_add_buffer(te_builder *b, kiln_dtype dtype, int rank, const int64_t *dims, int value_id) {
+  if (b->n_buffers == b->cap_buffers) {
+    int cap = b->cap_buffers ? b->cap_buffers * 2 : 8;
+    te_buffer *n = realloc(b->buffers, (size_t)cap * sizeof *n);
+    if (!n) {
+      b->oom = true;
+      return 0;
+    }
+    b->buffers = n;
+    b->cap_buffers = cap;
+  }
+  te_buffer *buf = &b->buffers[b->n_buffers];
+  memset(buf, 0, sizeof *buf);
+  buf->dtype = dtype;
+  buf->rank = rank;
+  for (int i = 0; i < rank; i++) buf->dims[i] = dims[i];
+  buf->value_id = value_id;
+  return b->n_buffers++;
+}
+
+int te_buffer_count(const te_builder *b) { return b->n_buffers; }
+const te_buffer *te_get_buffer(const te_builder *b, int i) { return &b->buffers[i]; }
+int te_new_var(te_builder *b) { return b->n_vars++; }
+int te_var_count(const te_builder *b) { return b->n_vars; }
+int te_expr_count(const te_builder *b) { return b->n_exprs; }
+
+/* ---- hash-consing ---------------------------------------------------------- */
+
+static uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdull;
+}
+
+static uint64_t hash_of(const te_expr *e) {
+  uint64_t h = mix((uint64_t)e->op, (uint64_t)e->dtype);
+  uint64_t fb;
+  memcpy(&fb, &e->f, sizeof fb);
+  h = mix(h, fb);
+  h = mix(h, (uint64_t)e->i);
+  h = mix(h, (uint64_t)(uint32_t)e->var);
+  h = mix(h, (uint64_t)(uint32_t)e->buf);
+  h = mix(h, (uint64_t)e->extent);
+  h = mix(h, (uint64_t)e->rop);
+  h = mix(h, (uint64_t)(uintptr_t)e->fn);
+  h = mix(h, (uint64_t)(uintptr_t)e->a);
+  h = mix(h, (uint64_t)(uintptr_t)e->b);
+  h = mix(h, (uint64_t)(uintptr_t)e->c);
+  return h;
+}
+
+static bool same(const te_expr *x, const te_expr *y) {
+  return x->op == y->op && x->dtype == y->dtype && !memcmp(&x->f, &y->f, sizeof x->f) && x->i == y->i &&
+         x->var == y->var && x->buf == y->buf && x->extent == y->extent && x->rop == y->rop && x->fn == y->fn &&
+         x->a == y->a && x->b == y->b && x->c == y->c;
+}
+
+static te_expr *intern(te_builder *b, const te_expr *proto) {
+  if (b->oom) return NULL;
+  uint64_t h = hash_of(proto);
+  te_expr **bucket = &b->buckets[h % TE_BUCKETS];
+  for (te_expr *e = *bucket; e; e = e->next_in_bucket)
+    if (e->hash == h && same(e, proto)) return e;
+  te_expr *e = arena_alloc(b, sizeof *e);
+  if (!e) return NULL;
+  *e = *proto;
+  e->hash = h;
+  e->id = b->n_exprs++;
+  e->next_in_bucket = *bucket;
+  *bucket = e;
+  return e;
+}
+
+static te_expr proto(te_op op, kiln_dtype dt) {
+  te_expr e;
+  memset(&e, 0, sizeof e);
+  e.op = op;
+  e.dtype = dt;
+  return e;
+}
+
+te_expr *te_const_f(te_builder *b, kiln_dtype dtype, double v) {
+  te_expr e = proto(TE_CONST, dtype);
+  if (kiln_dtype_is_float(dtype))
+    e.f = v;
+  else
+    e.i = (int64_t)v;
+  return intern(b, &e);
+}
+
+te_expr *te_const_i(te_builder *b, kiln_dtype dtype, int64_t v) {
+  te_expr e = proto(TE_CONST, dtype);
+  if (kiln_dtype_is_float(dtype))
+    e.f = (double)v;
+  else
+    e.i = v;
+  return intern(b, &e);
+}
+
+te_expr *te_var(te_builder *b, int var) {
+  te_expr e = proto(TE_VAR, KILN_DTYPE_I64);
+  e.var = var;
+  return intern(b, &e);
+}
+
+te_expr *te_load(te_builder *b, int buf, te_expr *index) {
+  if (!index) return NULL;
+  te_expr e = proto(TE_LOAD, b->buffers[buf].dtype);
+  e.buf = buf;
+  e.a = index;
+  return intern(b, &e);
+}
+
+te_expr *te_unary(te_builder *b, te_op op, te_expr *a) {
+  if (!a) return NULL;
+  te_expr e = proto(op, op == TE_NOT ? KILN_DTYPE_BOOL : a->dtype);
+  e.a = a;
+  return intern(b, &e);
+}
+
+te_expr *te_cast(te_builder *b, kiln_dtype to, te_expr *a) {
+  if (!a) return NULL;
+  if (a->dtype == to) return a;
+  te_expr e = proto(TE_CAST, to);
+  e.a = a;
+  return intern(b, &e);
+}
+
+te_expr *te_call1(te_builder *b, const char *fn, te_expr *a) {
+  if (!a) return NULL;
+  te_expr e = proto(TE_CALL1, a->dtype);
+  e.fn = fn;
+  e.a = a;
+  return intern(b, &e);
+}
+
+static bool is_cmp(te_op op) { return op == TE_LT || op == TE_LE || op == TE_EQ || op == TE_NE; }
+
+te_expr *te_binary(te_builder *b, te_op op, te_expr *a, te_expr *x) {
+  if (!a || !x) return NULL;
+  /* Fold integer index arithmetic: it dominates movement ops' indices. */
+  if (a->dtype == KILN_DTYPE_I64 && x->dtype == KILN_DTYPE_I64) {
+    bool ca = a->op == TE_CONST, cx = x->op == TE_CONST;
+    if (ca && cx) {
+      int64_t r;
+      switch (op) {
+        case TE_ADD: return te_idx(b, a->i + x->i);
+        case TE_SUB: return te_idx(b, a->i - x->i);
+        case TE_MUL: return te_idx(b, a->i * x->i);
+        case TE_DIV:
+          if (x->i) {
+            r = a->i / x->i;
+            return te_idx(b, r);
+          }
+          break;
+        case TE_MOD:
+          if (x->i) return te_idx(b, a->i % x->i);
+          break;
+        default: break;
+      }
+    }
+    if (op == TE_ADD && ca && a->i == 0) return x;
+    if ((op == TE_ADD || op == TE_SUB) && cx && x->i == 0) return a;
+    if (op == TE_MUL && ((ca && a->i == 0) || (cx && x->i == 0))) return te_idx(b, 0);
+    if (op == TE_MUL && ca && a->i == 1) return x;
+    if ((op == TE_MUL || op == TE_DIV) && cx && x->i == 1) return a;
+    if (op == TE_MOD && cx && x->i == 1) return te_idx(b, 0);
+    /* Canonical order for commutative ops so hash-consing finds more. */
+    if ((op == TE_ADD || op == TE_MUL) && ca && !cx) {
+      te_expr *t = a;
+      a = x;
+      x = t;
+    }
+  }
+  te_expr e = proto(op, is_cmp(op) ? KILN_DTYPE_BOOL : a->dtype);
+  e.a = a;
+  e.b = x;
+  return intern(b, &e);
+}
+
+te_expr *te_call2(te_builder *b, const char *fn, te_expr *a, te_expr *x) {
+  if (!a || !x) return NULL;
+  te_expr e = proto(TE_CALL2, a->dtype);
+  e.fn = fn;
+  e.a = a;
+  e.b = x;
+  return intern(b, &e);
+}
+
+te_expr *te_select(te_builder *b, te_expr *cond, te_expr *a, te_expr *x) {
+  if (!cond || !a || !x) return NULL;
+  if (cond->op == TE_CONST) return cond->i ? a : x;
+  if (a == x) return a;
+  te_expr e = proto(TE_SELECT, a->dtype);
+  e.a = cond;
+  e.b = a;
+  e.c = x;
+  return intern(b, &e);
+}
+
+te_expr *te_reduce(te_builder *b, te_reduce_op rop, int var, int64_t extent, te_expr *body) {
+  if (!body) return NULL;
+  te_expr e = proto(TE_REDUCE, body->dtype);
+  e.rop = rop;
+  e.var = var;
+  e.extent = extent;
+  e.a = body;
+  return intern(b, &e);
+}
+
+te_expr *te_idx(te_builder *b, int64_t v) { return te_const_i(b, KILN_DTYPE_I64, v); }
+te_expr *te_iadd(te_builder *b, te_expr *a, te_expr *x) { return te_binary(b, TE_ADD, a, x); }
+te_expr *te_imul(te_builder *b, te_expr *a, int64_t c) { return te_binary(b, TE_MUL, a, te_idx(b, c)); }
+te_expr *te_idiv(te_builder *b, te_expr *a, int64_t c) { return te_binary(b, TE_DIV, a, te_idx(b, c)); }
+te_expr *te_imod(te_builder *b, te_expr *a, int64_t c) { return te_binary(b, TE_MOD, a, te_idx(b, c)); }
+
+bool te_uses_var(const te_expr *e, int var) {
+  if (!e) return false;
+  if (e->op == TE_VAR) return e->var == var;
+  if (e->op == TE_REDUCE && e->var == var) return false;
+  return te_uses_var(e->a, var) || te_uses_var(e->b, var) || te_uses_var(e->c, var);
+}
+
+/* ---- views ------------------------------------------------------------------ */
+
+te_tensor *te_view_buffer(te_builder *b, int buf) {
+  te_tensor *t = arena_alloc(b, sizeof *t);
+  if (!t) return NULL;
+  const te_buffer *bf = &b->buffers[buf];
+  t->kind = TE_VIEW_BUFFER;
+  t->dtype = bf->dtype;
+  t->rank = bf->rank;
+  for (int i = 0; i < bf->rank; i++) t->dims[i] = bf->dims[i];
+  t->buf = buf;
+  return t;
+}
+
+te_tensor *te_view_compute(te_builder *b, kiln_dtype dtype, int rank, const int64_t *dims, te_compute_fn fn) {
+  te_tensor *t = arena_alloc(b, sizeof *t);
+  if (!t) return NULL;
+  t->kind = TE_VIEW_COMPUTE;
+  t->dtype = dtype;
+  t->rank = rank;
+  for (int i = 0; i < rank; i++) t->dims[i] = dims[i];
+  t->compute = fn;
+  return t;
+}
+
+te_expr *te_linearize(te_builder *b, int rank, const int64_t *dims, te_expr *const *idx) {
+  te_expr *lin = te_idx(b, 0);
+  for (int i = 0; i < rank; i++) lin = te_iadd(b, te_imul(b, lin, dims[i]), idx[i]);
+  return lin;
+}
+
+te_expr *te_at(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  if (!t || b->oom) return NULL;
+  for (int i = 0; i < t->rank; i++)
+    if (!idx[i]) return NULL;
+  if (t->kind == TE_VIEW_BUFFER) return te_load(b, t->buf, te_linearize(b, t->rank, t->dims, idx));
+  return t->compute(b, t, idx);
+}
+
+te_expr *te_at_broadcast(te_builder *b, const te_tensor *t, int out_rank, te_expr *const *idx) {
+  te_expr *sub[KILN_MAX_RANK];
+  int off = out_rank - t->rank;
+  for (int i = 0; i < t->rank; i++) sub[i] = t->dims[i] == 1 ? te_idx(b, 0) : idx[off + i];
+  return te_at(b, t, sub);
+}

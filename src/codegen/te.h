@@ -1,0 +1,144 @@
+/* te.h — tensor expressions: the IR between graph ops and loop nests.
+ *
+ * A kernel computes one output tensor element by element: out[i0..in] =
+ * body(i0..in), where `body` is an expression over index variables, loads
+ * from the kernel's buffers at computed linear indices, arithmetic, select,
+ * casts, math calls, and reductions (TE_REDUCE: a combine over a reduction
+ * variable's range). Expressions are hash-consed in a te_builder: building
+ * the same expression twice returns the same node, so common
+ * subexpressions and repeated reductions are shared by construction.
+ *
+ * Ops lower to "tensor views" (te_tensor): a view is either a buffer (a
+ * kernel argument: graph input, weight, or the output of another kernel) or
+ * a compute (an op applied to other views). te_at() asks a view for the
+ * expression of one element; for a compute view it inlines the op, which is
+ * how fusion happens (TVM's compute_inline): a chain of elementwise,
+ * broadcast and movement ops becomes one expression, read straight from the
+ * chain's inputs.
+ *
+ * All nodes live in the builder's arena and die with it. Not thread-safe.
+ */
+#ifndef KILN_CODEGEN_TE_H
+#define KILN_CODEGEN_TE_H
+
+#include "ir/graph.h"
+
+typedef enum te_op {
+  TE_CONST,  /* literal: f (floats) or i (ints, bools) */
+  TE_VAR,    /* index variable `var` (int64) */
+  TE_LOAD,   /* buffers[buf][a] */
+  /* unary (a) */
+  TE_NEG, TE_NOT, TE_ABS, TE_CAST, /* TE_CAST converts a to dtype */
+  TE_CALL1,  /* fn(a): exp, log, tanh, sqrt, erf, ... (fn names the C helper) */
+  /* binary (a, b) */
+  TE_ADD, TE_SUB, TE_MUL, TE_DIV, TE_MOD, TE_MIN, TE_MAX,
+  TE_LT, TE_LE, TE_EQ, TE_NE, TE_AND, TE_OR, TE_XOR,
+  TE_CALL2,  /* fn(a, b): pow, fmod, ... */
+  TE_SELECT, /* a ? b : c */
+  TE_REDUCE, /* combine(init, body over var in [0, extent)); combine in `rop` */
+} te_op;
+
+typedef enum te_reduce_op { TE_RSUM, TE_RPROD, TE_RMAX, TE_RMIN } te_reduce_op;
+
+typedef struct te_expr te_expr;
+struct te_expr {
+  te_op op;
+  kiln_dtype dtype;  /* result type; comparisons give BOOL; indices I64 */
+  double f;          /* TE_CONST of float dtype */
+  int64_t i;         /* TE_CONST of integer/bool dtype */
+  int var;           /* TE_VAR; TE_REDUCE: its reduction variable */
+  int buf;           /* TE_LOAD */
+  int64_t extent;    /* TE_REDUCE */
+  te_reduce_op rop;  /* TE_REDUCE */
+  const char *fn;    /* TE_CALL1/2: static string */
+  te_expr *a, *b, *c;
+  uint64_t hash;
+  int id;            /* dense id within the builder (for renderers' tables) */
+  te_expr *next_in_bucket;
+};
+
+/* A kernel argument. */
+typedef struct te_buffer {
+  kiln_dtype dtype;
+  int rank;
+  int64_t dims[KILN_MAX_RANK];
+  int value_id; /* the graph value it holds, or -1 for scratch */
+} te_buffer;
+
+typedef struct te_builder te_builder;
+
+kiln_status_t te_builder_create(te_builder **out);
+void te_builder_destroy(te_builder *b);
+/* Sticky out-of-memory: builders return NULL after a failed allocation and
+ * te_builder_status reports it once at the end. */
+kiln_status_t te_builder_status(const te_builder *b);
+
+/* Buffers: index in the kernel's argument list. */
+int te_add_buffer(te_builder *b, kiln_dtype dtype, int rank, const int64_t *dims, int value_id);
+int te_buffer_count(const te_builder *b);
+const te_buffer *te_get_buffer(const te_builder *b, int i);
+/* Fresh index variable. */
+int te_new_var(te_builder *b);
+int te_var_count(const te_builder *b);
+int te_expr_count(const te_builder *b);
+
+te_expr *te_const_f(te_builder *b, kiln_dtype dtype, double v);
+te_expr *te_const_i(te_builder *b, kiln_dtype dtype, int64_t v);
+te_expr *te_var(te_builder *b, int var);
+te_expr *te_load(te_builder *b, int buf, te_expr *index);
+te_expr *te_unary(te_builder *b, te_op op, te_expr *a);
+te_expr *te_cast(te_builder *b, kiln_dtype to, te_expr *a);
+te_expr *te_call1(te_builder *b, const char *fn, te_expr *a);
+/* Arithmetic on indices folds constants (i*1, i+0, c1*c2, ...). */
+te_expr *te_binary(te_builder *b, te_op op, te_expr *a, te_expr *x);
+te_expr *te_call2(te_builder *b, const char *fn, te_expr *a, te_expr *x);
+te_expr *te_select(te_builder *b, te_expr *cond, te_expr *a, te_expr *x);
+te_expr *te_reduce(te_builder *b, te_reduce_op rop, int var, int64_t extent, te_expr *body);
+
+/* Index helpers (int64 arithmetic with folding). */
+te_expr *te_idx(te_builder *b, int64_t v);
+te_expr *te_iadd(te_builder *b, te_expr *a, te_expr *x);
+te_expr *te_imul(te_builder *b, te_expr *a, int64_t c);
+te_expr *te_idiv(te_builder *b, te_expr *a, int64_t c);
+te_expr *te_imod(te_builder *b, te_expr *a, int64_t c);
+
+/* True if `e` reads index variable `var` (outside reductions binding it). */
+bool te_uses_var(const te_expr *e, int var);
+
+/* ---- tensor views ---------------------------------------------------------- */
+
+typedef enum te_view_kind {
+  TE_VIEW_BUFFER,
+  TE_VIEW_COMPUTE,
+} te_view_kind;
+
+typedef struct te_tensor te_tensor;
+/* Builds element idx[0..rank) of a compute view. */
+typedef te_expr *(*te_compute_fn)(te_builder *b, const te_tensor *self, te_expr *const *idx);
+
+struct te_tensor {
+  te_view_kind kind;
+  kiln_dtype dtype;
+  int rank;
+  int64_t dims[KILN_MAX_RANK];
+  int buf;                      /* BUFFER */
+  te_compute_fn compute;        /* COMPUTE */
+  const te_tensor *in[8];       /* COMPUTE: operand views */
+  int n_in;
+  int64_t p[4 * KILN_MAX_RANK]; /* COMPUTE: op parameters (perm, starts, axes...) */
+  double fp[4];                 /* COMPUTE: float parameters (alpha, beta...) */
+  int ip;                       /* COMPUTE: a small enum parameter (which unary op...) */
+  const char *sp;               /* COMPUTE: a static string parameter (math fn) */
+};
+
+te_tensor *te_view_buffer(te_builder *b, int buf);
+te_tensor *te_view_compute(te_builder *b, kiln_dtype dtype, int rank, const int64_t *dims, te_compute_fn fn);
+/* Element idx of view t. */
+te_expr *te_at(te_builder *b, const te_tensor *t, te_expr *const *idx);
+/* Element of `t` for an index of a broadcast output of rank out_rank
+ * (numpy rules: leading dims missing, dims of size 1 read index 0). */
+te_expr *te_at_broadcast(te_builder *b, const te_tensor *t, int out_rank, te_expr *const *idx);
+/* Row-major linear index of idx in dims. */
+te_expr *te_linearize(te_builder *b, int rank, const int64_t *dims, te_expr *const *idx);
+
+#endif

@@ -1,0 +1,279 @@
+/* Contraction steps of the cpu device: MatMul, Gemm and Conv mapped onto the
+ * packed SGEMM micro-kernels (devices/cpu/gemm). Constant right-hand
+ * matrices are packed once at prepare time. */
+#include <stdio.h>
+
+#include "devices/cpu/cpu_internal.h"
+#include "devices/cpu/gemm/gemm.h"
+
+static const kiln_type *type_of(const kiln_graph *g, const kiln_node *n, int i) {
+  return i < n->n_inputs && n->inputs[i] >= 0 ? &g->values[n->inputs[i]].type : NULL;
+}
+
+static const kiln_tensor *const_of(const kiln_graph *g, const kiln_node *n, int i) {
+  return i < n->n_inputs && n->inputs[i] >= 0 ? g->values[n->inputs[i]].constant : NULL;
+}
+
+/* ---- MatMul: numpy semantics (1-D operands promoted, batch broadcasting) ---- */
+
+typedef struct matmul_geom {
+  int64_t m, n, k, batch;
+  int out_rank;
+  int64_t out_batch_dims[KILN_MAX_RANK];
+  int a_rank, b_rank; /* batch ranks */
+  int64_t a_batch[KILN_MAX_RANK], b_batch[KILN_MAX_RANK];
+} matmul_geom;
+
+static void matmul_geometry(const kiln_type *ta, const kiln_type *tb, matmul_geom *gm) {
+  memset(gm, 0, sizeof *gm);
+  gm->m = ta->rank >= 2 ? ta->dims[ta->rank - 2] : 1;
+  gm->k = ta->dims[ta->rank - 1];
+  gm->n = tb->rank >= 2 ? tb->dims[tb->rank - 1] : 1;
+  gm->a_rank = ta->rank > 2 ? ta->rank - 2 : 0;
+  gm->b_rank = tb->rank > 2 ? tb->rank - 2 : 0;
+  for (int i = 0; i < gm->a_rank; i++) gm->a_batch[i] = ta->dims[i];
+  for (int i = 0; i < gm->b_rank; i++) gm->b_batch[i] = tb->dims[i];
+  gm->out_rank = gm->a_rank > gm->b_rank ? gm->a_rank : gm->b_rank;
+  gm->batch = 1;
+  for (int i = 0; i < gm->out_rank; i++) {
+    int ia = i - (gm->out_rank - gm->a_rank), ib = i - (gm->out_rank - gm->b_rank);
+    int64_t da = ia >= 0 ? gm->a_batch[ia] : 1, db = ib >= 0 ? gm->b_batch[ib] : 1;
+    gm->out_batch_dims[i] = da > db ? da : db;
+    gm->batch *= gm->out_batch_dims[i];
+  }
+}
+
+/* Offset (in matrices) of batch index `bi` of the output in an operand with
+ * its own (broadcast) batch dims. */
+static int64_t batch_offset(const matmul_geom *gm, int64_t bi, const int64_t *dims, int rank) {
+  int64_t off = 0, stride = 1;
+  for (int i = gm->out_rank - 1; i >= 0; i--) {
+    int64_t idx = bi % gm->out_batch_dims[i];
+    bi /= gm->out_batch_dims[i];
+    int j = i - (gm->out_rank - rank);
+    if (j < 0) continue;
+    if (dims[j] != 1) off += idx * stride;
+    stride *= dims[j];
+  }
+  return off;
+}
+
+/* ---- Conv geometry (NCHW, N-D spatial) ------------------------------------------ */
+
+typedef struct conv_geom {
+  int nsp;
+  int64_t n, ci, co, group;
+  int64_t in_sp[3], out_sp[3], k[3], stride[3], dil[3], pad_begin[3];
+  int64_t kdim, osize; /* Ci*prod(k), prod(out spatial) */
+} conv_geom;
+
+static kiln_status_t conv_geometry(const kiln_graph *g, const kiln_node *n, conv_geom *c) {
+  memset(c, 0, sizeof *c);
+  const kiln_type *tx = type_of(g, n, 0), *tw = type_of(g, n, 1);
+  const kiln_type *ty = &g->values[n->outputs[0]].type;
+  c->nsp = tx->rank - 2;
+  if (c->nsp < 1 || c->nsp > 3) return kiln_error(KILN_UNSUPPORTED, "Conv with %d spatial dims", c->nsp);
+  c->n = tx->dims[0];
+  c->ci = tx->dims[1];
+  c->co = tw->dims[0];
+  c->group = kiln_attr_int(n, "group", 1);
+  int cnt;
+  const int64_t *strides = kiln_attr_ints(n, "strides", &cnt);
+  const int64_t *dil = kiln_attr_ints(n, "dilations", &cnt);
+  const int64_t *pads = kiln_attr_ints(n, "pads", &cnt);
+  const char *auto_pad = kiln_attr_string(n, "auto_pad", "NOTSET");
+  c->kdim = c->ci / c->group;
+  c->osize = 1;
+  for (int i = 0; i < c->nsp; i++) {
+    c->in_sp[i] = tx->dims[2 + i];
+    c->out_sp[i] = ty->dims[2 + i];
+    c->k[i] = tw->dims[2 + i];
+    c->stride[i] = strides ? strides[i] : 1;
+    c->dil[i] = dil ? dil[i] : 1;
+    if (!strcmp(auto_pad, "SAME_UPPER") || !strcmp(auto_pad, "SAME_LOWER")) {
+      int64_t total = (c->out_sp[i] - 1) * c->stride[i] + (c->k[i] - 1) * c->dil[i] + 1 - c->in_sp[i];
+      if (total < 0) total = 0;
+      c->pad_begin[i] = !strcmp(auto_pad, "SAME_UPPER") ? total / 2 : total - total / 2;
+    } else {
+      c->pad_begin[i] = pads ? pads[i] : 0;
+    }
+    c->kdim *= c->k[i];
+    c->osize *= c->out_sp[i];
+  }
+  return NULL;
+}
+
+static bool conv_is_pointwise(const conv_geom *c) {
+  for (int i = 0; i < c->nsp; i++)
+    if (c->k[i] != 1 || c->stride[i] != 1 || c->pad_begin[i] != 0) return false;
+  return true;
+}
+
+typedef struct im2col_ctx {
+  const conv_geom *c;
+  const float *x; /* one image, channels of one group */
+  float *col;     /* [kdim, osize] */
+} im2col_ctx;
+
+/* Rows of the im2col matrix: one per (channel, kernel offset). */
+static void im2col_rows(void *vctx, int64_t begin, int64_t end, int thread) {
+  const im2col_ctx *ic = vctx;
+  const conv_geom *c = ic->c;
+  int64_t kprod = 1;
+  for (int i = 0; i < c->nsp; i++) kprod *= c->k[i];
+  int64_t in_plane = 1;
+  for (int i = 0; i < c->nsp; i++) in_plane *= c->in_sp[i];
+  for (int64_t row = begin; row < end; row++) {
+    int64_t ch = row / kprod, kk = row % kprod;
+    int64_t koff[3] = {0, 0, 0};
+    for (int i = c->nsp - 1; i >= 0; i--) {
+      koff[i] = kk % c->k[i];
+      kk /= c->k[i];
+    }
+    const float *xp = ic->x + ch * in_plane;
+    float *dst = ic->col + row * c->osize;
+    int64_t o = 0;
+    if (c->nsp == 2) {
+      for (int64_t oh = 0; oh < c->out_sp[0]; oh++) {
+        int64_t ih = oh * c->stride[0] - c->pad_begin[0] + koff[0] * c->dil[0];
+        bool hin = ih >= 0 && ih < c->in_sp[0];
+        for (int64_t ow = 0; ow < c->out_sp[1]; ow++, o++) {
+          int64_t iw = ow * c->stride[1] - c->pad_begin[1] + koff[1] * c->dil[1];
+          dst[o] = (hin && iw >= 0 && iw < c->in_sp[1]) ? xp[ih * c->in_sp[1] + iw] : 0.0f;
+        }
+      }
+      continue;
+    }
+    for (o = 0; o < c->osize; o++) {
+      int64_t rem = o, idx = 0;
+      bool in = true;
+      int64_t pos[3];
+      for (int i = c->nsp - 1; i >= 0; i--) {
+        pos[i] = rem % c->out_sp[i];
+        rem /= c->out_sp[i];
+      }
+      for (int i = 0; i < c->nsp; i++) {
+        int64_t p = pos[i] * c->stride[i] - c->pad_begin[i] + koff[i] * c->dil[i];
+        in = in && p >= 0 && p < c->in_sp[i];
+        idx = idx * c->in_sp[i] + p;
+      }
+      dst[o] = in ? xp[idx] : 0.0f;
+    }
+  }
+}
+
+/* ---- prepare / run ---------------------------------------------------------------- */
+
+kiln_status_t kiln_cpu_contract_prepare(struct kiln_executable *x, cpu_step *s) {
+  const kiln_graph *g = x->g;
+  const kiln_node *n = s->node;
+  if (s->kind == CPU_STEP_MATMUL) {
+    const kiln_type *ta = type_of(g, n, 0), *tb = type_of(g, n, 1);
+    const kiln_tensor *b = const_of(g, n, 1);
+    if (b && tb->rank == 2 && ta->rank >= 1) {
+      matmul_geom gm;
+      matmul_geometry(ta, tb, &gm);
+      size_t bytes = kiln_sgemm_packed_b_size(gm.k, gm.n);
+      s->packed_b = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+      if (!s->packed_b) return KILN_OOM();
+      kiln_sgemm_pack_b(false, gm.k, gm.n, b->data, gm.n, s->packed_b);
+    }
+  } else if (s->kind == CPU_STEP_GEMM) {
+    const kiln_tensor *b = const_of(g, n, 1);
+    const kiln_type *tb = type_of(g, n, 1);
+    if (b) {
+      bool tr = kiln_attr_int(n, "transB", 0) != 0;
+      int64_t k = tr ? tb->dims[1] : tb->dims[0], nn = tr ? tb->dims[0] : tb->dims[1];
+      size_t bytes = kiln_sgemm_packed_b_size(k, nn);
+      s->packed_b = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+      if (!s->packed_b) return KILN_OOM();
+      kiln_sgemm_pack_b(tr, k, nn, b->data, tb->dims[1], s->packed_b);
+    }
+  } else if (s->kind == CPU_STEP_CONV) {
+    conv_geom c;
+    KILN_TRY(conv_geometry(g, n, &c));
+    if (!conv_is_pointwise(&c)) {
+      size_t bytes = (size_t)c.kdim * (size_t)c.osize * sizeof(float);
+      s->scratch = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+      if (!s->scratch) return kiln_error(KILN_OUT_OF_MEMORY, "out of memory for the im2col buffer (%zu bytes)", bytes);
+    }
+  }
+  return NULL;
+}
+
+kiln_status_t kiln_cpu_contract_run(struct kiln_executable *x, const cpu_step *s, void *const *ptr) {
+  const kiln_graph *g = x->g;
+  const kiln_node *n = s->node;
+  float *out = ptr[n->outputs[0]];
+  if (s->kind == CPU_STEP_MATMUL) {
+    const kiln_type *ta = type_of(g, n, 0), *tb = type_of(g, n, 1);
+    matmul_geom gm;
+    matmul_geometry(ta, tb, &gm);
+    const float *a = ptr[n->inputs[0]], *b = ptr[n->inputs[1]];
+    for (int64_t bi = 0; bi < gm.batch; bi++) {
+      int64_t oa = batch_offset(&gm, bi, gm.a_batch, gm.a_rank), ob = batch_offset(&gm, bi, gm.b_batch, gm.b_rank);
+      kiln_sgemm_args args = {false, false, gm.m, gm.n, gm.k, 1.0f, a + oa * gm.m * gm.k, gm.k,
+                              b + ob * gm.k * gm.n, gm.n, s->packed_b, 0.0f, out + bi * gm.m * gm.n, gm.n,
+                              NULL, 0, NULL, NULL};
+      kiln_sgemm(x->pool, &args);
+    }
+    return NULL;
+  }
+  if (s->kind == CPU_STEP_GEMM) {
+    const kiln_type *ta = type_of(g, n, 0), *tb = type_of(g, n, 1), *tc = type_of(g, n, 2);
+    bool tra = kiln_attr_int(n, "transA", 0) != 0, trb = kiln_attr_int(n, "transB", 0) != 0;
+    float alpha = kiln_attr_float(n, "alpha", 1.0f), beta = kiln_attr_float(n, "beta", 1.0f);
+    int64_t m = tra ? ta->dims[1] : ta->dims[0], k = tra ? ta->dims[0] : ta->dims[1];
+    int64_t nn = trb ? tb->dims[0] : tb->dims[1];
+    const float *cptr = tc ? ptr[n->inputs[2]] : NULL;
+    int bias_axis = 0;
+    float gemm_beta = 0.0f;
+    const float *bias = NULL;
+    if (cptr && beta != 0.0f) {
+      int64_t cn = kiln_shape_numel(tc->rank, tc->dims);
+      bool per_col = cn == nn && (tc->rank == 1 || (tc->rank == 2 && tc->dims[0] == 1));
+      if (per_col && beta == 1.0f) {
+        bias = cptr;
+        bias_axis = 2;
+      } else {
+        /* General C: broadcast it into the output, then accumulate. */
+        for (int64_t i = 0; i < m; i++)
+          for (int64_t j = 0; j < nn; j++) {
+            int64_t ci;
+            if (tc->rank == 0 || cn == 1) ci = 0;
+            else if (tc->rank == 1) ci = j;
+            else ci = (tc->dims[0] == 1 ? 0 : i) * tc->dims[1] + (tc->dims[1] == 1 ? 0 : j);
+            out[i * nn + j] = beta * cptr[ci];
+          }
+        gemm_beta = 1.0f;
+      }
+    }
+    kiln_sgemm_args args = {tra, trb, m, nn, k, alpha, ptr[n->inputs[0]], ta->dims[1], ptr[n->inputs[1]], tb->dims[1],
+                            s->packed_b, gemm_beta, out, nn, bias, bias_axis, NULL, NULL};
+    kiln_sgemm(x->pool, &args);
+    return NULL;
+  }
+  /* Conv, group 1 or grouped: per image and group, W_g[Co/g, K] x col[K, HW]. */
+  conv_geom c;
+  KILN_TRY(conv_geometry(g, n, &c));
+  const float *xin = ptr[n->inputs[0]], *w = ptr[n->inputs[1]];
+  const float *bias = n->n_inputs > 2 && n->inputs[2] >= 0 ? ptr[n->inputs[2]] : NULL;
+  int64_t in_plane = 1;
+  for (int i = 0; i < c.nsp; i++) in_plane *= c.in_sp[i];
+  int64_t cig = c.ci / c.group, cog = c.co / c.group;
+  for (int64_t img = 0; img < c.n; img++)
+    for (int64_t gi = 0; gi < c.group; gi++) {
+      const float *xg = xin + (img * c.ci + gi * cig) * in_plane;
+      const float *col = xg;
+      if (s->scratch) {
+        im2col_ctx ic = {&c, xg, s->scratch};
+        kiln_parallel_for(x->pool, c.kdim, 1, im2col_rows, &ic);
+        col = s->scratch;
+      }
+      kiln_sgemm_args args = {false, false, cog, c.osize, c.kdim, 1.0f, w + gi * cog * c.kdim, c.kdim, col, c.osize,
+                              NULL, 0.0f, out + (img * c.co + gi * cog) * c.osize, c.osize,
+                              bias ? bias + gi * cog : NULL, bias ? 1 : 0, NULL, NULL};
+      kiln_sgemm(x->pool, &args);
+    }
+  return NULL;
+}

@@ -1,0 +1,495 @@
+/* The cpu device's compiler driver and executor (see cpu_internal.h). */
+#include <stdio.h>
+
+#include "base/cpu_features.h"
+#include "codegen/jit.h"
+#include "codegen/loopnest.h"
+#include "devices/cpu/cpu_internal.h"
+#include "devices/cpu/gemm/gemm.h"
+#include "passes/passes.h"
+
+/* ---- the runtime table generated code calls -------------------------------- */
+
+static void rt_parallel_for(void *pool, int64_t n, int64_t grain, kiln_rt_parallel_fn fn, void *ctx) {
+  kiln_parallel_for((kiln_threadpool *)pool, n, grain, (kiln_parallel_fn)fn, ctx);
+}
+
+static void rt_sgemm(void *pool, const kiln_rt_sgemm_args *a) {
+  kiln_sgemm_args g = {a->trans_a, a->trans_b, a->m, a->n, a->k, a->alpha, a->a, a->lda, a->b, a->ldb,
+                       a->packed_b, a->beta, a->c, a->ldc, a->bias, a->bias_axis,
+                       (kiln_gemm_epilogue_fn)a->epilogue, a->epilogue_ctx};
+  kiln_sgemm((kiln_threadpool *)pool, &g);
+}
+
+/* ---- fusion ------------------------------------------------------------------- */
+
+typedef struct group_info {
+  int root;         /* node index of the group's root (its output is materialized) */
+  bool has_reduce;  /* a reduction is inlined: consumers must keep its loop order */
+  int n_members;
+} group_info;
+
+static bool fusable_class(kiln_op_class c) {
+  return c == KILN_OPCLASS_ELEMENTWISE || c == KILN_OPCLASS_BROADCAST || c == KILN_OPCLASS_INJECTIVE ||
+         c == KILN_OPCLASS_REDUCTION;
+}
+
+static int64_t type_numel(const kiln_type *t) { return kiln_shape_numel(t->rank, t->dims); }
+
+static bool same_shape(const kiln_type *a, const kiln_type *b) {
+  return kiln_shape_equal(a->rank, a->dims, b->rank, b->dims);
+}
+
+/* Decides, in node order, which producers are inlined into their consumer
+ * (TVM's lattice): elementwise, broadcast and injective producers inline
+ * into a consumer that reads each of their elements at most once; a
+ * reduction over trailing axes inlines into an elementwise/broadcast
+ * consumer over its input's shape (the reduction is then computed once per
+ * row by the scheduler). A value read by several nodes, or that is a graph
+ * output, is materialized. */
+static void fuse(const kiln_graph *g, const kiln_op_class *cls, int *group_of, group_info *groups, const int *uses) {
+  for (int n = 0; n < g->n_nodes; n++) {
+    group_of[n] = n;
+    groups[n] = (group_info){n, cls[n] == KILN_OPCLASS_REDUCTION, 1};
+  }
+  for (int n = 0; n < g->n_nodes; n++) {
+    const kiln_node *node = &g->nodes[n];
+    if (!fusable_class(cls[n])) continue;
+    const kiln_type *out = &g->values[node->outputs[0]].type;
+    bool consumer_elementwise = cls[n] == KILN_OPCLASS_ELEMENTWISE || cls[n] == KILN_OPCLASS_BROADCAST;
+    for (int i = 0; i < node->n_inputs; i++) {
+      int v = node->inputs[i];
+      if (v < 0) continue;
+      int p = g->values[v].producer;
+      if (p < 0 || !fusable_class(cls[p]) || group_of[p] != p) continue;
+      if (uses[v] != 1 || g->values[v].is_graph_output) continue;
+      const kiln_type *vt = &g->values[v].type;
+      bool ok;
+      if (groups[p].has_reduce) {
+        /* The reduction's loops must line up with the consumer's: only
+         * elementwise consumers over the reduction input's shape. */
+        const kiln_node *pn = &g->nodes[p];
+        const kiln_type *rin = &g->values[pn->inputs[0]].type;
+        ok = consumer_elementwise &&
+             (same_shape(out, vt) || (cls[p] == KILN_OPCLASS_REDUCTION && same_shape(out, rin) && vt->rank == out->rank &&
+                                      kiln_lower_reduces_trailing(g, pn)));
+        if (ok && cls[p] == KILN_OPCLASS_REDUCTION && strcmp(pn->op_type, "Softmax") && strcmp(pn->op_type, "LogSoftmax") &&
+            !same_shape(out, vt) && !kiln_attr_int(pn, "keepdims", 1))
+          ok = false;
+      } else if (consumer_elementwise) {
+        ok = type_numel(vt) == type_numel(out) && same_shape(vt, out);
+      } else {
+        /* Injective and reduction consumers read each element at most once,
+         * except Expand, which repeats them. */
+        ok = strcmp(node->op_type, "Expand") != 0;
+      }
+      if (!ok) continue;
+      /* Merge p's group into n's. */
+      for (int k = 0; k < n; k++)
+        if (group_of[k] == p) group_of[k] = n;
+      groups[n].has_reduce |= groups[p].has_reduce;
+      groups[n].n_members += groups[p].n_members;
+      groups[p].n_members = 0;
+    }
+  }
+}
+
+/* ---- kernel generation ------------------------------------------------------- */
+
+typedef struct kernel_src {
+  char *source;
+  int step;
+} kernel_src;
+
+static kiln_status_t build_kernel(const kiln_graph *g, const int *group_of, int root, cpu_step *step, char **out_src) {
+  te_builder *b;
+  KILN_TRY(te_builder_create(&b));
+  kiln_status_t st = NULL;
+  te_tensor **views = calloc((size_t)g->n_values + 1, sizeof *views);
+  int *arg_values = malloc(((size_t)g->n_values + 1) * sizeof(int));
+  int n_args = 0;
+  kiln_strbuf src = {0};
+  kiln_loop_nest nest = {0};
+  if (!views || !arg_values) {
+    st = KILN_OOM();
+    goto done;
+  }
+  /* Output buffer first: argument 0. */
+  const kiln_value_def *ov = &g->values[g->nodes[root].outputs[0]];
+  te_add_buffer(b, ov->type.dtype, ov->type.rank, ov->type.dims, g->nodes[root].outputs[0]);
+  arg_values[n_args++] = g->nodes[root].outputs[0];
+  for (int n = 0; n <= root && !st; n++) {
+    if (group_of[n] != root) continue;
+    const kiln_node *node = &g->nodes[n];
+    const te_tensor *ins[16] = {0};
+    if (node->n_inputs > 16) {
+      st = kiln_error(KILN_UNSUPPORTED, "node with more than 16 inputs");
+      break;
+    }
+    for (int i = 0; i < node->n_inputs; i++) {
+      int v = node->inputs[i];
+      if (v < 0) continue;
+      if (!views[v]) {
+        /* Read from outside the group: a kernel argument. Constant parameter
+         * inputs (shapes, axes) are read at compile time and need none,
+         * but an argument for them is harmless and keeps this simple. */
+        const kiln_value_def *vd = &g->values[v];
+        int buf = te_add_buffer(b, vd->type.dtype, vd->type.rank, vd->type.dims, v);
+        arg_values[n_args++] = v;
+        views[v] = te_view_buffer(b, buf);
+      }
+      ins[i] = views[v];
+    }
+    te_tensor *out = NULL;
+    st = kiln_lower_node(b, g, node, ins, &out);
+    if (st) st = kiln_status_annotate(st, "node '%s' (%s)", node->name, node->op_type);
+    else views[node->outputs[0]] = out;
+  }
+  if (!st) {
+    kiln_loop_schedule sched = kiln_loop_schedule_default();
+    st = kiln_schedule_kernel(b, views[g->nodes[root].outputs[0]], 0, &sched, &nest);
+  }
+  if (!st) {
+    kiln_strbuf_puts(&src, kiln_c_preamble());
+    st = kiln_render_c(b, &nest, "kiln_kernel", &src);
+  }
+  if (!st) st = kiln_strbuf_status(&src);
+  if (!st) {
+    step->n_args = n_args;
+    step->args = arg_values;
+    arg_values = NULL;
+    *out_src = kiln_strbuf_take(&src);
+  }
+done:
+  kiln_loop_nest_free(&nest);
+  kiln_strbuf_free(&src);
+  free(views);
+  free(arg_values);
+  te_builder_destroy(b);
+  return st;
+}
+
+/* ---- prepare ----------------------------------------------------------------- */
+
+static bool graph_needs_interpreter(const kiln_graph *g, const char **why) {
+  for (int n = 0; n < g->n_nodes; n++) {
+    const kiln_node *node = &g->nodes[n];
+    if (node->op && (node->op->flags & KILN_OP_CONTROL_FLOW)) {
+      *why = "control flow (subgraphs)";
+      return true;
+    }
+  }
+  for (int i = 0; i < g->n_values; i++)
+    if (g->values[i].outer_name) {
+      *why = "outer-scope values";
+      return true;
+    }
+  return false;
+}
+
+kiln_status_t kiln_cpu_prepare(kiln_device *dev, const kiln_graph *g, const kiln_prepare_options *opts,
+                               struct kiln_executable **out) {
+  *out = NULL;
+  const char *why = NULL;
+  if (graph_needs_interpreter(g, &why))
+    return kiln_error(KILN_UNSUPPORTED, "the cpu compiler does not handle graphs with %s yet", why);
+  struct kiln_executable *x = calloc(1, sizeof *x);
+  if (!x) return KILN_OOM();
+  x->g = g;
+  kiln_status_t st = NULL;
+  int nn = g->n_nodes, nv = g->n_values;
+  kiln_op_class *cls = calloc((size_t)nn + 1, sizeof *cls);
+  int *group_of = calloc((size_t)nn + 1, sizeof *group_of);
+  group_info *groups = calloc((size_t)nn + 1, sizeof *groups);
+  int *uses = calloc((size_t)nv + 1, sizeof *uses);
+  char **sources = calloc((size_t)nn + 1, sizeof *sources);
+  int *source_step = calloc((size_t)nn + 1, sizeof *source_step);
+  int n_sources = 0;
+  x->kinds = calloc((size_t)nv + 1, sizeof *x->kinds);
+  x->buffer = calloc((size_t)nv + 1, sizeof *x->buffer);
+  x->steps = calloc((size_t)nn + 1, sizeof *x->steps);
+  if (!cls || !group_of || !groups || !uses || !sources || !source_step || !x->kinds || !x->buffer || !x->steps) {
+    st = KILN_OOM();
+    goto done;
+  }
+  int threads = opts && opts->threads > 0 ? opts->threads : kiln_physical_cores();
+  if ((st = kiln_threadpool_create(threads, &x->pool))) goto done;
+  x->rt = (kiln_rt){KILN_RT_ABI_VERSION, x->pool, threads, rt_parallel_for, rt_sgemm};
+
+  for (int n = 0; n < nn; n++) {
+    const kiln_node *node = &g->nodes[n];
+    for (int i = 0; i < node->n_inputs; i++)
+      if (node->inputs[i] >= 0) uses[node->inputs[i]]++;
+    cls[n] = kiln_lower_class(g, node, NULL);
+  }
+  fuse(g, cls, group_of, groups, uses);
+
+  for (int i = 0; i < nv; i++) {
+    const kiln_value_def *v = &g->values[i];
+    if (v->constant) x->kinds[i] = CPU_VALUE_CONSTANT;
+  }
+  for (int i = 0; i < g->n_inputs; i++)
+    if (!g->values[g->inputs[i]].constant) x->kinds[g->inputs[i]] = CPU_VALUE_INPUT;
+
+  /* Steps, in node order: one per group root, contraction, or ref node. */
+  for (int n = 0; n < nn && !st; n++) {
+    const kiln_node *node = &g->nodes[n];
+    cpu_step *s = &x->steps[x->n_steps];
+    s->node = node;
+    s->flops = kiln_node_flops(g, node);
+    if (cls[n] == KILN_OPCLASS_NONE) {
+      s->kind = CPU_STEP_REF;
+      snprintf(s->name, sizeof s->name, "ref:%s", node->op_type);
+      for (int k = 0; k < node->n_outputs; k++)
+        if (node->outputs[k] >= 0) x->kinds[node->outputs[k]] = CPU_VALUE_HOST;
+      x->n_ref++;
+      x->n_steps++;
+      continue;
+    }
+    if (cls[n] == KILN_OPCLASS_CONTRACTION) {
+      s->kind = !strcmp(node->op_type, "MatMul") ? CPU_STEP_MATMUL : !strcmp(node->op_type, "Gemm") ? CPU_STEP_GEMM
+                                                                                                 : CPU_STEP_CONV;
+      snprintf(s->name, sizeof s->name, "%s", node->op_type);
+      x->kinds[node->outputs[0]] = CPU_VALUE_BUFFER;
+      x->n_steps++;
+      continue;
+    }
+    if (group_of[n] != n) continue; /* inlined into a later kernel */
+    s->kind = CPU_STEP_KERNEL;
+    s->n_fused = groups[n].n_members;
+    x->n_fused_nodes += s->n_fused;
+    snprintf(s->name, sizeof s->name, "%s%s", node->op_type, s->n_fused > 1 ? "+fused" : "");
+    for (int k = 0; k < nn; k++)
+      if (group_of[k] == n && k != n) s->flops += kiln_node_flops(g, &g->nodes[k]);
+    x->kinds[node->outputs[0]] = CPU_VALUE_BUFFER;
+    st = build_kernel(g, group_of, n, s, &sources[n_sources]);
+    if (st) break;
+    source_step[n_sources++] = x->n_steps;
+    x->n_kernels++;
+    x->n_steps++;
+  }
+  if (st) goto done;
+
+  /* Compile every kernel in one batch (parallel, cached). */
+  if (n_sources) {
+    const char **names = calloc((size_t)n_sources, sizeof *names);
+    x->modules = calloc((size_t)n_sources, sizeof *x->modules);
+    if (!names || !x->modules) {
+      free(names);
+      st = KILN_OOM();
+      goto done;
+    }
+    for (int i = 0; i < n_sources; i++) names[i] = x->steps[source_step[i]].name;
+    st = kiln_jit_compile_many(n_sources, (const char *const *)sources, names, 0, NULL, (kiln_jit_module **)x->modules);
+    free(names);
+    if (st) goto done;
+    x->n_modules = n_sources;
+    for (int i = 0; i < n_sources; i++) {
+      cpu_step *s = &x->steps[source_step[i]];
+      s->module = i;
+      s->fn = (cpu_kernel_fn)kiln_jit_symbol((kiln_jit_module *)x->modules[i], "kiln_kernel");
+      if (!s->fn) {
+        st = kiln_error(KILN_INTERNAL, "compiled kernel for node '%s' has no entry point", s->node->name);
+        goto done;
+      }
+    }
+  }
+
+  /* One allocation for every buffer compiled steps write. The memory
+   * planner (liveness reuse) will shrink this; today each value has its own
+   * slot. */
+  size_t total = 0;
+  for (int i = 0; i < nv; i++) {
+    if (x->kinds[i] != CPU_VALUE_BUFFER) continue;
+    size_t bytes = (size_t)type_numel(&g->values[i].type) * kiln_dtype_size(g->values[i].type.dtype);
+    total += (bytes + 63) & ~(size_t)63;
+  }
+  x->intermediate_bytes = total;
+  x->arena_bytes = total;
+  x->arena = aligned_alloc(64, total ? total : 64);
+  if (!x->arena) {
+    st = kiln_error(KILN_OUT_OF_MEMORY, "out of memory allocating %zu bytes of intermediate buffers", total);
+    goto done;
+  }
+  size_t off = 0;
+  for (int i = 0; i < nv; i++) {
+    if (x->kinds[i] != CPU_VALUE_BUFFER) continue;
+    size_t bytes = (size_t)type_numel(&g->values[i].type) * kiln_dtype_size(g->values[i].type.dtype);
+    x->buffer[i] = (char *)x->arena + off;
+    off += (bytes + 63) & ~(size_t)63;
+  }
+  for (int i = 0; i < x->n_steps && !st; i++)
+    if (x->steps[i].kind != CPU_STEP_KERNEL && x->steps[i].kind != CPU_STEP_REF) st = kiln_cpu_contract_prepare(x, &x->steps[i]);
+
+done:
+  for (int i = 0; i < n_sources; i++) free(sources[i]);
+  free(sources);
+  free(source_step);
+  free(cls);
+  free(group_of);
+  free(groups);
+  free(uses);
+  if (st) {
+    kiln_cpu_executable_free(dev, x);
+    return st;
+  }
+  *out = x;
+  return NULL;
+}
+
+void kiln_cpu_executable_free(kiln_device *dev, struct kiln_executable *x) {
+  if (!x) return;
+  for (int i = 0; x->steps && i < x->n_steps; i++) {
+    free(x->steps[i].args);
+    free(x->steps[i].packed_b);
+    free(x->steps[i].scratch);
+  }
+  free(x->steps);
+  for (int i = 0; i < x->n_modules; i++) kiln_jit_module_release((kiln_jit_module *)x->modules[i]);
+  free(x->modules);
+  free(x->kinds);
+  free(x->buffer);
+  free(x->arena);
+  kiln_threadpool_destroy(x->pool);
+  free(x);
+}
+
+/* ---- execute ------------------------------------------------------------------ */
+
+/* A tensor view of a value's bytes (no copy) for reference kernels. */
+static kiln_status_t wrap_value(const kiln_graph *g, int id, void *ptr, kiln_value **out) {
+  const kiln_type *t = &g->values[id].type;
+  kiln_tensor *tt;
+  KILN_TRY(kiln_tensor_wrap(t->dtype, t->rank, t->dims, ptr, NULL, &tt));
+  return kiln_value_from_tensor(tt, out);
+}
+
+static kiln_status_t run_ref_step(struct kiln_executable *x, const cpu_step *s, void **ptr, kiln_value **host) {
+  const kiln_graph *g = x->g;
+  const kiln_node *node = s->node;
+  kiln_value *ins[64] = {0}, *outs[64] = {0}, *owned[64] = {0};
+  bool wanted[64];
+  if (node->n_inputs > 64 || node->n_outputs > 64) return kiln_error(KILN_UNSUPPORTED, "node with over 64 inputs/outputs");
+  kiln_status_t st = NULL;
+  for (int i = 0; i < node->n_inputs && !st; i++) {
+    int v = node->inputs[i];
+    if (v < 0) continue;
+    if (host[v]) ins[i] = host[v];
+    else if ((st = wrap_value(g, v, ptr[v], &owned[i])) == NULL) ins[i] = owned[i];
+  }
+  for (int i = 0; i < node->n_outputs; i++) wanted[i] = node->outputs[i] >= 0;
+  if (!st) {
+    kiln_kernel_ctx ctx = {node, node->opset, node->n_inputs, ins, node->n_outputs, outs, wanted, NULL, NULL};
+    st = node->op->ref_kernel(&ctx);
+  }
+  for (int i = 0; i < node->n_outputs && !st; i++) {
+    int v = node->outputs[i];
+    if (v < 0) continue;
+    if (!outs[i]) {
+      st = kiln_error(KILN_INTERNAL, "kernel produced no value for output %d", i);
+      break;
+    }
+    /* Compiled consumers were generated for the inferred shape. */
+    const kiln_type *t = &g->values[v].type;
+    if (outs[i]->kind == KILN_VALUE_TENSOR && t->kind == KILN_TYPE_TENSOR && t->rank >= 0) {
+      const kiln_tensor *ot = outs[i]->tensor;
+      bool ok = ot->rank == t->rank && ot->dtype == t->dtype;
+      for (int d = 0; ok && d < t->rank; d++) ok = t->dims[d] < 0 || t->dims[d] == ot->dims[d];
+      if (!ok) {
+        char a[128], b[128];
+        st = kiln_error(KILN_INTERNAL, "output %d is %s%s but was inferred as %s", i, kiln_dtype_name(ot->dtype),
+                        kiln_shape_str(ot->rank, ot->dims, a, sizeof a), kiln_type_str(t, b, sizeof b));
+        break;
+      }
+    }
+    kiln_value_free(host[v]);
+    host[v] = outs[i];
+    outs[i] = NULL;
+    ptr[v] = host[v]->kind == KILN_VALUE_TENSOR ? host[v]->tensor->data : NULL;
+  }
+  for (int i = 0; i < 64; i++) {
+    kiln_value_free(outs[i]);
+    kiln_value_free(owned[i]);
+  }
+  return st;
+}
+
+/* Hands the step's materialized outputs to the observer as values (views of
+ * the buffers, valid during the call). */
+static kiln_status_t observe_step(struct kiln_executable *x, const cpu_step *s, void **ptr, kiln_value **host,
+                                  const kiln_step_observer *observe) {
+  const kiln_node *node = s->node;
+  kiln_value *vals[64] = {0}, *owned[64] = {0};
+  kiln_status_t st = NULL;
+  for (int i = 0; i < node->n_outputs && i < 64 && !st; i++) {
+    int v = node->outputs[i];
+    if (v < 0) continue;
+    if (host[v]) vals[i] = host[v];
+    else if (ptr[v] && (st = wrap_value(x->g, v, ptr[v], &owned[i])) == NULL) vals[i] = owned[i];
+  }
+  if (!st) st = observe->after(observe->user, x->g, node, vals);
+  for (int i = 0; i < 64; i++) kiln_value_free(owned[i]);
+  return st;
+}
+
+kiln_status_t kiln_cpu_execute(kiln_device *dev, struct kiln_executable *x, kiln_value *const *inputs, int n_outputs,
+                               kiln_value **outs, const kiln_step_observer *observe) {
+  const kiln_graph *g = x->g;
+  int nv = g->n_values;
+  void **ptr = calloc((size_t)nv + 1, sizeof *ptr);
+  kiln_value **host = calloc((size_t)nv + 1, sizeof *host);
+  kiln_status_t st = (!ptr || !host) ? KILN_OOM() : NULL;
+  for (int i = 0; i < nv && !st; i++) {
+    if (x->kinds[i] == CPU_VALUE_CONSTANT) ptr[i] = g->values[i].constant->data;
+    else if (x->kinds[i] == CPU_VALUE_BUFFER) ptr[i] = x->buffer[i];
+  }
+  for (int k = 0; k < g->n_inputs && !st; k++) {
+    int id = g->inputs[k];
+    if (!inputs[k]) continue; /* initializer default */
+    st = kiln_value_share(inputs[k], &host[id]);
+    if (!st && host[id]->kind == KILN_VALUE_TENSOR) ptr[id] = host[id]->tensor->data;
+  }
+  for (int i = 0; i < x->n_steps && !st; i++) {
+    const cpu_step *s = &x->steps[i];
+    if (observe && observe->before) observe->before(observe->user, g, s->node);
+    switch (s->kind) {
+      case CPU_STEP_KERNEL: {
+        void *args[64];
+        if (s->n_args > 64) {
+          st = kiln_error(KILN_UNSUPPORTED, "kernel with over 64 arguments");
+          break;
+        }
+        for (int a = 0; a < s->n_args; a++) args[a] = ptr[s->args[a]];
+        s->fn(&x->rt, args);
+        break;
+      }
+      case CPU_STEP_REF: st = run_ref_step(x, s, ptr, host); break;
+      default: st = kiln_cpu_contract_run(x, s, ptr); break;
+    }
+    if (st) st = kiln_status_annotate(st, "node '%s' (%s)", s->node->name, s->node->op_type);
+    if (!st && observe && observe->after) st = observe_step(x, s, ptr, host, observe);
+  }
+  for (int i = 0; i < n_outputs && !st; i++) {
+    int id = g->outputs[i];
+    if (host[id]) {
+      st = kiln_value_share(host[id], &outs[i]);
+    } else {
+      const kiln_type *t = &g->values[id].type;
+      kiln_tensor *ot;
+      st = kiln_tensor_new_uninit(t->dtype, t->rank, t->dims, &ot);
+      if (!st) {
+        if (ot->numel) memcpy(ot->data, ptr[id], kiln_tensor_nbytes(ot));
+        st = kiln_value_from_tensor(ot, &outs[i]);
+      }
+    }
+    if (st)
+      for (int k = 0; k < i; k++) {
+        kiln_value_free(outs[k]);
+        outs[k] = NULL;
+      }
+  }
+  for (int i = 0; host && i < nv; i++) kiln_value_free(host[i]);
+  free(host);
+  free(ptr);
+  return st;
+}

@@ -1,0 +1,507 @@
+/* gemm.c — kiln_sgemm's driver: kernel dispatch, cache blocking, packing,
+ * threading, and the small-M and degenerate paths.
+ *
+ * The blocked path follows GotoBLAS/BLIS. For each NC-wide panel of B and
+ * each KC-deep slice of it, the threads first pack the KC x NC block of B
+ * together (strips of NR columns, stays in L2/L3), then each thread takes a
+ * range of rows of C, packs MC x KC blocks of A (stay in L2) and runs the
+ * micro-kernel over NR-wide strips (a KC x NR micro-panel of B stays in L1)
+ * and MR-high panels. With a pre-packed B the first phase is skipped and one
+ * parallel region covers the whole multiply.
+ *
+ * alpha, beta and the bias are applied by the micro-kernel when it stores a
+ * tile: the first k-slice stores alpha*AB + beta*C + bias, later slices add
+ * alpha*AB. The epilogue runs after the last k-slice on each MC x (up to
+ * KILN_GEMM_EPILOGUE_COLS) block, right after the kernel wrote it. */
+#include "devices/cpu/gemm/gemm_internal.h"
+
+#include "base/common.h"
+#include "base/cpu_features.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/threadpool.h"
+
+#define KILN_GEMM_EPILOGUE_COLS 256
+#define KILN_GEMM_DIRECT_A_STRIPS 4
+#define PACKED_B_MAGIC 0x6b47656du /* "mGek" */
+#define PACKED_B_HEADER 64
+
+typedef struct packed_b_header {
+  uint32_t magic;
+  int32_t kernel_id, nr, pad_;
+  int64_t k, n;
+} packed_b_header;
+
+/* ---- dispatch ---------------------------------------------------------- */
+
+static const kiln_gemm_kernel *g_forced; /* set only by tests/benches */
+static int64_t g_mc, g_kc, g_nc;         /* blocking overrides for tests */
+static int g_alloc_failure;              /* simulated out-of-memory for tests */
+static int g_direct_a;                   /* tests: 1 reads A in place, 2 packs it, 0 decides */
+
+static bool kernel_usable(const kiln_gemm_kernel *k) {
+  if (!k->name || !k->micro) return false;
+  const kiln_cpu_features *f = kiln_cpu_features_get();
+  if (k == &kiln_gemm_kernel_avx512) return f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->fma;
+  if (k == &kiln_gemm_kernel_avx2) return f->avx2 && f->fma;
+  return true;
+}
+
+static const kiln_gemm_kernel *kernel_by_name(const char *name) {
+  const kiln_gemm_kernel *all[] = {&kiln_gemm_kernel_avx512, &kiln_gemm_kernel_avx2, &kiln_gemm_kernel_generic};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (all[i]->name && strcmp(all[i]->name, name) == 0) return all[i];
+  return NULL;
+}
+
+static const kiln_gemm_kernel *kernel_by_id(int id) {
+  const kiln_gemm_kernel *all[] = {&kiln_gemm_kernel_avx512, &kiln_gemm_kernel_avx2, &kiln_gemm_kernel_generic};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (all[i]->name && all[i]->id == id && kernel_usable(all[i])) return all[i];
+  return NULL;
+}
+
+static const kiln_gemm_kernel *detect_kernel(void) {
+  const char *env = getenv("KILN_GEMM_KERNEL");
+  if (env && *env) {
+    const kiln_gemm_kernel *k = kernel_by_name(env);
+    if (k && kernel_usable(k)) return k;
+  }
+  if (kernel_usable(&kiln_gemm_kernel_avx512)) return &kiln_gemm_kernel_avx512;
+  if (kernel_usable(&kiln_gemm_kernel_avx2)) return &kiln_gemm_kernel_avx2;
+  return &kiln_gemm_kernel_generic;
+}
+
+const kiln_gemm_kernel *kiln_gemm_active_kernel(void) {
+  const kiln_gemm_kernel *k = __atomic_load_n(&g_forced, __ATOMIC_ACQUIRE);
+  if (k) return k;
+  static const kiln_gemm_kernel *detected;
+  k = __atomic_load_n(&detected, __ATOMIC_ACQUIRE);
+  if (!k) {
+    k = detect_kernel(); /* idempotent: a racing thread computes the same */
+    __atomic_store_n(&detected, k, __ATOMIC_RELEASE);
+  }
+  return k;
+}
+
+bool kiln_gemm_force_kernel(const char *name) {
+  if (!name) {
+    __atomic_store_n(&g_forced, NULL, __ATOMIC_RELEASE);
+    return true;
+  }
+  const kiln_gemm_kernel *k = kernel_by_name(name);
+  if (!k || !kernel_usable(k)) return false;
+  __atomic_store_n(&g_forced, k, __ATOMIC_RELEASE);
+  return true;
+}
+
+void kiln_gemm_set_blocking(int64_t mc, int64_t kc, int64_t nc) {
+  g_mc = mc;
+  g_kc = kc;
+  g_nc = nc;
+}
+
+void kiln_gemm_test_alloc_failure(int mode) { g_alloc_failure = mode; }
+void kiln_gemm_test_direct_a(int mode) { g_direct_a = mode; }
+
+const char *kiln_sgemm_kernel_name(void) { return kiln_gemm_active_kernel()->name; }
+
+/* ---- threading ---------------------------------------------------------- */
+
+typedef kiln_parallel_fn range_fn;
+
+static int pool_threads(kiln_threadpool *pool) { return pool ? kiln_threadpool_size(pool) : 1; }
+
+static void run_parallel(kiln_threadpool *pool, int64_t n, int64_t grain, range_fn fn, void *ctx) {
+  if (n <= 0) return;
+  if (pool && kiln_threadpool_size(pool) > 1 && n > grain) {
+    kiln_parallel_for(pool, n, grain, fn, ctx);
+    return;
+  }
+  fn(ctx, 0, n, 0);
+}
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static void *aligned_buffer(size_t bytes) {
+  void *p = NULL;
+  if (g_alloc_failure == 1) return NULL;
+  if (bytes == 0) bytes = 64;
+  if (posix_memalign(&p, 64, round_up((int64_t)bytes, 64))) return NULL;
+  return p;
+}
+
+static inline float op_a(const kiln_sgemm_args *g, int64_t i, int64_t p) {
+  return g->trans_a ? g->a[p * g->lda + i] : g->a[i * g->lda + p];
+}
+
+/* C = beta*C + bias for rows [i0,i1) (alpha == 0 or K == 0). */
+static void scale_rows(const kiln_sgemm_args *g, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; i++) {
+    float *c = g->c + i * g->ldc;
+    for (int64_t j = 0; j < g->n; j++) {
+      float v = g->beta != 0.0f ? g->beta * c[j] : 0.0f;
+      if (g->bias_axis == KILN_GEMM_BIAS_ROW && g->bias) v += g->bias[i];
+      if (g->bias_axis == KILN_GEMM_BIAS_COL && g->bias) v += g->bias[j];
+      c[j] = v;
+    }
+  }
+}
+
+/* The unblocked path for when no packing memory can be had. */
+static void naive_rows(const kiln_sgemm_args *g, const float *bp, int nr, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; i++) {
+    float *c = g->c + i * g->ldc;
+    for (int64_t j = 0; j < g->n; j++) {
+      float acc = 0.0f;
+      for (int64_t p = 0; p < g->k; p++) {
+        float b;
+        if (bp) b = bp[(j / nr) * g->k * nr + p * nr + j % nr];
+        else b = g->trans_b ? g->b[j * g->ldb + p] : g->b[p * g->ldb + j];
+        acc += op_a(g, i, p) * b;
+      }
+      float v = g->alpha * acc;
+      if (g->bias_axis == KILN_GEMM_BIAS_ROW && g->bias) v += g->bias[i];
+      if (g->bias_axis == KILN_GEMM_BIAS_COL && g->bias) v += g->bias[j];
+      if (g->beta != 0.0f) v += g->beta * c[j];
+      c[j] = v;
+    }
+  }
+}
+
+static void run_epilogue_rows(const kiln_sgemm_args *g, int64_t i0, int64_t i1) {
+  if (!g->epilogue || i1 <= i0) return;
+  for (int64_t j0 = 0; j0 < g->n; j0 += KILN_GEMM_EPILOGUE_COLS) {
+    int64_t nb = min64(KILN_GEMM_EPILOGUE_COLS, g->n - j0);
+    g->epilogue(g->epilogue_ctx, g->c + i0 * g->ldc + j0, g->ldc, i0, j0, i1 - i0, nb);
+  }
+}
+
+typedef struct rows_job {
+  const kiln_sgemm_args *g;
+  const float *bp; /* packed B data or NULL */
+  int nr;
+  bool scale_only;
+} rows_job;
+
+static void rows_task(void *ctx, int64_t begin, int64_t end, int thread) {
+  const rows_job *job = ctx;
+  if (job->scale_only) scale_rows(job->g, begin, end);
+  else naive_rows(job->g, job->bp, job->nr, begin, end);
+  run_epilogue_rows(job->g, begin, end);
+}
+
+/* ---- small M: stream B once, A read in place ----------------------------- */
+
+typedef struct small_job {
+  const kiln_sgemm_args *g;
+  const kiln_gemm_kernel *kern;
+  const float *a; /* contiguous along k: row i at a + i*rsa */
+  int64_t rsa;
+  const float *bp; /* packed B data, or NULL */
+  int64_t unit;    /* columns per task index */
+} small_job;
+
+static void small_task(void *ctx, int64_t begin, int64_t end, int thread) {
+  const small_job *job = ctx;
+  const kiln_sgemm_args *g = job->g;
+  int64_t n0 = begin * job->unit, n1 = min64(end * job->unit, g->n);
+  if (n1 <= n0) return;
+  kiln_gemm_store st = {.alpha = g->alpha, .beta = g->beta};
+  if (g->bias && g->bias_axis == KILN_GEMM_BIAS_ROW) st.bias_row = g->bias;
+  if (g->bias && g->bias_axis == KILN_GEMM_BIAS_COL) st.bias_col = g->bias + n0;
+  float *c = g->c + n0;
+  if (job->bp)
+    job->kern->small_packed(g->m, n1 - n0, g->k, job->a, job->rsa, 1, job->bp + n0 * g->k, 0, c, g->ldc, &st);
+  else if (g->trans_b)
+    job->kern->small_dots(g->m, n1 - n0, g->k, job->a, job->rsa, 1, g->b + n0 * g->ldb, g->ldb, c, g->ldc, &st);
+  else
+    job->kern->small_rows(g->m, n1 - n0, g->k, job->a, job->rsa, 1, g->b + n0, g->ldb, c, g->ldc, &st);
+  if (g->epilogue) g->epilogue(g->epilogue_ctx, c, g->ldc, 0, n0, g->m, n1 - n0);
+}
+
+/* Returns false when this path does not apply or lacks memory. */
+static bool small_m(kiln_threadpool *pool, const kiln_sgemm_args *g, const kiln_gemm_kernel *kern, const float *bp) {
+  if (g->m > KILN_GEMM_SMALL_M) return false;
+  if (bp ? !kern->small_packed : g->trans_b ? !kern->small_dots : !kern->small_rows) return false;
+  small_job job = {.g = g, .kern = kern, .bp = bp, .a = g->a, .rsa = g->lda};
+  float *acopy = NULL;
+  if (g->trans_a && g->m > 1) {
+    acopy = g_alloc_failure ? NULL : malloc((size_t)(g->m * g->k) * sizeof(float));
+    if (!acopy) return false;
+    for (int64_t i = 0; i < g->m; i++)
+      for (int64_t p = 0; p < g->k; p++) acopy[i * g->k + p] = g->a[p * g->lda + i];
+    job.a = acopy;
+    job.rsa = g->k;
+  } else if (g->trans_a) {
+    if (g->lda != 1) {
+      acopy = g_alloc_failure ? NULL : malloc((size_t)g->k * sizeof(float));
+      if (!acopy) return false;
+      for (int64_t p = 0; p < g->k; p++) acopy[p] = g->a[p * g->lda];
+      job.a = acopy;
+    }
+    job.rsa = g->k;
+  }
+  /* Column units: whole strips of packed B; enough columns per thread that
+   * each streams long runs of B's rows. */
+  int threads = pool_threads(pool);
+  int64_t unit = bp ? kern->nr : 16;
+  int64_t units = ceil_div(g->n, unit);
+  int64_t per = ceil_div(units, threads);
+  job.unit = unit * per;
+  run_parallel(pool, ceil_div(g->n, job.unit), 1, small_task, &job);
+  free(acopy);
+  return true;
+}
+
+/* ---- the blocked path ---------------------------------------------------- */
+
+typedef struct block_job {
+  const kiln_sgemm_args *g;
+  const kiln_gemm_kernel *kern;
+  int64_t mc, kc;
+  /* the current panel: columns [j0, j0+nb), k-slices [p_begin, p_end) */
+  int64_t j0, nb;
+  int64_t p_begin, p_end;
+  const float *b_panel;  /* strip 0 at k = 0 of the panel */
+  int64_t strip_stride;  /* floats between strips */
+  bool b_full_k;         /* b_panel holds all of K (packed B); else one slice */
+  /* thread grid over the panel: tm row ranges x tn strip ranges */
+  int tm, tn;
+  float *a_bufs;         /* one MC x KC buffer per pool thread */
+  int64_t a_buf_floats;
+  int n_a_bufs;
+  /* B packing phase */
+  float *b_buf;
+  int64_t pack_p0, pack_kb;
+  bool direct_a; /* A is read in place instead of packed */
+} block_job;
+
+static void pack_b_task(void *ctx, int64_t begin, int64_t end, int thread) {
+  const block_job *job = ctx;
+  const kiln_sgemm_args *g = job->g;
+  int nr = job->kern->nr;
+  int64_t j = begin * nr, nb = min64(end * nr, job->nb) - j;
+  job->kern->pack_b(g->trans_b, g->b, g->ldb, job->pack_p0, job->pack_kb, job->j0 + j, nb, nr,
+                    job->b_buf + begin * job->strip_stride, job->strip_stride);
+}
+
+/* Rows [i0,i1) x strips [s0,s1) of the current panel, k-slices
+ * [p_begin, p_end). abuf NULL (or job->direct_a) reads A in place. */
+static void block_compute(const block_job *job, int64_t i0, int64_t i1, int64_t s0, int64_t s1, float *abuf) {
+  const kiln_sgemm_args *g = job->g;
+  const kiln_gemm_kernel *kern = job->kern;
+  const int mr = kern->mr, nr = kern->nr;
+  const int64_t strips_per_epi = KILN_GEMM_EPILOGUE_COLS / nr > 0 ? KILN_GEMM_EPILOGUE_COLS / nr : 1;
+  const bool direct = job->direct_a || !abuf;
+  for (int64_t ic = i0; ic < i1; ic += job->mc) {
+    int64_t mb = min64(job->mc, i1 - ic);
+    for (int64_t p0 = job->p_begin; p0 < job->p_end; p0 += job->kc) {
+      int64_t kb = min64(job->kc, g->k - p0);
+      bool first = p0 == 0, last = p0 + kb >= g->k;
+      /* A's panel ir starts at a + ir * a_step, element (i, p) at [i*rsa + p*csa]. */
+      const float *a;
+      int64_t rsa, csa, a_step;
+      if (!direct) {
+        kern->pack_a(g->trans_a, g->a, g->lda, ic, mb, p0, kb, mr, abuf);
+        a = abuf, rsa = 1, csa = mr, a_step = kb;
+      } else if (g->trans_a) {
+        a = g->a + p0 * g->lda + ic, rsa = 1, csa = g->lda, a_step = 1;
+      } else {
+        a = g->a + ic * g->lda + p0, rsa = g->lda, csa = 1, a_step = g->lda;
+      }
+      kiln_gemm_store st = {.alpha = g->alpha, .beta = first ? g->beta : 1.0f};
+      const float *bias_row = first && g->bias && g->bias_axis == KILN_GEMM_BIAS_ROW ? g->bias + ic : NULL;
+      const float *bias_col = first && g->bias && g->bias_axis == KILN_GEMM_BIAS_COL ? g->bias + job->j0 : NULL;
+      const float *bslice = job->b_panel + (job->b_full_k ? p0 * nr : 0);
+      for (int64_t se = s0; se < s1; se += strips_per_epi) {
+        int64_t se1 = min64(se + strips_per_epi, s1);
+        for (int64_t s = se; s < se1; s++) {
+          int64_t jl = s * nr; /* column within the panel */
+          int nrr = (int)min64(nr, job->nb - jl);
+          const float *bp = bslice + s * job->strip_stride;
+          st.bias_col = bias_col ? bias_col + jl : NULL;
+          for (int64_t ir = 0; ir < mb; ir += mr) {
+            int mrr = (int)min64(mr, mb - ir);
+            st.bias_row = bias_row ? bias_row + ir : NULL;
+            kern->micro(kb, a + ir * a_step, rsa, csa, bp, g->c + (ic + ir) * g->ldc + job->j0 + jl, g->ldc, mrr,
+                        nrr, &st);
+          }
+        }
+        if (last && g->epilogue) {
+          int64_t jl = se * nr, nbe = min64(se1 * nr, job->nb) - jl;
+          g->epilogue(g->epilogue_ctx, g->c + ic * g->ldc + job->j0 + jl, g->ldc, ic, job->j0 + jl, mb, nbe);
+        }
+      }
+    }
+  }
+}
+
+static void compute_task(void *ctx, int64_t begin, int64_t end, int thread) {
+  const block_job *job = ctx;
+  const kiln_sgemm_args *g = job->g;
+  int mr = job->kern->mr, nr = job->kern->nr;
+  int64_t panels = ceil_div(g->m, mr), strips = ceil_div(job->nb, nr);
+  /* A nested call (kiln_sgemm inside another pool's loop) may run with a
+   * thread index beyond this pool's size: give it its own buffer. */
+  float *own = NULL, *abuf = job->a_bufs + (int64_t)thread * job->a_buf_floats;
+  if (thread < 0 || thread >= job->n_a_bufs) {
+    abuf = own = g_alloc_failure ? NULL : aligned_buffer((size_t)job->a_buf_floats * sizeof(float));
+  }
+  for (int64_t t = begin; t < end; t++) {
+    int64_t ti = t / job->tn, tj = t % job->tn;
+    int64_t q0 = panels * ti / job->tm, q1 = panels * (ti + 1) / job->tm;
+    int64_t s0 = strips * tj / job->tn, s1 = strips * (tj + 1) / job->tn;
+    if (q0 >= q1 || s0 >= s1) continue;
+    block_compute(job, q0 * mr, min64(q1 * mr, g->m), s0, s1, abuf);
+  }
+  free(own);
+}
+
+/* Picks tm x tn = threads minimizing the largest per-thread share of
+ * micro-tiles, preferring to split rows (splitting columns makes several
+ * threads pack the same A). */
+static void choose_grid(int threads, int64_t panels, int64_t strips, int *tm, int *tn) {
+  double best = -1;
+  for (int a = 1; a <= threads; a++) {
+    if (threads % a) continue;
+    int b = threads / a;
+    double work = (double)ceil_div(panels, a) * (double)ceil_div(strips, b);
+    work *= 1.0 + 0.02 * (b - 1); /* duplicated A packing */
+    if (best < 0 || work < best) {
+      best = work;
+      *tm = a;
+      *tn = b;
+    }
+  }
+}
+
+static void blocking(const kiln_gemm_kernel *kern, int64_t m, int64_t n, int64_t k, int64_t *mc, int64_t *kc,
+                     int64_t *nc) {
+  const kiln_cpu_features *f = kiln_cpu_features_get();
+  int64_t l1 = f->l1d_bytes > 0 ? f->l1d_bytes : 32 * 1024;
+  int64_t l2 = f->l2_bytes > 0 ? f->l2_bytes : 512 * 1024;
+  /* KC: a KC x NR micro-panel of B fills about 2/3 of L1d. */
+  int64_t kc_max = g_kc > 0 ? g_kc : max64(64, (l1 * 2 / 3) / (kern->nr * 4) / 8 * 8);
+  /* Balance the k-slices so the last one is not a sliver. */
+  int64_t slices = ceil_div(k, kc_max);
+  *kc = min64(k, round_up(ceil_div(k, slices), 4));
+  /* MC: an MC x KC block of A fills about 1/4 of L2. */
+  int64_t mc_max = g_mc > 0 ? g_mc : max64(kern->mr, (l2 / 4) / (*kc * 4) / kern->mr * kern->mr);
+  int64_t blocks = ceil_div(m, mc_max);
+  *mc = round_up(ceil_div(m, blocks), kern->mr);
+  *nc = g_nc > 0 ? round_up(g_nc, kern->nr) : round_up(min64(n, 4096), kern->nr);
+}
+
+static void blocked(kiln_threadpool *pool, const kiln_sgemm_args *g, const kiln_gemm_kernel *kern,
+                    const float *bp) {
+  const int mr = kern->mr, nr = kern->nr;
+  int threads = pool_threads(pool);
+  int64_t mc, kc, nc;
+  blocking(kern, g->m, g->n, g->k, &mc, &kc, &nc);
+  block_job job = {.g = g, .kern = kern, .mc = mc, .kc = kc};
+  job.a_buf_floats = round_up(mc * kc, 16);
+  size_t a_bytes = (size_t)(job.a_buf_floats * threads) * sizeof(float);
+  size_t b_bytes = bp ? 0 : (size_t)(kc * nc) * sizeof(float);
+  char *mem = aligned_buffer(a_bytes + b_bytes);
+  if (!mem) {
+    rows_job rj = {.g = g, .bp = bp, .nr = nr};
+    run_parallel(pool, g->m, 1, rows_task, &rj);
+    return;
+  }
+  job.a_bufs = (float *)mem;
+  job.n_a_bufs = g_alloc_failure ? 0 : threads;
+  job.b_buf = (float *)(mem + a_bytes);
+  for (int64_t j0 = 0; j0 < g->n; j0 += nc) {
+    job.j0 = j0;
+    job.nb = min64(nc, g->n - j0);
+    int64_t strips = ceil_div(job.nb, nr);
+    int tm = 1, tn = 1;
+    choose_grid(threads, ceil_div(g->m, mr), strips, &tm, &tn);
+    job.tm = tm;
+    job.tn = tn;
+    /* Packing A pays off when each panel of it is reused over many strips. */
+    job.direct_a = g_direct_a ? g_direct_a == 1 : ceil_div(strips, tn) <= KILN_GEMM_DIRECT_A_STRIPS;
+    if (bp) {
+      job.b_panel = bp + j0 * g->k; /* j0 is a multiple of NR */
+      job.strip_stride = g->k * nr;
+      job.b_full_k = true;
+      job.p_begin = 0;
+      job.p_end = g->k;
+      run_parallel(pool, (int64_t)tm * tn, 1, compute_task, &job);
+      continue;
+    }
+    for (int64_t p0 = 0; p0 < g->k; p0 += kc) {
+      int64_t kb = min64(kc, g->k - p0);
+      job.pack_p0 = p0;
+      job.pack_kb = kb;
+      job.strip_stride = kb * nr;
+      run_parallel(pool, strips, max64(1, strips / (4 * threads)), pack_b_task, &job);
+      job.b_panel = job.b_buf;
+      job.b_full_k = false;
+      job.p_begin = p0;
+      job.p_end = p0 + kb;
+      run_parallel(pool, (int64_t)tm * tn, 1, compute_task, &job);
+    }
+  }
+  free(mem);
+}
+
+/* ---- public API ------------------------------------------------------- */
+
+size_t kiln_sgemm_packed_b_size(int64_t k, int64_t n) {
+  if (k < 0 || n < 0) return 0;
+  const kiln_gemm_kernel *kern = kiln_gemm_active_kernel();
+  int64_t floats;
+  if (!kiln_mul_i64(round_up(n, kern->nr), k, &floats)) return 0;
+  if (floats > ((int64_t)1 << 40)) return 0;
+  return PACKED_B_HEADER + (size_t)floats * sizeof(float);
+}
+
+void kiln_sgemm_pack_b(bool trans_b, int64_t k, int64_t n, const float *b, int64_t ldb, void *packed) {
+  const kiln_gemm_kernel *kern = kiln_gemm_active_kernel();
+  packed_b_header *h = packed;
+  memset(h, 0, PACKED_B_HEADER);
+  h->magic = PACKED_B_MAGIC;
+  h->kernel_id = kern->id;
+  h->nr = kern->nr;
+  h->k = k;
+  h->n = n;
+  float *data = (float *)((char *)packed + PACKED_B_HEADER);
+  if (k > 0 && n > 0) kern->pack_b(trans_b, b, ldb, 0, k, 0, n, kern->nr, data, k * kern->nr);
+}
+
+void kiln_sgemm(kiln_threadpool *pool, const kiln_sgemm_args *g) {
+  if (g->m <= 0 || g->n <= 0) return;
+  const kiln_gemm_kernel *kern = kiln_gemm_active_kernel();
+  const float *bp = NULL;
+  if (g->packed_b) {
+    const packed_b_header *h = g->packed_b;
+    bp = (const float *)((const char *)g->packed_b + PACKED_B_HEADER);
+    /* Packed by a different kernel (a test forced one): use that kernel. */
+    if (h->kernel_id != kern->id) {
+      const kiln_gemm_kernel *other = kernel_by_id(h->kernel_id);
+      if (other) {
+        kern = other;
+      } else {
+        rows_job rj = {.g = g, .bp = bp, .nr = h->nr};
+        run_parallel(pool, g->m, 1, rows_task, &rj);
+        return;
+      }
+    }
+  }
+  if (g->k <= 0 || g->alpha == 0.0f) {
+    rows_job rj = {.g = g, .scale_only = true};
+    run_parallel(pool, g->m, max64(1, 4096 / g->n), rows_task, &rj);
+    return;
+  }
+  if (small_m(pool, g, kern, bp)) return;
+  blocked(pool, g, kern, bp);
+}

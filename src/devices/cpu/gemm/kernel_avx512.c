@@ -1,0 +1,531 @@
+/* kernel_avx512.c — AVX-512 micro-kernel (14 x 32: 28 zmm accumulators,
+ * two B vectors per step, A broadcast from the packed panel) and the small-M
+ * streaming kernels. Compiled with a target attribute so the library needs
+ * no -march flag; the driver only calls these on CPUs with AVX-512F. */
+#include "devices/cpu/gemm/gemm_internal.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define KILN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+#define MR 14
+#define NR 32
+
+static KILN_AVX512 inline __mmask16 tail_mask(int64_t n) {
+  return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n > 0 ? n : 0)) - 1u);
+}
+
+/* c = alpha * acc + beta * c + bias for one row of up to 32 columns. */
+static KILN_AVX512 inline void store_row(float *c, __m512 acc0, __m512 acc1, int nr, const kiln_gemm_store *st,
+                                         int i) {
+  __m512 alpha = _mm512_set1_ps(st->alpha);
+  __mmask16 m0 = tail_mask(nr), m1 = tail_mask(nr - 16);
+  acc0 = _mm512_mul_ps(acc0, alpha);
+  acc1 = _mm512_mul_ps(acc1, alpha);
+  if (st->bias_row) {
+    __m512 br = _mm512_set1_ps(st->bias_row[i]);
+    acc0 = _mm512_add_ps(acc0, br);
+    acc1 = _mm512_add_ps(acc1, br);
+  }
+  if (st->bias_col) {
+    acc0 = _mm512_add_ps(acc0, _mm512_maskz_loadu_ps(m0, st->bias_col));
+    acc1 = _mm512_add_ps(acc1, _mm512_maskz_loadu_ps(m1, st->bias_col + 16));
+  }
+  if (st->beta != 0.0f) {
+    __m512 beta = _mm512_set1_ps(st->beta);
+    acc0 = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(m0, c), acc0);
+    acc1 = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(m1, c + 16), acc1);
+  }
+  _mm512_mask_storeu_ps(c, m0, acc0);
+  _mm512_mask_storeu_ps(c + 16, m1, acc1);
+}
+
+#define ALWAYS_INLINE __attribute__((always_inline))
+
+/* The register tile, for R = 1..14 rows (R is a constant after inlining, so
+ * the accumulators become registers). A's element (i, p) is at
+ * a[i*rsa + p*csa] with either rsa == 1 (packed panel: csa = MR, or A
+ * transposed in place: csa = lda) or csa == 1 (A row-major in place: the
+ * rows are reached from five base pointers and the scaled offsets 1, 2, 4
+ * and 8 * lda, which x86 addressing gives for free). */
+static KILN_AVX512 inline ALWAYS_INLINE void tile(const int R, int64_t kc, const float *a, int64_t rsa, int64_t csa,
+                                                 const float *bp, float *c, int64_t ldc, int nr,
+                                                 const kiln_gemm_store *st) {
+  __m512 acc0[MR], acc1[MR];
+#pragma GCC unroll 14
+  for (int i = 0; i < R; i++) acc0[i] = acc1[i] = _mm512_setzero_ps();
+#define FMA_ROW(i, expr)                             \
+  do {                                               \
+    if ((i) < R) {                                   \
+      __m512 av = _mm512_set1_ps(expr);              \
+      acc0[i] = _mm512_fmadd_ps(av, b0, acc0[i]);    \
+      acc1[i] = _mm512_fmadd_ps(av, b1, acc1[i]);    \
+    }                                                \
+  } while (0)
+  if (rsa == 1) {
+    int64_t p = 0;
+#define STEP_PACKED(o)                                                                   \
+    do {                                                                                 \
+      __m512 b0 = _mm512_load_ps(bp + (o) * NR), b1 = _mm512_load_ps(bp + (o) * NR + 16); \
+      const float *a_ = a + (o) * csa;                                                   \
+      FMA_ROW(0, a_[0]); FMA_ROW(1, a_[1]); FMA_ROW(2, a_[2]); FMA_ROW(3, a_[3]);        \
+      FMA_ROW(4, a_[4]); FMA_ROW(5, a_[5]); FMA_ROW(6, a_[6]); FMA_ROW(7, a_[7]);        \
+      FMA_ROW(8, a_[8]); FMA_ROW(9, a_[9]); FMA_ROW(10, a_[10]); FMA_ROW(11, a_[11]);    \
+      FMA_ROW(12, a_[12]); FMA_ROW(13, a_[13]);                                          \
+    } while (0)
+    for (; p + 4 <= kc; p += 4) {
+      STEP_PACKED(0);
+      STEP_PACKED(1);
+      STEP_PACKED(2);
+      STEP_PACKED(3);
+      a += 4 * csa;
+      bp += 4 * NR;
+    }
+    for (; p < kc; p++) {
+      STEP_PACKED(0);
+      a += csa;
+      bp += NR;
+    }
+#undef STEP_PACKED
+  } else {
+    const int64_t l = rsa;
+    const float *r0 = a, *r3 = a + 3 * l, *r6 = a + 6 * l, *r9 = a + 9 * l, *r12 = a + 12 * l;
+    int64_t p = 0;
+#define STEP_ROWS(o)                                                                     \
+    do {                                                                                 \
+      __m512 b0 = _mm512_load_ps(bp + (o) * NR), b1 = _mm512_load_ps(bp + (o) * NR + 16); \
+      FMA_ROW(0, r0[o]); FMA_ROW(1, r0[l + o]); FMA_ROW(2, r0[2 * l + o]);                \
+      FMA_ROW(3, r3[o]); FMA_ROW(4, r0[4 * l + o]); FMA_ROW(5, r3[2 * l + o]);            \
+      FMA_ROW(6, r6[o]); FMA_ROW(7, r3[4 * l + o]); FMA_ROW(8, r0[8 * l + o]);            \
+      FMA_ROW(9, r9[o]); FMA_ROW(10, r6[4 * l + o]); FMA_ROW(11, r3[8 * l + o]);          \
+      FMA_ROW(12, r12[o]); FMA_ROW(13, r9[4 * l + o]);                                    \
+    } while (0)
+    for (; p + 4 <= kc; p += 4) {
+      STEP_ROWS(0);
+      STEP_ROWS(1);
+      STEP_ROWS(2);
+      STEP_ROWS(3);
+      r0 += 4, r3 += 4, r6 += 4, r9 += 4, r12 += 4;
+      bp += 4 * NR;
+    }
+    for (; p < kc; p++) {
+      STEP_ROWS(0);
+      r0++, r3++, r6++, r9++, r12++;
+      bp += NR;
+    }
+#undef STEP_ROWS
+  }
+#undef FMA_ROW
+#pragma GCC unroll 14
+  for (int i = 0; i < R; i++) store_row(c + i * ldc, acc0[i], acc1[i], nr, st, i);
+}
+
+static KILN_AVX512 void micro(int64_t kc, const float *a, int64_t rsa, int64_t csa, const float *bp, float *c,
+                              int64_t ldc, int mr, int nr, const kiln_gemm_store *st) {
+  switch (mr) {
+  case 14: tile(14, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
+  case 13: tile(13, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
+  case 12: tile(12, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
+  case 11: tile(11, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
+  case 10: tile(10, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
+  case 9: tile(9, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
+  case 8: tile(8, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
+  case 7: tile(7, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
+  case 6: tile(6, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
+  case 5: tile(5, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
+  case 4: tile(4, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
+  case 3: tile(3, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
+  case 2: tile(2, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
+  default: tile(1, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
+  }
+}
+
+/* ---- small M (m <= 4): B is streamed once, A broadcast in place -------- */
+
+#define CHUNK 1024 /* columns per pass of small_rows: m x 4 KiB of sums in L1 */
+
+static KILN_AVX512 inline __m512 finish_vec(__m512 acc, float *c, __mmask16 mask, const kiln_gemm_store *st,
+                                             int64_t i, int64_t j) {
+  acc = _mm512_mul_ps(acc, _mm512_set1_ps(st->alpha));
+  if (st->bias_row) acc = _mm512_add_ps(acc, _mm512_set1_ps(st->bias_row[i]));
+  if (st->bias_col) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mask, st->bias_col + j));
+  if (st->beta != 0.0f) acc = _mm512_fmadd_ps(_mm512_set1_ps(st->beta), _mm512_maskz_loadu_ps(mask, c), acc);
+  return acc;
+}
+
+/* B row-major: four rows of B per pass over a chunk of columns; the sums
+ * live in an L1-resident buffer. */
+static KILN_AVX512 inline ALWAYS_INLINE void rows_m(const int m, int64_t nb, int64_t k, const float *a, int64_t rsa,
+                                                   const float *b, int64_t ldb, float *c, int64_t ldc,
+                                                   const kiln_gemm_store *st) {
+  float acc[KILN_GEMM_SMALL_M * CHUNK] __attribute__((aligned(64)));
+  for (int64_t j0 = 0; j0 < nb; j0 += CHUNK) {
+    int64_t w = nb - j0 < CHUNK ? nb - j0 : CHUNK;
+    int64_t wv = w / 16 * 16;
+    __mmask16 tail = tail_mask(w - wv);
+    for (int i = 0; i < m; i++)
+      for (int64_t j = 0; j < w; j += 16) _mm512_store_ps(acc + i * CHUNK + j, _mm512_setzero_ps());
+    const float *bc = b + j0;
+    int64_t p = 0;
+    for (; p + 4 <= k; p += 4) {
+      __m512 a0[KILN_GEMM_SMALL_M], a1[KILN_GEMM_SMALL_M], a2[KILN_GEMM_SMALL_M], a3[KILN_GEMM_SMALL_M];
+      for (int i = 0; i < m; i++) {
+        a0[i] = _mm512_set1_ps(a[i * rsa + p]);
+        a1[i] = _mm512_set1_ps(a[i * rsa + p + 1]);
+        a2[i] = _mm512_set1_ps(a[i * rsa + p + 2]);
+        a3[i] = _mm512_set1_ps(a[i * rsa + p + 3]);
+      }
+      const float *b0 = bc + p * ldb, *b1 = b0 + ldb, *b2 = b1 + ldb, *b3 = b2 + ldb;
+      int64_t j = 0;
+      for (; j < wv; j += 16) {
+        __m512 v0 = _mm512_loadu_ps(b0 + j), v1 = _mm512_loadu_ps(b1 + j);
+        __m512 v2 = _mm512_loadu_ps(b2 + j), v3 = _mm512_loadu_ps(b3 + j);
+        for (int i = 0; i < m; i++) {
+          float *ap = acc + i * CHUNK + j;
+          __m512 s = _mm512_fmadd_ps(a0[i], v0, _mm512_load_ps(ap));
+          s = _mm512_fmadd_ps(a1[i], v1, s);
+          s = _mm512_fmadd_ps(a2[i], v2, s);
+          _mm512_store_ps(ap, _mm512_fmadd_ps(a3[i], v3, s));
+        }
+      }
+      if (j < w) {
+        __m512 v0 = _mm512_maskz_loadu_ps(tail, b0 + j), v1 = _mm512_maskz_loadu_ps(tail, b1 + j);
+        __m512 v2 = _mm512_maskz_loadu_ps(tail, b2 + j), v3 = _mm512_maskz_loadu_ps(tail, b3 + j);
+        for (int i = 0; i < m; i++) {
+          float *ap = acc + i * CHUNK + j;
+          __m512 s = _mm512_fmadd_ps(a0[i], v0, _mm512_load_ps(ap));
+          s = _mm512_fmadd_ps(a1[i], v1, s);
+          s = _mm512_fmadd_ps(a2[i], v2, s);
+          _mm512_store_ps(ap, _mm512_fmadd_ps(a3[i], v3, s));
+        }
+      }
+    }
+    for (; p < k; p++) {
+      const float *b0 = bc + p * ldb;
+      for (int64_t j = 0; j < w; j += 16) {
+        __m512 v0 = _mm512_maskz_loadu_ps(tail_mask(w - j), b0 + j);
+        for (int i = 0; i < m; i++) {
+          float *ap = acc + i * CHUNK + j;
+          _mm512_store_ps(ap, _mm512_fmadd_ps(_mm512_set1_ps(a[i * rsa + p]), v0, _mm512_load_ps(ap)));
+        }
+      }
+    }
+    for (int i = 0; i < m; i++)
+      for (int64_t j = 0; j < w; j += 16) {
+        __mmask16 mk = tail_mask(w - j);
+        float *cp = c + i * ldc + j0 + j;
+        _mm512_mask_storeu_ps(cp, mk, finish_vec(_mm512_load_ps(acc + i * CHUNK + j), cp, mk, st, i, j0 + j));
+      }
+  }
+}
+
+static KILN_AVX512 void small_rows(int64_t m, int64_t nb, int64_t k, const float *a, int64_t rsa, int64_t csa,
+                                   const float *b, int64_t ldb, float *c, int64_t ldc, const kiln_gemm_store *st) {
+  switch (m) {
+  case 1: rows_m(1, nb, k, a, rsa, b, ldb, c, ldc, st); break;
+  case 2: rows_m(2, nb, k, a, rsa, b, ldb, c, ldc, st); break;
+  case 3: rows_m(3, nb, k, a, rsa, b, ldb, c, ldc, st); break;
+  default: rows_m(4, nb, k, a, rsa, b, ldb, c, ldc, st); break;
+  }
+}
+
+/* Packed B: one 32-wide strip at a time, sums in registers (two sets, for
+ * even and odd k, to halve the FMA dependency chains). */
+static KILN_AVX512 inline ALWAYS_INLINE void packed_m(const int m, int64_t nb, int64_t k, const float *a,
+                                                     int64_t rsa, const float *bp, float *c, int64_t ldc,
+                                                     const kiln_gemm_store *st) {
+  for (int64_t j0 = 0; j0 < nb; j0 += NR) {
+    const float *s = bp + (j0 / NR) * k * NR;
+    __m512 e0[KILN_GEMM_SMALL_M], e1[KILN_GEMM_SMALL_M], o0[KILN_GEMM_SMALL_M], o1[KILN_GEMM_SMALL_M];
+    for (int i = 0; i < m; i++) e0[i] = e1[i] = o0[i] = o1[i] = _mm512_setzero_ps();
+    int64_t p = 0;
+    for (; p + 2 <= k; p += 2) {
+      __m512 b0 = _mm512_load_ps(s + p * NR), b1 = _mm512_load_ps(s + p * NR + 16);
+      __m512 b2 = _mm512_load_ps(s + p * NR + 32), b3 = _mm512_load_ps(s + p * NR + 48);
+      for (int i = 0; i < m; i++) {
+        __m512 x = _mm512_set1_ps(a[i * rsa + p]), y = _mm512_set1_ps(a[i * rsa + p + 1]);
+        e0[i] = _mm512_fmadd_ps(x, b0, e0[i]);
+        e1[i] = _mm512_fmadd_ps(x, b1, e1[i]);
+        o0[i] = _mm512_fmadd_ps(y, b2, o0[i]);
+        o1[i] = _mm512_fmadd_ps(y, b3, o1[i]);
+      }
+    }
+    if (p < k) {
+      __m512 b0 = _mm512_load_ps(s + p * NR), b1 = _mm512_load_ps(s + p * NR + 16);
+      for (int i = 0; i < m; i++) {
+        __m512 x = _mm512_set1_ps(a[i * rsa + p]);
+        e0[i] = _mm512_fmadd_ps(x, b0, e0[i]);
+        e1[i] = _mm512_fmadd_ps(x, b1, e1[i]);
+      }
+    }
+    int64_t w = nb - j0 < NR ? nb - j0 : NR;
+    __mmask16 m0 = tail_mask(w), m1 = tail_mask(w - 16);
+    for (int i = 0; i < m; i++) {
+      float *cp = c + i * ldc + j0;
+      _mm512_mask_storeu_ps(cp, m0, finish_vec(_mm512_add_ps(e0[i], o0[i]), cp, m0, st, i, j0));
+      if (w > 16)
+        _mm512_mask_storeu_ps(cp + 16, m1, finish_vec(_mm512_add_ps(e1[i], o1[i]), cp + 16, m1, st, i, j0 + 16));
+    }
+  }
+}
+
+static KILN_AVX512 void small_packed(int64_t m, int64_t nb, int64_t k, const float *a, int64_t rsa, int64_t csa,
+                                     const float *bp, int64_t ldb, float *c, int64_t ldc,
+                                     const kiln_gemm_store *st) {
+  switch (m) {
+  case 1: packed_m(1, nb, k, a, rsa, bp, c, ldc, st); break;
+  case 2: packed_m(2, nb, k, a, rsa, bp, c, ldc, st); break;
+  case 3: packed_m(3, nb, k, a, rsa, bp, c, ldc, st); break;
+  default: packed_m(4, nb, k, a, rsa, bp, c, ldc, st); break;
+  }
+}
+
+/* B stored N x K: C[i][j] is a dot product of two contiguous rows; four
+ * rows of B at a time, reduced horizontally at the end. */
+static KILN_AVX512 inline ALWAYS_INLINE void dots_mj(const int m, const int nj, int64_t j, int64_t k,
+                                                    const float *a, int64_t rsa, const float *b, int64_t ldb,
+                                                    float *c, int64_t ldc, const kiln_gemm_store *st) {
+  __m512 acc[KILN_GEMM_SMALL_M][4];
+  for (int i = 0; i < m; i++)
+    for (int q = 0; q < nj; q++) acc[i][q] = _mm512_setzero_ps();
+  const float *br = b + j * ldb;
+  int64_t p = 0;
+  for (; p < k; p += 16) {
+    __mmask16 mk = tail_mask(k - p);
+    __m512 bv[4], av[KILN_GEMM_SMALL_M];
+    for (int q = 0; q < nj; q++) bv[q] = _mm512_maskz_loadu_ps(mk, br + q * ldb + p);
+    for (int i = 0; i < m; i++) av[i] = _mm512_maskz_loadu_ps(mk, a + i * rsa + p);
+    for (int i = 0; i < m; i++)
+      for (int q = 0; q < nj; q++) acc[i][q] = _mm512_fmadd_ps(av[i], bv[q], acc[i][q]);
+  }
+  for (int i = 0; i < m; i++)
+    for (int q = 0; q < nj; q++) {
+      float v = st->alpha * _mm512_reduce_add_ps(acc[i][q]);
+      float *cp = c + i * ldc + j + q;
+      if (st->bias_row) v += st->bias_row[i];
+      if (st->bias_col) v += st->bias_col[j + q];
+      if (st->beta != 0.0f) v += st->beta * *cp;
+      *cp = v;
+    }
+}
+
+static KILN_AVX512 inline ALWAYS_INLINE void dots_m(const int m, int64_t nb, int64_t k, const float *a, int64_t rsa,
+                                                   const float *b, int64_t ldb, float *c, int64_t ldc,
+                                                   const kiln_gemm_store *st) {
+  int64_t j = 0;
+  for (; j + 4 <= nb; j += 4) dots_mj(m, 4, j, k, a, rsa, b, ldb, c, ldc, st);
+  for (; j < nb; j++) dots_mj(m, 1, j, k, a, rsa, b, ldb, c, ldc, st);
+}
+
+static KILN_AVX512 void small_dots(int64_t m, int64_t nb, int64_t k, const float *a, int64_t rsa, int64_t csa,
+                                   const float *b, int64_t ldb, float *c, int64_t ldc, const kiln_gemm_store *st) {
+  switch (m) {
+  case 1: dots_m(1, nb, k, a, rsa, b, ldb, c, ldc, st); break;
+  case 2: dots_m(2, nb, k, a, rsa, b, ldb, c, ldc, st); break;
+  case 3: dots_m(3, nb, k, a, rsa, b, ldb, c, ldc, st); break;
+  default: dots_m(4, nb, k, a, rsa, b, ldb, c, ldc, st); break;
+  }
+}
+
+/* ---- packing ------------------------------------------------------------ */
+
+/* In-register transpose of a 16 x 16 block: o[j][i] = r[i][j]. */
+static KILN_AVX512 inline __attribute__((always_inline)) void transpose16(const __m512 r[16], __m512 o[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int g = 0; g < 4; g++) {
+    __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
+    __m512d c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
+    u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  /* u[4g+q], 128-bit lane L, holds column 4L+q of rows 4g..4g+3. */
+  for (int q = 0; q < 4; q++) {
+    __m512 w0 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0x88), w1 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0xdd);
+    __m512 w2 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0x88);
+    __m512 w3 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0xdd);
+    o[0 + q] = _mm512_shuffle_f32x4(w0, w2, 0x88);
+    o[8 + q] = _mm512_shuffle_f32x4(w0, w2, 0xdd);
+    o[4 + q] = _mm512_shuffle_f32x4(w1, w3, 0x88);
+    o[12 + q] = _mm512_shuffle_f32x4(w1, w3, 0xdd);
+  }
+}
+
+static KILN_AVX512 void pack_a(bool trans_a, const float *a, int64_t lda, int64_t i0, int64_t mb, int64_t p0,
+                               int64_t kb, int mr, float *out) {
+  const __mmask16 row_mask = (__mmask16)((1u << MR) - 1u);
+  for (int64_t q = 0; q < mb; q += MR) {
+    int rows = (int)(mb - q < MR ? mb - q : MR);
+    float *dst = out + q * kb;
+    if (trans_a) {
+      /* Each k step is a contiguous run of rows. */
+      const float *src = a + p0 * lda + i0 + q;
+      __mmask16 m = tail_mask(rows);
+      for (int64_t p = 0; p < kb; p++)
+        _mm512_mask_storeu_ps(dst + p * MR, row_mask, _mm512_maskz_loadu_ps(m, src + p * lda));
+      continue;
+    }
+    const float *src = a + (i0 + q) * lda + p0;
+    for (int64_t p = 0; p < kb; p += 16) {
+      int w = (int)(kb - p < 16 ? kb - p : 16);
+      __mmask16 m = tail_mask(w);
+      __m512 r[16], o[16];
+      for (int i = 0; i < 16; i++) r[i] = i < rows ? _mm512_maskz_loadu_ps(m, src + i * lda + p) : _mm512_setzero_ps();
+      transpose16(r, o);
+      if (w == 16) {
+        for (int c = 0; c < 16; c++) _mm512_mask_storeu_ps(dst + (p + c) * MR, row_mask, o[c]);
+      } else {
+        for (int c = 0; c < w; c++) _mm512_mask_storeu_ps(dst + (p + c) * MR, row_mask, o[c]);
+      }
+    }
+  }
+}
+
+static KILN_AVX512 void pack_b(bool trans_b, const float *b, int64_t ldb, int64_t p0, int64_t kb, int64_t j0,
+                               int64_t nb, int nr, float *out, int64_t strip_stride) {
+  for (int64_t s = 0; s * NR < nb; s++) {
+    int64_t j = j0 + s * NR;
+    int cols = (int)(nb - s * NR < NR ? nb - s * NR : NR);
+    float *dst = out + s * strip_stride;
+    if (!trans_b) {
+      const float *src = b + p0 * ldb + j;
+      __mmask16 m0 = tail_mask(cols), m1 = tail_mask(cols - 16);
+      for (int64_t p = 0; p < kb; p++) {
+        _mm512_store_ps(dst + p * NR, _mm512_maskz_loadu_ps(m0, src + p * ldb));
+        _mm512_store_ps(dst + p * NR + 16, _mm512_maskz_loadu_ps(m1, src + p * ldb + 16));
+      }
+      continue;
+    }
+    /* Columns of op(B) are rows of b: transpose 16 x 16 blocks. */
+    const float *src = b + j * ldb + p0;
+    for (int64_t p = 0; p < kb; p += 16) {
+      int w = (int)(kb - p < 16 ? kb - p : 16);
+      __mmask16 m = tail_mask(w);
+      for (int half = 0; half < 2; half++) {
+        __m512 r[16], o[16];
+        for (int i = 0; i < 16; i++) {
+          int c = half * 16 + i;
+          r[i] = c < cols ? _mm512_maskz_loadu_ps(m, src + c * ldb + p) : _mm512_setzero_ps();
+        }
+        transpose16(r, o);
+        for (int c = 0; c < w; c++) _mm512_store_ps(dst + (p + c) * NR + half * 16, o[c]);
+      }
+    }
+  }
+}
+
+const kiln_gemm_kernel kiln_gemm_kernel_avx512 = {
+    .pack_a = pack_a,
+    .pack_b = pack_b,
+    .name = "avx512",
+    .id = 3,
+    .mr = MR,
+    .nr = NR,
+    .micro = micro,
+    .small_rows = small_rows,
+    .small_packed = small_packed,
+    .small_dots = small_dots,
+};
+
+#else
+/* ---- packing ------------------------------------------------------------ */
+
+/* In-register transpose of a 16 x 16 block: o[j][i] = r[i][j]. */
+static KILN_AVX512 inline __attribute__((always_inline)) void transpose16(const __m512 r[16], __m512 o[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int g = 0; g < 4; g++) {
+    __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
+    __m512d c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
+    u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  /* u[4g+q], 128-bit lane L, holds column 4L+q of rows 4g..4g+3. */
+  for (int q = 0; q < 4; q++) {
+    __m512 w0 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0x88), w1 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0xdd);
+    __m512 w2 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0x88);
+    __m512 w3 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0xdd);
+    o[0 + q] = _mm512_shuffle_f32x4(w0, w2, 0x88);
+    o[8 + q] = _mm512_shuffle_f32x4(w0, w2, 0xdd);
+    o[4 + q] = _mm512_shuffle_f32x4(w1, w3, 0x88);
+    o[12 + q] = _mm512_shuffle_f32x4(w1, w3, 0xdd);
+  }
+}
+
+static KILN_AVX512 void pack_a(bool trans_a, const float *a, int64_t lda, int64_t i0, int64_t mb, int64_t p0,
+                               int64_t kb, int mr, float *out) {
+  const __mmask16 row_mask = (__mmask16)((1u << MR) - 1u);
+  for (int64_t q = 0; q < mb; q += MR) {
+    int rows = (int)(mb - q < MR ? mb - q : MR);
+    float *dst = out + q * kb;
+    if (trans_a) {
+      /* Each k step is a contiguous run of rows. */
+      const float *src = a + p0 * lda + i0 + q;
+      __mmask16 m = tail_mask(rows);
+      for (int64_t p = 0; p < kb; p++)
+        _mm512_mask_storeu_ps(dst + p * MR, row_mask, _mm512_maskz_loadu_ps(m, src + p * lda));
+      continue;
+    }
+    const float *src = a + (i0 + q) * lda + p0;
+    for (int64_t p = 0; p < kb; p += 16) {
+      int w = (int)(kb - p < 16 ? kb - p : 16);
+      __mmask16 m = tail_mask(w);
+      __m512 r[16], o[16];
+      for (int i = 0; i < 16; i++) r[i] = i < rows ? _mm512_maskz_loadu_ps(m, src + i * lda + p) : _mm512_setzero_ps();
+      transpose16(r, o);
+      if (w == 16) {
+        for (int c = 0; c < 16; c++) _mm512_mask_storeu_ps(dst + (p + c) * MR, row_mask, o[c]);
+      } else {
+        for (int c = 0; c < w; c++) _mm512_mask_storeu_ps(dst + (p + c) * MR, row_mask, o[c]);
+      }
+    }
+  }
+}
+
+static KILN_AVX512 void pack_b(bool trans_b, const float *b, int64_t ldb, int64_t p0, int64_t kb, int64_t j0,
+                               int64_t nb, int nr, float *out, int64_t strip_stride) {
+  for (int64_t s = 0; s * NR < nb; s++) {
+    int64_t j = j0 + s * NR;
+    int cols = (int)(nb - s * NR < NR ? nb - s * NR : NR);
+    float *dst = out + s * strip_stride;
+    if (!trans_b) {
+      const float *src = b + p0 * ldb + j;
+      __mmask16 m0 = tail_mask(cols), m1 = tail_mask(cols - 16);
+      for (int64_t p = 0; p < kb; p++) {
+        _mm512_store_ps(dst + p * NR, _mm512_maskz_loadu_ps(m0, src + p * ldb));
+        _mm512_store_ps(dst + p * NR + 16, _mm512_maskz_loadu_ps(m1, src + p * ldb + 16));
+      }
+      continue;
+    }
+    /* Columns of op(B) are rows of b: transpose 16 x 16 blocks. */
+    const float *src = b + j * ldb + p0;
+    for (int64_t p = 0; p < kb; p += 16) {
+      int w = (int)(kb - p < 16 ? kb - p : 16);
+      __mmask16 m = tail_mask(w);
+      for (int half = 0; half < 2; half++) {
+        __m512 r[16], o[16];
+        for (int i = 0; i < 16; i++) {
+          int c = half * 16 + i;
+          r[i] = c < cols ? _mm512_maskz_loadu_ps(m, src + c * ldb + p) : _mm512_setzero_ps();
+        }
+        transpose16(r, o);
+        for (int c = 0; c < w; c++) _mm512_store_ps(dst + (p + c) * NR + half * 16, o[c]);
+      }
+    }
+  }
+}
+
+const kiln_gemm_kernel kiln_gemm_kernel_avx512 = {
+    .pack_a = pack_a,
+    .pack_b = pack_b,0};
+#endif

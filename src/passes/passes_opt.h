@@ -1,0 +1,112 @@
+/* passes_opt.h — graph-level optimizations.
+ *
+ * Each optimization is a named pass (run through kiln_run_pass, so it is
+ * verified afterwards and dumped when KILN_DUMP names it). They rewrite
+ * the session's specialized graph (every input shape concrete) and must
+ * leave the graph's outputs unchanged:
+ *
+ *   fold-constants  evaluates deterministic nodes whose inputs are all
+ *                   constant with their reference kernels; promotes value
+ *                   inference's known values (Shape -> Gather -> Concat ...)
+ *   dce             removes nodes nobody reads and unused constants
+ *   cse             merges identical nodes (same op, inputs, attributes)
+ *   simplify        removes Identity, inference Dropout, no-op Reshape /
+ *                   Transpose / Cast / Squeeze-Unsqueeze; merges
+ *                   Reshape chains and Transpose pairs
+ *   fold-batchnorm  folds inference BatchNormalization (and per-channel
+ *                   Mul/Add by constants) into Conv / Gemm / MatMul weights
+ *   patterns        replaces decomposed GELU, LayerNormalization, Softmax
+ *                   and scaled-dot-product attention by one node each
+ *                   (kiln.Gelu, LayerNormalization-17, Softmax-13,
+ *                   kiln.FusedAttention; kernels in ops/fused.c)
+ *
+ * kiln_optimize_graph runs them in order until nothing changes.
+ *
+ * Value ids: dce renumbers values (unused ones are dropped); other passes
+ * only append values. Constants are never modified in place (the model's
+ * graph shares them): rewrites make new tensors.
+ * Subgraphs (If/Loop/Scan bodies) get the shape-independent rewrites;
+ * rewrites that rely on inferred shapes run where kiln_opt_shapes_trusted.
+ */
+#ifndef KILN_PASSES_PASSES_OPT_H
+#define KILN_PASSES_PASSES_OPT_H
+
+#include "passes/passes.h"
+
+/* Domain of the fused ops the pattern pass creates. */
+#define KILN_FUSED_DOMAIN "kiln"
+
+kiln_status_t kiln_pass_fold_constants(kiln_graph *g);
+kiln_status_t kiln_pass_dce(kiln_graph *g);
+kiln_status_t kiln_pass_cse(kiln_graph *g);
+kiln_status_t kiln_pass_simplify(kiln_graph *g);
+kiln_status_t kiln_pass_fold_batchnorm(kiln_graph *g);
+kiln_status_t kiln_pass_patterns(kiln_graph *g);
+
+/* Runs the passes above to a fixed point. level 0: nothing; >= 1: all. */
+kiln_status_t kiln_optimize_graph(kiln_graph *g, int level);
+
+/* ---- helpers shared by the passes (pipeline.c) ----------------------------- */
+
+/* Who reads each value of one graph. Built from the graph; stale after a
+ * rewrite (rebuild it). */
+typedef struct kiln_opt_uses {
+  int n_values;
+  int *count;      /* node input slots reading the value + graph-output entries + subgraph reads */
+  int *start;      /* consumers of v: node indices cons[start[v] .. start[v+1]) (one per input slot) */
+  int *cons;
+  bool *pinned;    /* graph input/output, read by name from a subgraph, or outer-scope: keep its id and name */
+} kiln_opt_uses;
+
+kiln_status_t kiln_opt_uses_build(const kiln_graph *g, kiln_opt_uses *out);
+void kiln_opt_uses_free(kiln_opt_uses *u);
+/* The one node reading v (through exactly one input slot) when v is not
+ * pinned; else -1. */
+int kiln_opt_sole_consumer(const kiln_opt_uses *u, int v);
+/* True when every read of v is by node `node` and v is not pinned. */
+bool kiln_opt_only_read_by(const kiln_opt_uses *u, int v, int node);
+
+/* The constant tensor of value id (initializer or folded), or NULL. Graph
+ * inputs are never constant (a caller may override an initializer default). */
+const kiln_tensor *kiln_opt_const(const kiln_graph *g, int id);
+/* Scalar (one element) float constant: true and *out when id is one. */
+bool kiln_opt_const_scalar(const kiln_graph *g, int id, double *out);
+/* Whether inferred shapes may be relied on for rewrites: the top-level
+ * graph (a loop body's carried values may change shape between
+ * iterations) with no graph input carrying an initializer default (value
+ * inference computes known values and shapes from the default even when a
+ * caller overrides it). */
+bool kiln_opt_shapes_trusted(const kiln_graph *g);
+/* Whether the value's type has a known rank and all dims. */
+bool kiln_opt_shape_known(const kiln_type *t);
+/* The names outer scopes must keep: every outer_name read by node's subgraphs (recursively). */
+kiln_status_t kiln_opt_subgraph_reads(const kiln_node *node, kiln_ptr_vec *names);
+
+/* New value with a unique name derived from `base`; type copied when given. */
+kiln_status_t kiln_opt_new_value(kiln_graph *g, const char *base, const kiln_type *type, int *out_id);
+/* New constant value (takes the reference to t); its type is t's. */
+kiln_status_t kiln_opt_new_const(kiln_graph *g, const char *base, kiln_tensor *t, int *out_id);
+/* Inserts a node at index pos (later nodes shift); producers updated.
+ * Pointers into g->nodes are invalid afterwards. */
+kiln_status_t kiln_opt_insert_node(kiln_graph *g, int pos, const char *name, const char *op_type, const char *domain,
+                                   int opset, int n_inputs, const int *inputs, int n_outputs, const int *outputs,
+                                   int *out_index);
+/* Turns node idx into another op in place (attributes dropped, op resolved). */
+kiln_status_t kiln_opt_rewrite_node(kiln_graph *g, int idx, const char *op_type, const char *domain, int opset,
+                                    int n_inputs, const int *inputs, int n_outputs, const int *outputs);
+kiln_status_t kiln_opt_set_attr_int(kiln_node *n, const char *name, int64_t v);
+kiln_status_t kiln_opt_set_attr_float(kiln_node *n, const char *name, float v);
+kiln_status_t kiln_opt_set_attr_string(kiln_node *n, const char *name, const char *s);
+kiln_status_t kiln_opt_set_attr_ints(kiln_node *n, const char *name, int count, const int64_t *v);
+/* Removes the nodes with dead[i] (freeing them); producers updated. */
+kiln_status_t kiln_opt_remove_nodes(kiln_graph *g, const bool *dead);
+/* Every node input reading `from` reads `to` instead. */
+void kiln_opt_replace_uses(kiln_graph *g, int from, int to);
+/* Makes node `idx` (whose output out_id equals its input in_id) removable:
+ * rewires readers of out_id to in_id, or, when out_id must keep its name
+ * (a graph output), makes in_id's producer write out_id. Returns true and
+ * sets dead[idx] when done; false (graph unchanged) when the node must stay.
+ * `u` must be current; the caller rebuilds it after a true return. */
+bool kiln_opt_bypass(kiln_graph *g, const kiln_opt_uses *u, int idx, int in_id, int out_id, bool *dead);
+
+#endif

@@ -1,0 +1,243 @@
+/* simplify: local rewrites that remove data movement that does nothing.
+ *
+ *   Identity(x)                          -> x
+ *   Dropout(x) in inference mode          -> x   (mask output absent or unused)
+ *   Cast(x, to=dtype of x), CastLike same -> x
+ *   Transpose(x, identity perm)           -> x
+ *   Transpose(Transpose(x, p1), p2)       -> Transpose(x, p1∘p2)  (or x)
+ *   Reshape(R(x), s)                      -> Reshape(x, s)  R in Reshape/Flatten/Squeeze/Unsqueeze,
+ *                                            when s copies no dim (no 0, or allowzero)
+ * and, where inferred shapes are exact (kiln_opt_shapes_trusted):
+ *   Reshape/Flatten/Squeeze/Unsqueeze/Expand whose output shape is its input's -> x
+ *   R2(R1(x)) (Squeeze-Unsqueeze pairs, ...) whose output shape is x's         -> x
+ *   Reshape(x, computed shape) with a fully known output -> Reshape(x, constant)
+ *
+ * Removing a node whose output is a graph output keeps that output's
+ * name: the producer of the input writes the output instead, or the node
+ * stays (input is a graph input or another output). */
+#include "passes/passes_opt.h"
+
+static bool is_op(const kiln_node *n, const char *op) {
+  return (!n->domain[0] || !strcmp(n->domain, "ai.onnx")) && !strcmp(n->op_type, op);
+}
+
+static bool is_reshape_like(const kiln_node *n) {
+  return is_op(n, "Reshape") || is_op(n, "Flatten") || is_op(n, "Squeeze") || is_op(n, "Unsqueeze");
+}
+
+static int in0(const kiln_node *n) { return n->n_inputs > 0 ? n->inputs[0] : -1; }
+static int out0(const kiln_node *n) { return n->n_outputs > 0 ? n->outputs[0] : -1; }
+
+/* Outputs other than the first are absent, or present but read by nobody. */
+static bool only_first_output(const kiln_opt_uses *u, const kiln_node *n) {
+  for (int i = 1; i < n->n_outputs; i++) {
+    int id = n->outputs[i];
+    if (id >= 0 && (u->count[id] || u->pinned[id])) return false;
+  }
+  return true;
+}
+
+static bool same_full_shape(const kiln_type *a, const kiln_type *b) {
+  return kiln_opt_shape_known(a) && kiln_opt_shape_known(b) && a->dtype == b->dtype &&
+         kiln_shape_equal(a->rank, a->dims, b->rank, b->dims);
+}
+
+/* The permutation of a Transpose node (explicit, or reversed axes when the
+ * input rank is known). False when unknown or malformed. */
+static bool transpose_perm(const kiln_graph *g, const kiln_node *n, int *rank, int64_t *perm) {
+  int np = 0;
+  const int64_t *p = kiln_attr_ints(n, "perm", &np);
+  if (p) {
+    if (np > KILN_MAX_RANK) return false;
+    bool seen[KILN_MAX_RANK] = {0};
+    for (int i = 0; i < np; i++) {
+      if (p[i] < 0 || p[i] >= np || seen[p[i]]) return false;
+      seen[p[i]] = true;
+      perm[i] = p[i];
+    }
+    *rank = np;
+    return true;
+  }
+  int x = in0(n);
+  if (x < 0 || g->values[x].type.rank < 0) return false;
+  int r = g->values[x].type.rank;
+  for (int i = 0; i < r; i++) perm[i] = r - 1 - i;
+  *rank = r;
+  return true;
+}
+
+static bool dropout_is_identity(const kiln_graph *g, const kiln_node *n) {
+  if (n->opset < 12) return true; /* no training mode before opset 12 (the kernel's rule too) */
+  int tm = n->n_inputs > 2 ? n->inputs[2] : -1;
+  if (tm >= 0) {
+    const kiln_tensor *t = kiln_opt_const(g, tm);
+    if (!t || t->dtype != KILN_DTYPE_BOOL || t->numel != 1 || ((const uint8_t *)t->data)[0]) return false;
+  }
+  int ratio = n->n_inputs > 1 ? n->inputs[1] : -1;
+  if (ratio >= 0) { /* the kernel checks the ratio even in inference mode: keep its error */
+    const kiln_tensor *r = kiln_opt_const(g, ratio);
+    if (!r || r->numel != 1 || !kiln_dtype_is_float(r->dtype)) return false;
+  }
+  return true;
+}
+
+/* Reshape's shape input copies dims of its data input when it holds a 0 (and allowzero is off). */
+static bool reshape_shape_is_literal(const kiln_graph *g, const kiln_node *n) {
+  if (n->opset < 5 || n->n_inputs < 2) return false;
+  const kiln_tensor *s = kiln_opt_const(g, n->inputs[1]);
+  if (!s || s->dtype != KILN_DTYPE_I64 || s->rank != 1) return false;
+  if (kiln_attr_int(n, "allowzero", 0)) return true;
+  for (int64_t i = 0; i < s->numel; i++)
+    if (((const int64_t *)s->data)[i] == 0) return false;
+  return true;
+}
+
+/* Tries one rewrite at node idx. *changed when the graph changed (the
+ * caller then removes dead nodes and rebuilds uses). */
+static kiln_status_t simplify_node(kiln_graph *g, const kiln_opt_uses *u, int idx, bool *dead, bool *changed) {
+  kiln_node *n = &g->nodes[idx];
+  if (!n->op || n->n_outputs < 1) return NULL;
+  int x = in0(n), y = out0(n);
+  if (x < 0 || y < 0) return NULL;
+  bool top = kiln_opt_shapes_trusted(g);
+  const kiln_type *tx = &g->values[x].type, *ty = &g->values[y].type;
+
+  if (is_op(n, "Identity")) {
+    *changed = kiln_opt_bypass(g, u, idx, x, y, dead);
+    return NULL;
+  }
+  if (is_op(n, "Dropout")) {
+    if (dropout_is_identity(g, n) && only_first_output(u, n)) *changed = kiln_opt_bypass(g, u, idx, x, y, dead);
+    return NULL;
+  }
+  if (is_op(n, "Cast")) {
+    int64_t to = kiln_attr_int(n, "to", 0);
+    if (tx->kind == KILN_TYPE_TENSOR && tx->dtype && (int64_t)tx->dtype == to)
+      *changed = kiln_opt_bypass(g, u, idx, x, y, dead);
+    return NULL;
+  }
+  if (is_op(n, "CastLike")) {
+    int like = n->n_inputs > 1 ? n->inputs[1] : -1;
+    if (like >= 0 && tx->kind == KILN_TYPE_TENSOR && tx->dtype && tx->dtype == g->values[like].type.dtype)
+      *changed = kiln_opt_bypass(g, u, idx, x, y, dead);
+    return NULL;
+  }
+  if (is_op(n, "Transpose")) {
+    int r2;
+    int64_t p2[KILN_MAX_RANK];
+    if (!transpose_perm(g, n, &r2, p2)) return NULL;
+    bool ident = true;
+    for (int i = 0; i < r2; i++) ident &= p2[i] == i;
+    if (ident) {
+      *changed = kiln_opt_bypass(g, u, idx, x, y, dead);
+      return NULL;
+    }
+    int p = g->values[x].producer;
+    if (p < 0 || !is_op(&g->nodes[p], "Transpose") || !g->nodes[p].op) return NULL;
+    int r1;
+    int64_t p1[KILN_MAX_RANK], pc[KILN_MAX_RANK];
+    if (!transpose_perm(g, &g->nodes[p], &r1, p1) || r1 != r2) return NULL;
+    int src = in0(&g->nodes[p]);
+    if (src < 0) return NULL;
+    /* y[i...] = t[perm2]; t = x[perm1]  =>  y = x[perm1[perm2[i]]] */
+    ident = true;
+    for (int i = 0; i < r2; i++) {
+      pc[i] = p1[p2[i]];
+      ident &= pc[i] == i;
+    }
+    if (ident) {
+      *changed = kiln_opt_bypass(g, u, idx, src, y, dead);
+      return NULL;
+    }
+    KILN_TRY(kiln_opt_set_attr_ints(n, "perm", r2, pc));
+    n->inputs[0] = src;
+    *changed = true;
+    return NULL;
+  }
+  bool shape_op = is_reshape_like(n) || is_op(n, "Expand");
+  if (!shape_op) return NULL;
+  /* Top level: a shape op that changes nothing, or a chain of reshapes back
+   * to the original shape, is the identity. */
+  if (top && same_full_shape(tx, ty)) {
+    *changed = kiln_opt_bypass(g, u, idx, x, y, dead);
+    return NULL;
+  }
+  int p = g->values[x].producer;
+  if (top && is_reshape_like(n) && p >= 0 && is_reshape_like(&g->nodes[p]) && in0(&g->nodes[p]) >= 0) {
+    int src = in0(&g->nodes[p]);
+    if (same_full_shape(&g->values[src].type, ty)) {
+      *changed = kiln_opt_bypass(g, u, idx, src, y, dead);
+      return NULL;
+    }
+  }
+  if (!is_op(n, "Reshape") || n->opset < 5 || n->n_inputs < 2) return NULL;
+  if (top && !kiln_opt_const(g, n->inputs[1]) && kiln_opt_shape_known(ty)) {
+    /* Inference knows the result: the shape computation is not needed. */
+    bool zero = false;
+    for (int d = 0; d < ty->rank; d++) zero |= ty->dims[d] == 0;
+    if (!zero) {
+      kiln_tensor *s;
+      int64_t r = ty->rank;
+      KILN_TRY(kiln_tensor_new(KILN_DTYPE_I64, 1, &r, &s));
+      for (int d = 0; d < ty->rank; d++) ((int64_t *)s->data)[d] = ty->dims[d];
+      int sid;
+      KILN_TRY(kiln_opt_new_const(g, g->values[y].name, s, &sid));
+      n = &g->nodes[idx];
+      n->inputs[1] = sid;
+      *changed = true;
+      return NULL;
+    }
+  }
+  if (p >= 0 && is_reshape_like(&g->nodes[p]) && g->nodes[p].op && in0(&g->nodes[p]) >= 0 &&
+      reshape_shape_is_literal(g, n)) {
+    /* Reshape looks only at its data's element count, which R keeps. */
+    n->inputs[0] = in0(&g->nodes[p]);
+    *changed = true;
+  }
+  return NULL;
+}
+
+static kiln_status_t simplify_graph(kiln_graph *g) {
+  for (int n = 0; n < g->n_nodes; n++) {
+    kiln_node *node = &g->nodes[n];
+    for (int a = 0; a < node->n_attrs; a++) {
+      kiln_attr *at = &node->attrs[a];
+      if (at->g) KILN_RETURN_IF_ERROR(simplify_graph(at->g), "node '%s' attribute '%s'", node->name, at->name);
+      for (int k = 0; at->graphs && k < at->n; k++)
+        if (at->graphs[k])
+          KILN_RETURN_IF_ERROR(simplify_graph(at->graphs[k]), "node '%s' attribute '%s'", node->name, at->name);
+    }
+  }
+  kiln_opt_uses u;
+  KILN_TRY(kiln_opt_uses_build(g, &u));
+  bool *dead = calloc((size_t)(g->n_nodes > 0 ? g->n_nodes : 1), sizeof(bool));
+  if (!dead) {
+    kiln_opt_uses_free(&u);
+    return KILN_OOM();
+  }
+  kiln_status_t st = NULL;
+  /* Each rewrite changes who reads what: apply it, rebuild, go on from the same node. */
+  for (int idx = 0; idx < g->n_nodes && !st;) {
+    bool changed = false;
+    st = simplify_node(g, &u, idx, dead, &changed);
+    if (st || !changed) {
+      idx++;
+      continue;
+    }
+    int removed_before = 0;
+    for (int k = 0; k < idx; k++) removed_before += dead[k];
+    st = kiln_opt_remove_nodes(g, dead);
+    kiln_opt_uses_free(&u);
+    if (!st) st = kiln_opt_uses_build(g, &u);
+    free(dead);
+    dead = calloc((size_t)(g->n_nodes > 0 ? g->n_nodes : 1), sizeof(bool));
+    if (!dead && !st) st = KILN_OOM();
+    /* A node rewritten in place may simplify further; a removed one's successor moved into its slot. */
+    idx -= removed_before;
+  }
+  free(dead);
+  kiln_opt_uses_free(&u);
+  return st;
+}
+
+kiln_status_t kiln_pass_simplify(kiln_graph *g) { return simplify_graph(g); }
