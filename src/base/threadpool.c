@@ -78,7 +78,8 @@ struct kiln_threadpool {
   uint64_t job_id;
 
   int n_threads;
-  pthread_t *threads; /* n_threads - 1 workers */
+  unsigned fork_generation; /* g_fork_generation at creation */
+  pthread_t *threads;       /* n_threads - 1 workers */
   worker_arg *args;
   claim_slot *claims; /* n_threads slots */
   _Atomic int spin_ns;
@@ -96,6 +97,17 @@ struct kiln_threadpool {
   pthread_cond_t wait_cond;
 #endif
 };
+
+/* Bumped in the child at each fork(): a pool created before the fork has no
+ * workers in the child, which then runs its loops serially. */
+static atomic_uint g_fork_generation;
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+static void on_fork_child(void) { atomic_fetch_add_explicit(&g_fork_generation, 1, memory_order_relaxed); }
+static void register_atfork(void) { pthread_atfork(NULL, NULL, on_fork_child); }
+
+static bool pool_orphaned(const kiln_threadpool *pool) {
+  return pool->fork_generation != atomic_load_explicit(&g_fork_generation, memory_order_relaxed);
+}
 
 /* What this thread is doing: inside a multi-chunk job of `pool` as `thread`. */
 static _Thread_local kiln_threadpool *tls_job_pool;
@@ -283,7 +295,9 @@ kiln_status_t kiln_threadpool_create(int n_threads, kiln_threadpool **out_pool) 
   kiln_threadpool *pool = aligned_alloc(CACHE_LINE, pool_size);
   if (!pool) return KILN_OOM();
   memset(pool, 0, sizeof *pool);
+  pthread_once(&g_atfork_once, register_atfork);
   pool->n_threads = n_threads;
+  pool->fork_generation = atomic_load(&g_fork_generation);
   pool->claims = aligned_alloc(CACHE_LINE, sizeof(claim_slot) * (size_t)n_threads);
   pool->threads = calloc((size_t)n_threads, sizeof *pool->threads);
   pool->args = calloc((size_t)n_threads, sizeof *pool->args);
@@ -338,6 +352,10 @@ kiln_status_t kiln_threadpool_create(int n_threads, kiln_threadpool **out_pool) 
 
 void kiln_threadpool_destroy(kiln_threadpool *pool) {
   if (!pool) return;
+  if (pool_orphaned(pool)) { /* in a forked child: the workers do not exist here */
+    free_pool(pool);
+    return;
+  }
   pthread_mutex_lock(&pool->dispatch_lock); /* let an in-flight loop finish */
   stop_workers(pool, pool->n_threads - 1);
   pthread_mutex_unlock(&pool->dispatch_lock);
@@ -363,12 +381,14 @@ void kiln_parallel_for(kiln_threadpool *pool, int64_t n, int64_t grain, kiln_par
   }
   int64_t max_tasks = n / grain;
   int n_tasks = pool ? (int)KILN_MIN((int64_t)pool->n_threads, KILN_MAX(max_tasks, (int64_t)1)) : 1;
+  if (n_tasks > 1 && pool_orphaned(pool)) n_tasks = 1;
   if (n_tasks == 1) {
     /* Inline. The lock is recursive, so a parallel_for inside fn on this
      * pool dispatches normally (the workers are idle). */
-    if (pool) pthread_mutex_lock(&pool->dispatch_lock);
+    bool lock = pool && !pool_orphaned(pool);
+    if (lock) pthread_mutex_lock(&pool->dispatch_lock);
     fn(ctx, 0, n, 0);
-    if (pool) pthread_mutex_unlock(&pool->dispatch_lock);
+    if (lock) pthread_mutex_unlock(&pool->dispatch_lock);
     return;
   }
 

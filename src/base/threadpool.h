@@ -40,6 +40,9 @@
  * other). kiln_threadpool_destroy must not race with any other call on the
  * pool and must not be called from inside fn.
  *
+ * fork(): in a child process a pool created by the parent has no workers;
+ * its loops run serially on the caller and destroy only frees memory.
+ *
  * Signals are blocked in the workers; fn must not call pthread_exit or
  * longjmp out.
  */

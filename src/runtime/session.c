@@ -2,6 +2,7 @@
 #include "runtime/session.h"
 
 #include "passes/passes.h"
+#include "passes/passes_opt.h"
 
 #include <stdio.h>
 
@@ -88,6 +89,14 @@ void kiln_session_destroy(kiln_session *s) {
 
 #define SIG_STRIDE (3 + KILN_MAX_RANK)
 
+static void drop_specialization(kiln_session *s) {
+  drop_exec(s);
+  kiln_graph_free(s->specialized);
+  free(s->spec_signature);
+  s->specialized = NULL;
+  s->spec_signature = NULL;
+}
+
 kiln_status_t kiln_session_specialize(kiln_session *s, kiln_value *const *bound, const kiln_graph **out) {
   const kiln_graph *g = s->model->ir->graph;
   size_t n = (size_t)(g->n_inputs > 0 ? g->n_inputs : 1) * SIG_STRIDE;
@@ -136,9 +145,18 @@ kiln_status_t kiln_session_specialize(kiln_session *s, kiln_value *const *bound,
   s->spec_signature = sig;
   s->fallback_reason[0] = 0;
   *out = spec;
-  /* Compiling devices compile the specialized graph once per input shapes. */
+  /* Compiling devices optimize and compile the specialized graph once per
+   * input shapes. The reference device runs the graph as written: it is the
+   * oracle the others are checked against. */
   kiln_device *dev = s->devices[0];
   if (dev->vt->prepare) {
+    const char *lvl = getenv("KILN_OPT_LEVEL");
+    int level = lvl ? atoi(lvl) : 1;
+    st = kiln_optimize_graph(spec, level);
+    if (st) {
+      drop_specialization(s);
+      return kiln_status_annotate(st, "optimizing the graph");
+    }
     kiln_prepare_options po = {s->threads};
     st = dev->vt->prepare(dev, spec, &po, &s->exec);
     if (st && kiln_status_code_of(st) == KILN_UNSUPPORTED) {
@@ -148,11 +166,7 @@ kiln_status_t kiln_session_specialize(kiln_session *s, kiln_value *const *bound,
       st = NULL;
     }
     if (st) {
-      /* Forget the specialization so the next run retries. */
-      kiln_graph_free(s->specialized);
-      free(s->spec_signature);
-      s->specialized = NULL;
-      s->spec_signature = NULL;
+      drop_specialization(s); /* the next run retries */
       kiln_device_info info;
       dev->vt->query(dev, &info);
       return kiln_status_annotate(st, "compiling for device %s", info.name);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/cpu_features.h"
@@ -72,6 +73,7 @@ static void cover_fn(void *p, int64_t begin, int64_t end, int thread) {
 }
 
 static cover_ctx g_cover;
+static bool g_expect_serial; /* the pool has no workers (forked child) */
 
 static void check_cover(kiln_threadpool *pool, int64_t n, int64_t grain) {
   cover_ctx *c = &g_cover;
@@ -100,7 +102,7 @@ static void check_cover(kiln_threadpool *pool, int64_t n, int64_t grain) {
   CHECK(atomic_load(&c->min_chunk) >= expect_min, "threads=%d n=%lld grain=%lld: chunk of %lld < grain", size,
         (long long)n, (long long)g, (long long)atomic_load(&c->min_chunk));
   int64_t max_chunks = n / g < 1 ? 1 : n / g;
-  int64_t expect_calls = max_chunks < size ? max_chunks : size;
+  int64_t expect_calls = g_expect_serial ? 1 : max_chunks < size ? max_chunks : size;
   CHECK(atomic_load(&c->calls) == expect_calls, "threads=%d n=%lld grain=%lld: %d calls, expected %lld", size,
         (long long)n, (long long)g, atomic_load(&c->calls), (long long)expect_calls);
 }
@@ -320,6 +322,32 @@ static void test_idle_and_latency(void) {
   kiln_threadpool_destroy(pool);
 }
 
+/* A child process inherits the pool without its workers: loops run
+ * serially there, destroy does not wait for threads that do not exist. */
+static void test_fork(void) {
+  kiln_threadpool *pool = NULL;
+  kiln_status_t st = kiln_threadpool_create(4, &pool);
+  CHECK(!st, "create");
+  if (st) return;
+  check_cover(pool, 1000, 1);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int before = failures;
+    g_expect_serial = true;
+    check_cover(pool, 1000, 1);
+    check_cover(pool, 7, 100);
+    kiln_threadpool_destroy(pool);
+    fflush(stdout);
+    _exit(failures == before ? 0 : 1);
+  }
+  int status = -1;
+  waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "pool in a forked child (status 0x%x)", status);
+  check_cover(pool, 1000, 1); /* the parent's pool is unaffected */
+  CHECK(atomic_load(&g_cover.calls) == 4, "parent still parallel");
+  kiln_threadpool_destroy(pool);
+}
+
 static void test_cpu_queries(void) {
   const kiln_cpu_features *f = kiln_cpu_features_get();
   char flags[512];
@@ -350,6 +378,7 @@ int main(void) {
   test_partial_sums();
   test_nested();
   test_concurrent_callers();
+  test_fork();
   test_idle_and_latency();
   printf("%s (%d failures)\n", failures ? "FAIL" : "OK", failures);
   return failures != 0;

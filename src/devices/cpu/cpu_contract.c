@@ -193,9 +193,8 @@ kiln_status_t kiln_cpu_contract_prepare(struct kiln_executable *x, cpu_step *s) 
     conv_geom c;
     KILN_TRY(conv_geometry(g, n, &c));
     if (!conv_is_pointwise(&c)) {
-      size_t bytes = (size_t)c.kdim * (size_t)c.osize * sizeof(float);
-      s->scratch = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-      if (!s->scratch) return kiln_error(KILN_OUT_OF_MEMORY, "out of memory for the im2col buffer (%zu bytes)", bytes);
+      s->scratch_bytes = (size_t)c.kdim * (size_t)c.osize * sizeof(float);
+      if (s->scratch_bytes > x->scratch_bytes) x->scratch_bytes = s->scratch_bytes;
     }
   }
   return NULL;
@@ -265,10 +264,10 @@ kiln_status_t kiln_cpu_contract_run(struct kiln_executable *x, const cpu_step *s
     for (int64_t gi = 0; gi < c.group; gi++) {
       const float *xg = xin + (img * c.ci + gi * cig) * in_plane;
       const float *col = xg;
-      if (s->scratch) {
-        im2col_ctx ic = {&c, xg, s->scratch};
+      if (s->scratch_bytes) {
+        im2col_ctx ic = {&c, xg, x->scratch};
         kiln_parallel_for(x->pool, c.kdim, 1, im2col_rows, &ic);
-        col = s->scratch;
+        col = x->scratch;
       }
       kiln_sgemm_args args = {false, false, cog, c.osize, c.kdim, 1.0f, w + gi * cog * c.kdim, c.kdim, col, c.osize,
                               NULL, 0.0f, out + (img * c.co + gi * cog) * c.osize, c.osize,

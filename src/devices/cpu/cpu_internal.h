@@ -39,8 +39,9 @@ typedef struct cpu_step {
   int n_args;
   int *args;             /* KERNEL: value id per kernel buffer; owned */
   void *packed_b;        /* MATMUL: constant B packed once; owned */
-  float *scratch;        /* CONV: im2col buffer; owned */
+  size_t scratch_bytes;  /* CONV: im2col bytes needed (0: reads its input directly) */
   int64_t flops;
+  bool elementwise_only; /* KERNEL: every fused node elementwise/broadcast (in-place safe) */
 } cpu_step;
 
 typedef enum cpu_value_kind {
@@ -64,6 +65,8 @@ struct kiln_executable {
   kiln_threadpool *pool;
   kiln_rt rt;
   int n_kernels, n_ref, n_fused_nodes;
+  float *scratch;        /* im2col buffer shared by every Conv step (steps run one at a time) */
+  size_t scratch_bytes;
 };
 
 kiln_status_t kiln_cpu_prepare(kiln_device *dev, const kiln_graph *g, const kiln_prepare_options *opts,

@@ -6,6 +6,7 @@
 #include "codegen/loopnest.h"
 #include "devices/cpu/cpu_internal.h"
 #include "devices/cpu/gemm/gemm.h"
+#include "passes/memory_plan.h"
 #include "passes/passes.h"
 
 /* ---- the runtime table generated code calls -------------------------------- */
@@ -169,6 +170,82 @@ done:
   return st;
 }
 
+/* ---- memory ------------------------------------------------------------------ */
+
+static size_t value_bytes(const kiln_graph *g, int v) {
+  return (size_t)type_numel(&g->values[v].type) * kiln_dtype_size(g->values[v].type.dtype);
+}
+
+/* Every buffer compiled steps write lives in one arena; buffers whose
+ * lifetimes do not overlap share bytes, and an elementwise kernel may write
+ * over an input that dies with it (memory_plan.c). Graph outputs live to the
+ * end. */
+static kiln_status_t plan_memory(struct kiln_executable *x) {
+  const kiln_graph *g = x->g;
+  int nv = g->n_values;
+  int *buf_of = malloc(((size_t)nv + 1) * sizeof(int));
+  int *value_of = malloc(((size_t)nv + 1) * sizeof(int));
+  kiln_mem_buffer *bufs = calloc((size_t)nv + 1, sizeof *bufs);
+  kiln_memory_plan plan = {0};
+  kiln_status_t st = NULL;
+  if (!buf_of || !value_of || !bufs) {
+    st = KILN_OOM();
+    goto out;
+  }
+  int nb = 0;
+  for (int v = 0; v < nv; v++) {
+    buf_of[v] = -1;
+    if (x->kinds[v] != CPU_VALUE_BUFFER) continue;
+    value_of[nb] = v;
+    bufs[nb] = (kiln_mem_buffer){(int64_t)value_bytes(g, v), 64, -1, -1, -1};
+    buf_of[v] = nb++;
+  }
+  for (int i = 0; i < x->n_steps; i++) {
+    const cpu_step *s = &x->steps[i];
+    int out = s->node->outputs[0];
+    if (out >= 0 && buf_of[out] >= 0 && bufs[buf_of[out]].first_use < 0) bufs[buf_of[out]].first_use = i;
+    int n_in = s->kind == CPU_STEP_KERNEL ? s->n_args : s->node->n_inputs;
+    for (int k = s->kind == CPU_STEP_KERNEL ? 1 : 0; k < n_in; k++) {
+      int v = s->kind == CPU_STEP_KERNEL ? s->args[k] : s->node->inputs[k];
+      if (v >= 0 && buf_of[v] >= 0) bufs[buf_of[v]].last_use = i;
+    }
+  }
+  for (int i = 0; i < g->n_outputs; i++)
+    if (buf_of[g->outputs[i]] >= 0) bufs[buf_of[g->outputs[i]]].last_use = x->n_steps;
+  for (int b = 0; b < nb; b++) {
+    if (bufs[b].first_use < 0) bufs[b].first_use = 0;
+    if (bufs[b].last_use < bufs[b].first_use) bufs[b].last_use = bufs[b].first_use;
+  }
+  /* In place: an elementwise kernel over an input of its own shape that dies there. */
+  for (int i = 0; i < x->n_steps; i++) {
+    const cpu_step *s = &x->steps[i];
+    if (s->kind != CPU_STEP_KERNEL || !s->elementwise_only) continue;
+    int ob = buf_of[s->args[0]];
+    for (int k = 1; k < s->n_args && ob >= 0; k++) {
+      int v = s->args[k], ib = buf_of[v];
+      if (ib < 0 || bufs[ib].last_use != i || bufs[ib].size != bufs[ob].size) continue;
+      if (!same_shape(&g->values[v].type, &g->values[s->args[0]].type)) continue;
+      bufs[ob].inplace_source = ib;
+      break;
+    }
+  }
+  if ((st = kiln_memory_plan_compute(bufs, nb, &plan))) goto out;
+  x->intermediate_bytes = (size_t)plan.total_size;
+  x->arena_bytes = (size_t)plan.arena_size;
+  x->arena = aligned_alloc(64, ((size_t)plan.arena_size + 63) / 64 * 64 + 64);
+  if (!x->arena) {
+    st = kiln_error(KILN_OUT_OF_MEMORY, "out of memory allocating the %lld-byte arena", (long long)plan.arena_size);
+    goto out;
+  }
+  for (int b = 0; b < nb; b++) x->buffer[value_of[b]] = (char *)x->arena + plan.offsets[b];
+out:
+  kiln_memory_plan_free(&plan);
+  free(buf_of);
+  free(value_of);
+  free(bufs);
+  return st;
+}
+
 /* ---- prepare ----------------------------------------------------------------- */
 
 static bool graph_needs_interpreter(const kiln_graph *g, const char **why) {
@@ -259,8 +336,12 @@ kiln_status_t kiln_cpu_prepare(kiln_device *dev, const kiln_graph *g, const kiln
     s->n_fused = groups[n].n_members;
     x->n_fused_nodes += s->n_fused;
     snprintf(s->name, sizeof s->name, "%s%s", node->op_type, s->n_fused > 1 ? "+fused" : "");
+    s->elementwise_only = true;
     for (int k = 0; k < nn; k++)
-      if (group_of[k] == n && k != n) s->flops += kiln_node_flops(g, &g->nodes[k]);
+      if (group_of[k] == n) {
+        if (k != n) s->flops += kiln_node_flops(g, &g->nodes[k]);
+        if (cls[k] != KILN_OPCLASS_ELEMENTWISE && cls[k] != KILN_OPCLASS_BROADCAST) s->elementwise_only = false;
+      }
     x->kinds[node->outputs[0]] = CPU_VALUE_BUFFER;
     st = build_kernel(g, group_of, n, s, &sources[n_sources]);
     if (st) break;
@@ -295,31 +376,13 @@ kiln_status_t kiln_cpu_prepare(kiln_device *dev, const kiln_graph *g, const kiln
     }
   }
 
-  /* One allocation for every buffer compiled steps write. The memory
-   * planner (liveness reuse) will shrink this; today each value has its own
-   * slot. */
-  size_t total = 0;
-  for (int i = 0; i < nv; i++) {
-    if (x->kinds[i] != CPU_VALUE_BUFFER) continue;
-    size_t bytes = (size_t)type_numel(&g->values[i].type) * kiln_dtype_size(g->values[i].type.dtype);
-    total += (bytes + 63) & ~(size_t)63;
-  }
-  x->intermediate_bytes = total;
-  x->arena_bytes = total;
-  x->arena = aligned_alloc(64, total ? total : 64);
-  if (!x->arena) {
-    st = kiln_error(KILN_OUT_OF_MEMORY, "out of memory allocating %zu bytes of intermediate buffers", total);
-    goto done;
-  }
-  size_t off = 0;
-  for (int i = 0; i < nv; i++) {
-    if (x->kinds[i] != CPU_VALUE_BUFFER) continue;
-    size_t bytes = (size_t)type_numel(&g->values[i].type) * kiln_dtype_size(g->values[i].type.dtype);
-    x->buffer[i] = (char *)x->arena + off;
-    off += (bytes + 63) & ~(size_t)63;
-  }
+  if ((st = plan_memory(x))) goto done;
   for (int i = 0; i < x->n_steps && !st; i++)
     if (x->steps[i].kind != CPU_STEP_KERNEL && x->steps[i].kind != CPU_STEP_REF) st = kiln_cpu_contract_prepare(x, &x->steps[i]);
+  if (!st && x->scratch_bytes) {
+    x->scratch = aligned_alloc(64, (x->scratch_bytes + 63) & ~(size_t)63);
+    if (!x->scratch) st = kiln_error(KILN_OUT_OF_MEMORY, "out of memory for the im2col buffer (%zu bytes)", x->scratch_bytes);
+  }
 
 done:
   for (int i = 0; i < n_sources; i++) free(sources[i]);
@@ -342,7 +405,6 @@ void kiln_cpu_executable_free(kiln_device *dev, struct kiln_executable *x) {
   for (int i = 0; x->steps && i < x->n_steps; i++) {
     free(x->steps[i].args);
     free(x->steps[i].packed_b);
-    free(x->steps[i].scratch);
   }
   free(x->steps);
   for (int i = 0; i < x->n_modules; i++) kiln_jit_module_release((kiln_jit_module *)x->modules[i]);
@@ -350,6 +412,7 @@ void kiln_cpu_executable_free(kiln_device *dev, struct kiln_executable *x) {
   free(x->kinds);
   free(x->buffer);
   free(x->arena);
+  free(x->scratch);
   kiln_threadpool_destroy(x->pool);
   free(x);
 }
