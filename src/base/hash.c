@@ -29,37 +29,39 @@ static inline void store_be32(uint8_t *p, uint32_t v) {
   p[3] = (uint8_t)v;
 }
 
-/* One 512-bit block (FIPS 180-4 6.2.2), with the message schedule kept as a
- * 16-word ring instead of 64 words. */
+#define BIG_S0(x) (rotr32(x, 2) ^ rotr32(x, 13) ^ rotr32(x, 22))
+#define BIG_S1(x) (rotr32(x, 6) ^ rotr32(x, 11) ^ rotr32(x, 25))
+#define SMALL_S0(x) (rotr32(x, 7) ^ rotr32(x, 18) ^ ((x) >> 3))
+#define SMALL_S1(x) (rotr32(x, 17) ^ rotr32(x, 19) ^ ((x) >> 10))
+#define CH(x, y, z) (((x) & (y)) ^ (~(x) & (z)))
+#define MAJ(x, y, z) (((x) & (y)) ^ ((x) & (z)) ^ ((y) & (z)))
+
+/* One round with the working variables renamed instead of shifted:
+ * d += T1 becomes the new e, h = T1 + T2 becomes the new a. */
+#define ROUND(a, b, c, d, e, f, g, h, t)                          \
+  do {                                                            \
+    uint32_t t1 = h + BIG_S1(e) + CH(e, f, g) + sha256_k[t] + w[t]; \
+    uint32_t t2 = BIG_S0(a) + MAJ(a, b, c);                       \
+    d += t1;                                                      \
+    h = t1 + t2;                                                  \
+  } while (0)
+
+/* One 512-bit block (FIPS 180-4 6.2.2). */
 static void sha256_block(uint32_t state[8], const uint8_t *block) {
-  uint32_t w[16];
+  uint32_t w[64];
   for (int t = 0; t < 16; t++) w[t] = load_be32(block + 4 * t);
+  for (int t = 16; t < 64; t++) w[t] = SMALL_S1(w[t - 2]) + w[t - 7] + SMALL_S0(w[t - 15]) + w[t - 16];
   uint32_t a = state[0], b = state[1], c = state[2], d = state[3];
   uint32_t e = state[4], f = state[5], g = state[6], h = state[7];
-  for (int t = 0; t < 64; t++) {
-    uint32_t wt;
-    if (t < 16) {
-      wt = w[t];
-    } else {
-      uint32_t w15 = w[(t - 15) & 15], w2 = w[(t - 2) & 15];
-      uint32_t s0 = rotr32(w15, 7) ^ rotr32(w15, 18) ^ (w15 >> 3);
-      uint32_t s1 = rotr32(w2, 17) ^ rotr32(w2, 19) ^ (w2 >> 10);
-      wt = w[t & 15] = s1 + w[(t - 7) & 15] + s0 + w[t & 15];
-    }
-    uint32_t big_s1 = rotr32(e, 6) ^ rotr32(e, 11) ^ rotr32(e, 25);
-    uint32_t ch = (e & f) ^ (~e & g);
-    uint32_t t1 = h + big_s1 + ch + sha256_k[t] + wt;
-    uint32_t big_s0 = rotr32(a, 2) ^ rotr32(a, 13) ^ rotr32(a, 22);
-    uint32_t maj = (a & b) ^ (a & c) ^ (b & c);
-    uint32_t t2 = big_s0 + maj;
-    h = g;
-    g = f;
-    f = e;
-    e = d + t1;
-    d = c;
-    c = b;
-    b = a;
-    a = t1 + t2;
+  for (int t = 0; t < 64; t += 8) {
+    ROUND(a, b, c, d, e, f, g, h, t + 0);
+    ROUND(h, a, b, c, d, e, f, g, t + 1);
+    ROUND(g, h, a, b, c, d, e, f, t + 2);
+    ROUND(f, g, h, a, b, c, d, e, t + 3);
+    ROUND(e, f, g, h, a, b, c, d, t + 4);
+    ROUND(d, e, f, g, h, a, b, c, t + 5);
+    ROUND(c, d, e, f, g, h, a, b, t + 6);
+    ROUND(b, c, d, e, f, g, h, a, t + 7);
   }
   state[0] += a;
   state[1] += b;

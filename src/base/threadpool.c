@@ -36,7 +36,8 @@
 #include <stdio.h>
 #include <time.h>
 
-#if defined(__linux__)
+/* KILN_THREADPOOL_NO_FUTEX forces the portable condition-variable path (to test it on Linux). */
+#if defined(__linux__) && !defined(KILN_THREADPOOL_NO_FUTEX)
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>

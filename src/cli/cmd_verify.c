@@ -16,7 +16,8 @@ static const char *verify_help =
     "output on both sides and compares the values both produced (matched by name;\n"
     "a device that fuses nodes produces fewer). An element matches when\n"
     "|device - ref| <= atol + rtol * |ref| (defaults rtol 1e-3, atol 1e-4); integer,\n"
-    "bool and string values must be equal, NaN matches NaN.\n"
+    "bool and string values must be equal, NaN matches NaN. The max rel error is\n"
+    "taken over the elements whose ref value is not 0.\n"
     "\n"
     "Reports the first node in graph order whose output diverges: its op, name,\n"
     "input and output shapes, max abs/rel error and the worst element, then up to\n"
@@ -423,10 +424,9 @@ int kiln_cmd_verify(int argc, char **argv) {
     }
   }
   if (n_diverge > 1 + reported) printf("  ... and %d more\n", n_diverge - 1 - reported);
-  printf("\ncompared %d values (%s: %d nodes, %.1f ms; ref: %d nodes, %.1f ms); not compared: %d only on %s, %d only on "
-         "ref\n",
-         n_compared, device, vs.dev_nodes, t_dev * 1e3, g ? g->n_nodes : 0, t_ref * 1e3, vs.dev_only, device,
-         n_ref_only);
+  printf("\ncompared %d values; device %s ran %d nodes in %.1f ms, the reference %d nodes in %.1f ms;\n"
+         "not compared: %d values only on the device, %d only on the reference\n",
+         n_compared, device, vs.dev_nodes, t_dev * 1e3, g ? g->n_nodes : 0, t_ref * 1e3, vs.dev_only, n_ref_only);
   if (n_diverge) {
     printf("verify: FAIL: %d of %d values diverge beyond rtol %g, atol %g; first at node '%s' (%s)\n", n_diverge,
            n_compared, o.rtol, o.atol, first_node, first_op);

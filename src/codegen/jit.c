@@ -898,7 +898,9 @@ static void compile_job(const jit_batch *b, jit_job *job) {
 
   unlink(obj);
   const char *kept = rename(src, failed) == 0 ? failed : src;
-  char *ex = excerpt_lines(r.output, ERROR_LINES, src, kept);
+  /* Same directory: replacing the base name also fixes full paths, and the
+   * linker quotes base names only. */
+  char *ex = excerpt_lines(r.output, ERROR_LINES, strrchr(src, '/') + 1, strrchr(kept, '/') + 1);
   char how[96];
   if (r.timed_out) snprintf(how, sizeof how, "timed out after %d s (KILN_JIT_TIMEOUT)", b->timeout_s);
   else if (r.term_signal) snprintf(how, sizeof how, "was killed by signal %d", r.term_signal);

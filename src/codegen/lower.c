@@ -251,6 +251,15 @@ out:
   return cls;
 }
 
+bool kiln_lower_is_param_input(const kiln_node *n, int i) {
+  if (i == 0) return false;
+  const char *op = n->op_type;
+  static const char *param_ops[] = {"Clip", "Reshape", "Slice", "Squeeze", "Unsqueeze", "Expand", "Dropout"};
+  for (size_t k = 0; k < KILN_ARRAY_SIZE(param_ops); k++)
+    if (!strcmp(op, param_ops[k])) return true;
+  return find_reduce(op) >= 0;
+}
+
 bool kiln_lower_reduces_trailing(const kiln_graph *g, const kiln_node *n) {
   const kiln_value_def *in0 = input_def(g, n, 0);
   if (!in0 || in0->type.rank < 0) return false;

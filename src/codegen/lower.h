@@ -41,6 +41,11 @@ kiln_op_class kiln_lower_class(const kiln_graph *g, const kiln_node *node, const
  * it computes it once per row). */
 bool kiln_lower_reduces_trailing(const kiln_graph *g, const kiln_node *node);
 
+/* True if input i of node is a parameter the compute definition reads from
+ * the graph at compile time (shapes, axes, Clip bounds...), not data: the
+ * kernel needs no buffer for it. */
+bool kiln_lower_is_param_input(const kiln_node *node, int i);
+
 /* Builds node's output 0 view from its input views (inputs[i] NULL for
  * absent or constant-parameter inputs the op reads from g instead). */
 kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_node *node,

@@ -15,7 +15,7 @@
 static const char math_helpers[] =
     "#include <math.h>\n"
     "#include <string.h>\n"
-    "#define KILN_EXPORT __attribute__((visibility(\"default\")))\n"
+    "#ifndef KILN_EXPORT\n#define KILN_EXPORT __attribute__((visibility(\"default\")))\n#endif\n"
     "/* exp with Cody-Waite range reduction and a degree-6 polynomial (Cephes):\n"
     " * about 1 ulp, branch-free so loops over it vectorize. */\n"
     "static inline float kiln_expf(float x) {\n"

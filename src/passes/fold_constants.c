@@ -8,8 +8,8 @@
  * loop body, whose carried values may change shape between iterations).
  *
  * Size rules: the outputs of one node take at most 64 MB, and more than
- * 64 KB only when they are no larger than the constant inputs that die
- * with the node (so folding never grows the model much). */
+ * 64 KB only when they are no larger than the constant inputs (and tensor
+ * attributes) that die with the node (so folding never grows the model much). */
 #include "passes/passes_opt.h"
 
 #include <stdio.h>
@@ -146,6 +146,13 @@ static kiln_status_t fold_graph(kiln_graph *g) {
       for (int k = 0; k < i; k++) repeat |= n->inputs[k] == id;
       if (id >= 0 && !repeat && kiln_opt_const(g, id) && kiln_opt_only_read_by(&u, id, ni))
         freed += (int64_t)kiln_tensor_nbytes(g->values[id].constant);
+    }
+    /* A Constant node's value lives in its attribute, which goes with the node. */
+    for (int a = 0; a < n->n_attrs; a++) {
+      const kiln_attr *at = &n->attrs[a];
+      if (at->t) freed += (int64_t)kiln_tensor_nbytes(at->t);
+      for (int k = 0; at->tensors && k < at->n; k++)
+        if (at->tensors[k]) freed += (int64_t)kiln_tensor_nbytes(at->tensors[k]);
     }
     bool fold = any_out && out_bytes <= FOLD_MAX_BYTES && (out_bytes <= FOLD_FREE_BYTES || out_bytes <= freed);
     for (int i = 0; i < n->n_outputs; i++) {

@@ -327,7 +327,7 @@ static kiln_status_t match_layer_norm(matcher *m, kiln_node *r1, bool *found) {
   if (!sqrt_n || !is_op(sqrt_n, "Sqrt") || sqrt_n->n_inputs != 1 || out0(sqrt_n) < 0) return NULL;
   if (sole(m, out0(sqrt_n)) != div || div->inputs[1] != out0(sqrt_n)) return NULL;
   /* Optional scale and bias: constants or values shaped to broadcast into x. */
-  kiln_node *last = div, *mul = NULL, *bias_add = NULL;
+  kiln_node *last = div, *mul = NULL;
   int gamma = -1, beta = -1;
   kiln_node *c = sole(m, out0(div));
   if (c && is_op(c, "Mul")) {
@@ -342,7 +342,6 @@ static kiln_status_t match_layer_norm(matcher *m, kiln_node *r1, bool *found) {
   if (c && is_op(c, "Add")) {
     int o = other_input(c, out0(last));
     if (o >= 0 && o != out0(last) && fits_shape(m, o, x)) {
-      bias_add = c;
       beta = o;
       last = c;
     }
@@ -365,7 +364,6 @@ static kiln_status_t match_layer_norm(matcher *m, kiln_node *r1, bool *found) {
   kill(m, sqrt_n);
   if (last != div) kill(m, div);
   if (mul && last != mul) kill(m, mul);
-  (void)bias_add;
   int idx = node_index(m, last);
   int ins[3] = {x, gamma, beta};
   KILN_TRY(replace_last(m, last, "LayerNormalization", "", 17, beta >= 0 ? 3 : 2, ins));
@@ -599,22 +597,13 @@ typedef kiln_status_t (*match_fn)(matcher *m, kiln_node *anchor, bool *found);
 static kiln_status_t run_matcher(kiln_graph *g, match_fn fn) {
   matcher m = {g, {0}, NULL};
   KILN_TRY(kiln_opt_uses_build(g, &m.u));
-  kiln_status_t st = NULL;
+  /* One spare slot: attention may insert a node. */
+  m.dead = calloc((size_t)g->n_nodes + 2, sizeof(bool));
+  kiln_status_t st = m.dead ? NULL : KILN_OOM();
   for (int i = 0; i < g->n_nodes && !st;) {
-    free(m.dead);
-    /* One spare slot: attention may insert a node. */
-    m.dead = calloc((size_t)g->n_nodes + 2, sizeof(bool));
-    if (!m.dead) {
-      st = KILN_OOM();
-      break;
-    }
     bool found = false;
     kiln_node *anchor = &g->nodes[i];
-    if (!anchor->op) {
-      i++;
-      continue;
-    }
-    st = fn(&m, anchor, &found);
+    if (anchor->op) st = fn(&m, anchor, &found);
     if (st || !found) {
       i++;
       continue;
@@ -629,6 +618,9 @@ static kiln_status_t run_matcher(kiln_graph *g, match_fn fn) {
     st = kiln_opt_remove_nodes(g, m.dead);
     kiln_opt_uses_free(&m.u);
     if (!st) st = kiln_opt_uses_build(g, &m.u);
+    free(m.dead);
+    m.dead = calloc((size_t)g->n_nodes + 2, sizeof(bool));
+    if (!m.dead && !st) st = KILN_OOM();
     i = first < i ? first : i;
   }
   free(m.dead);

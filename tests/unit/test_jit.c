@@ -393,6 +393,52 @@ static void test_two_processes(void) {
   free(src);
 }
 
+/* A stand-in compiler: answers --version, then hangs or writes garbage. */
+static void write_fake_compiler(const char *path) {
+  FILE *f = fopen(path, "w");
+  if (!f) return;
+  fputs("#!/bin/sh\n"
+        "for a in \"$@\"; do [ \"$a\" = --version ] && { echo 'fake-cc 1.0'; exit 0; }; done\n"
+        "out=; prev=\n"
+        "for a in \"$@\"; do [ \"$prev\" = -o ] && out=$a; prev=$a; done\n"
+        "case \"$FAKE_CC_MODE\" in\n"
+        "  hang) echo compiling forever; sleep 30 ;;\n"
+        "  garbage) head -c 3000 /dev/zero | tr '\\0' 'x' > \"$out\" ;;\n"
+        "esac\n",
+        f);
+  fclose(f);
+  chmod(path, 0755);
+}
+
+static void test_bad_compilers(void) {
+  fresh_cache("fake");
+  char fake[512];
+  snprintf(fake, sizeof fake, "%s/fake-cc", g_root);
+  write_fake_compiler(fake);
+  setenv("KILN_CC", fake, 1);
+
+  setenv("FAKE_CC_MODE", "hang", 1);
+  setenv("KILN_JIT_TIMEOUT", "1", 1);
+  kiln_jit_module *m = NULL;
+  double t0 = now_s();
+  kiln_status_t st = kiln_jit_compile("int hang;\n", "hang", NULL, &m);
+  double dt = now_s() - t0;
+  CHECK(st && strstr(kiln_status_message(st), "timed out"), "hung compiler: %s", kiln_status_message(st));
+  CHECK(dt < 5, "timeout took %.1f s", dt);
+  kiln_status_free(st);
+  unsetenv("KILN_JIT_TIMEOUT");
+
+  setenv("FAKE_CC_MODE", "garbage", 1);
+  for (int attempt = 0; attempt < 2; attempt++) { /* the second meets the bad entry of the first */
+    st = kiln_jit_compile("int garbage;\n", "garbage", NULL, &m);
+    CHECK(st && strstr(kiln_status_message(st), "does not load"), "garbage object: %s", kiln_status_message(st));
+    CHECK(!m, "no module from garbage");
+    kiln_status_free(st);
+  }
+  unsetenv("FAKE_CC_MODE");
+  unsetenv("KILN_CC");
+}
+
 static void test_unusable_cache_dir(void) {
   char file[512];
   snprintf(file, sizeof file, "%s/not_a_dir", g_root);
@@ -463,6 +509,7 @@ int main(void) {
     test_corrupt_entry(FLIP_BYTE);
     test_corrupt_entry(EMPTY);
     test_two_processes();
+    test_bad_compilers();
     test_unusable_cache_dir();
     test_dump();
     kiln_jit_stats total;

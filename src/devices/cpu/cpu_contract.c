@@ -162,6 +162,59 @@ static void im2col_rows(void *vctx, int64_t begin, int64_t end, int thread) {
   }
 }
 
+/* ---- depthwise: one filter per channel, direct loops ------------------------- */
+
+static int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+static int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+typedef struct dw_ctx {
+  const conv_geom *c;
+  const float *x, *w, *bias;
+  float *out;
+} dw_ctx;
+
+/* Planes (image, channel) [begin, end): each output row accumulates
+ * w[kh][kw] * input row over the output columns whose input column is
+ * inside the image, so the innermost loop has no bounds test and
+ * vectorizes. */
+static void dw_planes(void *vctx, int64_t begin, int64_t end, int thread) {
+  const dw_ctx *d = vctx;
+  const conv_geom *c = d->c;
+  int64_t H = c->in_sp[0], W = c->in_sp[1], OH = c->out_sp[0], OW = c->out_sp[1];
+  int64_t KH = c->k[0], KW = c->k[1], sh = c->stride[0], sw = c->stride[1];
+  int64_t dh = c->dil[0], dwl = c->dil[1], ph = c->pad_begin[0], pw = c->pad_begin[1];
+  for (int64_t p = begin; p < end; p++) {
+    int64_t ch = p % c->co;
+    const float *xp = d->x + p * H * W, *wp = d->w + ch * KH * KW;
+    float *op = d->out + p * OH * OW;
+    float b = d->bias ? d->bias[ch] : 0.0f;
+    for (int64_t oh = 0; oh < OH; oh++) {
+      float *o = op + oh * OW;
+      for (int64_t ow = 0; ow < OW; ow++) o[ow] = b;
+      for (int64_t kh = 0; kh < KH; kh++) {
+        int64_t ih = oh * sh - ph + kh * dh;
+        if (ih < 0 || ih >= H) continue;
+        const float *xr = xp + ih * W;
+        for (int64_t kw = 0; kw < KW; kw++) {
+          float wv = wp[kh * KW + kw];
+          int64_t off = kw * dwl - pw;
+          int64_t lo = ceil_div(-off, sw), hi = floor_div(W - 1 - off, sw);
+          if (lo < 0) lo = 0;
+          if (hi > OW - 1) hi = OW - 1;
+          if (sw == 1) {
+            const float *xs = xr + off;
+            for (int64_t ow = lo; ow <= hi; ow++) o[ow] += wv * xs[ow];
+          } else {
+            for (int64_t ow = lo; ow <= hi; ow++) o[ow] += wv * xr[ow * sw + off];
+          }
+        }
+      }
+    }
+  }
+}
+
+static bool conv_is_depthwise(const conv_geom *c) { return c->nsp == 2 && c->group == c->ci && c->co == c->ci && c->group > 1; }
+
 /* ---- prepare / run ---------------------------------------------------------------- */
 
 kiln_status_t kiln_cpu_contract_prepare(struct kiln_executable *x, cpu_step *s) {
@@ -192,7 +245,7 @@ kiln_status_t kiln_cpu_contract_prepare(struct kiln_executable *x, cpu_step *s) 
   } else if (s->kind == CPU_STEP_CONV) {
     conv_geom c;
     KILN_TRY(conv_geometry(g, n, &c));
-    if (!conv_is_pointwise(&c)) {
+    if (!conv_is_pointwise(&c) && !conv_is_depthwise(&c)) {
       s->scratch_bytes = (size_t)c.kdim * (size_t)c.osize * sizeof(float);
       if (s->scratch_bytes > x->scratch_bytes) x->scratch_bytes = s->scratch_bytes;
     }
@@ -257,6 +310,11 @@ kiln_status_t kiln_cpu_contract_run(struct kiln_executable *x, const cpu_step *s
   KILN_TRY(conv_geometry(g, n, &c));
   const float *xin = ptr[n->inputs[0]], *w = ptr[n->inputs[1]];
   const float *bias = n->n_inputs > 2 && n->inputs[2] >= 0 ? ptr[n->inputs[2]] : NULL;
+  if (conv_is_depthwise(&c)) {
+    dw_ctx d = {&c, xin, w, bias, out};
+    kiln_parallel_for(x->pool, c.n * c.co, 1, dw_planes, &d);
+    return NULL;
+  }
   int64_t in_plane = 1;
   for (int i = 0; i < c.nsp; i++) in_plane *= c.in_sp[i];
   int64_t cig = c.ci / c.group, cog = c.co / c.group;

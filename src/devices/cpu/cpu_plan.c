@@ -102,7 +102,26 @@ typedef struct kernel_src {
   int step;
 } kernel_src;
 
-static kiln_status_t build_kernel(const kiln_graph *g, const int *group_of, int root, cpu_step *step, char **out_src) {
+/* An elementwise group whose every operand has the output's shape is one
+ * flat loop: index arithmetic vanishes and the loop vectorizes whatever the
+ * tensors' rank. */
+static bool flattenable(const kiln_graph *g, const int *group_of, int root, const kiln_op_class *cls) {
+  const kiln_type *out = &g->values[g->nodes[root].outputs[0]].type;
+  for (int n = 0; n <= root; n++) {
+    if (group_of[n] != root) continue;
+    if (cls[n] != KILN_OPCLASS_ELEMENTWISE && cls[n] != KILN_OPCLASS_BROADCAST) return false;
+    const kiln_node *node = &g->nodes[n];
+    for (int i = 0; i < node->n_inputs; i++) {
+      int v = node->inputs[i];
+      if (v < 0 || kiln_lower_is_param_input(node, i)) continue;
+      if (!same_shape(&g->values[v].type, out) && type_numel(&g->values[v].type) != 1) return false;
+    }
+  }
+  return true;
+}
+
+static kiln_status_t build_kernel(const kiln_graph *g, const int *group_of, int root, const kiln_op_class *cls,
+                                  cpu_step *step, char **out_src) {
   te_builder *b;
   KILN_TRY(te_builder_create(&b));
   kiln_status_t st = NULL;
@@ -117,7 +136,9 @@ static kiln_status_t build_kernel(const kiln_graph *g, const int *group_of, int 
   }
   /* Output buffer first: argument 0. */
   const kiln_value_def *ov = &g->values[g->nodes[root].outputs[0]];
-  te_add_buffer(b, ov->type.dtype, ov->type.rank, ov->type.dims, g->nodes[root].outputs[0]);
+  bool flat = flattenable(g, group_of, root, cls);
+  int64_t numel = type_numel(&ov->type);
+  te_add_buffer(b, ov->type.dtype, flat ? 1 : ov->type.rank, flat ? &numel : ov->type.dims, g->nodes[root].outputs[0]);
   arg_values[n_args++] = g->nodes[root].outputs[0];
   for (int n = 0; n <= root && !st; n++) {
     if (group_of[n] != root) continue;
@@ -129,13 +150,15 @@ static kiln_status_t build_kernel(const kiln_graph *g, const int *group_of, int 
     }
     for (int i = 0; i < node->n_inputs; i++) {
       int v = node->inputs[i];
-      if (v < 0) continue;
+      if (v < 0 || kiln_lower_is_param_input(node, i)) continue; /* read at compile time */
       if (!views[v]) {
         /* Read from outside the group: a kernel argument. Constant parameter
          * inputs (shapes, axes) are read at compile time and need none,
          * but an argument for them is harmless and keeps this simple. */
         const kiln_value_def *vd = &g->values[v];
-        int buf = te_add_buffer(b, vd->type.dtype, vd->type.rank, vd->type.dims, v);
+        bool scalar = type_numel(&vd->type) == 1;
+        int buf = flat ? te_add_buffer(b, vd->type.dtype, scalar ? 0 : 1, &numel, v)
+                       : te_add_buffer(b, vd->type.dtype, vd->type.rank, vd->type.dims, v);
         arg_values[n_args++] = v;
         views[v] = te_view_buffer(b, buf);
       }
@@ -143,8 +166,15 @@ static kiln_status_t build_kernel(const kiln_graph *g, const int *group_of, int 
     }
     te_tensor *out = NULL;
     st = kiln_lower_node(b, g, node, ins, &out);
-    if (st) st = kiln_status_annotate(st, "node '%s' (%s)", node->name, node->op_type);
-    else views[node->outputs[0]] = out;
+    if (st) {
+      st = kiln_status_annotate(st, "node '%s' (%s)", node->name, node->op_type);
+    } else {
+      if (flat) { /* same elements, seen as one dimension */
+        out->rank = 1;
+        out->dims[0] = numel;
+      }
+      views[node->outputs[0]] = out;
+    }
   }
   if (!st) {
     kiln_loop_schedule sched = kiln_loop_schedule_default();
@@ -343,7 +373,7 @@ kiln_status_t kiln_cpu_prepare(kiln_device *dev, const kiln_graph *g, const kiln
         if (cls[k] != KILN_OPCLASS_ELEMENTWISE && cls[k] != KILN_OPCLASS_BROADCAST) s->elementwise_only = false;
       }
     x->kinds[node->outputs[0]] = CPU_VALUE_BUFFER;
-    st = build_kernel(g, group_of, n, s, &sources[n_sources]);
+    st = build_kernel(g, group_of, n, cls, s, &sources[n_sources]);
     if (st) break;
     source_step[n_sources++] = x->n_steps;
     x->n_kernels++;

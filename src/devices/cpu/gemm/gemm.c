@@ -388,8 +388,9 @@ static void blocking(const kiln_gemm_kernel *kern, int64_t m, int64_t n, int64_t
   const kiln_cpu_features *f = kiln_cpu_features_get();
   int64_t l1 = f->l1d_bytes > 0 ? f->l1d_bytes : 32 * 1024;
   int64_t l2 = f->l2_bytes > 0 ? f->l2_bytes : 512 * 1024;
-  /* KC: a KC x NR micro-panel of B fills about 2/3 of L1d. */
-  int64_t kc_max = g_kc > 0 ? g_kc : max64(64, (l1 * 2 / 3) / (kern->nr * 4) / 8 * 8);
+  /* KC: a KC x NR micro-panel of B about fills L1d (the kernel streams A
+   * past it with prefetches; a deeper KC means fewer passes over C). */
+  int64_t kc_max = g_kc > 0 ? g_kc : max64(64, l1 / (kern->nr * 4) / 8 * 8);
   /* Balance the k-slices so the last one is not a sliver. */
   int64_t slices = ceil_div(k, kc_max);
   *kc = min64(k, round_up(ceil_div(k, slices), 4));

@@ -41,6 +41,9 @@ static KILN_AVX512 inline void store_row(float *c, __m512 acc0, __m512 acc1, int
 }
 
 #define ALWAYS_INLINE __attribute__((always_inline))
+#ifndef KILN_PF_A
+#define KILN_PF_A 16
+#endif
 
 /* The register tile, for R = 1..14 rows (R is a constant after inlining, so
  * the accumulators become registers). A's element (i, p) is at
@@ -73,7 +76,17 @@ static KILN_AVX512 inline ALWAYS_INLINE void tile(const int R, int64_t kc, const
       FMA_ROW(8, a_[8]); FMA_ROW(9, a_[9]); FMA_ROW(10, a_[10]); FMA_ROW(11, a_[11]);    \
       FMA_ROW(12, a_[12]); FMA_ROW(13, a_[13]);                                          \
     } while (0)
+    /* Prefetch C's rows during the first steps (they are needed at the
+     * end) and the packed A a few steps ahead of use. */
+    int64_t pc = 0;
     for (; p + 4 <= kc; p += 4) {
+      if (pc < R) {
+        _mm_prefetch((const char *)(c + pc * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + pc * ldc + 31), _MM_HINT_T0);
+        pc++;
+      }
+      _mm_prefetch((const char *)(a + KILN_PF_A * csa), _MM_HINT_T0);
+      _mm_prefetch((const char *)(a + KILN_PF_A * csa + 2 * csa), _MM_HINT_T0);
       STEP_PACKED(0);
       STEP_PACKED(1);
       STEP_PACKED(2);
@@ -100,7 +113,13 @@ static KILN_AVX512 inline ALWAYS_INLINE void tile(const int R, int64_t kc, const
       FMA_ROW(9, r9[o]); FMA_ROW(10, r6[4 * l + o]); FMA_ROW(11, r3[8 * l + o]);          \
       FMA_ROW(12, r12[o]); FMA_ROW(13, r9[4 * l + o]);                                    \
     } while (0)
+    int64_t pc = 0;
     for (; p + 4 <= kc; p += 4) {
+      if (pc < R) {
+        _mm_prefetch((const char *)(c + pc * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + pc * ldc + 31), _MM_HINT_T0);
+        pc++;
+      }
       STEP_ROWS(0);
       STEP_ROWS(1);
       STEP_ROWS(2);

@@ -1,0 +1,592 @@
+#!/usr/bin/env python3
+"""Writes the op sweep of kiln's differential test: one small model per
+(claimed op, shape/attribute variant) into OUTDIR as NAME.onnx, for
+kiln_diff to run on the cpu device and on ref.
+
+    gen_op_sweep.py OUTDIR [--list]
+
+Every op the cpu device claims (src/codegen/lower.c, kiln_lower_class) is
+covered with odd sizes (1, 3, 15, 17, 31, 33, 65), sizes that are not a
+multiple of the vector width (16 floats), broadcasting, and non-contiguous
+inputs: the op's input produced in the same model by a Transpose or a
+Slice (step 2, or a negative step), so the compiled kernel reads strided
+data. Data inputs are f32 graph inputs (kiln_diff fills them with normal
+random values); parameters (shapes, axes, starts...) are initializers, so
+the models use no integer graph inputs. Deterministic: the same files on
+every run. Needs onnx (1.12) and numpy."""
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+F = TensorProto.FLOAT
+B = TensorProto.BOOL
+INT64_MAX = 2**63 - 1
+INT64_MIN = -2**63
+
+
+class Model:
+    """A small graph under construction."""
+
+    def __init__(self, name, opset=13):
+        self.name = name
+        self.opset = opset
+        self.nodes, self.inputs, self.inits, self.outputs = [], [], [], []
+        self.n = 0
+        self.out_shapes = {}
+        self.rng = np.random.RandomState(abs(hash_name(name)) % (2**31))
+
+    def fresh(self, base):
+        self.n += 1
+        return '%s%d' % (base, self.n)
+
+    def inp(self, shape, dtype=F):
+        name = self.fresh('x')
+        self.inputs.append(helper.make_tensor_value_info(name, dtype, list(shape)))
+        return name
+
+    def const(self, value, dtype=None):
+        arr = np.asarray(value, dtype=dtype)
+        name = self.fresh('c')
+        self.inits.append(numpy_helper.from_array(arr, name))
+        return name
+
+    def randc(self, shape):
+        """A random f32 constant (weights)."""
+        return self.const(self.rng.standard_normal(shape).astype(np.float32))
+
+    def node(self, op, ins, domain='', **attrs):
+        out = self.fresh('t')
+        self.nodes.append(helper.make_node(op, ins, [out], name=self.fresh('n_' + op + '_'), domain=domain, **attrs))
+        return out
+
+    def out(self, name, shape=None):
+        """Marks a graph output; `shape` where ONNX's shape inference cannot tell."""
+        self.outputs.append(name)
+        if shape is not None:
+            self.out_shapes[name] = shape
+
+    def source(self, shape, how='plain'):
+        """An f32 value of `shape` that is a graph input ('plain') or is
+        produced from one by a Transpose ('T'), a strided Slice ('S': every
+        second element of the last axis) or a reversing Slice ('R': step -1
+        on axis 0 with clamped ends)."""
+        shape = list(shape)
+        r = len(shape)
+        if how == 'plain' or r == 0:
+            return self.inp(shape)
+        if how == 'T' and r >= 2:
+            perm = list(range(r))[::-1]
+            if r >= 3:
+                perm = [1, 2, 0] + list(range(3, r)) if r == 3 else list(range(r))[::-1]
+            # out.dims[i] = in.dims[perm[i]]  =>  in.dims[perm[i]] = shape[i]
+            ind = [0] * r
+            for i, p in enumerate(perm):
+                ind[p] = shape[i]
+            x = self.inp(ind)
+            return self.node('Transpose', [x], perm=perm)
+        if how in ('T', 'S'):
+            ind = shape[:-1] + [2 * shape[-1] + 1]
+            x = self.inp(ind)
+            return self.node('Slice', [x, self.const([1], np.int64), self.const([INT64_MAX], np.int64),
+                                       self.const([-1], np.int64), self.const([2], np.int64)])
+        if how == 'R':
+            ind = [shape[0] + 2] + shape[1:]
+            x = self.inp(ind)
+            return self.node('Slice', [x, self.const([-3], np.int64), self.const([INT64_MIN], np.int64),
+                                       self.const([0], np.int64), self.const([-1], np.int64)])
+        raise ValueError(how)
+
+    def build(self):
+        graph = helper.make_graph(self.nodes, self.name, self.inputs,
+                                  [helper.make_tensor_value_info(o, F, None) for o in self.outputs], self.inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid('', self.opset)],
+                                  producer_name='kiln-diff-sweep')
+        model.ir_version = 8
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+        # Declare the outputs with their inferred types.
+        vi = {v.name: v for v in model.graph.value_info}
+        for o in model.graph.output:
+            if o.name in self.out_shapes:
+                o.type.CopyFrom(helper.make_tensor_type_proto(F, self.out_shapes[o.name]))
+            elif o.name in vi and vi[o.name].type.tensor_type.HasField('shape'):
+                o.type.CopyFrom(vi[o.name].type)
+            elif not o.type.tensor_type.HasField('shape'):
+                raise ValueError('%s: no inferred shape for output %s' % (self.name, o.name))
+        onnx.checker.check_model(model, full_check=True)
+        return model
+
+
+def hash_name(s):
+    h = 1469598103934665603
+    for ch in s.encode():
+        h = ((h ^ ch) * 1099511628211) % (2**64)
+    return h
+
+
+CASES = []
+
+
+def case(name, opset=13):
+    m = Model(name, opset)
+    CASES.append(m)
+    return m
+
+
+def ints(v):
+    return np.array(v, dtype=np.int64)
+
+
+# ---- unary / activations ----------------------------------------------------------
+
+UNARY_SHAPES = [('s1', [1]), ('s17', [17]), ('s3x17', [3, 17]), ('s2x3x33', [2, 3, 33]), ('s65', [65]),
+                ('s4x16', [4, 16]), ('scalar', [])]
+NONCONTIG = [('T', 'T', [5, 17]), ('S', 'S', [3, 15]), ('R', 'R', [7, 31])]
+
+
+def unary_cases():
+    plain = ['Relu', 'Sigmoid', 'Tanh', 'Exp', 'Neg', 'Abs', 'Erf', 'Reciprocal', 'Floor', 'Ceil', 'Softplus',
+             'Softsign', 'Sin', 'Cos', 'Identity', 'Round', 'Log', 'Sqrt']
+    for op in plain:
+        shapes = UNARY_SHAPES if op in ('Relu', 'Sigmoid', 'Exp', 'Tanh') else UNARY_SHAPES[2:4] + UNARY_SHAPES[-1:]
+        for tag, shape in shapes:
+            m = case('%s_%s' % (op, tag))
+            x = m.source(shape)
+            if op in ('Log', 'Sqrt'):
+                x = m.node('Abs', [x])  # real values; raw NaN inputs are in the _neg case
+            m.out(m.node(op, [x]))
+        for tag, how, shape in NONCONTIG:
+            m = case('%s_nc%s' % (op, tag))
+            x = m.source(shape, how)
+            m.out(m.node(op, [x]))
+    # attributes
+    attr_cases = [
+        ('LeakyRelu', {}, 13), ('LeakyRelu', {'alpha': 0.3}, 13),
+        ('Elu', {}, 13), ('Elu', {'alpha': 0.5}, 13),
+        ('HardSigmoid', {}, 13), ('HardSigmoid', {'alpha': 0.3, 'beta': 0.4}, 13),
+        ('Selu', {}, 13), ('Selu', {'alpha': 1.5, 'gamma': 2.5}, 13),
+        ('HardSwish', {}, 14),
+        ('Clip', {'min': -0.5, 'max': 0.7}, 6), ('Clip', {'min': 0.1}, 6), ('Clip', {}, 6),
+        ('Dropout', {}, 13),
+    ]
+    for i, (op, attrs, opset) in enumerate(attr_cases):
+        for tag, how, shape in [('a', 'plain', [3, 17]), ('b', 'plain', [33]), ('nc', 'T', [5, 17])]:
+            m = case('%s_attr%d_%s' % (op, i, tag), opset)
+            x = m.source(shape, how)
+            m.out(m.node(op, [x], **attrs))
+    # Clip with inputs (opset 11, 13): both, min only, max only, none, min > max
+    for opset in (11, 13):
+        for tag, lo, hi in [('both', -0.5, 0.7), ('min', 0.1, None), ('max', None, -0.2), ('none', None, None),
+                            ('inverted', 0.5, -0.5)]:
+            for stag, how, shape in [('a', 'plain', [3, 17]), ('nc', 'S', [4, 33])]:
+                m = case('Clip%d_%s_%s' % (opset, tag, stag), opset)
+                x = m.source(shape, how)
+                ins = [x, m.const(np.float32(lo)) if lo is not None else '', m.const(np.float32(hi)) if hi is not None else '']
+                while ins[-1] == '':
+                    ins.pop()
+                m.out(m.node('Clip', ins))
+    # Log/Sqrt of raw normal values: NaN for negatives on both devices
+    for op in ('Log', 'Sqrt'):
+        m = case('%s_neg' % op)
+        m.out(m.node(op, [m.source([3, 17])]))
+    # large magnitudes for the exp-based kernels
+    for op in ('Exp', 'Sigmoid', 'Tanh', 'Softplus', 'Elu', 'Erf'):
+        m = case('%s_scaled' % op)
+        x = m.node('Mul', [m.source([3, 33]), m.const(np.float32(12.0))])
+        m.out(m.node(op, [x]))
+
+
+# ---- binary / broadcast ------------------------------------------------------------
+
+BCAST = [('same', [3, 17], [3, 17]), ('row', [3, 17], [17]), ('col', [3, 17], [3, 1]),
+         ('both', [1, 5, 1], [4, 1, 7]), ('scalarB', [2, 3, 33], []), ('scalarA', [], [65]),
+         ('one', [33], [1]), ('rank4', [2, 1, 3, 15], [5, 1, 1]), ('s16', [4, 16], [16])]
+
+
+def binary_cases():
+    for op in ['Add', 'Sub', 'Mul', 'Div', 'Max', 'Min', 'Sum', 'Mean', 'Pow']:
+        variants = BCAST if op in ('Add', 'Mul', 'Div', 'Sub') else [BCAST[0], BCAST[1], BCAST[3], BCAST[4]]
+        for tag, sa, sb in variants:
+            m = case('%s_%s' % (op, tag))
+            a, b = m.source(sa), m.source(sb)
+            if op == 'Pow':
+                a = m.node('Abs', [a])
+            m.out(m.node(op, [a, b]))
+        # non-contiguous operands
+        for tag, how_a, how_b in [('ncT', 'T', 'plain'), ('ncS', 'plain', 'S'), ('ncTS', 'T', 'R')]:
+            m = case('%s_%s' % (op, tag))
+            a, b = m.source([5, 17], how_a), m.source([5, 17], how_b)
+            if op == 'Pow':
+                a = m.node('Abs', [a])
+            m.out(m.node(op, [a, b]))
+        # constant second operand, broadcast
+        m = case('%s_const' % op)
+        a = m.source([3, 17])
+        if op == 'Pow':
+            a = m.node('Abs', [a])
+        m.out(m.node(op, [a, m.randc([17])]))
+    # variadic Sum/Max/Min/Mean: 1, 3 and 9 inputs with broadcasting
+    for op in ['Sum', 'Max', 'Min', 'Mean']:
+        for n in (1, 3, 9):
+            m = case('%s_n%d' % (op, n))
+            shapes = [[3, 17], [17], [3, 1], [1, 17]]
+            ins = [m.source(shapes[i % len(shapes)]) for i in range(n)]
+            m.out(m.node(op, ins))
+    # Pow with constant exponents (2 and 0.5 have special code), and a
+    # broadcasting rank-raising constant exponent
+    for tag, e in [('e2', 2.0), ('e05', 0.5), ('e3', 3.0), ('em1', -1.0)]:
+        for stag, how in [('a', 'plain'), ('nc', 'T')]:
+            m = case('Pow_%s_%s' % (tag, stag))
+            x = m.node('Abs', [m.source([5, 17], how)]) if e == 0.5 else m.source([5, 17], how)
+            m.out(m.node('Pow', [x, m.const(np.float32(e))]))
+    m = case('Pow_e2_rank')
+    m.out(m.node('Pow', [m.source([17]), m.const(np.full([1, 1], 2.0, np.float32))]))
+    m = case('Pow_e2_graphexp')  # exponent from a Constant node, not an initializer
+    e = m.node('Constant', [], value=numpy_helper.from_array(np.array(2.0, np.float32)))
+    m.out(m.node('Pow', [m.source([3, 17]), e]))
+    # PRelu: slope unidirectionally broadcast to X
+    for tag, sx, ss in [('c', [2, 3, 5, 5], [3, 1, 1]), ('last', [3, 17], [17]), ('one', [4, 33], [1]),
+                        ('same', [3, 17], [3, 17])]:
+        for how in ('plain', 'T'):
+            m = case('PRelu_%s_%s' % (tag, how), 9)
+            m.out(m.node('PRelu', [m.source(sx, how), m.source(ss)]))
+    m = case('PRelu_const', 9)
+    m.out(m.node('PRelu', [m.source([2, 3, 7, 7]), m.randc([3, 1, 1])]))
+
+
+def where_cases():
+    for tag, sc, sx, sy in [('same', [3, 17], [3, 17], [3, 17]), ('bc', [3, 17], [17], [3, 1]),
+                            ('bc2', [1, 17], [4, 1], []), ('cond_small', [17], [2, 3, 17], [2, 3, 17])]:
+        m = case('Where_%s' % tag)
+        c = m.inp(sc, B)
+        m.out(m.node('Where', [c, m.source(sx), m.source(sy)]))
+    for tag, hx, hy in [('ncT', 'T', 'S'), ('ncR', 'R', 'plain')]:
+        m = case('Where_%s' % tag)
+        c = m.inp([5, 17], B)
+        m.out(m.node('Where', [c, m.source([5, 17], hx), m.source([5, 17], hy)]))
+    # condition computed in the graph (ref step feeding a compiled kernel)
+    m = case('Where_cmp')
+    x = m.source([3, 17])
+    c = m.node('Greater', [x, m.const(np.float32(0.0))])
+    m.out(m.node('Where', [c, x, m.source([17])]))
+
+
+# ---- reductions --------------------------------------------------------------------
+
+REDUCE_OPS = ['ReduceSum', 'ReduceMean', 'ReduceMax', 'ReduceMin', 'ReduceProd', 'ReduceSumSquare', 'ReduceL1',
+              'ReduceL2', 'ReduceLogSumExp', 'ReduceLogSum']
+
+
+def reduce_cases():
+    axes_variants = [('all', None, 1), ('a0', [0], 1), ('a1', [1], 0), ('a2', [2], 1), ('am1', [-1], 0),
+                     ('a02', [0, 2], 1), ('a12', [1, 2], 0), ('a01', [0, 1], 0)]
+    for op in REDUCE_OPS:
+        shape = [3, 5, 17] if op != 'ReduceProd' else [3, 4, 5]
+        for tag, axes, keep in axes_variants:
+            opset = 13 if op == 'ReduceSum' else 11
+            m = case('%s_%s_k%d' % (op, tag, keep), opset)
+            x = m.source(shape)
+            if op == 'ReduceLogSum':
+                x = m.node('Abs', [x])
+            if op == 'ReduceSum':
+                ins = [x] + ([m.const(ints(axes))] if axes is not None else [])
+                m.out(m.node(op, ins, keepdims=keep))
+            else:
+                attrs = {'keepdims': keep}
+                if axes is not None:
+                    attrs['axes'] = axes
+                m.out(m.node(op, [x], **attrs))
+        # non-contiguous input, several shapes
+        for tag, how, shp, axes in [('ncT', 'T', [5, 17], [1]), ('ncS', 'S', [3, 33], [1]), ('ncR', 'R', [7, 15], [0]),
+                                    ('nc3', 'T', [2, 3, 33], [-1]), ('s65', 'plain', [65], [0]),
+                                    ('s1', 'plain', [1, 1], [1])]:
+            opset = 13 if op == 'ReduceSum' else 11
+            m = case('%s_%s' % (op, tag), opset)
+            x = m.source(shp, how)
+            if op == 'ReduceLogSum':
+                x = m.node('Abs', [x])
+            if op == 'ReduceSum':
+                m.out(m.node(op, [x, m.const(ints(axes))], keepdims=1))
+            else:
+                m.out(m.node(op, [x], axes=axes, keepdims=1))
+    # ReduceSum-13 specials: empty axes input, noop_with_empty_axes
+    m = case('ReduceSum_emptyaxes', 13)
+    m.out(m.node('ReduceSum', [m.source([3, 17]), m.const(np.zeros([0], np.int64))], keepdims=0))
+    m = case('ReduceSum_noop', 13)
+    m.out(m.node('ReduceSum', [m.source([3, 17]), m.const(np.zeros([0], np.int64))], noop_with_empty_axes=1))
+    m = case('ReduceMean_opset1', 1)
+    m.out(m.node('ReduceMean', [m.source([3, 17])], axes=[1]))
+    # reductions fused with consumers (row-normalisation patterns)
+    m = case('ReduceMean_sub_fused', 13)
+    x = m.source([4, 33])
+    mean = m.node('ReduceMean', [x], axes=[1], keepdims=1)
+    m.out(m.node('Sub', [x, mean]))
+    m = case('ReduceMax_exp_fused_nc', 13)
+    x = m.source([5, 17], 'T')
+    mx = m.node('ReduceMax', [x], axes=[-1], keepdims=1)
+    m.out(m.node('Exp', [m.node('Sub', [x, mx])]))
+    m = case('ReduceSum_first_axis_fused', 13)
+    x = m.source([6, 17])
+    s = m.node('ReduceSum', [x, m.const(ints([0]))], keepdims=1)
+    m.out(m.node('Div', [x, s]))
+
+
+def softmax_cases():
+    for op in ('Softmax', 'LogSoftmax'):
+        for opset, tag, shape, axis in [(11, 'def', [3, 5, 17], None), (11, 'a2', [3, 5, 17], 2),
+                                        (11, 'a0', [3, 5, 17], 0), (11, 'am1', [2, 33], -1),
+                                        (13, 'def', [3, 5, 17], None), (13, 'r1', [65], -1),
+                                        (13, 'r2', [3, 17], 1), (13, 'one', [4, 1], -1), (13, 'r4', [2, 3, 4, 31], 3)]:
+            for how in ('plain', 'T', 'S'):
+                m = case('%s%d_%s_%s' % (op, opset, tag, how), opset)
+                attrs = {} if axis is None else {'axis': axis}
+                m.out(m.node(op, [m.source(shape, how)], **attrs))
+        m = case('%s_scaled' % op)
+        x = m.node('Mul', [m.source([3, 33]), m.const(np.float32(30.0))])
+        m.out(m.node(op, [x]))
+        m = case('%s_then_mul' % op)  # softmax inlined into a consumer
+        x = m.source([4, 17])
+        m.out(m.node('Mul', [m.node(op, [x]), m.source([4, 17])]))
+    # the decomposed softmax (recognized by the patterns pass)
+    m = case('Softmax_decomposed')
+    x = m.source([3, 17])
+    mx = m.node('ReduceMax', [x], axes=[-1], keepdims=1)
+    e = m.node('Exp', [m.node('Sub', [x, mx])])
+    s = m.node('ReduceSum', [e, m.const(ints([-1]))], keepdims=1)
+    m.out(m.node('Div', [e, s]))
+
+
+# ---- movement ------------------------------------------------------------------------
+
+def movement_cases():
+    import itertools
+    for perm in itertools.permutations(range(3)):
+        for how in ('plain', 'S'):
+            m = case('Transpose_%s_%s' % (''.join(map(str, perm)), how))
+            m.out(m.node('Transpose', [m.source([2, 3, 17], how)], perm=list(perm)))
+    for tag, shape, perm in [('def2', [3, 17], None), ('def3', [2, 5, 33], None), ('p0231', [2, 3, 5, 7], [0, 2, 3, 1]),
+                             ('p3102', [2, 3, 5, 7], [3, 1, 0, 2]), ('r1', [17], [0]), ('big', [33, 65], [1, 0]),
+                             ('unit', [1, 17, 1], [2, 0, 1])]:
+        m = case('Transpose_%s' % tag)
+        attrs = {} if perm is None else {'perm': perm}
+        m.out(m.node('Transpose', [m.source(shape)], **attrs))
+    m = case('Transpose_twice')
+    m.out(m.node('Transpose', [m.node('Transpose', [m.source([3, 5, 7])], perm=[2, 0, 1])], perm=[0, 2, 1]))
+    # Reshape
+    for tag, shape, new, opset in [('flat', [3, 17], [51], 13), ('merge', [2, 3, 5], [6, 5], 13),
+                                   ('split', [2, 3, 5], [5, 6], 13), ('m1', [2, 3, 5], [-1], 13),
+                                   ('zero', [2, 3, 5], [0, -1], 13), ('unit', [1, 15], [15, 1, 1], 13),
+                                   ('units2', [3, 1, 5], [1, 3, 5, 1], 13), ('regroup', [4, 6], [3, 8], 13),
+                                   ('allowzero', [2, 3, 5], [2, 15], 14)]:
+        for how in ('plain', 'T', 'S'):
+            m = case('Reshape_%s_%s' % (tag, how), opset)
+            m.out(m.node('Reshape', [m.source(shape, how), m.const(ints(new))]))
+    # Flatten
+    for axis in (0, 1, 2, -1, 3):
+        for how in ('plain', 'T'):
+            m = case('Flatten_a%d_%s' % (axis, how))
+            m.out(m.node('Flatten', [m.source([2, 3, 5], how)], axis=axis))
+    # Squeeze / Unsqueeze (opset 11 attributes, opset 13 inputs)
+    for how in ('plain', 'T'):
+        m = case('Squeeze11_axes_%s' % how, 11)
+        m.out(m.node('Squeeze', [m.source([1, 3, 1, 5], how)], axes=[0, 2]))
+        m = case('Squeeze11_all_%s' % how, 11)
+        m.out(m.node('Squeeze', [m.source([1, 3, 1, 5], how)]), [3, 5])
+        m = case('Squeeze13_axes_%s' % how, 13)
+        m.out(m.node('Squeeze', [m.source([1, 3, 1, 5], how), m.const(ints([-2]))]))
+        m = case('Unsqueeze11_%s' % how, 11)
+        m.out(m.node('Unsqueeze', [m.source([3, 5], how)], axes=[0, 3]))
+        m = case('Unsqueeze13_%s' % how, 13)
+        m.out(m.node('Unsqueeze', [m.source([3, 5], how), m.const(ints([-1, 1]))]))
+    # Expand
+    for tag, shape, to in [('col', [3, 1], [3, 17]), ('rank', [17], [2, 3, 17]), ('one', [1], [5, 4]),
+                           ('both', [3, 1], [2, 1, 6]), ('same', [3, 17], [3, 17]), ('smaller', [2, 3, 17], [3, 1])]:
+        for how in ('plain', 'S'):
+            m = case('Expand_%s_%s' % (tag, how))
+            m.out(m.node('Expand', [m.source(shape, how), m.const(ints(to))]))
+    # Slice (opset 10/13 inputs, opset 1 attributes)
+    slices = [('basic', [5, 17], [1], [4], [0], None), ('step2', [5, 17], [0], [17], [1], [2]),
+              ('neg_step', [5, 17], [-1], [INT64_MIN], [1], [-1]), ('neg_step3', [5, 17], [15], [1], [1], [-3]),
+              ('clamp', [5, 17], [-100], [100], [1], None), ('clamp_neg', [5, 17], [100], [-100], [0], [-2]),
+              ('two_axes', [3, 4, 33], [1, 30], [3, 2], [0, 2], [1, -4]), ('noaxes', [5, 17], [1, 2], [4, 9], None, None),
+              ('negaxis', [3, 4, 33], [-5], [INT64_MAX], [-1], None), ('all3', [3, 4, 33], [2, 3, 32], [0, 0, 0], [0, 1, 2], [-1, -1, -7])]
+    for tag, shape, st, en, ax, sp in slices:
+        for how in ('plain', 'T'):
+            for opset in (10, 13):
+                m = case('Slice%d_%s_%s' % (opset, tag, how), opset)
+                ins = [m.source(shape, how), m.const(ints(st)), m.const(ints(en))]
+                if ax is not None or sp is not None:
+                    ins.append(m.const(ints(ax if ax is not None else list(range(len(st))))))
+                if sp is not None:
+                    ins.append(m.const(ints(sp)))
+                m.out(m.node('Slice', ins))
+        if sp is None:
+            m = case('Slice1_%s' % tag, 1)
+            attrs = {'starts': st, 'ends': en}
+            if ax is not None:
+                attrs['axes'] = ax
+            m.out(m.node('Slice', [m.source(shape)], **attrs))
+    # Concat
+    for tag, shapes, axis in [('a0', [[2, 17], [3, 17]], 0), ('a1', [[3, 5], [3, 17], [3, 1]], 1),
+                              ('am1', [[2, 3, 5], [2, 3, 7]], -1), ('a1_3d', [[2, 1, 5], [2, 4, 5], [2, 2, 5]], 1),
+                              ('one', [[3, 17]], 0), ('four', [[1, 9]] * 4, 0),
+                              ('nine', [[2, 3]] * 9, 1)]:
+        for how in ('plain', 'T'):
+            m = case('Concat_%s_%s' % (tag, how))
+            ins = [m.source(s, how if i % 2 == 0 else 'S') for i, s in enumerate(shapes)]
+            m.out(m.node('Concat', ins, axis=axis))
+    m = case('Concat_const')
+    m.out(m.node('Concat', [m.source([3, 5]), m.randc([3, 4])], axis=1))
+    m = case('Concat_same_twice')
+    x = m.node('Exp', [m.source([3, 5])])
+    m.out(m.node('Concat', [x, x], axis=0))
+
+
+# ---- contractions ----------------------------------------------------------------------
+
+def matmul_cases():
+    shapes = [('2d', [7, 33], [33, 65]), ('m1', [1, 7], [7, 1]), ('k1', [17, 1], [1, 15]), ('sq65', [65, 65], [65, 65]),
+              ('a1d', [17], [17, 5]), ('b1d', [3, 17], [17]), ('both1d', [17], [17]), ('b3', [5, 7, 9], [9, 4]),
+              ('batch', [2, 3, 7, 33], [33, 5]), ('bcast', [2, 1, 7, 9], [3, 9, 5]), ('bb', [2, 3, 4, 5], [2, 3, 5, 6]),
+              ('a1d_b3', [9], [3, 9, 5]), ('b1d_a3', [3, 5, 9], [9]), ('bcast2', [1, 3, 7], [4, 1, 7, 2]),
+              ('big', [31, 64], [64, 33])]
+    for tag, sa, sb in shapes:
+        m = case('MatMul_%s' % tag)
+        m.out(m.node('MatMul', [m.source(sa), m.source(sb)]))
+        m = case('MatMul_%s_constB' % tag)
+        m.out(m.node('MatMul', [m.source(sa), m.randc(sb)]))
+    for tag, sa, sb, ha, hb in [('ncT', [7, 33], [33, 15], 'T', 'plain'), ('ncS', [7, 33], [33, 15], 'S', 'T'),
+                                ('ncB', [2, 5, 9], [2, 9, 3], 'T', 'R')]:
+        m = case('MatMul_%s' % tag)
+        m.out(m.node('MatMul', [m.source(sa, ha), m.source(sb, hb)]))
+    # MatMul + epilogue (bias add, activation)
+    m = case('MatMul_bias_relu')
+    y = m.node('MatMul', [m.source([7, 33]), m.randc([33, 17])])
+    m.out(m.node('Relu', [m.node('Add', [y, m.randc([17])])]))
+
+
+def gemm_cases():
+    for ta in (0, 1):
+        for tb in (0, 1):
+            for tag, M, N, K in [('a', 7, 33, 65), ('b', 1, 17, 15), ('c', 31, 5, 3)]:
+                for bconst in (False, True):
+                    m = case('Gemm_t%d%d_%s_%s' % (ta, tb, tag, 'constB' if bconst else 'inB'))
+                    a = m.source([K, M] if ta else [M, K])
+                    bs = [N, K] if tb else [K, N]
+                    b = m.randc(bs) if bconst else m.source(bs)
+                    m.out(m.node('Gemm', [a, b, m.randc([N])], transA=ta, transB=tb))
+    M, N, K = 7, 17, 9
+    for tag, cshape, alpha, beta in [('noC', None, 1.0, 1.0), ('cN', [N], 1.0, 1.0), ('c1N', [1, N], 1.0, 1.0),
+                                     ('cMN', [M, N], 1.0, 1.0), ('cM1', [M, 1], 1.0, 1.0), ('c1', [1], 1.0, 1.0),
+                                     ('cscalar', [], 1.0, 1.0), ('alpha', [N], 0.5, 1.0), ('beta2', [N], 1.0, 2.0),
+                                     ('beta0', [M, N], 1.0, 0.0), ('ab', [M, 1], -1.5, 0.25), ('c11', [1, 1], 2.0, 3.0)]:
+        for cin in (False, True):
+            m = case('Gemm_%s_%s' % (tag, 'Cin' if cin else 'Cconst'))
+            ins = [m.source([M, K]), m.randc([K, N])]
+            if cshape is not None:
+                ins.append(m.source(cshape) if cin else m.randc(cshape))
+            m.out(m.node('Gemm', ins, alpha=alpha, beta=beta))
+    for tag, ha, hb in [('ncA', 'T', 'plain'), ('ncB', 'plain', 'S'), ('ncAB', 'R', 'T')]:
+        m = case('Gemm_%s' % tag)
+        m.out(m.node('Gemm', [m.source([7, 9], ha), m.source([9, 17], hb), m.randc([17])]))
+    m = case('Gemm_transB_relu')
+    y = m.node('Gemm', [m.source([5, 33]), m.randc([17, 33]), m.randc([17])], transB=1)
+    m.out(m.node('Relu', [y]))
+
+
+def conv_cases():
+    def conv(tag, xs, ws, bias=True, how='plain', **attrs):
+        m = case('Conv_%s' % tag)
+        ins = [m.source(xs, how), m.randc(ws)]
+        if bias:
+            ins.append(m.randc([ws[0]]))
+        m.out(m.node('Conv', ins, **attrs))
+        return m
+
+    conv('1x1', [1, 8, 5, 5], [4, 8, 1, 1])
+    conv('1x1_nobias_b2', [2, 3, 7, 7], [16, 3, 1, 1], bias=False)
+    conv('1x1_stride2', [1, 4, 9, 9], [5, 4, 1, 1], strides=[2, 2])
+    conv('1x1_pads', [1, 4, 5, 5], [3, 4, 1, 1], pads=[1, 1, 1, 1])
+    conv('1x1_pad_end', [1, 4, 5, 5], [3, 4, 1, 1], pads=[0, 0, 1, 1])
+    conv('3x3', [1, 3, 17, 17], [8, 3, 3, 3], pads=[1, 1, 1, 1])
+    conv('3x3_nopad', [2, 3, 15, 15], [5, 3, 3, 3])
+    conv('3x3_s2', [1, 3, 17, 17], [8, 3, 3, 3], pads=[1, 1, 1, 1], strides=[2, 2])
+    conv('3x3_d2', [1, 2, 15, 15], [4, 2, 3, 3], dilations=[2, 2], pads=[2, 2, 2, 2])
+    conv('asym_pads', [1, 3, 9, 11], [4, 3, 3, 2], pads=[0, 1, 2, 1], strides=[2, 1])
+    conv('rect', [1, 3, 7, 33], [6, 3, 1, 5], pads=[0, 2, 0, 2])
+    conv('k5_s3', [1, 2, 17, 17], [3, 2, 5, 5], strides=[3, 3], pads=[2, 2, 2, 2])
+    conv('group2', [1, 4, 9, 9], [6, 2, 3, 3], group=2, pads=[1, 1, 1, 1])
+    conv('group3_b2', [2, 6, 7, 7], [9, 2, 3, 3], group=3)
+    conv('depthwise', [1, 8, 15, 15], [8, 1, 3, 3], group=8, pads=[1, 1, 1, 1])
+    conv('depthwise_s2', [1, 16, 17, 17], [16, 1, 3, 3], group=16, pads=[1, 1, 1, 1], strides=[2, 2])
+    conv('depthwise_mult', [1, 4, 9, 9], [8, 1, 3, 3], group=4, pads=[1, 1, 1, 1])
+    conv('1d', [2, 3, 33], [5, 3, 3], pads=[1, 1])
+    conv('1d_s2_d2', [1, 4, 31], [6, 4, 3], strides=[2], dilations=[2])
+    conv('3d', [1, 2, 5, 6, 7], [3, 2, 3, 3, 3], pads=[1, 1, 1, 1, 1, 1])
+    conv('3d_s2', [1, 2, 7, 7, 7], [4, 2, 3, 3, 3], strides=[2, 2, 2])
+    conv('same_upper', [1, 3, 10, 10], [4, 3, 3, 3], auto_pad='SAME_UPPER', strides=[2, 2])
+    conv('same_lower', [1, 3, 10, 10], [4, 3, 3, 3], auto_pad='SAME_LOWER', strides=[2, 2])
+    conv('same_upper_s1', [1, 3, 9, 9], [4, 3, 4, 4], auto_pad='SAME_UPPER')
+    conv('same_lower_s1', [1, 3, 9, 9], [4, 3, 4, 4], auto_pad='SAME_LOWER')
+    conv('valid', [1, 3, 9, 9], [4, 3, 3, 3], auto_pad='VALID')
+    conv('kernel_shape', [1, 3, 9, 9], [4, 3, 3, 3], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    conv('ncT', [1, 3, 9, 11], [4, 3, 3, 3], how='T', pads=[1, 1, 1, 1])
+    conv('ncS', [1, 3, 9, 9], [4, 3, 3, 3], how='S')
+    conv('1x1_ncR', [2, 4, 5, 5], [6, 4, 1, 1], how='R')
+    # weights as a graph input
+    m = case('Conv_w_input')
+    m.out(m.node('Conv', [m.source([1, 3, 9, 9]), m.source([4, 3, 3, 3]), m.source([4])], pads=[1, 1, 1, 1]))
+    # conv + bias + relu epilogue
+    m = case('Conv_relu')
+    y = m.node('Conv', [m.source([1, 3, 9, 9]), m.randc([4, 3, 3, 3]), m.randc([4])], pads=[1, 1, 1, 1])
+    m.out(m.node('Relu', [y]))
+    m = case('Conv_add_residual')
+    x = m.source([1, 4, 7, 7])
+    y = m.node('Conv', [x, m.randc([4, 4, 3, 3])], pads=[1, 1, 1, 1])
+    m.out(m.node('Add', [y, x]))
+
+
+def pattern_cases():
+    """Composite computations the patterns pass rewrites into ops the cpu claims."""
+    m = case('Gelu_erf_pattern')
+    x = m.source([3, 33])
+    e = m.node('Erf', [m.node('Div', [x, m.const(np.float32(1.4142135))])])
+    m.out(m.node('Mul', [m.node('Mul', [x, m.node('Add', [e, m.const(np.float32(1.0))])]), m.const(np.float32(0.5))]))
+    m = case('Gelu_tanh_pattern')
+    x = m.source([3, 33])
+    x3 = m.node('Pow', [x, m.const(np.float32(3.0))])
+    inner = m.node('Mul', [m.node('Add', [x, m.node('Mul', [x3, m.const(np.float32(0.044715))])]),
+                           m.const(np.float32(0.7978845608))])
+    t = m.node('Add', [m.node('Tanh', [inner]), m.const(np.float32(1.0))])
+    m.out(m.node('Mul', [m.node('Mul', [x, m.const(np.float32(0.5))]), t]))
+
+
+def main(argv):
+    if len(argv) < 2:
+        print('usage: gen_op_sweep.py OUTDIR [--list]', file=sys.stderr)
+        return 2
+    out = argv[1]
+    for gen in (unary_cases, binary_cases, where_cases, reduce_cases, softmax_cases, movement_cases, matmul_cases,
+                gemm_cases, conv_cases, pattern_cases):
+        gen()
+    os.makedirs(out, exist_ok=True)
+    names = set()
+    for m in CASES:
+        if m.name in names:
+            raise ValueError('duplicate case name ' + m.name)
+        names.add(m.name)
+        try:
+            model = m.build()
+        except Exception as e:  # a generator bug: say which case
+            raise RuntimeError('case %s: %s' % (m.name, e))
+        if '--list' in argv:
+            print(m.name)
+        onnx.save(model, os.path.join(out, m.name + '.onnx'))
+    print('gen_op_sweep: %d models in %s' % (len(CASES), out))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv))
