@@ -160,8 +160,8 @@ int main(int argc, char **argv) {
       return 1;
     }
     srand(1234);
-    for (long i = 0; i < m * k; i++) x.a[i] = (float)rand() / RAND_MAX - 0.5f;
-    for (long i = 0; i < k * n; i++) x.b[i] = (float)rand() / RAND_MAX - 0.5f;
+    for (long i = 0; i < m * k; i++) x.a[i] = (float)((double)rand() / RAND_MAX - 0.5);
+    for (long i = 0; i < k * n; i++) x.b[i] = (float)((double)rand() / RAND_MAX - 0.5);
     kiln_sgemm_pack_b(false, k, n, x.b, n, x.packed_b);
 
     /* Check kiln against oneDNN once. */

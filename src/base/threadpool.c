@@ -335,8 +335,9 @@ kiln_status_t kiln_threadpool_create(int n_threads, kiln_threadpool **out_pool) 
     err = pthread_create(&pool->threads[started], NULL, worker_main, &pool->args[started]);
     if (err) break;
 #if defined(__GLIBC__)
-    char name[16];
+    char name[32];
     snprintf(name, sizeof name, "kiln-pool-%d", started + 1);
+    name[15] = '\0'; /* the kernel's limit */
     pthread_setname_np(pool->threads[started], name);
 #endif
   }

@@ -392,7 +392,7 @@ static void measure_peak(peak_info *p) {
   int64_t iters = 1 << 16;
   double best = 0;
   int kept = 0;
-  /* Grow the trial until it takes ~10 ms, then keep the best of 5. */
+  /* Grow the trial until it takes ~10 ms, then keep the best of 10 (the machine may be shared). */
   for (int trial = 0; trial < 40; trial++) {
     double t0 = kiln_cli_now();
     sink += loop(iters);
@@ -403,7 +403,7 @@ static void measure_peak(peak_info *p) {
       continue;
     }
     if (gflops > best) best = gflops;
-    if (++kept >= 5) break;
+    if (++kept >= 10) break;
   }
   (void)sink;
   p->per_core_gflops = best;
@@ -670,7 +670,7 @@ int kiln_cmd_bench(int argc, char **argv) {
     qsort(ops, (size_t)n_ops, sizeof *ops, cmp_op_row);
   }
   char peak_src[256];
-  snprintf(peak_src, sizeof peak_src, "%d thread%s x %.1f GFLOP/s per core, measured with a %s FMA loop", peak.threads,
+  snprintf(peak_src, sizeof peak_src, "%d thread%s x %.1f GFLOP/s per core (measured: %s FMA loop)", peak.threads,
            peak.threads == 1 ? "" : "s", peak.per_core_gflops, peak.isa);
 
   if (o.json) {

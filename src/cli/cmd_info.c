@@ -46,18 +46,54 @@ static void print_io(const char *what, const kiln_graph *g, int id) {
   printf("\n");
 }
 
+/* Compiles the model for `device` with its declared input shapes (symbolic
+ * dims taken as 1) and prints what the device made of it. */
+static kiln_status_t describe_on_device(const kiln_model *model, const char *device) {
+  kiln_session_options so = kiln_session_options_default();
+  so.device = device;
+  kiln_session *s;
+  KILN_TRY(kiln_session_create(model, &so, &s));
+  const kiln_graph *g = model->ir->graph;
+  kiln_value **bound = calloc((size_t)g->n_inputs + 1, sizeof *bound);
+  kiln_status_t st = bound ? NULL : KILN_OOM();
+  for (int k = 0; k < g->n_inputs && !st; k++) {
+    const kiln_value_def *v = &g->values[g->inputs[k]];
+    if (v->constant || v->type.kind != KILN_TYPE_TENSOR || v->type.rank < 0) continue;
+    int64_t dims[KILN_MAX_RANK];
+    for (int d = 0; d < v->type.rank; d++) dims[d] = v->type.dims[d] >= 0 ? v->type.dims[d] : 1;
+    kiln_tensor *t;
+    st = kiln_tensor_new(v->type.dtype ? v->type.dtype : KILN_DTYPE_F32, v->type.rank, dims, &t);
+    if (!st) st = kiln_value_from_tensor(t, &bound[k]);
+  }
+  const kiln_graph *spec = NULL;
+  if (!st) st = kiln_session_specialize(s, bound, &spec);
+  if (!st) {
+    printf("device %s:\n", device);
+    if (s->exec && s->devices[0]->vt->describe) s->devices[0]->vt->describe(s->devices[0], s->exec, stdout);
+    else if (s->fallback_reason[0]) printf("  every node runs on ref: %s\n", s->fallback_reason);
+    else printf("  interpreted node by node\n");
+  }
+  for (int k = 0; bound && k < g->n_inputs; k++) kiln_value_free(bound[k]);
+  free(bound);
+  kiln_session_destroy(s);
+  return st;
+}
+
 int kiln_cmd_info(int argc, char **argv) {
   if (kiln_cli_wants_help(argc, argv)) {
-    puts("usage: kiln info MODEL.onnx [--dot]\n\n"
+    puts("usage: kiln info MODEL.onnx [--dot] [--device D]\n\n"
          "Prints the model's opsets, inputs and outputs, node and parameter counts, op\n"
          "histogram, estimated FLOPs and the ops no device supports. --dot prints the\n"
-         "graph in Graphviz DOT instead (kiln info m.onnx --dot | dot -Tsvg > m.svg).");
+         "graph in Graphviz DOT instead (kiln info m.onnx --dot | dot -Tsvg > m.svg).\n"
+         "--device D also compiles the model for D and shows the fused kernels,\n"
+         "the nodes that fell back to ref and why, and the planned memory.");
     return 0;
   }
-  const char *path = NULL;
+  const char *path = NULL, *device = NULL;
   bool dot = false;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--dot")) dot = true;
+    else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
     else if (argv[i][0] == '-') return kiln_cli_failf("unknown option '%s' (see `kiln info --help`)", argv[i]);
     else if (!path) path = argv[i];
     else return kiln_cli_failf("unexpected argument '%s'", argv[i]);
@@ -115,6 +151,13 @@ int kiln_cmd_info(int argc, char **argv) {
     free(unsup.items[i]);
   }
   kiln_ptr_vec_free(&unsup);
+  if (device) {
+    st = describe_on_device(model, device);
+    if (st) {
+      kiln_model_destroy(model);
+      return kiln_cli_fail(st);
+    }
+  }
   kiln_model_destroy(model);
   return 0;
 }

@@ -38,7 +38,8 @@ typedef struct cmp_result {
   int worst_rank;
   int64_t worst_dims[KILN_MAX_RANK];
   bool worst_is_float;
-  const char *worst_dev_str, *worst_ref_str; /* string tensors, borrowed until the values die */
+  bool worst_is_string;
+  char worst_dev_str[64], worst_ref_str[64]; /* string tensors: the worst element (truncated) */
 } cmp_result;
 
 typedef struct verify_state {
@@ -131,8 +132,12 @@ static void compare_tensors(const kiln_tensor *d, const kiln_tensor *r, int item
       res->worst_rank = r->rank;
       memcpy(res->worst_dims, r->dims, sizeof res->worst_dims);
       res->worst_is_float = is_float;
-      res->worst_dev_str = dt == KILN_DTYPE_STRING ? ((char **)d->data)[i] : NULL;
-      res->worst_ref_str = dt == KILN_DTYPE_STRING ? ((char **)r->data)[i] : NULL;
+      res->worst_is_string = dt == KILN_DTYPE_STRING;
+      if (res->worst_is_string) {
+        const char *x = ((char **)d->data)[i], *y = ((char **)r->data)[i];
+        snprintf(res->worst_dev_str, sizeof res->worst_dev_str, "%s", x ? x : "");
+        snprintf(res->worst_ref_str, sizeof res->worst_ref_str, "%s", y ? y : "");
+      }
     }
   }
   res->n_elems += r->numel;
@@ -230,8 +235,6 @@ static kiln_status_t compare_device(void *user, const kiln_graph *g, const kiln_
       continue;
     }
     compare_values(outputs[i], vs->ref_vals[rid], vs, &vs->results[rid]);
-    /* The string pointers of the worst element must outlive the values. */
-    vs->results[rid].worst_dev_str = vs->results[rid].worst_ref_str = NULL;
     kiln_value_free(vs->ref_vals[rid]);
     vs->ref_vals[rid] = NULL;
   }
@@ -261,7 +264,8 @@ static void print_error_figures(const cmp_result *r, const char *indent) {
   if (r->worst >= 0) {
     printf("%sworst element ", indent);
     print_index(r);
-    if (r->worst_is_float) printf(": device %.9g, ref %.9g\n", r->worst_dev, r->worst_ref);
+    if (r->worst_is_string) printf(": device \"%s\", ref \"%s\"\n", r->worst_dev_str, r->worst_ref_str);
+    else if (r->worst_is_float) printf(": device %.9g, ref %.9g\n", r->worst_dev, r->worst_ref);
     else printf(": device %.17g, ref %.17g\n", r->worst_dev, r->worst_ref);
   }
 }

@@ -223,6 +223,23 @@ kiln_op_class kiln_lower_class(const kiln_graph *g, const kiln_node *n, const ch
     cls = KILN_OPCLASS_REDUCTION;
     goto out;
   }
+  if (!strcmp(op, "GlobalAveragePool") || !strcmp(op, "GlobalMaxPool")) {
+    if (!is_f32(in0) || in0->type.rank < 3) { why = "dtype other than f32"; goto out; }
+    cls = KILN_OPCLASS_REDUCTION;
+    goto out;
+  }
+  if (!strcmp(op, "MaxPool") || !strcmp(op, "AveragePool")) {
+    if (!is_f32(in0) || in0->type.rank < 3 || in0->type.rank > 5) { why = "dtype other than f32"; goto out; }
+    if (kiln_attr_int(n, "storage_order", 0)) { why = "storage_order"; goto out; }
+    cls = KILN_OPCLASS_REDUCTION;
+    goto out;
+  }
+  if (!strcmp(op, "LayerNormalization")) {
+    if (!is_f32(in0) || !is_f32(input_def(g, n, 1))) { why = "dtype other than f32"; goto out; }
+    if (n->n_inputs > 2 && n->inputs[2] >= 0 && !is_f32(input_def(g, n, 2))) { why = "dtype other than f32"; goto out; }
+    cls = KILN_OPCLASS_REDUCTION;
+    goto out;
+  }
   for (size_t i = 0; i < KILN_ARRAY_SIZE(injective_ops); i++) {
     if (strcmp(op, injective_ops[i])) continue;
     for (int k = 0; k < n->n_inputs; k++) {
@@ -236,7 +253,7 @@ kiln_op_class kiln_lower_class(const kiln_graph *g, const kiln_node *n, const ch
     cls = KILN_OPCLASS_INJECTIVE;
     goto out;
   }
-  if (!strcmp(op, "MatMul") || !strcmp(op, "Gemm") || !strcmp(op, "Conv")) {
+  if (!strcmp(op, "MatMul") || !strcmp(op, "Gemm") || !strcmp(op, "Conv") || !strcmp(op, "FusedAttention")) {
     for (int k = 0; k < n->n_inputs; k++)
       if (input_def(g, n, k) && (!is_f32(input_def(g, n, k)) || !fully_known(&input_def(g, n, k)->type))) {
         why = "dtype other than f32";
@@ -263,6 +280,8 @@ bool kiln_lower_is_param_input(const kiln_node *n, int i) {
 bool kiln_lower_reduces_trailing(const kiln_graph *g, const kiln_node *n) {
   const kiln_value_def *in0 = input_def(g, n, 0);
   if (!in0 || in0->type.rank < 0) return false;
+  if (!strcmp(n->op_type, "LayerNormalization")) return true;
+  if (strstr(n->op_type, "Pool")) return false; /* windows: materialize */
   bool mask[KILN_MAX_RANK];
   int r = in0->type.rank;
   bool ok = find_reduce(n->op_type) >= 0 ? reduce_axes(g, n, r, mask) : softmax_axes(n, r, mask);
@@ -481,6 +500,102 @@ static te_expr *compute_softmax(te_builder *b, const te_tensor *t, te_expr *cons
   return te_binary(b, TE_DIV, te_call1(b, "kiln_expf", shifted), s);
 }
 
+/* Global pools: reduce every axis after the channel. */
+static te_expr *compute_global_pool(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *in = t->in[0];
+  int64_t mask[KILN_MAX_RANK] = {0}, count = 1;
+  for (int i = 2; i < in->rank; i++) {
+    mask[i] = 1;
+    count *= in->dims[i];
+  }
+  if (t->ip) return reduce_over(b, in, mask, true, idx, TE_RMAX, NULL, NULL);
+  return te_binary(b, TE_MUL, reduce_over(b, in, mask, true, idx, TE_RSUM, NULL, NULL), f32c(b, 1.0 / (double)count));
+}
+
+/* Windowed pools. p: [0..s) kernel, [4..) strides, [8..) dilations, [12..)
+ * pad begin (s = spatial dims); ip: 1 max, 0 average; fp[0]: count_include_pad.
+ * Padding is never read: the index is clamped and the element masked. */
+static te_expr *compute_pool(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *in = t->in[0];
+  int ns = in->rank - 2;
+  te_expr *sub[KILN_MAX_RANK];
+  sub[0] = idx[0];
+  sub[1] = idx[1];
+  te_expr *valid = NULL;
+  int vars[3];
+  for (int i = 0; i < ns; i++) {
+    vars[i] = te_new_var(b);
+    te_expr *pos = te_iadd(b, te_imul(b, idx[2 + i], t->p[4 + i]),
+                           te_iadd(b, te_imul(b, te_var(b, vars[i]), t->p[8 + i]), te_idx(b, -t->p[12 + i])));
+    te_expr *ok = te_binary(b, TE_AND, te_binary(b, TE_LE, te_idx(b, 0), pos), te_binary(b, TE_LT, pos, te_idx(b, in->dims[2 + i])));
+    valid = valid ? te_binary(b, TE_AND, valid, ok) : ok;
+    sub[2 + i] = te_binary(b, TE_MIN, te_binary(b, TE_MAX, pos, te_idx(b, 0)), te_idx(b, in->dims[2 + i] - 1));
+  }
+  te_expr *x = te_at(b, in, sub);
+  te_expr *val = te_select(b, valid, x, t->ip ? f32c(b, -INFINITY) : f32c(b, 0));
+  te_expr *acc = val;
+  for (int i = ns - 1; i >= 0; i--) acc = te_reduce(b, t->ip ? TE_RMAX : TE_RSUM, vars[i], t->p[i], acc);
+  if (t->ip) return acc;
+  te_expr *count;
+  if (t->fp[0] != 0) {
+    /* count_include_pad: the window clipped to the padded input */
+    int64_t c = 1;
+    for (int i = 0; i < ns; i++) c *= t->p[i];
+    count = f32c(b, (double)c);
+    /* windows hanging past the end padding (ceil_mode) count only to the pad */
+    te_expr *cnt = NULL;
+    for (int i = 0; i < ns; i++) {
+      int v = te_new_var(b);
+      te_expr *pos = te_iadd(b, te_imul(b, idx[2 + i], t->p[4 + i]),
+                             te_iadd(b, te_imul(b, te_var(b, v), t->p[8 + i]), te_idx(b, -t->p[12 + i])));
+      te_expr *ok = te_binary(b, TE_LT, pos, te_idx(b, in->dims[2 + i] + t->p[16 + i]));
+      te_expr *r = te_reduce(b, TE_RSUM, v, t->p[i], te_select(b, ok, f32c(b, 1), f32c(b, 0)));
+      cnt = cnt ? te_binary(b, TE_MUL, cnt, r) : r;
+    }
+    count = cnt ? cnt : count;
+  } else {
+    /* Count the window's elements inside the input: a reduction of its own
+     * (every reduction binds fresh variables). */
+    te_expr *cvalid = NULL;
+    int cvars[3];
+    for (int i = 0; i < ns; i++) {
+      cvars[i] = te_new_var(b);
+      te_expr *pos = te_iadd(b, te_imul(b, idx[2 + i], t->p[4 + i]),
+                             te_iadd(b, te_imul(b, te_var(b, cvars[i]), t->p[8 + i]), te_idx(b, -t->p[12 + i])));
+      te_expr *ok = te_binary(b, TE_AND, te_binary(b, TE_LE, te_idx(b, 0), pos),
+                              te_binary(b, TE_LT, pos, te_idx(b, in->dims[2 + i])));
+      cvalid = cvalid ? te_binary(b, TE_AND, cvalid, ok) : ok;
+    }
+    te_expr *ones = te_select(b, cvalid, f32c(b, 1), f32c(b, 0));
+    for (int i = ns - 1; i >= 0; i--) ones = te_reduce(b, TE_RSUM, cvars[i], t->p[i], ones);
+    count = ones;
+  }
+  return te_binary(b, TE_DIV, acc, count);
+}
+
+/* LayerNormalization over axes >= p[0]: (x - mean) / sqrt(var + eps) * scale + bias. */
+static te_expr *map_sq_diff(te_builder *b, te_expr *x, te_expr *m) {
+  te_expr *d = te_binary(b, TE_SUB, x, m);
+  return te_binary(b, TE_MUL, d, d);
+}
+
+static te_expr *compute_layernorm(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *in = t->in[0];
+  int64_t mask[KILN_MAX_RANK] = {0}, count = 1;
+  for (int i = (int)t->p[0]; i < in->rank; i++) {
+    mask[i] = 1;
+    count *= in->dims[i];
+  }
+  te_expr *inv = f32c(b, 1.0 / (double)count);
+  te_expr *mean = te_binary(b, TE_MUL, reduce_over(b, in, mask, true, idx, TE_RSUM, NULL, NULL), inv);
+  te_expr *var = te_binary(b, TE_MUL, reduce_over(b, in, mask, true, idx, TE_RSUM, map_sq_diff, mean), inv);
+  te_expr *rstd = te_binary(b, TE_DIV, f32c(b, 1), te_call1(b, "sqrtf", te_binary(b, TE_ADD, var, f32c(b, t->fp[0]))));
+  te_expr *y = te_binary(b, TE_MUL, te_binary(b, TE_SUB, te_at(b, in, idx), mean), rstd);
+  y = te_binary(b, TE_MUL, y, te_at_broadcast(b, t->in[1], t->rank, idx));
+  if (t->n_in > 2) y = te_binary(b, TE_ADD, y, te_at_broadcast(b, t->in[2], t->rank, idx));
+  return y;
+}
+
 /* ---- node -> view ---------------------------------------------------------------- */
 
 static void out_dims(const kiln_graph *g, const kiln_node *n, int *rank, int64_t *dims) {
@@ -562,6 +677,51 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     for (int i = 0; i < r; i++) t->p[i] = mask[i];
     t->p[KILN_MAX_RANK] = softmax ? 1 : kiln_attr_int(n, "keepdims", 1);
     t->ip = softmax ? !strcmp(op, "LogSoftmax") : (int)reduce_ops[k].kind;
+  } else if (!strcmp(op, "GlobalAveragePool") || !strcmp(op, "GlobalMaxPool")) {
+    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_global_pool);
+    if (!t) return te_builder_status(b);
+    t->in[0] = inputs[0];
+    t->n_in = 1;
+    t->ip = !strcmp(op, "GlobalMaxPool");
+  } else if (!strcmp(op, "MaxPool") || !strcmp(op, "AveragePool")) {
+    const te_tensor *in = inputs[0];
+    int ns = in->rank - 2;
+    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_pool);
+    if (!t) return te_builder_status(b);
+    t->in[0] = in;
+    t->n_in = 1;
+    t->ip = !strcmp(op, "MaxPool");
+    t->fp[0] = kiln_attr_int(n, "count_include_pad", 0);
+    int cnt;
+    const int64_t *ks = kiln_attr_ints(n, "kernel_shape", &cnt);
+    const int64_t *st = kiln_attr_ints(n, "strides", &cnt);
+    const int64_t *dl = kiln_attr_ints(n, "dilations", &cnt);
+    const int64_t *pads = kiln_attr_ints(n, "pads", &cnt);
+    const char *auto_pad = kiln_attr_string(n, "auto_pad", "NOTSET");
+    if (!ks) return kiln_error(KILN_INVALID_MODEL, "pool without kernel_shape");
+    for (int i = 0; i < ns; i++) {
+      t->p[i] = ks[i];
+      t->p[4 + i] = st ? st[i] : 1;
+      t->p[8 + i] = dl ? dl[i] : 1;
+      int64_t eff = (ks[i] - 1) * t->p[8 + i] + 1;
+      if (!strcmp(auto_pad, "SAME_UPPER") || !strcmp(auto_pad, "SAME_LOWER")) {
+        int64_t total = (dims[2 + i] - 1) * t->p[4 + i] + eff - in->dims[2 + i];
+        if (total < 0) total = 0;
+        t->p[12 + i] = !strcmp(auto_pad, "SAME_UPPER") ? total / 2 : total - total / 2;
+        t->p[16 + i] = total - t->p[12 + i];
+      } else {
+        t->p[12 + i] = pads ? pads[i] : 0;
+        t->p[16 + i] = pads ? pads[ns + i] : 0;
+      }
+    }
+  } else if (!strcmp(op, "LayerNormalization")) {
+    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_layernorm);
+    if (!t) return te_builder_status(b);
+    int64_t axis = kiln_attr_int(n, "axis", -1);
+    t->p[0] = axis < 0 ? axis + rank : axis;
+    t->fp[0] = kiln_attr_float(n, "epsilon", 1e-5f);
+    t->n_in = n->n_inputs > 2 && n->inputs[2] >= 0 ? 3 : 2;
+    for (int i = 0; i < t->n_in; i++) t->in[i] = inputs[i];
   } else if (!strcmp(op, "Transpose")) {
     t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_transpose);
     if (!t) return te_builder_status(b);

@@ -26,6 +26,8 @@
 #ifndef KILN_RUNTIME_DEVICE_H
 #define KILN_RUNTIME_DEVICE_H
 
+#include <stdio.h>
+
 #include "ops/op.h"
 
 typedef struct kiln_device_info {
@@ -101,6 +103,9 @@ typedef struct kiln_device_vtable {
   kiln_status_t (*execute)(kiln_device *dev, struct kiln_executable *exec, kiln_value *const *inputs,
                            int n_outputs, kiln_value **out_outputs, const struct kiln_step_observer *observe);
   void (*executable_free)(kiln_device *dev, struct kiln_executable *exec);
+  /* Human-readable summary of an executable for `kiln info --device`:
+   * steps, fused groups, nodes left to ref and why, memory plan. */
+  void (*describe)(kiln_device *dev, const struct kiln_executable *exec, FILE *out);
 } kiln_device_vtable;
 
 typedef struct kiln_prepare_options {

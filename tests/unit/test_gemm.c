@@ -154,18 +154,18 @@ static void run_kernel_suite(kiln_threadpool *pool, const char *kname) {
    * place, and as the blocked path decides. */
   for (int mode = 0; mode < 3; mode++) {
     kiln_gemm_test_direct_a(mode);
-    for (int r = 0; r < 50; r++) {
+    for (int r = 0; r < 30; r++) {
       gemm_case t = random_case(67, 67, 67);
       run_case(pool, kname, &t);
     }
   }
   kiln_gemm_test_direct_a(0);
   /* Small M: GEMV-like, streaming B. */
-  for (int r = 0; r < 24; r++) {
+  for (int r = 0; r < 16; r++) {
     gemm_case t = random_case(5, 300, 300);
     run_case(pool, kname, &t);
   }
-  gemm_case gemv = {.m = 1, .n = 4096, .k = 1024, .alpha = 1.0f, .beta = 0.0f};
+  gemm_case gemv = {.m = 1, .n = 4096, .k = 300, .alpha = 1.0f, .beta = 0.0f};
   run_case(pool, kname, &gemv);
   gemv.packed = true;
   gemv.bias_axis = 2;
@@ -195,7 +195,7 @@ static void run_kernel_suite(kiln_threadpool *pool, const char *kname) {
   kiln_gemm_test_direct_a(0);
   kiln_gemm_set_blocking(0, 0, 0);
   /* One bigger multiply through the default blocking. */
-  gemm_case big = {.m = 150, .n = 300, .k = 520, .alpha = 1.0f, .beta = 1.0f, .bias_axis = 2, .use_epilogue = true};
+  gemm_case big = {.m = 100, .n = 160, .k = 400, .alpha = 1.0f, .beta = 1.0f, .bias_axis = 2, .use_epilogue = true};
   run_case(pool, kname, &big);
   big.ta = big.tb = big.packed = true;
   run_case(pool, kname, &big);

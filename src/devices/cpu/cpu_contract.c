@@ -1,6 +1,7 @@
 /* Contraction steps of the cpu device: MatMul, Gemm and Conv mapped onto the
  * packed SGEMM micro-kernels (devices/cpu/gemm). Constant right-hand
  * matrices are packed once at prepare time. */
+#include <math.h>
 #include <stdio.h>
 
 #include "devices/cpu/cpu_internal.h"
@@ -215,6 +216,96 @@ static void dw_planes(void *vctx, int64_t begin, int64_t end, int thread) {
 
 static bool conv_is_depthwise(const conv_geom *c) { return c->nsp == 2 && c->group == c->ci && c->co == c->ci && c->group > 1; }
 
+/* ---- attention: softmax(scale Q K^T + mask) V ----------------------------------- */
+
+typedef struct attn_geom {
+  int64_t m, n, d, dv, batch;
+  bool transpose_k;
+  float scale;
+  int out_rank; /* batch rank */
+  int64_t out_batch[KILN_MAX_RANK];
+  int rank[4];
+  int64_t bdims[4][KILN_MAX_RANK]; /* each operand's batch dims */
+  int64_t mask_m, mask_n;          /* mask extent along M and N (1 = broadcast) */
+} attn_geom;
+
+static void attn_geometry(const kiln_graph *g, const kiln_node *n, attn_geom *a) {
+  memset(a, 0, sizeof *a);
+  a->transpose_k = kiln_attr_int(n, "transpose_k", 1) != 0;
+  a->scale = kiln_attr_float(n, "scale", 1.0f);
+  for (int i = 0; i < 4; i++) {
+    const kiln_type *t = type_of(g, n, i);
+    a->rank[i] = t ? (t->rank > 2 ? t->rank - 2 : 0) : -1;
+    for (int k = 0; t && k < a->rank[i]; k++) a->bdims[i][k] = t->dims[k];
+  }
+  const kiln_type *q = type_of(g, n, 0), *k = type_of(g, n, 1), *v = type_of(g, n, 2), *mk = type_of(g, n, 3);
+  a->m = q->dims[q->rank - 2];
+  a->d = q->dims[q->rank - 1];
+  a->n = a->transpose_k ? k->dims[k->rank - 2] : k->dims[k->rank - 1];
+  a->dv = v->dims[v->rank - 1];
+  a->mask_m = mk && mk->rank >= 2 ? mk->dims[mk->rank - 2] : 1;
+  a->mask_n = mk && mk->rank >= 1 ? mk->dims[mk->rank - 1] : 1;
+  const kiln_type *y = &g->values[n->outputs[0]].type;
+  a->out_rank = y->rank - 2;
+  a->batch = 1;
+  for (int i = 0; i < a->out_rank; i++) {
+    a->out_batch[i] = y->dims[i];
+    a->batch *= y->dims[i];
+  }
+}
+
+static int64_t attn_offset(const attn_geom *a, int64_t bi, int op) {
+  matmul_geom gm;
+  memset(&gm, 0, sizeof gm);
+  gm.out_rank = a->out_rank;
+  for (int i = 0; i < a->out_rank; i++) gm.out_batch_dims[i] = a->out_batch[i];
+  return batch_offset(&gm, bi, a->bdims[op], a->rank[op]);
+}
+
+typedef struct attn_ctx {
+  const attn_geom *a;
+  const float *q, *k, *v, *mask;
+  float *y, *work;
+  kiln_threadpool *inner_pool; /* for the GEMMs when batches alone cannot fill the threads */
+} attn_ctx;
+
+static void attn_batches(void *vctx, int64_t begin, int64_t end, int thread) {
+  const attn_ctx *c = vctx;
+  const attn_geom *a = c->a;
+  float *s = c->work + (int64_t)thread * a->m * a->n;
+  for (int64_t bi = begin; bi < end; bi++) {
+    const float *q = c->q + attn_offset(a, bi, 0) * a->m * a->d;
+    const float *k = c->k + attn_offset(a, bi, 1) * a->n * a->d;
+    const float *v = c->v + attn_offset(a, bi, 2) * a->n * a->dv;
+    kiln_sgemm_args s1 = {false, a->transpose_k, a->m, a->n, a->d, a->scale, q, a->d, k, a->transpose_k ? a->d : a->n,
+                          NULL, 0.0f, s, a->n, NULL, 0, NULL, NULL};
+    kiln_sgemm(c->inner_pool, &s1);
+    const float *mask = c->mask ? c->mask + attn_offset(a, bi, 3) * a->mask_m * a->mask_n : NULL;
+    for (int64_t i = 0; i < a->m; i++) {
+      float *row = s + i * a->n;
+      if (mask) {
+        const float *mr = mask + (a->mask_m == 1 ? 0 : i) * a->mask_n;
+        if (a->mask_n == 1)
+          for (int64_t j = 0; j < a->n; j++) row[j] += mr[0];
+        else
+          for (int64_t j = 0; j < a->n; j++) row[j] += mr[j];
+      }
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < a->n; j++) mx = row[j] > mx ? row[j] : mx;
+      double sum = 0;
+      for (int64_t j = 0; j < a->n; j++) {
+        row[j] = expf(row[j] - mx);
+        sum += row[j];
+      }
+      float inv = (float)(1.0 / sum);
+      for (int64_t j = 0; j < a->n; j++) row[j] *= inv;
+    }
+    kiln_sgemm_args s2 = {false, false, a->m, a->dv, a->n, 1.0f, s, a->n, v, a->dv, NULL, 0.0f,
+                          c->y + bi * a->m * a->dv, a->dv, NULL, 0, NULL, NULL};
+    kiln_sgemm(c->inner_pool, &s2);
+  }
+}
+
 /* ---- prepare / run ---------------------------------------------------------------- */
 
 kiln_status_t kiln_cpu_contract_prepare(struct kiln_executable *x, cpu_step *s) {
@@ -242,6 +333,12 @@ kiln_status_t kiln_cpu_contract_prepare(struct kiln_executable *x, cpu_step *s) 
       if (!s->packed_b) return KILN_OOM();
       kiln_sgemm_pack_b(tr, k, nn, b->data, tb->dims[1], s->packed_b);
     }
+  } else if (s->kind == CPU_STEP_ATTENTION) {
+    attn_geom a;
+    attn_geometry(g, n, &a);
+    size_t bytes = (size_t)kiln_threadpool_size(x->pool) * (size_t)a.m * (size_t)a.n * sizeof(float);
+    s->work = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+    if (!s->work) return kiln_error(KILN_OUT_OF_MEMORY, "out of memory for attention scores (%zu bytes)", bytes);
   } else if (s->kind == CPU_STEP_CONV) {
     conv_geom c;
     KILN_TRY(conv_geometry(g, n, &c));
@@ -303,6 +400,20 @@ kiln_status_t kiln_cpu_contract_run(struct kiln_executable *x, const cpu_step *s
     kiln_sgemm_args args = {tra, trb, m, nn, k, alpha, ptr[n->inputs[0]], ta->dims[1], ptr[n->inputs[1]], tb->dims[1],
                             s->packed_b, gemm_beta, out, nn, bias, bias_axis, NULL, NULL};
     kiln_sgemm(x->pool, &args);
+    return NULL;
+  }
+  if (s->kind == CPU_STEP_ATTENTION) {
+    attn_geom a;
+    attn_geometry(g, n, &a);
+    const float *mask = n->n_inputs > 3 && n->inputs[3] >= 0 ? ptr[n->inputs[3]] : NULL;
+    int threads = kiln_threadpool_size(x->pool);
+    attn_ctx c = {&a, ptr[n->inputs[0]], ptr[n->inputs[1]], ptr[n->inputs[2]], mask, out, s->work, NULL};
+    if (a.batch >= threads) {
+      kiln_parallel_for(x->pool, a.batch, 1, attn_batches, &c);
+    } else { /* few batches: let each GEMM use the threads */
+      c.inner_pool = x->pool;
+      attn_batches(&c, 0, a.batch, 0);
+    }
     return NULL;
   }
   /* Conv, group 1 or grouped: per image and group, W_g[Co/g, K] x col[K, HW]. */

@@ -27,7 +27,31 @@ static bool cpu_supports(const kiln_device *dev, const kiln_graph *g, const kiln
   return kiln_lower_class(g, node, reason) != KILN_OPCLASS_NONE;
 }
 
+static void cpu_describe(kiln_device *dev, const struct kiln_executable *x, FILE *out) {
+  const kiln_graph *g = x->g;
+  int n_contract = 0;
+  for (int i = 0; i < x->n_steps; i++)
+    n_contract += x->steps[i].kind != CPU_STEP_KERNEL && x->steps[i].kind != CPU_STEP_REF;
+  fprintf(out, "compiled: %d nodes after optimization -> %d steps: %d generated kernels (fusing %d nodes), %d SGEMM contractions, %d on ref\n",
+          g->n_nodes, x->n_steps, x->n_kernels, x->n_fused_nodes, n_contract, x->n_ref);
+  if (x->n_ref) {
+    fprintf(out, "fell back to ref:\n");
+    for (int i = 0; i < x->n_steps; i++) {
+      const cpu_step *s = &x->steps[i];
+      if (s->kind != CPU_STEP_REF) continue;
+      const char *why = NULL;
+      kiln_lower_class(g, s->node, &why);
+      fprintf(out, "  %-24s %-28s %s\n", s->node->op_type, s->node->name, why ? why : "?");
+    }
+  }
+  fprintf(out, "memory: intermediates %.2f MiB in total, planned arena %.2f MiB (%.1f%%); im2col scratch %.2f MiB\n",
+          (double)x->intermediate_bytes / (1 << 20), (double)x->arena_bytes / (1 << 20),
+          x->intermediate_bytes ? 100.0 * (double)x->arena_bytes / (double)x->intermediate_bytes : 0.0,
+          (double)x->scratch_bytes / (1 << 20));
+}
+
 static const kiln_device_vtable cpu_vtable = {
+    .describe = cpu_describe,
     .query = cpu_query,
     .supports = cpu_supports,
     .prepare = kiln_cpu_prepare,

@@ -23,7 +23,8 @@ typedef enum cpu_step_kind {
   CPU_STEP_KERNEL,  /* a generated, fused kernel */
   CPU_STEP_MATMUL,  /* MatMul via SGEMM (batched, broadcasting) */
   CPU_STEP_GEMM,    /* Gemm via SGEMM */
-  CPU_STEP_CONV,    /* Conv (group 1) via im2col + SGEMM */
+  CPU_STEP_CONV,    /* Conv via im2col + SGEMM, or direct depthwise loops */
+  CPU_STEP_ATTENTION, /* kiln.FusedAttention: SGEMM, row softmax, SGEMM per batch */
   CPU_STEP_REF,     /* a node the device does not claim: reference kernel */
 } cpu_step_kind;
 
@@ -40,6 +41,7 @@ typedef struct cpu_step {
   int *args;             /* KERNEL: value id per kernel buffer; owned */
   void *packed_b;        /* MATMUL: constant B packed once; owned */
   size_t scratch_bytes;  /* CONV: im2col bytes needed (0: reads its input directly) */
+  float *work;           /* ATTENTION: one score matrix per thread; owned */
   int64_t flops;
   bool elementwise_only; /* KERNEL: every fused node elementwise/broadcast (in-place safe) */
 } cpu_step;

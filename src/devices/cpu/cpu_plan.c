@@ -354,8 +354,10 @@ kiln_status_t kiln_cpu_prepare(kiln_device *dev, const kiln_graph *g, const kiln
       continue;
     }
     if (cls[n] == KILN_OPCLASS_CONTRACTION) {
-      s->kind = !strcmp(node->op_type, "MatMul") ? CPU_STEP_MATMUL : !strcmp(node->op_type, "Gemm") ? CPU_STEP_GEMM
-                                                                                                 : CPU_STEP_CONV;
+      s->kind = !strcmp(node->op_type, "MatMul")           ? CPU_STEP_MATMUL
+                : !strcmp(node->op_type, "Gemm")           ? CPU_STEP_GEMM
+                : !strcmp(node->op_type, "FusedAttention") ? CPU_STEP_ATTENTION
+                                                           : CPU_STEP_CONV;
       snprintf(s->name, sizeof s->name, "%s", node->op_type);
       x->kinds[node->outputs[0]] = CPU_VALUE_BUFFER;
       x->n_steps++;
@@ -435,6 +437,7 @@ void kiln_cpu_executable_free(kiln_device *dev, struct kiln_executable *x) {
   for (int i = 0; x->steps && i < x->n_steps; i++) {
     free(x->steps[i].args);
     free(x->steps[i].packed_b);
+    free(x->steps[i].work);
   }
   free(x->steps);
   for (int i = 0; i < x->n_modules; i++) kiln_jit_module_release((kiln_jit_module *)x->modules[i]);

@@ -18,6 +18,7 @@
 #include "base/common.h"
 #include "base/cpu_features.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -485,6 +486,12 @@ void kiln_sgemm(kiln_threadpool *pool, const kiln_sgemm_args *g) {
   const float *bp = NULL;
   if (g->packed_b) {
     const packed_b_header *h = g->packed_b;
+    if (h->magic != PACKED_B_MAGIC || h->k != g->k || h->n < g->n) {
+      /* Not packed for this shape: make the caller's bug visible. */
+      for (int64_t i = 0; i < g->m; i++)
+        for (int64_t j = 0; j < g->n; j++) g->c[i * g->ldc + j] = NAN;
+      return;
+    }
     bp = (const float *)((const char *)g->packed_b + PACKED_B_HEADER);
     /* Packed by a different kernel (a test forced one): use that kernel. */
     if (h->kernel_id != kern->id) {

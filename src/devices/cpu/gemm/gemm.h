@@ -35,6 +35,8 @@
  *   still in cache. Tiles do not overlap and cover C exactly; they may be
  *   called from several threads at once, in any order.
  * - All pointers are borrowed; A, B and C must not overlap.
+ * - packed_b must come from kiln_sgemm_pack_b with the same K and at least
+ *   N columns; otherwise C is filled with NaN.
  *
  * Threading: kiln_sgemm splits the work over the pool's threads (the caller
  * is one of them). The function keeps no state between calls except the

@@ -29,7 +29,7 @@ static void micro_4x16(int64_t kc, const float *a, int64_t rsa, int64_t csa, con
     for (int j = 0; j < nr; j++) c[i * ldc + j] = finish(acc[i][j], &c[i * ldc + j], st, i, j);
 }
 
-static void small_rows(int64_t m, int64_t nb, int64_t k, const float *a, int64_t rsa, int64_t csa, const float *b,
+void kiln_gemm_generic_small_rows(int64_t m, int64_t nb, int64_t k, const float *a, int64_t rsa, int64_t csa, const float *b,
                        int64_t ldb, float *c, int64_t ldc, const kiln_gemm_store *st) {
   float acc[KILN_GEMM_SMALL_M][CHUNK];
   for (int64_t j0 = 0; j0 < nb; j0 += CHUNK) {
@@ -51,7 +51,7 @@ static void small_rows(int64_t m, int64_t nb, int64_t k, const float *a, int64_t
   }
 }
 
-static void small_packed(int64_t m, int64_t nb, int64_t k, const float *a, int64_t rsa, int64_t csa, const float *bp,
+void kiln_gemm_generic_small_packed16(int64_t m, int64_t nb, int64_t k, const float *a, int64_t rsa, int64_t csa, const float *bp,
                          int64_t ldb, float *c, int64_t ldc, const kiln_gemm_store *st) {
   for (int64_t j0 = 0; j0 < nb; j0 += NR) {
     int64_t w = nb - j0 < NR ? nb - j0 : NR;
@@ -70,7 +70,7 @@ static void small_packed(int64_t m, int64_t nb, int64_t k, const float *a, int64
   }
 }
 
-static void small_dots(int64_t m, int64_t nb, int64_t k, const float *a, int64_t rsa, int64_t csa, const float *b,
+void kiln_gemm_generic_small_dots(int64_t m, int64_t nb, int64_t k, const float *a, int64_t rsa, int64_t csa, const float *b,
                        int64_t ldb, float *c, int64_t ldc, const kiln_gemm_store *st) {
   for (int64_t i = 0; i < m; i++)
     for (int64_t j = 0; j < nb; j++) {
@@ -88,9 +88,9 @@ const kiln_gemm_kernel kiln_gemm_kernel_generic = {
     .mr = MR,
     .nr = NR,
     .micro = micro_4x16,
-    .small_rows = small_rows,
-    .small_packed = small_packed,
-    .small_dots = small_dots,
+    .small_rows = kiln_gemm_generic_small_rows,
+    .small_packed = kiln_gemm_generic_small_packed16,
+    .small_dots = kiln_gemm_generic_small_dots,
     .pack_a = kiln_gemm_pack_a,
     .pack_b = kiln_gemm_pack_b_block,
 };
