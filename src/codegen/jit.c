@@ -575,13 +575,21 @@ static uint64_t get_le64(const uint8_t *p) {
   return v;
 }
 
-/* An entry is valid if its footer's size and SHA-256 match the bytes before it. */
-static entry_state check_entry(const char *path) {
+/* An entry is valid if its footer's size and SHA-256 match the bytes before
+ * it. *out_id identifies the file checked (see remove_entry). */
+typedef struct file_id {
+  dev_t dev;
+  ino_t ino;
+} file_id;
+
+static entry_state check_entry(const char *path, file_id *out_id) {
+  memset(out_id, 0, sizeof *out_id);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errno == ENOENT ? ENTRY_MISSING : ENTRY_CORRUPT;
   entry_state state = ENTRY_CORRUPT;
   struct stat st;
   uint8_t *buf = NULL;
+  if (fstat(fd, &st) == 0) out_id->dev = st.st_dev, out_id->ino = st.st_ino;
   if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size < FOOTER_SIZE + 64 || st.st_size > MAX_ENTRY_BYTES) goto done;
   size_t size = (size_t)st.st_size;
   buf = malloc(size);
@@ -595,6 +603,13 @@ done:
   free(buf);
   close(fd);
   return state;
+}
+
+/* Deletes a bad entry, unless another process has meanwhile renamed a fresh
+ * one into its place (then the path names a different file). */
+static void remove_entry(const char *path, const file_id *id) {
+  struct stat st;
+  if (lstat(path, &st) == 0 && st.st_dev == id->dev && st.st_ino == id->ino) unlink(path);
 }
 
 /* Appends the footer to a freshly compiled object. */
@@ -1031,7 +1046,8 @@ kiln_status_t kiln_jit_compile_many(int n, const char *const *sources, const cha
       st = KILN_OOM();
       goto done;
     }
-    entry_state es = check_entry(job->entry_path);
+    file_id id;
+    entry_state es = check_entry(job->entry_path, &id);
     if (es == ENTRY_VALID) {
       char *dlerr = NULL;
       kiln_status_t lst = load_module(job->key, job->entry_path, &job->module, &dlerr);
@@ -1044,7 +1060,7 @@ kiln_status_t kiln_jit_compile_many(int n, const char *const *sources, const cha
       es = ENTRY_CORRUPT; /* verified yet unloadable: rebuild it once */
     }
     if (es == ENTRY_CORRUPT) {
-      unlink(job->entry_path);
+      remove_entry(job->entry_path, &id);
       job->corrupt = true;
     }
     job->needs_build = true;

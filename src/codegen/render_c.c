@@ -251,6 +251,58 @@ static void emit_sites(render_ctx *r, const kiln_loop_nest *nest, int level, con
   }
 }
 
+/* No `restrict`: the memory planner lets an elementwise kernel write over an
+ * input that dies with it, and epilogues update a GEMM tile in place. */
+static kiln_status_t declare_buffers(const te_builder *b, const kiln_loop_nest *nest, kiln_strbuf *src) {
+  for (int i = 0; i < te_buffer_count(b); i++) {
+    const te_buffer *buf = te_get_buffer(b, i);
+    const char *ty = ctype(buf->dtype);
+    if (!ty) return kiln_error(KILN_UNSUPPORTED, "C renderer: buffer of dtype %s", kiln_dtype_name(buf->dtype));
+    kiln_strbuf_printf(src, "  %s%s *b%d = (%s%s *)buffers[%d];\n", i == nest->out_buf ? "" : "const ", ty, i,
+                       i == nest->out_buf ? "" : "const ", ty, i);
+    kiln_strbuf_printf(src, "  (void)b%d;\n", i);
+  }
+  return NULL;
+}
+
+kiln_status_t kiln_render_c_epilogue(const te_builder *b, const kiln_loop_nest *nest, const char *name,
+                                     kiln_strbuf *src) {
+  if (nest->rank != 1 || nest->n_sites)
+    return kiln_error(KILN_INTERNAL, "epilogues need a flat, reduction-free kernel");
+  render_ctx r = {src, NULL, NULL, 0, 0, 0, 0, false};
+  int n_exprs = te_expr_count(b);
+  r.emitted = malloc(((size_t)n_exprs + 1) * sizeof(int));
+  if (!r.emitted) return KILN_OOM();
+  for (int i = 0; i < n_exprs; i++) r.emitted[i] = -1;
+  kiln_strbuf_printf(src,
+                     "KILN_EXPORT void %s(void *vctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, int64_t nb) {\n"
+                     "  const kiln_rt_epilogue_ctx *ectx = (const kiln_rt_epilogue_ctx *)vctx;\n"
+                     "  void *const *buffers = ectx->buffers;\n  (void)c;\n  (void)ldc;\n",
+                     name);
+  kiln_status_t st = declare_buffers(b, nest, src);
+  if (st) {
+    free(r.emitted);
+    return st;
+  }
+  kiln_strbuf_puts(src, "  for (int64_t i = 0; i < mb; i++) {\n    const int64_t rowbase = ectx->base + (m0 + i) * ectx->row + n0;\n"
+                        "    for (int64_t j = 0; j < nb; j++) {\n");
+  r.indent = 3;
+  open_scope(&r);
+  indent(&r);
+  kiln_strbuf_printf(src, "const int64_t v%d = rowbase + j;\n", nest->vars[0]);
+  ensure(&r, nest->value);
+  char val[64];
+  name_of(&r, nest->value, val, sizeof val);
+  indent(&r);
+  kiln_strbuf_printf(src, "b%d[v%d] = %s;\n", nest->out_buf, nest->vars[0], val);
+  close_scope(&r);
+  kiln_strbuf_puts(src, "    }\n  }\n}\n\n");
+  free(r.emitted);
+  free(r.scope_stack);
+  if (r.bad) return kiln_error(KILN_UNSUPPORTED, "C renderer: expression it cannot express in epilogue %s", name);
+  return kiln_strbuf_status(src);
+}
+
 kiln_status_t kiln_render_c(const te_builder *b, const kiln_loop_nest *nest, const char *name, kiln_strbuf *src) {
   render_ctx r = {src, NULL, NULL, 0, 0, 0, 0, false};
   int n_exprs = te_expr_count(b);
@@ -263,16 +315,10 @@ kiln_status_t kiln_render_c(const te_builder *b, const kiln_loop_nest *nest, con
   for (int i = 0; i < pd; i++) total *= nest->extents[i];
   kiln_strbuf_printf(src, "static void %s_body(void *ctx, int64_t begin, int64_t end, int thread) {\n", name);
   kiln_strbuf_puts(src, "  void *const *buffers = (void *const *)ctx;\n  (void)thread;\n");
-  for (int i = 0; i < te_buffer_count(b); i++) {
-    const te_buffer *buf = te_get_buffer(b, i);
-    const char *ty = ctype(buf->dtype);
-    if (!ty) {
-      free(r.emitted);
-      return kiln_error(KILN_UNSUPPORTED, "C renderer: buffer of dtype %s", kiln_dtype_name(buf->dtype));
-    }
-    kiln_strbuf_printf(src, "  %s%s *restrict b%d = (%s%s *)buffers[%d];\n", i == nest->out_buf ? "" : "const ", ty, i,
-                       i == nest->out_buf ? "" : "const ", ty, i);
-    kiln_strbuf_printf(src, "  (void)b%d;\n", i);
+  kiln_status_t bst = declare_buffers(b, nest, src);
+  if (bst) {
+    free(r.emitted);
+    return bst;
   }
   r.indent = 1;
   emit_sites(&r, nest, -1, NULL);

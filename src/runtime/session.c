@@ -125,8 +125,16 @@ kiln_status_t kiln_session_specialize(kiln_session *s, kiln_value *const *bound,
   }
   for (int k = 0; k < g->n_inputs; k++) {
     const kiln_value *v = bound[k];
-    if (!v || v->kind != KILN_VALUE_TENSOR) continue;
     kiln_value_def *def = &spec->values[spec->inputs[k]];
+    /* A given input overrides its initializer default: inference and the
+     * optimizer must not see the default as a constant. */
+    if (v && def->constant) {
+      kiln_tensor_release(def->constant);
+      def->constant = NULL;
+      kiln_tensor_release(def->known_value);
+      def->known_value = NULL;
+    }
+    if (!v || v->kind != KILN_VALUE_TENSOR) continue;
     if (def->type.kind != KILN_TYPE_TENSOR && def->type.kind != KILN_TYPE_UNKNOWN &&
         def->type.kind != KILN_TYPE_OPTIONAL_TENSOR)
       continue;

@@ -90,11 +90,17 @@ class Model:
         if how in ('T', 'S'):
             ind = shape[:-1] + [2 * shape[-1] + 1]
             x = self.inp(ind)
+            if self.opset < 10:  # attribute form: no steps; take the middle instead
+                ind[-1] = shape[-1] + 2
+                self.inputs[-1] = helper.make_tensor_value_info(x, F, ind)
+                return self.node('Slice', [x], starts=[1], ends=[-1], axes=[-1])
             return self.node('Slice', [x, self.const([1], np.int64), self.const([INT64_MAX], np.int64),
                                        self.const([-1], np.int64), self.const([2], np.int64)])
         if how == 'R':
             ind = [shape[0] + 2] + shape[1:]
             x = self.inp(ind)
+            if self.opset < 10:
+                return self.node('Slice', [x], starts=[2], ends=[INT64_MAX], axes=[0])
             return self.node('Slice', [x, self.const([-3], np.int64), self.const([INT64_MIN], np.int64),
                                        self.const([0], np.int64), self.const([-1], np.int64)])
         raise ValueError(how)
@@ -149,17 +155,20 @@ NONCONTIG = [('T', 'T', [5, 17]), ('S', 'S', [3, 15]), ('R', 'R', [7, 31])]
 def unary_cases():
     plain = ['Relu', 'Sigmoid', 'Tanh', 'Exp', 'Neg', 'Abs', 'Erf', 'Reciprocal', 'Floor', 'Ceil', 'Softplus',
              'Softsign', 'Sin', 'Cos', 'Identity', 'Round', 'Log', 'Sqrt']
-    for op in plain:
-        shapes = UNARY_SHAPES if op in ('Relu', 'Sigmoid', 'Exp', 'Tanh') else UNARY_SHAPES[2:4] + UNARY_SHAPES[-1:]
+    for i, op in enumerate(plain):
+        key = op in ('Relu', 'Sigmoid', 'Exp', 'Tanh')
+        shapes = UNARY_SHAPES if key else [UNARY_SHAPES[3], UNARY_SHAPES[-1]]
         for tag, shape in shapes:
             m = case('%s_%s' % (op, tag))
             x = m.source(shape)
             if op in ('Log', 'Sqrt'):
                 x = m.node('Abs', [x])  # real values; raw NaN inputs are in the _neg case
             m.out(m.node(op, [x]))
-        for tag, how, shape in NONCONTIG:
+        for tag, how, shape in (NONCONTIG if key else [NONCONTIG[i % len(NONCONTIG)]]):
             m = case('%s_nc%s' % (op, tag))
             x = m.source(shape, how)
+            if op in ('Log', 'Sqrt'):
+                x = m.node('Abs', [x])
             m.out(m.node(op, [x]))
     # attributes
     attr_cases = [
@@ -172,7 +181,7 @@ def unary_cases():
         ('Dropout', {}, 13),
     ]
     for i, (op, attrs, opset) in enumerate(attr_cases):
-        for tag, how, shape in [('a', 'plain', [3, 17]), ('b', 'plain', [33]), ('nc', 'T', [5, 17])]:
+        for tag, how, shape in [('a', 'plain', [3, 17]), ('nc', 'TSR'[i % 3], [5, 17])]:
             m = case('%s_attr%d_%s' % (op, i, tag), opset)
             x = m.source(shape, how)
             m.out(m.node(op, [x], **attrs))
@@ -215,7 +224,10 @@ def binary_cases():
                 a = m.node('Abs', [a])
             m.out(m.node(op, [a, b]))
         # non-contiguous operands
-        for tag, how_a, how_b in [('ncT', 'T', 'plain'), ('ncS', 'plain', 'S'), ('ncTS', 'T', 'R')]:
+        ncs = [('ncT', 'T', 'plain'), ('ncS', 'plain', 'S'), ('ncTS', 'T', 'R')]
+        if op not in ('Add', 'Mul', 'Div', 'Sub'):
+            ncs = [ncs[len(op) % 3]]
+        for tag, how_a, how_b in ncs:
             m = case('%s_%s' % (op, tag))
             a, b = m.source([5, 17], how_a), m.source([5, 17], how_b)
             if op == 'Pow':
@@ -284,7 +296,8 @@ def reduce_cases():
                      ('a02', [0, 2], 1), ('a12', [1, 2], 0), ('a01', [0, 1], 0)]
     for op in REDUCE_OPS:
         shape = [3, 5, 17] if op != 'ReduceProd' else [3, 4, 5]
-        for tag, axes, keep in axes_variants:
+        key = op in ('ReduceSum', 'ReduceMean', 'ReduceMax')
+        for tag, axes, keep in axes_variants if key else [axes_variants[i] for i in (0, 2, 4, 5)]:
             opset = 13 if op == 'ReduceSum' else 11
             m = case('%s_%s_k%d' % (op, tag, keep), opset)
             x = m.source(shape)
@@ -299,9 +312,9 @@ def reduce_cases():
                     attrs['axes'] = axes
                 m.out(m.node(op, [x], **attrs))
         # non-contiguous input, several shapes
-        for tag, how, shp, axes in [('ncT', 'T', [5, 17], [1]), ('ncS', 'S', [3, 33], [1]), ('ncR', 'R', [7, 15], [0]),
-                                    ('nc3', 'T', [2, 3, 33], [-1]), ('s65', 'plain', [65], [0]),
-                                    ('s1', 'plain', [1, 1], [1])]:
+        ncs = [('ncT', 'T', [5, 17], [1]), ('ncS', 'S', [3, 33], [1]), ('ncR', 'R', [7, 15], [0]),
+               ('nc3', 'T', [2, 3, 33], [-1]), ('s65', 'plain', [65], [0]), ('s1', 'plain', [1, 1], [1])]
+        for tag, how, shp, axes in ncs if key else [ncs[0], ncs[4]]:
             opset = 13 if op == 'ReduceSum' else 11
             m = case('%s_%s' % (op, tag), opset)
             x = m.source(shp, how)
@@ -339,7 +352,7 @@ def softmax_cases():
                                         (11, 'a0', [3, 5, 17], 0), (11, 'am1', [2, 33], -1),
                                         (13, 'def', [3, 5, 17], None), (13, 'r1', [65], -1),
                                         (13, 'r2', [3, 17], 1), (13, 'one', [4, 1], -1), (13, 'r4', [2, 3, 4, 31], 3)]:
-            for how in ('plain', 'T', 'S'):
+            for how in ('plain', 'T', 'S') if tag in ('def', 'r2') else ('plain',):
                 m = case('%s%d_%s_%s' % (op, opset, tag, how), opset)
                 attrs = {} if axis is None else {'axis': axis}
                 m.out(m.node(op, [m.source(shape, how)], **attrs))

@@ -162,7 +162,7 @@ static void run_kernel_suite(kiln_threadpool *pool, const char *kname) {
   kiln_gemm_test_direct_a(0);
   /* Small M: GEMV-like, streaming B. */
   for (int r = 0; r < 16; r++) {
-    gemm_case t = random_case(5, 300, 300);
+    gemm_case t = random_case(9, 300, 300);
     run_case(pool, kname, &t);
   }
   gemm_case gemv = {.m = 1, .n = 4096, .k = 300, .alpha = 1.0f, .beta = 0.0f};
@@ -186,12 +186,13 @@ static void run_kernel_suite(kiln_threadpool *pool, const char *kname) {
   run_case(pool, kname, &k0);
   /* Tiny forced blocking: many k-slices, row blocks and column panels. */
   kiln_gemm_set_blocking(2 * kiln_gemm_active_kernel()->mr, 12, 2 * kiln_gemm_active_kernel()->nr);
+  kiln_gemm_set_small_m(0); /* the blocked path even for tiny M */
   for (int r = 0; r < 18; r++) {
     kiln_gemm_test_direct_a(r % 3);
-    gemm_case t = random_case(90, 150, 70);
-    if (t.m <= KILN_GEMM_SMALL_M) t.m += KILN_GEMM_SMALL_M;
+    gemm_case t = random_case(r < 6 ? 5 : 90, 150, 70);
     run_case(pool, kname, &t);
   }
+  kiln_gemm_set_small_m(-1);
   kiln_gemm_test_direct_a(0);
   kiln_gemm_set_blocking(0, 0, 0);
   /* One bigger multiply through the default blocking. */
@@ -235,6 +236,28 @@ int main(void) {
     kiln_gemm_test_alloc_failure(0);
   }
   kiln_gemm_force_kernel(NULL);
+  /* A packed B of another shape is refused visibly: C becomes NaN. */
+  {
+    float b[6] = {1, 2, 3, 4, 5, 6}, a[3] = {1, 1, 1}, c[2] = {7, 7};
+    void *pb = aligned_alloc(64, (kiln_sgemm_packed_b_size(3, 2) + 63) / 64 * 64);
+    kiln_sgemm_pack_b(false, 3, 2, b, 2, pb);
+    kiln_sgemm_args g = {.m = 1, .n = 2, .k = 2, .alpha = 1.0f, .a = a, .lda = 2, .packed_b = pb, .c = c, .ldc = 2};
+    kiln_sgemm(NULL, &g);
+    g_cases++;
+    if (!isnan(c[0]) || !isnan(c[1])) {
+      g_failures++;
+      fprintf(stderr, "FAIL packed B with another K was used: c = %g %g\n", c[0], c[1]);
+    }
+    g.k = 3;
+    g.lda = 3;
+    kiln_sgemm(NULL, &g);
+    g_cases++;
+    if (c[0] != 9.0f || c[1] != 12.0f) {
+      g_failures++;
+      fprintf(stderr, "FAIL packed 1x3x2: c = %g %g, want 9 12\n", c[0], c[1]);
+    }
+    free(pb);
+  }
   /* A buffer packed under one kernel stays usable after the choice changes. */
   if (kiln_gemm_force_kernel("generic")) {
     gemm_case t = {.m = 33, .n = 45, .k = 21, .alpha = 1.0f, .packed = true};

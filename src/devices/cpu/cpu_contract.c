@@ -168,10 +168,14 @@ static void im2col_rows(void *vctx, int64_t begin, int64_t end, int thread) {
 static int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
 static int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
+struct epilogue_binding;
+static void apply_plane_epilogue(const struct epilogue_binding *e, float *plane, int64_t base, int64_t rows, int64_t cols);
+
 typedef struct dw_ctx {
   const conv_geom *c;
   const float *x, *w, *bias;
   float *out;
+  const struct epilogue_binding *epi; /* applied to each finished plane, or NULL */
 } dw_ctx;
 
 /* Planes (image, channel) [begin, end): each output row accumulates
@@ -211,6 +215,7 @@ static void dw_planes(void *vctx, int64_t begin, int64_t end, int thread) {
         }
       }
     }
+    if (d->epi) apply_plane_epilogue(d->epi, op, p * OH * OW, OH, OW);
   }
 }
 
@@ -306,6 +311,33 @@ static void attn_batches(void *vctx, int64_t begin, int64_t end, int thread) {
   }
 }
 
+/* ---- epilogues ------------------------------------------------------------------ */
+
+struct epilogue_binding {
+  kiln_rt_epilogue_fn fn;
+  void *args[64];
+  kiln_rt_epilogue_ctx ctx;
+};
+typedef struct epilogue_binding epilogue_binding;
+
+/* Each thread needs its own ctx (base differs per plane). */
+static void apply_plane_epilogue(const epilogue_binding *e, float *plane, int64_t base, int64_t rows, int64_t cols) {
+  kiln_rt_epilogue_ctx ctx = {e->ctx.buffers, base, cols};
+  e->fn(&ctx, plane, cols, 0, 0, rows, cols);
+}
+
+/* Binds the fused kernel's buffers; false when the step has no epilogue. */
+static bool bind_epilogue(struct kiln_executable *x, const cpu_step *s, void *const *ptr, epilogue_binding *e) {
+  if (s->epilogue_step < 0) return false;
+  const cpu_step *k = &x->steps[s->epilogue_step];
+  for (int a = 0; a < k->n_args && a < 64; a++) e->args[a] = ptr[k->args[a]];
+  e->fn = k->epilogue;
+  e->ctx.buffers = e->args;
+  e->ctx.base = 0;
+  e->ctx.row = 0;
+  return true;
+}
+
 /* ---- prepare / run ---------------------------------------------------------------- */
 
 kiln_status_t kiln_cpu_contract_prepare(struct kiln_executable *x, cpu_step *s) {
@@ -353,7 +385,9 @@ kiln_status_t kiln_cpu_contract_prepare(struct kiln_executable *x, cpu_step *s) 
 kiln_status_t kiln_cpu_contract_run(struct kiln_executable *x, const cpu_step *s, void *const *ptr) {
   const kiln_graph *g = x->g;
   const kiln_node *n = s->node;
-  float *out = ptr[n->outputs[0]];
+  float *out = ptr[s->out_value];
+  epilogue_binding epi;
+  bool has_epi = bind_epilogue(x, s, ptr, &epi);
   if (s->kind == CPU_STEP_MATMUL) {
     const kiln_type *ta = type_of(g, n, 0), *tb = type_of(g, n, 1);
     matmul_geom gm;
@@ -361,9 +395,11 @@ kiln_status_t kiln_cpu_contract_run(struct kiln_executable *x, const cpu_step *s
     const float *a = ptr[n->inputs[0]], *b = ptr[n->inputs[1]];
     for (int64_t bi = 0; bi < gm.batch; bi++) {
       int64_t oa = batch_offset(&gm, bi, gm.a_batch, gm.a_rank), ob = batch_offset(&gm, bi, gm.b_batch, gm.b_rank);
+      epi.ctx.base = bi * gm.m * gm.n;
+      epi.ctx.row = gm.n;
       kiln_sgemm_args args = {false, false, gm.m, gm.n, gm.k, 1.0f, a + oa * gm.m * gm.k, gm.k,
                               b + ob * gm.k * gm.n, gm.n, s->packed_b, 0.0f, out + bi * gm.m * gm.n, gm.n,
-                              NULL, 0, NULL, NULL};
+                              NULL, 0, has_epi ? epi.fn : NULL, &epi.ctx};
       kiln_sgemm(x->pool, &args);
     }
     return NULL;
@@ -397,8 +433,9 @@ kiln_status_t kiln_cpu_contract_run(struct kiln_executable *x, const cpu_step *s
         gemm_beta = 1.0f;
       }
     }
+    epi.ctx.row = nn;
     kiln_sgemm_args args = {tra, trb, m, nn, k, alpha, ptr[n->inputs[0]], ta->dims[1], ptr[n->inputs[1]], tb->dims[1],
-                            s->packed_b, gemm_beta, out, nn, bias, bias_axis, NULL, NULL};
+                            s->packed_b, gemm_beta, out, nn, bias, bias_axis, has_epi ? epi.fn : NULL, &epi.ctx};
     kiln_sgemm(x->pool, &args);
     return NULL;
   }
@@ -422,7 +459,7 @@ kiln_status_t kiln_cpu_contract_run(struct kiln_executable *x, const cpu_step *s
   const float *xin = ptr[n->inputs[0]], *w = ptr[n->inputs[1]];
   const float *bias = n->n_inputs > 2 && n->inputs[2] >= 0 ? ptr[n->inputs[2]] : NULL;
   if (conv_is_depthwise(&c)) {
-    dw_ctx d = {&c, xin, w, bias, out};
+    dw_ctx d = {&c, xin, w, bias, out, has_epi ? &epi : NULL};
     kiln_parallel_for(x->pool, c.n * c.co, 1, dw_planes, &d);
     return NULL;
   }
@@ -438,9 +475,11 @@ kiln_status_t kiln_cpu_contract_run(struct kiln_executable *x, const cpu_step *s
         kiln_parallel_for(x->pool, c.kdim, 1, im2col_rows, &ic);
         col = x->scratch;
       }
+      epi.ctx.base = (img * c.co + gi * cog) * c.osize;
+      epi.ctx.row = c.osize;
       kiln_sgemm_args args = {false, false, cog, c.osize, c.kdim, 1.0f, w + gi * cog * c.kdim, c.kdim, col, c.osize,
                               NULL, 0.0f, out + (img * c.co + gi * cog) * c.osize, c.osize,
-                              bias ? bias + gi * cog : NULL, bias ? 1 : 0, NULL, NULL};
+                              bias ? bias + gi * cog : NULL, bias ? 1 : 0, has_epi ? epi.fn : NULL, &epi.ctx};
       kiln_sgemm(x->pool, &args);
     }
   return NULL;

@@ -7,6 +7,7 @@
 #include "base/cpu_features.h"
 #include "codegen/jit.h"
 #include "devices/cpu/cpu_internal.h"
+#include "devices/cpu/gemm/gemm.h"
 
 static char description[256];
 
@@ -29,11 +30,15 @@ static bool cpu_supports(const kiln_device *dev, const kiln_graph *g, const kiln
 
 static void cpu_describe(kiln_device *dev, const struct kiln_executable *x, FILE *out) {
   const kiln_graph *g = x->g;
-  int n_contract = 0;
-  for (int i = 0; i < x->n_steps; i++)
+  int n_contract = 0, n_epilogues = 0;
+  for (int i = 0; i < x->n_steps; i++) {
     n_contract += x->steps[i].kind != CPU_STEP_KERNEL && x->steps[i].kind != CPU_STEP_REF;
-  fprintf(out, "compiled: %d nodes after optimization -> %d steps: %d generated kernels (fusing %d nodes), %d SGEMM contractions, %d on ref\n",
-          g->n_nodes, x->n_steps, x->n_kernels, x->n_fused_nodes, n_contract, x->n_ref);
+    n_epilogues += x->steps[i].kind == CPU_STEP_KERNEL && x->steps[i].fused_into >= 0;
+  }
+  fprintf(out,
+          "compiled: %d nodes after optimization -> %d generated kernels (fusing %d nodes; %d of them run as GEMM/conv "
+          "epilogues), %d contractions on SGEMM micro-kernels (%s), %d nodes on ref\n",
+          g->n_nodes, x->n_kernels, x->n_fused_nodes, n_epilogues, n_contract, kiln_sgemm_kernel_name(), x->n_ref);
   if (x->n_ref) {
     fprintf(out, "fell back to ref:\n");
     for (int i = 0; i < x->n_steps; i++) {

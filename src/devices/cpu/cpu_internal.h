@@ -42,6 +42,11 @@ typedef struct cpu_step {
   void *packed_b;        /* MATMUL: constant B packed once; owned */
   size_t scratch_bytes;  /* CONV: im2col bytes needed (0: reads its input directly) */
   float *work;           /* ATTENTION: one score matrix per thread; owned */
+  int out_value;         /* the value this step writes (contractions with an epilogue: the epilogue's) */
+  int epilogue_step;     /* contractions: the KERNEL step fused in as its epilogue, or -1 */
+  int fused_into;        /* KERNEL: the contraction step running it as an epilogue, or -1 */
+  kiln_rt_epilogue_fn epilogue; /* KERNEL used as an epilogue: its tile entry point */
+  bool flat;             /* KERNEL: rendered as one flat loop */
   int64_t flops;
   bool elementwise_only; /* KERNEL: every fused node elementwise/broadcast (in-place safe) */
 } cpu_step;
@@ -52,6 +57,7 @@ typedef enum cpu_value_kind {
   CPU_VALUE_INPUT,    /* bound per run */
   CPU_VALUE_BUFFER,   /* written by a compiled step into its planned buffer */
   CPU_VALUE_HOST,     /* produced by a REF step per run (a kiln_value) */
+  CPU_VALUE_ALIAS,    /* a contraction's raw result, living in its epilogue's output buffer */
 } cpu_value_kind;
 
 struct kiln_executable {
@@ -68,6 +74,7 @@ struct kiln_executable {
   kiln_rt rt;
   int n_kernels, n_ref, n_fused_nodes;
   float *scratch;        /* im2col buffer shared by every Conv step (steps run one at a time) */
+  int *alias_of;         /* per value id: for ALIAS values, the value whose buffer it shares */
   size_t scratch_bytes;
 };
 

@@ -137,6 +137,7 @@ static kiln_status_t build_kernel(const kiln_graph *g, const int *group_of, int 
   /* Output buffer first: argument 0. */
   const kiln_value_def *ov = &g->values[g->nodes[root].outputs[0]];
   bool flat = flattenable(g, group_of, root, cls);
+  step->flat = flat;
   int64_t numel = type_numel(&ov->type);
   te_add_buffer(b, ov->type.dtype, flat ? 1 : ov->type.rank, flat ? &numel : ov->type.dims, g->nodes[root].outputs[0]);
   arg_values[n_args++] = g->nodes[root].outputs[0];
@@ -183,6 +184,8 @@ static kiln_status_t build_kernel(const kiln_graph *g, const int *group_of, int 
   if (!st) {
     kiln_strbuf_puts(&src, kiln_c_preamble());
     st = kiln_render_c(b, &nest, "kiln_kernel", &src);
+    /* A flat elementwise kernel can also run as a GEMM epilogue. */
+    if (!st && flat && nest.n_sites == 0) st = kiln_render_c_epilogue(b, &nest, "kiln_epilogue", &src);
   }
   if (!st) st = kiln_strbuf_status(&src);
   if (!st) {
@@ -198,6 +201,47 @@ done:
   free(arg_values);
   te_builder_destroy(b);
   return st;
+}
+
+/* ---- epilogues ---------------------------------------------------------------- */
+
+/* A flat elementwise kernel whose operand is a contraction's result read by
+ * nobody else runs inside the contraction, on each finished tile: the
+ * contraction writes straight into the kernel's output buffer and the raw
+ * result never exists as a separate tensor. The kernel's other operands
+ * must be ready when the contraction runs. */
+static void fuse_epilogues(struct kiln_executable *x, const int *uses) {
+  const kiln_graph *g = x->g;
+  int *step_of_value = malloc(((size_t)g->n_values + 1) * sizeof(int));
+  if (!step_of_value) return; /* an optimization: skip it */
+  for (int v = 0; v < g->n_values; v++) step_of_value[v] = -1;
+  for (int i = 0; i < x->n_steps; i++)
+    for (int k = 0; k < x->steps[i].node->n_outputs; k++)
+      if (x->steps[i].node->outputs[k] >= 0) step_of_value[x->steps[i].node->outputs[k]] = i;
+  for (int ki = 0; ki < x->n_steps; ki++) {
+    cpu_step *k = &x->steps[ki];
+    if (k->kind != CPU_STEP_KERNEL || !k->flat || !k->elementwise_only) continue;
+    for (int a = 1; a < k->n_args; a++) {
+      int v = k->args[a];
+      int ci = step_of_value[v];
+      if (ci < 0) continue;
+      cpu_step *c = &x->steps[ci];
+      if (c->kind != CPU_STEP_MATMUL && c->kind != CPU_STEP_GEMM && c->kind != CPU_STEP_CONV) continue;
+      if (c->epilogue_step >= 0 || uses[v] != 1 || g->values[v].is_graph_output) continue;
+      if (type_numel(&g->values[v].type) != type_numel(&g->values[k->args[0]].type)) continue;
+      bool ready = true;
+      for (int b = 1; b < k->n_args && ready; b++)
+        if (b != a) ready = step_of_value[k->args[b]] < ci;
+      if (!ready) continue;
+      c->epilogue_step = ki;
+      c->out_value = k->args[0];
+      k->fused_into = ci;
+      x->kinds[v] = CPU_VALUE_ALIAS;
+      x->alias_of[v] = k->args[0];
+      break;
+    }
+  }
+  free(step_of_value);
 }
 
 /* ---- memory ------------------------------------------------------------------ */
@@ -232,12 +276,21 @@ static kiln_status_t plan_memory(struct kiln_executable *x) {
   }
   for (int i = 0; i < x->n_steps; i++) {
     const cpu_step *s = &x->steps[i];
-    int out = s->node->outputs[0];
+    int out = s->out_value;
     if (out >= 0 && buf_of[out] >= 0 && bufs[buf_of[out]].first_use < 0) bufs[buf_of[out]].first_use = i;
     int n_in = s->kind == CPU_STEP_KERNEL ? s->n_args : s->node->n_inputs;
     for (int k = s->kind == CPU_STEP_KERNEL ? 1 : 0; k < n_in; k++) {
       int v = s->kind == CPU_STEP_KERNEL ? s->args[k] : s->node->inputs[k];
       if (v >= 0 && buf_of[v] >= 0) bufs[buf_of[v]].last_use = i;
+    }
+  }
+  for (int i = 0; i < x->n_steps; i++) {
+    const cpu_step *s = &x->steps[i];
+    if (s->epilogue_step < 0) continue;
+    const cpu_step *k = &x->steps[s->epilogue_step];
+    for (int a = 1; a < k->n_args; a++) {
+      int v = k->args[a];
+      if (v >= 0 && buf_of[v] >= 0 && bufs[buf_of[v]].last_use < i) bufs[buf_of[v]].last_use = i;
     }
   }
   for (int i = 0; i < g->n_outputs; i++)
@@ -249,7 +302,7 @@ static kiln_status_t plan_memory(struct kiln_executable *x) {
   /* In place: an elementwise kernel over an input of its own shape that dies there. */
   for (int i = 0; i < x->n_steps; i++) {
     const cpu_step *s = &x->steps[i];
-    if (s->kind != CPU_STEP_KERNEL || !s->elementwise_only) continue;
+    if (s->kind != CPU_STEP_KERNEL || !s->elementwise_only || s->fused_into >= 0) continue;
     int ob = buf_of[s->args[0]];
     for (int k = 1; k < s->n_args && ob >= 0; k++) {
       int v = s->args[k], ib = buf_of[v];
@@ -344,6 +397,9 @@ kiln_status_t kiln_cpu_prepare(kiln_device *dev, const kiln_graph *g, const kiln
     cpu_step *s = &x->steps[x->n_steps];
     s->node = node;
     s->flops = kiln_node_flops(g, node);
+    s->out_value = node->outputs[0];
+    s->epilogue_step = -1;
+    s->fused_into = -1;
     if (cls[n] == KILN_OPCLASS_NONE) {
       s->kind = CPU_STEP_REF;
       snprintf(s->name, sizeof s->name, "ref:%s", node->op_type);
@@ -382,6 +438,12 @@ kiln_status_t kiln_cpu_prepare(kiln_device *dev, const kiln_graph *g, const kiln
     x->n_steps++;
   }
   if (st) goto done;
+  x->alias_of = calloc((size_t)nv + 1, sizeof *x->alias_of);
+  if (!x->alias_of) {
+    st = KILN_OOM();
+    goto done;
+  }
+  fuse_epilogues(x, uses);
 
   /* Compile every kernel in one batch (parallel, cached). */
   if (n_sources) {
@@ -401,6 +463,13 @@ kiln_status_t kiln_cpu_prepare(kiln_device *dev, const kiln_graph *g, const kiln
       cpu_step *s = &x->steps[source_step[i]];
       s->module = i;
       s->fn = (cpu_kernel_fn)kiln_jit_symbol((kiln_jit_module *)x->modules[i], "kiln_kernel");
+      if (s->fused_into >= 0) {
+        s->epilogue = (kiln_rt_epilogue_fn)kiln_jit_symbol((kiln_jit_module *)x->modules[i], "kiln_epilogue");
+        if (!s->epilogue) {
+          st = kiln_error(KILN_INTERNAL, "kernel for node '%s' has no epilogue entry point", s->node->name);
+          goto done;
+        }
+      }
       if (!s->fn) {
         st = kiln_error(KILN_INTERNAL, "compiled kernel for node '%s' has no entry point", s->node->name);
         goto done;
@@ -443,6 +512,7 @@ void kiln_cpu_executable_free(kiln_device *dev, struct kiln_executable *x) {
   for (int i = 0; i < x->n_modules; i++) kiln_jit_module_release((kiln_jit_module *)x->modules[i]);
   free(x->modules);
   free(x->kinds);
+  free(x->alias_of);
   free(x->buffer);
   free(x->arena);
   free(x->scratch);
@@ -514,7 +584,8 @@ static kiln_status_t run_ref_step(struct kiln_executable *x, const cpu_step *s, 
  * the buffers, valid during the call). */
 static kiln_status_t observe_step(struct kiln_executable *x, const cpu_step *s, void **ptr, kiln_value **host,
                                   const kiln_step_observer *observe) {
-  const kiln_node *node = s->node;
+  /* A contraction with an epilogue materializes the epilogue's node. */
+  const kiln_node *node = s->epilogue_step >= 0 ? x->steps[s->epilogue_step].node : s->node;
   kiln_value *vals[64] = {0}, *owned[64] = {0};
   kiln_status_t st = NULL;
   for (int i = 0; i < node->n_outputs && i < 64 && !st; i++) {
@@ -539,6 +610,8 @@ kiln_status_t kiln_cpu_execute(kiln_device *dev, struct kiln_executable *x, kiln
     if (x->kinds[i] == CPU_VALUE_CONSTANT) ptr[i] = g->values[i].constant->data;
     else if (x->kinds[i] == CPU_VALUE_BUFFER) ptr[i] = x->buffer[i];
   }
+  for (int i = 0; i < nv && !st; i++)
+    if (x->kinds[i] == CPU_VALUE_ALIAS) ptr[i] = x->buffer[x->alias_of[i]];
   for (int k = 0; k < g->n_inputs && !st; k++) {
     int id = g->inputs[k];
     if (!inputs[k]) continue; /* initializer default */
@@ -550,6 +623,7 @@ kiln_status_t kiln_cpu_execute(kiln_device *dev, struct kiln_executable *x, kiln
     if (observe && observe->before) observe->before(observe->user, g, s->node);
     switch (s->kind) {
       case CPU_STEP_KERNEL: {
+        if (s->fused_into >= 0) break; /* ran as its contraction's epilogue */
         void *args[64];
         if (s->n_args > 64) {
           st = kiln_error(KILN_UNSUPPORTED, "kernel with over 64 arguments");
@@ -563,7 +637,8 @@ kiln_status_t kiln_cpu_execute(kiln_device *dev, struct kiln_executable *x, kiln
       default: st = kiln_cpu_contract_run(x, s, ptr); break;
     }
     if (st) st = kiln_status_annotate(st, "node '%s' (%s)", s->node->name, s->node->op_type);
-    if (!st && observe && observe->after) st = observe_step(x, s, ptr, host, observe);
+    if (!st && observe && observe->after && !(s->kind == CPU_STEP_KERNEL && s->fused_into >= 0))
+      st = observe_step(x, s, ptr, host, observe);
   }
   for (int i = 0; i < n_outputs && !st; i++) {
     int id = g->outputs[i];

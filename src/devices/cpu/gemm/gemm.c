@@ -26,6 +26,8 @@
 
 #define KILN_GEMM_EPILOGUE_COLS 256
 #define KILN_GEMM_DIRECT_A_STRIPS 4
+/* Up to this many rows, B is streamed once per 4 rows instead of packed. */
+#define KILN_GEMM_SMALL_M_PATH 8
 #define PACKED_B_MAGIC 0x6b47656du /* "mGek" */
 #define PACKED_B_HEADER 64
 
@@ -41,6 +43,7 @@ static const kiln_gemm_kernel *g_forced; /* set only by tests/benches */
 static int64_t g_mc, g_kc, g_nc;         /* blocking overrides for tests */
 static int g_alloc_failure;              /* simulated out-of-memory for tests */
 static int g_direct_a;                   /* tests: 1 reads A in place, 2 packs it, 0 decides */
+static int64_t g_small_m_max = KILN_GEMM_SMALL_M_PATH; /* tests/benches may change it */
 
 static bool kernel_usable(const kiln_gemm_kernel *k) {
   if (!k->name || !k->micro) return false;
@@ -106,6 +109,7 @@ void kiln_gemm_set_blocking(int64_t mc, int64_t kc, int64_t nc) {
 
 void kiln_gemm_test_alloc_failure(int mode) { g_alloc_failure = mode; }
 void kiln_gemm_test_direct_a(int mode) { g_direct_a = mode; }
+void kiln_gemm_set_small_m(int64_t max_m) { g_small_m_max = max_m >= 0 ? max_m : KILN_GEMM_SMALL_M_PATH; }
 
 const char *kiln_sgemm_kernel_name(void) { return kiln_gemm_active_kernel()->name; }
 
@@ -216,21 +220,26 @@ static void small_task(void *ctx, int64_t begin, int64_t end, int thread) {
   int64_t n0 = begin * job->unit, n1 = min64(end * job->unit, g->n);
   if (n1 <= n0) return;
   kiln_gemm_store st = {.alpha = g->alpha, .beta = g->beta};
-  if (g->bias && g->bias_axis == KILN_GEMM_BIAS_ROW) st.bias_row = g->bias;
   if (g->bias && g->bias_axis == KILN_GEMM_BIAS_COL) st.bias_col = g->bias + n0;
-  float *c = g->c + n0;
-  if (job->bp)
-    job->kern->small_packed(g->m, n1 - n0, g->k, job->a, job->rsa, 1, job->bp + n0 * g->k, 0, c, g->ldc, &st);
-  else if (g->trans_b)
-    job->kern->small_dots(g->m, n1 - n0, g->k, job->a, job->rsa, 1, g->b + n0 * g->ldb, g->ldb, c, g->ldc, &st);
-  else
-    job->kern->small_rows(g->m, n1 - n0, g->k, job->a, job->rsa, 1, g->b + n0, g->ldb, c, g->ldc, &st);
-  if (g->epilogue) g->epilogue(g->epilogue_ctx, c, g->ldc, 0, n0, g->m, n1 - n0);
+  /* The kernels take up to KILN_GEMM_SMALL_M rows; each group streams B once. */
+  for (int64_t i0 = 0; i0 < g->m; i0 += KILN_GEMM_SMALL_M) {
+    int64_t mi = min64(KILN_GEMM_SMALL_M, g->m - i0);
+    const float *a = job->a + i0 * job->rsa;
+    float *c = g->c + i0 * g->ldc + n0;
+    st.bias_row = g->bias && g->bias_axis == KILN_GEMM_BIAS_ROW ? g->bias + i0 : NULL;
+    if (job->bp)
+      job->kern->small_packed(mi, n1 - n0, g->k, a, job->rsa, 1, job->bp + n0 * g->k, 0, c, g->ldc, &st);
+    else if (g->trans_b)
+      job->kern->small_dots(mi, n1 - n0, g->k, a, job->rsa, 1, g->b + n0 * g->ldb, g->ldb, c, g->ldc, &st);
+    else
+      job->kern->small_rows(mi, n1 - n0, g->k, a, job->rsa, 1, g->b + n0, g->ldb, c, g->ldc, &st);
+  }
+  if (g->epilogue) g->epilogue(g->epilogue_ctx, g->c + n0, g->ldc, 0, n0, g->m, n1 - n0);
 }
 
 /* Returns false when this path does not apply or lacks memory. */
 static bool small_m(kiln_threadpool *pool, const kiln_sgemm_args *g, const kiln_gemm_kernel *kern, const float *bp) {
-  if (g->m > KILN_GEMM_SMALL_M) return false;
+  if (g->m > g_small_m_max) return false;
   if (bp ? !kern->small_packed : g->trans_b ? !kern->small_dots : !kern->small_rows) return false;
   small_job job = {.g = g, .kern = kern, .bp = bp, .a = g->a, .rsa = g->lda};
   float *acopy = NULL;

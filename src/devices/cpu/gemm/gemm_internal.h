@@ -82,6 +82,8 @@ void kiln_gemm_test_alloc_failure(int mode);
 /* For tests: 1 makes the blocked path read A in place, 2 makes it pack A,
  * 0 lets it decide by the reuse of A. */
 void kiln_gemm_test_direct_a(int mode);
+/* For tests and benches: the most rows that take the small-M path (-1: default). */
+void kiln_gemm_set_small_m(int64_t max_m);
 
 /* The portable small-M kernels (kernel_generic.c); small_packed16 reads
  * strips of 16 columns. */
