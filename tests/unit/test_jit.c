@@ -360,6 +360,7 @@ static void test_two_processes(void) {
   int go[2];
   CHECK(pipe(go) == 0, "pipe");
   pid_t kids[2];
+  fflush(stdout);
   for (int k = 0; k < 2; k++) {
     kids[k] = fork();
     if (kids[k] == 0) {

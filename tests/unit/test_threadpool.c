@@ -330,6 +330,7 @@ static void test_fork(void) {
   CHECK(!st, "create");
   if (st) return;
   check_cover(pool, 1000, 1);
+  fflush(stdout); /* or the child would print our buffered output again */
   pid_t pid = fork();
   if (pid == 0) {
     int before = failures;
