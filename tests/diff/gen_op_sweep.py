@@ -576,13 +576,65 @@ def pattern_cases():
     m.out(m.node('Mul', [m.node('Mul', [x, m.const(np.float32(0.5))]), t]))
 
 
+def large_cases():
+    """Tensors big enough that kernels split their loops over several
+    threads (a parallel chunk is at least 16384 elements)."""
+    m = case('large_unary_chain')
+    m.out(m.node('Tanh', [m.node('Mul', [m.source([65, 1031]), m.const(np.float32(0.7))])]))
+    m = case('large_bcast_nc')
+    m.out(m.node('Add', [m.source([129, 257], 'T'), m.source([257])]))
+    m = case('large_softmax')
+    m.out(m.node('Softmax', [m.source([300, 129])]))
+    m = case('large_logsoftmax_nc')
+    m.out(m.node('LogSoftmax', [m.source([257, 131], 'T')]))
+    for tag, axes in [('a0', [0]), ('a1', [1]), ('all', None)]:
+        m = case('large_reducesum_%s' % tag)
+        ins = [m.source([257, 131])] + ([m.const(ints(axes))] if axes else [])
+        m.out(m.node('ReduceSum', ins, keepdims=1))
+        m = case('large_reducemax_%s' % tag, 11)
+        attrs = {'axes': axes} if axes else {}
+        m.out(m.node('ReduceMax', [m.source([257, 131])], keepdims=0, **attrs))
+    m = case('large_transpose3')
+    m.out(m.node('Transpose', [m.source([33, 65, 17])], perm=[2, 0, 1]))
+    m = case('large_slice_concat')
+    a = m.source([129, 257], 'S')
+    m.out(m.node('Concat', [a, m.source([129, 33], 'R')], axis=1))
+    m = case('large_row_scale')
+    x = m.source([513, 65])
+    mx = m.node('ReduceMax', [x], axes=[1], keepdims=1)
+    l2 = m.node('ReduceL2', [x], axes=[1], keepdims=1)
+    m.out(m.node('Div', [m.node('Sub', [x, mx]), m.node('Add', [l2, m.const(np.float32(1.0))])]))
+    # LayerNormalization written out: the patterns pass makes it one
+    # LayerNormalization node, which runs on ref for now (SWEEP_MIXED)
+    m = case('mixed_layernorm_pattern')
+    x = m.source([513, 65])
+    mean = m.node('ReduceMean', [x], axes=[1], keepdims=1)
+    d = m.node('Sub', [x, mean])
+    var = m.node('ReduceMean', [m.node('Mul', [d, d])], axes=[1], keepdims=1)
+    m.out(m.node('Div', [d, m.node('Sqrt', [m.node('Add', [var, m.const(np.float32(1e-5))])])]))
+    m = case('large_matmul')
+    m.out(m.node('MatMul', [m.source([257, 129]), m.randc([129, 65])]))
+    m = case('large_matmul_batched')
+    m.out(m.node('MatMul', [m.source([3, 129, 65]), m.source([3, 65, 67])]))
+    m = case('large_gemm_tt')
+    m.out(m.node('Gemm', [m.source([129, 257]), m.randc([65, 129]), m.randc([65])], transA=1, transB=1,
+                         alpha=0.5, beta=2.0))
+    m = case('large_conv')
+    m.out(m.node('Conv', [m.source([1, 8, 33, 35]), m.randc([16, 8, 3, 3]), m.randc([16])], pads=[1, 1, 1, 1]))
+    m = case('large_conv_dw')
+    m.out(m.node('Conv', [m.source([2, 16, 31, 33]), m.randc([16, 1, 3, 3])], group=16, pads=[1, 1, 1, 1],
+                         strides=[1, 2]))
+    m = case('large_conv_1x1')
+    m.out(m.node('Conv', [m.source([1, 32, 29, 31]), m.randc([24, 32, 1, 1]), m.randc([24])]))
+
+
 def main(argv):
     if len(argv) < 2:
         print('usage: gen_op_sweep.py OUTDIR [--list]', file=sys.stderr)
         return 2
     out = argv[1]
     for gen in (unary_cases, binary_cases, where_cases, reduce_cases, softmax_cases, movement_cases, matmul_cases,
-                gemm_cases, conv_cases, pattern_cases):
+                gemm_cases, conv_cases, pattern_cases, large_cases):
         gen()
     os.makedirs(out, exist_ok=True)
     names = set()

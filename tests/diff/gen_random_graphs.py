@@ -37,6 +37,7 @@ F = TensorProto.FLOAT
 BOOL = TensorProto.BOOL
 OPSET = 14
 MAX_NUMEL = 2048
+BIG_NUMEL = 65536
 DIMS = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33]
 INT64_MAX = 2**63 - 1
 INT64_MIN = -2**63
@@ -83,6 +84,10 @@ class GraphGen:
         self.n = 0
         self.n_inputs = 0
         self.ops_used = []
+        # One graph in eight uses tensors big enough that compiled kernels
+        # split their loops over threads (chunks of >= 16384 elements).
+        self.big = self.coin(0.125)
+        self.max_numel = BIG_NUMEL if self.big else MAX_NUMEL
 
     # ---- plumbing ---------------------------------------------------------------
 
@@ -162,7 +167,7 @@ class GraphGen:
             s = s[self.r.randint(len(s) + 1):]
         s = [1 if self.coin(0.3) else d for d in s]
         if self.coin(0.15) and len(s) == len(shape) and len(s) < 4:
-            s = [self.choice([2, 3])] + s if numel(shape) * 3 <= MAX_NUMEL else s
+            s = [self.choice([2, 3])] + s if numel(shape) * 3 <= self.max_numel else s
         return s
 
     def operand_like(self, shape):
@@ -171,7 +176,7 @@ class GraphGen:
         u = self.r.rand()
         if u < 0.35:
             cands = [v for v in self.pool if v.shape != [] or True]
-            cands = [v for v in cands if bcast(shape, v.shape) is not None and numel(bcast(shape, v.shape)) <= MAX_NUMEL]
+            cands = [v for v in cands if bcast(shape, v.shape) is not None and numel(bcast(shape, v.shape)) <= self.max_numel]
             if cands:
                 return self.choice(cands)
         ps = self.partner_shape(shape)
@@ -257,7 +262,7 @@ class GraphGen:
                     cond = self.emit('Less', [c0, self.scalar(0.0)], c0.shape, add=False)
             w = self.operand_like(v.shape)
             shape = bcast(bcast(cshape, v.shape) or v.shape, w.shape)
-            if shape is None or bcast(cshape, v.shape) is None or numel(shape) > MAX_NUMEL:
+            if shape is None or bcast(cshape, v.shape) is None or numel(shape) > self.max_numel:
                 return self.g_unary()
             self.emit('Where', [cond, v, w], shape, max(v.mag, w.mag), v.exact and w.exact)
             return
@@ -265,12 +270,12 @@ class GraphGen:
         if self.coin(0.3):
             v, w = w, v
         shape = bcast(v.shape, w.shape)
-        if shape is None or numel(shape) > MAX_NUMEL:
+        if shape is None or numel(shape) > self.max_numel:
             return self.g_unary()
         if op in ('Sum', 'Mean') and self.coin(0.5):
             x = self.operand_like(shape)
             s2 = bcast(shape, x.shape)
-            if s2 is not None and numel(s2) <= MAX_NUMEL:
+            if s2 is not None and numel(s2) <= self.max_numel:
                 self.emit(op, [v, w, x], s2, v.mag + w.mag + x.mag)
                 return
         mag = v.mag + w.mag
@@ -473,7 +478,7 @@ class GraphGen:
                 s = list(v.shape)
                 s[axis] = int(self.choice([1, 2, 3, 5]))
                 w = self.new_input(s) if self.n_inputs < 3 and self.coin(0.4) else self.const_val(s)
-            if (total + w.shape[axis]) * rest > MAX_NUMEL:
+            if (total + w.shape[axis]) * rest > self.max_numel:
                 break
             parts.append(w)
             total += w.shape[axis]
@@ -486,13 +491,13 @@ class GraphGen:
         self.emit('Concat', parts, shape, max(p.mag for p in parts), all(p.exact for p in parts), axis=int(a))
 
     def g_expand(self):
-        v = self.pick(lambda x: numel(x.shape) * 2 <= MAX_NUMEL)
+        v = self.pick(lambda x: numel(x.shape) * 2 <= self.max_numel)
         if v is None:
             return self.g_unary()
         target = [self.choice([2, 3, 5]) if d == 1 and self.coin(0.7) else d for d in v.shape]
         if len(target) < 4 and self.coin(0.3):
             target = [self.choice([2, 3])] + target
-        if numel(target) > MAX_NUMEL:
+        if numel(target) > self.max_numel:
             target = list(v.shape)
         spec = [1 if (self.coin(0.2) and i >= len(target) - len(v.shape) and
                       v.shape[i - (len(target) - len(v.shape))] == t) else t for i, t in enumerate(target)]
@@ -523,7 +528,7 @@ class GraphGen:
             if bb is None:
                 return self.g_unary()
             shape = bb + (a_rows[-1:] if len(v.shape) >= 2 else []) + [N]
-        if numel(shape) > MAX_NUMEL:
+        if numel(shape) > self.max_numel:
             return self.g_unary()
         if self.coin(0.7):
             b = self.const_val(bshape, 1.0 / math.sqrt(K))
@@ -548,7 +553,7 @@ class GraphGen:
         ta, tb = int(self.coin(0.3)), int(self.coin(0.4))
         M, K = (v.shape[1], v.shape[0]) if ta else (v.shape[0], v.shape[1])
         N = int(self.choice([1, 3, 7, 16, 17, 33]))
-        if M * N > MAX_NUMEL:
+        if M * N > self.max_numel:
             return self.g_unary()
         b = self.const_val([N, K] if tb else [K, N], 1.0 / math.sqrt(K))
         alpha = float(self.choice([1.0, 1.0, 0.5, -1.25]))
@@ -602,7 +607,7 @@ class GraphGen:
         if any(o < 1 for o in out_sp):
             return self.g_unary()
         shape = [v.shape[0], co] + out_sp
-        if numel(shape) > MAX_NUMEL:
+        if numel(shape) > self.max_numel:
             return self.g_unary()
         if any(s != 1 for s in strides) or self.coin(0.3):
             attrs['strides'] = strides
@@ -627,6 +632,12 @@ class GraphGen:
             if i == 0 and self.coin(0.25):
                 shape = [self.choice([1, 2]), self.choice([1, 2, 3, 4, 8])] + \
                         [self.choice([3, 5, 7, 9, 16])] * self.choice([1, 2])
+            elif self.big:
+                rank = self.r.randint(2, 4)
+                shape = [self.choice(DIMS) for _ in range(rank)]
+                shape[self.r.randint(rank)] = self.choice([129, 257, 513])
+                while numel(shape) > BIG_NUMEL // 2:
+                    shape[self.r.randint(rank)] = self.choice([1, 2, 3])
             else:
                 rank = self.r.randint(1, 5)
                 shape = [self.choice(DIMS) for _ in range(rank)]

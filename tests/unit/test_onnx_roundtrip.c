@@ -1041,7 +1041,7 @@ static void test_big_model(const char *self) {
   if (!ok(st, "save big model")) return;
   struct stat sb;
   stat(path, &sb);
-  char cmd[1200];
+  char cmd[2200];
   snprintf(cmd, sizeof cmd, "'%s' --rss-child '%s'", self, path);
   FILE *p = popen(cmd, "r");
   long before = 0, after = 0;

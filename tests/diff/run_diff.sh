@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# kiln's differential test: the cpu device against the reference device.
+#
+#   run_diff.sh KILN_DIFF_BINARY SOURCE_DIR
+#
+# Generates, into a temporary folder,
+#   - the op sweep (tests/diff/gen_op_sweep.py): every op the cpu device
+#     claims over odd / non-vector-width sizes, broadcasting and
+#     non-contiguous (transposed, strided, reversed) inputs; each model must
+#     be compiled with no node left to ref (--fail-on-fallback), except the
+#     few listed in SWEEP_MIXED below, which exercise ref steps on purpose;
+#   - KILN_DIFF_COUNT (default 200) random graphs (tests/diff/gen_random_graphs.py)
+#     with seed KILN_DIFF_SEED (default: from the time; printed),
+# and runs kiln_diff over them (cpu vs ref, rtol 1e-3, atol 1e-4). Fails on
+# any mismatch, on a generator failure, or if fewer than 200 random graphs
+# ran. A failure prints the seed: rerun with KILN_DIFF_SEED=S to reproduce,
+# or run kiln_diff on the kept models (KILN_DIFF_KEEP=1 keeps the folder).
+#
+# Compiled kernels are cached in $KILN_CACHE_DIR (default: kiln_diff_cache
+# next to the binary), so later runs only compile the new random graphs.
+# KILN_DIFF_JOBS (default 2) kiln_diff processes run side by side.
+#
+# Needs /usr/bin/python3 (or $KILN_PYTHON) with onnx and numpy; without them
+# prints SKIP and exits 77, or fails when KILN_REQUIRE_PYTHON=1.
+set -u
+if [ $# -lt 2 ]; then
+  echo "usage: $0 KILN_DIFF_BINARY SOURCE_DIR" >&2
+  exit 2
+fi
+bin=$1 src=$2
+py=${KILN_PYTHON:-/usr/bin/python3}
+count=${KILN_DIFF_COUNT:-200}
+jobs=${KILN_DIFF_JOBS:-2}
+seed=${KILN_DIFF_SEED:-$(( $(date +%s) % 1000000 ))}
+min_random=200
+export KILN_CACHE_DIR=${KILN_CACHE_DIR:-$(cd "$(dirname "$bin")" && pwd)/kiln_diff_cache}
+
+if ! "$py" -c 'import onnx, numpy' > /dev/null 2>&1; then
+  if [ "${KILN_REQUIRE_PYTHON:-}" = 1 ]; then
+    echo "FAIL: KILN_REQUIRE_PYTHON=1 but $py with onnx and numpy is missing" >&2
+    exit 1
+  fi
+  echo "SKIP: $py with onnx and numpy is needed to generate the models"
+  exit 77
+fi
+if [ ! -x "$bin" ]; then
+  echo "FAIL: $bin is not an executable" >&2
+  exit 1
+fi
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln_diff.XXXXXX") || exit 1
+if [ "${KILN_DIFF_KEEP:-}" = 1 ]; then
+  echo "keeping the models in $tmp"
+else
+  trap 'rm -rf "$tmp"' EXIT
+fi
+echo "seed $seed (reproduce with KILN_DIFF_SEED=$seed), kernel cache $KILN_CACHE_DIR"
+
+if ! "$py" "$src/tests/diff/gen_op_sweep.py" "$tmp/sweep" > "$tmp/gen_sweep.log" 2>&1; then
+  cat "$tmp/gen_sweep.log"
+  echo "FAIL: gen_op_sweep.py failed" >&2
+  exit 1
+fi
+if ! "$py" "$src/tests/diff/gen_random_graphs.py" "$tmp/random" --count "$count" --seed "$seed" \
+     > "$tmp/gen_random.log" 2>&1; then
+  cat "$tmp/gen_random.log"
+  echo "FAIL: gen_random_graphs.py failed" >&2
+  exit 1
+fi
+grep -i rejected "$tmp/gen_random.log"
+
+# Sweep models that run ref nodes between compiled ones on purpose.
+SWEEP_MIXED=$'Where_cmp.onnx\nmixed_layernorm_pattern.onnx'
+
+# Runs kiln_diff over the files listed in $1 in $jobs processes; output in $2.
+run_split() {
+  local list=$1 out=$2
+  shift 2
+  local n
+  n=$(wc -l < "$list")
+  local per=$(( (n + jobs - 1) / jobs ))
+  [ "$per" -ge 1 ] || per=1
+  split -l "$per" -d "$list" "$list.part."
+  local pids=() rcs=0
+  for part in "$list".part.*; do
+    xargs -d '\n' "$bin" --seed "$seed" "$@" < "$part" > "$part.out" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do
+    wait "$p" || rcs=1
+  done
+  cat "$list".part.*.out > "$out"
+  return $rcs
+}
+
+status=0
+(cd "$tmp/sweep" && ls -- *.onnx) | grep -vxF -e "$SWEEP_MIXED" | sed "s:^:$tmp/sweep/:" > "$tmp/sweep.list"
+(cd "$tmp/sweep" && ls -- *.onnx) | grep -xF -e "$SWEEP_MIXED" | sed "s:^:$tmp/sweep/:" > "$tmp/mixed.list"
+(cd "$tmp/random" && ls -- *.onnx) | sed "s:^:$tmp/random/:" > "$tmp/random.list"
+
+start=$(date +%s)
+run_split "$tmp/sweep.list" "$tmp/sweep.out" --fail-on-fallback
+if [ -s "$tmp/mixed.list" ]; then
+  xargs -d '\n' "$bin" --seed "$seed" --report-fallbacks < "$tmp/mixed.list" >> "$tmp/sweep.out" 2>&1
+fi
+run_split "$tmp/random.list" "$tmp/random.out" --report-fallbacks
+
+# Sweep models failing because of an open kiln bug (tests/diff/known_failures.txt:
+# one model name per line, '#' comments): reported as XFAIL, and as XPASS
+# (to be removed from the list) once they pass.
+known=$src/tests/diff/known_failures.txt
+sed -e 's/#.*//' -e 's/[[:space:]]*$//' -e '/^$/d' "$known" 2>/dev/null | sort -u > "$tmp/known"
+
+for set in sweep random; do
+  out=$tmp/$set.out
+  expected=$(cat "$tmp/$set.list" $([ "$set" = sweep ] && echo "$tmp/mixed.list") | wc -l)
+  pass=0 fail=0 xfail=0
+  while read -r verdict name rest; do
+    name=${name%:}
+    if [ "$set" = sweep ] && grep -qxF "$name" "$tmp/known"; then
+      if [ "$verdict" = FAIL ]; then
+        echo "XFAIL $name ${rest}"
+        xfail=$((xfail + 1))
+      else
+        echo "XPASS $name: passes now; remove it from tests/diff/known_failures.txt"
+        status=1
+      fi
+    elif [ "$verdict" = FAIL ]; then
+      echo "FAIL $name ${rest}"
+      fail=$((fail + 1))
+      status=1
+    else
+      pass=$((pass + 1))
+    fi
+  done < <(grep -e '^PASS ' -e '^FAIL ' "$out")
+  [ "$set" = sweep ] && grep '^FALLBACK ' "$out"
+  ran=$(grep -c -e '^PASS ' -e '^FAIL ' "$out")
+  echo "$set: $ran models: $pass passed, $fail failed, $xfail known failures"
+  # A crash ends a kiln_diff process early: count results, not summary lines.
+  if [ "$ran" -ne "$expected" ]; then
+    echo "FAIL: $set: $expected models but $ran results (did kiln_diff crash?)"
+    grep -v -e '^PASS ' -e '^FAIL ' -e '^FALLBACK ' -e '^kiln_diff: ' "$out" | head -20
+    status=1
+  fi
+  [ "$set" = random ] && random_ran=$ran
+done
+echo "random graphs: $(grep -c '^FALLBACK ' "$tmp/random.out") node(s) ran on ref on purpose (comparisons feeding Where, softmax over leading axes)"
+echo "time: $(( $(date +%s) - start )) s"
+if [ "${random_ran:-0}" -lt "$min_random" ]; then
+  echo "FAIL: only ${random_ran:-0} random graphs ran; at least $min_random must"
+  status=1
+fi
+if [ $status -eq 0 ]; then
+  echo "diff: OK (seed $seed)"
+else
+  echo "diff: FAILED (seed $seed; reproduce with KILN_DIFF_SEED=$seed KILN_DIFF_KEEP=1 $0 $bin $src)"
+fi
+exit $status
