@@ -13,11 +13,11 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON >/dev/null
 cmake --build build-asan -j"$jobs" >/dev/null
 
 echo "== build: fuzz targets (clang, libFuzzer)"
-CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_FUZZ=ON >/dev/null
-cmake --build build-fuzz -j"$jobs" --target fuzz_model fuzz_npy >/dev/null
+CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_FUZZ=ON -DKILN_WERROR=ON >/dev/null
+cmake --build build-fuzz -j"$jobs" >/dev/null  # the whole tree: clang must compile it warning-free too
 
 echo "== build: release"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_WERROR=ON \
   -DKILN_ASAN_BUILD_DIR="$PWD/build-asan" -DKILN_FUZZ_BUILD_DIR="$PWD/build-fuzz" >/dev/null
 cmake --build build -j"$jobs" >/dev/null
 
