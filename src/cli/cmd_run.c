@@ -6,10 +6,12 @@
 #include "tensor/npy.h"
 
 static const char *run_help =
-    "usage: kiln run MODEL.onnx [--device ref] [--input NAME=FILE.npy]... [--output-dir DIR]\n"
+    "usage: kiln run MODEL.onnx [--device D] [--threads N] [--input NAME=FILE.npy]... [--output-dir DIR]\n"
     "\n"
-    "Runs the model. Inputs are bound by graph-input name (a .npz file gives a\n"
-    "sequence input, its arrays in order; an omitted optional input is empty).\n"
+    "Runs the model on device D (default: cpu when a C compiler is found, else\n"
+    "ref) with N threads (default: the number of physical cores). Inputs are\n"
+    "bound by graph-input name (a .npz file gives a sequence input, its arrays\n"
+    "in order; an omitted optional input is empty).\n"
     "With --output-dir the\n"
     "i-th graph output is written to DIR/output_<i>.npy (sequences: DIR/output_<i>.npz);\n"
     "otherwise each output's name, dtype, shape and first values are printed.\n"
@@ -59,13 +61,17 @@ int kiln_cmd_run(int argc, char **argv) {
     fputs(run_help, stdout);
     return 0;
   }
-  const char *model_path = NULL, *device = "ref", *out_dir = NULL;
+  const char *model_path = NULL, *device = NULL, *out_dir = NULL; /* NULL: the default device */
+  int threads = 0;                                                  /* 0: physical cores */
   const char *in_names[256];
   const char *in_files[256];
   int n_in = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (!strcmp(a, "--device") || !strcmp(a, "--input") || !strcmp(a, "--output-dir")) {
+    if (!strcmp(a, "--threads")) {
+      if (i + 1 >= argc || atoi(argv[i + 1]) < 1) return kiln_cli_failf("--threads needs a positive number");
+      threads = atoi(argv[++i]);
+    } else if (!strcmp(a, "--device") || !strcmp(a, "--input") || !strcmp(a, "--output-dir")) {
       if (i + 1 >= argc) return kiln_cli_failf("%s needs a value", a);
       const char *v = argv[++i];
       if (!strcmp(a, "--device")) {
@@ -100,6 +106,7 @@ int kiln_cmd_run(int argc, char **argv) {
   if (!st) {
     kiln_session_options so = kiln_session_options_default();
     so.device = device;
+    so.threads = threads;
     st = kiln_session_create(model, &so, &sess);
   }
   for (int i = 0; i < n_in && !st; i++) {
