@@ -177,6 +177,10 @@ kiln_op_class kiln_lower_class(const kiln_graph *g, const kiln_node *n, const ch
     goto out;
   }
   const char *op = n->op_type;
+  if (n->n_inputs > 8) { /* views hold at most 8 operands */
+    why = "more than 8 inputs";
+    goto out;
+  }
   if (find_unary(op) >= 0) {
     if (!is_f32(in0)) { why = "dtype other than f32"; goto out; }
     if (!strcmp(op, "Clip") && n->opset >= 11) {

@@ -104,9 +104,11 @@ static kiln_status_t conv_geometry(const kiln_graph *g, const kiln_node *n, conv
   return NULL;
 }
 
+/* The input is already the im2col matrix: 1x1, stride 1, and no padding at
+ * either end (the output covers exactly the input). */
 static bool conv_is_pointwise(const conv_geom *c) {
   for (int i = 0; i < c->nsp; i++)
-    if (c->k[i] != 1 || c->stride[i] != 1 || c->pad_begin[i] != 0) return false;
+    if (c->k[i] != 1 || c->stride[i] != 1 || c->pad_begin[i] != 0 || c->out_sp[i] != c->in_sp[i]) return false;
   return true;
 }
 
