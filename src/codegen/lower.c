@@ -419,11 +419,14 @@ static te_expr *compute_concat(te_builder *b, const te_tensor *t, te_expr *const
   }
   te_expr *sub[KILN_MAX_RANK];
   for (int i = 0; i < t->rank; i++) sub[i] = idx[i];
-  sub[axis] = te_binary(b, TE_SUB, idx[axis], te_idx(b, offs[t->n_in - 1]));
-  te_expr *r = te_at(b, t->in[t->n_in - 1], sub);
-  for (int k = t->n_in - 2; k >= 0; k--) {
-    sub[axis] = te_binary(b, TE_SUB, idx[axis], te_idx(b, offs[k]));
-    r = te_select(b, te_binary(b, TE_LT, idx[axis], te_idx(b, offs[k + 1])), te_at(b, t->in[k], sub), r);
+  /* Every operand's load is computed (the C renderer evaluates both sides of
+   * a select), so each index is clamped into its own operand. */
+  te_expr *r = NULL;
+  for (int k = t->n_in - 1; k >= 0; k--) {
+    te_expr *local = te_binary(b, TE_SUB, idx[axis], te_idx(b, offs[k]));
+    sub[axis] = te_binary(b, TE_MIN, te_binary(b, TE_MAX, local, te_idx(b, 0)), te_idx(b, t->in[k]->dims[axis] - 1));
+    te_expr *v = te_at(b, t->in[k], sub);
+    r = r ? te_select(b, te_binary(b, TE_LT, idx[axis], te_idx(b, offs[k + 1])), v, r) : v;
   }
   return r;
 }
