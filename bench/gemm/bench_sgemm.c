@@ -133,6 +133,10 @@ int main(int argc, char **argv) {
     long mc = 0, kc = 0, nc = 0;
     if (sscanf(blk, "%ld,%ld,%ld", &mc, &kc, &nc) >= 1) kiln_gemm_set_blocking(mc, kc, nc);
   }
+  /* KILN_GEMM_SMALL_M=n: the most rows for kiln's streaming small-M path. */
+  if (getenv("KILN_GEMM_SMALL_M")) kiln_gemm_set_small_m(atol(getenv("KILN_GEMM_SMALL_M")));
+  /* KILN_GEMM_DIRECT_B=1|2: read B in place / always pack it. */
+  if (getenv("KILN_GEMM_DIRECT_B")) kiln_gemm_test_direct_b(atoi(getenv("KILN_GEMM_DIRECT_B")));
   openblas_set_num_threads(threads);
   omp_set_num_threads(threads);
   kiln_threadpool *pool = NULL;

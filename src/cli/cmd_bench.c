@@ -413,43 +413,76 @@ static void measure_peak(peak_info *p) {
 /* ---- per-node profile ------------------------------------------------------ */
 
 typedef struct node_prof {
-  const kiln_graph *g; /* the session's specialized graph the times belong to */
+  const kiln_graph *g; /* the graph the session ran (the specialized or compiled one) */
   int n_nodes;
-  double *seconds; /* per node, summed over runs */
+  double *seconds; /* per kernel, indexed by the node that started it; summed over runs */
   int *count;
+  int *last;  /* per kernel: the node whose outputs ended it when that is another node (a fused
+                 epilogue), else -1 */
+  int start;  /* node whose before_node hook ran last, or -1 */
+  bool oom;
   double t0;
 } node_prof;
 
-/* The executor's before_node hook starts a node's clock; the observer,
- * called after the node ran, stops it. */
+static bool prof_graph(node_prof *p, const kiln_graph *g) {
+  if (p->g == g) return true;
+  /* First run, or the session re-specialized the graph: start over. */
+  free(p->seconds);
+  free(p->count);
+  free(p->last);
+  size_t n = (size_t)(g->n_nodes ? g->n_nodes : 1);
+  p->g = g;
+  p->n_nodes = g->n_nodes;
+  p->seconds = calloc(n, sizeof *p->seconds);
+  p->count = calloc(n, sizeof *p->count);
+  p->last = malloc(n * sizeof *p->last);
+  p->start = -1;
+  if (!p->seconds || !p->count || !p->last) {
+    p->oom = true;
+    p->g = NULL;
+    p->n_nodes = 0;
+    return false;
+  }
+  for (int i = 0; i < g->n_nodes; i++) p->last[i] = -1;
+  return true;
+}
+
+static int node_index(const node_prof *p, const kiln_graph *g, const kiln_node *node) {
+  ptrdiff_t idx = node - g->nodes;
+  return idx >= 0 && idx < p->n_nodes ? (int)idx : -1;
+}
+
+/* The before_node hook starts a clock; the observer, called once a node's
+ * outputs exist, stops it. The interpreter calls both for every node. A
+ * compiling device calls before_node per step and the observer with the node
+ * whose outputs the step materialized: for a contraction with a fused
+ * epilogue that is the epilogue's node, and the epilogue's own step gets a
+ * before_node call and no observer call. So the time between the two is
+ * charged to the node that started the kernel, noting the node that ended it. */
 static void prof_before(void *user, const kiln_graph *g, const kiln_node *node) {
   node_prof *p = user;
+  if (!prof_graph(p, g)) return;
+  p->start = node_index(p, g, node);
   p->t0 = kiln_cli_now();
 }
 
 static kiln_status_t prof_after(void *user, const kiln_graph *g, const kiln_node *node, kiln_value *const *outputs) {
   double t1 = kiln_cli_now();
   node_prof *p = user;
-  if (p->g != g) { /* first run, or the session re-specialized the graph */
-    free(p->seconds);
-    free(p->count);
-    p->g = g;
-    p->n_nodes = g->n_nodes;
-    p->seconds = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *p->seconds);
-    p->count = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *p->count);
-    if (!p->seconds || !p->count) return KILN_OOM();
-  }
-  ptrdiff_t idx = node - g->nodes;
-  if (idx >= 0 && idx < p->n_nodes) {
-    p->seconds[idx] += t1 - p->t0;
-    p->count[idx]++;
-  }
+  if (!prof_graph(p, g) || p->oom) return KILN_OOM();
+  int idx = node_index(p, g, node), k = p->start >= 0 ? p->start : idx;
+  p->start = -1;
+  if (k < 0) return NULL;
+  p->seconds[k] += t1 - p->t0;
+  p->count[k]++;
+  if (idx >= 0 && idx != k) p->last[k] = idx;
   return NULL;
 }
 
 typedef struct prof_row {
-  int node;
-  double ms; /* per run */
+  int node, last; /* last: see node_prof, -1 if none */
+  char op[64];    /* "Conv", or "Gemm+Relu" for a fused kernel */
+  double ms;      /* per run */
   double gflops;
   int64_t flops;
 } prof_row;
@@ -648,25 +681,31 @@ int kiln_cmd_bench(int argc, char **argv) {
 
   double prof_total = 0, peak_gflops = peak.per_core_gflops * peak.threads;
   int64_t total_flops = 0;
+  int n_rows = 0;
   if (o.profile) {
     const kiln_graph *g = prof.g;
     for (int i = 0; i < prof.n_nodes; i++) {
-      int runs = prof.count[i] ? prof.count[i] : 1;
-      rows[i].node = i;
-      rows[i].ms = prof.seconds[i] / runs * 1e3;
-      rows[i].flops = kiln_node_flops(g, &g->nodes[i]);
-      rows[i].gflops = rows[i].ms > 0 ? (double)rows[i].flops / (rows[i].ms * 1e-3) * 1e-9 : 0;
-      prof_total += rows[i].ms;
-      total_flops += rows[i].flops;
-      const char *op = g->nodes[i].op_type;
+      if (!prof.count[i]) continue; /* ran inside another node's kernel (or did not run) */
+      prof_row *r = &rows[n_rows++];
+      r->node = i;
+      r->last = prof.last[i];
+      r->ms = prof.seconds[i] / K * 1e3;
+      r->flops = kiln_node_flops(g, &g->nodes[i]) + (r->last >= 0 ? kiln_node_flops(g, &g->nodes[r->last]) : 0);
+      r->gflops = r->ms > 0 ? (double)r->flops / (r->ms * 1e-3) * 1e-9 : 0;
+      if (r->last >= 0) snprintf(r->op, sizeof r->op, "%s+%s", g->nodes[i].op_type, g->nodes[r->last].op_type);
+      else snprintf(r->op, sizeof r->op, "%s", g->nodes[i].op_type);
+      prof_total += r->ms;
+      total_flops += r->flops;
+    }
+    qsort(rows, (size_t)n_rows, sizeof *rows, cmp_row);
+    for (int i = 0; i < n_rows; i++) { /* after the sort: ops point into rows */
       int k = 0;
-      while (k < n_ops && strcmp(ops[k].op, op)) k++;
-      if (k == n_ops) ops[n_ops++] = (op_row){op, 0, 0, 0};
+      while (k < n_ops && strcmp(ops[k].op, rows[i].op)) k++;
+      if (k == n_ops) ops[n_ops++] = (op_row){rows[i].op, 0, 0, 0};
       ops[k].count++;
       ops[k].ms += rows[i].ms;
       ops[k].flops += rows[i].flops;
     }
-    qsort(rows, (size_t)prof.n_nodes, sizeof *rows, cmp_row);
     qsort(ops, (size_t)n_ops, sizeof *ops, cmp_op_row);
   }
   char peak_src[256];
@@ -714,17 +753,22 @@ int kiln_cmd_bench(int argc, char **argv) {
       const kiln_graph *g = prof.g;
       fprintf(f, ",\n \"profile\": {\"runs\": %d, \"total_ms\": ", K);
       json_num(f, prof_total);
-      fprintf(f, ", \"flops\": %lld, \"peak_gflops\": ", (long long)total_flops);
+      fprintf(f, ", \"flops\": %lld, \"graph_nodes\": %d, \"peak_gflops\": ", (long long)total_flops,
+              prof.n_nodes);
       json_num(f, peak_gflops);
       fprintf(f, ", \"peak_source\": ");
       json_str(f, peak_src);
       fprintf(f, ",\n  \"nodes\": [");
-      for (int i = 0; i < prof.n_nodes; i++) {
+      for (int i = 0; i < n_rows; i++) {
         const prof_row *r = &rows[i];
         fprintf(f, "%s\n   {\"op\": ", i ? "," : "");
-        json_str(f, g->nodes[r->node].op_type);
+        json_str(f, r->op);
         fprintf(f, ", \"name\": ");
         json_str(f, g->nodes[r->node].name);
+        if (r->last >= 0) {
+          fprintf(f, ", \"ends_at\": ");
+          json_str(f, g->nodes[r->last].name);
+        }
         fprintf(f, ", \"index\": %d, \"ms\": ", r->node);
         json_num(f, r->ms);
         fprintf(f, ", \"share\": ");
@@ -739,7 +783,7 @@ int kiln_cmd_bench(int argc, char **argv) {
       for (int i = 0; i < n_ops; i++) {
         fprintf(f, "%s\n   {\"op\": ", i ? "," : "");
         json_str(f, ops[i].op);
-        fprintf(f, ", \"count\": %d, \"ms\": ", ops[i].count);
+        fprintf(f, ", \"kernels\": %d, \"ms\": ", ops[i].count);
         json_num(f, ops[i].ms);
         fprintf(f, ", \"share\": ");
         json_num(f, prof_total > 0 ? ops[i].ms / prof_total : 0);
@@ -764,14 +808,16 @@ int kiln_cmd_bench(int argc, char **argv) {
   printf("peak RSS    %.1f MB\n", (double)rss / 1e6);
   if (o.profile) {
     const kiln_graph *g = prof.g;
-    printf("\nprofile: %d more runs with a clock around each node (executor before_node/observer hooks);\n", K);
-    printf("  %d nodes, %.3f ms per run in nodes, %.4g FLOPs per run (%.2f GFLOP/s overall)\n", prof.n_nodes,
+    printf("\nprofile: %d more runs with a clock around each kernel (the before_node/observer hooks);\n", K);
+    printf("  %d timed kernels (%d graph nodes%s), %.3f ms per run in them, %.4g FLOPs per run (%.2f GFLOP/s "
+           "overall)\n",
+           n_rows, prof.n_nodes, n_rows < prof.n_nodes ? "; the others ran inside another node's kernel" : "",
            prof_total, (double)total_flops, prof_total > 0 ? (double)total_flops / (prof_total * 1e-3) * 1e-9 : 0);
     printf("  peak %.1f GFLOP/s = %s\n", peak_gflops, peak_src);
     if (peak.nominal_mhz > 0)
       printf("  (nominal: %.0f MHz from /proc/cpuinfo x %d FLOPs/cycle = %.1f GFLOP/s per core)\n", peak.nominal_mhz,
              peak.lanes * 4, peak.nominal_mhz * 1e-3 * peak.lanes * 4);
-    int show = o.top > 0 && o.top < prof.n_nodes ? o.top : prof.n_nodes;
+    int show = o.top > 0 && o.top < n_rows ? o.top : n_rows;
     printf("\n  %4s  %-22s %-40s %10s %7s %9s %7s\n", "#", "op", "node", "ms/run", "share", "GFLOP/s", "%peak");
     for (int i = 0; i < show; i++) {
       const prof_row *r = &rows[i];
@@ -780,19 +826,19 @@ int kiln_cmd_bench(int argc, char **argv) {
       size_t len = strlen(n->name);
       if (len > 40) snprintf(name, sizeof name, "...%s", n->name + len - 37);
       else snprintf(name, sizeof name, "%s", n->name);
-      printf("  %4d  %-22.22s %-40s %10.4f %6.2f%% %9.3f %6.2f%%\n", r->node, n->op_type, name, r->ms,
+      printf("  %4d  %-22.22s %-40s %10.4f %6.2f%% %9.3f %6.2f%%\n", r->node, r->op, name, r->ms,
              prof_total > 0 ? 100 * r->ms / prof_total : 0, r->gflops,
              peak_gflops > 0 ? 100 * r->gflops / peak_gflops : 0);
     }
-    if (show < prof.n_nodes) {
+    if (show < n_rows) {
       double rest = 0;
-      for (int i = show; i < prof.n_nodes; i++) rest += rows[i].ms;
-      printf("  ... %d more nodes, %.4f ms (%.2f%%); --top 0 lists all\n", prof.n_nodes - show, rest,
+      for (int i = show; i < n_rows; i++) rest += rows[i].ms;
+      printf("  ... %d more, %.4f ms (%.2f%%); --top 0 lists all\n", n_rows - show, rest,
              prof_total > 0 ? 100 * rest / prof_total : 0);
     }
-    printf("\n  by op type:\n  %-22s %6s %10s %7s %9s\n", "op", "nodes", "ms/run", "share", "GFLOP/s");
+    printf("\n  by op type:\n  %-22s %7s %10s %7s %9s\n", "op", "kernels", "ms/run", "share", "GFLOP/s");
     for (int i = 0; i < n_ops; i++)
-      printf("  %-22.22s %6d %10.4f %6.2f%% %9.3f\n", ops[i].op, ops[i].count, ops[i].ms,
+      printf("  %-22.22s %7d %10.4f %6.2f%% %9.3f\n", ops[i].op, ops[i].count, ops[i].ms,
              prof_total > 0 ? 100 * ops[i].ms / prof_total : 0,
              ops[i].ms > 0 ? (double)ops[i].flops / (ops[i].ms * 1e-3) * 1e-9 : 0);
   }
@@ -800,6 +846,7 @@ int kiln_cmd_bench(int argc, char **argv) {
 cleanup:
   free(prof.seconds);
   free(prof.count);
+  free(prof.last);
   free(rows);
   free(ops);
   free(lat);

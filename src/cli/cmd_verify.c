@@ -51,7 +51,7 @@ typedef struct verify_state {
   int n_ref_values;
   /* device side */
   const char *inject; /* node name whose output the device side perturbs */
-  bool injected;
+  bool injected, inject_started;
   int dev_nodes, dev_values, dev_only;
 } verify_state;
 
@@ -166,18 +166,23 @@ static void compare_values(const kiln_value *d, const kiln_value *r, const verif
   }
 }
 
-/* Perturbs one element of the node's first tensor output, on a private copy
- * (the tensor may be shared with the model's constants or with an input). */
+/* Perturbs one element of the node's first tensor output so that the
+ * consumers downstream see it. A tensor only this value holds is changed in
+ * place (on a compiling device it is a view of the device's buffer, which is
+ * what the next kernels read); a shared one (a model constant, a graph input)
+ * is copied first, and the copy replaces it in the value. */
 static kiln_status_t inject_error(const kiln_node *node, kiln_value *const *outputs) {
   for (int i = 0; i < node->n_outputs; i++) {
     kiln_value *v = outputs[i];
     if (node->outputs[i] < 0 || !v || v->kind != KILN_VALUE_TENSOR) continue;
     if (v->tensor->numel == 0)
       return kiln_error(KILN_INVALID_ARGUMENT, "--inject-error: output %d of node '%s' is empty", i, node->name);
-    kiln_tensor *c;
-    KILN_TRY(kiln_tensor_clone(v->tensor, &c));
-    kiln_tensor_release(v->tensor);
-    v->tensor = c;
+    kiln_tensor *c = v->tensor;
+    if (c->refcount > 1 || c->keepalive) {
+      KILN_TRY(kiln_tensor_clone(v->tensor, &c));
+      kiln_tensor_release(v->tensor);
+      v->tensor = c;
+    }
     int64_t e = c->numel / 2;
     kiln_dtype dt = c->dtype;
     if (kiln_dtype_is_float(dt)) {
@@ -215,6 +220,11 @@ static kiln_status_t capture_ref(void *user, const kiln_graph *g, const kiln_nod
     KILN_TRY(kiln_value_share(outputs[i], &vs->ref_vals[id]));
   }
   return NULL;
+}
+
+static void device_step(void *user, const kiln_graph *g, const kiln_node *node) {
+  verify_state *vs = user;
+  if (vs->inject && !strcmp(node->name, vs->inject)) vs->inject_started = true;
 }
 
 static kiln_status_t compare_device(void *user, const kiln_graph *g, const kiln_node *node,
@@ -368,11 +378,17 @@ int kiln_cmd_verify(int argc, char **argv) {
   }
   if (!st) {
     dev_sess->observer = compare_device;
+    dev_sess->before_node = device_step;
     dev_sess->observer_user = &vs;
     st = run_side(dev_sess, &in, n_out, outs, &t_dev);
     if (st) st = kiln_status_annotate(st, "on %s", device);
   }
-  if (!st && o.inject && !vs.injected)
+  if (!st && o.inject && !vs.injected && vs.inject_started)
+    st = kiln_error(KILN_INVALID_ARGUMENT,
+                    "--inject-error: on %s, node '%s' is fused with other nodes into one kernel that never "
+                    "materializes its output; pick the last node of the fused group",
+                    device, o.inject);
+  else if (!st && o.inject && !vs.injected)
     st = kiln_error(KILN_NOT_FOUND, "--inject-error: the %s side ran no node named '%s'", device, o.inject);
   if (st) {
     rc = kiln_cli_fail(st);

@@ -423,6 +423,7 @@ static te_expr *compute_concat(te_builder *b, const te_tensor *t, te_expr *const
    * a select), so each index is clamped into its own operand. */
   te_expr *r = NULL;
   for (int k = t->n_in - 1; k >= 0; k--) {
+    if (t->in[k]->dims[axis] == 0) continue; /* contributes nothing; has no element to load */
     te_expr *local = te_binary(b, TE_SUB, idx[axis], te_idx(b, offs[k]));
     sub[axis] = te_binary(b, TE_MIN, te_binary(b, TE_MAX, local, te_idx(b, 0)), te_idx(b, t->in[k]->dims[axis] - 1));
     te_expr *v = te_at(b, t->in[k], sub);

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Writes the op sweep of kiln's differential test: one small model per
 (claimed op, shape/attribute variant) into OUTDIR as NAME.onnx, for
-kiln_diff to run on the cpu device and on ref.
+kiln_diff to run on the cpu device and on ref. Models whose names start
+with `mixed_` contain, on purpose, nodes the cpu device leaves to ref
+(comparisons, ops with more than 8 inputs, LayerNormalization); every other
+model must compile entirely.
 
     gen_op_sweep.py OUTDIR [--list]
 
@@ -242,7 +245,8 @@ def binary_cases():
     # variadic Sum/Max/Min/Mean: 1, 3 and 9 inputs with broadcasting
     for op in ['Sum', 'Max', 'Min', 'Mean']:
         for n in (1, 3, 9):
-            m = case('%s_n%d' % (op, n))
+            # more than 8 operands run on ref (views hold at most 8)
+            m = case('%s%s_n%d' % ('mixed_' if n > 8 else '', op, n))
             shapes = [[3, 17], [17], [3, 1], [1, 17]]
             ins = [m.source(shapes[i % len(shapes)]) for i in range(n)]
             m.out(m.node(op, ins))
@@ -279,7 +283,7 @@ def where_cases():
         c = m.inp([5, 17], B)
         m.out(m.node('Where', [c, m.source([5, 17], hx), m.source([5, 17], hy)]))
     # condition computed in the graph (ref step feeding a compiled kernel)
-    m = case('Where_cmp')
+    m = case('mixed_Where_cmp')  # Greater runs on ref
     x = m.source([3, 17])
     c = m.node('Greater', [x, m.const(np.float32(0.0))])
     m.out(m.node('Where', [c, x, m.source([17])]))
@@ -444,14 +448,27 @@ def movement_cases():
     # Concat
     for tag, shapes, axis in [('a0', [[2, 17], [3, 17]], 0), ('a1', [[3, 5], [3, 17], [3, 1]], 1),
                               ('am1', [[2, 3, 5], [2, 3, 7]], -1), ('a1_3d', [[2, 1, 5], [2, 4, 5], [2, 2, 5]], 1),
-                              ('one', [[3, 17]], 0), ('four', [[1, 9]] * 4, 0),
+                              ('one', [[3, 17]], 0), ('four', [[1, 9]] * 4, 0), ('eight', [[2, 3]] * 8, 1),
                               ('nine', [[2, 3]] * 9, 1)]:
         for how in ('plain', 'T'):
-            m = case('Concat_%s_%s' % (tag, how))
+            # more than 8 operands run on ref (views hold at most 8)
+            m = case('%sConcat_%s_%s' % ('mixed_' if tag == 'nine' else '', tag, how))
             ins = [m.source(s, how if i % 2 == 0 else 'S') for i, s in enumerate(shapes)]
             m.out(m.node('Concat', ins, axis=axis))
     m = case('Concat_const')
     m.out(m.node('Concat', [m.source([3, 5]), m.randc([3, 4])], axis=1))
+    # Concat inlined into a reduction, one operand a constant initializer
+    # (lives in the model file's mapping): the other operands' loads for rows
+    # that are not theirs must not leave their buffers
+    m = case('Concat_const_reduce')
+    m.out(m.node('ReduceMin', [m.node('Concat', [m.source([7, 129, 3]), m.randc([64, 129, 3])], axis=0)], keepdims=0))
+    m = case('Concat_constfirst_reduce')
+    m.out(m.node('ReduceMin', [m.node('Concat', [m.randc([2, 257, 3]), m.source([200, 257, 3])], axis=0)], keepdims=0))
+    m = case('Concat_constfirst_relu')
+    m.out(m.node('Relu', [m.node('Concat', [m.randc([2, 257, 3]), m.source([200, 257, 3])], axis=0)]))
+    m = case('Concat_reduce_axis1')
+    m.out(m.node('ReduceSum', [m.node('Concat', [m.source([3, 5, 17]), m.source([3, 2, 17])], axis=1),
+                               m.const(ints([1]))], keepdims=1))
     m = case('Concat_same_twice')
     x = m.node('Exp', [m.source([3, 5])])
     m.out(m.node('Concat', [x, x], axis=0))
@@ -561,6 +578,65 @@ def conv_cases():
     m.out(m.node('Add', [y, x]))
 
 
+def pool_cases():
+    def pool(tag, op, xs, how='plain', opset=12, **attrs):
+        m = case('%s_%s' % (op, tag), opset)
+        m.out(m.node(op, [m.source(xs, how)], **attrs))
+
+    for op in ('MaxPool', 'AveragePool'):
+        opset = 12 if op == 'MaxPool' else 11
+        pool('2x2', op, [1, 3, 8, 8], opset=opset, kernel_shape=[2, 2], strides=[2, 2])
+        pool('3x3_s1', op, [2, 4, 9, 9], opset=opset, kernel_shape=[3, 3])
+        pool('3x3_s2_pad', op, [1, 3, 15, 15], opset=opset, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+        pool('asym_pad', op, [1, 2, 9, 11], opset=opset, kernel_shape=[3, 2], pads=[0, 1, 2, 0], strides=[1, 2])
+        pool('ceil', op, [1, 3, 10, 10], opset=opset, kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)
+        pool('ceil_pad', op, [1, 2, 9, 9], opset=opset, kernel_shape=[2, 2], strides=[2, 2], pads=[1, 1, 1, 1],
+             ceil_mode=1)
+        pool('same_upper', op, [1, 3, 10, 10], opset=opset, kernel_shape=[3, 3], strides=[2, 2], auto_pad='SAME_UPPER')
+        pool('same_lower', op, [1, 3, 10, 10], opset=opset, kernel_shape=[3, 3], strides=[2, 2], auto_pad='SAME_LOWER')
+        pool('valid', op, [1, 3, 10, 10], opset=opset, kernel_shape=[3, 3], auto_pad='VALID')
+        pool('1d', op, [2, 3, 33], opset=opset, kernel_shape=[3], strides=[2], pads=[1, 1])
+        pool('3d', op, [1, 2, 5, 6, 7], opset=opset, kernel_shape=[2, 3, 2], pads=[0, 1, 1, 1, 1, 0])
+        pool('ncT', op, [1, 3, 9, 11], 'T', opset=opset, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+        pool('ncS', op, [1, 3, 9, 9], 'S', opset=opset, kernel_shape=[2, 2], strides=[2, 2])
+        pool('global_like', op, [1, 4, 7, 7], opset=opset, kernel_shape=[7, 7])
+    pool('dil2', 'MaxPool', [1, 2, 11, 11], kernel_shape=[3, 3], dilations=[2, 2], pads=[2, 2, 2, 2])
+    pool('dil_ceil', 'MaxPool', [1, 2, 12, 12], kernel_shape=[2, 2], dilations=[2, 1], strides=[2, 2], ceil_mode=1)
+    pool('opset8', 'MaxPool', [1, 3, 8, 8], opset=8, kernel_shape=[2, 2], strides=[2, 2])
+    for tag, attrs in [('incl_pad', {'count_include_pad': 1, 'pads': [1, 1, 1, 1]}),
+                       ('incl_pad_ceil', {'count_include_pad': 1, 'pads': [1, 1, 1, 1], 'strides': [2, 2],
+                                          'ceil_mode': 1}),
+                       ('incl_pad_asym', {'count_include_pad': 1, 'pads': [0, 2, 1, 0]}),
+                       ('incl_same', {'count_include_pad': 1, 'auto_pad': 'SAME_UPPER', 'strides': [2, 2]})]:
+        pool(tag, 'AveragePool', [1, 3, 10, 10], opset=11, kernel_shape=[3, 3], **attrs)
+    for op in ('GlobalAveragePool', 'GlobalMaxPool'):
+        for tag, xs, how in [('2d', [2, 3, 7, 9], 'plain'), ('1d', [1, 5, 33], 'plain'), ('3d', [1, 2, 3, 4, 5], 'plain'),
+                             ('unit', [1, 4, 1, 1], 'plain'), ('ncT', [1, 3, 5, 17], 'T'), ('ncS', [2, 3, 5, 15], 'S')]:
+            m = case('%s_%s' % (op, tag))
+            m.out(m.node(op, [m.source(xs, how)]))
+    m = case('GlobalAveragePool_conv_relu')  # the classifier head of CNNs
+    y = m.node('Relu', [m.node('Conv', [m.source([1, 4, 9, 9]), m.randc([8, 4, 3, 3]), m.randc([8])], pads=[1, 1, 1, 1])])
+    m.out(m.node('Flatten', [m.node('GlobalAveragePool', [y])]))
+
+
+def layernorm_cases():
+    for tag, xs, axis, bias, how in [('last', [3, 17], -1, True, 'plain'), ('nobias', [3, 17], -1, False, 'plain'),
+                                     ('a1', [2, 3, 33], 1, True, 'plain'), ('a0', [4, 15], 0, True, 'plain'),
+                                     ('r1', [65], -1, True, 'plain'), ('ncT', [5, 17], -1, True, 'T'),
+                                     ('ncS', [3, 33], -1, True, 'S'), ('am2', [2, 5, 16], -2, True, 'R')]:
+        m = case('LayerNormalization_%s' % tag, 17)
+        x = m.source(xs, how)
+        norm = xs[axis:] if axis != 0 else xs
+        ins = [x, m.randc(norm)] + ([m.randc(norm)] if bias else [])
+        m.out(m.node('LayerNormalization', ins, axis=axis, epsilon=1e-3 if tag == 'a0' else 1e-5))
+    m = case('LayerNormalization_scale_input', 17)  # scale and bias as graph inputs, broadcast
+    m.out(m.node('LayerNormalization', [m.source([3, 5, 17]), m.source([5, 17]), m.source([17])], axis=1))
+    m = case('LayerNormalization_then_add', 17)
+    x = m.source([4, 33])
+    y = m.node('LayerNormalization', [x, m.randc([33]), m.randc([33])])
+    m.out(m.node('Add', [y, x]))
+
+
 def pattern_cases():
     """Composite computations the patterns pass rewrites into ops the cpu claims."""
     m = case('Gelu_erf_pattern')
@@ -574,6 +650,16 @@ def pattern_cases():
                            m.const(np.float32(0.7978845608))])
     t = m.node('Add', [m.node('Tanh', [inner]), m.const(np.float32(1.0))])
     m.out(m.node('Mul', [m.node('Mul', [x, m.const(np.float32(0.5))]), t]))
+    # scaled dot-product attention written out (the patterns pass makes it
+    # one kiln.FusedAttention node), with and without an additive mask
+    for tag, mask in [('nomask', False), ('mask', True)]:
+        m = case('Attention_pattern_%s' % tag)
+        q, k, v = m.source([2, 3, 7, 16]), m.source([2, 3, 9, 16]), m.source([2, 3, 9, 16])
+        kt = m.node('Transpose', [k], perm=[0, 1, 3, 2])
+        sc = m.node('Mul', [m.node('MatMul', [q, kt]), m.const(np.float32(0.25))])
+        if mask:
+            sc = m.node('Add', [sc, m.randc([1, 1, 7, 9])])
+        m.out(m.node('MatMul', [m.node('Softmax', [sc], axis=-1), v]))
 
 
 def large_cases():
@@ -604,9 +690,8 @@ def large_cases():
     mx = m.node('ReduceMax', [x], axes=[1], keepdims=1)
     l2 = m.node('ReduceL2', [x], axes=[1], keepdims=1)
     m.out(m.node('Div', [m.node('Sub', [x, mx]), m.node('Add', [l2, m.const(np.float32(1.0))])]))
-    # LayerNormalization written out: the patterns pass makes it one
-    # LayerNormalization node, which runs on ref for now (SWEEP_MIXED)
-    m = case('mixed_layernorm_pattern')
+    # LayerNormalization written out: the patterns pass makes it one node
+    m = case('LayerNorm_pattern')
     x = m.source([513, 65])
     mean = m.node('ReduceMean', [x], axes=[1], keepdims=1)
     d = m.node('Sub', [x, mean])
@@ -634,7 +719,7 @@ def main(argv):
         return 2
     out = argv[1]
     for gen in (unary_cases, binary_cases, where_cases, reduce_cases, softmax_cases, movement_cases, matmul_cases,
-                gemm_cases, conv_cases, pattern_cases, large_cases):
+                gemm_cases, conv_cases, pool_cases, layernorm_cases, pattern_cases, large_cases):
         gen()
     os.makedirs(out, exist_ok=True)
     names = set()

@@ -3,8 +3,8 @@
  * output.
  *
  *   kiln_diff [--devices cpu,ref] [--seed S] [--threads N] [--rtol R] [--atol A]
- *             [--report-fallbacks] [--fail-on-fallback] [--allow-interpreted] [-v]
- *             MODEL.onnx...
+ *             [--report-fallbacks] [--fail-on-fallback] [--allow-interpreted]
+ *             [--timeout SECONDS] [--no-fork] [-v] MODEL.onnx...
  *
  * Inputs: f32/f64/f16/bf16 normal(0, 1); bool 0/1 at random; integers small
  * and non-negative (0..2). Dims the model leaves symbolic become 3. Each
@@ -23,13 +23,20 @@
  * claim, with kiln_lower_class's reason; --fail-on-fallback also makes each
  * such node a failure (for models that should be covered entirely).
  *
+ * Each model runs in a forked child process, so a crash in generated code
+ * (or a hang past --timeout) is reported as that model's FAIL and the
+ * others still run; --no-fork keeps everything in one process (debuggers).
+ *
  * Exit status: 0 when every model passed, 1 when any failed, 2 on usage
  * errors.
  */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "codegen/lower.h"
 #include "devices/cpu/cpu_internal.h"
@@ -44,6 +51,8 @@ typedef struct options {
   int threads;
   double rtol, atol;
   bool verbose, report_fallbacks, fail_on_fallback, allow_interpreted;
+  bool no_fork;
+  int timeout; /* seconds per model (forked mode) */
 } options;
 
 /* ---- random numbers (splitmix64) -------------------------------------------- */
@@ -332,18 +341,57 @@ done:
   kiln_model_destroy(m);
 }
 
+/* Runs test_model in a child process, so a crash or a hang in generated
+ * code is one FAIL line and the other models still run. The child reports
+ * its verdict and fallback count in its exit status. */
+static void test_model_isolated(const options *o, const char *path, counts *c) {
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) {
+    test_model(o, path, c);
+    return;
+  }
+  if (pid == 0) {
+    counts cc = {0, 0, 0};
+    if (o->timeout > 0) alarm((unsigned)o->timeout);
+    test_model(o, path, &cc);
+    fflush(stdout);
+    _exit((cc.fail ? 1 : 0) | ((cc.fallbacks > 63 ? 63 : cc.fallbacks) << 1));
+  }
+  int ws = 0;
+  while (waitpid(pid, &ws, 0) < 0) {
+  }
+  if (WIFEXITED(ws)) {
+    int code = WEXITSTATUS(ws);
+    if (code & 1) c->fail++;
+    else c->pass++;
+    c->fallbacks += code >> 1;
+  } else {
+    int sig = WIFSIGNALED(ws) ? WTERMSIG(ws) : 0;
+    printf("FAIL %s: %s (signal %d)\n", base_name(path),
+           sig == SIGALRM ? "timed out" : "crashed", sig);
+    if (sig == SIGALRM) printf("  (no result within %d s; --timeout changes the limit)\n", o->timeout);
+    fflush(stdout);
+    c->fail++;
+  }
+}
+
 /* ---- main ---------------------------------------------------------------------- */
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: kiln_diff [--devices A,B] [--seed S] [--threads N] [--rtol R] [--atol A]\n"
-          "                 [--report-fallbacks] [--fail-on-fallback] [--allow-interpreted] [-v] MODEL.onnx...\n"
+          "                 [--report-fallbacks] [--fail-on-fallback] [--allow-interpreted]\n"
+          "                 [--timeout SECONDS] [--no-fork] [-v] MODEL.onnx...\n"
           "Runs each model on device A (default cpu) and device B (default ref) with the same\n"
-          "random inputs and compares every graph output (rtol 1e-3, atol 1e-4 by default).\n");
+          "random inputs and compares every graph output (rtol 1e-3, atol 1e-4 by default).\n"
+          "Each model runs in a child process (a crash or a hang past --timeout, default 300 s,\n"
+          "is a FAIL); --no-fork runs them in this process (for a debugger).\n");
 }
 
 int main(int argc, char **argv) {
-  options o = {"cpu", "ref", 1, 0, 1e-3, 1e-4, false, false, false, false};
+  options o = {"cpu", "ref", 1, 0, 1e-3, 1e-4, false, false, false, false, false, 300};
   static char devs[256];
   const char **models = calloc((size_t)argc + 1, sizeof *models);
   int n_models = 0;
@@ -374,6 +422,10 @@ int main(int argc, char **argv) {
       o.rtol = atof(argv[++i]);
     } else if (!strcmp(a, "--atol") && has_val) {
       o.atol = atof(argv[++i]);
+    } else if (!strcmp(a, "--timeout") && has_val) {
+      o.timeout = atoi(argv[++i]);
+    } else if (!strcmp(a, "--no-fork")) {
+      o.no_fork = true;
     } else if (!strcmp(a, "--report-fallbacks")) {
       o.report_fallbacks = true;
     } else if (!strcmp(a, "--fail-on-fallback")) {
@@ -402,7 +454,10 @@ int main(int argc, char **argv) {
     return 2;
   }
   counts c = {0, 0, 0};
-  for (int i = 0; i < n_models; i++) test_model(&o, models[i], &c);
+  for (int i = 0; i < n_models; i++) {
+    if (o.no_fork) test_model(&o, models[i], &c);
+    else test_model_isolated(&o, models[i], &c);
+  }
   free(models);
   printf("kiln_diff: %d model(s): %d passed, %d failed; %d node(s) not claimed by %s (seed %llu)\n", c.pass + c.fail,
          c.pass, c.fail, c.fallbacks, o.dev_a, (unsigned long long)o.seed);

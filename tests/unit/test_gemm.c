@@ -152,19 +152,23 @@ static gemm_case random_case(int64_t max_m, int64_t max_n, int64_t max_k) {
 static void run_kernel_suite(kiln_threadpool *pool, const char *kname) {
   /* Odd shapes around the register tile sizes, with A packed, read in
    * place, and as the blocked path decides. */
-  for (int mode = 0; mode < 3; mode++) {
-    kiln_gemm_test_direct_a(mode);
-    for (int r = 0; r < 30; r++) {
+  for (int mode = 0; mode < 9; mode++) {
+    kiln_gemm_test_direct_a(mode % 3);
+    kiln_gemm_test_direct_b(mode / 3);
+    for (int r = 0; r < 12; r++) {
       gemm_case t = random_case(67, 67, 67);
       run_case(pool, kname, &t);
     }
   }
   kiln_gemm_test_direct_a(0);
+  kiln_gemm_test_direct_b(0);
   /* Small M: GEMV-like, streaming B. */
+  kiln_gemm_set_small_m(8); /* also the groups of 4 rows, and packed B */
   for (int r = 0; r < 16; r++) {
     gemm_case t = random_case(9, 300, 300);
     run_case(pool, kname, &t);
   }
+  kiln_gemm_set_small_m(-1);
   gemm_case gemv = {.m = 1, .n = 4096, .k = 300, .alpha = 1.0f, .beta = 0.0f};
   run_case(pool, kname, &gemv);
   gemv.packed = true;
@@ -189,11 +193,13 @@ static void run_kernel_suite(kiln_threadpool *pool, const char *kname) {
   kiln_gemm_set_small_m(0); /* the blocked path even for tiny M */
   for (int r = 0; r < 18; r++) {
     kiln_gemm_test_direct_a(r % 3);
+    kiln_gemm_test_direct_b(r / 6);
     gemm_case t = random_case(r < 6 ? 5 : 90, 150, 70);
     run_case(pool, kname, &t);
   }
   kiln_gemm_set_small_m(-1);
   kiln_gemm_test_direct_a(0);
+  kiln_gemm_test_direct_b(0);
   kiln_gemm_set_blocking(0, 0, 0);
   /* One bigger multiply through the default blocking. */
   gemm_case big = {.m = 100, .n = 160, .k = 400, .alpha = 1.0f, .beta = 1.0f, .bias_axis = 2, .use_epilogue = true};
@@ -228,11 +234,13 @@ int main(void) {
   for (int mode = 1; mode <= 2; mode++) {
     kiln_gemm_test_alloc_failure(mode);
     for (int pi = 0; pi < 2; pi++)
-      for (int r = 0; r < 12; r++) {
+      for (int r = 0; r < 18; r++) {
+        kiln_gemm_test_direct_b(r % 3);
         gemm_case t = random_case(40, 70, 60);
         if (r < 3) t.m = 1 + r;
         run_case(pools[pi], "alloc-failure", &t);
       }
+    kiln_gemm_test_direct_b(0);
     kiln_gemm_test_alloc_failure(0);
   }
   kiln_gemm_force_kernel(NULL);

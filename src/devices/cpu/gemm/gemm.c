@@ -26,8 +26,11 @@
 
 #define KILN_GEMM_EPILOGUE_COLS 256
 #define KILN_GEMM_DIRECT_A_STRIPS 4
-/* Up to this many rows, B is streamed once per 4 rows instead of packed. */
-#define KILN_GEMM_SMALL_M_PATH 8
+#define KILN_GEMM_DIRECT_B_PANELS 12
+/* Up to this many rows, B is streamed once instead of packed (with a
+ * pre-packed B, the blocked path's narrow tiles do as well from 3 rows). */
+#define KILN_GEMM_SMALL_M_PATH 4
+#define KILN_GEMM_SMALL_M_PACKED 2
 #define PACKED_B_MAGIC 0x6b47656du /* "mGek" */
 #define PACKED_B_HEADER 64
 
@@ -42,8 +45,9 @@ typedef struct packed_b_header {
 static const kiln_gemm_kernel *g_forced; /* set only by tests/benches */
 static int64_t g_mc, g_kc, g_nc;         /* blocking overrides for tests */
 static int g_alloc_failure;              /* simulated out-of-memory for tests */
-static int g_direct_a;                   /* tests: 1 reads A in place, 2 packs it, 0 decides */
-static int64_t g_small_m_max = KILN_GEMM_SMALL_M_PATH; /* tests/benches may change it */
+static int g_direct_a, g_direct_b;       /* tests: 1 reads in place, 2 packs, 0 decides */
+static int64_t g_small_m_max = KILN_GEMM_SMALL_M_PATH; /* tests/benches may change these */
+static int64_t g_small_m_packed_max = KILN_GEMM_SMALL_M_PACKED;
 
 static bool kernel_usable(const kiln_gemm_kernel *k) {
   if (!k->name || !k->micro) return false;
@@ -109,7 +113,11 @@ void kiln_gemm_set_blocking(int64_t mc, int64_t kc, int64_t nc) {
 
 void kiln_gemm_test_alloc_failure(int mode) { g_alloc_failure = mode; }
 void kiln_gemm_test_direct_a(int mode) { g_direct_a = mode; }
-void kiln_gemm_set_small_m(int64_t max_m) { g_small_m_max = max_m >= 0 ? max_m : KILN_GEMM_SMALL_M_PATH; }
+void kiln_gemm_test_direct_b(int mode) { g_direct_b = mode; }
+void kiln_gemm_set_small_m(int64_t max_m) {
+  g_small_m_max = max_m >= 0 ? max_m : KILN_GEMM_SMALL_M_PATH;
+  g_small_m_packed_max = max_m >= 0 ? max_m : KILN_GEMM_SMALL_M_PACKED;
+}
 
 const char *kiln_sgemm_kernel_name(void) { return kiln_gemm_active_kernel()->name; }
 
@@ -239,7 +247,7 @@ static void small_task(void *ctx, int64_t begin, int64_t end, int thread) {
 
 /* Returns false when this path does not apply or lacks memory. */
 static bool small_m(kiln_threadpool *pool, const kiln_sgemm_args *g, const kiln_gemm_kernel *kern, const float *bp) {
-  if (g->m > g_small_m_max) return false;
+  if (g->m > (bp ? g_small_m_packed_max : g_small_m_max)) return false;
   if (bp ? !kern->small_packed : g->trans_b ? !kern->small_dots : !kern->small_rows) return false;
   small_job job = {.g = g, .kern = kern, .bp = bp, .a = g->a, .rsa = g->lda};
   float *acopy = NULL;
@@ -280,18 +288,22 @@ typedef struct block_job {
   /* the current panel: columns [j0, j0+nb), k-slices [p_begin, p_end) */
   int64_t j0, nb;
   int64_t p_begin, p_end;
-  const float *b_panel;  /* strip 0 at k = 0 of the panel */
-  int64_t strip_stride;  /* floats between strips */
-  bool b_full_k;         /* b_panel holds all of K (packed B); else one slice */
+  /* B of the panel: strip s, step p at b_panel + s*strip_stride + p*bs,
+   * where p counts from 0 (b_full_k) or from the slice's start. */
+  const float *b_panel;
+  int64_t strip_stride, bs;
+  bool b_full_k;
+  bool direct_a, direct_b; /* read A / B in place instead of packing */
   /* thread grid over the panel: tm row ranges x tn strip ranges */
   int tm, tn;
-  float *a_bufs;         /* one MC x KC buffer per pool thread */
-  int64_t a_buf_floats;
-  int n_a_bufs;
+  /* per pool thread: an MC x KC buffer for A and a KC x NR one for B's
+   * partial last strip (direct_b) */
+  float *bufs;
+  int64_t buf_floats;
+  int n_bufs;
   /* B packing phase */
   float *b_buf;
   int64_t pack_p0, pack_kb;
-  bool direct_a; /* A is read in place instead of packed */
 } block_job;
 
 static void pack_b_task(void *ctx, int64_t begin, int64_t end, int thread) {
@@ -304,8 +316,10 @@ static void pack_b_task(void *ctx, int64_t begin, int64_t end, int thread) {
 }
 
 /* Rows [i0,i1) x strips [s0,s1) of the current panel, k-slices
- * [p_begin, p_end). abuf NULL (or job->direct_a) reads A in place. */
-static void block_compute(const block_job *job, int64_t i0, int64_t i1, int64_t s0, int64_t s1, float *abuf) {
+ * [p_begin, p_end). Without buffers (abuf NULL) A is read in place and B's
+ * last strip must not need packing. */
+static void block_compute(const block_job *job, int64_t i0, int64_t i1, int64_t s0, int64_t s1, float *abuf,
+                          float *btail) {
   const kiln_sgemm_args *g = job->g;
   const kiln_gemm_kernel *kern = job->kern;
   const int mr = kern->mr, nr = kern->nr;
@@ -330,19 +344,25 @@ static void block_compute(const block_job *job, int64_t i0, int64_t i1, int64_t 
       kiln_gemm_store st = {.alpha = g->alpha, .beta = first ? g->beta : 1.0f};
       const float *bias_row = first && g->bias && g->bias_axis == KILN_GEMM_BIAS_ROW ? g->bias + ic : NULL;
       const float *bias_col = first && g->bias && g->bias_axis == KILN_GEMM_BIAS_COL ? g->bias + job->j0 : NULL;
-      const float *bslice = job->b_panel + (job->b_full_k ? p0 * nr : 0);
+      const float *bslice = job->b_panel + (job->b_full_k ? p0 * job->bs : 0);
       for (int64_t se = s0; se < s1; se += strips_per_epi) {
         int64_t se1 = min64(se + strips_per_epi, s1);
         for (int64_t s = se; s < se1; s++) {
           int64_t jl = s * nr; /* column within the panel */
           int nrr = (int)min64(nr, job->nb - jl);
           const float *bp = bslice + s * job->strip_stride;
+          int64_t bs = job->bs;
+          if (job->direct_b && nrr < nr) {
+            /* In-place B has no padding to read past its last column. */
+            kern->pack_b(false, g->b, g->ldb, p0, kb, job->j0 + jl, nrr, nr, btail, kb * nr);
+            bp = btail, bs = nr;
+          }
           st.bias_col = bias_col ? bias_col + jl : NULL;
           for (int64_t ir = 0; ir < mb; ir += mr) {
             int mrr = (int)min64(mr, mb - ir);
             st.bias_row = bias_row ? bias_row + ir : NULL;
-            kern->micro(kb, a + ir * a_step, rsa, csa, bp, g->c + (ic + ir) * g->ldc + job->j0 + jl, g->ldc, mrr,
-                        nrr, &st);
+            kern->micro(kb, a + ir * a_step, rsa, csa, bp, bs, g->c + (ic + ir) * g->ldc + job->j0 + jl, g->ldc,
+                        mrr, nrr, &st);
           }
         }
         if (last && g->epilogue) {
@@ -354,23 +374,52 @@ static void block_compute(const block_job *job, int64_t i0, int64_t i1, int64_t 
   }
 }
 
+/* Strip s of a direct_b panel (all of K) for rows [i0,i1), unblocked: for
+ * when no buffer could be had to pad B's partial last strip. */
+static void partial_strip_unbuffered(const block_job *job, int64_t i0, int64_t i1, int64_t s) {
+  const kiln_sgemm_args *g = job->g;
+  int64_t j0 = job->j0 + s * job->kern->nr, cols = job->j0 + job->nb - j0;
+  for (int64_t i = i0; i < i1; i++)
+    for (int64_t j = j0; j < j0 + cols; j++) {
+      float acc = 0.0f;
+      for (int64_t p = 0; p < g->k; p++) acc += op_a(g, i, p) * g->b[p * g->ldb + j];
+      float *c = g->c + i * g->ldc + j;
+      float v = g->alpha * acc;
+      if (g->bias && g->bias_axis == KILN_GEMM_BIAS_ROW) v += g->bias[i];
+      if (g->bias && g->bias_axis == KILN_GEMM_BIAS_COL) v += g->bias[j];
+      if (g->beta != 0.0f) v += g->beta * *c;
+      *c = v;
+    }
+  if (g->epilogue) g->epilogue(g->epilogue_ctx, g->c + i0 * g->ldc + j0, g->ldc, i0, j0, i1 - i0, cols);
+}
+
 static void compute_task(void *ctx, int64_t begin, int64_t end, int thread) {
   const block_job *job = ctx;
   const kiln_sgemm_args *g = job->g;
   int mr = job->kern->mr, nr = job->kern->nr;
   int64_t panels = ceil_div(g->m, mr), strips = ceil_div(job->nb, nr);
   /* A nested call (kiln_sgemm inside another pool's loop) may run with a
-   * thread index beyond this pool's size: give it its own buffer. */
-  float *own = NULL, *abuf = job->a_bufs + (int64_t)thread * job->a_buf_floats;
-  if (thread < 0 || thread >= job->n_a_bufs) {
-    abuf = own = g_alloc_failure ? NULL : aligned_buffer((size_t)job->a_buf_floats * sizeof(float));
-  }
+   * thread index beyond this pool's size: it gets its own buffers, or with
+   * none reads A in place and computes B's last strip without padding. */
+  float *own = NULL, *buf = NULL;
+  if (thread >= 0 && thread < job->n_bufs) buf = job->bufs + (int64_t)thread * job->buf_floats;
+  else if (!g_alloc_failure) buf = own = aligned_buffer((size_t)job->buf_floats * sizeof(float));
+  float *abuf = buf, *btail = buf ? buf + job->buf_floats - job->kc * nr : NULL;
   for (int64_t t = begin; t < end; t++) {
     int64_t ti = t / job->tn, tj = t % job->tn;
     int64_t q0 = panels * ti / job->tm, q1 = panels * (ti + 1) / job->tm;
     int64_t s0 = strips * tj / job->tn, s1 = strips * (tj + 1) / job->tn;
     if (q0 >= q1 || s0 >= s1) continue;
-    block_compute(job, q0 * mr, min64(q1 * mr, g->m), s0, s1, abuf);
+    int64_t i0 = q0 * mr, i1 = min64(q1 * mr, g->m);
+    if (!btail && job->direct_b && s1 == strips && job->nb % nr) {
+      /* No buffer for the partial strip: the full strips as usual, the last
+       * one through a job that packs nothing and reads B's columns with
+       * the unblocked loop. */
+      if (s1 - 1 > s0) block_compute(job, i0, i1, s0, s1 - 1, NULL, NULL);
+      partial_strip_unbuffered(job, i0, i1, s1 - 1);
+      continue;
+    }
+    block_compute(job, i0, i1, s0, s1, abuf, btail);
   }
   free(own);
 }
@@ -418,31 +467,47 @@ static void blocked(kiln_threadpool *pool, const kiln_sgemm_args *g, const kiln_
   int64_t mc, kc, nc;
   blocking(kern, g->m, g->n, g->k, &mc, &kc, &nc);
   block_job job = {.g = g, .kern = kern, .mc = mc, .kc = kc};
-  job.a_buf_floats = round_up(mc * kc, 16);
-  size_t a_bytes = (size_t)(job.a_buf_floats * threads) * sizeof(float);
-  size_t b_bytes = bp ? 0 : (size_t)(kc * nc) * sizeof(float);
-  char *mem = aligned_buffer(a_bytes + b_bytes);
+  /* B in place when few rows reuse each packed value (packing would cost
+   * more than it saves) and B is row-major, unless its rows are a multiple
+   * of 2 KiB apart: then a micro-panel's rows share a few L1/L2 sets and
+   * evict each other. */
+  int64_t panels = ceil_div(g->m, mr);
+  job.direct_b = !bp && !g->trans_b &&
+                 (g_direct_b ? g_direct_b == 1
+                             : ceil_div(panels, threads) <= KILN_GEMM_DIRECT_B_PANELS && (g->ldb * 4) % 2048 != 0);
+  job.buf_floats = round_up(mc * kc, 16) + kc * nr;
+  size_t bufs_bytes = (size_t)(job.buf_floats * threads) * sizeof(float);
+  size_t b_bytes = bp || job.direct_b ? 0 : (size_t)(kc * nc) * sizeof(float);
+  char *mem = aligned_buffer(bufs_bytes + b_bytes);
   if (!mem) {
     rows_job rj = {.g = g, .bp = bp, .nr = nr};
     run_parallel(pool, g->m, 1, rows_task, &rj);
     return;
   }
-  job.a_bufs = (float *)mem;
-  job.n_a_bufs = g_alloc_failure ? 0 : threads;
-  job.b_buf = (float *)(mem + a_bytes);
+  job.bufs = (float *)mem;
+  job.n_bufs = g_alloc_failure ? 0 : threads;
+  job.b_buf = (float *)(mem + bufs_bytes);
   for (int64_t j0 = 0; j0 < g->n; j0 += nc) {
     job.j0 = j0;
     job.nb = min64(nc, g->n - j0);
     int64_t strips = ceil_div(job.nb, nr);
     int tm = 1, tn = 1;
-    choose_grid(threads, ceil_div(g->m, mr), strips, &tm, &tn);
+    choose_grid(threads, panels, strips, &tm, &tn);
     job.tm = tm;
     job.tn = tn;
     /* Packing A pays off when each panel of it is reused over many strips. */
     job.direct_a = g_direct_a ? g_direct_a == 1 : ceil_div(strips, tn) <= KILN_GEMM_DIRECT_A_STRIPS;
-    if (bp) {
-      job.b_panel = bp + j0 * g->k; /* j0 is a multiple of NR */
-      job.strip_stride = g->k * nr;
+    if (bp || job.direct_b) {
+      /* B needs no packing phase: one parallel region for the panel. */
+      if (bp) {
+        job.b_panel = bp + j0 * g->k; /* j0 is a multiple of NR */
+        job.strip_stride = g->k * nr;
+        job.bs = nr;
+      } else {
+        job.b_panel = g->b + j0;
+        job.strip_stride = nr;
+        job.bs = g->ldb;
+      }
       job.b_full_k = true;
       job.p_begin = 0;
       job.p_end = g->k;
@@ -454,6 +519,7 @@ static void blocked(kiln_threadpool *pool, const kiln_sgemm_args *g, const kiln_
       job.pack_p0 = p0;
       job.pack_kb = kb;
       job.strip_stride = kb * nr;
+      job.bs = nr;
       run_parallel(pool, strips, max64(1, strips / (4 * threads)), pack_b_task, &job);
       job.b_panel = job.b_buf;
       job.b_full_k = false;

@@ -24,12 +24,14 @@ typedef struct kiln_gemm_store {
 } kiln_gemm_store;
 
 /* Register tile: the mr x nr (mr <= MR, nr <= NR) product of mr rows of A
- * and a packed KC x NR micro-panel of B over kc steps, stored into c. A's
- * element (i, p) is at a[i*rsa + p*csa], where rsa == 1 or csa == 1: a
+ * and a KC x NR micro-panel of B over kc steps, stored into c.
+ * A's element (i, p) is at a[i*rsa + p*csa], where rsa == 1 or csa == 1: a
  * packed panel (rsa 1, csa MR) or A read in place (transposed: rsa 1,
- * csa lda; row-major: rsa lda, csa 1). Only rows < mr of A are read. */
-typedef void (*kiln_gemm_micro_fn)(int64_t kc, const float *a, int64_t rsa, int64_t csa, const float *bp, float *c,
-                                   int64_t ldc, int mr, int nr, const kiln_gemm_store *st);
+ * csa lda; row-major: rsa lda, csa 1). Only rows < mr of A are read.
+ * B's element (p, j) is at bp[p*bs + j]: packed (bs NR, 64-byte aligned) or
+ * read in place from a row-major B (bs ldb; then nr == NR). */
+typedef void (*kiln_gemm_micro_fn)(int64_t kc, const float *a, int64_t rsa, int64_t csa, const float *bp,
+                                   int64_t bs, float *c, int64_t ldc, int mr, int nr, const kiln_gemm_store *st);
 
 /* Small-M paths (m <= KILN_GEMM_SMALL_M): A is read in place (row i, step p
  * at a[i*rsa + p*csa]); the result for columns [n0, n0+nb) is stored in c
@@ -82,7 +84,10 @@ void kiln_gemm_test_alloc_failure(int mode);
 /* For tests: 1 makes the blocked path read A in place, 2 makes it pack A,
  * 0 lets it decide by the reuse of A. */
 void kiln_gemm_test_direct_a(int mode);
-/* For tests and benches: the most rows that take the small-M path (-1: default). */
+/* The same for B (only row-major, unpacked B can be read in place). */
+void kiln_gemm_test_direct_b(int mode);
+/* For tests and benches: the most rows that take the small-M path, with
+ * and without a packed B (-1: the defaults). */
 void kiln_gemm_set_small_m(int64_t max_m);
 
 /* The portable small-M kernels (kernel_generic.c); small_packed16 reads

@@ -59,7 +59,7 @@ static KILN_AVX2 inline ALWAYS_INLINE void store_row(float *c, __m256 acc0, __m2
 
 /* R = 1..6 rows; A's element (i, p) at a[i*rsa + p*csa] (see gemm_internal.h). */
 static KILN_AVX2 inline ALWAYS_INLINE void tile(const int R, int64_t kc, const float *a, int64_t rsa, int64_t csa,
-                                               const float *bp, float *c, int64_t ldc, int nr,
+                                               const float *bp, int64_t bs, float *c, int64_t ldc, int nr,
                                                const kiln_gemm_store *st) {
   __m256 acc0[MR], acc1[MR];
 #pragma GCC unroll 6
@@ -70,7 +70,7 @@ static KILN_AVX2 inline ALWAYS_INLINE void tile(const int R, int64_t kc, const f
     _mm_prefetch((const char *)(c + i * ldc + 15), _MM_HINT_T0);
   }
   for (int64_t p = 0; p < kc; p++) {
-    __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
+    __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8);
     const float *a_ = a + p * csa;
 #pragma GCC unroll 6
     for (int i = 0; i < R; i++) {
@@ -78,21 +78,21 @@ static KILN_AVX2 inline ALWAYS_INLINE void tile(const int R, int64_t kc, const f
       acc0[i] = _mm256_fmadd_ps(av, b0, acc0[i]);
       acc1[i] = _mm256_fmadd_ps(av, b1, acc1[i]);
     }
-    bp += NR;
+    bp += bs;
   }
 #pragma GCC unroll 6
   for (int i = 0; i < R; i++) store_row(c + i * ldc, acc0[i], acc1[i], nr, st, i);
 }
 
-static KILN_AVX2 void micro(int64_t kc, const float *a, int64_t rsa, int64_t csa, const float *bp, float *c,
-                            int64_t ldc, int mr, int nr, const kiln_gemm_store *st) {
+static KILN_AVX2 void micro(int64_t kc, const float *a, int64_t rsa, int64_t csa, const float *bp, int64_t bs,
+                            float *c, int64_t ldc, int mr, int nr, const kiln_gemm_store *st) {
   switch (mr) {
-  case 6: tile(6, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
-  case 5: tile(5, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
-  case 4: tile(4, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
-  case 3: tile(3, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
-  case 2: tile(2, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
-  default: tile(1, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
+  case 6: tile(6, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 5: tile(5, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 4: tile(4, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 3: tile(3, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 2: tile(2, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  default: tile(1, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
   }
 }
 

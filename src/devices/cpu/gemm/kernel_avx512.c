@@ -50,9 +50,10 @@ static KILN_AVX512 inline void store_row(float *c, __m512 acc0, __m512 acc1, int
  * a[i*rsa + p*csa] with either rsa == 1 (packed panel: csa = MR, or A
  * transposed in place: csa = lda) or csa == 1 (A row-major in place: the
  * rows are reached from five base pointers and the scaled offsets 1, 2, 4
- * and 8 * lda, which x86 addressing gives for free). */
+ * and 8 * lda). B's row p of the micro-panel is at bp + p*bs: bs = NR
+ * when packed, ldb when read in place (then nr == NR). */
 static KILN_AVX512 inline ALWAYS_INLINE void tile(const int R, int64_t kc, const float *a, int64_t rsa, int64_t csa,
-                                                 const float *bp, float *c, int64_t ldc, int nr,
+                                                 const float *bp, int64_t bs, float *c, int64_t ldc, int nr,
                                                  const kiln_gemm_store *st) {
   __m512 acc0[MR], acc1[MR];
 #pragma GCC unroll 14
@@ -69,7 +70,7 @@ static KILN_AVX512 inline ALWAYS_INLINE void tile(const int R, int64_t kc, const
     int64_t p = 0;
 #define STEP_PACKED(o)                                                                   \
     do {                                                                                 \
-      __m512 b0 = _mm512_load_ps(bp + (o) * NR), b1 = _mm512_load_ps(bp + (o) * NR + 16); \
+      __m512 b0 = _mm512_loadu_ps(bp + (o) * bs), b1 = _mm512_loadu_ps(bp + (o) * bs + 16); \
       const float *a_ = a + (o) * csa;                                                   \
       FMA_ROW(0, a_[0]); FMA_ROW(1, a_[1]); FMA_ROW(2, a_[2]); FMA_ROW(3, a_[3]);        \
       FMA_ROW(4, a_[4]); FMA_ROW(5, a_[5]); FMA_ROW(6, a_[6]); FMA_ROW(7, a_[7]);        \
@@ -92,12 +93,12 @@ static KILN_AVX512 inline ALWAYS_INLINE void tile(const int R, int64_t kc, const
       STEP_PACKED(2);
       STEP_PACKED(3);
       a += 4 * csa;
-      bp += 4 * NR;
+      bp += 4 * bs;
     }
     for (; p < kc; p++) {
       STEP_PACKED(0);
       a += csa;
-      bp += NR;
+      bp += bs;
     }
 #undef STEP_PACKED
   } else {
@@ -106,7 +107,7 @@ static KILN_AVX512 inline ALWAYS_INLINE void tile(const int R, int64_t kc, const
     int64_t p = 0;
 #define STEP_ROWS(o)                                                                     \
     do {                                                                                 \
-      __m512 b0 = _mm512_load_ps(bp + (o) * NR), b1 = _mm512_load_ps(bp + (o) * NR + 16); \
+      __m512 b0 = _mm512_loadu_ps(bp + (o) * bs), b1 = _mm512_loadu_ps(bp + (o) * bs + 16); \
       FMA_ROW(0, r0[o]); FMA_ROW(1, r0[l + o]); FMA_ROW(2, r0[2 * l + o]);                \
       FMA_ROW(3, r3[o]); FMA_ROW(4, r0[4 * l + o]); FMA_ROW(5, r3[2 * l + o]);            \
       FMA_ROW(6, r6[o]); FMA_ROW(7, r3[4 * l + o]); FMA_ROW(8, r0[8 * l + o]);            \
@@ -125,12 +126,12 @@ static KILN_AVX512 inline ALWAYS_INLINE void tile(const int R, int64_t kc, const
       STEP_ROWS(2);
       STEP_ROWS(3);
       r0 += 4, r3 += 4, r6 += 4, r9 += 4, r12 += 4;
-      bp += 4 * NR;
+      bp += 4 * bs;
     }
     for (; p < kc; p++) {
       STEP_ROWS(0);
       r0++, r3++, r6++, r9++, r12++;
-      bp += NR;
+      bp += bs;
     }
 #undef STEP_ROWS
   }
@@ -139,23 +140,23 @@ static KILN_AVX512 inline ALWAYS_INLINE void tile(const int R, int64_t kc, const
   for (int i = 0; i < R; i++) store_row(c + i * ldc, acc0[i], acc1[i], nr, st, i);
 }
 
-static KILN_AVX512 void micro(int64_t kc, const float *a, int64_t rsa, int64_t csa, const float *bp, float *c,
-                              int64_t ldc, int mr, int nr, const kiln_gemm_store *st) {
+static KILN_AVX512 void micro(int64_t kc, const float *a, int64_t rsa, int64_t csa, const float *bp, int64_t bs,
+                              float *c, int64_t ldc, int mr, int nr, const kiln_gemm_store *st) {
   switch (mr) {
-  case 14: tile(14, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
-  case 13: tile(13, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
-  case 12: tile(12, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
-  case 11: tile(11, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
-  case 10: tile(10, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
-  case 9: tile(9, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
-  case 8: tile(8, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
-  case 7: tile(7, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
-  case 6: tile(6, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
-  case 5: tile(5, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
-  case 4: tile(4, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
-  case 3: tile(3, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
-  case 2: tile(2, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
-  default: tile(1, kc, a, rsa, csa, bp, c, ldc, nr, st); break;
+  case 14: tile(14, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 13: tile(13, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 12: tile(12, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 11: tile(11, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 10: tile(10, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 9: tile(9, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 8: tile(8, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 7: tile(7, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 6: tile(6, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 5: tile(5, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 4: tile(4, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 3: tile(3, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 2: tile(2, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  default: tile(1, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
   }
 }
 

@@ -15,11 +15,11 @@ static inline float finish(float acc, float *c, const kiln_gemm_store *st, int64
   return v;
 }
 
-static void micro_4x16(int64_t kc, const float *a, int64_t rsa, int64_t csa, const float *bp, float *c,
+static void micro_4x16(int64_t kc, const float *a, int64_t rsa, int64_t csa, const float *bp, int64_t bs, float *c,
                        int64_t ldc, int mr, int nr, const kiln_gemm_store *st) {
   float acc[MR][NR] = {{0}};
   for (int64_t p = 0; p < kc; p++) {
-    const float *b = bp + p * NR;
+    const float *b = bp + p * bs;
     float av[MR] = {0};
     for (int i = 0; i < mr; i++) av[i] = a[i * rsa + p * csa];
     for (int i = 0; i < MR; i++)
