@@ -389,7 +389,10 @@ int kiln_cmd_verify(int argc, char **argv) {
                     "materializes its output; pick the last node of the fused group",
                     device, o.inject);
   else if (!st && o.inject && !vs.injected)
-    st = kiln_error(KILN_NOT_FOUND, "--inject-error: the %s side ran no node named '%s'", device, o.inject);
+    st = kiln_error(KILN_NOT_FOUND,
+                    "--inject-error: the %s side ran no node named '%s' (a device's passes may merge nodes; "
+                    "`kiln bench --profile --top 0` lists what it runs)",
+                    device, o.inject);
   if (st) {
     rc = kiln_cli_fail(st);
     goto cleanup;
@@ -444,7 +447,7 @@ int kiln_cmd_verify(int argc, char **argv) {
     }
   }
   if (n_diverge > 1 + reported) printf("  ... and %d more\n", n_diverge - 1 - reported);
-  printf("\ncompared %d values; device %s ran %d nodes in %.1f ms, the reference %d nodes in %.1f ms;\n"
+  printf("\ncompared %d values; %s: %d steps observed in %.1f ms, ref: %d nodes in %.1f ms;\n"
          "not compared: %d values only on the device, %d only on the reference\n",
          n_compared, device, vs.dev_nodes, t_dev * 1e3, g ? g->n_nodes : 0, t_ref * 1e3, vs.dev_only, n_ref_only);
   if (n_diverge) {

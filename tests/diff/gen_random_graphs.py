@@ -6,8 +6,8 @@ each on the cpu device and on ref and compares the outputs).
 
 Each graph is a DAG of 3-20 nodes mixing the ops the cpu device claims:
 elementwise and broadcast ops, reductions and softmax, transpose / reshape /
-flatten / squeeze / unsqueeze / slice / concat / expand, MatMul, Gemm and
-Conv, with random constants as initializers, 1-3 graph inputs (f32, plus a
+flatten / squeeze / unsqueeze / slice / concat / expand, MatMul, Gemm,
+Conv, pooling and LayerNormalization, with random constants as initializers, 1-3 graph inputs (f32, plus a
 bool condition input now and then) and 1-2 outputs. Operands are picked
 among all earlier values, so values often have several consumers, and
 graph outputs may also feed other nodes. A few nodes the cpu device does
@@ -18,7 +18,7 @@ Shapes are tracked while building and checked against onnx's shape
 inference. Values are kept O(1) (weights scaled by 1/sqrt(fan-in),
 denominators and logarithm/square-root arguments kept away from zero,
 discontinuous ops such as Floor only applied to values both devices hold
-bit-exactly), so a difference beyond rtol 1e-3 / atol 1e-4 is a bug, not
+bit-exactly, LayerNormalization epsilon >= 1e-3), so a difference beyond rtol 1e-3 / atol 1e-4 is a bug, not
 rounding.
 
 The seed defaults to the time and is printed; `--seed S` regenerates the
@@ -35,7 +35,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 F = TensorProto.FLOAT
 BOOL = TensorProto.BOOL
-OPSET = 14
+OPSET = 17  # LayerNormalization; the other ops keep their opset-13/14 forms
 MAX_NUMEL = 2048
 BIG_NUMEL = 65536
 DIMS = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33]
@@ -624,6 +624,73 @@ class GraphGen:
             ins.append(self.const_val([co], 0.5))
         self.emit('Conv', ins, shape, 4.0, **attrs)
 
+    def g_pool(self):
+        v = self.pick(lambda x: len(x.shape) in (3, 4) and all(d >= 2 for d in x.shape[2:]))
+        if v is None:
+            return self.g_conv()
+        nsp = len(v.shape) - 2
+        op = self.choice(['MaxPool', 'AveragePool', 'MaxPool', 'AveragePool', 'GlobalAveragePool', 'GlobalMaxPool'])
+        if op.startswith('Global'):
+            self.emit(op, [v], v.shape[:2] + [1] * nsp, v.mag)
+            return
+        ins = v.shape[2:]
+        ks = [int(self.r.randint(1, min(3, d) + 1)) for d in ins]
+        strides = [int(self.choice([1, 2, 2, 3])) for _ in range(nsp)]
+        dil = [int(self.choice([1, 1, 2])) if op == 'MaxPool' and ins[i] >= 5 else 1 for i in range(nsp)]
+        attrs = {'kernel_shape': ks}
+        auto = self.choice(['NOTSET', 'NOTSET', 'NOTSET', 'SAME_UPPER', 'SAME_LOWER', 'VALID'])
+        out_sp = []
+        if auto == 'NOTSET':
+            pads = [int(self.r.randint(0, k)) for k in ks] + [int(self.r.randint(0, k)) for k in ks]
+            ceil = int(self.coin(0.3))
+            for i in range(nsp):
+                eff = dil[i] * (ks[i] - 1) + 1
+                num = ins[i] + pads[i] + pads[nsp + i] - eff
+                if num < 0:
+                    return self.g_unary()
+                o = (-(-num // strides[i]) if ceil else num // strides[i]) + 1
+                # a last window starting in the end padding: onnx 1.12 and
+                # kiln disagree about whether it exists, so avoid it
+                if ceil and (o - 1) * strides[i] >= ins[i] + pads[i]:
+                    return self.g_unary()
+                out_sp.append(o)
+            if any(pads):
+                attrs['pads'] = pads
+            if ceil:
+                attrs['ceil_mode'] = 1
+        else:
+            attrs['auto_pad'] = auto
+            for i in range(nsp):
+                eff = dil[i] * (ks[i] - 1) + 1
+                if auto == 'VALID':
+                    if ins[i] < eff:
+                        return self.g_unary()
+                    out_sp.append((ins[i] - eff) // strides[i] + 1)
+                else:
+                    out_sp.append(-(-ins[i] // strides[i]))
+        if any(s != 1 for s in strides) or self.coin(0.3):
+            attrs['strides'] = strides
+        if any(d != 1 for d in dil):
+            attrs['dilations'] = dil
+        if op == 'AveragePool' and self.coin(0.4):
+            attrs['count_include_pad'] = 1
+        self.emit(op, [v], v.shape[:2] + out_sp, v.mag, **attrs)
+
+    def g_layernorm(self):
+        v = self.pick(lambda x: len(x.shape) >= 1)
+        if v is None:
+            return self.g_unary()
+        v = self.normalized(v, 3)
+        r = len(v.shape)
+        axis = int(self.r.randint(-r, r))
+        norm = v.shape[axis:]
+        ins = [v, self.const_val(norm, 1.0)]
+        if self.coin(0.7):
+            ins.append(self.const_val(norm, 0.5))
+        # epsilon >= 1e-3: rows of equal values (after Expand) have variance 0
+        # and their rounding noise is scaled by 1/sqrt(epsilon)
+        self.emit('LayerNormalization', ins, v.shape, 4.0, axis=axis, epsilon=float(self.choice([1e-3, 1e-2])))
+
     # ---- the graph ---------------------------------------------------------------------
 
     def build(self):
@@ -646,7 +713,7 @@ class GraphGen:
             self.new_input(shape)
         gens = [(self.g_unary, 18), (self.g_binary, 22), (self.g_reduce, 12), (self.g_transpose, 7),
                 (self.g_reshape, 8), (self.g_slice, 8), (self.g_concat, 6), (self.g_expand, 4),
-                (self.g_matmul, 7), (self.g_gemm, 4), (self.g_conv, 5)]
+                (self.g_matmul, 7), (self.g_gemm, 4), (self.g_conv, 5), (self.g_pool, 3), (self.g_layernorm, 2)]
         total = sum(w for _, w in gens)
         target = self.r.randint(3, 21)
         guard = 0

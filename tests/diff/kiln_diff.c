@@ -227,10 +227,12 @@ static int report_fallbacks(const options *o, const char *name, const kiln_sessi
 static void print_steps(const kiln_session *s) {
   const struct kiln_executable *x = s->exec;
   if (!x || strcmp(s->devices[0]->vt->query ? device_name(s->devices[0]) : "", "cpu")) return;
-  static const char *kinds[] = {"kernel", "matmul", "gemm", "conv", "ref"};
   for (int i = 0; i < x->n_steps; i++) {
     const cpu_step *st = &x->steps[i];
-    printf("  step %d: %s %s (node '%s', %d fused)\n", i, kinds[st->kind], st->name, st->node->name, st->n_fused);
+    const char *kind = st->kind == CPU_STEP_KERNEL ? "kernel" : st->kind == CPU_STEP_REF ? "ref" : "contraction";
+    printf("  step %d: %s %s (node '%s', %d fused)", i, kind, st->name, st->node ? st->node->name : "?", st->n_fused);
+    if (st->kind == CPU_STEP_KERNEL && st->fused_into >= 0) printf(", runs as the epilogue of step %d", st->fused_into);
+    printf("\n");
   }
 }
 
@@ -238,7 +240,7 @@ static void test_model(const options *o, const char *path, counts *c) {
   const char *name = base_name(path);
   kiln_model *m = NULL;
   kiln_session *sa = NULL, *sb = NULL;
-  kiln_value *ins[MAX_IO] = {0}, *outa[MAX_IO] = {0}, *outb[MAX_IO] = {0};
+  kiln_value *ins[MAX_IO] = {0}, *outa[MAX_IO] = {0}, *outb[MAX_IO] = {0}, *saved[MAX_IO] = {0};
   const char *names[MAX_IO];
   int n_in = 0;
   char msg[1024] = "";
@@ -257,6 +259,12 @@ static void test_model(const options *o, const char *path, counts *c) {
     if (v->constant) continue;
     st = random_input(v, &r, &ins[n_in]);
     names[n_in++] = v->name;
+  }
+  /* Copies of the inputs: no device may write into the caller's tensors. */
+  for (int k = 0; k < n_in && !st; k++) {
+    kiln_tensor *copy;
+    st = kiln_tensor_clone(ins[k]->tensor, &copy);
+    if (!st) st = kiln_value_from_tensor(copy, &saved[k]);
   }
   if (st) {
     printf("FAIL %s: inputs: %s\n", name, kiln_status_message(st));
@@ -289,6 +297,13 @@ static void test_model(const options *o, const char *path, counts *c) {
     }
   }
   for (int k = 0; k < MAX_IO; k++) kiln_value_free(again[k]);
+  for (int k = 0; k < n_in && ok; k++) {
+    const kiln_tensor *a = ins[k]->tensor, *b = saved[k]->tensor;
+    if (memcmp(a->data, b->data, kiln_tensor_nbytes(a))) {
+      snprintf(msg, sizeof msg, "input '%s' was modified by a run", names[k]);
+      ok = false;
+    }
+  }
   for (int k = 0; k < g->n_outputs && ok; k++) {
     if (!compare_output(o, k, outa[k], outb[k], &w, msg, sizeof msg)) ok = false;
     if (msg[0]) break;
@@ -333,6 +348,7 @@ done:
   fflush(stdout);
   for (int k = 0; k < MAX_IO; k++) {
     kiln_value_free(ins[k]);
+    kiln_value_free(saved[k]);
     kiln_value_free(outa[k]);
     kiln_value_free(outb[k]);
   }

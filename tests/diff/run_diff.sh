@@ -103,11 +103,13 @@ run_split "$tmp/sweep.list" "$tmp/sweep.out" --fail-on-fallback
 if [ -s "$tmp/mixed.list" ]; then
   xargs -d '\n' "$bin" --seed "$seed" --report-fallbacks < "$tmp/mixed.list" >> "$tmp/sweep.out" 2>&1
 fi
-run_split "$tmp/random.list" "$tmp/random.out" --report-fallbacks
+# three threads: kernels of the big graphs split their loops unevenly
+run_split "$tmp/random.list" "$tmp/random.out" --report-fallbacks --threads 3
 
 # Sweep models failing because of an open kiln bug (tests/diff/known_failures.txt:
-# one model name per line, '#' comments): reported as XFAIL, and as XPASS
-# (to be removed from the list) once they pass.
+# one model name per line, '#' comments): reported as XFAIL when they fail
+# and as XPASS when they pass (not a failure: a crash from an out-of-bounds
+# read depends on the memory layout; remove the line once the bug is fixed).
 known=$src/tests/diff/known_failures.txt
 sed -e 's/#.*//' -e 's/[[:space:]]*$//' -e '/^$/d' "$known" 2>/dev/null | sort -u > "$tmp/known"
 
@@ -122,8 +124,9 @@ for set in sweep random; do
         echo "XFAIL $name ${rest}"
         xfail=$((xfail + 1))
       else
-        echo "XPASS $name: passes now; remove it from tests/diff/known_failures.txt"
-        status=1
+        # not a failure: some listed bugs (out-of-bounds reads) only show
+        # when the memory layout is unlucky
+        echo "XPASS $name: passed this time (if its bug is fixed, remove it from tests/diff/known_failures.txt)"
       fi
     elif [ "$verdict" = FAIL ]; then
       echo "FAIL $name ${rest}"
