@@ -699,6 +699,49 @@ def epilogue_cases():
     m.out(m.node('Relu', [y]))
 
 
+def structure_cases():
+    """Graph shapes the executor must get right: outputs that are inputs,
+    constants or listed twice, dead nodes, values with many consumers."""
+    m = case('Struct_identity_only')
+    m.out(m.node('Identity', [m.source([3, 17])]))
+    m = case('Struct_output_twice')
+    y = m.node('Exp', [m.source([3, 17])])
+    m.out(y, [3, 17])
+    m.out(y, [3, 17])
+    m = case('Struct_input_is_output')
+    x = m.source([3, 17])
+    m.out(m.node('Identity', [x]))
+    m.out(m.node('Relu', [x]))
+    m = case('Struct_const_output')
+    m.out(m.node('Add', [m.randc([3, 5]), m.randc([5])]))
+    m.out(m.node('Tanh', [m.source([3, 5])]))
+    m = case('Struct_dead_nodes')
+    x = m.source([4, 9])
+    m.node('Exp', [x])
+    m.node('MatMul', [x, m.randc([9, 3])])
+    m.out(m.node('Sigmoid', [x]))
+    m = case('Struct_fanout')
+    x = m.node('Sin', [m.source([5, 17])])
+    a, b, c = m.node('Exp', [x]), m.node('Neg', [x]), m.node('Transpose', [x])
+    d = m.node('MatMul', [c, x])
+    m.out(m.node('Add', [m.node('Mul', [a, b]), m.node('ReduceSum', [d, m.const(ints([1]))], keepdims=0)]))
+    m.out(d)
+    m = case('Struct_intermediate_outputs')
+    x = m.source([6, 33])
+    e = m.node('Exp', [m.node('Neg', [x])])
+    s = m.node('Softmax', [e])
+    m.out(e)
+    m.out(m.node('Mul', [s, x]))
+    m.out(s)
+    m = case('Struct_inplace_chain')
+    x, y = m.source([4, 65]), m.source([4, 65])
+    t = m.node('Exp', [m.node('Tanh', [x])])
+    u = m.node('Add', [t, y])
+    m.out(m.node('Mul', [m.node('Transpose', [u]), m.node('Transpose', [t])]))
+    m = case('Struct_dropout_ratio')
+    m.out(m.node('Dropout', [m.source([3, 17]), m.const(np.float32(0.3)), m.const(np.array(False))]))
+
+
 def pattern_cases():
     """Composite computations the patterns pass rewrites into ops the cpu claims."""
     m = case('Gelu_erf_pattern')
@@ -789,7 +832,8 @@ def main(argv):
         return 2
     out = argv[1]
     for gen in (unary_cases, binary_cases, where_cases, reduce_cases, softmax_cases, movement_cases, matmul_cases,
-                gemm_cases, conv_cases, pool_cases, layernorm_cases, epilogue_cases, pattern_cases, large_cases):
+                gemm_cases, conv_cases, pool_cases, layernorm_cases, epilogue_cases, structure_cases, pattern_cases,
+                large_cases):
         gen()
     os.makedirs(out, exist_ok=True)
     names = set()
