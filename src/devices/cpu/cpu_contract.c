@@ -395,6 +395,14 @@ kiln_status_t kiln_cpu_contract_run(struct kiln_executable *x, const cpu_step *s
     matmul_geom gm;
     matmul_geometry(ta, tb, &gm);
     const float *a = ptr[n->inputs[0]], *b = ptr[n->inputs[1]];
+    if (gm.b_rank == 0 && gm.batch > 1) {
+      /* A 2-D right-hand side shared by every batch: one GEMM with the
+       * batches stacked as rows (A and the output are contiguous). */
+      gm.m *= gm.batch;
+      gm.batch = 1;
+      gm.a_rank = 0;
+      gm.out_rank = 0;
+    }
     for (int64_t bi = 0; bi < gm.batch; bi++) {
       int64_t oa = batch_offset(&gm, bi, gm.a_batch, gm.a_rank), ob = batch_offset(&gm, bi, gm.b_batch, gm.b_rank);
       epi.ctx.base = bi * gm.m * gm.n;
