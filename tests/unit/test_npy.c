@@ -435,8 +435,8 @@ static void test_numpy_reads(void) {
         check_type(t, fields, nf, stem);
         compare_with_dump(t, stem, stem);
         /* The buffer path must agree with the file path. */
-        uint8_t *bytes;
-        size_t n;
+        uint8_t *bytes = NULL;
+        size_t n = 0;
         kiln_tensor *t2 = NULL;
         if (read_all(path, &bytes, &n) && ok(kiln_npy_read_buffer(bytes, n, &t2), stem)) tensors_equal(t, t2, stem);
         kiln_tensor_release(t2);
