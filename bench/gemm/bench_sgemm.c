@@ -8,7 +8,9 @@
  * Shapes are MxNxK (C[M,N] = A[M,K] * B[K,N], row-major, no transposes).
  * Thread counts: kiln uses a pool of --threads; OpenBLAS and oneDNN are set
  * with openblas_set_num_threads / omp_set_num_threads (run.sh also sets
- * OPENBLAS_NUM_THREADS and OMP_NUM_THREADS). "kiln-pk" is kiln with B packed
+ * OPENBLAS_NUM_THREADS and OMP_NUM_THREADS). KILN_GEMM_BLOCKING=mc,kc,nc,
+ * KILN_GEMM_SMALL_M=n and KILN_GEMM_DIRECT_B=1|2 override kiln's choices
+ * (tuning aids). "kiln-pk" is kiln with B packed
  * beforehand (weights packed at session creation), not counted in timing.
  * Build and run with bench/gemm/run.sh. */
 #include "base/threadpool.h"
@@ -16,6 +18,7 @@
 #include "devices/cpu/gemm/gemm_internal.h"
 
 #include <cblas.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <stdbool.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -25,7 +28,6 @@
 #include <time.h>
 #include <unistd.h>
 
-void omp_set_num_threads(int n); /* libgomp, which oneDNN uses */
 
 enum { LIB_KILN, LIB_KILN_PACKED, LIB_OPENBLAS, LIB_ONEDNN, N_LIBS };
 static const char *lib_names[N_LIBS] = {"kiln", "kiln-pk", "openblas", "onednn"};
@@ -138,7 +140,11 @@ int main(int argc, char **argv) {
   /* KILN_GEMM_DIRECT_B=1|2: read B in place / always pack it. */
   if (getenv("KILN_GEMM_DIRECT_B")) kiln_gemm_test_direct_b(atoi(getenv("KILN_GEMM_DIRECT_B")));
   openblas_set_num_threads(threads);
-  omp_set_num_threads(threads);
+  /* oneDNN's OpenMP runtime (libgomp, loaded with libdnnl), found at run
+   * time so the bench does not link an OpenMP runtime of its own. */
+  void (*omp_set_threads)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+  if (omp_set_threads) omp_set_threads(threads);
+  else fprintf(stderr, "note: omp_set_num_threads not found; oneDNN uses OMP_NUM_THREADS\n");
   kiln_threadpool *pool = NULL;
   if (kiln_threadpool_create(threads, &pool)) {
     fprintf(stderr, "cannot create the thread pool\n");

@@ -21,7 +21,7 @@ mkdir -p "$build"
 cc -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers \
    -I"$root/src" -I"$root/include" -I/usr/include/x86_64-linux-gnu/openblas-pthread \
    "$root/bench/gemm/bench_sgemm.c" "$root"/src/devices/cpu/gemm/*.c "$root"/src/base/*.c \
-   -o "$build/bench_sgemm" -lopenblas -ldnnl -lgomp -lpthread -lm -ldl
+   -o "$build/bench_sgemm" -lopenblas -ldnnl -lpthread -lm -ldl
 for t in 1 2; do
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=$t OMP_NUM_THREADS=$t \
       OPENBLAS_THREAD_TIMEOUT=4 "$build/bench_sgemm" --threads $t "$@"

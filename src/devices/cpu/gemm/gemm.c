@@ -3,29 +3,36 @@
  *
  * The blocked path follows GotoBLAS/BLIS. For each NC-wide panel of B and
  * each KC-deep slice of it, the threads first pack the KC x NC block of B
- * together (strips of NR columns, stays in L2/L3), then each thread takes a
- * range of rows of C, packs MC x KC blocks of A (stay in L2) and runs the
- * micro-kernel over NR-wide strips (a KC x NR micro-panel of B stays in L1)
- * and MR-high panels. With a pre-packed B the first phase is skipped and one
- * parallel region covers the whole multiply.
+ * together (strips of NR columns, kept in L2/L3), then each thread takes a
+ * range of rows of C (or of strips, when rows are few), packs MC x KC
+ * blocks of A (kept in L2) and runs the micro-kernel over NR-wide strips (a
+ * KC x NR micro-panel of B stays near L1) and MR-high panels. Packing is
+ * skipped where it cannot pay off: A is read in place when each of its
+ * panels meets only a few strips of B; a row-major B is read in place when
+ * only a few panels of A meet each of its micro-panels (and its row stride
+ * does not alias in the caches); a pre-packed B needs nothing. Without a
+ * B-packing phase one parallel region covers the whole panel.
  *
  * alpha, beta and the bias are applied by the micro-kernel when it stores a
  * tile: the first k-slice stores alpha*AB + beta*C + bias, later slices add
  * alpha*AB. The epilogue runs after the last k-slice on each MC x (up to
- * KILN_GEMM_EPILOGUE_COLS) block, right after the kernel wrote it. */
+ * KILN_GEMM_EPILOGUE_COLS) block, right after the kernel wrote it.
+ *
+ * Up to 4 rows (2 with a packed B), the small-M path streams B once instead
+ * (GEMV-like shapes are bound by memory bandwidth). */
 #include "devices/cpu/gemm/gemm_internal.h"
 
 #include "base/common.h"
 #include "base/cpu_features.h"
+#include "base/threadpool.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/threadpool.h"
-
 #define KILN_GEMM_EPILOGUE_COLS 256
 #define KILN_GEMM_DIRECT_A_STRIPS 4
+#define KILN_GEMM_DIRECT_A_STRIPS_MAX 16
 #define KILN_GEMM_DIRECT_B_PANELS 12
 /* Up to this many rows, B is streamed once instead of packed (with a
  * pre-packed B, the blocked path's narrow tiles do as well from 3 rows). */
@@ -495,8 +502,13 @@ static void blocked(kiln_threadpool *pool, const kiln_sgemm_args *g, const kiln_
     choose_grid(threads, panels, strips, &tm, &tn);
     job.tm = tm;
     job.tn = tn;
-    /* Packing A pays off when each panel of it is reused over many strips. */
-    job.direct_a = g_direct_a ? g_direct_a == 1 : ceil_div(strips, tn) <= KILN_GEMM_DIRECT_A_STRIPS;
+    /* Packing A pays off when each panel of it meets many strips, or when
+     * A's rows (or columns) are a multiple of 4 KiB apart, so that a panel
+     * read in place would crowd into a few L1 sets. */
+    int64_t strips_per_thread = ceil_div(strips, tn);
+    job.direct_a = g_direct_a ? g_direct_a == 1
+                              : strips_per_thread <= KILN_GEMM_DIRECT_A_STRIPS ||
+                                    (strips_per_thread <= KILN_GEMM_DIRECT_A_STRIPS_MAX && (g->lda * 4) % 4096 != 0);
     if (bp || job.direct_b) {
       /* B needs no packing phase: one parallel region for the panel. */
       if (bp) {

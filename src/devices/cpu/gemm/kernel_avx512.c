@@ -42,8 +42,9 @@ static KILN_AVX512 inline void store_row(float *c, __m512 acc0, __m512 acc1, int
 
 #define ALWAYS_INLINE __attribute__((always_inline))
 #ifndef KILN_PF_A
-#define KILN_PF_A 16
+#define KILN_PF_A 16 /* k steps ahead to prefetch packed A */
 #endif
+#define KILN_PF_B 16 /* k steps ahead to prefetch packed B in the small-M path */
 
 /* The register tile, for R = 1..14 rows (R is a constant after inlining, so
  * the accumulators become registers). A's element (i, p) is at
@@ -249,43 +250,39 @@ static KILN_AVX512 void small_rows(int64_t m, int64_t nb, int64_t k, const float
   }
 }
 
-/* Packed B: one 32-wide strip at a time, sums in registers (two sets, for
- * even and odd k, to halve the FMA dependency chains). */
+/* Packed B: two 32-wide strips at a time (two sequential streams), sums in
+ * registers. */
 static KILN_AVX512 inline ALWAYS_INLINE void packed_m(const int m, int64_t nb, int64_t k, const float *a,
                                                      int64_t rsa, const float *bp, float *c, int64_t ldc,
                                                      const kiln_gemm_store *st) {
-  for (int64_t j0 = 0; j0 < nb; j0 += NR) {
-    const float *s = bp + (j0 / NR) * k * NR;
-    __m512 e0[KILN_GEMM_SMALL_M], e1[KILN_GEMM_SMALL_M], o0[KILN_GEMM_SMALL_M], o1[KILN_GEMM_SMALL_M];
-    for (int i = 0; i < m; i++) e0[i] = e1[i] = o0[i] = o1[i] = _mm512_setzero_ps();
-    int64_t p = 0;
-    for (; p + 2 <= k; p += 2) {
-      __m512 b0 = _mm512_load_ps(s + p * NR), b1 = _mm512_load_ps(s + p * NR + 16);
-      __m512 b2 = _mm512_load_ps(s + p * NR + 32), b3 = _mm512_load_ps(s + p * NR + 48);
-      for (int i = 0; i < m; i++) {
-        __m512 x = _mm512_set1_ps(a[i * rsa + p]), y = _mm512_set1_ps(a[i * rsa + p + 1]);
-        e0[i] = _mm512_fmadd_ps(x, b0, e0[i]);
-        e1[i] = _mm512_fmadd_ps(x, b1, e1[i]);
-        o0[i] = _mm512_fmadd_ps(y, b2, o0[i]);
-        o1[i] = _mm512_fmadd_ps(y, b3, o1[i]);
-      }
-    }
-    if (p < k) {
-      __m512 b0 = _mm512_load_ps(s + p * NR), b1 = _mm512_load_ps(s + p * NR + 16);
+  for (int64_t j0 = 0; j0 < nb; j0 += 2 * NR) {
+    const float *s0 = bp + (j0 / NR) * k * NR;
+    const bool two = j0 + NR < nb;
+    const float *s1 = two ? s0 + k * NR : s0; /* re-reads strip 0 when there is no second */
+    __m512 acc[KILN_GEMM_SMALL_M][4];
+    for (int i = 0; i < m; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < k; p++) {
+      _mm_prefetch((const char *)(s0 + (p + KILN_PF_B) * NR), _MM_HINT_T0);
+      _mm_prefetch((const char *)(s0 + (p + KILN_PF_B) * NR + 16), _MM_HINT_T0);
+      _mm_prefetch((const char *)(s1 + (p + KILN_PF_B) * NR), _MM_HINT_T0);
+      _mm_prefetch((const char *)(s1 + (p + KILN_PF_B) * NR + 16), _MM_HINT_T0);
+      __m512 b0 = _mm512_load_ps(s0 + p * NR), b1 = _mm512_load_ps(s0 + p * NR + 16);
+      __m512 b2 = _mm512_load_ps(s1 + p * NR), b3 = _mm512_load_ps(s1 + p * NR + 16);
       for (int i = 0; i < m; i++) {
         __m512 x = _mm512_set1_ps(a[i * rsa + p]);
-        e0[i] = _mm512_fmadd_ps(x, b0, e0[i]);
-        e1[i] = _mm512_fmadd_ps(x, b1, e1[i]);
+        acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+        acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+        acc[i][2] = _mm512_fmadd_ps(x, b2, acc[i][2]);
+        acc[i][3] = _mm512_fmadd_ps(x, b3, acc[i][3]);
       }
     }
-    int64_t w = nb - j0 < NR ? nb - j0 : NR;
-    __mmask16 m0 = tail_mask(w), m1 = tail_mask(w - 16);
-    for (int i = 0; i < m; i++) {
-      float *cp = c + i * ldc + j0;
-      _mm512_mask_storeu_ps(cp, m0, finish_vec(_mm512_add_ps(e0[i], o0[i]), cp, m0, st, i, j0));
-      if (w > 16)
-        _mm512_mask_storeu_ps(cp + 16, m1, finish_vec(_mm512_add_ps(e1[i], o1[i]), cp + 16, m1, st, i, j0 + 16));
-    }
+    int64_t w = nb - j0 < 2 * NR ? nb - j0 : 2 * NR;
+    for (int i = 0; i < m; i++)
+      for (int v = 0; v < 4 && 16 * v < w; v++) {
+        __mmask16 mk = tail_mask(w - 16 * v);
+        float *cp = c + i * ldc + j0 + 16 * v;
+        _mm512_mask_storeu_ps(cp, mk, finish_vec(acc[i][v], cp, mk, st, i, j0 + 16 * v));
+      }
   }
 }
 
