@@ -10,7 +10,8 @@
  * with openblas_set_num_threads / omp_set_num_threads (run.sh also sets
  * OPENBLAS_NUM_THREADS and OMP_NUM_THREADS). KILN_GEMM_BLOCKING=mc,kc,nc,
  * KILN_GEMM_SMALL_M=n and KILN_GEMM_DIRECT_B=1|2 override kiln's choices
- * (tuning aids). "kiln-pk" is kiln with B packed
+ * (tuning aids). --avx2 compares kiln's AVX2 kernel with oneDNN limited to
+ * AVX2. "kiln-pk" is kiln with B packed
  * beforehand (weights packed at session creation), not counted in timing.
  * Build and run with bench/gemm/run.sh. */
 #include "base/threadpool.h"
@@ -107,6 +108,7 @@ static int parse_shapes(const char *spec, shape *out, int max) {
 int main(int argc, char **argv) {
   int threads = 1, runs = 25;
   bool use_lib[N_LIBS] = {true, true, true, true};
+  bool avx2 = false;
   double pause_ms = 2.0;
   shape shapes[32];
   int n_shapes = parse_shapes("1024x1024x1024,2048x2048x2048,128x768x768,3136x64x576,1x4096x4096", shapes, 32);
@@ -115,6 +117,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--pause-ms") && i + 1 < argc) pause_ms = atof(argv[++i]);
     else if (!strcmp(argv[i], "--shapes") && i + 1 < argc) n_shapes = parse_shapes(argv[++i], shapes, 32);
+    else if (!strcmp(argv[i], "--avx2")) avx2 = true;
     else if (!strcmp(argv[i], "--libs") && i + 1 < argc) {
       const char *list = argv[++i];
       for (int lib = 0; lib < N_LIBS; lib++) {
@@ -124,11 +127,18 @@ int main(int argc, char **argv) {
       }
     }
     else {
-      fprintf(stderr, "usage: %s [--threads N] [--runs N] [--pause-ms MS] [--shapes MxNxK,...] [--libs kiln,kiln-pk,openblas,onednn]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--threads N] [--runs N] [--pause-ms MS] [--shapes MxNxK,...] [--libs kiln,kiln-pk,openblas,onednn] "
+              "[--avx2]\n", argv[0]);
       return 2;
     }
   }
   if (threads < 1 || runs < 1) return 2;
+  /* --avx2: kiln's AVX2 kernel against oneDNN limited to AVX2 (for OpenBLAS
+   * set OPENBLAS_CORETYPE=Haswell). */
+  if (avx2 && (!kiln_gemm_force_kernel("avx2") || dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx2) != dnnl_success)) {
+    fprintf(stderr, "cannot limit kiln and oneDNN to AVX2 here\n");
+    return 1;
+  }
   /* Tuning aid: KILN_GEMM_BLOCKING=mc,kc,nc overrides kiln's cache blocking. */
   const char *blk = getenv("KILN_GEMM_BLOCKING");
   if (blk) {

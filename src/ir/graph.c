@@ -54,7 +54,7 @@ char *kiln_type_str(const kiln_type *t, char *buf, size_t size) {
   return buf;
 }
 
-static void attr_free(kiln_attr *a) {
+void kiln_attr_clear(kiln_attr *a) {
   free(a->name);
   free(a->s);
   kiln_tensor_release(a->t);
@@ -70,20 +70,23 @@ static void attr_free(kiln_attr *a) {
   if (a->graphs)
     for (int i = 0; i < a->n; i++) kiln_graph_free(a->graphs[i]);
   free(a->graphs);
+  memset(a, 0, sizeof *a);
+}
+
+void kiln_node_clear(kiln_node *n) {
+  free(n->name);
+  free(n->op_type);
+  free(n->domain);
+  free(n->inputs);
+  free(n->outputs);
+  for (int k = 0; k < n->n_attrs; k++) kiln_attr_clear(&n->attrs[k]);
+  free(n->attrs);
+  memset(n, 0, sizeof *n);
 }
 
 void kiln_graph_free(kiln_graph *g) {
   if (!g) return;
-  for (int i = 0; i < g->n_nodes; i++) {
-    kiln_node *n = &g->nodes[i];
-    free(n->name);
-    free(n->op_type);
-    free(n->domain);
-    free(n->inputs);
-    free(n->outputs);
-    for (int k = 0; k < n->n_attrs; k++) attr_free(&n->attrs[k]);
-    free(n->attrs);
-  }
+  for (int i = 0; i < g->n_nodes; i++) kiln_node_clear(&g->nodes[i]);
   free(g->nodes);
   for (int i = 0; i < g->n_values; i++) {
     kiln_value_def *v = &g->values[i];

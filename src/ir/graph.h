@@ -131,6 +131,10 @@ kiln_status_t kiln_graph_add_node(kiln_graph *g, const char *name, const char *o
                                   int *out_index);
 kiln_status_t kiln_graph_add_input(kiln_graph *g, int value_id);
 kiln_status_t kiln_graph_add_output(kiln_graph *g, int value_id);
+/* Frees everything an attribute / a node owns and zeroes it (the struct
+ * itself is the caller's). */
+void kiln_attr_clear(kiln_attr *a);
+void kiln_node_clear(kiln_node *n);
 /* Appends an attribute slot to node and returns it zeroed (name copied). */
 kiln_status_t kiln_node_add_attr(kiln_node *node, const char *name, kiln_attr_type type, kiln_attr **out);
 

@@ -443,24 +443,6 @@ static kiln_status_t read_value_info(onnx_loader *L, onnx_slice msg, int depth, 
 static kiln_status_t build_graph(onnx_loader *L, onnx_builder *parent, onnx_scope *owner_scope,
                                  onnx_scope *attr_scope, onnx_slice msg, int depth, kiln_graph **out);
 
-static void attr_clear(kiln_attr *a) {
-  free(a->s);
-  kiln_tensor_release(a->t);
-  kiln_graph_free(a->g);
-  free(a->floats);
-  free(a->ints);
-  if (a->strings)
-    for (int i = 0; i < a->n; i++) free(a->strings[i]);
-  free(a->strings);
-  if (a->tensors)
-    for (int i = 0; i < a->n; i++) kiln_tensor_release(a->tensors[i]);
-  free(a->tensors);
-  if (a->graphs)
-    for (int i = 0; i < a->n; i++) kiln_graph_free(a->graphs[i]);
-  free(a->graphs);
-  memset(a, 0, sizeof *a);
-}
-
 static void type_to_ints(const kiln_type *t, int64_t *dst) {
   dst[0] = t->kind;
   dst[1] = t->dtype;
@@ -623,7 +605,7 @@ static kiln_status_t decode_attr(onnx_builder *b, const onnx_node_desc *d, onnx_
   if (!a->floats && !a->ints && !a->strings && !a->tensors && !a->graphs) return KILN_OOM();
   a->n = (int)count;
   /* Second pass: the list elements. `filled` counts objects made so far so
-   * attr_clear frees exactly those on error. */
+   * kiln_attr_clear frees exactly those on error. */
   int filled = 0;
   list_ctx lc = {a, 0};
   pw_reader r = pw_reader_make(L->src.base, msg.p, msg.len);
@@ -903,8 +885,7 @@ static kiln_status_t add_node(onnx_builder *b, const onnx_node_desc *d, int inde
   }
   if (attrs)
     for (int i = 0; i < d->n_attrs; i++) {
-      free(attrs[i].name);
-      attr_clear(&attrs[i]);
+      kiln_attr_clear(&attrs[i]);
     }
   if (st) st = kiln_status_annotate(st, "node '%s' (%s)", name ? name : "?", d->op_type);
   free(attrs);

@@ -166,36 +166,6 @@ kiln_status_t kiln_opt_new_const(kiln_graph *g, const char *base, kiln_tensor *t
 
 /* ---- nodes -------------------------------------------------------------------- */
 
-static void attr_clear(kiln_attr *a) {
-  free(a->name);
-  free(a->s);
-  kiln_tensor_release(a->t);
-  kiln_graph_free(a->g);
-  free(a->floats);
-  free(a->ints);
-  if (a->strings)
-    for (int i = 0; i < a->n; i++) free(a->strings[i]);
-  free(a->strings);
-  if (a->tensors)
-    for (int i = 0; i < a->n; i++) kiln_tensor_release(a->tensors[i]);
-  free(a->tensors);
-  if (a->graphs)
-    for (int i = 0; i < a->n; i++) kiln_graph_free(a->graphs[i]);
-  free(a->graphs);
-  memset(a, 0, sizeof *a);
-}
-
-static void node_clear(kiln_node *n) {
-  free(n->name);
-  free(n->op_type);
-  free(n->domain);
-  free(n->inputs);
-  free(n->outputs);
-  for (int k = 0; k < n->n_attrs; k++) attr_clear(&n->attrs[k]);
-  free(n->attrs);
-  memset(n, 0, sizeof *n);
-}
-
 static void fix_producers(kiln_graph *g) {
   for (int v = 0; v < g->n_values; v++) g->values[v].producer = -1;
   for (int i = 0; i < g->n_nodes; i++)
@@ -207,7 +177,7 @@ kiln_status_t kiln_opt_remove_nodes(kiln_graph *g, const bool *dead) {
   int w = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     if (dead[i]) {
-      node_clear(&g->nodes[i]);
+      kiln_node_clear(&g->nodes[i]);
       continue;
     }
     if (w != i) g->nodes[w] = g->nodes[i];
@@ -249,7 +219,7 @@ kiln_status_t kiln_opt_rewrite_node(kiln_graph *g, int idx, const char *op_type,
   }
   if (n_inputs) memcpy(in, inputs, (size_t)n_inputs * sizeof(int));
   if (n_outputs) memcpy(out, outputs, (size_t)n_outputs * sizeof(int));
-  for (int k = 0; k < n->n_attrs; k++) attr_clear(&n->attrs[k]);
+  for (int k = 0; k < n->n_attrs; k++) kiln_attr_clear(&n->attrs[k]);
   free(n->attrs);
   n->attrs = NULL;
   n->n_attrs = 0;
@@ -276,7 +246,7 @@ static kiln_status_t fresh_attr(kiln_node *n, const char *name, kiln_attr_type t
       kiln_attr *a = &n->attrs[i];
       char *nm = a->name;
       a->name = NULL;
-      attr_clear(a);
+      kiln_attr_clear(a);
       a->name = nm;
       a->type = type;
       *out = a;

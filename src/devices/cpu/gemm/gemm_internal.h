@@ -90,16 +90,6 @@ void kiln_gemm_test_direct_b(int mode);
  * and without a packed B (-1: the defaults). */
 void kiln_gemm_set_small_m(int64_t max_m);
 
-/* The portable small-M kernels (kernel_generic.c); small_packed16 reads
- * strips of 16 columns. */
-void kiln_gemm_generic_small_rows(int64_t m, int64_t nb, int64_t k, const float *a, int64_t rsa, int64_t csa,
-                                  const float *b, int64_t ldb, float *c, int64_t ldc, const kiln_gemm_store *st);
-void kiln_gemm_generic_small_packed16(int64_t m, int64_t nb, int64_t k, const float *a, int64_t rsa, int64_t csa,
-                                      const float *bp, int64_t ldb, float *c, int64_t ldc,
-                                      const kiln_gemm_store *st);
-void kiln_gemm_generic_small_dots(int64_t m, int64_t nb, int64_t k, const float *a, int64_t rsa, int64_t csa,
-                                  const float *b, int64_t ldb, float *c, int64_t ldc, const kiln_gemm_store *st);
-
 /* Packing (gemm_pack.c). */
 void kiln_gemm_pack_a(bool trans_a, const float *a, int64_t lda, int64_t i0, int64_t mb, int64_t p0, int64_t kb,
                       int mr, float *out);

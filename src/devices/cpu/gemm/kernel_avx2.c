@@ -1,8 +1,8 @@
 /* kernel_avx2.c — AVX2 + FMA micro-kernel: 6 x 16 (12 ymm accumulators,
  * two B vectors per step, A broadcast), for CPUs without AVX-512. Compiled
  * with a target attribute; the driver only calls it when AVX2 and FMA are
- * usable. Packing and the small-M paths use the portable routines (the
- * packed layout, strips of 16 columns, is the generic kernel's). */
+ * usable. Packing uses the portable routines; the small-M kernels are the
+ * portable ones (gemm_small_impl.h) compiled for AVX2. */
 #include "devices/cpu/gemm/gemm_internal.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -96,19 +96,33 @@ static KILN_AVX2 void micro(int64_t kc, const float *a, int64_t rsa, int64_t csa
   }
 }
 
+/* The small-M kernels, 8 floats per vector, strips of 16 columns. */
+#define SMALL_FN(name) avx2_##name
+#define SMALL_ATTR KILN_AVX2
+#define SMALL_W 8
+#define SMALL_NR NR
+#include "devices/cpu/gemm/gemm_small_impl.h"
+
 const kiln_gemm_kernel kiln_gemm_kernel_avx2 = {
     .name = "avx2",
     .id = 2,
     .mr = MR,
     .nr = NR,
     .micro = micro,
-    .small_rows = kiln_gemm_generic_small_rows,
-    .small_packed = kiln_gemm_generic_small_packed16,
-    .small_dots = kiln_gemm_generic_small_dots,
+    .small_rows = avx2_small_rows,
+    .small_packed = avx2_small_packed,
+    .small_dots = avx2_small_dots,
     .pack_a = kiln_gemm_pack_a,
     .pack_b = kiln_gemm_pack_b_block,
 };
 
 #else
+/* The small-M kernels, 8 floats per vector, strips of 16 columns. */
+#define SMALL_FN(name) avx2_##name
+#define SMALL_ATTR KILN_AVX2
+#define SMALL_W 8
+#define SMALL_NR NR
+#include "devices/cpu/gemm/gemm_small_impl.h"
+
 const kiln_gemm_kernel kiln_gemm_kernel_avx2 = {0};
 #endif
