@@ -1,6 +1,7 @@
 /* Public session API (include/kiln.h) over the executor. */
 #include "runtime/session.h"
 
+#include "codegen/jit.h"
 #include "passes/passes.h"
 #include "passes/passes_opt.h"
 
@@ -49,6 +50,14 @@ kiln_status_t kiln_session_create(const kiln_model *model, const kiln_session_op
     for (int i = 0; i < kiln_device_count(); i++) {
       strncat(avail, i ? ", " : "", sizeof avail - strlen(avail) - 1);
       strncat(avail, kiln_device_name(i), sizeof avail - strlen(avail) - 1);
+    }
+    if (!strcmp(dev_name, "cpu")) {
+      /* The cpu device compiles with the system C compiler: say why it is absent. */
+      kiln_status_t why = kiln_jit_available();
+      kiln_status_t st = kiln_error(KILN_NOT_FOUND, "the cpu device is not available (%s); available: %s",
+                                    why ? kiln_status_message(why) : "unknown reason", avail);
+      kiln_status_free(why);
+      return st;
     }
     return kiln_error(KILN_NOT_FOUND, "no device named '%s' (available: %s)", dev_name, avail);
   }
