@@ -235,7 +235,9 @@ kiln_op_class kiln_lower_class(const kiln_graph *g, const kiln_node *n, const ch
   if (!strcmp(op, "MaxPool") || !strcmp(op, "AveragePool")) {
     if (!is_f32(in0) || in0->type.rank < 3 || in0->type.rank > 5) { why = "dtype other than f32"; goto out; }
     if (kiln_attr_int(n, "storage_order", 0)) { why = "storage_order"; goto out; }
-    cls = KILN_OPCLASS_REDUCTION;
+    /* 2-D max pooling has a direct kernel (devices/cpu); the rest is a
+     * tensor-expression reduction. */
+    cls = !strcmp(op, "MaxPool") && in0->type.rank == 4 ? KILN_OPCLASS_CONTRACTION : KILN_OPCLASS_REDUCTION;
     goto out;
   }
   if (!strcmp(op, "LayerNormalization")) {

@@ -281,6 +281,88 @@ static void dw_planes(void *vctx, int64_t begin, int64_t end, int thread) {
 
 static bool conv_is_depthwise(const conv_geom *c) { return c->nsp == 2 && c->group == c->ci && c->co == c->ci && c->group > 1; }
 
+/* ---- 2-D max pooling --------------------------------------------------------------- */
+
+typedef struct pool_geom {
+  int64_t planes, H, W, OH, OW, KH, KW, sh, sw, dh, dw, ph, pw; /* ph/pw: padding at the start */
+  int64_t PH, PW;                                              /* padded plane read by the windows */
+} pool_geom;
+
+static void pool_geometry(const kiln_graph *g, const kiln_node *n, pool_geom *p) {
+  const kiln_type *tx = type_of(g, n, 0), *ty = &g->values[n->outputs[0]].type;
+  int cnt;
+  const int64_t *ks = kiln_attr_ints(n, "kernel_shape", &cnt);
+  const int64_t *st = kiln_attr_ints(n, "strides", &cnt);
+  const int64_t *dl = kiln_attr_ints(n, "dilations", &cnt);
+  const int64_t *pads = kiln_attr_ints(n, "pads", &cnt);
+  const char *auto_pad = kiln_attr_string(n, "auto_pad", "NOTSET");
+  p->planes = tx->dims[0] * tx->dims[1];
+  p->H = tx->dims[2];
+  p->W = tx->dims[3];
+  p->OH = ty->dims[2];
+  p->OW = ty->dims[3];
+  p->KH = ks ? ks[0] : 1;
+  p->KW = ks ? ks[1] : 1;
+  p->sh = st ? st[0] : 1;
+  p->sw = st ? st[1] : 1;
+  p->dh = dl ? dl[0] : 1;
+  p->dw = dl ? dl[1] : 1;
+  int64_t begin[2] = {pads ? pads[0] : 0, pads ? pads[1] : 0};
+  if (!strcmp(auto_pad, "SAME_UPPER") || !strcmp(auto_pad, "SAME_LOWER")) {
+    int64_t in[2] = {p->H, p->W}, out[2] = {p->OH, p->OW}, k[2] = {p->KH, p->KW}, s[2] = {p->sh, p->sw},
+            d[2] = {p->dh, p->dw};
+    for (int i = 0; i < 2; i++) {
+      int64_t total = (out[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - in[i];
+      if (total < 0) total = 0;
+      begin[i] = !strcmp(auto_pad, "SAME_UPPER") ? total / 2 : total - total / 2;
+    }
+  }
+  p->ph = begin[0];
+  p->pw = begin[1];
+  p->PH = (p->OH - 1) * p->sh + (p->KH - 1) * p->dh + 1;
+  p->PW = (p->OW - 1) * p->sw + (p->KW - 1) * p->dw + 1;
+}
+
+typedef struct pool_ctx {
+  const pool_geom *p;
+  const float *x;
+  float *out, *pad;
+} pool_ctx;
+
+/* Copies the plane into a -inf padded one, then takes each window's max
+ * with no bounds test (NaN propagates, as in the reference). */
+static void maxpool_planes(void *vctx, int64_t begin, int64_t end, int thread) {
+  const pool_ctx *c = vctx;
+  const pool_geom *p = c->p;
+  float *pad = c->pad + (int64_t)thread * p->PH * p->PW;
+  for (int64_t pl = begin; pl < end; pl++) {
+    const float *xp = c->x + pl * p->H * p->W;
+    float *op = c->out + pl * p->OH * p->OW;
+    for (int64_t i = 0; i < p->PH; i++) {
+      int64_t ih = i - p->ph;
+      float *row = pad + i * p->PW;
+      for (int64_t j = 0; j < p->PW; j++) {
+        int64_t iw = j - p->pw;
+        row[j] = ih >= 0 && ih < p->H && iw >= 0 && iw < p->W ? xp[ih * p->W + iw] : -INFINITY;
+      }
+    }
+    for (int64_t oh = 0; oh < p->OH; oh++) {
+      float *o = op + oh * p->OW;
+      for (int64_t ow = 0; ow < p->OW; ow++) o[ow] = -INFINITY;
+      for (int64_t kh = 0; kh < p->KH; kh++) {
+        const float *row = pad + (oh * p->sh + kh * p->dh) * p->PW;
+        for (int64_t kw = 0; kw < p->KW; kw++) {
+          const float *r = row + kw * p->dw;
+          for (int64_t ow = 0; ow < p->OW; ow++) {
+            float v = r[ow * p->sw];
+            o[ow] = (v > o[ow] || v != v) ? v : o[ow];
+          }
+        }
+      }
+    }
+  }
+}
+
 /* ---- attention: softmax(scale Q K^T + mask) V ----------------------------------- */
 
 typedef struct attn_geom {
@@ -425,6 +507,12 @@ kiln_status_t kiln_cpu_contract_prepare(struct kiln_executable *x, cpu_step *s) 
       if (!s->packed_b) return KILN_OOM();
       kiln_sgemm_pack_b(tr, k, nn, b->data, tb->dims[1], s->packed_b);
     }
+  } else if (s->kind == CPU_STEP_MAXPOOL) {
+    pool_geom p;
+    pool_geometry(g, n, &p);
+    size_t bytes = (size_t)kiln_threadpool_size(x->pool) * (size_t)(p.PH * p.PW) * sizeof(float);
+    s->work = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+    if (!s->work) return kiln_error(KILN_OUT_OF_MEMORY, "out of memory for pooling (%zu bytes)", bytes);
   } else if (s->kind == CPU_STEP_ATTENTION) {
     attn_geom a;
     attn_geometry(g, n, &a);
@@ -512,6 +600,13 @@ kiln_status_t kiln_cpu_contract_run(struct kiln_executable *x, const cpu_step *s
     kiln_sgemm_args args = {tra, trb, m, nn, k, alpha, ptr[n->inputs[0]], ta->dims[1], ptr[n->inputs[1]], tb->dims[1],
                             s->packed_b, gemm_beta, out, nn, bias, bias_axis, has_epi ? epi.fn : NULL, &epi.ctx};
     kiln_sgemm(x->pool, &args);
+    return NULL;
+  }
+  if (s->kind == CPU_STEP_MAXPOOL) {
+    pool_geom p;
+    pool_geometry(g, n, &p);
+    pool_ctx c = {&p, ptr[n->inputs[0]], out, s->work};
+    kiln_parallel_for(x->pool, p.planes, 1, maxpool_planes, &c);
     return NULL;
   }
   if (s->kind == CPU_STEP_ATTENTION) {

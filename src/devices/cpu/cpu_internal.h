@@ -25,6 +25,7 @@ typedef enum cpu_step_kind {
   CPU_STEP_GEMM,    /* Gemm via SGEMM */
   CPU_STEP_CONV,    /* Conv via im2col + SGEMM, or direct depthwise loops */
   CPU_STEP_ATTENTION, /* kiln.FusedAttention: SGEMM, row softmax, SGEMM per batch */
+  CPU_STEP_MAXPOOL, /* 2-D MaxPool: direct loops over a padded plane */
   CPU_STEP_REF,     /* a node the device does not claim: reference kernel */
 } cpu_step_kind;
 

@@ -413,6 +413,7 @@ kiln_status_t kiln_cpu_prepare(kiln_device *dev, const kiln_graph *g, const kiln
       s->kind = !strcmp(node->op_type, "MatMul")           ? CPU_STEP_MATMUL
                 : !strcmp(node->op_type, "Gemm")           ? CPU_STEP_GEMM
                 : !strcmp(node->op_type, "FusedAttention") ? CPU_STEP_ATTENTION
+                : !strcmp(node->op_type, "MaxPool")        ? CPU_STEP_MAXPOOL
                                                            : CPU_STEP_CONV;
       snprintf(s->name, sizeof s->name, "%s", node->op_type);
       x->kinds[node->outputs[0]] = CPU_VALUE_BUFFER;

@@ -34,6 +34,7 @@
 #define KILN_GEMM_DIRECT_A_STRIPS 4
 #define KILN_GEMM_DIRECT_A_STRIPS_MAX 16
 #define KILN_GEMM_DIRECT_B_PANELS 12
+#define KILN_LP_AUTO 1
 /* Up to this many rows, B is streamed once instead of packed (with a
  * pre-packed B, the blocked path's narrow tiles do as well from 3 rows). */
 #define KILN_GEMM_SMALL_M_PATH 4
@@ -301,6 +302,7 @@ typedef struct block_job {
   int64_t strip_stride, bs;
   bool b_full_k;
   bool direct_a, direct_b; /* read A / B in place instead of packing */
+  bool local_pack_b;       /* direct_b: each thread packs each micro-panel it uses */
   /* thread grid over the panel: tm row ranges x tn strip ranges */
   int tm, tn;
   /* per pool thread: an MC x KC buffer for A and a KC x NR one for B's
@@ -359,8 +361,10 @@ static void block_compute(const block_job *job, int64_t i0, int64_t i1, int64_t 
           int nrr = (int)min64(nr, job->nb - jl);
           const float *bp = bslice + s * job->strip_stride;
           int64_t bs = job->bs;
-          if (job->direct_b && nrr < nr) {
-            /* In-place B has no padding to read past its last column. */
+          if (job->direct_b && btail && (nrr < nr || job->local_pack_b)) {
+            /* Pack this strip's micro-panel for this thread only: it then
+             * streams from L1 for every panel of A without the cache-set
+             * conflicts of B's rows (and is padded past B's last column). */
             kern->pack_b(false, g->b, g->ldb, p0, kb, job->j0 + jl, nrr, nr, btail, kb * nr);
             bp = btail, bs = nr;
           }
@@ -482,6 +486,8 @@ static void blocked(kiln_threadpool *pool, const kiln_sgemm_args *g, const kiln_
   job.direct_b = !bp && !g->trans_b &&
                  (g_direct_b ? g_direct_b == 1
                              : ceil_div(panels, threads) <= KILN_GEMM_DIRECT_B_PANELS && (g->ldb * 4) % 2048 != 0);
+  job.local_pack_b = g_direct_b == 3 || (g_direct_b == 0 && KILN_LP_AUTO);
+  if (g_direct_b == 3) job.direct_b = !bp && !g->trans_b;
   job.buf_floats = round_up(mc * kc, 16) + kc * nr;
   size_t bufs_bytes = (size_t)(job.buf_floats * threads) * sizeof(float);
   size_t b_bytes = bp || job.direct_b ? 0 : (size_t)(kc * nc) * sizeof(float);
