@@ -145,16 +145,7 @@ static bool node_equal(const kiln_graph *g, const kiln_node *a, const kiln_node 
 }
 
 static kiln_status_t cse_graph(kiln_graph *g) {
-  for (int n = 0; n < g->n_nodes; n++) {
-    kiln_node *node = &g->nodes[n];
-    for (int a = 0; a < node->n_attrs; a++) {
-      kiln_attr *at = &node->attrs[a];
-      if (at->g) KILN_RETURN_IF_ERROR(cse_graph(at->g), "node '%s' attribute '%s'", node->name, at->name);
-      for (int k = 0; at->graphs && k < at->n; k++)
-        if (at->graphs[k])
-          KILN_RETURN_IF_ERROR(cse_graph(at->graphs[k]), "node '%s' attribute '%s'", node->name, at->name);
-    }
-  }
+  KILN_TRY(kiln_opt_run_on_subgraphs(g, cse_graph));
   if (g->n_nodes < 2) return NULL;
   kiln_opt_uses u;
   KILN_TRY(kiln_opt_uses_build(g, &u));

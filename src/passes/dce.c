@@ -85,16 +85,7 @@ static kiln_status_t compact_values(kiln_graph *g) {
 }
 
 static kiln_status_t dce_graph(kiln_graph *g) {
-  for (int n = 0; n < g->n_nodes; n++) {
-    kiln_node *node = &g->nodes[n];
-    for (int a = 0; a < node->n_attrs; a++) {
-      kiln_attr *at = &node->attrs[a];
-      if (at->g) KILN_RETURN_IF_ERROR(dce_graph(at->g), "node '%s' attribute '%s'", node->name, at->name);
-      for (int k = 0; at->graphs && k < at->n; k++)
-        if (at->graphs[k])
-          KILN_RETURN_IF_ERROR(dce_graph(at->graphs[k]), "node '%s' attribute '%s'", node->name, at->name);
-    }
-  }
+  KILN_TRY(kiln_opt_run_on_subgraphs(g, dce_graph));
   size_t nv = (size_t)(g->n_values > 0 ? g->n_values : 1), nn = (size_t)(g->n_nodes > 0 ? g->n_nodes : 1);
   bool *used = calloc(nv, sizeof(bool)), *dead = calloc(nn, sizeof(bool));
   if (!used || !dead) {

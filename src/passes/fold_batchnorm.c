@@ -260,16 +260,7 @@ static kiln_status_t fold_channel_const(kiln_graph *g, const kiln_opt_uses *u, i
 }
 
 static kiln_status_t fold_graph(kiln_graph *g) {
-  for (int n = 0; n < g->n_nodes; n++) {
-    kiln_node *node = &g->nodes[n];
-    for (int a = 0; a < node->n_attrs; a++) {
-      kiln_attr *at = &node->attrs[a];
-      if (at->g) KILN_RETURN_IF_ERROR(fold_graph(at->g), "node '%s' attribute '%s'", node->name, at->name);
-      for (int k = 0; at->graphs && k < at->n; k++)
-        if (at->graphs[k])
-          KILN_RETURN_IF_ERROR(fold_graph(at->graphs[k]), "node '%s' attribute '%s'", node->name, at->name);
-    }
-  }
+  KILN_TRY(kiln_opt_run_on_subgraphs(g, fold_graph));
   kiln_opt_uses u;
   KILN_TRY(kiln_opt_uses_build(g, &u));
   bool *dead = calloc((size_t)(g->n_nodes > 0 ? g->n_nodes : 1), sizeof(bool));

@@ -43,6 +43,10 @@ kiln_status_t kiln_pass_simplify(kiln_graph *g);
 kiln_status_t kiln_pass_fold_batchnorm(kiln_graph *g);
 kiln_status_t kiln_pass_patterns(kiln_graph *g);
 
+/* Runs `fn` on every subgraph of g's nodes (If/Loop/Scan bodies), not on g
+ * itself; errors name the node and attribute. */
+kiln_status_t kiln_opt_run_on_subgraphs(kiln_graph *g, kiln_status_t (*fn)(kiln_graph *));
+
 /* Runs the passes above to a fixed point. level 0: nothing; >= 1: all. */
 kiln_status_t kiln_optimize_graph(kiln_graph *g, int level);
 

@@ -164,6 +164,19 @@ kiln_status_t kiln_opt_new_const(kiln_graph *g, const char *base, kiln_tensor *t
   return NULL;
 }
 
+kiln_status_t kiln_opt_run_on_subgraphs(kiln_graph *g, kiln_status_t (*fn)(kiln_graph *)) {
+  for (int n = 0; n < g->n_nodes; n++) {
+    kiln_node *node = &g->nodes[n];
+    for (int a = 0; a < node->n_attrs; a++) {
+      kiln_attr *at = &node->attrs[a];
+      if (at->g) KILN_RETURN_IF_ERROR(fn(at->g), "node '%s' attribute '%s'", node->name, at->name);
+      for (int k = 0; at->graphs && k < at->n; k++)
+        if (at->graphs[k]) KILN_RETURN_IF_ERROR(fn(at->graphs[k]), "node '%s' attribute '%s'", node->name, at->name);
+    }
+  }
+  return NULL;
+}
+
 /* ---- nodes -------------------------------------------------------------------- */
 
 static void fix_producers(kiln_graph *g) {
