@@ -1,6 +1,6 @@
 /* bench_sgemm.c — kiln_sgemm against OpenBLAS (cblas_sgemm) and oneDNN
  * (dnnl_sgemm) in one process, interleaved: every round times each library
- * once per shape, in rotating order, so machine noise hits all of them
+ * once per shape, in a random order, so machine noise hits all of them
  * alike. Prints the median GFLOP/s per library and kiln/oneDNN.
  *
  *   bench_sgemm --threads 2 [--runs 25] [--shapes 1024x1024x1024,1x4096x4096]
@@ -109,7 +109,7 @@ int main(int argc, char **argv) {
   int threads = 1, runs = 25;
   bool use_lib[N_LIBS] = {true, true, true, true};
   bool avx2 = false;
-  double pause_ms = 2.0;
+  double pause_ms = 50.0;
   shape shapes[32];
   int n_shapes = parse_shapes("1024x1024x1024,2048x2048x2048,128x768x768,3136x64x576,1x4096x4096", shapes, 32);
   for (int i = 1; i < argc; i++) {
@@ -202,14 +202,25 @@ int main(int argc, char **argv) {
       for (int w = 0; w < 2 && use_lib[lib]; w++) sample_gflops(&x, lib, reps);
     double *samples[N_LIBS];
     for (int lib = 0; lib < N_LIBS; lib++) samples[lib] = malloc((size_t)runs * sizeof(double));
+    unsigned order_seed = 12345;
     for (int r = 0; r < runs; r++) {
+      /* A fresh random order every round, so that no library always runs
+       * right after the same other one. */
+      int order[N_LIBS];
+      for (int o = 0; o < N_LIBS; o++) order[o] = o;
+      for (int o = N_LIBS - 1; o > 0; o--) {
+        int j = (int)(rand_r(&order_seed) % (unsigned)(o + 1)), t = order[o];
+        order[o] = order[j];
+        order[j] = t;
+      }
       for (int o = 0; o < N_LIBS; o++) {
-        int lib = (o + r) % N_LIBS;
+        int lib = order[o];
         if (!use_lib[lib]) {
           samples[lib][r] = 0;
           continue;
         }
-        /* Let the previous library's spinning workers go to sleep. */
+        /* Let the previous library's idle workers stop spinning (libgomp's
+         * spin for up to ~20 ms after a parallel region by default). */
         if (pause_ms > 0) usleep((useconds_t)(pause_ms * 1000));
         run_lib(&x, lib); /* re-warm caches and this library's threads */
         samples[lib][r] = sample_gflops(&x, lib, reps);

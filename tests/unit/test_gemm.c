@@ -152,10 +152,10 @@ static gemm_case random_case(int64_t max_m, int64_t max_n, int64_t max_k) {
 static void run_kernel_suite(kiln_threadpool *pool, const char *kname) {
   /* Odd shapes around the register tile sizes, with A packed, read in
    * place, and as the blocked path decides. */
-  for (int mode = 0; mode < 9; mode++) {
+  for (int mode = 0; mode < 12; mode++) {
     kiln_gemm_test_direct_a(mode % 3);
     kiln_gemm_test_direct_b(mode / 3);
-    for (int r = 0; r < 12; r++) {
+    for (int r = 0; r < 9; r++) {
       gemm_case t = random_case(67, 67, 67);
       run_case(pool, kname, &t);
     }
@@ -191,9 +191,9 @@ static void run_kernel_suite(kiln_threadpool *pool, const char *kname) {
   /* Tiny forced blocking: many k-slices, row blocks and column panels. */
   kiln_gemm_set_blocking(2 * kiln_gemm_active_kernel()->mr, 12, 2 * kiln_gemm_active_kernel()->nr);
   kiln_gemm_set_small_m(0); /* the blocked path even for tiny M */
-  for (int r = 0; r < 18; r++) {
+  for (int r = 0; r < 20; r++) {
     kiln_gemm_test_direct_a(r % 3);
-    kiln_gemm_test_direct_b(r / 6);
+    kiln_gemm_test_direct_b(r % 4);
     gemm_case t = random_case(r < 6 ? 5 : 90, 150, 70);
     run_case(pool, kname, &t);
   }
@@ -201,6 +201,11 @@ static void run_kernel_suite(kiln_threadpool *pool, const char *kname) {
   kiln_gemm_test_direct_a(0);
   kiln_gemm_test_direct_b(0);
   kiln_gemm_set_blocking(0, 0, 0);
+  /* Many rows, few columns: rows are split into several parts per thread. */
+  gemm_case tall = {.m = 700, .n = 70, .k = 50, .alpha = 1.0f, .beta = 0.5f, .bias_axis = 1, .use_epilogue = true};
+  run_case(pool, kname, &tall);
+  tall.tb = tall.packed = true;
+  run_case(pool, kname, &tall);
   /* One bigger multiply through the default blocking. */
   gemm_case big = {.m = 100, .n = 160, .k = 400, .alpha = 1.0f, .beta = 1.0f, .bias_axis = 2, .use_epilogue = true};
   run_case(pool, kname, &big);
@@ -234,8 +239,8 @@ int main(void) {
   for (int mode = 1; mode <= 2; mode++) {
     kiln_gemm_test_alloc_failure(mode);
     for (int pi = 0; pi < 2; pi++)
-      for (int r = 0; r < 18; r++) {
-        kiln_gemm_test_direct_b(r % 3);
+      for (int r = 0; r < 20; r++) {
+        kiln_gemm_test_direct_b(r % 4);
         gemm_case t = random_case(40, 70, 60);
         if (r < 3) t.m = 1 + r;
         run_case(pools[pi], "alloc-failure", &t);

@@ -9,8 +9,9 @@
  * KC x NR micro-panel of B stays near L1) and MR-high panels. Packing is
  * skipped where it cannot pay off: A is read in place when each of its
  * panels meets only a few strips of B; a row-major B is read in place when
- * only a few panels of A meet each of its micro-panels (and its row stride
- * does not alias in the caches); a pre-packed B needs nothing. Without a
+ * each thread meets each of its micro-panels in one block of rows only (or
+ * B is small), the thread copying each micro-panel for itself while its
+ * first panel of A reads it; a pre-packed B needs nothing. Without a
  * B-packing phase one parallel region covers the whole panel.
  *
  * alpha, beta and the bias are applied by the micro-kernel when it stores a
@@ -33,8 +34,6 @@
 #define KILN_GEMM_EPILOGUE_COLS 256
 #define KILN_GEMM_DIRECT_A_STRIPS 4
 #define KILN_GEMM_DIRECT_A_STRIPS_MAX 16
-#define KILN_GEMM_DIRECT_B_PANELS 12
-#define KILN_LP_AUTO 1
 /* Up to this many rows, B is streamed once instead of packed (with a
  * pre-packed B, the blocked path's narrow tiles do as well from 3 rows). */
 #define KILN_GEMM_SMALL_M_PATH 4
@@ -53,7 +52,8 @@ typedef struct packed_b_header {
 static const kiln_gemm_kernel *g_forced; /* set only by tests/benches */
 static int64_t g_mc, g_kc, g_nc;         /* blocking overrides for tests */
 static int g_alloc_failure;              /* simulated out-of-memory for tests */
-static int g_direct_a, g_direct_b;       /* tests: 1 reads in place, 2 packs, 0 decides */
+static int g_direct_a, g_direct_b;       /* tests: 1 reads in place, 2 packs, 0 decides;
+                                          * B: 3 reads in place with per-thread packing */
 static int64_t g_small_m_max = KILN_GEMM_SMALL_M_PATH; /* tests/benches may change these */
 static int64_t g_small_m_packed_max = KILN_GEMM_SMALL_M_PACKED;
 
@@ -361,19 +361,28 @@ static void block_compute(const block_job *job, int64_t i0, int64_t i1, int64_t 
           int nrr = (int)min64(nr, job->nb - jl);
           const float *bp = bslice + s * job->strip_stride;
           int64_t bs = job->bs;
-          if (job->direct_b && btail && (nrr < nr || job->local_pack_b)) {
-            /* Pack this strip's micro-panel for this thread only: it then
-             * streams from L1 for every panel of A without the cache-set
-             * conflicts of B's rows (and is padded past B's last column). */
-            kern->pack_b(false, g->b, g->ldb, p0, kb, job->j0 + jl, nrr, nr, btail, kb * nr);
-            bp = btail, bs = nr;
+          /* B read in place: this thread packs the micro-panel for itself
+           * when several panels of A will use it (so they stream it from
+           * L1, free of the cache-set conflicts of B's rows) and always for
+           * the partial last strip (which needs padding). Kernels that can
+           * do it copy B while the first panel reads it. */
+          bool copy_in_first = false;
+          if (job->direct_b && btail) {
+            if (nrr < nr || (job->local_pack_b && mb > mr && !kern->copies_b)) {
+              kern->pack_b(false, g->b, g->ldb, p0, kb, job->j0 + jl, nrr, nr, btail, kb * nr);
+              bp = btail, bs = nr;
+            } else if (job->local_pack_b && mb > mr) {
+              copy_in_first = true;
+            }
           }
           st.bias_col = bias_col ? bias_col + jl : NULL;
           for (int64_t ir = 0; ir < mb; ir += mr) {
             int mrr = (int)min64(mr, mb - ir);
             st.bias_row = bias_row ? bias_row + ir : NULL;
+            st.b_copy = copy_in_first && ir == 0 ? btail : NULL;
             kern->micro(kb, a + ir * a_step, rsa, csa, bp, bs, g->c + (ic + ir) * g->ldc + job->j0 + jl, g->ldc,
                         mrr, nrr, &st);
+            if (st.b_copy) bp = btail, bs = nr;
           }
         }
         if (last && g->epilogue) {
@@ -383,6 +392,21 @@ static void block_compute(const block_job *job, int64_t i0, int64_t i1, int64_t 
       }
     }
   }
+}
+
+/* Start of row range t of n: even shares, on multiples of 4 rows. Each
+ * share is whole MR-high panels plus one partial panel, which the kernel
+ * runs at full speed from 4 rows on. */
+static int64_t row_split(int64_t m, int64_t n, int64_t t) {
+  if (t >= n) return m;
+  return min64(m, (m * t / n + 2) / 4 * 4);
+}
+
+/* Cycles per k-step of a range of rows: a partial panel of r rows costs like
+ * max(r, 4) (below that the FMA latency dominates). */
+static int64_t rows_cost(int64_t rows, int mr) {
+  int64_t rest = rows % mr;
+  return rows / mr * mr + (rest ? max64(rest, 4) : 0);
 }
 
 /* Strip s of a direct_b panel (all of K) for rows [i0,i1), unblocked: for
@@ -407,8 +431,8 @@ static void partial_strip_unbuffered(const block_job *job, int64_t i0, int64_t i
 static void compute_task(void *ctx, int64_t begin, int64_t end, int thread) {
   const block_job *job = ctx;
   const kiln_sgemm_args *g = job->g;
-  int mr = job->kern->mr, nr = job->kern->nr;
-  int64_t panels = ceil_div(g->m, mr), strips = ceil_div(job->nb, nr);
+  int nr = job->kern->nr;
+  int64_t strips = ceil_div(job->nb, nr);
   /* A nested call (kiln_sgemm inside another pool's loop) may run with a
    * thread index beyond this pool's size: it gets its own buffers, or with
    * none reads A in place and computes B's last strip without padding. */
@@ -418,10 +442,9 @@ static void compute_task(void *ctx, int64_t begin, int64_t end, int thread) {
   float *abuf = buf, *btail = buf ? buf + job->buf_floats - job->kc * nr : NULL;
   for (int64_t t = begin; t < end; t++) {
     int64_t ti = t / job->tn, tj = t % job->tn;
-    int64_t q0 = panels * ti / job->tm, q1 = panels * (ti + 1) / job->tm;
+    int64_t i0 = row_split(g->m, job->tm, ti), i1 = row_split(g->m, job->tm, ti + 1);
     int64_t s0 = strips * tj / job->tn, s1 = strips * (tj + 1) / job->tn;
-    if (q0 >= q1 || s0 >= s1) continue;
-    int64_t i0 = q0 * mr, i1 = min64(q1 * mr, g->m);
+    if (i0 >= i1 || s0 >= s1) continue;
     if (!btail && job->direct_b && s1 == strips && job->nb % nr) {
       /* No buffer for the partial strip: the full strips as usual, the last
        * one through a job that packs nothing and reads B's columns with
@@ -435,15 +458,17 @@ static void compute_task(void *ctx, int64_t begin, int64_t end, int thread) {
   free(own);
 }
 
-/* Picks tm x tn = threads minimizing the largest per-thread share of
- * micro-tiles, preferring to split rows (splitting columns makes several
- * threads pack the same A). */
-static void choose_grid(int threads, int64_t panels, int64_t strips, int *tm, int *tn) {
+/* Picks tm x tn = threads minimizing the largest per-thread share of the
+ * work, preferring to split rows (splitting columns makes several threads
+ * pack the same A). */
+static void choose_grid(int threads, int64_t m, int mr, int64_t strips, int *tm, int *tn) {
   double best = -1;
   for (int a = 1; a <= threads; a++) {
     if (threads % a) continue;
     int b = threads / a;
-    double work = (double)ceil_div(panels, a) * (double)ceil_div(strips, b);
+    int64_t worst = 0;
+    for (int t = 0; t < a; t++) worst = max64(worst, rows_cost(row_split(m, a, t + 1) - row_split(m, a, t), mr));
+    double work = (double)worst * (double)ceil_div(strips, b);
     work *= 1.0 + 0.02 * (b - 1); /* duplicated A packing */
     if (best < 0 || work < best) {
       best = work;
@@ -478,16 +503,16 @@ static void blocked(kiln_threadpool *pool, const kiln_sgemm_args *g, const kiln_
   int64_t mc, kc, nc;
   blocking(kern, g->m, g->n, g->k, &mc, &kc, &nc);
   block_job job = {.g = g, .kern = kern, .mc = mc, .kc = kc};
-  /* B in place when few rows reuse each packed value (packing would cost
-   * more than it saves) and B is row-major, unless its rows are a multiple
-   * of 2 KiB apart: then a micro-panel's rows share a few L1/L2 sets and
-   * evict each other. */
-  int64_t panels = ceil_div(g->m, mr);
-  job.direct_b = !bp && !g->trans_b &&
-                 (g_direct_b ? g_direct_b == 1
-                             : ceil_div(panels, threads) <= KILN_GEMM_DIRECT_B_PANELS && (g->ldb * 4) % 2048 != 0);
-  job.local_pack_b = g_direct_b == 3 || (g_direct_b == 0 && KILN_LP_AUTO);
-  if (g_direct_b == 3) job.direct_b = !bp && !g->trans_b;
+  /* A row-major B needs no shared packing phase when each thread meets
+   * each of its micro-panels in one block of rows only (or B is small
+   * enough to stay in L2): the thread reads B in place and packs each
+   * micro-panel for itself while the first panel of A uses it. */
+  const kiln_cpu_features *cpu = kiln_cpu_features_get();
+  int64_t l2 = cpu->l2_bytes > 0 ? cpu->l2_bytes : 512 * 1024;
+  bool one_block = ceil_div(g->m, threads) <= mc;
+  bool b_small = g->k * g->n * 4 <= l2 / 2;
+  job.direct_b = !bp && !g->trans_b && (g_direct_b ? g_direct_b != 2 : one_block || b_small);
+  job.local_pack_b = g_direct_b != 1;
   job.buf_floats = round_up(mc * kc, 16) + kc * nr;
   size_t bufs_bytes = (size_t)(job.buf_floats * threads) * sizeof(float);
   size_t b_bytes = bp || job.direct_b ? 0 : (size_t)(kc * nc) * sizeof(float);
@@ -505,7 +530,7 @@ static void blocked(kiln_threadpool *pool, const kiln_sgemm_args *g, const kiln_
     job.nb = min64(nc, g->n - j0);
     int64_t strips = ceil_div(job.nb, nr);
     int tm = 1, tn = 1;
-    choose_grid(threads, panels, strips, &tm, &tn);
+    choose_grid(threads, g->m, mr, strips, &tm, &tn);
     job.tm = tm;
     job.tn = tn;
     /* Packing A pays off when each panel of it meets many strips, or when

@@ -21,6 +21,10 @@ typedef struct kiln_gemm_store {
   float alpha, beta;
   const float *bias_row;
   const float *bias_col;
+  /* Only for kernels with copies_b, and only with mr == MR: also store the
+   * kc x NR micro-panel of B as read into this 64-byte aligned buffer,
+   * packed (rows NR apart). NULL: no copy. */
+  float *b_copy;
 } kiln_gemm_store;
 
 /* Register tile: the mr x nr (mr <= MR, nr <= NR) product of mr rows of A
@@ -56,6 +60,7 @@ typedef struct kiln_gemm_kernel {
   int id; /* stored in packed B to detect a layout mismatch */
   int mr, nr;
   kiln_gemm_micro_fn micro;
+  bool copies_b; /* micro honours kiln_gemm_store.b_copy */
   kiln_gemm_small_fn small_rows, small_packed, small_dots; /* NULL: blocked path */
   kiln_gemm_pack_a_fn pack_a;                              /* never NULL */
   kiln_gemm_pack_b_fn pack_b;                              /* never NULL */
@@ -84,7 +89,9 @@ void kiln_gemm_test_alloc_failure(int mode);
 /* For tests: 1 makes the blocked path read A in place, 2 makes it pack A,
  * 0 lets it decide by the reuse of A. */
 void kiln_gemm_test_direct_a(int mode);
-/* The same for B (only row-major, unpacked B can be read in place). */
+/* The same for B (only a row-major, unpacked B can be read in place):
+ * 1 in place only, 2 packed in a shared phase, 3 in place with each thread
+ * packing the micro-panels it reuses, 0 decides. */
 void kiln_gemm_test_direct_b(int mode);
 /* For tests and benches: the most rows that take the small-M path, with
  * and without a packed B (-1: the defaults). */

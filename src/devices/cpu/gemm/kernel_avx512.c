@@ -53,9 +53,10 @@ static KILN_AVX512 inline void store_row(float *c, __m512 acc0, __m512 acc1, int
  * rows are reached from five base pointers and the scaled offsets 1, 2, 4
  * and 8 * lda). B's row p of the micro-panel is at bp + p*bs: bs = NR
  * when packed, ldb when read in place (then nr == NR). */
-static KILN_AVX512 inline ALWAYS_INLINE void tile(const int R, int64_t kc, const float *a, int64_t rsa, int64_t csa,
-                                                 const float *bp, int64_t bs, float *c, int64_t ldc, int nr,
-                                                 const kiln_gemm_store *st) {
+static KILN_AVX512 inline ALWAYS_INLINE void tile(const int R, const int COPY, int64_t kc, const float *a,
+                                                 int64_t rsa, int64_t csa, const float *bp, int64_t bs, float *c,
+                                                 int64_t ldc, int nr, const kiln_gemm_store *st) {
+  float *bc = COPY ? st->b_copy : NULL;
   __m512 acc0[MR], acc1[MR];
 #pragma GCC unroll 14
   for (int i = 0; i < R; i++) acc0[i] = acc1[i] = _mm512_setzero_ps();
@@ -72,6 +73,10 @@ static KILN_AVX512 inline ALWAYS_INLINE void tile(const int R, int64_t kc, const
 #define STEP_PACKED(o)                                                                   \
     do {                                                                                 \
       __m512 b0 = _mm512_loadu_ps(bp + (o) * bs), b1 = _mm512_loadu_ps(bp + (o) * bs + 16); \
+      if (COPY) {                                                                        \
+        _mm512_store_ps(bc + (o) * NR, b0);                                              \
+        _mm512_store_ps(bc + (o) * NR + 16, b1);                                         \
+      }                                                                                  \
       const float *a_ = a + (o) * csa;                                                   \
       FMA_ROW(0, a_[0]); FMA_ROW(1, a_[1]); FMA_ROW(2, a_[2]); FMA_ROW(3, a_[3]);        \
       FMA_ROW(4, a_[4]); FMA_ROW(5, a_[5]); FMA_ROW(6, a_[6]); FMA_ROW(7, a_[7]);        \
@@ -95,11 +100,13 @@ static KILN_AVX512 inline ALWAYS_INLINE void tile(const int R, int64_t kc, const
       STEP_PACKED(3);
       a += 4 * csa;
       bp += 4 * bs;
+      if (COPY) bc += 4 * NR;
     }
     for (; p < kc; p++) {
       STEP_PACKED(0);
       a += csa;
       bp += bs;
+      if (COPY) bc += NR;
     }
 #undef STEP_PACKED
   } else {
@@ -109,6 +116,10 @@ static KILN_AVX512 inline ALWAYS_INLINE void tile(const int R, int64_t kc, const
 #define STEP_ROWS(o)                                                                     \
     do {                                                                                 \
       __m512 b0 = _mm512_loadu_ps(bp + (o) * bs), b1 = _mm512_loadu_ps(bp + (o) * bs + 16); \
+      if (COPY) {                                                                        \
+        _mm512_store_ps(bc + (o) * NR, b0);                                              \
+        _mm512_store_ps(bc + (o) * NR + 16, b1);                                         \
+      }                                                                                  \
       FMA_ROW(0, r0[o]); FMA_ROW(1, r0[l + o]); FMA_ROW(2, r0[2 * l + o]);                \
       FMA_ROW(3, r3[o]); FMA_ROW(4, r0[4 * l + o]); FMA_ROW(5, r3[2 * l + o]);            \
       FMA_ROW(6, r6[o]); FMA_ROW(7, r3[4 * l + o]); FMA_ROW(8, r0[8 * l + o]);            \
@@ -128,11 +139,13 @@ static KILN_AVX512 inline ALWAYS_INLINE void tile(const int R, int64_t kc, const
       STEP_ROWS(3);
       r0 += 4, r3 += 4, r6 += 4, r9 += 4, r12 += 4;
       bp += 4 * bs;
+      if (COPY) bc += 4 * NR;
     }
     for (; p < kc; p++) {
       STEP_ROWS(0);
       r0++, r3++, r6++, r9++, r12++;
       bp += bs;
+      if (COPY) bc += NR;
     }
 #undef STEP_ROWS
   }
@@ -143,21 +156,27 @@ static KILN_AVX512 inline ALWAYS_INLINE void tile(const int R, int64_t kc, const
 
 static KILN_AVX512 void micro(int64_t kc, const float *a, int64_t rsa, int64_t csa, const float *bp, int64_t bs,
                               float *c, int64_t ldc, int mr, int nr, const kiln_gemm_store *st) {
+  /* The first panel of A over a micro-panel of B read in place also packs
+   * it for the panels after it (see kiln_gemm_store.b_copy). */
+  if (st->b_copy && mr == MR) {
+    tile(MR, 1, kc, a, rsa, csa, bp, bs, c, ldc, nr, st);
+    return;
+  }
   switch (mr) {
-  case 14: tile(14, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
-  case 13: tile(13, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
-  case 12: tile(12, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
-  case 11: tile(11, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
-  case 10: tile(10, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
-  case 9: tile(9, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
-  case 8: tile(8, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
-  case 7: tile(7, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
-  case 6: tile(6, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
-  case 5: tile(5, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
-  case 4: tile(4, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
-  case 3: tile(3, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
-  case 2: tile(2, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
-  default: tile(1, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 14: tile(14, 0, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 13: tile(13, 0, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 12: tile(12, 0, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 11: tile(11, 0, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 10: tile(10, 0, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 9: tile(9, 0, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 8: tile(8, 0, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 7: tile(7, 0, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 6: tile(6, 0, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 5: tile(5, 0, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 4: tile(4, 0, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 3: tile(3, 0, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  case 2: tile(2, 0, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
+  default: tile(1, 0, kc, a, rsa, csa, bp, bs, c, ldc, nr, st); break;
   }
 }
 
@@ -405,19 +424,29 @@ static KILN_AVX512 void pack_a(bool trans_a, const float *a, int64_t lda, int64_
 
 static KILN_AVX512 void pack_b(bool trans_b, const float *b, int64_t ldb, int64_t p0, int64_t kb, int64_t j0,
                                int64_t nb, int nr, float *out, int64_t strip_stride) {
+  if (!trans_b) {
+    /* Row by row, so that B is read sequentially (one long run per row
+     * instead of a 128-byte piece of every row per strip). */
+    int64_t full = nb / NR, rest = nb - full * NR;
+    __mmask16 m0 = tail_mask(rest), m1 = tail_mask(rest - 16);
+    for (int64_t p = 0; p < kb; p++) {
+      const float *src = b + (p0 + p) * ldb + j0;
+      float *dst = out + p * NR;
+      for (int64_t s = 0; s < full; s++) {
+        _mm512_store_ps(dst + s * strip_stride, _mm512_loadu_ps(src + s * NR));
+        _mm512_store_ps(dst + s * strip_stride + 16, _mm512_loadu_ps(src + s * NR + 16));
+      }
+      if (rest) {
+        _mm512_store_ps(dst + full * strip_stride, _mm512_maskz_loadu_ps(m0, src + full * NR));
+        _mm512_store_ps(dst + full * strip_stride + 16, _mm512_maskz_loadu_ps(m1, src + full * NR + 16));
+      }
+    }
+    return;
+  }
   for (int64_t s = 0; s * NR < nb; s++) {
     int64_t j = j0 + s * NR;
     int cols = (int)(nb - s * NR < NR ? nb - s * NR : NR);
     float *dst = out + s * strip_stride;
-    if (!trans_b) {
-      const float *src = b + p0 * ldb + j;
-      __mmask16 m0 = tail_mask(cols), m1 = tail_mask(cols - 16);
-      for (int64_t p = 0; p < kb; p++) {
-        _mm512_store_ps(dst + p * NR, _mm512_maskz_loadu_ps(m0, src + p * ldb));
-        _mm512_store_ps(dst + p * NR + 16, _mm512_maskz_loadu_ps(m1, src + p * ldb + 16));
-      }
-      continue;
-    }
     /* Columns of op(B) are rows of b: transpose 16 x 16 blocks. */
     const float *src = b + j * ldb + p0;
     for (int64_t p = 0; p < kb; p += 16) {
@@ -444,6 +473,7 @@ const kiln_gemm_kernel kiln_gemm_kernel_avx512 = {
     .mr = MR,
     .nr = NR,
     .micro = micro,
+    .copies_b = true,
     .small_rows = small_rows,
     .small_packed = small_packed,
     .small_dots = small_dots,
@@ -511,19 +541,29 @@ static KILN_AVX512 void pack_a(bool trans_a, const float *a, int64_t lda, int64_
 
 static KILN_AVX512 void pack_b(bool trans_b, const float *b, int64_t ldb, int64_t p0, int64_t kb, int64_t j0,
                                int64_t nb, int nr, float *out, int64_t strip_stride) {
+  if (!trans_b) {
+    /* Row by row, so that B is read sequentially (one long run per row
+     * instead of a 128-byte piece of every row per strip). */
+    int64_t full = nb / NR, rest = nb - full * NR;
+    __mmask16 m0 = tail_mask(rest), m1 = tail_mask(rest - 16);
+    for (int64_t p = 0; p < kb; p++) {
+      const float *src = b + (p0 + p) * ldb + j0;
+      float *dst = out + p * NR;
+      for (int64_t s = 0; s < full; s++) {
+        _mm512_store_ps(dst + s * strip_stride, _mm512_loadu_ps(src + s * NR));
+        _mm512_store_ps(dst + s * strip_stride + 16, _mm512_loadu_ps(src + s * NR + 16));
+      }
+      if (rest) {
+        _mm512_store_ps(dst + full * strip_stride, _mm512_maskz_loadu_ps(m0, src + full * NR));
+        _mm512_store_ps(dst + full * strip_stride + 16, _mm512_maskz_loadu_ps(m1, src + full * NR + 16));
+      }
+    }
+    return;
+  }
   for (int64_t s = 0; s * NR < nb; s++) {
     int64_t j = j0 + s * NR;
     int cols = (int)(nb - s * NR < NR ? nb - s * NR : NR);
     float *dst = out + s * strip_stride;
-    if (!trans_b) {
-      const float *src = b + p0 * ldb + j;
-      __mmask16 m0 = tail_mask(cols), m1 = tail_mask(cols - 16);
-      for (int64_t p = 0; p < kb; p++) {
-        _mm512_store_ps(dst + p * NR, _mm512_maskz_loadu_ps(m0, src + p * ldb));
-        _mm512_store_ps(dst + p * NR + 16, _mm512_maskz_loadu_ps(m1, src + p * ldb + 16));
-      }
-      continue;
-    }
     /* Columns of op(B) are rows of b: transpose 16 x 16 blocks. */
     const float *src = b + j * ldb + p0;
     for (int64_t p = 0; p < kb; p += 16) {
