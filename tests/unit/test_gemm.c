@@ -202,7 +202,7 @@ static void run_kernel_suite(kiln_threadpool *pool, const char *kname) {
   kiln_gemm_test_direct_b(0);
   kiln_gemm_set_blocking(0, 0, 0);
   /* Many rows, few columns: rows are split into several parts per thread. */
-  gemm_case tall = {.m = 700, .n = 70, .k = 50, .alpha = 1.0f, .beta = 0.5f, .bias_axis = 1, .use_epilogue = true};
+  gemm_case tall = {.m = 1100, .n = 70, .k = 50, .alpha = 1.0f, .beta = 0.5f, .bias_axis = 1, .use_epilogue = true};
   run_case(pool, kname, &tall);
   tall.tb = tall.packed = true;
   run_case(pool, kname, &tall);

@@ -12,7 +12,9 @@
  * each thread meets each of its micro-panels in one block of rows only (or
  * B is small), the thread copying each micro-panel for itself while its
  * first panel of A reads it; a pre-packed B needs nothing. Without a
- * B-packing phase one parallel region covers the whole panel.
+ * B-packing phase one parallel region covers the whole panel. Threads split
+ * rows or columns of C as a cost model suggests (choose_grid) and claim the
+ * pieces dynamically, so one descheduled thread does not stall the others.
  *
  * alpha, beta and the bias are applied by the micro-kernel when it stores a
  * tile: the first k-slice stores alpha*AB + beta*C + bias, later slices add
@@ -34,6 +36,8 @@
 #define KILN_GEMM_EPILOGUE_COLS 256
 #define KILN_GEMM_DIRECT_A_STRIPS 4
 #define KILN_GEMM_DIRECT_A_STRIPS_MAX 16
+#define KILN_GEMM_PARTS_PER_THREAD 2
+#define KILN_GEMM_PART_ROWS 256
 /* Up to this many rows, B is streamed once instead of packed (with a
  * pre-packed B, the blocked path's narrow tiles do as well from 3 rows). */
 #define KILN_GEMM_SMALL_M_PATH 4
@@ -303,8 +307,11 @@ typedef struct block_job {
   bool b_full_k;
   bool direct_a, direct_b; /* read A / B in place instead of packing */
   bool local_pack_b;       /* direct_b: each thread packs each micro-panel it uses */
-  /* thread grid over the panel: tm row ranges x tn strip ranges */
-  int tm, tn;
+  /* work units: parts row ranges x tn strip ranges, claimed through
+   * next_unit; rows split evenly (on 4 rows) or on whole panels */
+  int parts, tn;
+  bool parts_on_panels;
+  int64_t next_unit;
   /* per pool thread: an MC x KC buffer for A and a KC x NR one for B's
    * partial last strip (direct_b) */
   float *bufs;
@@ -315,13 +322,24 @@ typedef struct block_job {
   int64_t pack_p0, pack_kb;
 } block_job;
 
+/* Work is handed out dynamically: each thread's call claims units from a
+ * shared counter until none are left, so a thread that the OS deschedules
+ * (the machine may be busy) delays the others by one unit at most. */
+static int64_t claim(int64_t *counter) { return __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED); }
+
+#define PACK_UNIT_STRIPS 8
+
 static void pack_b_task(void *ctx, int64_t begin, int64_t end, int thread) {
-  const block_job *job = ctx;
+  block_job *job = ctx;
   const kiln_sgemm_args *g = job->g;
   int nr = job->kern->nr;
-  int64_t j = begin * nr, nb = min64(end * nr, job->nb) - j;
-  job->kern->pack_b(g->trans_b, g->b, g->ldb, job->pack_p0, job->pack_kb, job->j0 + j, nb, nr,
-                    job->b_buf + begin * job->strip_stride, job->strip_stride);
+  int64_t strips = ceil_div(job->nb, nr);
+  for (int64_t u; (u = claim(&job->next_unit)) * PACK_UNIT_STRIPS < strips;) {
+    int64_t s0 = u * PACK_UNIT_STRIPS, s1 = min64(s0 + PACK_UNIT_STRIPS, strips);
+    int64_t j = s0 * nr, nb = min64(s1 * nr, job->nb) - j;
+    job->kern->pack_b(g->trans_b, g->b, g->ldb, job->pack_p0, job->pack_kb, job->j0 + j, nb, nr,
+                      job->b_buf + s0 * job->strip_stride, job->strip_stride);
+  }
 }
 
 /* Rows [i0,i1) x strips [s0,s1) of the current panel, k-slices
@@ -428,9 +446,16 @@ static void partial_strip_unbuffered(const block_job *job, int64_t i0, int64_t i
   if (g->epilogue) g->epilogue(g->epilogue_ctx, g->c + i0 * g->ldc + j0, g->ldc, i0, j0, i1 - i0, cols);
 }
 
-static void compute_task(void *ctx, int64_t begin, int64_t end, int thread) {
-  const block_job *job = ctx;
+/* First row of row part t of the job's parts. */
+static int64_t part_row(const block_job *job, int64_t t) {
   const kiln_sgemm_args *g = job->g;
+  if (!job->parts_on_panels) return row_split(g->m, job->parts, t);
+  int64_t panels = ceil_div(g->m, job->kern->mr);
+  return min64(g->m, panels * t / job->parts * job->kern->mr);
+}
+
+static void compute_task(void *ctx, int64_t begin, int64_t end, int thread) {
+  block_job *job = ctx;
   int nr = job->kern->nr;
   int64_t strips = ceil_div(job->nb, nr);
   /* A nested call (kiln_sgemm inside another pool's loop) may run with a
@@ -440,9 +465,9 @@ static void compute_task(void *ctx, int64_t begin, int64_t end, int thread) {
   if (thread >= 0 && thread < job->n_bufs) buf = job->bufs + (int64_t)thread * job->buf_floats;
   else if (!g_alloc_failure) buf = own = aligned_buffer((size_t)job->buf_floats * sizeof(float));
   float *abuf = buf, *btail = buf ? buf + job->buf_floats - job->kc * nr : NULL;
-  for (int64_t t = begin; t < end; t++) {
+  for (int64_t t; (t = claim(&job->next_unit)) < (int64_t)job->parts * job->tn;) {
     int64_t ti = t / job->tn, tj = t % job->tn;
-    int64_t i0 = row_split(g->m, job->tm, ti), i1 = row_split(g->m, job->tm, ti + 1);
+    int64_t i0 = part_row(job, ti), i1 = part_row(job, ti + 1);
     int64_t s0 = strips * tj / job->tn, s1 = strips * (tj + 1) / job->tn;
     if (i0 >= i1 || s0 >= s1) continue;
     if (!btail && job->direct_b && s1 == strips && job->nb % nr) {
@@ -458,18 +483,22 @@ static void compute_task(void *ctx, int64_t begin, int64_t end, int thread) {
   free(own);
 }
 
-/* Picks tm x tn = threads minimizing the largest per-thread share of the
- * work, preferring to split rows (splitting columns makes several threads
- * pack the same A). */
-static void choose_grid(int threads, int64_t m, int mr, int64_t strips, int *tm, int *tn) {
+/* Picks tm x tn = threads minimizing the estimated time of the busiest
+ * thread: its share of the micro-kernel work (cycles per k step: rows x
+ * strips) plus reading its A rows (all of them if columns are split) and,
+ * when B is read in place, its columns of B (all of them if rows are
+ * split; from memory, with poorer prefetching, hence the higher cost). */
+static void choose_grid(int threads, int64_t m, int64_t n, int64_t k, int mr, int64_t strips, bool direct_b, int *tm,
+                        int *tn) {
   double best = -1;
   for (int a = 1; a <= threads; a++) {
     if (threads % a) continue;
     int b = threads / a;
     int64_t worst = 0;
     for (int t = 0; t < a; t++) worst = max64(worst, rows_cost(row_split(m, a, t + 1) - row_split(m, a, t), mr));
-    double work = (double)worst * (double)ceil_div(strips, b);
-    work *= 1.0 + 0.02 * (b - 1); /* duplicated A packing */
+    double work = (double)worst * (double)ceil_div(strips, b) * (double)k;
+    work += 0.25 * (double)ceil_div(m, a) * (double)k;
+    if (direct_b) work += 0.5 * (double)k * (double)ceil_div(n, b);
     if (best < 0 || work < best) {
       best = work;
       *tm = a;
@@ -530,9 +559,13 @@ static void blocked(kiln_threadpool *pool, const kiln_sgemm_args *g, const kiln_
     job.nb = min64(nc, g->n - j0);
     int64_t strips = ceil_div(job.nb, nr);
     int tm = 1, tn = 1;
-    choose_grid(threads, g->m, mr, strips, &tm, &tn);
-    job.tm = tm;
+    choose_grid(threads, g->m, job.nb, g->k, mr, strips, job.direct_b, &tm, &tn);
     job.tn = tn;
+    /* With several threads, finer row parts (whole panels) let them even
+     * out; not with direct_b, where each part re-reads B. */
+    int64_t q = threads > 1 && !job.direct_b ? min64(KILN_GEMM_PARTS_PER_THREAD, g->m / tm / KILN_GEMM_PART_ROWS) : 1;
+    job.parts = q > 1 ? (int)(tm * q) : tm;
+    job.parts_on_panels = q > 1;
     /* Packing A pays off when each panel of it meets many strips, or when
      * A's rows (or columns) are a multiple of 4 KiB apart, so that a panel
      * read in place would crowd into a few L1 sets. */
@@ -554,7 +587,8 @@ static void blocked(kiln_threadpool *pool, const kiln_sgemm_args *g, const kiln_
       job.b_full_k = true;
       job.p_begin = 0;
       job.p_end = g->k;
-      run_parallel(pool, (int64_t)tm * tn, 1, compute_task, &job);
+      job.next_unit = 0;
+      run_parallel(pool, threads, 1, compute_task, &job);
       continue;
     }
     for (int64_t p0 = 0; p0 < g->k; p0 += kc) {
@@ -563,12 +597,14 @@ static void blocked(kiln_threadpool *pool, const kiln_sgemm_args *g, const kiln_
       job.pack_kb = kb;
       job.strip_stride = kb * nr;
       job.bs = nr;
-      run_parallel(pool, strips, max64(1, strips / (4 * threads)), pack_b_task, &job);
+      job.next_unit = 0;
+      run_parallel(pool, threads, 1, pack_b_task, &job);
       job.b_panel = job.b_buf;
       job.b_full_k = false;
       job.p_begin = p0;
       job.p_end = p0 + kb;
-      run_parallel(pool, (int64_t)tm * tn, 1, compute_task, &job);
+      job.next_unit = 0;
+      run_parallel(pool, threads, 1, compute_task, &job);
     }
   }
   free(mem);

@@ -1,7 +1,9 @@
-/* kernel_avx512.c — AVX-512 micro-kernel (14 x 32: 28 zmm accumulators,
- * two B vectors per step, A broadcast from the packed panel) and the small-M
- * streaming kernels. Compiled with a target attribute so the library needs
- * no -march flag; the driver only calls these on CPUs with AVX-512F. */
+/* kernel_avx512.c — the AVX-512 kernel set: the 14 x 32 micro-kernel (28
+ * zmm accumulators, two B vectors per k step, A broadcast; any 1..14 rows,
+ * A packed or in place, B packed or in place and optionally copied while
+ * read), the small-M streaming kernels, and packing by in-register 16 x 16
+ * transposes. Compiled with a target attribute so the library needs no
+ * -march flag; the driver only calls these on CPUs with AVX-512F/BW/VL/DQ. */
 #include "devices/cpu/gemm/gemm_internal.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -41,9 +43,7 @@ static KILN_AVX512 inline void store_row(float *c, __m512 acc0, __m512 acc1, int
 }
 
 #define ALWAYS_INLINE __attribute__((always_inline))
-#ifndef KILN_PF_A
 #define KILN_PF_A 16 /* k steps ahead to prefetch packed A */
-#endif
 #define KILN_PF_B 16 /* k steps ahead to prefetch packed B in the small-M path */
 
 /* The register tile, for R = 1..14 rows (R is a constant after inlining, so
@@ -83,13 +83,14 @@ static KILN_AVX512 inline ALWAYS_INLINE void tile(const int R, const int COPY, i
       FMA_ROW(8, a_[8]); FMA_ROW(9, a_[9]); FMA_ROW(10, a_[10]); FMA_ROW(11, a_[11]);    \
       FMA_ROW(12, a_[12]); FMA_ROW(13, a_[13]);                                          \
     } while (0)
-    /* Prefetch C's rows during the first steps (they are needed at the
-     * end) and the packed A a few steps ahead of use. */
+    /* Prefetch C's rows into L2 during the first steps (they are needed at
+     * the end; L1 would lose them, and B, to set conflicts when C's rows
+     * are a power of two apart) and the packed A a few steps ahead. */
     int64_t pc = 0;
     for (; p + 4 <= kc; p += 4) {
       if (pc < R) {
-        _mm_prefetch((const char *)(c + pc * ldc), _MM_HINT_T0);
-        _mm_prefetch((const char *)(c + pc * ldc + 31), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + pc * ldc), _MM_HINT_T1);
+        _mm_prefetch((const char *)(c + pc * ldc + 31), _MM_HINT_T1);
         pc++;
       }
       _mm_prefetch((const char *)(a + KILN_PF_A * csa), _MM_HINT_T0);
@@ -129,8 +130,8 @@ static KILN_AVX512 inline ALWAYS_INLINE void tile(const int R, const int COPY, i
     int64_t pc = 0;
     for (; p + 4 <= kc; p += 4) {
       if (pc < R) {
-        _mm_prefetch((const char *)(c + pc * ldc), _MM_HINT_T0);
-        _mm_prefetch((const char *)(c + pc * ldc + 31), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + pc * ldc), _MM_HINT_T1);
+        _mm_prefetch((const char *)(c + pc * ldc + 31), _MM_HINT_T1);
         pc++;
       }
       STEP_ROWS(0);
