@@ -2,6 +2,7 @@
 #include <stdio.h>
 
 #include "base/cpu_features.h"
+#include "codegen/fusion.h"
 #include "codegen/jit.h"
 #include "codegen/loopnest.h"
 #include "devices/cpu/cpu_internal.h"
@@ -22,184 +23,37 @@ static void rt_sgemm(void *pool, const kiln_rt_sgemm_args *a) {
   kiln_sgemm((kiln_threadpool *)pool, &g);
 }
 
-/* ---- fusion ------------------------------------------------------------------- */
-
-typedef struct group_info {
-  int root;         /* node index of the group's root (its output is materialized) */
-  bool has_reduce;  /* a reduction is inlined: consumers must keep its loop order */
-  int n_members;
-} group_info;
-
-static bool fusable_class(kiln_op_class c) {
-  return c == KILN_OPCLASS_ELEMENTWISE || c == KILN_OPCLASS_BROADCAST || c == KILN_OPCLASS_INJECTIVE ||
-         c == KILN_OPCLASS_REDUCTION;
-}
-
-static int64_t type_numel(const kiln_type *t) { return kiln_shape_numel(t->rank, t->dims); }
-
-static bool same_shape(const kiln_type *a, const kiln_type *b) {
-  return kiln_shape_equal(a->rank, a->dims, b->rank, b->dims);
-}
-
-/* Decides, in node order, which producers are inlined into their consumer
- * (TVM's lattice): elementwise, broadcast and injective producers inline
- * into a consumer that reads each of their elements at most once; a
- * reduction over trailing axes inlines into an elementwise/broadcast
- * consumer over its input's shape (the reduction is then computed once per
- * row by the scheduler). A value read by several nodes, or that is a graph
- * output, is materialized. */
-static void fuse(const kiln_graph *g, const kiln_op_class *cls, int *group_of, group_info *groups, const int *uses) {
-  for (int n = 0; n < g->n_nodes; n++) {
-    group_of[n] = n;
-    groups[n] = (group_info){n, cls[n] == KILN_OPCLASS_REDUCTION, 1};
-  }
-  for (int n = 0; n < g->n_nodes; n++) {
-    const kiln_node *node = &g->nodes[n];
-    if (!fusable_class(cls[n])) continue;
-    const kiln_type *out = &g->values[node->outputs[0]].type;
-    bool consumer_elementwise = cls[n] == KILN_OPCLASS_ELEMENTWISE || cls[n] == KILN_OPCLASS_BROADCAST;
-    for (int i = 0; i < node->n_inputs; i++) {
-      int v = node->inputs[i];
-      if (v < 0) continue;
-      int p = g->values[v].producer;
-      if (p < 0 || !fusable_class(cls[p]) || group_of[p] != p) continue;
-      if (uses[v] != 1 || g->values[v].is_graph_output) continue;
-      const kiln_type *vt = &g->values[v].type;
-      bool ok;
-      if (groups[p].has_reduce) {
-        /* The reduction's loops must line up with the consumer's: only
-         * elementwise consumers over the reduction input's shape. */
-        const kiln_node *pn = &g->nodes[p];
-        const kiln_type *rin = &g->values[pn->inputs[0]].type;
-        ok = consumer_elementwise &&
-             (same_shape(out, vt) || (cls[p] == KILN_OPCLASS_REDUCTION && same_shape(out, rin) && vt->rank == out->rank &&
-                                      kiln_lower_reduces_trailing(g, pn)));
-        if (ok && cls[p] == KILN_OPCLASS_REDUCTION && strcmp(pn->op_type, "Softmax") && strcmp(pn->op_type, "LogSoftmax") &&
-            !same_shape(out, vt) && !kiln_attr_int(pn, "keepdims", 1))
-          ok = false;
-      } else if (consumer_elementwise) {
-        ok = type_numel(vt) == type_numel(out) && same_shape(vt, out);
-      } else {
-        /* Injective and reduction consumers read each element at most once,
-         * except Expand, which repeats them. */
-        ok = strcmp(node->op_type, "Expand") != 0;
-      }
-      if (!ok) continue;
-      /* Merge p's group into n's. */
-      for (int k = 0; k < n; k++)
-        if (group_of[k] == p) group_of[k] = n;
-      groups[n].has_reduce |= groups[p].has_reduce;
-      groups[n].n_members += groups[p].n_members;
-      groups[p].n_members = 0;
-    }
-  }
-}
-
 /* ---- kernel generation ------------------------------------------------------- */
 
-typedef struct kernel_src {
-  char *source;
-  int step;
-} kernel_src;
-
-/* An elementwise group whose every operand has the output's shape is one
- * flat loop: index arithmetic vanishes and the loop vectorizes whatever the
- * tensors' rank. */
-static bool flattenable(const kiln_graph *g, const int *group_of, int root, const kiln_op_class *cls) {
-  const kiln_type *out = &g->values[g->nodes[root].outputs[0]].type;
-  for (int n = 0; n <= root; n++) {
-    if (group_of[n] != root) continue;
-    if (cls[n] != KILN_OPCLASS_ELEMENTWISE && cls[n] != KILN_OPCLASS_BROADCAST) return false;
-    const kiln_node *node = &g->nodes[n];
-    for (int i = 0; i < node->n_inputs; i++) {
-      int v = node->inputs[i];
-      if (v < 0 || kiln_lower_is_param_input(node, i)) continue;
-      if (!same_shape(&g->values[v].type, out) && type_numel(&g->values[v].type) != 1) return false;
-    }
-  }
-  return true;
-}
-
-static kiln_status_t build_kernel(const kiln_graph *g, const int *group_of, int root, const kiln_op_class *cls,
-                                  cpu_step *step, char **out_src) {
-  te_builder *b;
-  KILN_TRY(te_builder_create(&b));
-  kiln_status_t st = NULL;
-  te_tensor **views = calloc((size_t)g->n_values + 1, sizeof *views);
-  int *arg_values = malloc(((size_t)g->n_values + 1) * sizeof(int));
-  int n_args = 0;
+/* Lowers group `root` (codegen/fusion.c), schedules it and renders it as C:
+ * `kiln_kernel`, plus `kiln_epilogue` when the kernel is flat and could run
+ * on a contraction's tiles. */
+static kiln_status_t build_kernel(const kiln_graph *g, const kiln_fusion *f, int root, cpu_step *step,
+                                  char **out_src) {
+  kiln_fused_kernel k;
+  KILN_TRY(kiln_fusion_build(g, f, root, true, &k));
   kiln_strbuf src = {0};
   kiln_loop_nest nest = {0};
-  if (!views || !arg_values) {
-    st = KILN_OOM();
-    goto done;
-  }
-  /* Output buffer first: argument 0. */
-  const kiln_value_def *ov = &g->values[g->nodes[root].outputs[0]];
-  bool flat = flattenable(g, group_of, root, cls);
-  step->flat = flat;
-  int64_t numel = type_numel(&ov->type);
-  te_add_buffer(b, ov->type.dtype, flat ? 1 : ov->type.rank, flat ? &numel : ov->type.dims, g->nodes[root].outputs[0]);
-  arg_values[n_args++] = g->nodes[root].outputs[0];
-  for (int n = 0; n <= root && !st; n++) {
-    if (group_of[n] != root) continue;
-    const kiln_node *node = &g->nodes[n];
-    const te_tensor *ins[16] = {0};
-    if (node->n_inputs > 16) {
-      st = kiln_error(KILN_UNSUPPORTED, "node with more than 16 inputs");
-      break;
-    }
-    for (int i = 0; i < node->n_inputs; i++) {
-      int v = node->inputs[i];
-      if (v < 0 || kiln_lower_is_param_input(node, i)) continue; /* read at compile time */
-      if (!views[v]) {
-        /* Read from outside the group: a kernel argument. Constant parameter
-         * inputs (shapes, axes) are read at compile time and need none,
-         * but an argument for them is harmless and keeps this simple. */
-        const kiln_value_def *vd = &g->values[v];
-        bool scalar = type_numel(&vd->type) == 1;
-        int buf = flat ? te_add_buffer(b, vd->type.dtype, scalar ? 0 : 1, &numel, v)
-                       : te_add_buffer(b, vd->type.dtype, vd->type.rank, vd->type.dims, v);
-        arg_values[n_args++] = v;
-        views[v] = te_view_buffer(b, buf);
-      }
-      ins[i] = views[v];
-    }
-    te_tensor *out = NULL;
-    st = kiln_lower_node(b, g, node, ins, &out);
-    if (st) {
-      st = kiln_status_annotate(st, "node '%s' (%s)", node->name, node->op_type);
-    } else {
-      if (flat) { /* same elements, seen as one dimension */
-        out->rank = 1;
-        out->dims[0] = numel;
-      }
-      views[node->outputs[0]] = out;
-    }
-  }
-  if (!st) {
-    kiln_loop_schedule sched = kiln_loop_schedule_default();
-    st = kiln_schedule_kernel(b, views[g->nodes[root].outputs[0]], 0, &sched, &nest);
-  }
+  kiln_loop_schedule sched = kiln_loop_schedule_default();
+  kiln_status_t st = kiln_schedule_kernel(k.b, k.root, 0, &sched, &nest);
   if (!st) {
     kiln_strbuf_puts(&src, kiln_c_preamble());
-    st = kiln_render_c(b, &nest, "kiln_kernel", &src);
+    st = kiln_render_c(k.b, &nest, "kiln_kernel", &src);
     /* A flat elementwise kernel can also run as a GEMM epilogue. */
-    if (!st && flat && nest.n_sites == 0) st = kiln_render_c_epilogue(b, &nest, "kiln_epilogue", &src);
+    if (!st && k.flat && nest.n_sites == 0) st = kiln_render_c_epilogue(k.b, &nest, "kiln_epilogue", &src);
   }
   if (!st) st = kiln_strbuf_status(&src);
   if (!st) {
-    step->n_args = n_args;
-    step->args = arg_values;
-    arg_values = NULL;
+    step->flat = k.flat;
+    step->elementwise_only = k.elementwise_only;
+    step->n_args = k.n_args;
+    step->args = k.args;
+    k.args = NULL;
     *out_src = kiln_strbuf_take(&src);
   }
-done:
   kiln_loop_nest_free(&nest);
   kiln_strbuf_free(&src);
-  free(views);
-  free(arg_values);
-  te_builder_destroy(b);
+  kiln_fused_kernel_free(&k);
   return st;
 }
 
@@ -228,7 +82,7 @@ static void fuse_epilogues(struct kiln_executable *x, const int *uses) {
       cpu_step *c = &x->steps[ci];
       if (c->kind != CPU_STEP_MATMUL && c->kind != CPU_STEP_GEMM && c->kind != CPU_STEP_CONV) continue;
       if (c->epilogue_step >= 0 || uses[v] != 1 || g->values[v].is_graph_output) continue;
-      if (type_numel(&g->values[v].type) != type_numel(&g->values[k->args[0]].type)) continue;
+      if (kiln_type_numel(&g->values[v].type) != kiln_type_numel(&g->values[k->args[0]].type)) continue;
       bool ready = true;
       for (int b = 1; b < k->n_args && ready; b++)
         if (b != a) ready = step_of_value[k->args[b]] < ci;
@@ -247,7 +101,7 @@ static void fuse_epilogues(struct kiln_executable *x, const int *uses) {
 /* ---- memory ------------------------------------------------------------------ */
 
 static size_t value_bytes(const kiln_graph *g, int v) {
-  return (size_t)type_numel(&g->values[v].type) * kiln_dtype_size(g->values[v].type.dtype);
+  return (size_t)kiln_type_numel(&g->values[v].type) * kiln_dtype_size(g->values[v].type.dtype);
 }
 
 /* Every buffer compiled steps write lives in one arena; buffers whose
@@ -307,7 +161,7 @@ static kiln_status_t plan_memory(struct kiln_executable *x) {
     for (int k = 1; k < s->n_args && ob >= 0; k++) {
       int v = s->args[k], ib = buf_of[v];
       if (ib < 0 || bufs[ib].last_use != i || bufs[ib].size != bufs[ob].size) continue;
-      if (!same_shape(&g->values[v].type, &g->values[s->args[0]].type)) continue;
+      if (!kiln_type_same_shape(&g->values[v].type, &g->values[s->args[0]].type)) continue;
       bufs[ob].inplace_source = ib;
       break;
     }
@@ -359,16 +213,14 @@ kiln_status_t kiln_cpu_prepare(kiln_device *dev, const kiln_graph *g, const kiln
   kiln_status_t st = NULL;
   int nn = g->n_nodes, nv = g->n_values;
   kiln_op_class *cls = calloc((size_t)nn + 1, sizeof *cls);
-  int *group_of = calloc((size_t)nn + 1, sizeof *group_of);
-  group_info *groups = calloc((size_t)nn + 1, sizeof *groups);
-  int *uses = calloc((size_t)nv + 1, sizeof *uses);
+  kiln_fusion fu = {0};
   char **sources = calloc((size_t)nn + 1, sizeof *sources);
   int *source_step = calloc((size_t)nn + 1, sizeof *source_step);
   int n_sources = 0;
   x->kinds = calloc((size_t)nv + 1, sizeof *x->kinds);
   x->buffer = calloc((size_t)nv + 1, sizeof *x->buffer);
   x->steps = calloc((size_t)nn + 1, sizeof *x->steps);
-  if (!cls || !group_of || !groups || !uses || !sources || !source_step || !x->kinds || !x->buffer || !x->steps) {
+  if (!cls || !sources || !source_step || !x->kinds || !x->buffer || !x->steps) {
     st = KILN_OOM();
     goto done;
   }
@@ -376,13 +228,8 @@ kiln_status_t kiln_cpu_prepare(kiln_device *dev, const kiln_graph *g, const kiln
   if ((st = kiln_threadpool_create(threads, &x->pool))) goto done;
   x->rt = (kiln_rt){KILN_RT_ABI_VERSION, x->pool, threads, rt_parallel_for, rt_sgemm};
 
-  for (int n = 0; n < nn; n++) {
-    const kiln_node *node = &g->nodes[n];
-    for (int i = 0; i < node->n_inputs; i++)
-      if (node->inputs[i] >= 0) uses[node->inputs[i]]++;
-    cls[n] = kiln_lower_class(g, node, NULL);
-  }
-  fuse(g, cls, group_of, groups, uses);
+  for (int n = 0; n < nn; n++) cls[n] = kiln_lower_class(g, &g->nodes[n], NULL);
+  if ((st = kiln_fusion_plan(g, cls, &fu))) goto done;
 
   for (int i = 0; i < nv; i++) {
     const kiln_value_def *v = &g->values[i];
@@ -420,19 +267,15 @@ kiln_status_t kiln_cpu_prepare(kiln_device *dev, const kiln_graph *g, const kiln
       x->n_steps++;
       continue;
     }
-    if (group_of[n] != n) continue; /* inlined into a later kernel */
+    if (fu.group_of[n] != n) continue; /* inlined into a later kernel */
     s->kind = CPU_STEP_KERNEL;
-    s->n_fused = groups[n].n_members;
+    s->n_fused = fu.n_members[n];
     x->n_fused_nodes += s->n_fused;
     snprintf(s->name, sizeof s->name, "%s%s", node->op_type, s->n_fused > 1 ? "+fused" : "");
-    s->elementwise_only = true;
-    for (int k = 0; k < nn; k++)
-      if (group_of[k] == n) {
-        if (k != n) s->flops += kiln_node_flops(g, &g->nodes[k]);
-        if (cls[k] != KILN_OPCLASS_ELEMENTWISE && cls[k] != KILN_OPCLASS_BROADCAST) s->elementwise_only = false;
-      }
+    for (int k = 0; k < n; k++)
+      if (fu.group_of[k] == n) s->flops += kiln_node_flops(g, &g->nodes[k]);
     x->kinds[node->outputs[0]] = CPU_VALUE_BUFFER;
-    st = build_kernel(g, group_of, n, cls, s, &sources[n_sources]);
+    st = build_kernel(g, &fu, n, s, &sources[n_sources]);
     if (st) break;
     source_step[n_sources++] = x->n_steps;
     x->n_kernels++;
@@ -444,7 +287,7 @@ kiln_status_t kiln_cpu_prepare(kiln_device *dev, const kiln_graph *g, const kiln
     st = KILN_OOM();
     goto done;
   }
-  fuse_epilogues(x, uses);
+  fuse_epilogues(x, fu.uses);
 
   /* Compile every kernel in one batch (parallel, cached). */
   if (n_sources) {
@@ -491,9 +334,7 @@ done:
   free(sources);
   free(source_step);
   free(cls);
-  free(group_of);
-  free(groups);
-  free(uses);
+  kiln_fusion_free(&fu);
   if (st) {
     kiln_cpu_executable_free(dev, x);
     return st;

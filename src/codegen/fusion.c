@@ -1,0 +1,187 @@
+/* Fusion grouping and group lowering (see fusion.h). */
+#include "codegen/fusion.h"
+
+static bool fusable_class(kiln_op_class c) {
+  return c == KILN_OPCLASS_ELEMENTWISE || c == KILN_OPCLASS_BROADCAST || c == KILN_OPCLASS_INJECTIVE ||
+         c == KILN_OPCLASS_REDUCTION;
+}
+
+/* Decides, in node order, which producers are inlined into their consumer
+ * (TVM's lattice): elementwise, broadcast and injective producers inline
+ * into a consumer that reads each of their elements at most once; a
+ * reduction over trailing axes inlines into an elementwise/broadcast
+ * consumer over its input's shape (the reduction is then computed once per
+ * row by the scheduler). A value read by several nodes, or that is a graph
+ * output, is materialized. */
+kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, kiln_fusion *f) {
+  memset(f, 0, sizeof *f);
+  int nn = g->n_nodes;
+  f->n_nodes = nn;
+  f->cls = malloc(((size_t)nn + 1) * sizeof *f->cls);
+  f->uses = calloc((size_t)g->n_values + 1, sizeof *f->uses);
+  f->group_of = malloc(((size_t)nn + 1) * sizeof *f->group_of);
+  f->n_members = malloc(((size_t)nn + 1) * sizeof *f->n_members);
+  bool *has_reduce = malloc(((size_t)nn + 1) * sizeof *has_reduce);
+  if (!f->cls || !f->uses || !f->group_of || !f->n_members || !has_reduce) {
+    free(has_reduce);
+    kiln_fusion_free(f);
+    return KILN_OOM();
+  }
+  for (int n = 0; n < nn; n++) {
+    const kiln_node *node = &g->nodes[n];
+    for (int i = 0; i < node->n_inputs; i++)
+      if (node->inputs[i] >= 0) f->uses[node->inputs[i]]++;
+    f->cls[n] = cls[n];
+    f->group_of[n] = n;
+    f->n_members[n] = 1;
+    has_reduce[n] = cls[n] == KILN_OPCLASS_REDUCTION;
+  }
+  for (int n = 0; n < nn; n++) {
+    const kiln_node *node = &g->nodes[n];
+    if (!fusable_class(cls[n])) continue;
+    const kiln_type *out = &g->values[node->outputs[0]].type;
+    bool consumer_elementwise = cls[n] == KILN_OPCLASS_ELEMENTWISE || cls[n] == KILN_OPCLASS_BROADCAST;
+    for (int i = 0; i < node->n_inputs; i++) {
+      int v = node->inputs[i];
+      if (v < 0) continue;
+      int p = g->values[v].producer;
+      if (p < 0 || !fusable_class(cls[p]) || f->group_of[p] != p) continue;
+      if (f->uses[v] != 1 || g->values[v].is_graph_output) continue;
+      const kiln_type *vt = &g->values[v].type;
+      bool ok;
+      if (has_reduce[p]) {
+        /* The reduction's loops must line up with the consumer's: only
+         * elementwise consumers over the reduction input's shape. */
+        const kiln_node *pn = &g->nodes[p];
+        const kiln_type *rin = &g->values[pn->inputs[0]].type;
+        ok = consumer_elementwise &&
+             (kiln_type_same_shape(out, vt) ||
+              (cls[p] == KILN_OPCLASS_REDUCTION && kiln_type_same_shape(out, rin) && vt->rank == out->rank &&
+               kiln_lower_reduces_trailing(g, pn)));
+        if (ok && cls[p] == KILN_OPCLASS_REDUCTION && strcmp(pn->op_type, "Softmax") &&
+            strcmp(pn->op_type, "LogSoftmax") && !kiln_type_same_shape(out, vt) && !kiln_attr_int(pn, "keepdims", 1))
+          ok = false;
+      } else if (consumer_elementwise) {
+        ok = kiln_type_numel(vt) == kiln_type_numel(out) && kiln_type_same_shape(vt, out);
+      } else {
+        /* Injective and reduction consumers read each element at most once,
+         * except Expand, which repeats them. */
+        ok = strcmp(node->op_type, "Expand") != 0;
+      }
+      if (!ok) continue;
+      /* Merge p's group into n's. */
+      for (int k = 0; k < n; k++)
+        if (f->group_of[k] == p) f->group_of[k] = n;
+      has_reduce[n] |= has_reduce[p];
+      f->n_members[n] += f->n_members[p];
+      f->n_members[p] = 0;
+    }
+  }
+  free(has_reduce);
+  return NULL;
+}
+
+void kiln_fusion_free(kiln_fusion *f) {
+  free(f->cls);
+  free(f->uses);
+  free(f->group_of);
+  free(f->n_members);
+  memset(f, 0, sizeof *f);
+}
+
+/* An elementwise group whose every operand has the output's shape is one
+ * flat loop: index arithmetic vanishes and the loop vectorizes whatever the
+ * tensors' rank. */
+static bool flattenable(const kiln_graph *g, const kiln_fusion *f, int root) {
+  const kiln_type *out = &g->values[g->nodes[root].outputs[0]].type;
+  for (int n = 0; n <= root; n++) {
+    if (f->group_of[n] != root) continue;
+    if (f->cls[n] != KILN_OPCLASS_ELEMENTWISE && f->cls[n] != KILN_OPCLASS_BROADCAST) return false;
+    const kiln_node *node = &g->nodes[n];
+    for (int i = 0; i < node->n_inputs; i++) {
+      int v = node->inputs[i];
+      if (v < 0 || kiln_lower_is_param_input(node, i)) continue;
+      if (!kiln_type_same_shape(&g->values[v].type, out) && kiln_type_numel(&g->values[v].type) != 1) return false;
+    }
+  }
+  return true;
+}
+
+kiln_status_t kiln_fusion_build(const kiln_graph *g, const kiln_fusion *f, int root, bool allow_flat,
+                                kiln_fused_kernel *out) {
+  memset(out, 0, sizeof *out);
+  te_builder *b;
+  KILN_TRY(te_builder_create(&b));
+  kiln_status_t st = NULL;
+  te_tensor **views = calloc((size_t)g->n_values + 1, sizeof *views);
+  int *args = malloc(((size_t)g->n_values + 1) * sizeof(int));
+  int n_args = 0;
+  if (!views || !args) {
+    st = KILN_OOM();
+    goto done;
+  }
+  /* Output buffer first: argument 0. */
+  const kiln_value_def *ov = &g->values[g->nodes[root].outputs[0]];
+  bool flat = allow_flat && flattenable(g, f, root);
+  int64_t numel = kiln_type_numel(&ov->type);
+  te_add_buffer(b, ov->type.dtype, flat ? 1 : ov->type.rank, flat ? &numel : ov->type.dims, g->nodes[root].outputs[0]);
+  args[n_args++] = g->nodes[root].outputs[0];
+  out->elementwise_only = true;
+  for (int n = 0; n <= root && !st; n++) {
+    if (f->group_of[n] != root) continue;
+    if (f->cls[n] != KILN_OPCLASS_ELEMENTWISE && f->cls[n] != KILN_OPCLASS_BROADCAST) out->elementwise_only = false;
+    const kiln_node *node = &g->nodes[n];
+    const te_tensor *ins[16] = {0};
+    if (node->n_inputs > 16) {
+      st = kiln_error(KILN_UNSUPPORTED, "node '%s' (%s): more than 16 inputs", node->name, node->op_type);
+      break;
+    }
+    for (int i = 0; i < node->n_inputs; i++) {
+      int v = node->inputs[i];
+      if (v < 0 || kiln_lower_is_param_input(node, i)) continue; /* read at compile time */
+      if (!views[v]) {
+        /* Read from outside the group: a kernel argument. */
+        const kiln_value_def *vd = &g->values[v];
+        bool scalar = kiln_type_numel(&vd->type) == 1;
+        int buf = flat ? te_add_buffer(b, vd->type.dtype, scalar ? 0 : 1, &numel, v)
+                       : te_add_buffer(b, vd->type.dtype, vd->type.rank, vd->type.dims, v);
+        args[n_args++] = v;
+        views[v] = te_view_buffer(b, buf);
+      }
+      ins[i] = views[v];
+    }
+    te_tensor *o = NULL;
+    st = kiln_lower_node(b, g, node, ins, &o);
+    if (st) {
+      st = kiln_status_annotate(st, "node '%s' (%s)", node->name, node->op_type);
+    } else {
+      if (flat) { /* same elements, seen as one dimension */
+        o->rank = 1;
+        o->dims[0] = numel;
+      }
+      views[node->outputs[0]] = o;
+    }
+  }
+  if (!st) st = te_builder_status(b);
+  if (!st) {
+    out->b = b;
+    out->root = views[g->nodes[root].outputs[0]];
+    out->n_args = n_args;
+    out->args = args;
+    out->flat = flat;
+    out->n_members = f->n_members[root];
+    b = NULL;
+    args = NULL;
+  }
+done:
+  free(views);
+  free(args);
+  te_builder_destroy(b);
+  return st;
+}
+
+void kiln_fused_kernel_free(kiln_fused_kernel *k) {
+  te_builder_destroy(k->b);
+  free(k->args);
+  memset(k, 0, sizeof *k);
+}

@@ -1,0 +1,53 @@
+/* fusion.h — grouping claimed nodes into fused kernels, for every compiling
+ * device.
+ *
+ * The grouping follows TVM's lattice (see kiln_fusion_plan); a group is
+ * lowered to one tensor expression whose root view is the group's output.
+ * Devices differ only in what they do next: the cpu device schedules and
+ * renders it as C, the vulkan device as GLSL. Contractions (MatMul, Gemm,
+ * Conv, ...) are never inside a group; a device may still run a flat
+ * elementwise group as a contraction's epilogue.
+ */
+#ifndef KILN_CODEGEN_FUSION_H
+#define KILN_CODEGEN_FUSION_H
+
+#include "codegen/lower.h"
+
+typedef struct kiln_fusion {
+  int n_nodes;
+  kiln_op_class *cls; /* per node; owned (a copy of the caller's classes) */
+  int *uses;          /* per value: how many node inputs read it; owned */
+  int *group_of;      /* per node: the root node of its group (itself if it is a root); owned */
+  int *n_members;     /* per node: group size if a root, else 0; owned */
+} kiln_fusion;
+
+/* Groups the nodes of g whose class (cls[n], from the device) is
+ * elementwise, broadcast, injective or reduction. */
+kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, kiln_fusion *out);
+void kiln_fusion_free(kiln_fusion *f);
+
+/* A group lowered to one tensor expression. Buffer i of `b` holds graph
+ * value args[i]; buffer 0 is the output. */
+typedef struct kiln_fused_kernel {
+  te_builder *b;            /* owned */
+  const te_tensor *root;    /* the group's output view (in b) */
+  int n_args;
+  int *args;                /* owned */
+  bool flat;                /* every operand has the output's shape (or is a scalar): viewed as rank 1 */
+  bool elementwise_only;    /* every member elementwise/broadcast: the output may overwrite a dying input */
+  int n_members;
+} kiln_fused_kernel;
+
+/* Lowers group `root` (a root of f). allow_flat: view a flattenable group
+ * as rank 1 (index arithmetic vanishes). */
+kiln_status_t kiln_fusion_build(const kiln_graph *g, const kiln_fusion *f, int root, bool allow_flat,
+                                kiln_fused_kernel *out);
+void kiln_fused_kernel_free(kiln_fused_kernel *k);
+
+/* Small shape helpers shared by the device planners. */
+static inline int64_t kiln_type_numel(const kiln_type *t) { return kiln_shape_numel(t->rank, t->dims); }
+static inline bool kiln_type_same_shape(const kiln_type *a, const kiln_type *b) {
+  return kiln_shape_equal(a->rank, a->dims, b->rank, b->dims);
+}
+
+#endif
