@@ -7,11 +7,16 @@
 #            backend test data, and Debian's python3 with onnx/numpy/torch/
 #            torchvision (used by /usr/bin/python3 to export test models and
 #            to write reference .npy files).
+#   vulkan:  the Vulkan headers and loader, shaderc (GLSL -> SPIR-V at run
+#            time; kiln dlopens both), Mesa's lavapipe driver (Vulkan on the
+#            CPU, so the tests exercise the real Vulkan path), the Khronos
+#            validation layer and glslc (the renderer test checks shaders with it).
 set -euo pipefail
 
 packages=(
   build-essential cmake clang libclang-rt-14-dev zlib1g-dev time
   libonnx-testdata python3-onnx python3-numpy python3-torch python3-torchvision
+  libvulkan-dev libvulkan1 libshaderc-dev mesa-vulkan-drivers vulkan-validationlayers glslc
 )
 
 missing=()

@@ -606,6 +606,8 @@ int kiln_cmd_bench(int argc, char **argv) {
   op_row *ops = NULL;
   int n_ops = 0;
   peak_info peak = {0};
+  char *run_stats = NULL; /* the device's run_stats text; owned */
+  size_t run_stats_len = 0;
   kiln_session_options so = kiln_session_options_default();
   if (o.device) so.device = o.device;
   so.threads = o.threads;
@@ -643,6 +645,15 @@ int kiln_cmd_bench(int argc, char **argv) {
     if (i == 0 && o.warmup == 0) t_first = lat[i];
   }
   t_total = kiln_cli_now() - t_timed;
+  /* What the device did in the last timed run (queue submissions and
+   * command buffers on GPUs): asynchronous devices batch the whole plan. */
+  if (!st && o.profile && sess->exec && sess->devices[0]->vt->run_stats) {
+    FILE *mf = open_memstream(&run_stats, &run_stats_len);
+    if (mf) {
+      sess->devices[0]->vt->run_stats(sess->devices[0], sess->exec, mf);
+      fclose(mf);
+    }
+  }
   /* Profiled runs, separate so the hooks cannot disturb the statistics. */
   if (!st && o.profile) {
     sess->before_node = prof_before;
@@ -808,6 +819,7 @@ int kiln_cmd_bench(int argc, char **argv) {
   printf("peak RSS    %.1f MB\n", (double)rss / 1e6);
   if (o.profile) {
     const kiln_graph *g = prof.g;
+    if (run_stats && run_stats[0]) printf("\ndevice work per timed run: %s", run_stats);
     printf("\nprofile: %d more runs with a clock around each kernel (the before_node/observer hooks);\n", K);
     printf("  %d timed kernels (%d graph nodes%s), %.3f ms per run in them, %.4g FLOPs per run (%.2f GFLOP/s "
            "overall)\n",
@@ -851,6 +863,7 @@ cleanup:
   free(ops);
   free(lat);
   free(sorted);
+  free(run_stats);
   free(outs);
   kiln_session_destroy(sess);
   kiln_model_destroy(model);

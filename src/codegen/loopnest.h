@@ -66,4 +66,62 @@ kiln_status_t kiln_render_c_epilogue(const te_builder *b, const kiln_loop_nest *
 /* kiln_rt.h and the math helpers every generated source starts with. */
 const char *kiln_c_preamble(void);
 
+/* ---- GLSL (Vulkan compute shaders) -------------------------------------------
+ *
+ * Usage (the vulkan device):
+ *   kiln_loop_nest nest;
+ *   kiln_schedule_glsl(b, root, 0, &nest);          // GPU parallel dims
+ *   kiln_glsl_options o = kiln_glsl_options_default();
+ *   o.int64 = props->int64; o.cooperative_rows = true; ...
+ *   uint32_t groups[3];
+ *   kiln_render_glsl(b, &nest, "k12_softmax", &o, &src, groups);
+ *   // vk_kernel_desc{name, src.data, te_buffer_count(b), 0}; binding i = te buffer i;
+ *   // vk_stream_dispatch(..., groups[0], groups[1], groups[2]) (skip it when groups[0] is 0)
+ */
+typedef struct kiln_glsl_options {
+  uint32_t workgroup_size;  /* invocations per workgroup (local_size_x); 0 = 64 */
+  bool cooperative_rows;    /* one workgroup per row when every reduction sits at the innermost parallel level
+                               (softmax, layernorm, reductions over trailing axes) and the rows are long and
+                               contiguous or few; needs a power-of-two workgroup_size unless subgroup_arithmetic */
+  bool subgroup_arithmetic; /* cooperative rows combine with subgroupAdd/Max (GL_KHR_shader_subgroup_arithmetic) */
+  bool int64;               /* device has shaderInt64: kernels with indices past 2^31-1 use int64 arithmetic
+                               (else they are KILN_UNSUPPORTED) */
+  uint32_t max_groups;      /* workgroups per dispatch dimension at most; 0 = 65535 */
+} kiln_glsl_options;
+
+kiln_glsl_options kiln_glsl_options_default(void); /* 64, no cooperative rows, no subgroups, no int64, 65535 */
+
+/* Parallel dims for a GPU: every loop down to the outermost level a
+ * reduction is hoisted to (so no reduction is recomputed per element), all
+ * loops when there is none. Give it a nest scheduled with parallel_dims = 0
+ * (sites then keep their natural levels). */
+int kiln_glsl_parallel_dims(const kiln_loop_nest *nest);
+/* kiln_schedule_kernel with parallel_dims from kiln_glsl_parallel_dims. */
+kiln_status_t kiln_schedule_glsl(te_builder *b, const te_tensor *root, int out_buf, kiln_loop_nest *out);
+
+/* Renders the nest as a complete compute shader (#version 450, appended to
+ * `src`): te buffer i is `layout(std430, set = 0, binding = i) buffer` (f32
+ * as float[], i32/u32 as int/uint[], i64 as int64_t[] or int pairs, 8/16-bit
+ * inputs packed in uint[] with the buffer padded to 4 bytes; the output
+ * must be f32/i32/u32/i64). Each invocation computes one iteration of the
+ * flattened parallel loop (nest->parallel_dims outer loops), or one
+ * workgroup one row with cooperative rows. out_groups: the dispatch size.
+ * KILN_UNSUPPORTED for what GLSL cannot express here (f64/f16 data,
+ * unknown math functions, 64-bit indices without opts->int64). opts NULL =
+ * defaults. */
+kiln_status_t kiln_render_glsl(const te_builder *b, const kiln_loop_nest *nest, const char *name,
+                               const kiln_glsl_options *opts, kiln_strbuf *src, uint32_t out_groups[3]);
+/* The elementwise tail of a GPU contraction. For a flat, reduction-free nest
+ * whose buffer raw_buf is the contraction's result: appends to `decls` the
+ * declarations of every te buffer i at binding binding_base + i (names
+ * FN_b<i>, blocks FN_B<i>; the output too, so bindings are contiguous), and
+ * to `func` the (include-guarded) helpers and `float FN(int idx, float raw)`
+ * returning output element idx with raw_buf's element idx replaced by `raw`.
+ * KILN_UNSUPPORTED if the nest reads raw_buf at any other index (then do
+ * not fuse) or needs 64-bit indices. */
+kiln_status_t kiln_render_glsl_epilogue(const te_builder *b, const kiln_loop_nest *nest, const char *fn_name,
+                                        int raw_buf, int binding_base, kiln_strbuf *decls, kiln_strbuf *func);
+/* The include-guarded GLSL math helpers (kiln_erff, kiln_tanhf, ...). */
+const char *kiln_glsl_helpers(void);
+
 #endif

@@ -1,15 +1,17 @@
 /* The C renderer: loop nest -> C11 source for the system compiler.
  *
- * Every non-trivial subexpression becomes a `const` local in the innermost
- * scope that needs it (the DAG is hash-consed, so shared subexpressions are
- * computed once); the C compiler then hoists invariants and vectorizes the
- * innermost loop. Float math uses the branch-free helpers of the preamble
- * (kiln_expf, kiln_tanhf, kiln_erff...) so those loops vectorize too. */
+ * The C dialect of the shared emitter (render.c): every non-trivial
+ * subexpression becomes a `const` local in the innermost scope that needs
+ * it; the C compiler then hoists invariants and vectorizes the innermost
+ * loop. Float math uses the branch-free helpers of the preamble
+ * (kiln_expf, kiln_tanhf, kiln_erff...) so those loops vectorize too. This
+ * file holds the C spellings and the C entry points (a parallel_for body
+ * over the flattened parallel loop, and GEMM-tile epilogues). */
 #include <math.h>
 #include <stdio.h>
 
 #include "base/strbuf.h"
-#include "codegen/loopnest.h"
+#include "codegen/render_internal.h"
 #include "kiln_rt_text.h" /* generated from kiln_rt.h at configure time */
 
 static const char math_helpers[] =
@@ -88,168 +90,71 @@ static const char *ctype(kiln_dtype dt) {
   }
 }
 
-typedef struct render_ctx {
-  kiln_strbuf *s;
-  int *emitted;        /* scope depth an expression was emitted at, or -1 */
-  int *scope_stack;    /* expression ids emitted, in order, for unwinding */
-  int n_stack, cap_stack;
-  int depth;
-  int indent;
-  bool bad;            /* an expression the renderer cannot express */
-} render_ctx;
+/* ---- the C dialect ------------------------------------------------------------ */
 
-static void indent(render_ctx *r) {
-  for (int i = 0; i < r->indent; i++) kiln_strbuf_puts(r->s, "  ");
+/* Locals: bools (comparisons) are ints, buffers' bools are bytes. */
+static const char *c_value_type(const render_ctx *r, kiln_dtype dt) {
+  (void)r;
+  return dt == KILN_DTYPE_BOOL ? "int" : ctype(dt);
 }
 
-static void name_of(render_ctx *r, const te_expr *e, char *buf, size_t n) {
+static void c_int_literal(const render_ctx *r, kiln_dtype dt, int64_t v, char *buf, size_t n) {
+  (void)r;
+  (void)dt;
+  snprintf(buf, n, "INT64_C(%lld)", (long long)v);
+}
+
+static void c_float_literal(const render_ctx *r, kiln_dtype dt, double v, char *buf, size_t n) {
+  (void)r;
+  if (isnan(v)) snprintf(buf, n, "NAN");
+  else if (isinf(v)) snprintf(buf, n, "%sINFINITY", v < 0 ? "-" : "");
+  else if (dt == KILN_DTYPE_F32) snprintf(buf, n, "%.9ef", v);
+  else snprintf(buf, n, "%.17e", v);
+}
+
+/* lower.c names the C functions and preamble helpers directly. */
+static const char *c_call_name(const char *fn) { return fn; }
+
+static bool c_special(render_ctx *r, const te_expr *e, const char *a, const char *b) {
+  kiln_strbuf *s = r->s;
   switch (e->op) {
-    case TE_CONST:
-      if (kiln_dtype_is_float(e->dtype)) {
-        if (isnan(e->f)) snprintf(buf, n, "NAN");
-        else if (isinf(e->f)) snprintf(buf, n, "%sINFINITY", e->f < 0 ? "-" : "");
-        else if (e->dtype == KILN_DTYPE_F32) snprintf(buf, n, "%.9ef", e->f);
-        else snprintf(buf, n, "%.17e", e->f);
-      } else {
-        snprintf(buf, n, "INT64_C(%lld)", (long long)e->i);
-      }
-      break;
-    case TE_VAR: snprintf(buf, n, "v%d", e->var); break;
-    case TE_REDUCE: snprintf(buf, n, "r%d", e->id); break;
-    default: snprintf(buf, n, "e%d", e->id); break;
-  }
-}
-
-static void push_scope_entry(render_ctx *r, int id) {
-  if (r->n_stack == r->cap_stack) {
-    int cap = r->cap_stack ? r->cap_stack * 2 : 256;
-    int *n = realloc(r->scope_stack, (size_t)cap * sizeof *n);
-    if (!n) {
-      r->bad = true;
-      return;
-    }
-    r->scope_stack = n;
-    r->cap_stack = cap;
-  }
-  r->scope_stack[r->n_stack++] = id;
-}
-
-static void open_scope(render_ctx *r) {
-  push_scope_entry(r, -1); /* marker */
-  r->depth++;
-  r->indent++;
-}
-
-static void close_scope(render_ctx *r) {
-  while (r->n_stack > 0) {
-    int id = r->scope_stack[--r->n_stack];
-    if (id < 0) break;
-    r->emitted[id] = -1;
-  }
-  r->depth--;
-  r->indent--;
-}
-
-static void ensure(render_ctx *r, const te_expr *e);
-
-static const char *binop_text(te_op op) {
-  switch (op) {
-    case TE_ADD: return "+";
-    case TE_SUB: return "-";
-    case TE_MUL: return "*";
-    case TE_DIV: return "/";
-    case TE_MOD: return "%";
-    case TE_LT: return "<";
-    case TE_LE: return "<=";
-    case TE_EQ: return "==";
-    case TE_NE: return "!=";
-    case TE_AND: return "&&";
-    case TE_OR: return "||";
-    case TE_XOR: return "!=";
-    default: return NULL;
-  }
-}
-
-static void ensure(render_ctx *r, const te_expr *e) {
-  if (!e || e->op == TE_CONST || e->op == TE_VAR || e->op == TE_REDUCE) return;
-  if (r->emitted[e->id] >= 0) return;
-  ensure(r, e->a);
-  ensure(r, e->b);
-  ensure(r, e->c);
-  char a[64] = "", b[64] = "", c[64] = "";
-  if (e->a) name_of(r, e->a, a, sizeof a);
-  if (e->b) name_of(r, e->b, b, sizeof b);
-  if (e->c) name_of(r, e->c, c, sizeof c);
-  const char *ty = e->dtype == KILN_DTYPE_BOOL ? "int" : ctype(e->dtype);
-  if (!ty) {
-    r->bad = true;
-    return;
-  }
-  indent(r);
-  kiln_strbuf_printf(r->s, "const %s e%d = ", ty, e->id);
-  const char *bo = binop_text(e->op);
-  switch (e->op) {
-    case TE_LOAD: kiln_strbuf_printf(r->s, "b%d[%s]", e->buf, a); break;
-    case TE_NEG: kiln_strbuf_printf(r->s, "-%s", a); break;
-    case TE_NOT: kiln_strbuf_printf(r->s, "!%s", a); break;
-    case TE_ABS: kiln_strbuf_printf(r->s, e->dtype == KILN_DTYPE_F32 ? "fabsf(%s)" : "fabs(%s)", a); break;
-    case TE_CAST: kiln_strbuf_printf(r->s, "(%s)(%s)", ty, a); break;
-    case TE_CALL1: kiln_strbuf_printf(r->s, "%s(%s)", e->fn, a); break;
-    case TE_CALL2: kiln_strbuf_printf(r->s, "%s(%s, %s)", e->fn, a, b); break;
-    case TE_SELECT: kiln_strbuf_printf(r->s, "%s ? %s : %s", a, b, c); break;
+    case TE_LOAD: kiln_strbuf_printf(s, "b%d[%s]", e->buf, a); return true;
+    case TE_ABS: kiln_strbuf_printf(s, e->dtype == KILN_DTYPE_F32 ? "fabsf(%s)" : "fabs(%s)", a); return true;
+    case TE_CAST: kiln_strbuf_printf(s, "(%s)(%s)", c_value_type(r, e->dtype), a); return true;
     case TE_MAX: /* NaN propagates, as numpy's maximum does */
-      kiln_strbuf_printf(r->s, "(%s != %s || %s > %s) ? %s : %s", a, a, a, b, a, b);
-      break;
-    case TE_MIN: kiln_strbuf_printf(r->s, "(%s != %s || %s < %s) ? %s : %s", a, a, a, b, a, b); break;
-    default:
-      if (bo) kiln_strbuf_printf(r->s, "%s %s %s", a, bo, b);
-      else r->bad = true;
-      break;
+      kiln_strbuf_printf(s, "(%s != %s || %s > %s) ? %s : %s", a, a, a, b, a, b);
+      return true;
+    case TE_MIN: kiln_strbuf_printf(s, "(%s != %s || %s < %s) ? %s : %s", a, a, a, b, a, b); return true;
+    default: return false;
   }
-  kiln_strbuf_puts(r->s, ";\n");
-  r->emitted[e->id] = r->depth;
-  push_scope_entry(r, e->id);
 }
 
-static void emit_sites(render_ctx *r, const kiln_loop_nest *nest, int level, const te_expr *owner);
+static void c_reduce_init(const render_ctx *r, const te_expr *red, char *buf, size_t n) {
+  (void)r;
+  snprintf(buf, n, "%s",
+           red->rop == TE_RSUM ? "0" : red->rop == TE_RPROD ? "1" : red->rop == TE_RMAX ? "-INFINITY" : "INFINITY");
+}
 
-static void emit_reduce(render_ctx *r, const kiln_loop_nest *nest, const te_expr *red) {
-  const char *ty = ctype(red->dtype);
-  if (!ty) {
-    r->bad = true;
-    return;
-  }
-  const char *init = red->rop == TE_RSUM ? "0" : red->rop == TE_RPROD ? "1" : red->rop == TE_RMAX ? "-INFINITY" : "INFINITY";
-  indent(r);
-  kiln_strbuf_printf(r->s, "%s r%d = %s;\n", ty, red->id, init);
-  indent(r);
-  kiln_strbuf_printf(r->s, "for (int64_t v%d = 0; v%d < INT64_C(%lld); v%d++) {\n", red->var, red->var,
-                     (long long)red->extent, red->var);
-  open_scope(r);
-  emit_sites(r, nest, -99, red);
-  ensure(r, red->a);
-  char x[64];
-  name_of(r, red->a, x, sizeof x);
-  indent(r);
+static void c_reduce_combine(render_ctx *r, const te_expr *red, const char *acc, const char *x) {
   switch (red->rop) {
-    case TE_RSUM: kiln_strbuf_printf(r->s, "r%d += %s;\n", red->id, x); break;
-    case TE_RPROD: kiln_strbuf_printf(r->s, "r%d *= %s;\n", red->id, x); break;
-    case TE_RMAX: kiln_strbuf_printf(r->s, "r%d = (%s != %s || %s > r%d) ? %s : r%d;\n", red->id, x, x, x, red->id, x, red->id); break;
-    case TE_RMIN: kiln_strbuf_printf(r->s, "r%d = (%s != %s || %s < r%d) ? %s : r%d;\n", red->id, x, x, x, red->id, x, red->id); break;
+    case TE_RSUM: kiln_strbuf_printf(r->s, "%s += %s;\n", acc, x); break;
+    case TE_RPROD: kiln_strbuf_printf(r->s, "%s *= %s;\n", acc, x); break;
+    case TE_RMAX: kiln_strbuf_printf(r->s, "%s = (%s != %s || %s > %s) ? %s : %s;\n", acc, x, x, x, acc, x, acc); break;
+    case TE_RMIN: kiln_strbuf_printf(r->s, "%s = (%s != %s || %s < %s) ? %s : %s;\n", acc, x, x, x, acc, x, acc); break;
   }
-  close_scope(r);
-  indent(r);
-  kiln_strbuf_puts(r->s, "}\n");
 }
 
-/* Emits the reductions placed at output level `level` (owner NULL) or inside
- * reduction `owner`, in dependency order. */
-static void emit_sites(render_ctx *r, const kiln_loop_nest *nest, int level, const te_expr *owner) {
-  for (int i = 0; i < nest->n_sites; i++) {
-    const kiln_reduce_site *s = &nest->sites[i];
-    if (owner ? s->owner == owner : (!s->owner && s->level == level)) emit_reduce(r, nest, s->reduce);
-  }
-}
+static const render_dialect c_dialect = {
+    .what = "C renderer",
+    .value_type = c_value_type,
+    .int_literal = c_int_literal,
+    .float_literal = c_float_literal,
+    .call_name = c_call_name,
+    .special = c_special,
+    .reduce_init = c_reduce_init,
+    .reduce_combine = c_reduce_combine,
+    .convert_operands = false,
+};
 
 /* No `restrict`: the memory planner lets an elementwise kernel write over an
  * input that dies with it, and epilogues update a GEMM tile in place. */
@@ -269,11 +174,8 @@ kiln_status_t kiln_render_c_epilogue(const te_builder *b, const kiln_loop_nest *
                                      kiln_strbuf *src) {
   if (nest->rank != 1 || nest->n_sites)
     return kiln_error(KILN_INTERNAL, "epilogues need a flat, reduction-free kernel");
-  render_ctx r = {src, NULL, NULL, 0, 0, 0, 0, false};
-  int n_exprs = te_expr_count(b);
-  r.emitted = malloc(((size_t)n_exprs + 1) * sizeof(int));
-  if (!r.emitted) return KILN_OOM();
-  for (int i = 0; i < n_exprs; i++) r.emitted[i] = -1;
+  render_ctx r;
+  KILN_TRY(render_init(&r, &c_dialect, b, src));
   kiln_strbuf_printf(src,
                      "KILN_EXPORT void %s(void *vctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, int64_t nb) {\n"
                      "  const kiln_rt_epilogue_ctx *ectx = (const kiln_rt_epilogue_ctx *)vctx;\n"
@@ -281,34 +183,31 @@ kiln_status_t kiln_render_c_epilogue(const te_builder *b, const kiln_loop_nest *
                      name);
   kiln_status_t st = declare_buffers(b, nest, src);
   if (st) {
-    free(r.emitted);
+    render_free(&r);
     return st;
   }
   kiln_strbuf_puts(src, "  for (int64_t i = 0; i < mb; i++) {\n    const int64_t rowbase = ectx->base + (m0 + i) * ectx->row + n0;\n"
                         "    for (int64_t j = 0; j < nb; j++) {\n");
   r.indent = 3;
-  open_scope(&r);
-  indent(&r);
+  render_open_scope(&r);
+  render_indent(&r);
   kiln_strbuf_printf(src, "const int64_t v%d = rowbase + j;\n", nest->vars[0]);
-  ensure(&r, nest->value);
-  char val[64];
-  name_of(&r, nest->value, val, sizeof val);
-  indent(&r);
+  render_ensure(&r, nest->value);
+  char val[96];
+  render_name_of(&r, nest->value, val, sizeof val);
+  render_indent(&r);
   kiln_strbuf_printf(src, "b%d[v%d] = %s;\n", nest->out_buf, nest->vars[0], val);
-  close_scope(&r);
+  render_close_scope(&r);
   kiln_strbuf_puts(src, "    }\n  }\n}\n\n");
-  free(r.emitted);
-  free(r.scope_stack);
-  if (r.bad) return kiln_error(KILN_UNSUPPORTED, "C renderer: expression it cannot express in epilogue %s", name);
+  bool bad = r.bad;
+  render_free(&r);
+  if (bad) return kiln_error(KILN_UNSUPPORTED, "C renderer: expression it cannot express in epilogue %s", name);
   return kiln_strbuf_status(src);
 }
 
 kiln_status_t kiln_render_c(const te_builder *b, const kiln_loop_nest *nest, const char *name, kiln_strbuf *src) {
-  render_ctx r = {src, NULL, NULL, 0, 0, 0, 0, false};
-  int n_exprs = te_expr_count(b);
-  r.emitted = malloc(((size_t)n_exprs + 1) * sizeof(int));
-  if (!r.emitted) return KILN_OOM();
-  for (int i = 0; i < n_exprs; i++) r.emitted[i] = -1;
+  render_ctx r;
+  KILN_TRY(render_init(&r, &c_dialect, b, src));
 
   int pd = nest->parallel_dims;
   int64_t total = 1;
@@ -317,39 +216,34 @@ kiln_status_t kiln_render_c(const te_builder *b, const kiln_loop_nest *nest, con
   kiln_strbuf_puts(src, "  void *const *buffers = (void *const *)ctx;\n  (void)thread;\n");
   kiln_status_t bst = declare_buffers(b, nest, src);
   if (bst) {
-    free(r.emitted);
+    render_free(&r);
     return bst;
   }
   r.indent = 1;
-  emit_sites(&r, nest, -1, NULL);
+  render_emit_sites(&r, nest, -1, NULL);
   kiln_strbuf_puts(src, "  for (int64_t f = begin; f < end; f++) {\n");
-  open_scope(&r);
+  render_open_scope(&r);
   /* Unflatten the parallel loop's index into its dims. */
   for (int i = pd - 1; i >= 0; i--) {
     int64_t inner = 1;
     for (int k = i + 1; k < pd; k++) inner *= nest->extents[k];
-    indent(&r);
+    render_indent(&r);
     if (i == 0) kiln_strbuf_printf(src, "const int64_t v%d = f / INT64_C(%lld);\n", nest->vars[i], (long long)inner);
     else
       kiln_strbuf_printf(src, "const int64_t v%d = (f / INT64_C(%lld)) %% INT64_C(%lld);\n", nest->vars[i],
                          (long long)inner, (long long)nest->extents[i]);
   }
-  for (int l = 0; l < pd; l++) emit_sites(&r, nest, l, NULL);
+  for (int l = 0; l < pd; l++) render_emit_sites(&r, nest, l, NULL);
   for (int l = pd; l < nest->rank; l++) {
-    indent(&r);
-    if (l == nest->rank - 1 && nest->unroll_inner) kiln_strbuf_puts(src, "#pragma GCC unroll 4\n"), indent(&r);
-    kiln_strbuf_printf(src, "for (int64_t v%d = 0; v%d < INT64_C(%lld); v%d++) {\n", nest->vars[l], nest->vars[l],
-                       (long long)nest->extents[l], nest->vars[l]);
-    open_scope(&r);
-    emit_sites(&r, nest, l, NULL);
+    if (l == nest->rank - 1 && nest->unroll_inner) render_indent(&r), kiln_strbuf_puts(src, "#pragma GCC unroll 4\n");
+    render_loop_open(&r, nest->vars[l], nest->extents[l]);
+    render_emit_sites(&r, nest, l, NULL);
   }
   /* The element. */
-  ensure(&r, nest->value);
-  te_expr *dummy = NULL;
-  (void)dummy;
-  char val[64];
-  name_of(&r, nest->value, val, sizeof val);
-  indent(&r);
+  render_ensure(&r, nest->value);
+  char val[96];
+  render_name_of(&r, nest->value, val, sizeof val);
+  render_indent(&r);
   kiln_strbuf_printf(src, "b%d[", nest->out_buf);
   /* Row-major linear index of the output. */
   for (int l = 0; l < nest->rank; l++) kiln_strbuf_puts(src, "(");
@@ -357,19 +251,15 @@ kiln_status_t kiln_render_c(const te_builder *b, const kiln_loop_nest *nest, con
   for (int l = 0; l < nest->rank; l++)
     kiln_strbuf_printf(src, " * INT64_C(%lld) + v%d)", (long long)nest->extents[l], nest->vars[l]);
   kiln_strbuf_printf(src, "] = %s;\n", val);
-  for (int l = nest->rank - 1; l >= pd; l--) {
-    close_scope(&r);
-    indent(&r);
-    kiln_strbuf_puts(src, "}\n");
-  }
-  close_scope(&r);
+  for (int l = nest->rank - 1; l >= pd; l--) render_loop_close(&r);
+  render_close_scope(&r);
   kiln_strbuf_puts(src, "  }\n}\n");
   kiln_strbuf_printf(src,
                      "KILN_EXPORT void %s(const kiln_rt *rt, void *const *buffers) {\n"
                      "  rt->parallel_for(rt->pool, INT64_C(%lld), INT64_C(%lld), %s_body, (void *)buffers);\n}\n\n",
                      name, (long long)total, (long long)nest->grain, name);
-  free(r.emitted);
-  free(r.scope_stack);
-  if (r.bad) return kiln_error(KILN_UNSUPPORTED, "C renderer: expression it cannot express in kernel %s", name);
+  bool bad = r.bad;
+  render_free(&r);
+  if (bad) return kiln_error(KILN_UNSUPPORTED, "C renderer: expression it cannot express in kernel %s", name);
   return kiln_strbuf_status(src);
 }

@@ -4,20 +4,35 @@
  * graph: each node goes to the first device in the session's list whose
  * `supports` accepts it; the reference device takes the rest.
  *
- * Slots, and the default when a device leaves one NULL:
- *   query            (required) name, vendor, memory, features.
- *   supports         (required) can this device run this node?
- *   run_node         host devices: run one node on host values now.
- *                    NULL for devices that only run compiled programs.
- *   compile          kernel source -> program. NULL: the device cannot
- *                    compile (host devices use run_node).
- *   buffer_alloc/free, upload, readback, copy
- *                    NULL on host-memory devices: buffers are host tensors
- *                    and copies are memcpy.
- *   launch, submit   NULL on host devices: run_node executes immediately.
- *   event_record/wait/done, synchronize
- *                    NULL on synchronous devices: events are complete on
- *                    creation and synchronize returns at once.
+ * Two levels, most slots optional:
+ *
+ * 1. Whole graphs (prepare / execute / executable_free / describe): a
+ *    compiling device (cpu, vulkan) turns a graph into an executable: its
+ *    claimed nodes fused and compiled, the rest run on ref inside it, with
+ *    the copies between device and host memory it needs. NULL: the session
+ *    interprets node by node with run_node.
+ *
+ * 2. The asynchronous device runtime (DESIGN.md "The device interface"),
+ *    reached through the kiln_device_* functions below, which supply the
+ *    documented default when a slot is NULL:
+ *      buffer_alloc/free    pooled, suballocated device memory.
+ *                           Default: host memory (malloc).
+ *      upload, readback     through staging rings; ordered on the device's
+ *                           queue, complete when an event recorded after
+ *                           them is done. Default: memcpy, complete at once.
+ *      copy                 device to device, ordered. Default: memmove.
+ *      compile, launch      a kernel source (the device's language) into a
+ *                           program; record a launch of it over buffers.
+ *                           Default: KILN_UNSUPPORTED (host devices run
+ *                           compiled code through prepare instead).
+ *      submit               closes the current batch of recorded commands
+ *                           and hands it to the queue. Default: no-op.
+ *      event_record         the (queue, timeline value) the queue reaches
+ *                           when everything submitted so far is done.
+ *      event_wait/done      host wait / poll. Defaults: events are
+ *                           complete on creation.
+ *      synchronize          waits for all submitted work. Default: no-op.
+ *    The host waits only where it reads a result (readback + event_wait).
  *
  * Devices are created once per process (kiln_device_get) and shared by
  * sessions; a device's slots must be thread-safe unless it says otherwise.
@@ -55,6 +70,13 @@ typedef struct kiln_device_event {
   uint64_t value; /* timeline value; complete when the queue's timeline reaches it */
 } kiln_device_event;
 
+/* A kernel to compile: source in the device's language (GLSL for vulkan). */
+typedef struct kiln_program_desc {
+  const char *name;   /* for errors and profiles */
+  const char *source;
+  int n_buffers;      /* buffers a launch binds, in order */
+} kiln_program_desc;
+
 struct kiln_prepare_options;
 struct kiln_executable; /* a device's compiled graph */
 
@@ -73,8 +95,7 @@ typedef struct kiln_device_vtable {
   bool (*supports)(const kiln_device *dev, const kiln_graph *g, const kiln_node *node, const char **out_reason);
   kiln_status_t (*run_node)(kiln_device *dev, kiln_kernel_ctx *ctx);
 
-  kiln_status_t (*compile)(kiln_device *dev, const char *source, const char *entry,
-                           kiln_device_program **out_program);
+  kiln_status_t (*compile)(kiln_device *dev, const kiln_program_desc *desc, kiln_device_program **out_program);
   void (*program_free)(kiln_device *dev, kiln_device_program *program);
   kiln_status_t (*buffer_alloc)(kiln_device *dev, size_t bytes, kiln_device_buffer **out_buffer);
   void (*buffer_free)(kiln_device *dev, kiln_device_buffer *buffer);
@@ -106,6 +127,9 @@ typedef struct kiln_device_vtable {
   /* Human-readable summary of an executable for `kiln info --device`:
    * steps, fused groups, nodes left to ref and why, memory plan. */
   void (*describe)(kiln_device *dev, const struct kiln_executable *exec, FILE *out);
+  /* What the last execute did on the device (queue submissions, command
+   * buffers, dispatches), for `kiln bench --profile`. May be NULL. */
+  void (*run_stats)(kiln_device *dev, const struct kiln_executable *exec, FILE *out);
 } kiln_device_vtable;
 
 typedef struct kiln_prepare_options {
@@ -127,8 +151,38 @@ int kiln_device_list(kiln_device **out_devices, int max);
 kiln_device *kiln_ref_device_create(void);
 kiln_device *kiln_null_device_create(void);
 kiln_device *kiln_cpu_device_create(void);
+/* Vulkan: one device per usable physical device ("vulkan:0", ...; the
+ * first is also "vulkan"). Writes at most max, returns how many; 0 when
+ * kiln was built without Vulkan or the machine has no loader or device.
+ * *why_absent (static or NULL) says why for `kiln devices`. */
+int kiln_vulkan_devices_create(kiln_device **out, int max, const char **why_absent);
+/* Destroys every Vulkan device context (all sessions on them must be gone),
+ * so the validation layer reports leaked objects now; they are re-created
+ * on next use. Called at exit anyway. No-op without Vulkan. */
+void kiln_vulkan_shutdown(void);
+/* Errors the Khronos validation layer reported in this process
+ * (KILN_VULKAN_VALIDATION=1); 0 without Vulkan or validation. */
+uint64_t kiln_vulkan_validation_errors(void);
+/* Why no vulkan device exists (NULL if one does), for `kiln devices`. */
+const char *kiln_device_vulkan_absent_reason(void);
 
-/* Defaults for synchronous host devices, usable by any device's code. */
+/* The asynchronous runtime with its defaults (see the top of this file). */
+kiln_status_t kiln_device_buffer_alloc(kiln_device *dev, size_t bytes, kiln_device_buffer **out);
+void kiln_device_buffer_free(kiln_device *dev, kiln_device_buffer *buf);
+kiln_status_t kiln_device_upload(kiln_device *dev, kiln_device_buffer *dst, size_t offset, const void *src,
+                                 size_t bytes);
+kiln_status_t kiln_device_readback(kiln_device *dev, void *dst, kiln_device_buffer *src, size_t offset,
+                                   size_t bytes);
+kiln_status_t kiln_device_copy(kiln_device *dev, kiln_device_buffer *dst, size_t dst_offset,
+                               kiln_device_buffer *src, size_t src_offset, size_t bytes);
+kiln_status_t kiln_device_compile(kiln_device *dev, const kiln_program_desc *desc, kiln_device_program **out);
+void kiln_device_program_free(kiln_device *dev, kiln_device_program *program);
+kiln_status_t kiln_device_launch(kiln_device *dev, kiln_device_program *program, int n_buffers,
+                                 kiln_device_buffer *const *buffers, const uint32_t grid[3]);
+kiln_status_t kiln_device_submit(kiln_device *dev);
+kiln_status_t kiln_device_event_record(kiln_device *dev, kiln_device_event *out);
+kiln_status_t kiln_device_event_wait(kiln_device *dev, kiln_device_event event);
+bool kiln_device_event_done(kiln_device *dev, kiln_device_event event);
 kiln_status_t kiln_device_synchronize(kiln_device *dev);
 
 #endif

@@ -274,3 +274,41 @@ cleanup:
   free(implicit);
   return st;
 }
+
+kiln_status_t kiln_run_ref_node(const kiln_graph *g, const kiln_node *node, kiln_value *const *ins,
+                                kiln_value **outs) {
+  if (node->n_inputs > 64 || node->n_outputs > 64) return kiln_error(KILN_UNSUPPORTED, "node with over 64 inputs/outputs");
+  kiln_value *in[64] = {0}, *res[64] = {0};
+  bool wanted[64];
+  for (int i = 0; i < node->n_inputs; i++) in[i] = ins[i];
+  for (int i = 0; i < node->n_outputs; i++) wanted[i] = node->outputs[i] >= 0;
+  kiln_kernel_ctx ctx = {node, node->opset, node->n_inputs, in, node->n_outputs, res, wanted, NULL, NULL};
+  kiln_status_t st = node->op->ref_kernel(&ctx);
+  for (int i = 0; i < node->n_outputs && !st; i++) {
+    int v = node->outputs[i];
+    if (v < 0) continue;
+    if (!res[i]) {
+      st = kiln_error(KILN_INTERNAL, "kernel produced no value for output %d", i);
+      break;
+    }
+    const kiln_type *t = &g->values[v].type;
+    if (res[i]->kind == KILN_VALUE_TENSOR && t->kind == KILN_TYPE_TENSOR && t->rank >= 0) {
+      const kiln_tensor *ot = res[i]->tensor;
+      bool ok = ot->rank == t->rank && ot->dtype == t->dtype;
+      for (int d = 0; ok && d < t->rank; d++) ok = t->dims[d] < 0 || t->dims[d] == ot->dims[d];
+      if (!ok) {
+        char a[128], b[128];
+        st = kiln_error(KILN_INTERNAL, "output %d is %s%s but was inferred as %s", i, kiln_dtype_name(ot->dtype),
+                        kiln_shape_str(ot->rank, ot->dims, a, sizeof a), kiln_type_str(t, b, sizeof b));
+      }
+    }
+  }
+  for (int i = 0; i < node->n_outputs; i++) {
+    if (st || node->outputs[i] < 0) {
+      kiln_value_free(res[i]);
+      res[i] = NULL;
+    }
+    outs[i] = res[i];
+  }
+  return st;
+}

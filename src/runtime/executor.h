@@ -40,6 +40,15 @@ kiln_status_t kiln_execute_graph(const kiln_graph *g, const kiln_exec_frame *par
                                  kiln_value *const *inputs, int n_outputs, kiln_value **out_outputs,
                                  const kiln_exec_options *opts);
 
+/* Runs one node's reference kernel on host values, for compiling devices
+ * that leave a node to ref. ins[i] binds node input i (borrowed; NULL for an
+ * absent input); outs[i] receives an owned value for every output the node
+ * has (node->outputs[i] >= 0). Each tensor result is checked against the
+ * type inferred in g, because compiled consumers were generated for it. At
+ * most 64 inputs and outputs. */
+kiln_status_t kiln_run_ref_node(const kiln_graph *g, const kiln_node *node, kiln_value *const *ins,
+                                kiln_value **outs);
+
 /* Names of outer-scope values that `g` (and its nested subgraphs) read. */
 kiln_status_t kiln_graph_outer_names(const kiln_graph *g, kiln_ptr_vec *out_names);
 

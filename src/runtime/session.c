@@ -59,6 +59,9 @@ kiln_status_t kiln_session_create(const kiln_model *model, const kiln_session_op
       kiln_status_free(why);
       return st;
     }
+    if (!strncmp(dev_name, "vulkan", 6) && kiln_device_vulkan_absent_reason())
+      return kiln_error(KILN_NOT_FOUND, "no device named '%s': %s (available: %s)", dev_name,
+                        kiln_device_vulkan_absent_reason(), avail);
     return kiln_error(KILN_NOT_FOUND, "no device named '%s' (available: %s)", dev_name, avail);
   }
   kiln_ptr_vec unsupported = {0};

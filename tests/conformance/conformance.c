@@ -425,6 +425,12 @@ static void run_isolated(const options *o, const char *dir, case_result *r) {
     compare_result cr = {0};
     infer_check ic = {0};
     kiln_status_t st = run_case(o, dir, r->name, &cr, &ic);
+    /* Under KILN_VULKAN_VALIDATION=1 a validation error (or an object the
+     * session left alive, reported when the context goes) fails the case. */
+    kiln_vulkan_shutdown();
+    uint64_t verrs = kiln_vulkan_validation_errors();
+    if (!st && verrs)
+      st = kiln_error(KILN_DEVICE_ERROR, "%llu Vulkan validation error(s) (printed on stderr)", (unsigned long long)verrs);
     char msg[1100];
     /* First byte: P/F; then the reason (failure) or the inference note. */
     snprintf(msg, sizeof msg, "%c%d %d %s |%s", st ? 'F' : 'P', ic.outputs, ic.unknown, ic.first_unknown[0] ? ic.first_unknown : "-",

@@ -20,7 +20,7 @@
  * (cpu prepare said UNSUPPORTED) is a FAIL unless --allow-interpreted: it
  * would compare ref with ref. --report-fallbacks prints every node of the
  * graph the device compiled (after its optimization passes) that it does not
- * claim, with kiln_lower_class's reason; --fail-on-fallback also makes each
+ * claim, with its `supports` reason; --fail-on-fallback also makes each
  * such node a failure (for models that should be covered entirely).
  *
  * Each model runs in a forked child process, so a crash in generated code
@@ -214,7 +214,8 @@ static int report_fallbacks(const options *o, const char *name, const kiln_sessi
   for (int i = 0; i < g->n_nodes; i++) {
     const kiln_node *node = &g->nodes[i];
     const char *reason = NULL;
-    if (kiln_lower_class(g, node, &reason) != KILN_OPCLASS_NONE) continue;
+    kiln_device *d = s->devices[0];
+    if (d->vt->supports(d, g, node, &reason)) continue;
     n++;
     if (o->report_fallbacks || o->fail_on_fallback)
       printf("FALLBACK %s: node '%s' (%s%s%s): %s\n", name, node->name, node->domain, node->domain[0] ? "." : "",

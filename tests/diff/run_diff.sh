@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# kiln's differential test: the cpu device against the reference device.
+# kiln's differential test: a compiling device (cpu, or $KILN_DIFF_DEVICE,
+# e.g. vulkan) against the reference device.
 #
 #   run_diff.sh KILN_DIFF_BINARY SOURCE_DIR
 #
@@ -32,6 +33,7 @@ py=${KILN_PYTHON:-/usr/bin/python3}
 count=${KILN_DIFF_COUNT:-200}
 jobs=${KILN_DIFF_JOBS:-2}
 seed=${KILN_DIFF_SEED:-$(( $(date +%s) % 1000000 ))}
+device=${KILN_DIFF_DEVICE:-cpu}
 min_random=200
 export KILN_CACHE_DIR=${KILN_CACHE_DIR:-$(cd "$(dirname "$bin")" && pwd)/kiln_diff_cache}
 
@@ -54,7 +56,7 @@ if [ "${KILN_DIFF_KEEP:-}" = 1 ]; then
 else
   trap 'rm -rf "$tmp"' EXIT
 fi
-echo "seed $seed (reproduce with KILN_DIFF_SEED=$seed), kernel cache $KILN_CACHE_DIR"
+echo "device $device vs ref; seed $seed (reproduce with KILN_DIFF_SEED=$seed), kernel cache $KILN_CACHE_DIR"
 
 if ! "$py" "$src/tests/diff/gen_op_sweep.py" "$tmp/sweep" > "$tmp/gen_sweep.log" 2>&1; then
   cat "$tmp/gen_sweep.log"
@@ -81,7 +83,7 @@ run_split() {
   split -l "$per" -d "$list" "$list.part."
   local pids=() rcs=0
   for part in "$list".part.*; do
-    xargs -d '\n' "$bin" --seed "$seed" "$@" < "$part" > "$part.out" 2>&1 &
+    xargs -d '\n' "$bin" --devices "$device,ref" --seed "$seed" "$@" < "$part" > "$part.out" 2>&1 &
     pids+=($!)
   done
   for p in "${pids[@]}"; do
@@ -101,7 +103,7 @@ status=0
 start=$(date +%s)
 run_split "$tmp/sweep.list" "$tmp/sweep.out" --fail-on-fallback
 if [ -s "$tmp/mixed.list" ]; then
-  xargs -d '\n' "$bin" --seed "$seed" --report-fallbacks < "$tmp/mixed.list" >> "$tmp/sweep.out" 2>&1
+  xargs -d '\n' "$bin" --devices "$device,ref" --seed "$seed" --report-fallbacks < "$tmp/mixed.list" >> "$tmp/sweep.out" 2>&1
 fi
 # three threads: kernels of the big graphs split their loops unevenly
 run_split "$tmp/random.list" "$tmp/random.out" --report-fallbacks --threads 3

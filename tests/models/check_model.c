@@ -1,7 +1,10 @@
 /* kiln_check_model MODEL.onnx INPUT.npy EXPECTED.npy [--device D]
  * Runs a one-input model on a device (default ref) and compares its first
  * output with a reference computed by the framework that exported it
- * (PyTorch): |got - want| <= 1e-4 + 1e-3 |want| everywhere. */
+ * (PyTorch): |got - want| <= 1e-4 + 1e-3 |want| everywhere. On a compiling
+ * device (cpu, vulkan) the model must also run entirely on it: a graph it
+ * left to the interpreter, or any node of its compiled graph it does not
+ * claim (which would run on ref), fails the check. */
 #include <math.h>
 #include <stdio.h>
 
@@ -34,6 +37,22 @@ int main(int argc, char **argv) {
   if ((st = kiln_model_input_info(model, 0, &info))) return fail(st);
   const char *names[1] = {info.name};
   if ((st = kiln_session_run(sess, 1, names, (const kiln_tensor *const *)&input, 1, &got))) return fail(st);
+  kiln_device *dev = sess->devices[0];
+  if (dev->vt->prepare) {
+    if (!sess->exec) {
+      printf("FAIL: %s interpreted the graph instead of compiling it: %s\n", device, sess->fallback_reason);
+      return 1;
+    }
+    int fell = 0;
+    for (int i = 0; i < sess->specialized->n_nodes; i++) {
+      const kiln_node *n = &sess->specialized->nodes[i];
+      const char *why = NULL;
+      if (dev->vt->supports(dev, sess->specialized, n, &why)) continue;
+      printf("FAIL: node '%s' (%s) falls back to ref on %s: %s\n", n->name, n->op_type, device, why ? why : "?");
+      fell++;
+    }
+    if (fell) return 1;
+  }
   char a[256], b[256];
   if (got->dtype != want->dtype || !kiln_shape_equal(got->rank, got->dims, want->rank, want->dims)) {
     printf("FAIL: output %s%s, expected %s%s\n", kiln_dtype_name(got->dtype), kiln_shape_str(got->rank, got->dims, a, sizeof a),

@@ -1,6 +1,7 @@
-/* Contraction steps of the cpu device: MatMul, Gemm and Conv mapped onto the
- * packed SGEMM micro-kernels (devices/cpu/gemm). Constant right-hand
- * matrices are packed once at prepare time. */
+/* Contraction steps of the cpu device: MatMul, Gemm and attention mapped
+ * onto the packed SGEMM micro-kernels (devices/cpu/gemm), 2-D MaxPool, and
+ * Conv (planned and run by cpu_conv.c). Constant right-hand matrices are
+ * packed once at prepare time. */
 #include <math.h>
 #include <stdio.h>
 
@@ -59,228 +60,6 @@ static int64_t batch_offset(const matmul_geom *gm, int64_t bi, const int64_t *di
   return off;
 }
 
-/* ---- Conv geometry (NCHW, N-D spatial) ------------------------------------------ */
-
-typedef struct conv_geom {
-  int nsp;
-  int64_t n, ci, co, group;
-  int64_t in_sp[3], out_sp[3], k[3], stride[3], dil[3], pad_begin[3];
-  int64_t kdim, osize; /* Ci*prod(k), prod(out spatial) */
-} conv_geom;
-
-static kiln_status_t conv_geometry(const kiln_graph *g, const kiln_node *n, conv_geom *c) {
-  memset(c, 0, sizeof *c);
-  const kiln_type *tx = type_of(g, n, 0), *tw = type_of(g, n, 1);
-  const kiln_type *ty = &g->values[n->outputs[0]].type;
-  c->nsp = tx->rank - 2;
-  if (c->nsp < 1 || c->nsp > 3) return kiln_error(KILN_UNSUPPORTED, "Conv with %d spatial dims", c->nsp);
-  c->n = tx->dims[0];
-  c->ci = tx->dims[1];
-  c->co = tw->dims[0];
-  c->group = kiln_attr_int(n, "group", 1);
-  int cnt;
-  const int64_t *strides = kiln_attr_ints(n, "strides", &cnt);
-  const int64_t *dil = kiln_attr_ints(n, "dilations", &cnt);
-  const int64_t *pads = kiln_attr_ints(n, "pads", &cnt);
-  const char *auto_pad = kiln_attr_string(n, "auto_pad", "NOTSET");
-  c->kdim = c->ci / c->group;
-  c->osize = 1;
-  for (int i = 0; i < c->nsp; i++) {
-    c->in_sp[i] = tx->dims[2 + i];
-    c->out_sp[i] = ty->dims[2 + i];
-    c->k[i] = tw->dims[2 + i];
-    c->stride[i] = strides ? strides[i] : 1;
-    c->dil[i] = dil ? dil[i] : 1;
-    if (!strcmp(auto_pad, "SAME_UPPER") || !strcmp(auto_pad, "SAME_LOWER")) {
-      int64_t total = (c->out_sp[i] - 1) * c->stride[i] + (c->k[i] - 1) * c->dil[i] + 1 - c->in_sp[i];
-      if (total < 0) total = 0;
-      c->pad_begin[i] = !strcmp(auto_pad, "SAME_UPPER") ? total / 2 : total - total / 2;
-    } else {
-      c->pad_begin[i] = pads ? pads[i] : 0;
-    }
-    c->kdim *= c->k[i];
-    c->osize *= c->out_sp[i];
-  }
-  return NULL;
-}
-
-/* The input is already the im2col matrix: 1x1, stride 1, and no padding at
- * either end (the output covers exactly the input). */
-static bool conv_is_pointwise(const conv_geom *c) {
-  for (int i = 0; i < c->nsp; i++)
-    if (c->k[i] != 1 || c->stride[i] != 1 || c->pad_begin[i] != 0 || c->out_sp[i] != c->in_sp[i]) return false;
-  return true;
-}
-
-typedef struct im2col_ctx {
-  const conv_geom *c;
-  const float *x; /* one image, channels of one group */
-  float *col;     /* [kdim, osize] */
-} im2col_ctx;
-
-/* Rows of the im2col matrix: one per (channel, kernel offset). */
-static void im2col_rows(void *vctx, int64_t begin, int64_t end, int thread) {
-  const im2col_ctx *ic = vctx;
-  const conv_geom *c = ic->c;
-  int64_t kprod = 1;
-  for (int i = 0; i < c->nsp; i++) kprod *= c->k[i];
-  int64_t in_plane = 1;
-  for (int i = 0; i < c->nsp; i++) in_plane *= c->in_sp[i];
-  for (int64_t row = begin; row < end; row++) {
-    int64_t ch = row / kprod, kk = row % kprod;
-    int64_t koff[3] = {0, 0, 0};
-    for (int i = c->nsp - 1; i >= 0; i--) {
-      koff[i] = kk % c->k[i];
-      kk /= c->k[i];
-    }
-    const float *xp = ic->x + ch * in_plane;
-    float *dst = ic->col + row * c->osize;
-    int64_t o = 0;
-    if (c->nsp == 2) {
-      for (int64_t oh = 0; oh < c->out_sp[0]; oh++) {
-        int64_t ih = oh * c->stride[0] - c->pad_begin[0] + koff[0] * c->dil[0];
-        bool hin = ih >= 0 && ih < c->in_sp[0];
-        for (int64_t ow = 0; ow < c->out_sp[1]; ow++, o++) {
-          int64_t iw = ow * c->stride[1] - c->pad_begin[1] + koff[1] * c->dil[1];
-          dst[o] = (hin && iw >= 0 && iw < c->in_sp[1]) ? xp[ih * c->in_sp[1] + iw] : 0.0f;
-        }
-      }
-      continue;
-    }
-    for (o = 0; o < c->osize; o++) {
-      int64_t rem = o, idx = 0;
-      bool in = true;
-      int64_t pos[3];
-      for (int i = c->nsp - 1; i >= 0; i--) {
-        pos[i] = rem % c->out_sp[i];
-        rem /= c->out_sp[i];
-      }
-      for (int i = 0; i < c->nsp; i++) {
-        int64_t p = pos[i] * c->stride[i] - c->pad_begin[i] + koff[i] * c->dil[i];
-        in = in && p >= 0 && p < c->in_sp[i];
-        idx = idx * c->in_sp[i] + p;
-      }
-      dst[o] = in ? xp[idx] : 0.0f;
-    }
-  }
-}
-
-/* ---- depthwise: one filter per channel, direct loops ------------------------- */
-
-static int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
-static int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
-
-struct epilogue_binding;
-static void apply_plane_epilogue(const struct epilogue_binding *e, float *plane, int64_t base, int64_t rows, int64_t cols);
-
-typedef struct dw_ctx {
-  const conv_geom *c;
-  const float *x, *w, *bias;
-  float *out;
-  const struct epilogue_binding *epi; /* applied to each finished plane, or NULL */
-  float *pad;                         /* 3x3 path: one zero-padded input plane per thread */
-} dw_ctx;
-
-/* Rows and columns of the zero-padded plane the 3x3 path reads. */
-static void dw_padded_dims(const conv_geom *c, int64_t *ph, int64_t *pw) {
-  *ph = (c->out_sp[0] - 1) * c->stride[0] + 3;
-  *pw = (c->out_sp[1] - 1) * c->stride[1] + 3;
-}
-
-static bool dw_is_3x3(const conv_geom *c) {
-  return c->k[0] == 3 && c->k[1] == 3 && c->dil[0] == 1 && c->dil[1] == 1 && c->stride[0] == c->stride[1] &&
-         c->stride[0] <= 2;
-}
-
-/* 3x3 depthwise (MobileNet's): pad the plane once, then every output is 9
- * multiply-adds with no bounds test, vectorized across the row. */
-static void dw3x3_planes(void *vctx, int64_t begin, int64_t end, int thread) {
-  const dw_ctx *d = vctx;
-  const conv_geom *c = d->c;
-  int64_t H = c->in_sp[0], W = c->in_sp[1], OH = c->out_sp[0], OW = c->out_sp[1], st = c->stride[0];
-  int64_t PH, PW;
-  dw_padded_dims(c, &PH, &PW);
-  float *pad = d->pad + (int64_t)thread * PH * PW;
-  for (int64_t p = begin; p < end; p++) {
-    int64_t ch = p % c->co;
-    const float *xp = d->x + p * H * W, *wp = d->w + ch * 9;
-    float *op = d->out + p * OH * OW;
-    for (int64_t i = 0; i < PH; i++) {
-      int64_t ih = i - c->pad_begin[0];
-      float *row = pad + i * PW;
-      if (ih < 0 || ih >= H) {
-        memset(row, 0, (size_t)PW * sizeof(float));
-        continue;
-      }
-      for (int64_t j = 0; j < PW; j++) {
-        int64_t iw = j - c->pad_begin[1];
-        row[j] = iw >= 0 && iw < W ? xp[ih * W + iw] : 0.0f;
-      }
-    }
-    const float w0 = wp[0], w1 = wp[1], w2 = wp[2], w3 = wp[3], w4 = wp[4], w5 = wp[5], w6 = wp[6], w7 = wp[7], w8 = wp[8];
-    const float b = d->bias ? d->bias[ch] : 0.0f;
-    for (int64_t oh = 0; oh < OH; oh++) {
-      const float *r0 = pad + oh * st * PW, *r1 = r0 + PW, *r2 = r1 + PW;
-      float *o = op + oh * OW;
-      if (st == 1) {
-        for (int64_t ow = 0; ow < OW; ow++)
-          o[ow] = b + w0 * r0[ow] + w1 * r0[ow + 1] + w2 * r0[ow + 2] + w3 * r1[ow] + w4 * r1[ow + 1] + w5 * r1[ow + 2] +
-                  w6 * r2[ow] + w7 * r2[ow + 1] + w8 * r2[ow + 2];
-      } else {
-        for (int64_t ow = 0; ow < OW; ow++) {
-          int64_t j = 2 * ow;
-          o[ow] = b + w0 * r0[j] + w1 * r0[j + 1] + w2 * r0[j + 2] + w3 * r1[j] + w4 * r1[j + 1] + w5 * r1[j + 2] +
-                  w6 * r2[j] + w7 * r2[j + 1] + w8 * r2[j + 2];
-        }
-      }
-    }
-    if (d->epi) apply_plane_epilogue(d->epi, op, p * OH * OW, OH, OW);
-  }
-}
-
-/* Planes (image, channel) [begin, end): each output row accumulates
- * w[kh][kw] * input row over the output columns whose input column is
- * inside the image, so the innermost loop has no bounds test and
- * vectorizes. */
-static void dw_planes(void *vctx, int64_t begin, int64_t end, int thread) {
-  const dw_ctx *d = vctx;
-  const conv_geom *c = d->c;
-  int64_t H = c->in_sp[0], W = c->in_sp[1], OH = c->out_sp[0], OW = c->out_sp[1];
-  int64_t KH = c->k[0], KW = c->k[1], sh = c->stride[0], sw = c->stride[1];
-  int64_t dh = c->dil[0], dwl = c->dil[1], ph = c->pad_begin[0], pw = c->pad_begin[1];
-  for (int64_t p = begin; p < end; p++) {
-    int64_t ch = p % c->co;
-    const float *xp = d->x + p * H * W, *wp = d->w + ch * KH * KW;
-    float *op = d->out + p * OH * OW;
-    float b = d->bias ? d->bias[ch] : 0.0f;
-    for (int64_t oh = 0; oh < OH; oh++) {
-      float *o = op + oh * OW;
-      for (int64_t ow = 0; ow < OW; ow++) o[ow] = b;
-      for (int64_t kh = 0; kh < KH; kh++) {
-        int64_t ih = oh * sh - ph + kh * dh;
-        if (ih < 0 || ih >= H) continue;
-        const float *xr = xp + ih * W;
-        for (int64_t kw = 0; kw < KW; kw++) {
-          float wv = wp[kh * KW + kw];
-          int64_t off = kw * dwl - pw;
-          int64_t lo = ceil_div(-off, sw), hi = floor_div(W - 1 - off, sw);
-          if (lo < 0) lo = 0;
-          if (hi > OW - 1) hi = OW - 1;
-          if (sw == 1) {
-            const float *xs = xr + off;
-            for (int64_t ow = lo; ow <= hi; ow++) o[ow] += wv * xs[ow];
-          } else {
-            for (int64_t ow = lo; ow <= hi; ow++) o[ow] += wv * xr[ow * sw + off];
-          }
-        }
-      }
-    }
-    if (d->epi) apply_plane_epilogue(d->epi, op, p * OH * OW, OH, OW);
-  }
-}
-
-static bool conv_is_depthwise(const conv_geom *c) { return c->nsp == 2 && c->group == c->ci && c->co == c->ci && c->group > 1; }
-
 /* ---- 2-D max pooling --------------------------------------------------------------- */
 
 typedef struct pool_geom {
@@ -329,33 +108,67 @@ typedef struct pool_ctx {
   float *out, *pad;
 } pool_ctx;
 
+/* Row i of the plane padded with -inf (the columns the windows read):
+ * dst[j] = x[ih][j - pw]. */
+static void pool_pad_row(float *dst, int64_t PW, const float *xr, int64_t W, int64_t pw) {
+  int64_t j0 = pw > 0 ? pw : 0, j1 = pw + W < PW ? pw + W : PW;
+  if (!xr || j1 <= j0) j0 = j1 = PW;
+  for (int64_t j = 0; j < j0; j++) dst[j] = -INFINITY;
+  if (j1 > j0) memcpy(dst + j0, xr + (j0 - pw), (size_t)(j1 - j0) * sizeof(float));
+  for (int64_t j = j1; j < PW; j++) dst[j] = -INFINITY;
+}
+
+/* o = max(o, r) elementwise, NaN propagating as in the reference. */
+static void pool_max_row(float *restrict o, const float *restrict r, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    float v = r[i];
+    o[i] = (v > o[i] || v != v) ? v : o[i];
+  }
+}
+
 /* Copies the plane into a -inf padded one, then takes each window's max
- * with no bounds test (NaN propagates, as in the reference). */
+ * with no bounds test (NaN propagates, as in the reference). With stride
+ * 2 (and no dilation) each padded row is stored as its even columns then
+ * its odd ones, so every window column is a contiguous row segment. */
 static void maxpool_planes(void *vctx, int64_t begin, int64_t end, int thread) {
   const pool_ctx *c = vctx;
   const pool_geom *p = c->p;
-  float *pad = c->pad + (int64_t)thread * p->PH * p->PW;
+  bool split = p->sw == 2 && p->dw == 1;
+  int64_t rw = p->PW + 2, half = (p->PW + 1) / 2;
+  float *pad = c->pad + (int64_t)thread * (p->PH + 1) * rw, *stage = pad + p->PH * rw;
   for (int64_t pl = begin; pl < end; pl++) {
     const float *xp = c->x + pl * p->H * p->W;
     float *op = c->out + pl * p->OH * p->OW;
     for (int64_t i = 0; i < p->PH; i++) {
       int64_t ih = i - p->ph;
-      float *row = pad + i * p->PW;
-      for (int64_t j = 0; j < p->PW; j++) {
-        int64_t iw = j - p->pw;
-        row[j] = ih >= 0 && ih < p->H && iw >= 0 && iw < p->W ? xp[ih * p->W + iw] : -INFINITY;
+      const float *xr = ih >= 0 && ih < p->H ? xp + ih * p->W : NULL;
+      float *row = pad + i * rw;
+      if (!split) {
+        pool_pad_row(row, p->PW, xr, p->W, p->pw);
+        continue;
+      }
+      pool_pad_row(stage, 2 * half, xr, p->W, p->pw);
+      for (int64_t t = 0; t < half; t++) {
+        row[t] = stage[2 * t];
+        row[half + t] = stage[2 * t + 1];
       }
     }
     for (int64_t oh = 0; oh < p->OH; oh++) {
       float *o = op + oh * p->OW;
       for (int64_t ow = 0; ow < p->OW; ow++) o[ow] = -INFINITY;
       for (int64_t kh = 0; kh < p->KH; kh++) {
-        const float *row = pad + (oh * p->sh + kh * p->dh) * p->PW;
+        const float *row = pad + (oh * p->sh + kh * p->dh) * rw;
         for (int64_t kw = 0; kw < p->KW; kw++) {
-          const float *r = row + kw * p->dw;
-          for (int64_t ow = 0; ow < p->OW; ow++) {
-            float v = r[ow * p->sw];
-            o[ow] = (v > o[ow] || v != v) ? v : o[ow];
+          if (split) {
+            pool_max_row(o, row + (kw & 1) * half + kw / 2, p->OW);
+          } else if (p->sw == 1) {
+            pool_max_row(o, row + kw * p->dw, p->OW);
+          } else {
+            const float *r = row + kw * p->dw;
+            for (int64_t ow = 0; ow < p->OW; ow++) {
+              float v = r[ow * p->sw];
+              o[ow] = (v > o[ow] || v != v) ? v : o[ow];
+            }
           }
         }
       }
@@ -462,12 +275,6 @@ struct epilogue_binding {
 };
 typedef struct epilogue_binding epilogue_binding;
 
-/* Each thread needs its own ctx (base differs per plane). */
-static void apply_plane_epilogue(const epilogue_binding *e, float *plane, int64_t base, int64_t rows, int64_t cols) {
-  kiln_rt_epilogue_ctx ctx = {e->ctx.buffers, base, cols};
-  e->fn(&ctx, plane, cols, 0, 0, rows, cols);
-}
-
 /* Binds the fused kernel's buffers; false when the step has no epilogue. */
 static bool bind_epilogue(struct kiln_executable *x, const cpu_step *s, void *const *ptr, epilogue_binding *e) {
   if (s->epilogue_step < 0) return false;
@@ -510,7 +317,7 @@ kiln_status_t kiln_cpu_contract_prepare(struct kiln_executable *x, cpu_step *s) 
   } else if (s->kind == CPU_STEP_MAXPOOL) {
     pool_geom p;
     pool_geometry(g, n, &p);
-    size_t bytes = (size_t)kiln_threadpool_size(x->pool) * (size_t)(p.PH * p.PW) * sizeof(float);
+    size_t bytes = (size_t)kiln_threadpool_size(x->pool) * (size_t)((p.PH + 1) * (p.PW + 2)) * sizeof(float);
     s->work = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
     if (!s->work) return kiln_error(KILN_OUT_OF_MEMORY, "out of memory for pooling (%zu bytes)", bytes);
   } else if (s->kind == CPU_STEP_ATTENTION) {
@@ -520,19 +327,14 @@ kiln_status_t kiln_cpu_contract_prepare(struct kiln_executable *x, cpu_step *s) 
     s->work = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
     if (!s->work) return kiln_error(KILN_OUT_OF_MEMORY, "out of memory for attention scores (%zu bytes)", bytes);
   } else if (s->kind == CPU_STEP_CONV) {
-    conv_geom c;
-    KILN_TRY(conv_geometry(g, n, &c));
-    if (conv_is_depthwise(&c) && dw_is_3x3(&c)) {
-      int64_t ph, pw;
-      dw_padded_dims(&c, &ph, &pw);
-      size_t bytes = (size_t)kiln_threadpool_size(x->pool) * (size_t)(ph * pw) * sizeof(float);
-      s->work = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
-      if (!s->work) return kiln_error(KILN_OUT_OF_MEMORY, "out of memory for depthwise padding (%zu bytes)", bytes);
-    }
-    if (!conv_is_pointwise(&c) && !conv_is_depthwise(&c)) {
-      s->scratch_bytes = (size_t)c.kdim * (size_t)c.osize * sizeof(float);
-      if (s->scratch_bytes > x->scratch_bytes) x->scratch_bytes = s->scratch_bytes;
-    }
+    kiln_conv_geom c;
+    KILN_TRY(kiln_conv_geometry(g, n, &c));
+    const kiln_tensor *w = const_of(g, n, 1);
+    kiln_conv_plan *plan;
+    KILN_TRY(kiln_conv_plan_create(&c, KILN_CONV_AUTO, w ? w->data : NULL, kiln_threadpool_size(x->pool), &plan));
+    s->packed_b = plan;
+    s->scratch_bytes = kiln_conv_plan_scratch_bytes(plan);
+    if (s->scratch_bytes > x->scratch_bytes) x->scratch_bytes = s->scratch_bytes;
   }
   return NULL;
 }
@@ -623,34 +425,9 @@ kiln_status_t kiln_cpu_contract_run(struct kiln_executable *x, const cpu_step *s
     }
     return NULL;
   }
-  /* Conv, group 1 or grouped: per image and group, W_g[Co/g, K] x col[K, HW]. */
-  conv_geom c;
-  KILN_TRY(conv_geometry(g, n, &c));
-  const float *xin = ptr[n->inputs[0]], *w = ptr[n->inputs[1]];
+  /* Conv (cpu_conv.c). */
   const float *bias = n->n_inputs > 2 && n->inputs[2] >= 0 ? ptr[n->inputs[2]] : NULL;
-  if (conv_is_depthwise(&c)) {
-    dw_ctx d = {&c, xin, w, bias, out, has_epi ? &epi : NULL, s->work};
-    kiln_parallel_for(x->pool, c.n * c.co, 1, s->work ? dw3x3_planes : dw_planes, &d);
-    return NULL;
-  }
-  int64_t in_plane = 1;
-  for (int i = 0; i < c.nsp; i++) in_plane *= c.in_sp[i];
-  int64_t cig = c.ci / c.group, cog = c.co / c.group;
-  for (int64_t img = 0; img < c.n; img++)
-    for (int64_t gi = 0; gi < c.group; gi++) {
-      const float *xg = xin + (img * c.ci + gi * cig) * in_plane;
-      const float *col = xg;
-      if (s->scratch_bytes) {
-        im2col_ctx ic = {&c, xg, x->scratch};
-        kiln_parallel_for(x->pool, c.kdim, 1, im2col_rows, &ic);
-        col = x->scratch;
-      }
-      epi.ctx.base = (img * c.co + gi * cog) * c.osize;
-      epi.ctx.row = c.osize;
-      kiln_sgemm_args args = {false, false, cog, c.osize, c.kdim, 1.0f, w + gi * cog * c.kdim, c.kdim, col, c.osize,
-                              NULL, 0.0f, out + (img * c.co + gi * cog) * c.osize, c.osize,
-                              bias ? bias + gi * cog : NULL, bias ? 1 : 0, has_epi ? epi.fn : NULL, &epi.ctx};
-      kiln_sgemm(x->pool, &args);
-    }
+  kiln_conv_epilogue ce = {has_epi ? epi.fn : NULL, epi.args};
+  kiln_conv_run(s->packed_b, x->pool, ptr[n->inputs[0]], ptr[n->inputs[1]], bias, out, x->scratch, has_epi ? &ce : NULL);
   return NULL;
 }

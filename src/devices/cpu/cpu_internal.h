@@ -23,7 +23,7 @@ typedef enum cpu_step_kind {
   CPU_STEP_KERNEL,  /* a generated, fused kernel */
   CPU_STEP_MATMUL,  /* MatMul via SGEMM (batched, broadcasting) */
   CPU_STEP_GEMM,    /* Gemm via SGEMM */
-  CPU_STEP_CONV,    /* Conv via im2col + SGEMM, or direct depthwise loops */
+  CPU_STEP_CONV,    /* Conv: cpu_conv.c (SGEMM, im2col, depthwise, Winograd) */
   CPU_STEP_ATTENTION, /* kiln.FusedAttention: SGEMM, row softmax, SGEMM per batch */
   CPU_STEP_MAXPOOL, /* 2-D MaxPool: direct loops over a padded plane */
   CPU_STEP_REF,     /* a node the device does not claim: reference kernel */
@@ -40,8 +40,8 @@ typedef struct cpu_step {
   int module;            /* KERNEL: index of its JIT module */
   int n_args;
   int *args;             /* KERNEL: value id per kernel buffer; owned */
-  void *packed_b;        /* MATMUL: constant B packed once; owned */
-  size_t scratch_bytes;  /* CONV: im2col bytes needed (0: reads its input directly) */
+  void *packed_b;        /* MATMUL: constant B packed once; CONV: its kiln_conv_plan; owned (free()) */
+  size_t scratch_bytes;  /* CONV: bytes of the shared scratch it needs (0: none) */
   float *work;           /* ATTENTION: one score matrix per thread; owned */
   int out_value;         /* the value this step writes (contractions with an epilogue: the epilogue's) */
   int epilogue_step;     /* contractions: the KERNEL step fused in as its epilogue, or -1 */
@@ -88,5 +88,53 @@ void kiln_cpu_executable_free(kiln_device *dev, struct kiln_executable *exec);
 /* Contraction steps (cpu_contract.c). */
 kiln_status_t kiln_cpu_contract_prepare(struct kiln_executable *x, cpu_step *step);
 kiln_status_t kiln_cpu_contract_run(struct kiln_executable *x, const cpu_step *step, void *const *ptr);
+
+/* ---- convolutions (cpu_conv.c), NCHW f32 ------------------------------------ */
+
+typedef struct kiln_conv_geom {
+  int nsp; /* spatial dims, 1-3 */
+  int64_t n, ci, co, group;
+  int64_t in_sp[3], out_sp[3], k[3], stride[3], dil[3], pad_begin[3];
+  int64_t kdim, osize; /* Ci/group * prod(k), prod(out spatial) */
+} kiln_conv_geom;
+
+typedef enum kiln_conv_algo {
+  KILN_CONV_AUTO = 0,
+  KILN_CONV_GEMM,      /* 1x1, stride 1, no padding: SGEMM on the input */
+  KILN_CONV_IM2COL,    /* general: im2col + SGEMM */
+  KILN_CONV_DEPTHWISE, /* direct depthwise loops, any kernel */
+  KILN_CONV_DW3X3,     /* vectorized 3x3 depthwise, stride 1 or 2 */
+  KILN_CONV_WINOGRAD,  /* F(4x4, 3x3), stride 1, constant weights */
+  KILN_CONV_GEMM_T,    /* GEMM as Y^T = X^T W^T: prepacked weights, output transposed back (small planes) */
+  KILN_CONV_IM2COL_T,  /* IM2COL the same way */
+  KILN_CONV_N_ALGOS
+} kiln_conv_algo;
+
+/* The fused elementwise kernel a Conv step runs on its finished output
+ * (a kiln_epilogue entry point and its bound buffers), or fn NULL. */
+typedef struct kiln_conv_epilogue {
+  kiln_rt_epilogue_fn fn;
+  void *const *buffers;
+} kiln_conv_epilogue;
+
+typedef struct kiln_conv_plan kiln_conv_plan; /* one allocation: free() releases it */
+
+kiln_status_t kiln_conv_geometry(const kiln_graph *g, const kiln_node *n, kiln_conv_geom *c);
+const char *kiln_conv_algo_name(kiln_conv_algo a);
+bool kiln_conv_algo_applies(const kiln_conv_geom *c, kiln_conv_algo a, bool const_weights);
+/* The algorithm AUTO picks (KILN_CONV_ALGO=<name> in the environment forces
+ * one where it applies). */
+kiln_conv_algo kiln_conv_choose(const kiln_conv_geom *c, bool const_weights);
+/* Plans c with algo (AUTO: kiln_conv_choose). w: the weights when they are
+ * constant (Winograd transforms them now), else NULL. threads: the most
+ * threads kiln_conv_run will use (sizes the per-thread scratch). */
+kiln_status_t kiln_conv_plan_create(const kiln_conv_geom *c, kiln_conv_algo algo, const float *w, int threads,
+                                    kiln_conv_plan **out);
+kiln_conv_algo kiln_conv_plan_algo(const kiln_conv_plan *p);
+/* Bytes of scratch kiln_conv_run needs (64-byte aligned), 0 for none. */
+size_t kiln_conv_plan_scratch_bytes(const kiln_conv_plan *p);
+/* y = conv(x, w) + bias, then epi (may be NULL) over every output element. */
+void kiln_conv_run(const kiln_conv_plan *p, kiln_threadpool *pool, const float *x, const float *w, const float *bias,
+                   float *y, void *scratch, const kiln_conv_epilogue *epi);
 
 #endif

@@ -9,6 +9,7 @@
 #include "devices/cpu/gemm/gemm.h"
 #include "passes/memory_plan.h"
 #include "passes/passes.h"
+#include "runtime/executor.h"
 
 /* ---- the runtime table generated code calls -------------------------------- */
 
@@ -376,7 +377,6 @@ static kiln_status_t run_ref_step(struct kiln_executable *x, const cpu_step *s, 
   const kiln_graph *g = x->g;
   const kiln_node *node = s->node;
   kiln_value *ins[64] = {0}, *outs[64] = {0}, *owned[64] = {0};
-  bool wanted[64];
   if (node->n_inputs > 64 || node->n_outputs > 64) return kiln_error(KILN_UNSUPPORTED, "node with over 64 inputs/outputs");
   kiln_status_t st = NULL;
   for (int i = 0; i < node->n_inputs && !st; i++) {
@@ -385,31 +385,10 @@ static kiln_status_t run_ref_step(struct kiln_executable *x, const cpu_step *s, 
     if (host[v]) ins[i] = host[v];
     else if ((st = wrap_value(g, v, ptr[v], &owned[i])) == NULL) ins[i] = owned[i];
   }
-  for (int i = 0; i < node->n_outputs; i++) wanted[i] = node->outputs[i] >= 0;
-  if (!st) {
-    kiln_kernel_ctx ctx = {node, node->opset, node->n_inputs, ins, node->n_outputs, outs, wanted, NULL, NULL};
-    st = node->op->ref_kernel(&ctx);
-  }
+  if (!st) st = kiln_run_ref_node(g, node, ins, outs);
   for (int i = 0; i < node->n_outputs && !st; i++) {
     int v = node->outputs[i];
     if (v < 0) continue;
-    if (!outs[i]) {
-      st = kiln_error(KILN_INTERNAL, "kernel produced no value for output %d", i);
-      break;
-    }
-    /* Compiled consumers were generated for the inferred shape. */
-    const kiln_type *t = &g->values[v].type;
-    if (outs[i]->kind == KILN_VALUE_TENSOR && t->kind == KILN_TYPE_TENSOR && t->rank >= 0) {
-      const kiln_tensor *ot = outs[i]->tensor;
-      bool ok = ot->rank == t->rank && ot->dtype == t->dtype;
-      for (int d = 0; ok && d < t->rank; d++) ok = t->dims[d] < 0 || t->dims[d] == ot->dims[d];
-      if (!ok) {
-        char a[128], b[128];
-        st = kiln_error(KILN_INTERNAL, "output %d is %s%s but was inferred as %s", i, kiln_dtype_name(ot->dtype),
-                        kiln_shape_str(ot->rank, ot->dims, a, sizeof a), kiln_type_str(t, b, sizeof b));
-        break;
-      }
-    }
     kiln_value_free(host[v]);
     host[v] = outs[i];
     outs[i] = NULL;

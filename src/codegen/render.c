@@ -1,0 +1,234 @@
+/* The shared C-family emitter (see render_internal.h): expressions as
+ * scoped `const` locals, reductions as accumulator loops, every
+ * target-specific spelling taken from the dialect table. */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "codegen/render_internal.h"
+
+kiln_status_t render_init(render_ctx *r, const render_dialect *d, const te_builder *b, kiln_strbuf *s) {
+  memset(r, 0, sizeof *r);
+  r->d = d;
+  r->b = b;
+  r->s = s;
+  r->buf_prefix = "b";
+  r->raw_buf = -1;
+  r->raw_var = -1;
+  int n_exprs = te_expr_count(b);
+  r->emitted = malloc(((size_t)n_exprs + 1) * sizeof(int));
+  if (!r->emitted) return KILN_OOM();
+  for (int i = 0; i < n_exprs; i++) r->emitted[i] = -1;
+  return NULL;
+}
+
+void render_free(render_ctx *r) {
+  free(r->emitted);
+  free(r->scope_stack);
+  r->emitted = NULL;
+  r->scope_stack = NULL;
+}
+
+void render_fail(render_ctx *r, const char *fmt, ...) {
+  if (r->bad) return; /* keep the first reason */
+  r->bad = true;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->why, sizeof r->why, fmt, ap);
+  va_end(ap);
+}
+
+void render_indent(render_ctx *r) {
+  for (int i = 0; i < r->indent; i++) kiln_strbuf_puts(r->s, "  ");
+}
+
+void render_name_of(render_ctx *r, const te_expr *e, char *buf, size_t n) {
+  switch (e->op) {
+    case TE_CONST:
+      if (kiln_dtype_is_float(e->dtype)) r->d->float_literal(r, e->dtype, e->f, buf, n);
+      else r->d->int_literal(r, e->dtype, e->i, buf, n);
+      break;
+    case TE_VAR: snprintf(buf, n, "v%d", e->var); break;
+    case TE_REDUCE: snprintf(buf, n, "r%d", e->id); break;
+    default: snprintf(buf, n, "e%d", e->id); break;
+  }
+}
+
+/* Name of e as an operand of type `want` (converted when the dialect needs
+ * explicit conversions and the target types differ). */
+static void operand(render_ctx *r, const te_expr *e, kiln_dtype want, char *buf, size_t n) {
+  if (!e) {
+    buf[0] = 0;
+    return;
+  }
+  if (!r->d->convert_operands || want == e->dtype) {
+    render_name_of(r, e, buf, n);
+    return;
+  }
+  const char *have = r->d->value_type(r, e->dtype), *to = r->d->value_type(r, want);
+  if (!have || !to) {
+    render_fail(r, "value of dtype %s", kiln_dtype_name(have ? want : e->dtype));
+    buf[0] = 0;
+    return;
+  }
+  char name[48]; /* eN, vN, rN or a literal */
+  render_name_of(r, e, name, sizeof name);
+  if (!strcmp(have, to)) snprintf(buf, n, "%s", name);
+  else snprintf(buf, n, "%s(%s)", to, name);
+}
+
+static void push_scope_entry(render_ctx *r, int id) {
+  if (r->n_stack == r->cap_stack) {
+    int cap = r->cap_stack ? r->cap_stack * 2 : 256;
+    int *n = realloc(r->scope_stack, (size_t)cap * sizeof *n);
+    if (!n) {
+      render_fail(r, "out of memory");
+      return;
+    }
+    r->scope_stack = n;
+    r->cap_stack = cap;
+  }
+  r->scope_stack[r->n_stack++] = id;
+}
+
+void render_open_scope(render_ctx *r) {
+  push_scope_entry(r, -1); /* marker */
+  r->depth++;
+  r->indent++;
+}
+
+void render_close_scope(render_ctx *r) {
+  while (r->n_stack > 0) {
+    int id = r->scope_stack[--r->n_stack];
+    if (id < 0) break;
+    r->emitted[id] = -1;
+  }
+  r->depth--;
+  r->indent--;
+}
+
+static const char *binop_text(te_op op) {
+  switch (op) {
+    case TE_ADD: return "+";
+    case TE_SUB: return "-";
+    case TE_MUL: return "*";
+    case TE_DIV: return "/";
+    case TE_MOD: return "%";
+    case TE_LT: return "<";
+    case TE_LE: return "<=";
+    case TE_EQ: return "==";
+    case TE_NE: return "!=";
+    case TE_AND: return "&&";
+    case TE_OR: return "||";
+    case TE_XOR: return "!=";
+    default: return NULL;
+  }
+}
+
+/* The type a comparison compares in when its operands differ. */
+static kiln_dtype compare_dtype(kiln_dtype a, kiln_dtype b) {
+  if (a == b) return a;
+  if (a == KILN_DTYPE_F64 || b == KILN_DTYPE_F64) return KILN_DTYPE_F64;
+  if (kiln_dtype_is_float(a)) return a;
+  if (kiln_dtype_is_float(b)) return b;
+  if (a == KILN_DTYPE_I64 || b == KILN_DTYPE_I64 || a == KILN_DTYPE_U64 || b == KILN_DTYPE_U64) return KILN_DTYPE_I64;
+  if (a == KILN_DTYPE_U32 && b == KILN_DTYPE_U32) return KILN_DTYPE_U32;
+  return KILN_DTYPE_I32;
+}
+
+void render_ensure(render_ctx *r, const te_expr *e) {
+  if (!e || e->op == TE_CONST || e->op == TE_VAR || e->op == TE_REDUCE) return;
+  if (r->emitted[e->id] >= 0) return;
+  render_ensure(r, e->a);
+  render_ensure(r, e->b);
+  render_ensure(r, e->c);
+  /* What each operand is computed as. */
+  kiln_dtype wa = e->dtype, wb = e->dtype, wc = e->dtype;
+  switch (e->op) {
+    case TE_LOAD: wa = KILN_DTYPE_I64; break;
+    case TE_CAST: wa = e->a->dtype; break;
+    case TE_NOT: wa = KILN_DTYPE_BOOL; break;
+    case TE_SELECT: wa = KILN_DTYPE_BOOL; break;
+    case TE_AND: case TE_OR: case TE_XOR: wa = wb = KILN_DTYPE_BOOL; break;
+    case TE_LT: case TE_LE: case TE_EQ: case TE_NE: wa = wb = compare_dtype(e->a->dtype, e->b->dtype); break;
+    default: break;
+  }
+  char a[96] = "", b[96] = "", c[96] = "";
+  operand(r, e->a, wa, a, sizeof a);
+  operand(r, e->b, wb, b, sizeof b);
+  operand(r, e->c, wc, c, sizeof c);
+  const char *ty = r->d->value_type(r, e->dtype);
+  if (!ty) {
+    render_fail(r, "value of dtype %s", kiln_dtype_name(e->dtype));
+    return;
+  }
+  render_indent(r);
+  kiln_strbuf_printf(r->s, "const %s e%d = ", ty, e->id);
+  const char *bo = binop_text(e->op);
+  switch (e->op) {
+    case TE_NEG: kiln_strbuf_printf(r->s, "-%s", a); break;
+    case TE_NOT: kiln_strbuf_printf(r->s, "!%s", a); break;
+    case TE_CALL1:
+    case TE_CALL2: {
+      const char *fn = r->d->call_name(e->fn);
+      if (!fn) {
+        render_fail(r, "math function %s", e->fn);
+        break;
+      }
+      if (e->op == TE_CALL1) kiln_strbuf_printf(r->s, "%s(%s)", fn, a);
+      else kiln_strbuf_printf(r->s, "%s(%s, %s)", fn, a, b);
+      break;
+    }
+    case TE_SELECT: kiln_strbuf_printf(r->s, "%s ? %s : %s", a, b, c); break;
+    default:
+      if (r->d->special(r, e, a, b)) break;
+      if (bo && e->op != TE_LOAD) kiln_strbuf_printf(r->s, "%s %s %s", a, bo, b);
+      else render_fail(r, "operation %d on %s", (int)e->op, kiln_dtype_name(e->dtype));
+      break;
+  }
+  kiln_strbuf_puts(r->s, ";\n");
+  r->emitted[e->id] = r->depth;
+  push_scope_entry(r, e->id);
+}
+
+void render_loop_open(render_ctx *r, int var, int64_t extent) {
+  char lim[64];
+  r->d->int_literal(r, KILN_DTYPE_I64, extent, lim, sizeof lim);
+  const char *ty = r->d->value_type(r, KILN_DTYPE_I64);
+  render_indent(r);
+  kiln_strbuf_printf(r->s, "for (%s v%d = 0; v%d < %s; v%d++) {\n", ty, var, var, lim, var);
+  render_open_scope(r);
+}
+
+void render_loop_close(render_ctx *r) {
+  render_close_scope(r);
+  render_indent(r);
+  kiln_strbuf_puts(r->s, "}\n");
+}
+
+void render_emit_reduce(render_ctx *r, const kiln_loop_nest *nest, const te_expr *red) {
+  const char *ty = r->d->value_type(r, red->dtype);
+  if (!ty) {
+    render_fail(r, "reduction of dtype %s", kiln_dtype_name(red->dtype));
+    return;
+  }
+  char init[96], acc[32];
+  r->d->reduce_init(r, red, init, sizeof init);
+  snprintf(acc, sizeof acc, "r%d", red->id);
+  render_indent(r);
+  kiln_strbuf_printf(r->s, "%s %s = %s;\n", ty, acc, init);
+  render_loop_open(r, red->var, red->extent);
+  render_emit_sites(r, nest, -99, red);
+  render_ensure(r, red->a);
+  char x[96];
+  operand(r, red->a, red->dtype, x, sizeof x);
+  render_indent(r);
+  r->d->reduce_combine(r, red, acc, x);
+  render_loop_close(r);
+}
+
+void render_emit_sites(render_ctx *r, const kiln_loop_nest *nest, int level, const te_expr *owner) {
+  for (int i = 0; i < nest->n_sites; i++) {
+    const kiln_reduce_site *s = &nest->sites[i];
+    if (owner ? s->owner == owner : (!s->owner && s->level == level)) render_emit_reduce(r, nest, s->reduce);
+  }
+}

@@ -1,0 +1,793 @@
+/* The GLSL renderer: loop nest -> Vulkan compute shader (#version 450).
+ *
+ * The GLSL dialect of the shared emitter (render.c). Each invocation runs
+ * one iteration of the nest's flattened parallel loop (bounds-checked; the
+ * dispatch is split over x and y when it needs more than 65535 groups) and
+ * the remaining loops serially, with reductions hoisted exactly as in C.
+ * Row reductions can instead run cooperatively: one workgroup per row, the
+ * reduction loop split over its invocations and combined in shared memory
+ * (or with subgroup arithmetic), then the row's elements stored in
+ * parallel.
+ *
+ * Index arithmetic is 32-bit whenever every extent, buffer and index
+ * constant fits (GPUs are much faster at it), else int64 through
+ * GL_EXT_shader_explicit_arithmetic_types_int64 when the device has it.
+ * Buffers are std430 arrays: f32 as float, i32/u32 as int/uint, i64 as
+ * int64_t (or, in 32-bit mode, pairs of ints read by their low word: i64
+ * data in a 32-bit kernel are indices, which then fit), and 8/16-bit
+ * inputs packed in uints (their Vulkan buffers must be padded to 4 bytes).
+ *
+ * Math: GLSL builtins where the Vulkan precision rules make them accurate
+ * enough (exp, floor, ceil, roundEven, pow on positive bases); GLSL ports
+ * of the C preamble's helpers (kiln_erff, kiln_tanhf, ...); guarded
+ * versions where the builtin is undefined on part of the domain (log and
+ * sqrt of negatives give NaN as in C, pow of negative bases); and sin/cos
+ * with their own range reduction (the builtins only promise 2^-11 absolute
+ * error). */
+#include <math.h>
+#include <stdio.h>
+
+#include "codegen/render_internal.h"
+
+/* Helpers every shader may call; guarded so that several pasted epilogues
+ * and the host shader can all include them. */
+static const char glsl_helpers[] =
+    "#ifndef KILN_GLSL_HELPERS\n"
+    "#define KILN_GLSL_HELPERS\n"
+    "float kiln_logf(float x) { return x < 0.0 ? uintBitsToFloat(0x7fc00000u) : x == 0.0 ? uintBitsToFloat(0xff800000u) : log(x); }\n"
+    "float kiln_sqrtf(float x) { return x < 0.0 ? uintBitsToFloat(0x7fc00000u) : sqrt(x); }\n"
+    "float kiln_sigmoidf(float x) { return 1.0 / (1.0 + exp(-x)); }\n"
+    "/* tanh(x) = sign(x) (1 - 2 / (exp(2|x|) + 1)); small |x| uses the series\n"
+    " * (some drivers' tanh builtin gives NaN for large |x|). */\n"
+    "float kiln_tanhf(float x) {\n"
+    "  float a = abs(x);\n"
+    "  float big = 1.0 - 2.0 / (exp(2.0 * a) + 1.0);\n"
+    "  float x2 = a * a;\n"
+    "  float small = a * (1.0 + x2 * (-0.333333333 + x2 * (0.133333333 + x2 * -0.0539682540)));\n"
+    "  float t = a < 0.125 ? small : big;\n"
+    "  return x < 0.0 ? -t : (x > 0.0 ? t : x);\n"
+    "}\n"
+    "/* erf: Abramowitz & Stegun 7.1.26 refined, the series near zero (as in C). */\n"
+    "float kiln_erff(float x) {\n"
+    "  float a = abs(x);\n"
+    "  float t = 1.0 / (1.0 + 0.3275911 * a);\n"
+    "  float y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * exp(-a * a);\n"
+    "  float x2 = a * a;\n"
+    "  float small = a * (1.1283791671 + x2 * (-0.3761263890 + x2 * (0.1128379167 + x2 * -0.0268661706)));\n"
+    "  float r = a < 0.25 ? small : y;\n"
+    "  return x < 0.0 ? -r : r;\n"
+    "}\n"
+    "/* log(1 + t) for t in [0, 1]: the series where log(1 + t) would lose t's digits. */\n"
+    "float kiln_log1p01(float t) {\n"
+    "  return t < 0.0625 ? t * (1.0 - t * (0.5 - t * (0.333333333 - t * (0.25 - t * (0.2 - t * 0.166666667))))) : log(1.0 + t);\n"
+    "}\n"
+    "float kiln_softplusf(float x) { return isnan(x) ? x : max(x, 0.0) + kiln_log1p01(exp(-abs(x))); }\n"
+    "float kiln_geluf(float x) { return 0.5 * x * (1.0 + kiln_erff(x * 0.70710678118654752)); }\n"
+    "float kiln_gelu_tanhf(float x) { return 0.5 * x * (1.0 + kiln_tanhf(0.79788456080286536 * (x + 0.044715 * x * x * x))); }\n"
+    "/* sin/cos: x - q pi/2 in three parts (exact products for |x| < 8192),\n"
+    " * minimax polynomials on [-pi/4, pi/4] (Cephes' coefficients). */\n"
+    "float kiln_sin_poly(float r, float z) { return ((-1.9515295891e-4 * z + 8.3321608736e-3) * z - 1.6666654611e-1) * z * r + r; }\n"
+    "float kiln_cos_poly(float z) { return ((2.443315711809948e-5 * z - 1.388731625493765e-3) * z + 4.166664568298827e-2) * z * z - 0.5 * z + 1.0; }\n"
+    "float kiln_sincos(float x, int shift) {\n"
+    "  float q = floor(x * 0.636619772367581343 + 0.5);\n"
+    "  float r = ((x - q * 1.5703125) - q * 4.837512969970703125e-4) - q * 7.54978995489188216e-8;\n"
+    "  float z = r * r;\n"
+    "  int k = (int(q) + shift) & 3;\n"
+    "  float v = (k & 1) != 0 ? kiln_cos_poly(z) : kiln_sin_poly(r, z);\n"
+    "  return k >= 2 ? -v : v;\n"
+    "}\n"
+    "float kiln_sinf(float x) { return kiln_sincos(x, 0); }\n"
+    "float kiln_cosf(float x) { return kiln_sincos(x, 1); }\n"
+    "/* C's powf: negative bases with integral exponents, zeros, infinities. */\n"
+    "float kiln_powf(float x, float y) {\n"
+    "  if (y == 0.0 || x == 1.0) return 1.0;\n"
+    "  if (isnan(x) || isnan(y)) return x + y;\n"
+    "  float ax = abs(x);\n"
+    "  bool odd = false;\n"
+    "  if (x < 0.0) {\n"
+    "    if (isinf(y)) return ax == 1.0 ? 1.0 : ((ax > 1.0) == (y > 0.0) ? uintBitsToFloat(0x7f800000u) : 0.0);\n"
+    "    if (floor(y) != y) return uintBitsToFloat(0x7fc00000u);\n"
+    "    odd = abs(y) < 16777216.0 && fract(y * 0.5) != 0.0;\n"
+    "  }\n"
+    "  float r;\n"
+    "  if (ax == 0.0) r = y < 0.0 ? uintBitsToFloat(0x7f800000u) : 0.0;\n"
+    "  else if (isinf(ax)) r = y < 0.0 ? 0.0 : uintBitsToFloat(0x7f800000u);\n"
+    "  else if (isinf(y)) r = (ax > 1.0) == (y > 0.0) ? uintBitsToFloat(0x7f800000u) : 0.0;\n"
+    "  else r = pow(ax, y);\n"
+    "  return odd ? -r : r;\n"
+    "}\n"
+    "#endif\n";
+
+const char *kiln_glsl_helpers(void) { return glsl_helpers; }
+
+/* ---- the GLSL dialect ------------------------------------------------------------ */
+
+static const char *glsl_value_type(const render_ctx *r, kiln_dtype dt) {
+  switch (dt) {
+    case KILN_DTYPE_F32: return "float";
+    case KILN_DTYPE_I64: return r->idx64 ? "int64_t" : "int";
+    case KILN_DTYPE_U64: return r->idx64 ? "uint64_t" : NULL;
+    case KILN_DTYPE_I32:
+    case KILN_DTYPE_I16:
+    case KILN_DTYPE_I8:
+    case KILN_DTYPE_U16:
+    case KILN_DTYPE_U8: return "int";
+    case KILN_DTYPE_U32: return "uint";
+    case KILN_DTYPE_BOOL: return "bool";
+    default: return NULL;
+  }
+}
+
+/* Element type of a buffer's array, NULL if the renderer cannot read it. */
+static const char *glsl_array_type(const render_ctx *r, kiln_dtype dt) {
+  switch (dt) {
+    case KILN_DTYPE_F32: return "float";
+    case KILN_DTYPE_I32: return "int";
+    case KILN_DTYPE_U32: return "uint";
+    case KILN_DTYPE_I64: return r->idx64 ? "int64_t" : "int";
+    case KILN_DTYPE_U64: return r->idx64 ? "uint64_t" : NULL;
+    case KILN_DTYPE_BOOL:
+    case KILN_DTYPE_U8:
+    case KILN_DTYPE_I8:
+    case KILN_DTYPE_U16:
+    case KILN_DTYPE_I16: return "uint";
+    default: return NULL;
+  }
+}
+
+static void glsl_int_literal(const render_ctx *r, kiln_dtype dt, int64_t v, char *buf, size_t n) {
+  bool wide = r->idx64 && (dt == KILN_DTYPE_I64 || dt == KILN_DTYPE_U64);
+  if (dt == KILN_DTYPE_BOOL) snprintf(buf, n, "%s", v ? "true" : "false");
+  else if (dt == KILN_DTYPE_U32) snprintf(buf, n, "%lluu", (unsigned long long)(uint32_t)v);
+  else if (dt == KILN_DTYPE_U64 && wide) snprintf(buf, n, "%lluul", (unsigned long long)v);
+  else if (wide && v == INT64_MIN) snprintf(buf, n, "(-9223372036854775807l - 1l)");
+  else if (!wide && v == INT32_MIN) snprintf(buf, n, "(-2147483647 - 1)");
+  else if (v < 0) snprintf(buf, n, "(%lld%s)", (long long)v, wide ? "l" : "");
+  else snprintf(buf, n, "%lld%s", (long long)v, wide ? "l" : "");
+}
+
+static void glsl_float_literal(const render_ctx *r, kiln_dtype dt, double v, char *buf, size_t n) {
+  (void)r;
+  (void)dt;
+  float fv = (float)v; /* f32 is all the dialect computes in; 9 digits round-trip it */
+  if (isnan(fv)) snprintf(buf, n, "uintBitsToFloat(0x7fc00000u)");
+  else if (isinf(fv)) snprintf(buf, n, "uintBitsToFloat(%s)", fv < 0 ? "0xff800000u" : "0x7f800000u");
+  else if (fv < 0) snprintf(buf, n, "(%.9e)", (double)fv);
+  else snprintf(buf, n, "%.9e", (double)fv);
+}
+
+/* lower.c's C names -> GLSL builtins or the helpers above. */
+static const char *glsl_call_name(const char *fn) {
+  static const char *const map[][2] = {
+      {"kiln_expf", "exp"},           {"expf", "exp"},
+      {"logf", "kiln_logf"},          {"sqrtf", "kiln_sqrtf"},
+      {"kiln_sigmoidf", "kiln_sigmoidf"}, {"kiln_tanhf", "kiln_tanhf"},
+      {"tanhf", "kiln_tanhf"},        {"kiln_erff", "kiln_erff"},
+      {"erff", "kiln_erff"},          {"kiln_softplusf", "kiln_softplusf"},
+      {"kiln_geluf", "kiln_geluf"},   {"kiln_gelu_tanhf", "kiln_gelu_tanhf"},
+      {"floorf", "floor"},            {"ceilf", "ceil"},
+      {"truncf", "trunc"},            {"nearbyintf", "roundEven"},
+      {"rintf", "roundEven"},         {"sinf", "kiln_sinf"},
+      {"cosf", "kiln_cosf"},          {"powf", "kiln_powf"},
+      {"fabsf", "abs"},
+  };
+  for (size_t i = 0; i < KILN_ARRAY_SIZE(map); i++)
+    if (!strcmp(map[i][0], fn)) return map[i][1];
+  return NULL;
+}
+
+/* A subscript: SPIR-V arrays take 32-bit indices (a bindable range is
+ * below 4 GiB anyway), so 64-bit index arithmetic ends in uint(). */
+static void subscript(const render_ctx *r, const char *fmt, const char *i, char *buf, size_t n) {
+  char inner[128];
+  snprintf(inner, sizeof inner, fmt, i);
+  if (r->idx64) snprintf(buf, n, "uint(%s)", inner);
+  else snprintf(buf, n, "%s", inner);
+}
+
+static void glsl_load(render_ctx *r, const te_expr *e, const char *i) {
+  kiln_strbuf *s = r->s;
+  const char *p = r->buf_prefix;
+  int k = e->buf;
+  if (k == r->raw_buf) {
+    if (e->a->op == TE_VAR && e->a->var == r->raw_var) kiln_strbuf_puts(s, "raw");
+    else render_fail(r, "raw buffer %d read at another index than the element's", k);
+    return;
+  }
+  char w[160];
+  switch (te_get_buffer(r->b, k)->dtype) {
+    case KILN_DTYPE_F32:
+    case KILN_DTYPE_I32:
+    case KILN_DTYPE_U32:
+    case KILN_DTYPE_U64:
+      subscript(r, "%s", i, w, sizeof w);
+      kiln_strbuf_printf(s, "%s%d[%s]", p, k, w);
+      break;
+    case KILN_DTYPE_I64:
+      subscript(r, r->idx64 ? "%s" : "2 * %s", i, w, sizeof w); /* 32-bit: the low word */
+      kiln_strbuf_printf(s, "%s%d[%s]", p, k, w);
+      break;
+    case KILN_DTYPE_BOOL:
+      subscript(r, "%s >> 2", i, w, sizeof w);
+      kiln_strbuf_printf(s, "((%s%d[%s] >> (int(%s & 3) * 8)) & 0xffu) != 0u", p, k, w, i);
+      break;
+    case KILN_DTYPE_U8:
+      subscript(r, "%s >> 2", i, w, sizeof w);
+      kiln_strbuf_printf(s, "int((%s%d[%s] >> (int(%s & 3) * 8)) & 0xffu)", p, k, w, i);
+      break;
+    case KILN_DTYPE_I8:
+      subscript(r, "%s >> 2", i, w, sizeof w);
+      kiln_strbuf_printf(s, "bitfieldExtract(int(%s%d[%s]), int(%s & 3) * 8, 8)", p, k, w, i);
+      break;
+    case KILN_DTYPE_U16:
+      subscript(r, "%s >> 1", i, w, sizeof w);
+      kiln_strbuf_printf(s, "int((%s%d[%s] >> (int(%s & 1) * 16)) & 0xffffu)", p, k, w, i);
+      break;
+    case KILN_DTYPE_I16:
+      subscript(r, "%s >> 1", i, w, sizeof w);
+      kiln_strbuf_printf(s, "bitfieldExtract(int(%s%d[%s]), int(%s & 1) * 16, 16)", p, k, w, i);
+      break;
+    default: render_fail(r, "buffer of dtype %s", kiln_dtype_name(te_get_buffer(r->b, k)->dtype));
+  }
+}
+
+static void glsl_minmax(render_ctx *r, const te_expr *e, const char *acc, const char *x, const char *cmp) {
+  /* NaN propagates, as numpy's maximum does (GLSL's max may drop it). */
+  if (kiln_dtype_is_float(e->dtype))
+    kiln_strbuf_printf(r->s, "(isnan(%s) || %s %s %s) ? %s : %s", x, x, cmp, acc, x, acc);
+  else kiln_strbuf_printf(r->s, "(%s %s %s) ? %s : %s", x, cmp, acc, x, acc);
+}
+
+static bool glsl_special(render_ctx *r, const te_expr *e, const char *a, const char *b) {
+  kiln_strbuf *s = r->s;
+  switch (e->op) {
+    case TE_LOAD: glsl_load(r, e, a); return true;
+    case TE_ABS: kiln_strbuf_printf(s, "abs(%s)", a); return true;
+    case TE_CAST: kiln_strbuf_printf(s, "%s(%s)", glsl_value_type(r, e->dtype), a); return true;
+    case TE_MAX: glsl_minmax(r, e, b, a, ">"); return true;
+    case TE_MIN: glsl_minmax(r, e, b, a, "<"); return true;
+    case TE_MOD:
+      /* C's truncating remainder (GLSL's % on negatives is undefined). */
+      if (kiln_dtype_is_float(e->dtype)) render_fail(r, "float remainder");
+      else kiln_strbuf_printf(s, "%s - (%s / %s) * %s", a, a, b, b);
+      return true;
+    default: return false;
+  }
+}
+
+static void glsl_reduce_init(const render_ctx *r, const te_expr *red, char *buf, size_t n) {
+  if (kiln_dtype_is_float(red->dtype)) {
+    double v = red->rop == TE_RSUM ? 0.0 : red->rop == TE_RPROD ? 1.0 : red->rop == TE_RMAX ? -INFINITY : INFINITY;
+    glsl_float_literal(r, red->dtype, v, buf, n);
+    return;
+  }
+  bool wide = r->idx64 && (red->dtype == KILN_DTYPE_I64 || red->dtype == KILN_DTYPE_U64);
+  int64_t lo = wide ? INT64_MIN : INT32_MIN, hi = wide ? INT64_MAX : INT32_MAX;
+  int64_t v = red->rop == TE_RSUM ? 0 : red->rop == TE_RPROD ? 1 : red->rop == TE_RMAX ? lo : hi;
+  glsl_int_literal(r, red->dtype, v, buf, n);
+}
+
+static void glsl_reduce_combine(render_ctx *r, const te_expr *red, const char *acc, const char *x) {
+  switch (red->rop) {
+    case TE_RSUM: kiln_strbuf_printf(r->s, "%s += %s;\n", acc, x); return;
+    case TE_RPROD: kiln_strbuf_printf(r->s, "%s *= %s;\n", acc, x); return;
+    case TE_RMAX:
+    case TE_RMIN:
+      kiln_strbuf_printf(r->s, "%s = ", acc);
+      glsl_minmax(r, red, acc, x, red->rop == TE_RMAX ? ">" : "<");
+      kiln_strbuf_puts(r->s, ";\n");
+      return;
+  }
+}
+
+static const render_dialect glsl_dialect = {
+    .what = "GLSL renderer",
+    .value_type = glsl_value_type,
+    .int_literal = glsl_int_literal,
+    .float_literal = glsl_float_literal,
+    .call_name = glsl_call_name,
+    .special = glsl_special,
+    .reduce_init = glsl_reduce_init,
+    .reduce_combine = glsl_reduce_combine,
+    .convert_operands = true,
+};
+
+/* ---- analysis ---------------------------------------------------------------------- */
+
+kiln_glsl_options kiln_glsl_options_default(void) {
+  kiln_glsl_options o = {64, false, false, false, 65535};
+  return o;
+}
+
+int kiln_glsl_parallel_dims(const kiln_loop_nest *nest) {
+  int pd = nest->rank;
+  for (int i = 0; i < nest->n_sites; i++)
+    if (!nest->sites[i].owner && nest->sites[i].level + 1 < pd) pd = nest->sites[i].level + 1;
+  return pd < 0 ? 0 : pd;
+}
+
+kiln_status_t kiln_schedule_glsl(te_builder *b, const te_tensor *root, int out_buf, kiln_loop_nest *out) {
+  kiln_loop_schedule s = kiln_loop_schedule_default();
+  s.parallel_dims = 0; /* keeps every reduction at its natural level */
+  KILN_TRY(kiln_schedule_kernel(b, root, out_buf, &s, out));
+  out->parallel_dims = kiln_glsl_parallel_dims(out);
+  out->grain = 1;
+  return NULL;
+}
+
+#define GLSL_INT_MAX INT64_C(2147483647)
+
+static bool fits32(int64_t v) { return v >= -GLSL_INT_MAX && v <= GLSL_INT_MAX; }
+
+/* Does 32-bit index arithmetic hold every index of the kernel? */
+static bool scan_fits32(const te_expr *e, char *seen) {
+  if (!e || seen[e->id]) return true;
+  seen[e->id] = 1;
+  if (e->op == TE_CONST && (e->dtype == KILN_DTYPE_I64 || e->dtype == KILN_DTYPE_U64) && !fits32(e->i)) return false;
+  if (e->op == TE_REDUCE && !fits32(e->extent)) return false;
+  return scan_fits32(e->a, seen) && scan_fits32(e->b, seen) && scan_fits32(e->c, seen);
+}
+
+static int64_t buffer_numel(const te_buffer *buf) {
+  int64_t n = 1;
+  for (int i = 0; i < buf->rank; i++) {
+    if (buf->dims[i] != 0 && n > INT64_MAX / buf->dims[i]) return INT64_MAX;
+    n *= buf->dims[i];
+  }
+  return n;
+}
+
+static kiln_status_t choose_index_width(const te_builder *b, const kiln_loop_nest *nest, bool allow64, bool *out64) {
+  bool ok = true;
+  int64_t total = 1;
+  for (int i = 0; i < nest->rank; i++) {
+    total = nest->extents[i] && total > INT64_MAX / nest->extents[i] ? INT64_MAX : total * nest->extents[i];
+    ok = ok && fits32(nest->extents[i]);
+  }
+  ok = ok && fits32(total);
+  for (int i = 0; i < te_buffer_count(b) && ok; i++) {
+    const te_buffer *buf = te_get_buffer(b, i);
+    int64_t n = buffer_numel(buf);
+    ok = fits32(buf->dtype == KILN_DTYPE_I64 && n < INT64_MAX / 2 ? 2 * n : n);
+  }
+  if (ok) {
+    char *seen = calloc((size_t)te_expr_count(b) + 1, 1);
+    if (!seen) return KILN_OOM();
+    ok = scan_fits32(nest->value, seen);
+    free(seen);
+  }
+  *out64 = !ok;
+  if (!ok && !allow64)
+    return kiln_error(KILN_UNSUPPORTED, "GLSL renderer: indices beyond 2^31-1 need 64-bit integers (shaderInt64)");
+  return NULL;
+}
+
+/* Workgroups for n items of work: x, split over y past the per-dimension limit. */
+static kiln_status_t dispatch_size(int64_t groups, uint32_t max_groups, uint32_t out[3]) {
+  out[0] = (uint32_t)(groups < 1 ? 0 : groups);
+  out[1] = 1;
+  out[2] = 1;
+  if (groups <= (int64_t)max_groups) return NULL;
+  int64_t gy = (groups + max_groups - 1) / max_groups;
+  if (gy > (int64_t)max_groups)
+    return kiln_error(KILN_UNSUPPORTED, "GLSL renderer: %lld workgroups exceed a %u x %u dispatch", (long long)groups,
+                      max_groups, max_groups);
+  out[0] = (uint32_t)((groups + gy - 1) / gy);
+  out[1] = (uint32_t)gy;
+  return NULL;
+}
+
+/* ---- declarations and stores --------------------------------------------------------- */
+
+static kiln_status_t declare_buffers(render_ctx *r, int out_buf, int binding_base, const char *block_prefix) {
+  const te_builder *b = r->b;
+  for (int i = 0; i < te_buffer_count(b); i++) {
+    const te_buffer *buf = te_get_buffer(b, i);
+    const char *ty = glsl_array_type(r, buf->dtype);
+    if (!ty) return kiln_error(KILN_UNSUPPORTED, "GLSL renderer: buffer of dtype %s", kiln_dtype_name(buf->dtype));
+    /* No `restrict`: an elementwise kernel may write over an input that dies with it. */
+    kiln_strbuf_printf(r->s, "layout(std430, set = 0, binding = %d) %sbuffer %sB%d { %s %s%d[]; };\n", binding_base + i,
+                       i == out_buf ? "" : "readonly ", block_prefix, i, ty, r->buf_prefix, i);
+  }
+  return NULL;
+}
+
+/* Stores value `val` (of dtype vdt) at linear index text `idx` of the output. */
+static void store(render_ctx *r, const kiln_loop_nest *nest, const char *lin, const te_expr *value) {
+  char idx[1100];
+  subscript(r, "%s", lin, idx, sizeof idx);
+  kiln_dtype odt = te_get_buffer(r->b, nest->out_buf)->dtype;
+  char val[64];
+  render_name_of(r, value, val, sizeof val);
+  const char *ty = glsl_value_type(r, odt);
+  const char *vty = glsl_value_type(r, value->dtype);
+  bool conv = ty && vty && strcmp(ty, vty);
+  render_indent(r);
+  switch (odt) {
+    case KILN_DTYPE_F32:
+    case KILN_DTYPE_I32:
+    case KILN_DTYPE_U32:
+    case KILN_DTYPE_U64:
+      kiln_strbuf_printf(r->s, "%s%d[%s] = %s%s%s%s;\n", r->buf_prefix, nest->out_buf, idx, conv ? ty : "",
+                         conv ? "(" : "", val, conv ? ")" : "");
+      break;
+    case KILN_DTYPE_I64:
+      if (r->idx64) {
+        kiln_strbuf_printf(r->s, "%s%d[%s] = %s%s%s%s;\n", r->buf_prefix, nest->out_buf, idx, conv ? ty : "",
+                           conv ? "(" : "", val, conv ? ")" : "");
+      } else { /* low word, then the sign */
+        kiln_strbuf_printf(r->s, "{ const int o = %s, w = %s%s%s%s; %s%d[2 * o] = w; %s%d[2 * o + 1] = w >> 31; }\n", idx,
+                           conv ? ty : "", conv ? "(" : "", val, conv ? ")" : "", r->buf_prefix, nest->out_buf,
+                           r->buf_prefix, nest->out_buf);
+      }
+      break;
+    default: render_fail(r, "output of dtype %s", kiln_dtype_name(odt)); break;
+  }
+}
+
+/* Row-major linear index of the output from the loop variables. */
+static void output_index(render_ctx *r, const kiln_loop_nest *nest, char *buf, size_t n) {
+  size_t len = 0;
+  buf[0] = 0;
+  if (nest->rank == 0) {
+    snprintf(buf, n, "0");
+    return;
+  }
+  for (int l = 0; l < nest->rank && len < n; l++) {
+    char ext[48];
+    glsl_int_literal(r, KILN_DTYPE_I64, nest->extents[l], ext, sizeof ext);
+    if (l == 0) len += (size_t)snprintf(buf + len, n - len, "v%d", nest->vars[l]);
+    else {
+      char prev[1024];
+      snprintf(prev, sizeof prev, "%s", buf);
+      len = (size_t)snprintf(buf, n, "(%s) * %s + v%d", prev, ext, nest->vars[l]);
+    }
+  }
+}
+
+/* `const T vN = (f / inner) % extent;` for loops [from, to) of the flattened index `f`. */
+static void unflatten(render_ctx *r, const kiln_loop_nest *nest, int from, int to, const char *f) {
+  const char *ty = glsl_value_type(r, KILN_DTYPE_I64);
+  for (int i = to - 1; i >= from; i--) {
+    int64_t inner = 1;
+    for (int k = i + 1; k < to; k++) inner *= nest->extents[k];
+    char in[48], ext[48];
+    glsl_int_literal(r, KILN_DTYPE_I64, inner, in, sizeof in);
+    glsl_int_literal(r, KILN_DTYPE_I64, nest->extents[i], ext, sizeof ext);
+    render_indent(r);
+    if (i == from) kiln_strbuf_printf(r->s, "const %s v%d = %s / %s;\n", ty, nest->vars[i], f, in);
+    else kiln_strbuf_printf(r->s, "const %s v%d = (%s / %s) %% %s;\n", ty, nest->vars[i], f, in, ext);
+  }
+}
+
+static void header(render_ctx *r, const char *name, uint32_t wg, bool subgroups) {
+  kiln_strbuf_printf(r->s, "#version 450\n/* kiln kernel %s */\n", name);
+  if (r->idx64) kiln_strbuf_puts(r->s, "#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require\n");
+  if (subgroups)
+    kiln_strbuf_puts(r->s, "#extension GL_KHR_shader_subgroup_arithmetic : require\n"
+                           "#extension GL_KHR_shader_subgroup_vote : require\n");
+  kiln_strbuf_printf(r->s, "layout(local_size_x = %u) in;\n", wg);
+}
+
+/* ---- cooperative rows ------------------------------------------------------------------ */
+
+/* A reduction and the reductions directly inside it with the same combine
+ * (ReduceSum over several axes) iterate as one flattened loop. */
+typedef struct coop_chain {
+  const te_expr *red[KILN_MAX_RANK];
+  int n;
+  int64_t extent; /* product of the chain's extents */
+} coop_chain;
+
+static void chain_of(const te_expr *red, coop_chain *c) {
+  c->n = 0;
+  c->extent = 1;
+  for (const te_expr *e = red; e && e->op == TE_REDUCE && c->n < KILN_MAX_RANK; e = e->a) {
+    if (c->n && e->rop != red->rop) break;
+    c->red[c->n++] = e;
+    c->extent = e->extent && c->extent > INT64_MAX / e->extent ? INT64_MAX : c->extent * e->extent;
+  }
+}
+
+static bool in_chain(const coop_chain *c, const te_expr *e) {
+  for (int i = 0; i < c->n; i++)
+    if (c->red[i] == e) return true;
+  return false;
+}
+
+/* Does some load read consecutive elements as the chain's innermost
+ * variable steps (index var or ... + var)? Then a workgroup splitting that
+ * loop reads memory coalesced. */
+static bool reads_contiguous(const te_expr *e, int var, char *seen) {
+  if (!e || seen[e->id]) return false;
+  seen[e->id] = 1;
+  if (e->op == TE_LOAD) {
+    const te_expr *i = e->a;
+    if ((i->op == TE_VAR && i->var == var) || (i->op == TE_ADD && i->b->op == TE_VAR && i->b->var == var)) return true;
+  }
+  return reads_contiguous(e->a, var, seen) || reads_contiguous(e->b, var, seen) || reads_contiguous(e->c, var, seen);
+}
+
+/* Whether the nest suits one workgroup per row: every top-level reduction
+ * at the innermost parallel level, and either few rows or long rows read
+ * contiguously. */
+static bool coop_applies(const te_builder *b, const kiln_loop_nest *nest, int64_t rows, bool idx64, bool *oom) {
+  int pd = nest->parallel_dims, n_top = 0;
+  bool contiguous = true;
+  int64_t longest = 0;
+  char *seen = calloc((size_t)te_expr_count(b) + 1, 1);
+  if (!seen) {
+    *oom = true;
+    return false;
+  }
+  for (int i = 0; i < nest->n_sites; i++) {
+    const kiln_reduce_site *s = &nest->sites[i];
+    if (s->owner) continue;
+    if (s->level != pd - 1 || s->reduce->dtype != KILN_DTYPE_F32) {
+      free(seen);
+      return false;
+    }
+    n_top++;
+    coop_chain c;
+    chain_of(s->reduce, &c);
+    if (c.extent > longest) longest = c.extent;
+    if (!idx64 && !fits32(c.extent)) { /* the flattened loop's counter is an int */
+      free(seen);
+      return false;
+    }
+    memset(seen, 0, (size_t)te_expr_count(b) + 1);
+    if (!reads_contiguous(c.red[c.n - 1]->a, c.red[c.n - 1]->var, seen)) contiguous = false;
+  }
+  free(seen);
+  return n_top > 0 && (rows <= 256 || (contiguous && longest >= 16));
+}
+
+/* Emits one top-level reduction cooperatively: each invocation folds a
+ * strided share of the (flattened) loop into pN, then the workgroup
+ * combines the partials into the const rN every later expression reads. */
+static void coop_reduce(render_ctx *r, const kiln_loop_nest *nest, const te_expr *red, uint32_t wg, bool subgroups) {
+  coop_chain c;
+  chain_of(red, &c);
+  const te_expr *last = c.red[c.n - 1];
+  const char *ty = glsl_value_type(r, red->dtype);
+  const char *ity = glsl_value_type(r, KILN_DTYPE_I64);
+  if (!ty || strcmp(ty, "float")) {
+    render_fail(r, "cooperative reduction of dtype %s", kiln_dtype_name(red->dtype));
+    return;
+  }
+  char init[64], acc[32], ext[48], step[48];
+  glsl_reduce_init(r, red, init, sizeof init);
+  snprintf(acc, sizeof acc, "p%d", red->id);
+  glsl_int_literal(r, KILN_DTYPE_I64, c.extent, ext, sizeof ext);
+  glsl_int_literal(r, KILN_DTYPE_I64, (int64_t)wg, step, sizeof step);
+  render_indent(r);
+  kiln_strbuf_printf(r->s, "%s %s = %s;\n", ty, acc, init);
+  render_indent(r);
+  kiln_strbuf_printf(r->s, "for (%s t = %s(lid); t < %s; t += %s) {\n", ity, ity, ext, step);
+  render_open_scope(r);
+  /* The chain's variables from the flattened position. */
+  for (int k = 0; k < c.n; k++) {
+    int64_t inner = 1;
+    for (int j = k + 1; j < c.n; j++) inner *= c.red[j]->extent;
+    char in[48], e[48];
+    glsl_int_literal(r, KILN_DTYPE_I64, inner, in, sizeof in);
+    glsl_int_literal(r, KILN_DTYPE_I64, c.red[k]->extent, e, sizeof e);
+    render_indent(r);
+    if (k == 0) kiln_strbuf_printf(r->s, "const %s v%d = t / %s;\n", ity, c.red[k]->var, in);
+    else kiln_strbuf_printf(r->s, "const %s v%d = (t / %s) %% %s;\n", ity, c.red[k]->var, in, e);
+  }
+  /* Reductions nested in the chain (not part of it), in dependency order. */
+  for (int i = 0; i < nest->n_sites; i++) {
+    const kiln_reduce_site *s = &nest->sites[i];
+    if (s->owner && in_chain(&c, s->owner) && !in_chain(&c, s->reduce)) render_emit_reduce(r, nest, s->reduce);
+  }
+  render_ensure(r, last->a);
+  char x[96];
+  char name[48];
+  render_name_of(r, last->a, name, sizeof name);
+  if (last->a->dtype != red->dtype) snprintf(x, sizeof x, "%s(%s)", ty, name);
+  else snprintf(x, sizeof x, "%s", name);
+  render_indent(r);
+  glsl_reduce_combine(r, red, acc, x);
+  render_loop_close(r);
+  /* Combine the partials. */
+  render_indent(r);
+  if (subgroups) {
+    static const char *const op[] = {"subgroupAdd", "subgroupMul", "subgroupMax", "subgroupMin"};
+    kiln_strbuf_printf(r->s, "%s s%d = %s(%s);\n", ty, red->id, op[red->rop], acc);
+    if (red->rop == TE_RMAX || red->rop == TE_RMIN) {
+      /* subgroupMax/Min leave NaN undefined; numpy propagates it */
+      render_indent(r);
+      kiln_strbuf_printf(r->s, "if (subgroupAny(isnan(%s))) s%d = uintBitsToFloat(0x7fc00000u);\n", acc, red->id);
+    }
+    render_indent(r);
+    kiln_strbuf_printf(r->s, "if (gl_SubgroupInvocationID == 0u) kiln_red[gl_SubgroupID] = s%d;\n", red->id);
+    render_indent(r);
+    kiln_strbuf_puts(r->s, "barrier();\n");
+    render_indent(r);
+    kiln_strbuf_printf(r->s, "%s q%d = kiln_red[0];\n", ty, red->id);
+    render_indent(r);
+    kiln_strbuf_printf(r->s, "for (uint k = 1u; k < gl_NumSubgroups; k++) ");
+    char q[32];
+    snprintf(q, sizeof q, "q%d", red->id);
+    glsl_reduce_combine(r, red, q, "kiln_red[k]");
+    render_indent(r);
+    kiln_strbuf_printf(r->s, "const %s r%d = q%d;\n", ty, red->id, red->id);
+  } else {
+    kiln_strbuf_printf(r->s, "kiln_red[lid] = %s;\n", acc);
+    render_indent(r);
+    kiln_strbuf_puts(r->s, "barrier();\n");
+    render_indent(r);
+    kiln_strbuf_printf(r->s, "for (uint s = %uu; s > 0u; s >>= 1) {\n", wg / 2);
+    render_indent(r);
+    kiln_strbuf_puts(r->s, "  if (lid < s) ");
+    glsl_reduce_combine(r, red, "kiln_red[lid]", "kiln_red[lid + s]");
+    render_indent(r);
+    kiln_strbuf_puts(r->s, "  barrier();\n");
+    render_indent(r);
+    kiln_strbuf_puts(r->s, "}\n");
+    render_indent(r);
+    kiln_strbuf_printf(r->s, "const %s r%d = kiln_red[0];\n", ty, red->id);
+  }
+  /* Everyone has read kiln_red before the next reduction overwrites it. */
+  render_indent(r);
+  kiln_strbuf_puts(r->s, "barrier();\n");
+}
+
+static void coop_main(render_ctx *r, const kiln_loop_nest *nest, uint32_t wg, bool subgroups, int64_t rows,
+                      uint32_t gx) {
+  int pd = nest->parallel_dims;
+  const char *ity = glsl_value_type(r, KILN_DTYPE_I64);
+  kiln_strbuf_printf(r->s, "shared float kiln_red[%u];\n", wg);
+  kiln_strbuf_puts(r->s, "void main() {\n");
+  /* The row is uniform over the workgroup, so returning keeps barriers legal. */
+  if (r->idx64)
+    kiln_strbuf_printf(r->s,
+                       "  const uint64_t row = uint64_t(gl_WorkGroupID.y) * %uul + uint64_t(gl_WorkGroupID.x);\n"
+                       "  if (row >= %lldul) return;\n  const int64_t f = int64_t(row);\n",
+                       gx, (long long)rows);
+  else
+    kiln_strbuf_printf(r->s,
+                       "  const uint row = gl_WorkGroupID.y * %uu + gl_WorkGroupID.x;\n"
+                       "  if (row >= %lldu) return;\n  const int f = int(row);\n",
+                       gx, (long long)rows);
+  kiln_strbuf_puts(r->s, "  const uint lid = gl_LocalInvocationID.x;\n");
+  r->indent = 0;
+  render_open_scope(r);
+  unflatten(r, nest, 0, pd, "f");
+  for (int i = 0; i < nest->n_sites; i++)
+    if (!nest->sites[i].owner) coop_reduce(r, nest, nest->sites[i].reduce, wg, subgroups);
+  /* The row's elements, strided over the workgroup. */
+  int64_t inner = 1;
+  for (int l = pd; l < nest->rank; l++) inner *= nest->extents[l];
+  char lim[48], step[48];
+  glsl_int_literal(r, KILN_DTYPE_I64, inner, lim, sizeof lim);
+  glsl_int_literal(r, KILN_DTYPE_I64, (int64_t)wg, step, sizeof step);
+  render_indent(r);
+  kiln_strbuf_printf(r->s, "for (%s t = %s(lid); t < %s; t += %s) {\n", ity, ity, lim, step);
+  render_open_scope(r);
+  unflatten(r, nest, pd, nest->rank, "t");
+  render_ensure(r, nest->value);
+  char idx[1024];
+  output_index(r, nest, idx, sizeof idx);
+  store(r, nest, idx, nest->value);
+  render_loop_close(r);
+  render_close_scope(r);
+  kiln_strbuf_puts(r->s, "}\n");
+}
+
+/* ---- entry points ---------------------------------------------------------------------- */
+
+static void plain_main(render_ctx *r, const kiln_loop_nest *nest, int64_t total, uint32_t wg, uint32_t gx) {
+  int pd = nest->parallel_dims;
+  uint64_t span = (uint64_t)gx * wg;
+  kiln_strbuf_puts(r->s, "void main() {\n");
+  if (r->idx64)
+    kiln_strbuf_printf(r->s,
+                       "  const uint64_t gid = uint64_t(gl_GlobalInvocationID.y) * %lluul + uint64_t(gl_GlobalInvocationID.x);\n"
+                       "  if (gid >= %lldul) return;\n  const int64_t f = int64_t(gid);\n",
+                       (unsigned long long)span, (long long)total);
+  else
+    kiln_strbuf_printf(r->s,
+                       "  const uint gid = gl_GlobalInvocationID.y * %lluu + gl_GlobalInvocationID.x;\n"
+                       "  if (gid >= %lldu) return;\n  const int f = int(gid);\n",
+                       (unsigned long long)span, (long long)total);
+  r->indent = 0;
+  render_open_scope(r);
+  render_emit_sites(r, nest, -1, NULL);
+  unflatten(r, nest, 0, pd, "f");
+  for (int l = 0; l < pd; l++) render_emit_sites(r, nest, l, NULL);
+  for (int l = pd; l < nest->rank; l++) {
+    render_loop_open(r, nest->vars[l], nest->extents[l]);
+    render_emit_sites(r, nest, l, NULL);
+  }
+  render_ensure(r, nest->value);
+  char idx[1024];
+  output_index(r, nest, idx, sizeof idx);
+  store(r, nest, idx, nest->value);
+  for (int l = nest->rank - 1; l >= pd; l--) render_loop_close(r);
+  render_close_scope(r);
+  kiln_strbuf_puts(r->s, "}\n");
+}
+
+kiln_status_t kiln_render_glsl(const te_builder *b, const kiln_loop_nest *nest, const char *name,
+                               const kiln_glsl_options *opts, kiln_strbuf *src, uint32_t out_groups[3]) {
+  kiln_glsl_options o = opts ? *opts : kiln_glsl_options_default();
+  if (!o.workgroup_size) o.workgroup_size = 64;
+  if (!o.max_groups) o.max_groups = 65535;
+  uint32_t wg = o.workgroup_size;
+  int pd = nest->parallel_dims;
+  if (pd < 0 || pd > nest->rank) return kiln_error(KILN_INTERNAL, "GLSL renderer: %d parallel dims of %d", pd, nest->rank);
+  if (nest->out_buf < 0 || nest->out_buf >= te_buffer_count(b))
+    return kiln_error(KILN_INTERNAL, "GLSL renderer: output buffer %d of %d", nest->out_buf, te_buffer_count(b));
+  render_ctx r;
+  KILN_TRY(render_init(&r, &glsl_dialect, b, src));
+  kiln_status_t st = choose_index_width(b, nest, o.int64, &r.idx64);
+  int64_t rows = 1;
+  for (int i = 0; i < pd; i++) rows *= nest->extents[i];
+  bool oom = false;
+  bool pow2 = wg && !(wg & (wg - 1));
+  bool coop = !st && o.cooperative_rows && (pow2 || o.subgroup_arithmetic) && coop_applies(b, nest, rows, r.idx64, &oom);
+  if (!st && oom) st = KILN_OOM();
+  bool subgroups = coop && o.subgroup_arithmetic;
+  if (!st) st = dispatch_size(coop ? rows : (rows + wg - 1) / wg, o.max_groups, out_groups);
+  if (!st) {
+    header(&r, name, wg, subgroups);
+    st = declare_buffers(&r, nest->out_buf, 0, "");
+  }
+  if (!st) {
+    kiln_strbuf_puts(src, glsl_helpers);
+    if (coop) coop_main(&r, nest, wg, subgroups, rows, out_groups[0]);
+    else plain_main(&r, nest, rows, wg, out_groups[0]);
+    if (r.bad) st = kiln_error(KILN_UNSUPPORTED, "GLSL renderer: cannot express %s in kernel %s", r.why, name);
+  }
+  render_free(&r);
+  return st ? st : kiln_strbuf_status(src);
+}
+
+kiln_status_t kiln_render_glsl_epilogue(const te_builder *b, const kiln_loop_nest *nest, const char *fn_name,
+                                        int raw_buf, int binding_base, kiln_strbuf *decls, kiln_strbuf *func) {
+  if (nest->rank != 1 || nest->n_sites)
+    return kiln_error(KILN_INTERNAL, "epilogues need a flat, reduction-free kernel");
+  if (raw_buf < 0 || raw_buf >= te_buffer_count(b) || raw_buf == nest->out_buf)
+    return kiln_error(KILN_INTERNAL, "GLSL epilogue: raw buffer %d is not an input of the kernel", raw_buf);
+  if (te_get_buffer(b, raw_buf)->dtype != KILN_DTYPE_F32 || te_get_buffer(b, nest->out_buf)->dtype != KILN_DTYPE_F32)
+    return kiln_error(KILN_UNSUPPORTED, "GLSL epilogue: raw and output buffers must be f32");
+  render_ctx r;
+  KILN_TRY(render_init(&r, &glsl_dialect, b, func));
+  char prefix[128];
+  snprintf(prefix, sizeof prefix, "%s_b", fn_name);
+  r.buf_prefix = prefix;
+  r.raw_buf = raw_buf;
+  r.raw_var = nest->vars[0];
+  /* idx is an int: everything must fit 32 bits. */
+  kiln_status_t st = choose_index_width(b, nest, false, &r.idx64);
+  if (!st) {
+    char block[140];
+    snprintf(block, sizeof block, "%s_", fn_name);
+    r.s = decls;
+    st = declare_buffers(&r, nest->out_buf, binding_base, block);
+    r.s = func;
+  }
+  if (!st) {
+    kiln_strbuf_puts(func, glsl_helpers);
+    kiln_strbuf_printf(func, "float %s(int idx, float raw) {\n", fn_name);
+    r.indent = 0;
+    render_open_scope(&r);
+    render_indent(&r);
+    kiln_strbuf_printf(func, "const int v%d = idx;\n", nest->vars[0]);
+    render_ensure(&r, nest->value);
+    char val[64];
+    render_name_of(&r, nest->value, val, sizeof val);
+    render_indent(&r);
+    if (nest->value->dtype == KILN_DTYPE_F32) kiln_strbuf_printf(func, "return %s;\n", val);
+    else kiln_strbuf_printf(func, "return float(%s);\n", val);
+    render_close_scope(&r);
+    kiln_strbuf_puts(func, "}\n");
+    if (r.bad) st = kiln_error(KILN_UNSUPPORTED, "GLSL renderer: cannot express %s in epilogue %s", r.why, fn_name);
+  }
+  render_free(&r);
+  if (st) return st;
+  KILN_TRY(kiln_strbuf_status(decls));
+  return kiln_strbuf_status(func);
+}

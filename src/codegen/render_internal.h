@@ -1,0 +1,90 @@
+/* render_internal.h — the one C-family emitter behind every renderer.
+ *
+ * kiln_render_c (render_c.c) and kiln_render_glsl (render_glsl.c) walk a
+ * loop nest the same way: each non-trivial subexpression becomes a `const`
+ * local in the innermost scope that needs it (the DAG is hash-consed, so
+ * shared subexpressions are computed once), each reduction becomes an
+ * accumulator and a loop at the level the scheduler hoisted it to. What
+ * differs between the languages is a few dozen strings and a handful of
+ * hooks: type names, literal syntax, math function names, NaN-propagating
+ * min/max, loads, casts. Those live in a render_dialect (tinygrad's
+ * CStyleLanguage); the walk lives in render.c. Entry points, buffer
+ * declarations and thread indexing are each renderer's own.
+ *
+ * Internal to src/codegen/render*.c. Not thread-safe per context (one
+ * context renders one kernel); dialects are immutable tables.
+ */
+#ifndef KILN_CODEGEN_RENDER_INTERNAL_H
+#define KILN_CODEGEN_RENDER_INTERNAL_H
+
+#include "base/strbuf.h"
+#include "codegen/loopnest.h"
+
+typedef struct render_ctx render_ctx;
+
+typedef struct render_dialect {
+  const char *what; /* "C renderer": prefixes error messages */
+  /* Type name of a local holding a value of dt; NULL if the target has none. */
+  const char *(*value_type)(const render_ctx *r, kiln_dtype dt);
+  /* Literals into buf. */
+  void (*int_literal)(const render_ctx *r, kiln_dtype dt, int64_t v, char *buf, size_t n);
+  void (*float_literal)(const render_ctx *r, kiln_dtype dt, double v, char *buf, size_t n);
+  /* Name of the target function for TE_CALL1/TE_CALL2 `fn` (lower.c names
+   * the C helpers); NULL if the target has none. */
+  const char *(*call_name)(const char *fn);
+  /* Appends the right-hand side of `const T eN = ...` for ops that differ
+   * between targets: TE_LOAD, TE_ABS, TE_CAST, TE_MIN, TE_MAX, TE_MOD.
+   * a, b: operand names (already converted when convert_operands). Returns
+   * false if the op cannot be expressed. */
+  bool (*special)(render_ctx *r, const te_expr *e, const char *a, const char *b);
+  /* Accumulator initial value of a reduction into buf. */
+  void (*reduce_init)(const render_ctx *r, const te_expr *red, char *buf, size_t n);
+  /* Appends the statement `acc = combine(acc, x);` (no indent, with "\n"). */
+  void (*reduce_combine)(render_ctx *r, const te_expr *red, const char *acc, const char *x);
+  /* Operands of a different type than an op computes in are converted with
+   * a constructor, `T(x)` (GLSL has almost no implicit conversions); C
+   * relies on its usual arithmetic conversions. */
+  bool convert_operands;
+} render_dialect;
+
+struct render_ctx {
+  const render_dialect *d;
+  const te_builder *b;
+  kiln_strbuf *s;      /* output, borrowed */
+  int *emitted;        /* scope depth an expression was emitted at, or -1; owned */
+  int *scope_stack;    /* expression ids emitted, in order, for unwinding; owned */
+  int n_stack, cap_stack;
+  int depth;
+  int indent;
+  bool bad;            /* an expression the renderer cannot express */
+  char why[160];       /* what it was (first one), for the error message */
+  /* Dialect state (GLSL). */
+  bool idx64;          /* index arithmetic in 64-bit integers */
+  const char *buf_prefix; /* buffer names: prefix + index ("b") */
+  int raw_buf, raw_var;   /* epilogue: loads of raw_buf at index variable raw_var read `raw`; -1 none */
+};
+
+/* Allocates the per-expression tables; r is fully initialized. */
+kiln_status_t render_init(render_ctx *r, const render_dialect *d, const te_builder *b, kiln_strbuf *s);
+void render_free(render_ctx *r);
+/* Records the first reason the kernel cannot be rendered. */
+void render_fail(render_ctx *r, const char *fmt, ...) KILN_PRINTF(2, 3);
+
+void render_indent(render_ctx *r);
+void render_open_scope(render_ctx *r);
+void render_close_scope(render_ctx *r);
+/* How an expression is referred to: a literal, vN, rN or eN. */
+void render_name_of(render_ctx *r, const te_expr *e, char *buf, size_t n);
+/* Emits e and everything it needs as locals of the current scope. */
+void render_ensure(render_ctx *r, const te_expr *e);
+/* Emits `for (T vN = 0; vN < extent; vN++) {` (indented) and opens a scope. */
+void render_loop_open(render_ctx *r, int var, int64_t extent);
+/* Closes a scope opened by render_loop_open and emits `}`. */
+void render_loop_close(render_ctx *r);
+/* Emits the reductions placed at output level `level` (owner NULL) or inside
+ * reduction `owner`, in dependency order. */
+void render_emit_sites(render_ctx *r, const kiln_loop_nest *nest, int level, const te_expr *owner);
+/* Emits one reduction: accumulator, loop, nested sites, combine. */
+void render_emit_reduce(render_ctx *r, const kiln_loop_nest *nest, const te_expr *red);
+
+#endif

@@ -1,0 +1,978 @@
+/* cpu_conv.c — the cpu device's convolutions (NCHW, f32).
+ *
+ * A Conv node is planned once (at prepare) into one of these algorithms:
+ *
+ * - GEMM: 1x1, stride 1, no padding: the input already is the im2col matrix,
+ *   so Y[Co, HW] = W[Co, Ci] x X[Ci, HW] per image and group.
+ * - IM2COL: the general case (any rank 1-3, strides, dilations, pads, groups):
+ *   the im2col matrix of one image and group, then one SGEMM.
+ * - DEPTHWISE: one filter per channel, direct loops (any kernel size).
+ * - DW3X3: 3x3 depthwise, stride 1 or 2 (MobileNet's): each plane is copied
+ *   into a zero-padded one (for stride 2 split into even and odd columns),
+ *   then every output row is 9 multiply-adds over contiguous rows, compiled
+ *   for AVX-512 / AVX2 / baseline and chosen by the CPU at run time.
+ * - WINOGRAD: F(4x4, 3x3) for 3x3 stride-1 convolutions with constant
+ *   weights: the weights are transformed (U = G g G^T) and packed for SGEMM
+ *   once at prepare; per image, the input tiles are transformed 16 channels
+ *   at a time (V = B^T d B), 36 GEMMs [tiles, Ci] x [Ci, Co] give the tiles'
+ *   products, and the output transform (Y = A^T M A) adds the bias and
+ *   writes whole output rows.
+ *
+ * Every path applies the fused elementwise epilogue of the step (if any)
+ * to each finished part of the output while it is still in cache: the GEMM
+ * paths through SGEMM's per-tile epilogue, the others per plane or block
+ * of rows. The epilogue reads and writes the output buffer by flat index,
+ * so a path only has to have written the final conv values of the range it
+ * passes.
+ *
+ * A plan is one allocation (free() releases it): its header, then the
+ * packed/transformed weights. Per-run temporaries live in a scratch buffer
+ * the caller provides (kiln_conv_plan_scratch_bytes), partitioned per
+ * thread where needed.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/cpu_features.h"
+#include "devices/cpu/cpu_internal.h"
+#include "devices/cpu/gemm/gemm.h"
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define CONV_X86 1
+#define CONV_INLINE static inline __attribute__((always_inline))
+#define CONV_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")))
+#define CONV_AVX2 __attribute__((target("avx2,fma")))
+#else
+#define CONV_X86 0
+#define CONV_INLINE static inline
+#endif
+
+enum { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
+
+#define WINO_LANES 16 /* channels transformed together */
+#define WINO_T 6      /* input tile edge: F(4x4, 3x3) */
+
+struct kiln_conv_plan {
+  kiln_conv_geom c;
+  kiln_conv_algo algo;
+  int threads;
+  int isa;
+  size_t scratch_bytes;
+  /* IM2COL, blocked (2-D, blk_rows > 0): each thread builds the im2col
+   * columns of blk_rows output rows in its own blk_floats and multiplies. */
+  int64_t blk_rows;
+  size_t blk_floats;
+  /* GEMM_T / IM2COL_T: packed W^T at u_offset; scratch: [osize, Co] then the im2col matrix */
+  size_t t_floats;
+  /* DW3X3 */
+  size_t dw_thread_floats;
+  /* WINOGRAD */
+  int64_t tiles_h, tiles_w, tiles;
+  int64_t row_w;            /* padded input row width the tiles read: 4*tiles_w + 2 */
+  size_t u_offset, u_bytes; /* packed U_xi: u_offset + xi * u_bytes from the plan's start */
+  size_t v_floats, m_floats, rows_floats, obuf_floats; /* scratch parts */
+};
+
+static int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+static int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static size_t round64(size_t b) { return (b + 63) & ~(size_t)63; }
+
+static int detect_isa(void) {
+  const kiln_cpu_features *f = kiln_cpu_features_get();
+#if CONV_X86
+  if (f->avx512f && f->avx512vl && f->avx512dq && f->avx512bw && f->fma && f->avx2) return ISA_AVX512;
+  if (f->avx2 && f->fma) return ISA_AVX2;
+#endif
+  (void)f;
+  return ISA_GENERIC;
+}
+
+/* ---- geometry ------------------------------------------------------------------ */
+
+static const kiln_type *type_of(const kiln_graph *g, const kiln_node *n, int i) {
+  return i < n->n_inputs && n->inputs[i] >= 0 ? &g->values[n->inputs[i]].type : NULL;
+}
+
+kiln_status_t kiln_conv_geometry(const kiln_graph *g, const kiln_node *n, kiln_conv_geom *c) {
+  memset(c, 0, sizeof *c);
+  const kiln_type *tx = type_of(g, n, 0), *tw = type_of(g, n, 1);
+  const kiln_type *ty = &g->values[n->outputs[0]].type;
+  if (!tx || !tw || tx->rank < 3 || tw->rank != tx->rank || ty->rank != tx->rank)
+    return kiln_error(KILN_UNSUPPORTED, "Conv needs known input, weight and output ranks");
+  c->nsp = tx->rank - 2;
+  if (c->nsp < 1 || c->nsp > 3) return kiln_error(KILN_UNSUPPORTED, "Conv with %d spatial dims", c->nsp);
+  c->n = tx->dims[0];
+  c->ci = tx->dims[1];
+  c->co = tw->dims[0];
+  c->group = kiln_attr_int(n, "group", 1);
+  if (c->group < 1 || c->ci % c->group || c->co % c->group)
+    return kiln_error(KILN_INVALID_ARGUMENT, "Conv: group %lld does not divide the channels", (long long)c->group);
+  int cnt;
+  const int64_t *strides = kiln_attr_ints(n, "strides", &cnt);
+  const int64_t *dil = kiln_attr_ints(n, "dilations", &cnt);
+  const int64_t *pads = kiln_attr_ints(n, "pads", &cnt);
+  const char *auto_pad = kiln_attr_string(n, "auto_pad", "NOTSET");
+  c->kdim = c->ci / c->group;
+  c->osize = 1;
+  for (int i = 0; i < c->nsp; i++) {
+    c->in_sp[i] = tx->dims[2 + i];
+    c->out_sp[i] = ty->dims[2 + i];
+    c->k[i] = tw->dims[2 + i];
+    c->stride[i] = strides ? strides[i] : 1;
+    c->dil[i] = dil ? dil[i] : 1;
+    if (!strcmp(auto_pad, "SAME_UPPER") || !strcmp(auto_pad, "SAME_LOWER")) {
+      int64_t total = (c->out_sp[i] - 1) * c->stride[i] + (c->k[i] - 1) * c->dil[i] + 1 - c->in_sp[i];
+      if (total < 0) total = 0;
+      c->pad_begin[i] = !strcmp(auto_pad, "SAME_UPPER") ? total / 2 : total - total / 2;
+    } else {
+      c->pad_begin[i] = pads ? pads[i] : 0;
+    }
+    c->kdim *= c->k[i];
+    c->osize *= c->out_sp[i];
+  }
+  return NULL;
+}
+
+/* ---- algorithm choice --------------------------------------------------------------- */
+
+static bool is_pointwise(const kiln_conv_geom *c) {
+  for (int i = 0; i < c->nsp; i++)
+    if (c->k[i] != 1 || c->stride[i] != 1 || c->pad_begin[i] != 0 || c->out_sp[i] != c->in_sp[i]) return false;
+  return true;
+}
+
+static bool is_depthwise(const kiln_conv_geom *c) {
+  return c->nsp == 2 && c->group == c->ci && c->co == c->ci && c->group > 1;
+}
+
+static bool is_dw3x3(const kiln_conv_geom *c) {
+  return is_depthwise(c) && c->k[0] == 3 && c->k[1] == 3 && c->dil[0] == 1 && c->dil[1] == 1 &&
+         c->stride[0] == c->stride[1] && (c->stride[0] == 1 || c->stride[0] == 2) && c->pad_begin[0] <= 2 &&
+         c->pad_begin[1] <= 2;
+}
+
+static bool is_winograd(const kiln_conv_geom *c) {
+  return c->nsp == 2 && c->group == 1 && c->k[0] == 3 && c->k[1] == 3 && c->stride[0] == 1 && c->stride[1] == 1 &&
+         c->dil[0] == 1 && c->dil[1] == 1 && c->pad_begin[0] <= 2 && c->pad_begin[1] <= 2 && c->out_sp[0] > 0 &&
+         c->out_sp[1] > 0;
+}
+
+const char *kiln_conv_algo_name(kiln_conv_algo a) {
+  switch (a) {
+    case KILN_CONV_AUTO: return "auto";
+    case KILN_CONV_GEMM: return "gemm";
+    case KILN_CONV_IM2COL: return "im2col";
+    case KILN_CONV_DEPTHWISE: return "depthwise";
+    case KILN_CONV_DW3X3: return "dw3x3";
+    case KILN_CONV_WINOGRAD: return "winograd";
+    case KILN_CONV_GEMM_T: return "gemm_t";
+    case KILN_CONV_IM2COL_T: return "im2col_t";
+    case KILN_CONV_N_ALGOS: break;
+  }
+  return "?";
+}
+
+bool kiln_conv_algo_applies(const kiln_conv_geom *c, kiln_conv_algo a, bool const_weights) {
+  switch (a) {
+    case KILN_CONV_AUTO:
+    case KILN_CONV_IM2COL: return true;
+    case KILN_CONV_GEMM: return is_pointwise(c);
+    case KILN_CONV_DEPTHWISE: return is_depthwise(c);
+    case KILN_CONV_DW3X3: return is_dw3x3(c);
+    case KILN_CONV_WINOGRAD: return const_weights && is_winograd(c);
+    case KILN_CONV_GEMM_T: return const_weights && c->group == 1 && is_pointwise(c);
+    case KILN_CONV_IM2COL_T: return const_weights && c->group == 1;
+    case KILN_CONV_N_ALGOS: break;
+  }
+  return false;
+}
+
+/* Winograd pays when the GEMMs are big enough to amortize the transforms
+ * and the 4x larger transformed weights (measured on ResNet-50's layers). */
+static bool winograd_pays(const kiln_conv_geom *c) {
+  int64_t tiles = ceil_div(c->out_sp[0], 4) * ceil_div(c->out_sp[1], 4);
+  return c->ci >= 32 && c->co >= 32 && tiles >= 16;
+}
+
+kiln_conv_algo kiln_conv_choose(const kiln_conv_geom *c, bool const_weights) {
+  const char *env = getenv("KILN_CONV_ALGO");
+  if (env && *env) {
+    for (int a = KILN_CONV_GEMM; a < KILN_CONV_N_ALGOS; a++)
+      if (!strcmp(env, kiln_conv_algo_name((kiln_conv_algo)a)) && kiln_conv_algo_applies(c, (kiln_conv_algo)a, const_weights))
+        return (kiln_conv_algo)a;
+  }
+  /* Small planes: the output's channels are the wider GEMM dimension, and
+   * the weights are packed once instead of at every run (measured: 7x7
+   * planes always, 14x14 ones when the reduction is deep). */
+  bool transpose = const_weights && c->group == 1 && c->co >= 32 &&
+                   (c->osize <= 64 || (c->osize <= 256 && c->kdim >= 256));
+  if (is_pointwise(c)) return transpose ? KILN_CONV_GEMM_T : KILN_CONV_GEMM;
+  if (is_dw3x3(c)) return KILN_CONV_DW3X3;
+  if (is_depthwise(c)) return KILN_CONV_DEPTHWISE;
+  if (const_weights && is_winograd(c) && winograd_pays(c)) return KILN_CONV_WINOGRAD;
+  return transpose ? KILN_CONV_IM2COL_T : KILN_CONV_IM2COL;
+}
+
+/* ---- epilogue ------------------------------------------------------------------------ */
+
+/* Applies the epilogue to rows m of `count` consecutive output elements
+ * starting at flat index base + m * row (m < mb). */
+static void epi_apply(const kiln_conv_epilogue *e, float *y, int64_t base, int64_t row, int64_t mb, int64_t count) {
+  if (!e || !e->fn || mb <= 0 || count <= 0) return;
+  kiln_rt_epilogue_ctx ctx = {e->buffers, base, row};
+  e->fn(&ctx, y + base, row, 0, 0, mb, count);
+}
+
+/* ---- im2col --------------------------------------------------------------------------- */
+
+typedef struct im2col_ctx {
+  const kiln_conv_geom *c;
+  const float *x; /* one image, channels of one group */
+  float *col;     /* [kdim, osize] */
+} im2col_ctx;
+
+/* Output rows [oh0, oh1) of the im2col row of kernel offset koff over
+ * plane xp, into dst ((oh1 - oh0) * OW values): zeros where the window
+ * leaves the image, a copy or strided gather inside. */
+static void im2col_2d(const kiln_conv_geom *c, const float *xp, const int64_t *koff, float *dst, int64_t oh0,
+                      int64_t oh1) {
+  int64_t H = c->in_sp[0], W = c->in_sp[1], OW = c->out_sp[1], sw = c->stride[1];
+  int64_t off = koff[1] * c->dil[1] - c->pad_begin[1];
+  int64_t lo = max64(ceil_div(-off, sw), 0), hi = min64(floor_div(W - 1 - off, sw), OW - 1);
+  for (int64_t oh = oh0; oh < oh1; oh++) {
+    float *d = dst + (oh - oh0) * OW;
+    int64_t ih = oh * c->stride[0] - c->pad_begin[0] + koff[0] * c->dil[0];
+    if (ih < 0 || ih >= H || hi < lo) {
+      memset(d, 0, (size_t)OW * sizeof(float));
+      continue;
+    }
+    const float *xr = xp + ih * W + off;
+    if (lo > 0) memset(d, 0, (size_t)lo * sizeof(float));
+    if (sw == 1) {
+      memcpy(d + lo, xr + lo, (size_t)(hi - lo + 1) * sizeof(float));
+    } else {
+      for (int64_t ow = lo; ow <= hi; ow++) d[ow] = xr[ow * sw];
+    }
+    if (hi < OW - 1) memset(d + hi + 1, 0, (size_t)(OW - 1 - hi) * sizeof(float));
+  }
+}
+
+/* Rows of the im2col matrix: one per (channel, kernel offset). 2-D rows are
+ * filled a whole output row at a time. */
+static void im2col_rows(void *vctx, int64_t begin, int64_t end, int thread) {
+  const im2col_ctx *ic = vctx;
+  const kiln_conv_geom *c = ic->c;
+  int64_t kprod = 1, in_plane = 1;
+  for (int i = 0; i < c->nsp; i++) {
+    kprod *= c->k[i];
+    in_plane *= c->in_sp[i];
+  }
+  for (int64_t row = begin; row < end; row++) {
+    int64_t ch = row / kprod, kk = row % kprod;
+    int64_t koff[3] = {0, 0, 0};
+    for (int i = c->nsp - 1; i >= 0; i--) {
+      koff[i] = kk % c->k[i];
+      kk /= c->k[i];
+    }
+    const float *xp = ic->x + ch * in_plane;
+    float *dst = ic->col + row * c->osize;
+    if (c->nsp == 2) {
+      im2col_2d(c, xp, koff, dst, 0, c->out_sp[0]);
+      continue;
+    }
+    for (int64_t o = 0; o < c->osize; o++) {
+      int64_t rem = o, idx = 0;
+      bool in = true;
+      int64_t pos[3];
+      for (int i = c->nsp - 1; i >= 0; i--) {
+        pos[i] = rem % c->out_sp[i];
+        rem /= c->out_sp[i];
+      }
+      for (int i = 0; i < c->nsp; i++) {
+        int64_t p = pos[i] * c->stride[i] - c->pad_begin[i] + koff[i] * c->dil[i];
+        in = in && p >= 0 && p < c->in_sp[i];
+        idx = idx * c->in_sp[i] + p;
+      }
+      dst[o] = in ? xp[idx] : 0.0f;
+    }
+  }
+}
+
+typedef struct im2col_blk_ctx {
+  const kiln_conv_plan *p;
+  const float *x, *w, *bias; /* one image and group */
+  float *y;                  /* its output [cog, osize] */
+  int64_t y_base;            /* flat index of y in the output */
+  int64_t cog;
+  float *scratch;
+  const kiln_conv_epilogue *epi;
+} im2col_blk_ctx;
+
+/* Blocks of blk_rows output rows: im2col into this thread's buffer, then
+ * a single-threaded SGEMM into the block's columns of the output. */
+static void im2col_blocks(void *vctx, int64_t begin, int64_t end, int thread) {
+  const im2col_blk_ctx *b = vctx;
+  const kiln_conv_plan *p = b->p;
+  const kiln_conv_geom *c = &p->c;
+  int64_t OH = c->out_sp[0], OW = c->out_sp[1], kprod = c->k[0] * c->k[1], in_plane = c->in_sp[0] * c->in_sp[1];
+  float *col = b->scratch + (size_t)thread * p->blk_floats;
+  for (int64_t blk = begin; blk < end; blk++) {
+    int64_t oh0 = blk * p->blk_rows, oh1 = min64(OH, oh0 + p->blk_rows), nb = (oh1 - oh0) * OW, n0 = oh0 * OW;
+    for (int64_t row = 0; row < c->kdim; row++) {
+      int64_t koff[2] = {(row % kprod) / c->k[1], row % c->k[1]};
+      im2col_2d(c, b->x + (row / kprod) * in_plane, koff, col + row * nb, oh0, oh1);
+    }
+    kiln_rt_epilogue_ctx ectx = {b->epi ? b->epi->buffers : NULL, b->y_base + n0, c->osize};
+    kiln_sgemm_args args = {false, false, b->cog, nb, c->kdim, 1.0f, b->w, c->kdim, col, nb, NULL, 0.0f, b->y + n0,
+                            c->osize, b->bias, b->bias ? 1 : 0, b->epi ? (kiln_gemm_epilogue_fn)b->epi->fn : NULL, &ectx};
+    kiln_sgemm(NULL, &args);
+  }
+}
+
+/* GEMM and IM2COL: per image and group, W_g[Co/g, K] x col[K, HW]. */
+static void run_gemm(const kiln_conv_plan *p, kiln_threadpool *pool, const float *x, const float *w,
+                     const float *bias, float *y, float *scratch, const kiln_conv_epilogue *epi) {
+  const kiln_conv_geom *c = &p->c;
+  int64_t in_plane = 1;
+  for (int i = 0; i < c->nsp; i++) in_plane *= c->in_sp[i];
+  int64_t cig = c->ci / c->group, cog = c->co / c->group;
+  kiln_rt_epilogue_ctx ectx = {epi ? epi->buffers : NULL, 0, c->osize};
+  for (int64_t img = 0; img < c->n; img++)
+    for (int64_t gi = 0; gi < c->group; gi++) {
+      const float *xg = x + (img * c->ci + gi * cig) * in_plane;
+      const float *col = xg;
+      if (p->algo == KILN_CONV_IM2COL && p->blk_rows > 0) {
+        im2col_blk_ctx b = {p, xg, w + gi * cog * c->kdim, bias ? bias + gi * cog : NULL,
+                            y + (img * c->co + gi * cog) * c->osize, (img * c->co + gi * cog) * c->osize, cog, scratch, epi};
+        kiln_parallel_for(pool, ceil_div(c->out_sp[0], p->blk_rows), 1, im2col_blocks, &b);
+        continue;
+      }
+      if (p->algo == KILN_CONV_IM2COL) {
+        im2col_ctx ic = {c, xg, scratch};
+        kiln_parallel_for(pool, c->kdim, 1, im2col_rows, &ic);
+        col = scratch;
+      }
+      ectx.base = (img * c->co + gi * cog) * c->osize;
+      kiln_sgemm_args args = {false, false, cog, c->osize, c->kdim, 1.0f, w + gi * cog * c->kdim, c->kdim, col,
+                              c->osize, NULL, 0.0f, y + (img * c->co + gi * cog) * c->osize, c->osize,
+                              bias ? bias + gi * cog : NULL, bias ? 1 : 0,
+                              epi && epi->fn ? (kiln_gemm_epilogue_fn)epi->fn : NULL, &ectx};
+      kiln_sgemm(pool, &args);
+    }
+}
+
+/* ---- depthwise, any kernel ------------------------------------------------------------ */
+
+typedef struct dw_ctx {
+  const kiln_conv_plan *p;
+  const float *x, *w, *bias;
+  float *y;
+  float *scratch;
+  const kiln_conv_epilogue *epi;
+} dw_ctx;
+
+/* Planes (image, channel) [begin, end): each output row accumulates
+ * w[kh][kw] * input row over the output columns whose input column is
+ * inside the image, so the innermost loop has no bounds test. */
+static void dw_planes(void *vctx, int64_t begin, int64_t end, int thread) {
+  const dw_ctx *d = vctx;
+  const kiln_conv_geom *c = &d->p->c;
+  int64_t H = c->in_sp[0], W = c->in_sp[1], OH = c->out_sp[0], OW = c->out_sp[1];
+  int64_t KH = c->k[0], KW = c->k[1], sh = c->stride[0], sw = c->stride[1];
+  int64_t dh = c->dil[0], dwl = c->dil[1], ph = c->pad_begin[0], pw = c->pad_begin[1];
+  for (int64_t p = begin; p < end; p++) {
+    int64_t ch = p % c->co;
+    const float *xp = d->x + p * H * W, *wp = d->w + ch * KH * KW;
+    float *op = d->y + p * OH * OW;
+    float b = d->bias ? d->bias[ch] : 0.0f;
+    for (int64_t oh = 0; oh < OH; oh++) {
+      float *o = op + oh * OW;
+      for (int64_t ow = 0; ow < OW; ow++) o[ow] = b;
+      for (int64_t kh = 0; kh < KH; kh++) {
+        int64_t ih = oh * sh - ph + kh * dh;
+        if (ih < 0 || ih >= H) continue;
+        const float *xr = xp + ih * W;
+        for (int64_t kw = 0; kw < KW; kw++) {
+          float wv = wp[kh * KW + kw];
+          int64_t off = kw * dwl - pw;
+          int64_t lo = max64(ceil_div(-off, sw), 0), hi = min64(floor_div(W - 1 - off, sw), OW - 1);
+          if (sw == 1) {
+            const float *xs = xr + off;
+            for (int64_t ow = lo; ow <= hi; ow++) o[ow] += wv * xs[ow];
+          } else {
+            for (int64_t ow = lo; ow <= hi; ow++) o[ow] += wv * xr[ow * sw + off];
+          }
+        }
+      }
+    }
+    epi_apply(d->epi, d->y, p * OH * OW, 0, 1, OH * OW);
+  }
+}
+
+/* ---- depthwise 3x3, stride 1 and 2 ------------------------------------------------------ */
+
+/* Padded plane the 3x3 path reads: rows PH of width PW (stride 1), or for
+ * stride 2 each row split into its even columns (E, OW + 1) and odd ones
+ * (O, OW + 1), plus one staging row. */
+static void dw3_dims(const kiln_conv_geom *c, int64_t *ph, int64_t *pw) {
+  *ph = (c->out_sp[0] - 1) * c->stride[0] + 3;
+  *pw = c->stride[0] == 1 ? c->out_sp[1] + 2 : 2 * (c->out_sp[1] + 1);
+}
+
+/* Copies input row xr (W wide, or NULL: all padding) into dst[0, PW) with
+ * dst[j] = x[j - pw]. */
+static void pad_row(float *dst, int64_t PW, const float *xr, int64_t W, int64_t pw) {
+  if (!xr) {
+    memset(dst, 0, (size_t)PW * sizeof(float));
+    return;
+  }
+  int64_t j0 = max64(0, pw), j1 = min64(PW, pw + W);
+  if (j1 <= j0) {
+    memset(dst, 0, (size_t)PW * sizeof(float));
+    return;
+  }
+  if (j0 > 0) memset(dst, 0, (size_t)j0 * sizeof(float));
+  memcpy(dst + j0, xr + (j0 - pw), (size_t)(j1 - j0) * sizeof(float));
+  if (j1 < PW) memset(dst + j1, 0, (size_t)(PW - j1) * sizeof(float));
+}
+
+CONV_INLINE void dw3_rows_s1(const float *restrict pad, int64_t PW, const float *restrict w, float b,
+                             float *restrict y, int64_t OH, int64_t OW) {
+  const float w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6], w7 = w[7], w8 = w[8];
+  for (int64_t oh = 0; oh < OH; oh++) {
+    const float *restrict r0 = pad + oh * PW, *restrict r1 = r0 + PW, *restrict r2 = r1 + PW;
+    float *restrict o = y + oh * OW;
+    for (int64_t ow = 0; ow < OW; ow++)
+      o[ow] = b + w0 * r0[ow] + w1 * r0[ow + 1] + w2 * r0[ow + 2] + w3 * r1[ow] + w4 * r1[ow + 1] + w5 * r1[ow + 2] +
+              w6 * r2[ow] + w7 * r2[ow + 1] + w8 * r2[ow + 2];
+  }
+}
+
+/* Stride 1 over the plane as one flat loop (for narrow rows, which would
+ * leave the row loop mostly in its scalar remainder): y[i] for i = oh * PW +
+ * ow reads pad[i + kh * PW + kw]; columns ow >= OW are junk the caller
+ * drops. n = (OH - 1) * PW + OW. */
+CONV_INLINE void dw3_flat_s1(const float *restrict pad, int64_t PW, const float *restrict w, float b,
+                             float *restrict y, int64_t n) {
+  const float w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6], w7 = w[7], w8 = w[8];
+  const float *restrict r0 = pad, *restrict r1 = pad + PW, *restrict r2 = pad + 2 * PW;
+  for (int64_t i = 0; i < n; i++)
+    y[i] = b + w0 * r0[i] + w1 * r0[i + 1] + w2 * r0[i + 2] + w3 * r1[i] + w4 * r1[i + 1] + w5 * r1[i + 2] +
+           w6 * r2[i] + w7 * r2[i + 1] + w8 * r2[i + 2];
+}
+
+/* Stride 2: row i of the padded plane is E_i (even columns) then O_i (odd
+ * ones), each OW + 1 wide; output (oh, ow) reads rows 2oh..2oh+2 at
+ * columns 2ow, 2ow+1, 2ow+2 = E[ow], O[ow], E[ow+1]. */
+CONV_INLINE void dw3_rows_s2(const float *restrict pad, int64_t half, const float *restrict w, float b,
+                             float *restrict y, int64_t OH, int64_t OW) {
+  const float w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6], w7 = w[7], w8 = w[8];
+  int64_t rw = 2 * half;
+  for (int64_t oh = 0; oh < OH; oh++) {
+    const float *restrict e0 = pad + 2 * oh * rw, *restrict o0 = e0 + half;
+    const float *restrict e1 = e0 + rw, *restrict o1 = e1 + half;
+    const float *restrict e2 = e1 + rw, *restrict o2 = e2 + half;
+    float *restrict o = y + oh * OW;
+    for (int64_t ow = 0; ow < OW; ow++)
+      o[ow] = b + w0 * e0[ow] + w1 * o0[ow] + w2 * e0[ow + 1] + w3 * e1[ow] + w4 * o1[ow] + w5 * e1[ow + 1] +
+              w6 * e2[ow] + w7 * o2[ow] + w8 * e2[ow + 1];
+  }
+}
+
+CONV_INLINE void deinterleave(const float *restrict src, float *restrict e, float *restrict o, int64_t half) {
+  for (int64_t t = 0; t < half; t++) {
+    e[t] = src[2 * t];
+    o[t] = src[2 * t + 1];
+  }
+}
+
+#define DW3_VARIANT(SUFFIX, ATTR)                                                                                   \
+  static ATTR void dw3_s1_##SUFFIX(const float *pad, int64_t PW, const float *w, float b, float *y, int64_t OH,     \
+                                   int64_t OW) {                                                                    \
+    dw3_rows_s1(pad, PW, w, b, y, OH, OW);                                                                          \
+  }                                                                                                                 \
+  static ATTR void dw3_s2_##SUFFIX(const float *pad, int64_t half, const float *w, float b, float *y, int64_t OH,   \
+                                   int64_t OW) {                                                                    \
+    dw3_rows_s2(pad, half, w, b, y, OH, OW);                                                                        \
+  }                                                                                                                 \
+  static ATTR void dw3_flat_##SUFFIX(const float *pad, int64_t PW, const float *w, float b, float *y, int64_t n) {   \
+    dw3_flat_s1(pad, PW, w, b, y, n);                                                                               \
+  }                                                                                                                 \
+  static ATTR void deint_##SUFFIX(const float *src, float *e, float *o, int64_t half) { deinterleave(src, e, o, half); }
+
+DW3_VARIANT(generic, )
+#if CONV_X86
+DW3_VARIANT(avx2, CONV_AVX2)
+DW3_VARIANT(avx512, CONV_AVX512)
+#endif
+
+static void dw3x3_planes(void *vctx, int64_t begin, int64_t end, int thread) {
+  const dw_ctx *d = vctx;
+  const kiln_conv_plan *pl = d->p;
+  const kiln_conv_geom *c = &pl->c;
+  int64_t H = c->in_sp[0], W = c->in_sp[1], OH = c->out_sp[0], OW = c->out_sp[1];
+  int64_t ph = c->pad_begin[0], pw = c->pad_begin[1];
+  int64_t PH, PW;
+  dw3_dims(c, &PH, &PW);
+  float *pad = d->scratch + (size_t)thread * pl->dw_thread_floats;
+  void (*s1)(const float *, int64_t, const float *, float, float *, int64_t, int64_t) = dw3_s1_generic;
+  void (*s2)(const float *, int64_t, const float *, float, float *, int64_t, int64_t) = dw3_s2_generic;
+  void (*de)(const float *, float *, float *, int64_t) = deint_generic;
+  void (*fl)(const float *, int64_t, const float *, float, float *, int64_t) = dw3_flat_generic;
+#if CONV_X86
+  if (pl->isa == ISA_AVX512) {
+    fl = dw3_flat_avx512;
+    s1 = dw3_s1_avx512;
+    s2 = dw3_s2_avx512;
+    de = deint_avx512;
+  } else if (pl->isa == ISA_AVX2) {
+    fl = dw3_flat_avx2;
+    s1 = dw3_s1_avx2;
+    s2 = dw3_s2_avx2;
+    de = deint_avx2;
+  }
+#endif
+  for (int64_t p = begin; p < end; p++) {
+    int64_t ch = p % c->co;
+    const float *xp = d->x + p * H * W;
+    float *op = d->y + p * OH * OW;
+    float b = d->bias ? d->bias[ch] : 0.0f;
+    if (c->stride[0] == 1) {
+      for (int64_t i = 0; i < PH; i++) {
+        int64_t ih = i - ph;
+        pad_row(pad + i * PW, PW, ih >= 0 && ih < H ? xp + ih * W : NULL, W, pw);
+      }
+      if (OW >= 64) {
+        s1(pad, PW, d->w + ch * 9, b, op, OH, OW);
+      } else {
+        float *full = pad + (PH + 1) * PW;
+        fl(pad, PW, d->w + ch * 9, b, full, (OH - 1) * PW + OW);
+        for (int64_t oh = 0; oh < OH; oh++) memcpy(op + oh * OW, full + oh * PW, (size_t)OW * sizeof(float));
+      }
+    } else {
+      int64_t half = OW + 1;
+      float *stage = pad + PH * PW;
+      for (int64_t i = 0; i < PH; i++) {
+        int64_t ih = i - ph;
+        float *row = pad + i * PW;
+        if (ih < 0 || ih >= H) {
+          memset(row, 0, (size_t)PW * sizeof(float));
+          continue;
+        }
+        pad_row(stage, 2 * half, xp + ih * W, W, pw);
+        de(stage, row, row + half, half);
+      }
+      s2(pad, half, d->w + ch * 9, b, op, OH, OW);
+    }
+    epi_apply(d->epi, d->y, p * OH * OW, 0, 1, OH * OW);
+  }
+}
+
+/* ---- transposed GEMM: Y^T[HW, Co] = col^T[HW, K] x W^T[K, Co] --------------------------- */
+
+typedef struct tr_ctx {
+  const kiln_conv_plan *p;
+  const float *t; /* [osize, co] */
+  float *y;       /* this image's output */
+  int64_t y_base;
+  const kiln_conv_epilogue *epi;
+} tr_ctx;
+
+/* Blocks of 16 output channels: transpose back, then the epilogue. */
+static void tr_blocks(void *vctx, int64_t begin, int64_t end, int thread) {
+  const tr_ctx *t = vctx;
+  const kiln_conv_geom *c = &t->p->c;
+  int64_t co = c->co, osize = c->osize;
+  for (int64_t b = begin; b < end; b++) {
+    int64_t c0 = b * 16, nl = min64(16, co - c0);
+    for (int64_t hw0 = 0; hw0 < osize; hw0 += 16) {
+      int64_t nh = min64(16, osize - hw0);
+      for (int64_t l = 0; l < nl; l++) {
+        float *dst = t->y + (c0 + l) * osize + hw0;
+        const float *src = t->t + hw0 * co + c0 + l;
+        for (int64_t h = 0; h < nh; h++) dst[h] = src[h * co];
+      }
+    }
+    epi_apply(t->epi, t->y - t->y_base, t->y_base + c0 * osize, osize, nl, osize);
+  }
+}
+
+static void run_gemm_t(const kiln_conv_plan *p, kiln_threadpool *pool, const float *x, const float *bias, float *y,
+                       float *scratch, const kiln_conv_epilogue *epi) {
+  const kiln_conv_geom *c = &p->c;
+  int64_t in_plane = 1;
+  for (int i = 0; i < c->nsp; i++) in_plane *= c->in_sp[i];
+  float *t = scratch, *colbuf = scratch + p->t_floats;
+  for (int64_t img = 0; img < c->n; img++) {
+    const float *xi = x + img * c->ci * in_plane;
+    const float *col = xi;
+    if (p->algo == KILN_CONV_IM2COL_T) {
+      im2col_ctx ic = {c, xi, colbuf};
+      kiln_parallel_for(pool, c->kdim, 1, im2col_rows, &ic);
+      col = colbuf;
+    }
+    kiln_sgemm_args args = {true, false, c->osize, c->co, c->kdim, 1.0f, col, c->osize, NULL, 0,
+                            (const char *)p + p->u_offset, 0.0f, t, c->co, bias, bias ? 2 : 0, NULL, NULL};
+    kiln_sgemm(pool, &args);
+    tr_ctx tc = {p, t, y + img * c->co * c->osize, img * c->co * c->osize, epi};
+    kiln_parallel_for(pool, ceil_div(c->co, 16), 1, tr_blocks, &tc);
+  }
+}
+
+/* ---- Winograd F(4x4, 3x3) ------------------------------------------------------------- */
+
+/* Input transform of the tiles of one tile row for WINO_LANES channels:
+ * rows[r][j][l] is padded input row (4 th + r) at column j of lane l;
+ * V[xi][tile][ci] gets B^T d B for each tile. */
+CONV_INLINE void wino_in_body(const float *restrict rows, int64_t row_w, int64_t tiles_w, float *restrict V,
+                              int64_t xi_stride, int64_t ld, int nl) {
+  enum { L = WINO_LANES };
+  for (int64_t tw = 0; tw < tiles_w; tw++) {
+    float t[6][6][L];
+    /* t = B^T d, column by column. */
+    for (int cc = 0; cc < 6; cc++) {
+      const float *d0 = rows + (0 * row_w + 4 * tw + cc) * L, *d1 = rows + (1 * row_w + 4 * tw + cc) * L;
+      const float *d2 = rows + (2 * row_w + 4 * tw + cc) * L, *d3 = rows + (3 * row_w + 4 * tw + cc) * L;
+      const float *d4 = rows + (4 * row_w + 4 * tw + cc) * L, *d5 = rows + (5 * row_w + 4 * tw + cc) * L;
+      for (int l = 0; l < L; l++) {
+        float a1 = d4[l] - 4.0f * d2[l], a2 = d3[l] - 4.0f * d1[l];
+        float b1 = d4[l] - d2[l], b2 = 2.0f * (d3[l] - d1[l]);
+        t[0][cc][l] = 4.0f * d0[l] - 5.0f * d2[l] + d4[l];
+        t[1][cc][l] = a1 + a2;
+        t[2][cc][l] = a1 - a2;
+        t[3][cc][l] = b1 + b2;
+        t[4][cc][l] = b1 - b2;
+        t[5][cc][l] = 4.0f * d1[l] - 5.0f * d3[l] + d5[l];
+      }
+    }
+    /* V = t B, row by row. */
+    for (int r = 0; r < 6; r++) {
+      float v[6][L];
+      for (int l = 0; l < L; l++) {
+        float a1 = t[r][4][l] - 4.0f * t[r][2][l], a2 = t[r][3][l] - 4.0f * t[r][1][l];
+        float b1 = t[r][4][l] - t[r][2][l], b2 = 2.0f * (t[r][3][l] - t[r][1][l]);
+        v[0][l] = 4.0f * t[r][0][l] - 5.0f * t[r][2][l] + t[r][4][l];
+        v[1][l] = a1 + a2;
+        v[2][l] = a1 - a2;
+        v[3][l] = b1 + b2;
+        v[4][l] = b1 - b2;
+        v[5][l] = 4.0f * t[r][1][l] - 5.0f * t[r][3][l] + t[r][5][l];
+      }
+      for (int cc = 0; cc < 6; cc++) {
+        float *dst = V + (r * 6 + cc) * xi_stride + tw * ld;
+        if (nl == L)
+          for (int l = 0; l < L; l++) dst[l] = v[cc][l];
+        else
+          for (int l = 0; l < nl; l++) dst[l] = v[cc][l];
+      }
+    }
+  }
+}
+
+/* Output transform of one tile row for WINO_LANES output channels:
+ * m[xi] = M[xi][tile][co..]; Y = A^T m A + bias goes to obuf[l][i][4 tw + j]. */
+CONV_INLINE void wino_out_body(const float *restrict M, int64_t xi_stride, int64_t ld, int64_t tiles_w,
+                               const float *restrict bias, float *restrict obuf, int64_t ob_w) {
+  enum { L = WINO_LANES };
+  for (int64_t tw = 0; tw < tiles_w; tw++) {
+    float s[4][6][L];
+    for (int cc = 0; cc < 6; cc++) {
+      const float *m0 = M + (0 * 6 + cc) * xi_stride + tw * ld, *m1 = M + (1 * 6 + cc) * xi_stride + tw * ld;
+      const float *m2 = M + (2 * 6 + cc) * xi_stride + tw * ld, *m3 = M + (3 * 6 + cc) * xi_stride + tw * ld;
+      const float *m4 = M + (4 * 6 + cc) * xi_stride + tw * ld, *m5 = M + (5 * 6 + cc) * xi_stride + tw * ld;
+      for (int l = 0; l < L; l++) {
+        float a = m1[l] + m2[l], b = m1[l] - m2[l], e = m3[l] + m4[l], f = m3[l] - m4[l];
+        s[0][cc][l] = m0[l] + a + e;
+        s[1][cc][l] = b + 2.0f * f;
+        s[2][cc][l] = a + 4.0f * e;
+        s[3][cc][l] = b + 8.0f * f + m5[l];
+      }
+    }
+    for (int r = 0; r < 4; r++) {
+      float yv[4][L];
+      for (int l = 0; l < L; l++) {
+        float a = s[r][1][l] + s[r][2][l], b = s[r][1][l] - s[r][2][l];
+        float e = s[r][3][l] + s[r][4][l], f = s[r][3][l] - s[r][4][l];
+        yv[0][l] = s[r][0][l] + a + e + bias[l];
+        yv[1][l] = b + 2.0f * f + bias[l];
+        yv[2][l] = a + 4.0f * e + bias[l];
+        yv[3][l] = b + 8.0f * f + s[r][5][l] + bias[l];
+      }
+      for (int l = 0; l < L; l++) {
+        float *o = obuf + ((int64_t)l * 4 + r) * ob_w + 4 * tw;
+        o[0] = yv[0][l];
+        o[1] = yv[1][l];
+        o[2] = yv[2][l];
+        o[3] = yv[3][l];
+      }
+    }
+  }
+}
+
+#define WINO_VARIANT(SUFFIX, ATTR)                                                                                  \
+  static ATTR void wino_in_##SUFFIX(const float *rows, int64_t row_w, int64_t tiles_w, float *V, int64_t xs,       \
+                                    int64_t ld, int nl) {                                                           \
+    wino_in_body(rows, row_w, tiles_w, V, xs, ld, nl);                                                              \
+  }                                                                                                                 \
+  static ATTR void wino_out_##SUFFIX(const float *M, int64_t xs, int64_t ld, int64_t tiles_w, const float *bias,   \
+                                     float *obuf, int64_t ob_w) {                                                   \
+    wino_out_body(M, xs, ld, tiles_w, bias, obuf, ob_w);                                                            \
+  }
+
+WINO_VARIANT(generic, )
+#if CONV_X86
+WINO_VARIANT(avx2, CONV_AVX2)
+WINO_VARIANT(avx512, CONV_AVX512)
+#endif
+
+typedef struct wino_ctx {
+  const kiln_conv_plan *p;
+  const float *x; /* this image */
+  const float *bias;
+  float *y;       /* this image */
+  int64_t y_base; /* flat index of this image's output */
+  float *V, *M, *thread_scratch;
+  const kiln_conv_epilogue *epi;
+} wino_ctx;
+
+/* Items: (channel block, tile row). */
+static void wino_input(void *vctx, int64_t begin, int64_t end, int thread) {
+  const wino_ctx *w = vctx;
+  const kiln_conv_plan *p = w->p;
+  const kiln_conv_geom *c = &p->c;
+  enum { L = WINO_LANES };
+  int64_t H = c->in_sp[0], W = c->in_sp[1], ph = c->pad_begin[0], pw = c->pad_begin[1];
+  float *rows = w->thread_scratch + (size_t)thread * (p->rows_floats + p->obuf_floats);
+  int64_t row_w = p->row_w;
+  void (*fn)(const float *, int64_t, int64_t, float *, int64_t, int64_t, int) = wino_in_generic;
+#if CONV_X86
+  if (p->isa == ISA_AVX512) fn = wino_in_avx512;
+  else if (p->isa == ISA_AVX2) fn = wino_in_avx2;
+#endif
+  for (int64_t it = begin; it < end; it++) {
+    int64_t cb = it / p->tiles_h, th = it % p->tiles_h;
+    int64_t c0 = cb * L;
+    int nl = (int)min64(L, c->ci - c0);
+    if (nl < L) memset(rows, 0, (size_t)6 * row_w * L * sizeof(float));
+    int64_t j0 = max64(0, pw), j1 = min64(row_w, pw + W);
+    for (int r = 0; r < 6; r++) {
+      int64_t ih = 4 * th - ph + r;
+      float *dst = rows + (int64_t)r * row_w * L;
+      if (ih < 0 || ih >= H || j1 <= j0) {
+        memset(dst, 0, (size_t)row_w * L * sizeof(float));
+        continue;
+      }
+      if (j0 > 0) memset(dst, 0, (size_t)j0 * L * sizeof(float));
+      if (j1 < row_w) memset(dst + j1 * L, 0, (size_t)(row_w - j1) * L * sizeof(float));
+      for (int l = 0; l < nl; l++) {
+        const float *src = w->x + ((c0 + l) * H + ih) * W - pw;
+        for (int64_t j = j0; j < j1; j++) dst[j * L + l] = src[j];
+      }
+    }
+    fn(rows, row_w, p->tiles_w, w->V + th * p->tiles_w * c->ci + c0, p->tiles * c->ci, c->ci, nl);
+  }
+}
+
+typedef struct wino_gemm_ctx {
+  const kiln_conv_plan *p;
+  const float *V;
+  float *M;
+} wino_gemm_ctx;
+
+static void wino_gemms(void *vctx, int64_t begin, int64_t end, int thread) {
+  const wino_gemm_ctx *w = vctx;
+  const kiln_conv_plan *p = w->p;
+  const kiln_conv_geom *c = &p->c;
+  for (int64_t xi = begin; xi < end; xi++) {
+    kiln_sgemm_args g = {false, false, p->tiles, c->co, c->ci, 1.0f, w->V + xi * p->tiles * c->ci, c->ci, NULL, 0,
+                         (const char *)p + p->u_offset + (size_t)xi * p->u_bytes, 0.0f,
+                         w->M + xi * p->tiles * c->co, c->co, NULL, 0, NULL, NULL};
+    kiln_sgemm(NULL, &g);
+  }
+}
+
+/* Items: (output channel block, tile row). */
+static void wino_output(void *vctx, int64_t begin, int64_t end, int thread) {
+  const wino_ctx *w = vctx;
+  const kiln_conv_plan *p = w->p;
+  const kiln_conv_geom *c = &p->c;
+  enum { L = WINO_LANES };
+  int64_t OH = c->out_sp[0], OW = c->out_sp[1], osize = c->osize;
+  float *obuf = w->thread_scratch + (size_t)thread * (p->rows_floats + p->obuf_floats) + p->rows_floats;
+  int64_t ob_w = 4 * p->tiles_w;
+  void (*fn)(const float *, int64_t, int64_t, int64_t, const float *, float *, int64_t) = wino_out_generic;
+#if CONV_X86
+  if (p->isa == ISA_AVX512) fn = wino_out_avx512;
+  else if (p->isa == ISA_AVX2) fn = wino_out_avx2;
+#endif
+  for (int64_t it = begin; it < end; it++) {
+    int64_t cb = it / p->tiles_h, th = it % p->tiles_h;
+    int64_t c0 = cb * L;
+    int nl = (int)min64(L, c->co - c0);
+    float bias[L];
+    for (int l = 0; l < L; l++) bias[l] = w->bias && l < nl ? w->bias[c0 + l] : 0.0f;
+    fn(w->M + th * p->tiles_w * c->co + c0, p->tiles * c->co, c->co, p->tiles_w, bias, obuf, ob_w);
+    int64_t oh0 = 4 * th, nrows = min64(4, OH - oh0);
+    for (int l = 0; l < nl; l++)
+      for (int64_t r = 0; r < nrows; r++)
+        memcpy(w->y + (c0 + l) * osize + (oh0 + r) * OW, obuf + ((int64_t)l * 4 + r) * ob_w, (size_t)OW * sizeof(float));
+    epi_apply(w->epi, w->y - w->y_base, w->y_base + c0 * osize + oh0 * OW, osize, nl, nrows * OW);
+  }
+}
+
+static void run_winograd(const kiln_conv_plan *p, kiln_threadpool *pool, const float *x, const float *bias, float *y,
+                         float *scratch, const kiln_conv_epilogue *epi) {
+  const kiln_conv_geom *c = &p->c;
+  float *V = scratch, *M = V + p->v_floats, *ts = M + p->m_floats;
+  int64_t in_plane = c->in_sp[0] * c->in_sp[1];
+  int64_t cblocks_in = ceil_div(c->ci, WINO_LANES), cblocks_out = ceil_div(c->co, WINO_LANES);
+  for (int64_t img = 0; img < c->n; img++) {
+    wino_ctx w = {p, x + img * c->ci * in_plane, bias, y + img * c->co * c->osize, img * c->co * c->osize, V, M, ts, epi};
+    kiln_parallel_for(pool, cblocks_in * p->tiles_h, 1, wino_input, &w);
+    wino_gemm_ctx gc = {p, V, M};
+    kiln_parallel_for(pool, 36, 1, wino_gemms, &gc);
+    kiln_parallel_for(pool, cblocks_out * p->tiles_h, 1, wino_output, &w);
+  }
+}
+
+/* U_xi[ci][co] = (G g G^T)[xi] for g = w[co][ci], packed as SGEMM's B. */
+static kiln_status_t wino_transform_weights(kiln_conv_plan *p, const float *w) {
+  const kiln_conv_geom *c = &p->c;
+  int64_t ci = c->ci, co = c->co;
+  float *u = malloc((size_t)36 * (size_t)(ci * co) * sizeof(float));
+  if (!u) return KILN_OOM();
+  static const double G[6][3] = {{1.0 / 4, 0, 0},
+                                 {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                 {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                 {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                 {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                                 {0, 0, 1}};
+  for (int64_t i = 0; i < ci; i++)
+    for (int64_t o = 0; o < co; o++) {
+      const float *g = w + (o * ci + i) * 9;
+      double tmp[6][3];
+      for (int a = 0; a < 6; a++)
+        for (int b = 0; b < 3; b++) tmp[a][b] = G[a][0] * g[0 * 3 + b] + G[a][1] * g[1 * 3 + b] + G[a][2] * g[2 * 3 + b];
+      for (int a = 0; a < 6; a++)
+        for (int b = 0; b < 6; b++)
+          u[(size_t)(a * 6 + b) * (size_t)(ci * co) + (size_t)(i * co + o)] =
+              (float)(tmp[a][0] * G[b][0] + tmp[a][1] * G[b][1] + tmp[a][2] * G[b][2]);
+    }
+  for (int xi = 0; xi < 36; xi++)
+    kiln_sgemm_pack_b(false, ci, co, u + (size_t)xi * (size_t)(ci * co), co, (char *)p + p->u_offset + (size_t)xi * p->u_bytes);
+  free(u);
+  return NULL;
+}
+
+/* ---- plan ------------------------------------------------------------------------------ */
+
+kiln_status_t kiln_conv_plan_create(const kiln_conv_geom *c, kiln_conv_algo algo, const float *w, int threads,
+                                    kiln_conv_plan **out) {
+  *out = NULL;
+  if (algo == KILN_CONV_AUTO) algo = kiln_conv_choose(c, w != NULL);
+  if (!kiln_conv_algo_applies(c, algo, w != NULL))
+    return kiln_error(KILN_INVALID_ARGUMENT, "conv algorithm %s does not apply to this convolution", kiln_conv_algo_name(algo));
+  if (threads < 1) threads = 1;
+  kiln_conv_plan hdr;
+  memset(&hdr, 0, sizeof hdr);
+  hdr.c = *c;
+  hdr.algo = algo;
+  hdr.threads = threads;
+  hdr.isa = detect_isa();
+  size_t payload = 0;
+  switch (algo) {
+    case KILN_CONV_IM2COL: {
+      hdr.scratch_bytes = (size_t)c->kdim * (size_t)c->osize * sizeof(float);
+      /* Blocked when the blocks can be wide enough for the micro-kernel
+       * and many enough to share among the threads; each block's columns
+       * (about 512 KB) stay in the thread's L2. */
+      if (c->nsp == 2 && c->kdim <= 1152) {
+        int64_t OH = c->out_sp[0], OW = c->out_sp[1];
+        int64_t rows = max64(1, max64(256, (int64_t)(131072 / c->kdim)) / OW);
+        rows = min64(rows, ceil_div(OH, 2 * (int64_t)threads));
+        if (rows * OW >= 128 && ceil_div(OH, rows) >= 2 * threads) {
+          hdr.blk_rows = rows;
+          hdr.blk_floats = round64((size_t)(c->kdim * rows * OW) * sizeof(float)) / sizeof(float);
+          hdr.scratch_bytes = (size_t)threads * hdr.blk_floats * sizeof(float);
+        }
+      }
+      break;
+    }
+    case KILN_CONV_DW3X3: {
+      int64_t PH, PW;
+      dw3_dims(c, &PH, &PW);
+      hdr.dw_thread_floats = round64((size_t)((2 * PH + 1) * PW) * sizeof(float)) / sizeof(float);
+      hdr.scratch_bytes = (size_t)threads * hdr.dw_thread_floats * sizeof(float);
+      break;
+    }
+    case KILN_CONV_WINOGRAD: {
+      hdr.tiles_h = ceil_div(c->out_sp[0], 4);
+      hdr.tiles_w = ceil_div(c->out_sp[1], 4);
+      hdr.tiles = hdr.tiles_h * hdr.tiles_w;
+      hdr.row_w = 4 * hdr.tiles_w + 2;
+      hdr.v_floats = round64((size_t)(36 * hdr.tiles * c->ci) * sizeof(float)) / sizeof(float);
+      hdr.m_floats = round64((size_t)(36 * hdr.tiles * c->co + WINO_LANES) * sizeof(float)) / sizeof(float);
+      hdr.rows_floats = round64((size_t)(6 * hdr.row_w * WINO_LANES) * sizeof(float)) / sizeof(float);
+      hdr.obuf_floats = round64((size_t)(WINO_LANES * 4 * 4 * hdr.tiles_w) * sizeof(float)) / sizeof(float);
+      hdr.scratch_bytes =
+          (hdr.v_floats + hdr.m_floats + (size_t)threads * (hdr.rows_floats + hdr.obuf_floats)) * sizeof(float);
+      hdr.u_offset = round64(sizeof hdr);
+      hdr.u_bytes = round64(kiln_sgemm_packed_b_size(c->ci, c->co));
+      if (!hdr.u_bytes) return kiln_error(KILN_UNSUPPORTED, "Winograd weights too large");
+      payload = 36 * hdr.u_bytes;
+      break;
+    }
+    case KILN_CONV_GEMM_T:
+    case KILN_CONV_IM2COL_T: {
+      hdr.t_floats = round64((size_t)(c->osize * c->co) * sizeof(float)) / sizeof(float);
+      hdr.scratch_bytes = hdr.t_floats * sizeof(float);
+      if (algo == KILN_CONV_IM2COL_T) hdr.scratch_bytes += (size_t)c->kdim * (size_t)c->osize * sizeof(float);
+      hdr.u_offset = round64(sizeof hdr);
+      hdr.u_bytes = round64(kiln_sgemm_packed_b_size(c->kdim, c->co));
+      if (!hdr.u_bytes) return kiln_error(KILN_UNSUPPORTED, "conv weights too large");
+      payload = hdr.u_bytes;
+      break;
+    }
+    default: break;
+  }
+  size_t total = round64(sizeof hdr) + payload;
+  kiln_conv_plan *p = aligned_alloc(64, round64(total));
+  if (!p) return kiln_error(KILN_OUT_OF_MEMORY, "out of memory for a conv plan (%zu bytes)", total);
+  *p = hdr;
+  if (algo == KILN_CONV_GEMM_T || algo == KILN_CONV_IM2COL_T)
+    kiln_sgemm_pack_b(true, c->kdim, c->co, w, c->kdim, (char *)p + p->u_offset);
+  if (algo == KILN_CONV_WINOGRAD) {
+    kiln_status_t st = wino_transform_weights(p, w);
+    if (st) {
+      free(p);
+      return st;
+    }
+  }
+  *out = p;
+  return NULL;
+}
+
+kiln_conv_algo kiln_conv_plan_algo(const kiln_conv_plan *p) { return p->algo; }
+size_t kiln_conv_plan_scratch_bytes(const kiln_conv_plan *p) { return p->scratch_bytes; }
+
+void kiln_conv_run(const kiln_conv_plan *p, kiln_threadpool *pool, const float *x, const float *w, const float *bias,
+                   float *y, void *scratch, const kiln_conv_epilogue *epi) {
+  const kiln_conv_geom *c = &p->c;
+  if (epi && !epi->fn) epi = NULL;
+  switch (p->algo) {
+    case KILN_CONV_DEPTHWISE:
+    case KILN_CONV_DW3X3: {
+      dw_ctx d = {p, x, w, bias, y, scratch, epi};
+      kiln_parallel_for(pool, c->n * c->co, 1, p->algo == KILN_CONV_DW3X3 ? dw3x3_planes : dw_planes, &d);
+      return;
+    }
+    case KILN_CONV_WINOGRAD: run_winograd(p, pool, x, bias, y, scratch, epi); return;
+    case KILN_CONV_GEMM_T:
+    case KILN_CONV_IM2COL_T: run_gemm_t(p, pool, x, bias, y, scratch, epi); return;
+    default: run_gemm(p, pool, x, w, bias, y, scratch, epi); return;
+  }
+}

@@ -1,0 +1,205 @@
+/* vk_glslc.c — compiles GLSL by running the glslc program when libshaderc
+ * cannot be dlopen'd (Debian 12's libshaderc.so.1 is underlinked: it needs
+ * glslang and SPIRV-Tools symbols that only the glslc executable carries).
+ *
+ * Source and output go through files in a private temporary directory
+ * (created once per process, 0700); glslc's stderr goes to a file too, so no
+ * pipes can fill up. $KILN_GLSLC names the program, else glslc on PATH. */
+#if KILN_HAVE_VULKAN
+
+#include "devices/vulkan/vk_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/strbuf.h"
+
+extern char **environ;
+
+static pthread_once_t g_tmp_once = PTHREAD_ONCE_INIT;
+static char g_tmp_dir[512]; /* "" if it could not be created */
+static pid_t g_tmp_owner;
+static _Atomic unsigned g_tmp_counter;
+
+static void remove_tmp_dir(void) {
+  if (g_tmp_dir[0] && getpid() == g_tmp_owner) rmdir(g_tmp_dir); /* files are removed after each compile */
+}
+
+static void make_tmp_dir(void) {
+  const char *t = getenv("TMPDIR");
+  snprintf(g_tmp_dir, sizeof g_tmp_dir, "%s/kiln-glslc-XXXXXX", t && *t ? t : "/tmp");
+  if (!mkdtemp(g_tmp_dir)) {
+    g_tmp_dir[0] = '\0';
+    return;
+  }
+  g_tmp_owner = getpid();
+  atexit(remove_tmp_dir);
+}
+
+/* Runs argv (argv[0] a path); stdout/stderr to files (NULL: /dev/null).
+ * Returns the exit status, or -1 if it could not run. */
+static int run(char *const argv[], const char *out_path, const char *err_path) {
+  posix_spawn_file_actions_t fa;
+  if (posix_spawn_file_actions_init(&fa)) return -1;
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&fa, 2, err_path ? err_path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  pid_t pid;
+  int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc) return -1;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* Whole file (malloc'd, NUL-terminated, *out_size without the NUL) or NULL. */
+static char *read_file(const char *path, size_t *out_size) {
+  *out_size = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NULL;
+  struct stat st;
+  char *buf = NULL;
+  if (!fstat(fd, &st) && st.st_size >= 0 && st.st_size < (64 << 20)) buf = malloc((size_t)st.st_size + 1);
+  size_t got = 0;
+  while (buf && got < (size_t)st.st_size) {
+    ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += (size_t)n;
+  }
+  close(fd);
+  if (!buf) return NULL;
+  buf[got] = '\0';
+  *out_size = got;
+  return buf;
+}
+
+static bool executable(const char *p) {
+  struct stat st;
+  return !stat(p, &st) && S_ISREG(st.st_mode) && !access(p, X_OK);
+}
+
+bool vk_glslc_find(vk_shaderc_fns *sc, char *why, size_t why_size) {
+  const char *env = getenv("KILN_GLSLC");
+  sc->glslc[0] = '\0';
+  if (env && *env) {
+    if (!executable(env)) {
+      snprintf(why, why_size, "KILN_GLSLC=%s is not an executable file", env);
+      return false;
+    }
+    snprintf(sc->glslc, sizeof sc->glslc, "%s", env);
+  } else {
+    const char *path = getenv("PATH");
+    if (!path || !*path) path = "/usr/local/bin:/usr/bin:/bin";
+    const char *p = path;
+    while (*p && !sc->glslc[0]) {
+      const char *colon = strchr(p, ':');
+      size_t len = colon ? (size_t)(colon - p) : strlen(p);
+      char cand[1024];
+      snprintf(cand, sizeof cand, "%.*s/glslc", (int)KILN_MIN(len, 1000), len ? p : ".");
+      if (executable(cand)) snprintf(sc->glslc, sizeof sc->glslc, "%s", cand);
+      p = colon ? colon + 1 : p + len;
+    }
+    if (!sc->glslc[0]) {
+      snprintf(why, why_size, "no glslc on PATH (set KILN_GLSLC)");
+      return false;
+    }
+  }
+  pthread_once(&g_tmp_once, make_tmp_dir);
+  if (!g_tmp_dir[0]) {
+    snprintf(why, why_size, "cannot create a temporary directory for glslc");
+    sc->glslc[0] = '\0';
+    return false;
+  }
+  /* `glslc --version` names shaderc, SPIRV-Tools and glslang: the cache key. */
+  char out[600];
+  snprintf(out, sizeof out, "%s/version.%ld.txt", g_tmp_dir, (long)getpid());
+  char *argv[] = {sc->glslc, "--version", NULL};
+  int rc = run(argv, out, NULL);
+  size_t n = 0;
+  char *text = read_file(out, &n);
+  unlink(out);
+  if (rc != 0 || !text) {
+    snprintf(why, why_size, "%s --version failed", sc->glslc);
+    free(text);
+    sc->glslc[0] = '\0';
+    return false;
+  }
+  for (char *c = text; *c; c++)
+    if (*c == '\n') *c = ' ';
+  snprintf(sc->glslc_version, sizeof sc->glslc_version, "%s", text);
+  free(text);
+  return true;
+}
+
+/* Replaces each occurrence of `from` in s by `to` (new string). */
+static char *replace_all(const char *s, const char *from, const char *to) {
+  kiln_strbuf sb = {0};
+  size_t fl = strlen(from);
+  const char *p = s;
+  for (const char *q; fl && (q = strstr(p, from)); p = q + fl) kiln_strbuf_printf(&sb, "%.*s%s", (int)(q - p), p, to);
+  kiln_strbuf_puts(&sb, p);
+  if (sb.oom || !sb.data) {
+    kiln_strbuf_free(&sb);
+    return kiln_strdup(s);
+  }
+  return kiln_strbuf_take(&sb);
+}
+
+bool vk_glslc_compile(const vk_shaderc_fns *sc, const char *name, const char *glsl, uint32_t **out_words,
+                      size_t *out_bytes, char **out_message) {
+  *out_words = NULL;
+  *out_bytes = 0;
+  *out_message = NULL;
+  unsigned id = atomic_fetch_add(&g_tmp_counter, 1);
+  char src[600], spv[600], err[600];
+  snprintf(src, sizeof src, "%s/k%u.comp", g_tmp_dir, id);
+  snprintf(spv, sizeof spv, "%s/k%u.spv", g_tmp_dir, id);
+  snprintf(err, sizeof err, "%s/k%u.err", g_tmp_dir, id);
+  FILE *f = fopen(src, "wb");
+  bool wrote = f && fwrite(glsl, 1, strlen(glsl), f) == strlen(glsl);
+  if (f && fclose(f)) wrote = false;
+  if (!wrote) {
+    unlink(src);
+    *out_message = kiln_strfmt("cannot write %s: %s", src, strerror(errno));
+    return false;
+  }
+  char *argv[] = {(char *)sc->glslc, "-fshader-stage=compute", "--target-env=vulkan1.2", "--target-spv=spv1.5",
+                  "-O", "-o", spv, src, NULL};
+  int rc = run(argv, NULL, err);
+  size_t n = 0;
+  bool ok = false;
+  if (rc == 0) {
+    char *bytes = read_file(spv, &n);
+    if (bytes && n >= 20 && n % 4 == 0) {
+      *out_words = (uint32_t *)bytes; /* malloc'd: aligned for words */
+      *out_bytes = n;
+      ok = true;
+    } else {
+      free(bytes);
+      *out_message = kiln_strfmt("glslc produced no valid SPIR-V (%zu bytes)", n);
+    }
+  } else {
+    char *msg = read_file(err, &n);
+    /* Messages name the temp file; say the kernel's name instead. */
+    *out_message = msg ? replace_all(msg, src, name) : NULL;
+    free(msg);
+    if (!*out_message)
+      *out_message = rc < 0 ? kiln_strfmt("cannot run %s", sc->glslc) : kiln_strfmt("glslc exited with status %d", rc);
+  }
+  unlink(src);
+  unlink(spv);
+  unlink(err);
+  return ok;
+}
+
+#else
+typedef int kiln_vk_glslc_disabled; /* ISO C forbids an empty translation unit */
+#endif /* KILN_HAVE_VULKAN */

@@ -1,0 +1,448 @@
+/* GLSL generators shared by all hand-scheduled Vulkan kernels (source
+ * pieces, the tiled contraction core), and MatMul/Gemm: the tiled GEMM and
+ * the GEMV path for m == 1 or n == 1. See vk_kernels.h for the contracts. */
+#if KILN_HAVE_VULKAN
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "devices/vulkan/vk_kernels_internal.h"
+
+/* ---- source pieces ----------------------------------------------------------------- */
+
+void vk_kernel_src_free(vk_kernel_src *src) {
+  if (!src) return;
+  free(src->glsl);
+  src->glsl = NULL;
+}
+
+void kk_preamble(kiln_strbuf *s, uint32_t lx, uint32_t ly, uint32_t lz) {
+  kiln_strbuf_printf(s, "#version 450\nlayout(local_size_x = %u, local_size_y = %u, local_size_z = %u) in;\n", lx, ly,
+                     lz);
+}
+
+void kk_buffer(kiln_strbuf *s, int binding, const char *type, const char *name, bool readonly) {
+  kiln_strbuf_printf(s, "layout(std430, set = 0, binding = %d) %sbuffer kk_buf%d { %s %s[]; };\n", binding,
+                     readonly ? "readonly " : "", binding, type, name);
+}
+
+kiln_status_t kk_check_epilogue(const vk_epilogue *epi, int own) {
+  if (!epi) return NULL;
+  if (!epi->func || !epi->fn_name || !*epi->fn_name)
+    return kiln_error(KILN_INVALID_ARGUMENT, "vulkan kernel epilogue: missing function or its name");
+  if (epi->binding_base != own)
+    return kiln_error(KILN_INVALID_ARGUMENT, "vulkan kernel epilogue: binding_base %d, expected %d (after the kernel's own buffers)",
+                      epi->binding_base, own);
+  if (epi->n_buffers < 0 || epi->n_buffers > 64)
+    return kiln_error(KILN_INVALID_ARGUMENT, "vulkan kernel epilogue: %d buffers", epi->n_buffers);
+  if (epi->n_buffers > 0 && !epi->decls)
+    return kiln_error(KILN_INVALID_ARGUMENT, "vulkan kernel epilogue: %d buffers but no declarations", epi->n_buffers);
+  return NULL;
+}
+
+void kk_store_fn(kiln_strbuf *s, const vk_epilogue *epi, const char *y, int64_t y_offset) {
+  if (epi) {
+    if (epi->decls) kiln_strbuf_printf(s, "%s\n", epi->decls);
+    kiln_strbuf_printf(s, "%s\n", epi->func);
+    kiln_strbuf_printf(s, "void kk_store(int idx, float v) { %s[%lld + idx] = %s(idx, v); }\n", y,
+                       (long long)y_offset, epi->fn_name);
+  } else {
+    kiln_strbuf_printf(s, "void kk_store(int idx, float v) { %s[%lld + idx] = v; }\n", y, (long long)y_offset);
+  }
+}
+
+bool kk_float(char *buf, size_t len, double v) {
+  if (!isfinite(v)) return false;
+  snprintf(buf, len, "%.9g", v);
+  if (!strpbrk(buf, ".eE")) {
+    size_t n = strlen(buf);
+    if (n + 3 <= len) memcpy(buf + n, ".0", 3);
+  }
+  return true;
+}
+
+int64_t kk_extent(int64_t offset, int n_batch, const int64_t *batch, const int64_t *strides, int64_t inner) {
+  if (offset < 0 || inner < 0) return INT64_MAX;
+  double e = (double)offset + (double)inner; /* double: cannot overflow, exact enough for a limit test */
+  for (int i = 0; i < n_batch; i++) {
+    if (strides[i] < 0) return INT64_MAX;
+    if (batch[i] > 0) e += (double)(batch[i] - 1) * (double)strides[i];
+  }
+  return e >= 9.2e18 ? INT64_MAX : (int64_t)e;
+}
+
+uint32_t kk_max_groups(const vk_device_props *p, int axis) {
+  return p && p->max_workgroup_count[axis] ? p->max_workgroup_count[axis] : 65535u;
+}
+
+uint32_t kk_threads(const vk_device_props *p, uint32_t want) {
+  uint32_t lim = p && p->max_workgroup_invocations ? p->max_workgroup_invocations : 128u;
+  if (p && p->max_workgroup_size[0] && p->max_workgroup_size[0] < lim) lim = p->max_workgroup_size[0];
+  while (want > lim && want > 1) want /= 2;
+  return want;
+}
+
+bool kk_split_linear(uint64_t count, const vk_device_props *p, uint32_t out[2]) {
+  uint64_t mx = kk_max_groups(p, 0), my = kk_max_groups(p, 1);
+  if (count <= mx) {
+    out[0] = (uint32_t)count;
+    out[1] = 1;
+    return true;
+  }
+  uint64_t y = (count + mx - 1) / mx;
+  if (y > my) return false;
+  out[0] = (uint32_t)((count + y - 1) / y);
+  out[1] = (uint32_t)y;
+  return true;
+}
+
+kiln_status_t kk_finish(kiln_strbuf *s, vk_kernel_src *out, const char *name, int own, const vk_epilogue *epi,
+                        const uint32_t groups[3], double flops) {
+  kiln_status_t st = kiln_strbuf_status(s);
+  if (st) {
+    kiln_strbuf_free(s);
+    return st;
+  }
+  memset(out, 0, sizeof *out);
+  snprintf(out->name, sizeof out->name, "%s", name);
+  out->glsl = kiln_strbuf_take(s);
+  if (!out->glsl) return KILN_OOM();
+  out->n_buffers = own + (epi ? epi->n_buffers : 0);
+  bool empty = groups[0] == 0 || groups[1] == 0 || groups[2] == 0;
+  for (int i = 0; i < 3; i++) out->groups[i] = empty ? 0 : groups[i];
+  out->push_bytes = 0;
+  out->flops = flops;
+  return NULL;
+}
+
+void kk_batch_offsets(kiln_strbuf *s, const char *zexpr, int n_batch, const int64_t *batch, int n_ops,
+                      const char *const *names, const int64_t *const *strides, const int64_t *offsets) {
+  for (int o = 0; o < n_ops; o++) kiln_strbuf_printf(s, "  %s = %lld;\n", names[o], (long long)offsets[o]);
+  if (n_batch == 0) return;
+  kiln_strbuf_printf(s, "  int kk_t = %s;\n", zexpr);
+  for (int a = n_batch - 1; a >= 0; a--) {
+    if (batch[a] == 1) continue;
+    kiln_strbuf_printf(s, "  int kk_i%d = kk_t %% %lld; kk_t /= %lld;\n", a, (long long)batch[a], (long long)batch[a]);
+    for (int o = 0; o < n_ops; o++)
+      if (strides[o] && strides[o][a]) kiln_strbuf_printf(s, "  %s += kk_i%d * %lld;\n", names[o], a, (long long)strides[o][a]);
+  }
+}
+
+/* ---- tiled contraction core ----------------------------------------------------------- */
+
+int kk_tile_threads(const kk_tile *t) { return (t->tm / t->rm) * (t->tn / t->rn); }
+
+static int tile_dim(int64_t extent) { return extent > 32 ? 64 : extent > 16 ? 32 : 16; }
+
+kk_tile kk_pick_tile(int64_t m, int64_t n, int64_t slices, const vk_device_props *p) {
+  kk_tile t = {tile_dim(m), tile_dim(n), 16, 1, 1};
+  int nt_max = (int)kk_threads(p, 256);
+  bool cpu = p && p->type == 4; /* VK_PHYSICAL_DEVICE_TYPE_CPU */
+  if (cpu && t.tm == 64 && t.tn == 64) {
+    /* llvmpipe runs a workgroup as SIMD batches on one thread: every
+     * barrier switches between all of them and shared loads are gathers,
+     * so few invocations with big register blocks win (measured ~2-3x
+     * over 16x16 invocations of 4x4). */
+    t.rm = 8;
+    t.rn = 16;
+    return t;
+  }
+  if (!cpu && nt_max >= 256 && m >= 128 && n >= 128 && (m / 128) * (n / 128) * slices >= 64) {
+    t.tm = t.tn = 128; /* big GPU problems: 256 invocations of 8x8 */
+    t.rm = t.rn = 8;
+    return t;
+  }
+  /* 16 x 16 invocations (8 x 8 on CPUs or small devices). */
+  int side = !cpu && nt_max >= 256 ? 16 : 8;
+  t.rm = t.tm / side > 0 ? t.tm / side : 1;
+  t.rn = t.tn / side > 0 ? t.tn / side : 1;
+  return t;
+}
+
+/* "if (A < a && B < b) " for the names given (NULL: no test), or "". */
+static void guard(char *buf, size_t len, const char *a, int64_t av, const char *b, int64_t bv) {
+  if (a && b)
+    snprintf(buf, len, "if (%s < %lld && %s < %lld) ", a, (long long)av, b, (long long)bv);
+  else if (a || b)
+    snprintf(buf, len, "if (%s < %lld) ", a ? a : b, (long long)(a ? av : bv));
+  else
+    buf[0] = 0;
+}
+
+/* Shared-memory layout: A tile stored k-major (as[kq][row]), B tile
+ * (bs[kq][col]), so that the inner product step reads a row vector of each.
+ * vec mode (rm, rn multiples of 4): the tiles are vec4 arrays and each
+ * invocation owns a contiguous rm x rn block, reading its operands as
+ * vec4s; otherwise invocation (tx, ty) owns rows ty + i*ty_n and columns
+ * tx + j*tx_n (strided, conflict-free scalar reads). */
+void kk_emit_tiled(kiln_strbuf *s, const kk_tile *t, int64_t m, int64_t n, int64_t k, bool a_k_fast,
+                   bool b_col_fast) {
+  int tm = t->tm, tn = t->tn, bk = t->bk, rm = t->rm, rn = t->rn;
+  int ty_n = tm / rm, tx_n = tn / rn, nt = ty_n * tx_n;
+  bool vec = rm % 4 == 0 && rn % 4 == 0;
+  int w = vec ? 4 : 1; /* floats per shared element */
+  /* Row strides (in shared elements), padded by one element where
+   * consecutive invocations store down a column, against bank conflicts. */
+  int astr = tm / w + (a_k_fast ? 1 : 0), bstr = tn / w + (b_col_fast ? 0 : 1);
+  bool gm = m % tm != 0, gn = n % tn != 0, gk = k % bk != 0;
+  const char *ty = vec ? "vec4" : "float";
+  kiln_strbuf_printf(s, "shared %s kk_as[%d];\nshared %s kk_bs[%d];\n", ty, bk * astr, ty, bk * bstr);
+  kiln_strbuf_puts(s, "void main() {\n  kk_setup(int(gl_WorkGroupID.z));\n  int tid = int(gl_LocalInvocationIndex);\n");
+  kiln_strbuf_printf(s, "  int tx = tid %% %d, ty = tid / %d;\n", tx_n, tx_n);
+  kiln_strbuf_printf(s, "  int m0 = int(gl_WorkGroupID.y) * %d, n0 = int(gl_WorkGroupID.x) * %d;\n", tm, tn);
+  for (int i = 0; i < rm; i++)
+    for (int j = 0; j < rn; j++) kiln_strbuf_printf(s, "  float c%d_%d = 0.0;\n", i, j);
+  kiln_strbuf_printf(s, "  for (int k0 = 0; k0 < %lld; k0 += %d) {\n", (long long)k, bk);
+  for (int op = 0; op < 2; op++) {
+    bool is_a = op == 0;
+    int ext = is_a ? tm : tn, str = is_a ? astr : bstr;
+    bool fast_k = is_a ? a_k_fast : !b_col_fast;
+    int loads = (ext * bk + nt - 1) / nt;
+    for (int l = 0; l < loads; l++) {
+      bool partial = (l + 1) * nt > ext * bk;
+      kiln_strbuf_printf(s, "    { int e = tid + %d;\n", l * nt);
+      if (partial) kiln_strbuf_printf(s, "      if (e < %d) {\n", ext * bk);
+      if (fast_k)
+        kiln_strbuf_printf(s, "      int kq = e %% %d, r = e / %d;\n", bk, bk);
+      else
+        kiln_strbuf_printf(s, "      int r = e %% %d, kq = e / %d;\n", ext, ext);
+      char cond[128];
+      if (is_a) {
+        kiln_strbuf_puts(s, "      int gr = m0 + r, gk = k0 + kq;\n      float v = 0.0;\n");
+        guard(cond, sizeof cond, gm ? "gr" : NULL, m, gk ? "gk" : NULL, k);
+        kiln_strbuf_printf(s, "      %sv = kk_load_a(gr, gk);\n", cond);
+      } else {
+        kiln_strbuf_puts(s, "      int gc = n0 + r, gk = k0 + kq;\n      float v = 0.0;\n");
+        guard(cond, sizeof cond, gn ? "gc" : NULL, n, gk ? "gk" : NULL, k);
+        kiln_strbuf_printf(s, "      %sv = kk_load_b(gk, gc);\n", cond);
+      }
+      if (vec)
+        kiln_strbuf_printf(s, "      kk_%cs[kq * %d + r / 4][r %% 4] = v;\n", is_a ? 'a' : 'b', str);
+      else
+        kiln_strbuf_printf(s, "      kk_%cs[kq * %d + r] = v;\n", is_a ? 'a' : 'b', str);
+      if (partial) kiln_strbuf_puts(s, "      }\n");
+      kiln_strbuf_puts(s, "    }\n");
+    }
+  }
+  kiln_strbuf_puts(s, "    barrier();\n");
+  kiln_strbuf_printf(s, "    for (int kq = 0; kq < %d; kq++) {\n", bk);
+  if (vec) {
+    for (int i = 0; i < rm / 4; i++)
+      kiln_strbuf_printf(s, "      vec4 a%d = kk_as[kq * %d + ty * %d + %d];\n", i, astr, rm / 4, i);
+    for (int j = 0; j < rn / 4; j++)
+      kiln_strbuf_printf(s, "      vec4 b%d = kk_bs[kq * %d + tx * %d + %d];\n", j, bstr, rn / 4, j);
+    for (int i = 0; i < rm; i++)
+      for (int j = 0; j < rn; j++)
+        kiln_strbuf_printf(s, "      c%d_%d = fma(a%d.%c, b%d.%c, c%d_%d);\n", i, j, i / 4, "xyzw"[i % 4], j / 4,
+                           "xyzw"[j % 4], i, j);
+  } else {
+    for (int i = 0; i < rm; i++)
+      kiln_strbuf_printf(s, "      float a%d = kk_as[kq * %d + ty + %d];\n", i, astr, i * ty_n);
+    for (int j = 0; j < rn; j++)
+      kiln_strbuf_printf(s, "      float b%d = kk_bs[kq * %d + tx + %d];\n", j, bstr, j * tx_n);
+    for (int i = 0; i < rm; i++)
+      for (int j = 0; j < rn; j++) kiln_strbuf_printf(s, "      c%d_%d = fma(a%d, b%d, c%d_%d);\n", i, j, i, j, i, j);
+  }
+  kiln_strbuf_puts(s, "    }\n    barrier();\n  }\n");
+  for (int i = 0; i < rm; i++)
+    for (int j = 0; j < rn; j++) {
+      if (vec)
+        kiln_strbuf_printf(s, "  { int gr = m0 + ty * %d + %d, gc = n0 + tx * %d + %d;\n", rm, i, rn, j);
+      else
+        kiln_strbuf_printf(s, "  { int gr = m0 + ty + %d, gc = n0 + tx + %d;\n", i * ty_n, j * tx_n);
+      char cond[128];
+      guard(cond, sizeof cond, gm ? "gr" : NULL, m, gn ? "gc" : NULL, n);
+      kiln_strbuf_printf(s, "    %skk_emit(gr, gc, c%d_%d); }\n", cond, i, j);
+    }
+  kiln_strbuf_puts(s, "}\n");
+}
+
+/* ---- MatMul / Gemm --------------------------------------------------------------------- */
+
+void vk_matmul_desc_init(vk_matmul_desc *d, int64_t m, int64_t n, int64_t k) {
+  memset(d, 0, sizeof *d);
+  d->m = m;
+  d->n = n;
+  d->k = k;
+  d->alpha = 1.0f;
+  d->beta = 1.0f;
+}
+
+static kiln_status_t matmul_check(const vk_matmul_desc *d, const vk_device_props *p, int64_t *out_batch) {
+  if (d->m < 0 || d->n < 0 || d->k < 0)
+    return kiln_error(KILN_INVALID_ARGUMENT, "vulkan matmul: negative size m=%lld n=%lld k=%lld", (long long)d->m,
+                      (long long)d->n, (long long)d->k);
+  if (d->n_batch < 0 || d->n_batch > VK_KERNEL_MAX_BATCH)
+    return kiln_error(KILN_UNSUPPORTED, "vulkan matmul: %d batch axes, at most %d", d->n_batch, VK_KERNEL_MAX_BATCH);
+  int64_t batch = 1;
+  for (int i = 0; i < d->n_batch; i++) {
+    if (d->batch[i] < 0) return kiln_error(KILN_INVALID_ARGUMENT, "vulkan matmul: batch dim %d is %lld", i, (long long)d->batch[i]);
+    batch *= d->batch[i];
+    if (batch > KK_INDEX_LIMIT) return kiln_error(KILN_UNSUPPORTED, "vulkan matmul: batch too large");
+  }
+  char f[48];
+  if (!kk_float(f, sizeof f, d->alpha) || (d->has_bias && !kk_float(f, sizeof f, d->beta)))
+    return kiln_error(KILN_UNSUPPORTED, "vulkan matmul: alpha/beta not finite");
+  double y = (double)d->y_offset + (double)batch * (double)d->m * (double)d->n;
+  int64_t ea = kk_extent(d->a_offset, d->n_batch, d->batch, d->a_batch_stride, d->m * d->k);
+  int64_t eb = kk_extent(d->b_offset, d->n_batch, d->batch, d->b_batch_stride, d->k * d->n);
+  int64_t ec = d->has_bias ? kk_extent(d->bias_offset, d->n_batch, d->batch, d->bias_batch_stride,
+                                       (d->m > 0 ? (d->m - 1) * d->bias_stride_m : 0) +
+                                           (d->n > 0 ? (d->n - 1) * d->bias_stride_n : 0) + 1)
+                           : 0;
+  if (y > (double)KK_INDEX_LIMIT || ea > KK_INDEX_LIMIT || eb > KK_INDEX_LIMIT || ec > KK_INDEX_LIMIT ||
+      d->bias_stride_m < 0 || d->bias_stride_n < 0)
+    return kiln_error(KILN_UNSUPPORTED, "vulkan matmul: operands past 2^31 elements (m=%lld n=%lld k=%lld batch %lld)",
+                      (long long)d->m, (long long)d->n, (long long)d->k, (long long)batch);
+  if ((uint64_t)batch > kk_max_groups(p, 2))
+    return kiln_error(KILN_UNSUPPORTED, "vulkan matmul: batch %lld exceeds the device's workgroup count limit %u",
+                      (long long)batch, kk_max_groups(p, 2));
+  *out_batch = batch;
+  return NULL;
+}
+
+/* Globals kk_oa/kk_ob/kk_oc/kk_oy and kk_setup(z); kk_emit(row, col, acc). */
+static void matmul_common(kiln_strbuf *s, const vk_matmul_desc *d) {
+  kiln_strbuf_puts(s, "int kk_oa, kk_ob, kk_oc, kk_oy;\nvoid kk_setup(int z) {\n");
+  const char *names[3] = {"kk_oa", "kk_ob", "kk_oc"};
+  const int64_t *strides[3] = {d->a_batch_stride, d->b_batch_stride, d->has_bias ? d->bias_batch_stride : NULL};
+  const int64_t offs[3] = {d->a_offset, d->b_offset, d->bias_offset};
+  kk_batch_offsets(s, "z", d->n_batch, d->batch, 3, names, strides, offs);
+  kiln_strbuf_printf(s, "  kk_oy = z * %lld;\n}\n", (long long)(d->m * d->n));
+  char alpha[48], beta[48];
+  kk_float(alpha, sizeof alpha, d->alpha);
+  kk_float(beta, sizeof beta, d->beta);
+  kiln_strbuf_puts(s, "void kk_emit(int row, int col, float acc) {\n");
+  if (d->alpha == 1.0f)
+    kiln_strbuf_puts(s, "  float v = acc;\n");
+  else
+    kiln_strbuf_printf(s, "  float v = %s * acc;\n", alpha);
+  if (d->has_bias) {
+    kiln_strbuf_printf(s, "  float bias = kk_c[kk_oc + row * %lld + col * %lld];\n", (long long)d->bias_stride_m,
+                       (long long)d->bias_stride_n);
+    if (d->beta == 1.0f)
+      kiln_strbuf_puts(s, "  v += bias;\n");
+    else
+      kiln_strbuf_printf(s, "  v = fma(%s, bias, v);\n", beta);
+  }
+  kiln_strbuf_printf(s, "  kk_store(kk_oy + row * %lld + col, v);\n}\n", (long long)d->n);
+}
+
+static int pow2_at_least(int64_t v, int cap) {
+  int p = 1;
+  while (p < v && p < cap) p *= 2;
+  return p;
+}
+
+/* out[j] = sum_k x[k] * w(k, j) with one workgroup per `cols` outputs and
+ * the K range split `ks` ways, reduced in shared memory. */
+static void emit_gemv(kiln_strbuf *s, const vk_matmul_desc *d, const vk_device_props *p, bool row_vector,
+                      const char *decls, uint32_t groups[3]) {
+  int64_t J = row_vector ? d->n : d->m, K = d->k;
+  /* Is w contiguous along j? (M = 1: B[k, j] unless trans_b; N = 1: A[j, k] only if trans_a.) */
+  bool j_fast = row_vector ? !d->trans_b : d->trans_a;
+  int nt = (int)kk_threads(p, 256), cols, ks;
+  if (j_fast) {
+    cols = pow2_at_least(J, 64);
+    if (cols > nt) cols = nt;
+    ks = nt / cols;
+  } else {
+    ks = pow2_at_least(K, 64);
+    if (ks > nt) ks = nt;
+    cols = nt / ks;
+  }
+  nt = cols * ks;
+  kk_preamble(s, (uint32_t)nt, 1, 1);
+  kiln_strbuf_puts(s, decls);
+  kiln_strbuf_printf(s, "shared float kk_red[%d];\n", nt);
+  if (row_vector) {
+    kiln_strbuf_puts(s, "float kk_load_x(int k) { return kk_a[kk_oa + k]; }\n");
+    if (d->trans_b)
+      kiln_strbuf_printf(s, "float kk_load_w(int k, int j) { return kk_b[kk_ob + j * %lld + k]; }\n", (long long)K);
+    else
+      kiln_strbuf_printf(s, "float kk_load_w(int k, int j) { return kk_b[kk_ob + k * %lld + j]; }\n", (long long)d->n);
+  } else {
+    kiln_strbuf_puts(s, "float kk_load_x(int k) { return kk_b[kk_ob + k]; }\n");
+    if (d->trans_a)
+      kiln_strbuf_printf(s, "float kk_load_w(int k, int j) { return kk_a[kk_oa + k * %lld + j]; }\n", (long long)d->m);
+    else
+      kiln_strbuf_printf(s, "float kk_load_w(int k, int j) { return kk_a[kk_oa + j * %lld + k]; }\n", (long long)K);
+  }
+  kiln_strbuf_puts(s, "void main() {\n  kk_setup(int(gl_WorkGroupID.z));\n  int tid = int(gl_LocalInvocationIndex);\n");
+  if (j_fast)
+    kiln_strbuf_printf(s, "  int c = tid %% %d, ks = tid / %d;\n", cols, cols);
+  else
+    kiln_strbuf_printf(s, "  int ks = tid %% %d, c = tid / %d;\n", ks, ks);
+  kiln_strbuf_printf(s, "  int j = int(gl_WorkGroupID.x) * %d + c;\n  float acc = 0.0;\n", cols);
+  kiln_strbuf_printf(s, "  if (j < %lld) for (int k = ks; k < %lld; k += %d) acc = fma(kk_load_x(k), kk_load_w(k, j), acc);\n",
+                     (long long)J, (long long)K, ks);
+  kiln_strbuf_printf(s, "  kk_red[ks * %d + c] = acc;\n  barrier();\n", cols);
+  for (int h = ks / 2; h > 0; h /= 2)
+    kiln_strbuf_printf(s, "  if (ks < %d) kk_red[ks * %d + c] += kk_red[(ks + %d) * %d + c];\n  barrier();\n", h, cols, h,
+                       cols);
+  kiln_strbuf_printf(s, "  if (ks == 0 && j < %lld) kk_emit(%s, kk_red[c]);\n}\n", (long long)J,
+                     row_vector ? "0, j" : "j, 0");
+  groups[0] = (uint32_t)((J + cols - 1) / cols);
+  groups[1] = 1;
+}
+
+kiln_status_t vk_gen_matmul(const vk_matmul_desc *d, const vk_device_props *props, const vk_epilogue *epi,
+                            vk_kernel_src *out) {
+  int64_t batch;
+  KILN_TRY(matmul_check(d, props, &batch));
+  int own = d->has_bias ? 4 : 3;
+  KILN_TRY(kk_check_epilogue(epi, own));
+  bool gemv = d->m == 1 || d->n == 1;
+  kiln_strbuf s = {0};
+  uint32_t groups[3] = {1, 1, (uint32_t)batch};
+  /* Declarations first into their own buffer: the workgroup size, which
+   * precedes them, depends on the kernel chosen. */
+  kiln_strbuf decl = {0};
+  kk_buffer(&decl, 0, "float", "kk_a", true);
+  kk_buffer(&decl, 1, "float", "kk_b", true);
+  if (d->has_bias) kk_buffer(&decl, 2, "float", "kk_c", true);
+  kk_buffer(&decl, own - 1, "float", "kk_y", false);
+  kk_store_fn(&decl, epi, "kk_y", d->y_offset);
+  matmul_common(&decl, d);
+  kiln_status_t st = kiln_strbuf_status(&decl);
+  if (st) {
+    kiln_strbuf_free(&decl);
+    return st;
+  }
+  char name[64];
+  if (gemv) {
+    emit_gemv(&s, d, props, d->m == 1, decl.data, groups);
+    snprintf(name, sizeof name, "gemv_%lldx%lldx%lld", (long long)d->m, (long long)d->n, (long long)d->k);
+  } else {
+    kk_tile t = kk_pick_tile(d->m, d->n, batch, props);
+    kk_preamble(&s, (uint32_t)kk_tile_threads(&t), 1, 1);
+    kiln_strbuf_puts(&s, decl.data);
+    if (d->trans_a)
+      kiln_strbuf_printf(&s, "float kk_load_a(int row, int k) { return kk_a[kk_oa + k * %lld + row]; }\n",
+                         (long long)d->m);
+    else
+      kiln_strbuf_printf(&s, "float kk_load_a(int row, int k) { return kk_a[kk_oa + row * %lld + k]; }\n",
+                         (long long)d->k);
+    if (d->trans_b)
+      kiln_strbuf_printf(&s, "float kk_load_b(int k, int col) { return kk_b[kk_ob + col * %lld + k]; }\n",
+                         (long long)d->k);
+    else
+      kiln_strbuf_printf(&s, "float kk_load_b(int k, int col) { return kk_b[kk_ob + k * %lld + col]; }\n",
+                         (long long)d->n);
+    kk_emit_tiled(&s, &t, d->m, d->n, d->k, !d->trans_a, !d->trans_b);
+    groups[0] = (uint32_t)((d->n + t.tn - 1) / t.tn);
+    groups[1] = (uint32_t)((d->m + t.tm - 1) / t.tm);
+    snprintf(name, sizeof name, "gemm%dx%d_%lldx%lldx%lld", t.tm, t.tn, (long long)d->m, (long long)d->n,
+             (long long)d->k);
+  }
+  kiln_strbuf_free(&decl);
+  if (groups[0] > kk_max_groups(props, 0) || groups[1] > kk_max_groups(props, 1)) {
+    kiln_strbuf_free(&s);
+    return kiln_error(KILN_UNSUPPORTED, "vulkan matmul: %u x %u workgroups exceed the device limit", groups[0],
+                      groups[1]);
+  }
+  return kk_finish(&s, out, name, own, epi, groups, 2.0 * (double)batch * (double)d->m * (double)d->n * (double)d->k);
+}
+
+#endif

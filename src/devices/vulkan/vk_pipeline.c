@@ -1,0 +1,489 @@
+/* vk_pipeline.c — GLSL -> SPIR-V with shaderc (dlopen'd), the on-disk SPIR-V
+ * cache, the per-context VkPipelineCache, and compute pipelines.
+ *
+ * Cache layout, beside the C JIT's entries (same directory rules: see
+ * codegen/jit.h): <cache>/vulkan/<sha256>.spv and
+ * <cache>/vulkan/pipeline-<pipelineCacheUUID hex>.bin. Each file is the
+ * payload followed by a 48-byte footer (8-byte magic, little-endian payload
+ * size, SHA-256 of the payload), checked before use; a bad entry is deleted
+ * and rebuilt silently. Files are written to a temporary name in the same
+ * folder and rename()d into place, so concurrent processes never see a
+ * partial file.
+ *
+ * shaderc compilers are not shared between threads: each compile thread
+ * makes its own. */
+#if KILN_HAVE_VULKAN
+
+#include "devices/vulkan/vk_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/cpu_features.h"
+#include "base/hash.h"
+#include "base/strbuf.h"
+#include "base/threadpool.h"
+#include "codegen/jit.h"
+
+#define FOOTER_SIZE 48
+#define SPV_MAGIC "KILNSPV1"
+#define PLC_MAGIC "KILNPLC1"
+#define MAX_CACHE_FILE ((size_t)256 << 20)
+#define SPIRV_MAGIC_WORD 0x07230203u
+/* Bump when the options below change in a way the key does not capture. */
+#define SPV_KEY_VERSION "kiln-vulkan-spirv-1"
+#define SHADERC_OPTIONS "glsl;compute;vulkan1.2;spirv1.5;O=performance"
+
+/* ---- cache files ---------------------------------------------------------------- */
+
+char *vk_cache_dir(void) {
+  char base[4096];
+  if (!kiln_jit_cache_dir(base, sizeof base) || !base[0]) return NULL;
+  char *dir = kiln_strfmt("%s/vulkan", base);
+  if (!dir) return NULL;
+  if (mkdir(dir, 0700) && errno != EEXIST) {
+    free(dir);
+    return NULL;
+  }
+  return dir;
+}
+
+static void put_le64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+/* Reads a cache file and checks its footer. Returns the payload (malloc'd,
+ * caller frees) and its size, or NULL: *out_corrupt tells "bad file" from
+ * "no file". */
+static uint8_t *read_entry(const char *path, const char *magic, size_t *out_size, bool *out_corrupt) {
+  *out_size = 0;
+  *out_corrupt = false;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    *out_corrupt = errno != ENOENT;
+    return NULL;
+  }
+  uint8_t *buf = NULL;
+  struct stat st;
+  *out_corrupt = true;
+  if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size < FOOTER_SIZE || (size_t)st.st_size > MAX_CACHE_FILE) goto fail;
+  size_t size = (size_t)st.st_size;
+  buf = malloc(size);
+  if (!buf) goto fail;
+  size_t got = 0;
+  while (got < size) {
+    ssize_t n = read(fd, buf + got, size - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) goto fail;
+    got += (size_t)n;
+  }
+  const uint8_t *footer = buf + size - FOOTER_SIZE;
+  if (memcmp(footer, magic, 8) || get_le64(footer + 8) != size - FOOTER_SIZE) goto fail;
+  uint8_t digest[KILN_SHA256_SIZE];
+  kiln_sha256(buf, size - FOOTER_SIZE, digest);
+  if (memcmp(digest, footer + 16, KILN_SHA256_SIZE)) goto fail;
+  close(fd);
+  *out_corrupt = false;
+  *out_size = size - FOOTER_SIZE;
+  return buf;
+fail:
+  free(buf);
+  close(fd);
+  return NULL;
+}
+
+/* Best effort: a cache that cannot be written only costs a recompile. */
+static void write_entry(const char *path, const char *magic, const void *data, size_t size) {
+  static _Atomic unsigned g_counter;
+  char *tmp = kiln_strfmt("%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&g_counter, 1));
+  if (!tmp) return;
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    free(tmp);
+    return;
+  }
+  uint8_t footer[FOOTER_SIZE];
+  memcpy(footer, magic, 8);
+  put_le64(footer + 8, size);
+  kiln_sha256(data, size, footer + 16);
+  bool ok = true;
+  const uint8_t *parts[2] = {data, footer};
+  size_t lens[2] = {size, FOOTER_SIZE};
+  for (int p = 0; p < 2 && ok; p++) {
+    size_t done = 0;
+    while (done < lens[p]) {
+      ssize_t n = write(fd, parts[p] + done, lens[p] - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        ok = false;
+        break;
+      }
+      done += (size_t)n;
+    }
+  }
+  if (close(fd)) ok = false;
+  if (!ok || rename(tmp, path)) unlink(tmp);
+  free(tmp);
+}
+
+/* ---- shaderc ----------------------------------------------------------------------- */
+
+/* The source lines around `line` (1-based), numbered, into sb. */
+static void excerpt(kiln_strbuf *sb, const char *src, int line) {
+  int cur = 1;
+  const char *p = src;
+  while (*p) {
+    const char *eol = strchr(p, '\n');
+    size_t len = eol ? (size_t)(eol - p) : strlen(p);
+    if (cur >= line - 2 && cur <= line + 2)
+      kiln_strbuf_printf(sb, "\n  %s%4d | %.*s", cur == line ? ">" : " ", cur, (int)KILN_MIN(len, 200), p);
+    if (!eol || cur > line + 2) break;
+    p = eol + 1;
+    cur++;
+  }
+}
+
+/* First "<name>:<line>: error" line number in a shaderc message, or 0. */
+static int error_line(const char *msg) {
+  for (const char *p = strstr(msg, ": error"); p; p = strstr(p + 1, ": error")) {
+    const char *d = p;
+    while (d > msg && d[-1] >= '0' && d[-1] <= '9') d--;
+    if (d < p && d > msg && d[-1] == ':') return atoi(d);
+  }
+  return 0;
+}
+
+static kiln_status_t compile_error(const char *name, const char *src, const char *msg) {
+  kiln_strbuf sb = {0};
+  size_t len = strlen(msg);
+  while (len && (msg[len - 1] == '\n' || msg[len - 1] == ' ')) len--;
+  kiln_strbuf_printf(&sb, "vulkan: shader '%s' failed to compile: %.*s", name, (int)KILN_MIN(len, 4000), msg);
+  int line = error_line(msg);
+  if (line > 0) excerpt(&sb, src, line);
+  kiln_status_t st = kiln_strbuf_status(&sb);
+  if (st) {
+    kiln_strbuf_free(&sb);
+    return st;
+  }
+  st = kiln_error(KILN_UNSUPPORTED, "%s", sb.data);
+  kiln_strbuf_free(&sb);
+  return st;
+}
+
+static void spv_key(const vk_shaderc_fns *sc, const char *glsl, char hex[KILN_SHA256_HEX_SIZE]) {
+  unsigned ver = 0, rev = 0;
+  if (sc->lib) sc->get_spv_version(&ver, &rev);
+  char head[1024];
+  int n = snprintf(head, sizeof head, "%s;%s;%s %u.%u %s;%s", SPV_KEY_VERSION, KILN_VERSION_STRING,
+                   sc->lib ? "libshaderc" : "glslc", ver, rev, sc->lib ? "" : sc->glslc_version, SHADERC_OPTIONS);
+  if (n >= (int)sizeof head) n = (int)sizeof head - 1;
+  kiln_sha256_ctx h;
+  kiln_sha256_init(&h);
+  kiln_sha256_update(&h, head, (size_t)n + 1);
+  kiln_sha256_update(&h, glsl, strlen(glsl));
+  uint8_t digest[KILN_SHA256_SIZE];
+  kiln_sha256_final(&h, digest);
+  kiln_hex_encode(digest, sizeof digest, hex);
+}
+
+static bool spirv_ok(const uint8_t *data, size_t size) {
+  uint32_t magic;
+  if (size < 20 || size % 4) return false;
+  memcpy(&magic, data, 4);
+  return magic == SPIRV_MAGIC_WORD;
+}
+
+/* SPIR-V for desc (malloc'd words). *compiler is created on first need. */
+static kiln_status_t get_spirv(const vk_shaderc_fns *sc, const char *cache_dir, shaderc_compiler_t *compiler,
+                               const vk_kernel_desc *desc, const char *name, uint32_t **out_words, size_t *out_bytes) {
+  *out_words = NULL;
+  *out_bytes = 0;
+  char hex[KILN_SHA256_HEX_SIZE];
+  spv_key(sc, desc->glsl, hex);
+  char *path = cache_dir ? kiln_strfmt("%s/%s.spv", cache_dir, hex) : NULL;
+  if (path) {
+    size_t size = 0;
+    bool corrupt = false;
+    uint8_t *data = read_entry(path, SPV_MAGIC, &size, &corrupt);
+    if (data && spirv_ok(data, size)) {
+      free(path);
+      *out_words = (uint32_t *)data; /* malloc'd, so suitably aligned */
+      *out_bytes = size;
+      return NULL;
+    }
+    bool bad = corrupt || data; /* a footer-valid file that is not SPIR-V is bad too */
+    free(data);
+    if (bad) unlink(path); /* rebuilt below */
+  }
+  if (!sc->lib) {
+    uint32_t *words = NULL;
+    size_t size = 0;
+    char *msg = NULL;
+    kiln_status_t st = NULL;
+    if (vk_glslc_compile(sc, name, desc->glsl, &words, &size, &msg) && spirv_ok((const uint8_t *)words, size)) {
+      if (path) write_entry(path, SPV_MAGIC, words, size);
+      *out_words = words;
+      *out_bytes = size;
+    } else {
+      free(words);
+      st = compile_error(name, desc->glsl, msg ? msg : "glslc failed");
+    }
+    free(msg);
+    free(path);
+    return st;
+  }
+  if (!*compiler) *compiler = sc->compiler_initialize();
+  shaderc_compile_options_t opts = sc->compile_options_initialize();
+  if (!*compiler || !opts) {
+    if (opts) sc->compile_options_release(opts);
+    free(path);
+    return kiln_error(KILN_OUT_OF_MEMORY, "vulkan: cannot initialize shaderc");
+  }
+  sc->compile_options_set_source_language(opts, shaderc_source_language_glsl);
+  sc->compile_options_set_optimization_level(opts, shaderc_optimization_level_performance);
+  sc->compile_options_set_target_env(opts, shaderc_target_env_vulkan, shaderc_env_version_vulkan_1_2);
+  sc->compile_options_set_target_spirv(opts, shaderc_spirv_version_1_5);
+  shaderc_compilation_result_t res =
+      sc->compile_into_spv(*compiler, desc->glsl, strlen(desc->glsl), shaderc_compute_shader, name, "main", opts);
+  sc->compile_options_release(opts);
+  kiln_status_t st = NULL;
+  if (!res) {
+    st = kiln_error(KILN_OUT_OF_MEMORY, "vulkan: shaderc returned no result for shader '%s'", name);
+  } else if (sc->result_get_compilation_status(res) != shaderc_compilation_status_success) {
+    const char *msg = sc->result_get_error_message(res);
+    st = compile_error(name, desc->glsl, msg ? msg : "(no message)");
+  } else {
+    size_t size = sc->result_get_length(res);
+    const uint8_t *bytes = (const uint8_t *)sc->result_get_bytes(res);
+    uint32_t *words = malloc(size ? size : 4);
+    if (!words) st = KILN_OOM();
+    else if (!spirv_ok(bytes, size)) st = kiln_error(KILN_INTERNAL, "vulkan: shaderc produced invalid SPIR-V for '%s'", name);
+    if (!st) {
+      memcpy(words, bytes, size);
+      if (path) write_entry(path, SPV_MAGIC, words, size);
+      *out_words = words;
+      *out_bytes = size;
+    } else {
+      free(words);
+    }
+  }
+  if (res) sc->result_release(res);
+  free(path);
+  return st;
+}
+
+/* ---- kernels --------------------------------------------------------------------- */
+
+void vk_kernel_destroy(vk_context *ctx, vk_kernel *k) {
+  if (!k) return;
+  if (k->pipeline) ctx->fn.vkDestroyPipeline(ctx->device, k->pipeline, NULL);
+  if (k->layout) ctx->fn.vkDestroyPipelineLayout(ctx->device, k->layout, NULL);
+  if (k->set_layout) ctx->fn.vkDestroyDescriptorSetLayout(ctx->device, k->set_layout, NULL);
+  free(k->name);
+  free(k);
+}
+
+static kiln_status_t check_desc(const vk_context *ctx, const vk_kernel_desc *d, const char *name) {
+  if (!d->glsl) return kiln_error(KILN_INVALID_ARGUMENT, "vulkan: shader '%s' has no source", name);
+  uint32_t max_buf = ctx->info.limits.maxPerStageDescriptorStorageBuffers;
+  if (d->n_buffers < 0 || (uint32_t)d->n_buffers > max_buf)
+    return kiln_error(KILN_UNSUPPORTED, "vulkan: shader '%s' binds %d storage buffers (device limit %u)", name,
+                      d->n_buffers, max_buf);
+  if (d->push_bytes % 4 || d->push_bytes > ctx->info.props.max_push_bytes)
+    return kiln_error(KILN_UNSUPPORTED,
+                      "vulkan: shader '%s' has %u bytes of push constants (must be a multiple of 4, at most %u)", name,
+                      d->push_bytes, ctx->info.props.max_push_bytes);
+  return NULL;
+}
+
+static kiln_status_t make_pipeline(vk_context *ctx, const vk_kernel_desc *d, const char *name, const uint32_t *words,
+                                   size_t bytes, vk_kernel **out) {
+  vk_fns *fn = &ctx->fn;
+  vk_kernel *k = calloc(1, sizeof *k);
+  if (!k || !(k->name = kiln_strdup(name))) {
+    free(k);
+    return KILN_OOM();
+  }
+  k->n_buffers = d->n_buffers;
+  k->push_bytes = d->push_bytes;
+  kiln_status_t st = NULL;
+  VkDescriptorSetLayoutBinding *binds = calloc((size_t)(d->n_buffers ? d->n_buffers : 1), sizeof *binds);
+  if (!binds) st = KILN_OOM();
+  for (int i = 0; !st && i < d->n_buffers; i++)
+    binds[i] = (VkDescriptorSetLayoutBinding){.binding = (uint32_t)i,
+                                              .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                              .descriptorCount = 1,
+                                              .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
+  VkDescriptorSetLayoutCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
+                                         .bindingCount = (uint32_t)d->n_buffers,
+                                         .pBindings = binds};
+  if (!st) st = vk_check(fn->vkCreateDescriptorSetLayout(ctx->device, &dci, NULL, &k->set_layout),
+                         "vkCreateDescriptorSetLayout");
+  free(binds);
+  VkPushConstantRange push = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = d->push_bytes};
+  VkPipelineLayoutCreateInfo lci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+                                    .setLayoutCount = 1,
+                                    .pSetLayouts = &k->set_layout,
+                                    .pushConstantRangeCount = d->push_bytes ? 1 : 0,
+                                    .pPushConstantRanges = &push};
+  if (!st) st = vk_check(fn->vkCreatePipelineLayout(ctx->device, &lci, NULL, &k->layout), "vkCreatePipelineLayout");
+  VkShaderModule module = VK_NULL_HANDLE;
+  VkShaderModuleCreateInfo mci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = bytes, .pCode = words};
+  if (!st) st = vk_check(fn->vkCreateShaderModule(ctx->device, &mci, NULL, &module), "vkCreateShaderModule");
+  VkComputePipelineCreateInfo pci = {
+      .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+      .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                .module = module,
+                .pName = "main"},
+      .layout = k->layout};
+  if (!st)
+    st = vk_check(fn->vkCreateComputePipelines(ctx->device, ctx->pipeline_cache, 1, &pci, NULL, &k->pipeline),
+                  "vkCreateComputePipelines");
+  if (module) fn->vkDestroyShaderModule(ctx->device, module, NULL);
+  if (st) {
+    vk_kernel_destroy(ctx, k);
+    return kiln_status_annotate(st, "vulkan: shader '%s'", name);
+  }
+  *out = k;
+  return NULL;
+}
+
+typedef struct batch {
+  vk_context *ctx;
+  const vk_kernel_desc *descs;
+  vk_kernel **out;
+  kiln_status_t *status;        /* per kernel, owned until collected */
+  shaderc_compiler_t *compilers; /* per pool thread, created lazily */
+  const char *cache_dir;
+} batch;
+
+static void compile_one(batch *b, int64_t i, int thread) {
+  const vk_kernel_desc *d = &b->descs[i];
+  const char *name = d->name && d->name[0] ? d->name : "kernel";
+  kiln_status_t st = check_desc(b->ctx, d, name);
+  uint32_t *words = NULL;
+  size_t bytes = 0;
+  if (!st) st = get_spirv(b->ctx->sc, b->cache_dir, &b->compilers[thread], d, name, &words, &bytes);
+  if (!st) st = make_pipeline(b->ctx, d, name, words, bytes, &b->out[i]);
+  free(words);
+  b->status[i] = st;
+}
+
+static void compile_range(void *vb, int64_t begin, int64_t end, int thread) {
+  for (int64_t i = begin; i < end; i++) compile_one(vb, i, thread);
+}
+
+kiln_status_t vk_kernel_create_batch(vk_context *ctx, const vk_kernel_desc *descs, int n, vk_kernel **out) {
+  if (n <= 0) return NULL;
+  for (int i = 0; i < n; i++) out[i] = NULL;
+  int threads = KILN_MIN(n, KILN_MAX(1, kiln_physical_cores()));
+  batch b = {.ctx = ctx, .descs = descs, .out = out};
+  b.status = calloc((size_t)n, sizeof *b.status);
+  b.compilers = calloc((size_t)threads, sizeof *b.compilers);
+  char *cache_dir = vk_cache_dir();
+  b.cache_dir = cache_dir;
+  kiln_threadpool *pool = NULL;
+  kiln_status_t st = NULL;
+  if (!b.status || !b.compilers) st = KILN_OOM();
+  if (!st && threads > 1) {
+    st = kiln_threadpool_create(threads, &pool);
+    if (st) { /* no threads: compile serially */
+      kiln_status_free(st);
+      st = NULL;
+      pool = NULL;
+    }
+  }
+  if (!st) kiln_parallel_for(pool, n, 1, compile_range, &b);
+  kiln_threadpool_destroy(pool);
+  for (int t = 0; b.compilers && t < threads; t++)
+    if (b.compilers[t] && ctx->sc->lib) ctx->sc->compiler_release(b.compilers[t]);
+  for (int i = 0; b.status && i < n; i++) {
+    if (!b.status[i]) continue;
+    if (!st) st = b.status[i];
+    else kiln_status_free(b.status[i]);
+  }
+  free(b.status);
+  free(b.compilers);
+  free(cache_dir);
+  return st;
+}
+
+kiln_status_t vk_kernel_create(vk_context *ctx, const vk_kernel_desc *desc, vk_kernel **out) {
+  *out = NULL;
+  return vk_kernel_create_batch(ctx, desc, 1, out);
+}
+
+/* ---- pipeline cache ------------------------------------------------------------------- */
+
+static char *pipeline_cache_path(const vk_context *ctx) {
+  if (!ctx->cache_dir) return NULL;
+  char hex[2 * VK_UUID_SIZE + 1];
+  kiln_hex_encode(ctx->info.pipeline_cache_uuid, VK_UUID_SIZE, hex);
+  return kiln_strfmt("%s/pipeline-%s.bin", ctx->cache_dir, hex);
+}
+
+kiln_status_t vk_pipeline_cache_init(vk_context *ctx) {
+  ctx->cache_dir = vk_cache_dir();
+  char *path = pipeline_cache_path(ctx);
+  size_t size = 0;
+  bool corrupt = false;
+  uint8_t *data = path ? read_entry(path, PLC_MAGIC, &size, &corrupt) : NULL;
+  /* The driver checks the header too, but a stale file from another driver
+   * version must never reach it. Header: length, version, vendor, device, uuid. */
+  if (data) {
+    uint32_t hdr[4];
+    bool ok = size >= 16 + VK_UUID_SIZE;
+    if (ok) memcpy(hdr, data, sizeof hdr);
+    ok = ok && hdr[0] >= 16 + VK_UUID_SIZE && hdr[1] == VK_PIPELINE_CACHE_HEADER_VERSION_ONE &&
+         hdr[2] == ctx->info.props.vendor_id && hdr[3] == ctx->info.props.device_id &&
+         !memcmp(data + 16, ctx->info.pipeline_cache_uuid, VK_UUID_SIZE);
+    if (!ok) {
+      free(data);
+      data = NULL;
+      size = 0;
+    }
+  }
+  if (corrupt && path) unlink(path);
+  free(path);
+  VkPipelineCacheCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO,
+                                  .initialDataSize = data ? size : 0,
+                                  .pInitialData = data};
+  VkResult r = ctx->fn.vkCreatePipelineCache(ctx->device, &ci, NULL, &ctx->pipeline_cache);
+  if (r != VK_SUCCESS && data) { /* the driver rejected the data: start empty */
+    ci.initialDataSize = 0;
+    ci.pInitialData = NULL;
+    r = ctx->fn.vkCreatePipelineCache(ctx->device, &ci, NULL, &ctx->pipeline_cache);
+  }
+  free(data);
+  return vk_check(r, "vkCreatePipelineCache");
+}
+
+void vk_pipeline_cache_save_destroy(vk_context *ctx) {
+  if (!ctx->pipeline_cache) return;
+  char *path = pipeline_cache_path(ctx);
+  size_t size = 0;
+  if (path && ctx->fn.vkGetPipelineCacheData(ctx->device, ctx->pipeline_cache, &size, NULL) == VK_SUCCESS && size &&
+      size <= MAX_CACHE_FILE) {
+    void *data = malloc(size);
+    if (data && ctx->fn.vkGetPipelineCacheData(ctx->device, ctx->pipeline_cache, &size, data) == VK_SUCCESS)
+      write_entry(path, PLC_MAGIC, data, size);
+    free(data);
+  }
+  free(path);
+  ctx->fn.vkDestroyPipelineCache(ctx->device, ctx->pipeline_cache, NULL);
+  ctx->pipeline_cache = VK_NULL_HANDLE;
+}
+
+#else
+typedef int kiln_vk_pipeline_disabled; /* ISO C forbids an empty translation unit */
+#endif /* KILN_HAVE_VULKAN */

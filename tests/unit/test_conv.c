@@ -1,0 +1,406 @@
+/* test_conv.c — every convolution path of the cpu device (cpu_conv.c)
+ * against the reference Conv kernel (src/ops), on random inputs over odd
+ * shapes, pads, strides, dilations and groups, with 1, 2 and 3 threads, with
+ * and without a fused epilogue (which must visit every output element
+ * exactly once).
+ *
+ *   test_conv [-v] [--bench]   (--bench times the applicable paths of a few
+ *                               MobileNetV2 / ResNet-50 layers instead)
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/threadpool.h"
+#include "devices/cpu/cpu_internal.h"
+#include "ir/graph.h"
+#include "ops/op.h"
+
+static int g_failures, g_checks, g_verbose;
+static uint64_t g_rng = 0x243f6a8885a308d3ull;
+
+static uint64_t rnd(void) {
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
+  return g_rng;
+}
+static int64_t rnd_int(int64_t lo, int64_t hi) { return lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1)); }
+static float rnd_float(void) { return (float)((double)(rnd() >> 11) / (double)(1ull << 53) * 2.0 - 1.0); }
+
+#define MUST(expr)                                                                  \
+  do {                                                                              \
+    kiln_status_t st_ = (expr);                                                     \
+    if (st_) {                                                                      \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, kiln_status_message(st_)); \
+      exit(1);                                                                      \
+    }                                                                               \
+  } while (0)
+
+typedef struct conv_case {
+  int nsp;
+  int64_t n, ci, co, group;
+  int64_t in[3], k[3], stride[3], dil[3], pb[3], pe[3];
+  bool bias;
+} conv_case;
+
+static int64_t out_dim(const conv_case *t, int i) {
+  return (t->in[i] + t->pb[i] + t->pe[i] - t->dil[i] * (t->k[i] - 1) - 1) / t->stride[i] + 1;
+}
+
+static void set_ints(kiln_node *node, const char *name, int n, const int64_t *v) {
+  kiln_attr *a;
+  MUST(kiln_node_add_attr(node, name, KILN_ATTR_INTS, &a));
+  a->ints = malloc((size_t)n * sizeof(int64_t));
+  if (!a->ints) exit(1);
+  memcpy(a->ints, v, (size_t)n * sizeof(int64_t));
+  a->n = n;
+}
+
+static int add_value(kiln_graph *g, const char *name, int rank, const int64_t *dims) {
+  int id;
+  MUST(kiln_graph_intern_value(g, name, &id));
+  kiln_type_init_tensor(&g->values[id].type, KILN_DTYPE_F32, rank, dims);
+  return id;
+}
+
+/* The epilogue the tests fuse: y = 0.5 * clamp(y, -1, 1) + 1e-3 * (index % 7),
+ * and a count of visits per element (buffers: y, counts). */
+static void test_epilogue(void *vctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, int64_t nb) {
+  const kiln_rt_epilogue_ctx *e = vctx;
+  float *y = e->buffers[0];
+  int *count = e->buffers[1];
+  for (int64_t i = 0; i < mb; i++)
+    for (int64_t j = 0; j < nb; j++) {
+      int64_t idx = e->base + (m0 + i) * e->row + n0 + j;
+      float v = y[idx];
+      v = v < -1.0f ? -1.0f : v > 1.0f ? 1.0f : v;
+      y[idx] = 0.5f * v + 1e-3f * (float)(idx % 7);
+      count[idx]++;
+    }
+}
+
+static const char *case_str(const conv_case *t, char *buf, size_t size) {
+  int o = snprintf(buf, size, "n%lld ci%lld co%lld g%lld in", (long long)t->n, (long long)t->ci, (long long)t->co,
+                   (long long)t->group);
+  for (int i = 0; i < t->nsp; i++) o += snprintf(buf + o, size - (size_t)o, "%s%lld", i ? "x" : "", (long long)t->in[i]);
+  o += snprintf(buf + o, size - (size_t)o, " k");
+  for (int i = 0; i < t->nsp; i++) o += snprintf(buf + o, size - (size_t)o, "%s%lld", i ? "x" : "", (long long)t->k[i]);
+  o += snprintf(buf + o, size - (size_t)o, " s");
+  for (int i = 0; i < t->nsp; i++) o += snprintf(buf + o, size - (size_t)o, "%s%lld", i ? "x" : "", (long long)t->stride[i]);
+  o += snprintf(buf + o, size - (size_t)o, " d");
+  for (int i = 0; i < t->nsp; i++) o += snprintf(buf + o, size - (size_t)o, "%s%lld", i ? "x" : "", (long long)t->dil[i]);
+  o += snprintf(buf + o, size - (size_t)o, " p");
+  for (int i = 0; i < t->nsp; i++)
+    o += snprintf(buf + o, size - (size_t)o, "%s%lld/%lld", i ? "," : "", (long long)t->pb[i], (long long)t->pe[i]);
+  snprintf(buf + o, size - (size_t)o, "%s", t->bias ? " bias" : "");
+  return buf;
+}
+
+static void run_case(const conv_case *t, kiln_threadpool **pools, int n_pools) {
+  char desc[256];
+  case_str(t, desc, sizeof desc);
+  kiln_graph *g;
+  MUST(kiln_graph_new("conv", NULL, &g));
+  int rank = t->nsp + 2;
+  int64_t xd[5] = {t->n, t->ci}, wd[5] = {t->co, t->ci / t->group}, yd[5] = {t->n, t->co}, bd[1] = {t->co};
+  for (int i = 0; i < t->nsp; i++) {
+    xd[2 + i] = t->in[i];
+    wd[2 + i] = t->k[i];
+    yd[2 + i] = out_dim(t, i);
+  }
+  int vx = add_value(g, "x", rank, xd), vw = add_value(g, "w", rank, wd), vb = add_value(g, "b", 1, bd);
+  int vy = add_value(g, "y", rank, yd);
+  int ins[3] = {vx, vw, vb};
+  int ni;
+  MUST(kiln_graph_add_node(g, "conv", "Conv", "", t->bias ? 3 : 2, ins, 1, &vy, &ni));
+  kiln_node *node = &g->nodes[ni];
+  node->opset = 17;
+  node->op = kiln_op_find("", "Conv");
+  int64_t pads[6];
+  for (int i = 0; i < t->nsp; i++) {
+    pads[i] = t->pb[i];
+    pads[t->nsp + i] = t->pe[i];
+  }
+  set_ints(node, "strides", t->nsp, t->stride);
+  set_ints(node, "dilations", t->nsp, t->dil);
+  set_ints(node, "kernel_shape", t->nsp, t->k);
+  set_ints(node, "pads", 2 * t->nsp, pads);
+  kiln_attr *ga;
+  MUST(kiln_node_add_attr(node, "group", KILN_ATTR_INT, &ga));
+  ga->i = t->group;
+
+  kiln_tensor *tx, *tw, *tb;
+  MUST(kiln_tensor_new(KILN_DTYPE_F32, rank, xd, &tx));
+  MUST(kiln_tensor_new(KILN_DTYPE_F32, rank, wd, &tw));
+  MUST(kiln_tensor_new(KILN_DTYPE_F32, 1, bd, &tb));
+  for (int64_t i = 0; i < tx->numel; i++) ((float *)tx->data)[i] = rnd_float();
+  for (int64_t i = 0; i < tw->numel; i++) ((float *)tw->data)[i] = rnd_float();
+  for (int64_t i = 0; i < tb->numel; i++) ((float *)tb->data)[i] = rnd_float();
+
+  /* Reference. */
+  kiln_value *in_vals[3] = {0}, *out_vals[1] = {0};
+  MUST(kiln_value_from_tensor(tx, &in_vals[0]));
+  MUST(kiln_value_from_tensor(tw, &in_vals[1]));
+  MUST(kiln_value_from_tensor(tb, &in_vals[2]));
+  bool wanted[1] = {true};
+  kiln_kernel_ctx kctx = {node, 17, t->bias ? 3 : 2, in_vals, 1, out_vals, wanted, NULL, NULL};
+  MUST(node->op->ref_kernel(&kctx));
+  const kiln_tensor *ref = out_vals[0]->tensor;
+  const float *r = ref->data;
+  int64_t numel = ref->numel;
+
+  kiln_conv_geom c;
+  MUST(kiln_conv_geometry(g, node, &c));
+  float *y = malloc((size_t)numel * sizeof(float) + 64), *want = malloc((size_t)numel * sizeof(float) + 64);
+  int *count = calloc((size_t)numel + 1, sizeof(int));
+  if (!y || !want || !count) exit(1);
+  for (int64_t i = 0; i < numel; i++) {
+    float v = r[i];
+    v = v < -1.0f ? -1.0f : v > 1.0f ? 1.0f : v;
+    want[i] = 0.5f * v + 1e-3f * (float)(i % 7);
+  }
+  for (int a = KILN_CONV_GEMM; a < KILN_CONV_N_ALGOS; a++) {
+    if (!kiln_conv_algo_applies(&c, (kiln_conv_algo)a, true)) continue;
+    bool wino = a == KILN_CONV_WINOGRAD;
+    double rtol = wino ? 1e-3 : 1e-4, atol = wino ? 1e-4 : 1e-5;
+    for (int pi = 0; pi < n_pools; pi++) {
+      int threads = kiln_threadpool_size(pools[pi]);
+      kiln_conv_plan *plan;
+      MUST(kiln_conv_plan_create(&c, (kiln_conv_algo)a, tw->data, threads, &plan));
+      size_t sb = kiln_conv_plan_scratch_bytes(plan);
+      void *scratch = sb ? aligned_alloc(64, (sb + 63) & ~(size_t)63) : NULL;
+      for (int with_epi = 0; with_epi < 2; with_epi++) {
+        for (int64_t i = 0; i < numel; i++) y[i] = NAN;
+        memset(count, 0, (size_t)numel * sizeof(int));
+        void *bufs[2] = {y, count};
+        kiln_conv_epilogue epi = {test_epilogue, bufs};
+        kiln_conv_run(plan, pools[pi], tx->data, tw->data, t->bias ? tb->data : NULL, y, scratch, with_epi ? &epi : NULL);
+        const float *expect = with_epi ? want : r;
+        double worst = 0;
+        int64_t bad = -1, miscount = -1;
+        for (int64_t i = 0; i < numel; i++) {
+          double err = fabs((double)y[i] - expect[i]), lim = atol + rtol * fabs(expect[i]);
+          if (!(err <= lim) && bad < 0) bad = i;
+          if (err > worst || err != err) worst = err;
+          if (with_epi && count[i] != 1 && miscount < 0) miscount = i;
+        }
+        g_checks++;
+        if (bad >= 0 || miscount >= 0) {
+          g_failures++;
+          if (bad >= 0)
+            fprintf(stderr, "FAIL %s, %d thread(s)%s: %s: element %lld is %g, want %g (max err %g)\n",
+                    kiln_conv_algo_name((kiln_conv_algo)a), threads, with_epi ? " + epilogue" : "", desc, (long long)bad,
+                    y[bad], expect[bad], worst);
+          else
+            fprintf(stderr, "FAIL %s, %d thread(s) + epilogue: %s: element %lld visited %d times\n",
+                    kiln_conv_algo_name((kiln_conv_algo)a), threads, desc, (long long)miscount, count[miscount]);
+        } else if (g_verbose) {
+          printf("ok   %-9s %d thread(s)%-11s %s (max err %.2g)\n", kiln_conv_algo_name((kiln_conv_algo)a), threads,
+                 with_epi ? " + epilogue" : "", desc, worst);
+        }
+      }
+      free(scratch);
+      free(plan);
+    }
+  }
+  free(y);
+  free(want);
+  free(count);
+  for (int i = 0; i < 3; i++) kiln_value_free(in_vals[i]);
+  kiln_value_free(out_vals[0]);
+  kiln_graph_free(g);
+}
+
+static conv_case conv2d(int64_t ci, int64_t co, int64_t group, int64_t h, int64_t w, int64_t k, int64_t s, int64_t d,
+                        int64_t pb, int64_t pe) {
+  conv_case t = {2, 1, ci, co, group, {h, w}, {k, k}, {s, s}, {d, d}, {pb, pb}, {pe, pe}, true};
+  return t;
+}
+
+static conv_case random_case(void) {
+  conv_case t;
+  memset(&t, 0, sizeof t);
+  t.nsp = rnd_int(0, 5) == 0 ? (int)rnd_int(1, 3) : 2;
+  t.n = rnd_int(1, 2);
+  int kind = (int)rnd_int(0, 4);
+  t.group = 1;
+  if (kind == 0) { /* depthwise */
+    t.group = rnd_int(2, 24);
+    t.ci = t.co = t.group;
+  } else if (kind == 1) { /* grouped */
+    t.group = rnd_int(2, 4);
+    t.ci = t.group * rnd_int(1, 5);
+    t.co = t.group * rnd_int(1, 5);
+  } else {
+    t.ci = rnd_int(1, 40);
+    t.co = rnd_int(1, 40);
+  }
+  t.bias = rnd_int(0, 3) != 0;
+  for (int i = 0; i < t.nsp; i++) {
+    t.in[i] = rnd_int(1, t.nsp == 3 ? 7 : 19);
+    t.k[i] = kind == 2 ? 3 : rnd_int(1, 5);
+    t.stride[i] = kind == 2 ? 1 : rnd_int(1, 3);
+    t.dil[i] = kind == 2 ? 1 : rnd_int(1, 2);
+    t.pb[i] = rnd_int(0, 2);
+    t.pe[i] = rnd_int(0, 2);
+    while (t.in[i] + t.pb[i] + t.pe[i] < t.dil[i] * (t.k[i] - 1) + 1) t.in[i]++;
+  }
+  return t;
+}
+
+/* ---- --bench: time each applicable path on a few real layers ------------------------- */
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void bench_layer(const char *name, conv_case t, kiln_threadpool *pool) {
+  kiln_conv_geom c;
+  memset(&c, 0, sizeof c);
+  c.nsp = t.nsp;
+  c.n = t.n;
+  c.ci = t.ci;
+  c.co = t.co;
+  c.group = t.group;
+  c.kdim = t.ci / t.group;
+  c.osize = 1;
+  for (int i = 0; i < t.nsp; i++) {
+    c.in_sp[i] = t.in[i];
+    c.out_sp[i] = out_dim(&t, i);
+    c.k[i] = t.k[i];
+    c.stride[i] = t.stride[i];
+    c.dil[i] = t.dil[i];
+    c.pad_begin[i] = t.pb[i];
+    c.kdim *= t.k[i];
+    c.osize *= c.out_sp[i];
+  }
+  int64_t xn = t.n * t.ci * t.in[0] * t.in[1], wn = t.co * c.kdim, yn = t.n * t.co * c.osize;
+  float *x = aligned_alloc(64, (size_t)xn * 4 + 64), *w = aligned_alloc(64, (size_t)wn * 4 + 64);
+  float *b = aligned_alloc(64, (size_t)t.co * 4 + 64), *y = aligned_alloc(64, (size_t)yn * 4 + 64);
+  for (int64_t i = 0; i < xn; i++) x[i] = rnd_float();
+  for (int64_t i = 0; i < wn; i++) w[i] = rnd_float();
+  for (int64_t i = 0; i < t.co; i++) b[i] = rnd_float();
+  double flops = 2.0 * (double)yn * (double)c.kdim;
+  printf("%-22s", name);
+  for (int a = KILN_CONV_GEMM; a < KILN_CONV_N_ALGOS; a++) {
+    if (!kiln_conv_algo_applies(&c, (kiln_conv_algo)a, true)) continue;
+    kiln_conv_plan *plan;
+    MUST(kiln_conv_plan_create(&c, (kiln_conv_algo)a, w, kiln_threadpool_size(pool), &plan));
+    size_t sb = kiln_conv_plan_scratch_bytes(plan);
+    void *scratch = sb ? aligned_alloc(64, (sb + 63) & ~(size_t)63) : NULL;
+    double times[15];
+    for (int r = 0; r < 3; r++) kiln_conv_run(plan, pool, x, w, b, y, scratch, NULL);
+    for (int r = 0; r < 15; r++) {
+      double t0 = now_ms();
+      kiln_conv_run(plan, pool, x, w, b, y, scratch, NULL);
+      times[r] = now_ms() - t0;
+    }
+    qsort(times, 15, sizeof times[0], cmp_double);
+    printf("  %s %.3f ms (%.1f GF/s)", kiln_conv_algo_name((kiln_conv_algo)a), times[7], flops / times[7] / 1e6);
+    free(scratch);
+    free(plan);
+  }
+  printf("   [auto: %s]\n", kiln_conv_algo_name(kiln_conv_choose(&c, true)));
+  free(x);
+  free(w);
+  free(b);
+  free(y);
+}
+
+static void run_bench(int threads) {
+  kiln_threadpool *pool;
+  MUST(kiln_threadpool_create(threads, &pool));
+  printf("threads %d\n", threads);
+  bench_layer("mnv2 stem 3>32 s2", conv2d(3, 32, 1, 224, 224, 3, 2, 1, 1, 1), pool);
+  bench_layer("mnv2 dw32 112 s1", conv2d(32, 32, 32, 112, 112, 3, 1, 1, 1, 1), pool);
+  bench_layer("mnv2 dw96 112 s2", conv2d(96, 96, 96, 112, 112, 3, 2, 1, 1, 1), pool);
+  bench_layer("mnv2 dw144 56 s1", conv2d(144, 144, 144, 56, 56, 3, 1, 1, 1, 1), pool);
+  bench_layer("mnv2 dw960 7 s1", conv2d(960, 960, 960, 7, 7, 3, 1, 1, 1, 1), pool);
+  bench_layer("mnv2 pw 16>96 112", conv2d(16, 96, 1, 112, 112, 1, 1, 1, 0, 0), pool);
+  bench_layer("mnv2 pw 144>24 56", conv2d(144, 24, 1, 56, 56, 1, 1, 1, 0, 0), pool);
+  bench_layer("mnv2 pw 960>160 7", conv2d(960, 160, 1, 7, 7, 1, 1, 1, 0, 0), pool);
+  bench_layer("mnv2 pw 160>960 7", conv2d(160, 960, 1, 7, 7, 1, 1, 1, 0, 0), pool);
+  bench_layer("mnv2 pw 320>1280 7", conv2d(320, 1280, 1, 7, 7, 1, 1, 1, 0, 0), pool);
+  bench_layer("mnv2 pw 64>384 14", conv2d(64, 384, 1, 14, 14, 1, 1, 1, 0, 0), pool);
+  bench_layer("mnv2 pw 384>64 14", conv2d(384, 64, 1, 14, 14, 1, 1, 1, 0, 0), pool);
+  bench_layer("mnv2 pw 32>192 28", conv2d(32, 192, 1, 28, 28, 1, 1, 1, 0, 0), pool);
+  bench_layer("r50 stem 7x7 s2", conv2d(3, 64, 1, 224, 224, 7, 2, 1, 3, 3), pool);
+  bench_layer("r50 3x3 64 56", conv2d(64, 64, 1, 56, 56, 3, 1, 1, 1, 1), pool);
+  bench_layer("r50 3x3 128 28", conv2d(128, 128, 1, 28, 28, 3, 1, 1, 1, 1), pool);
+  bench_layer("r50 3x3 128 s2 56", conv2d(128, 128, 1, 56, 56, 3, 2, 1, 1, 1), pool);
+  bench_layer("r50 3x3 256 14", conv2d(256, 256, 1, 14, 14, 3, 1, 1, 1, 1), pool);
+  bench_layer("r50 3x3 512 7", conv2d(512, 512, 1, 7, 7, 3, 1, 1, 1, 1), pool);
+  bench_layer("r50 1x1 64>256 56", conv2d(64, 256, 1, 56, 56, 1, 1, 1, 0, 0), pool);
+  bench_layer("r50 1x1 256>64 56", conv2d(256, 64, 1, 56, 56, 1, 1, 1, 0, 0), pool);
+  bench_layer("r50 1x1 1024>256 14", conv2d(1024, 256, 1, 14, 14, 1, 1, 1, 0, 0), pool);
+  bench_layer("r50 1x1 512>2048 7", conv2d(512, 2048, 1, 7, 7, 1, 1, 1, 0, 0), pool);
+  bench_layer("r50 3x3 256 s2 28", conv2d(256, 256, 1, 28, 28, 3, 2, 1, 1, 1), pool);
+  kiln_threadpool_destroy(pool);
+}
+
+int main(int argc, char **argv) {
+  bool bench = false;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "-v")) g_verbose = 1;
+    else if (!strcmp(argv[i], "--bench")) bench = true;
+  }
+  if (bench) {
+    run_bench(1);
+    run_bench(2);
+    return 0;
+  }
+  kiln_threadpool *pools[3];
+  for (int i = 0; i < 3; i++) MUST(kiln_threadpool_create(i + 1, &pools[i]));
+
+  /* Fixed cases: the shapes each path is specialized for, at odd sizes. */
+  conv_case fixed[] = {
+      conv2d(5, 7, 1, 9, 11, 1, 1, 1, 0, 0),     /* pointwise */
+      conv2d(33, 17, 1, 13, 6, 1, 2, 1, 0, 0),   /* 1x1 stride 2 */
+      conv2d(3, 8, 1, 17, 15, 3, 2, 1, 1, 1),    /* stem-like */
+      conv2d(16, 16, 16, 9, 13, 3, 1, 1, 1, 1),  /* dw 3x3 s1 */
+      conv2d(24, 24, 24, 14, 17, 3, 2, 1, 1, 1), /* dw 3x3 s2 */
+      conv2d(7, 7, 7, 5, 6, 3, 2, 1, 0, 2),      /* dw s2, asymmetric pad */
+      conv2d(9, 9, 9, 8, 8, 3, 1, 1, 2, 0),      /* dw s1, pad 2/0 */
+      conv2d(5, 5, 5, 3, 3, 3, 1, 1, 2, 2),      /* dw, output larger than input */
+      conv2d(6, 6, 6, 11, 12, 5, 1, 1, 2, 2),    /* dw 5x5 */
+      conv2d(6, 6, 6, 11, 12, 3, 1, 2, 2, 2),    /* dw dilated */
+      conv2d(6, 6, 6, 11, 12, 3, 3, 1, 1, 1),    /* dw stride 3 */
+      conv2d(32, 32, 1, 16, 16, 3, 1, 1, 1, 1),  /* Winograd, exact tiles */
+      conv2d(35, 19, 1, 13, 10, 3, 1, 1, 1, 1),  /* Winograd, ragged */
+      conv2d(17, 40, 1, 7, 7, 3, 1, 1, 0, 2),    /* Winograd, asymmetric pads */
+      conv2d(3, 5, 1, 6, 5, 3, 1, 1, 2, 2),      /* Winograd, tiny */
+      conv2d(64, 64, 1, 14, 14, 3, 1, 1, 1, 1),  /* Winograd, ResNet-like */
+      conv2d(20, 30, 1, 13, 11, 3, 1, 2, 2, 1),  /* dilated */
+      conv2d(8, 12, 4, 9, 9, 3, 1, 1, 1, 1),     /* grouped */
+      conv2d(8, 16, 8, 9, 9, 3, 2, 1, 1, 1),     /* depthwise with multiplier: grouped im2col */
+  };
+  for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) run_case(&fixed[i], pools, 3);
+  conv_case batch = conv2d(16, 16, 16, 10, 10, 3, 2, 1, 1, 1);
+  batch.n = 3;
+  batch.bias = false;
+  run_case(&batch, pools, 3);
+  conv_case wb = conv2d(24, 20, 1, 9, 9, 3, 1, 1, 1, 1);
+  wb.n = 2;
+  run_case(&wb, pools, 3);
+  conv_case c1 = {1, 2, 6, 5, 1, {23}, {3}, {2}, {1}, {1}, {2}, true};
+  run_case(&c1, pools, 2);
+  conv_case c3 = {3, 1, 4, 6, 2, {5, 6, 4}, {3, 2, 3}, {1, 2, 1}, {1, 1, 2}, {1, 0, 2}, {1, 1, 0}, true};
+  run_case(&c3, pools, 2);
+  for (int i = 0; i < 120; i++) {
+    conv_case t = random_case();
+    run_case(&t, pools, 1 + i % 3);
+  }
+  for (int i = 0; i < 3; i++) kiln_threadpool_destroy(pools[i]);
+  printf("test_conv: %d checks, %d failures\n", g_checks, g_failures);
+  return g_failures ? 1 : 0;
+}

@@ -1,0 +1,927 @@
+/* test_vulkan_kernels.c — every GLSL generator of devices/vulkan/vk_kernels.h
+ * run on a Vulkan device (lavapipe in CI) against float64 host references
+ * written here: MatMul/Gemm (tiled and GEMV paths, transposes, broadcast
+ * batches, every bias form, odd sizes, M = 1 / N = 1), Conv (groups,
+ * strides, pads, dilations, 1-D/2-D/3-D, depthwise, pointwise), Max/Average
+ * pooling (pads, ceil_mode, count_include_pad, dilations) and
+ * kiln.FusedAttention (masks, broadcast batches, -inf blocks, many key
+ * blocks), each with and without a hand-written epilogue
+ * relu(raw + e[idx % C]).
+ *
+ * Exit 77 (skipped) only when kiln was built without Vulkan or no Vulkan
+ * device exists. `--bench` also times the GEMM at 512^3 and 1024^3.
+ * Set KILN_VULKAN_VALIDATION=1 to run under the validation layer; any
+ * validation error fails the test. */
+#if !KILN_HAVE_VULKAN
+#include <stdio.h>
+int main(void) {
+  printf("SKIP: kiln built without Vulkan (KILN_HAVE_VULKAN)\n");
+  return 77;
+}
+#else
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "devices/vulkan/vk_kernels.h"
+#include "devices/vulkan/vk_runtime.h"
+
+static vk_context *g_ctx;
+static vk_device_props g_dev;   /* the device's real properties */
+static vk_device_props g_props; /* what the generators are told (a profile within g_dev's limits) */
+static int g_cases, g_failures;
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rnd(void) {
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
+  return g_rng;
+}
+static float rnd_float(void) { return (float)((double)(rnd() >> 11) / (double)(1ull << 53) * 2.0 - 1.0); }
+
+static float *rnd_array(size_t n) {
+  float *a = malloc((n ? n : 1) * sizeof(float));
+  if (!a) abort();
+  for (size_t i = 0; i < n; i++) a[i] = rnd_float();
+  return a;
+}
+
+static double *zeros(size_t n) {
+  double *a = calloc(n ? n : 1, sizeof(double));
+  if (!a) abort();
+  return a;
+}
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- running a kernel --------------------------------------------------------------- */
+
+/* One binding: host data uploaded before, read back after when `out`. */
+typedef struct tbuf {
+  float *host;
+  size_t n;
+  bool out;
+} tbuf;
+
+static bool check_status(kiln_status_t st, const char *what) {
+  if (!st) return true;
+  printf("FAIL %s: %s\n", what, kiln_status_message(st));
+  kiln_status_free(st);
+  g_failures++;
+  return false;
+}
+
+/* Compiles src, binds bufs[0..n) to bindings 0..n-1, dispatches once and
+ * reads the outputs back. */
+static bool launch(const char *what, const vk_kernel_src *src, tbuf *bufs, int n) {
+  if (src->n_buffers != n) {
+    printf("FAIL %s: kernel wants %d buffers, test binds %d\n", what, src->n_buffers, n);
+    g_failures++;
+    return false;
+  }
+  vk_kernel_desc kd = {src->name, src->glsl, src->n_buffers, src->push_bytes};
+  vk_kernel *k = NULL;
+  if (!check_status(vk_kernel_create(g_ctx, &kd, &k), what)) {
+    fprintf(stderr, "%s\n", src->glsl);
+    return false;
+  }
+  vk_buffer *vb[16] = {0};
+  vk_stream *s = NULL;
+  bool ok = true;
+  for (int i = 0; i < n && ok; i++) ok = check_status(vk_buffer_alloc(g_ctx, VK_MEM_DEVICE, (bufs[i].n ? bufs[i].n : 1) * 4, &vb[i]), what);
+  ok = ok && check_status(vk_stream_create(g_ctx, &s), what);
+  ok = ok && check_status(vk_stream_begin(s), what);
+  for (int i = 0; i < n && ok; i++)
+    if (bufs[i].n) ok = check_status(vk_stream_upload(s, vb[i], 0, bufs[i].host, bufs[i].n * 4), what);
+  if (ok && src->groups[0] && src->groups[1] && src->groups[2])
+    ok = check_status(vk_stream_dispatch(s, k, vb, NULL, src->groups[0], src->groups[1], src->groups[2]), what);
+  for (int i = 0; i < n && ok; i++)
+    if (bufs[i].out && bufs[i].n) ok = check_status(vk_stream_readback(s, bufs[i].host, vb[i], 0, bufs[i].n * 4), what);
+  ok = ok && check_status(vk_stream_end(s), what);
+  uint64_t v = 0;
+  ok = ok && check_status(vk_submit(g_ctx, &s, 1, &v), what);
+  ok = ok && check_status(vk_wait(g_ctx, v), what);
+  if (s) vk_stream_destroy(g_ctx, s);
+  for (int i = 0; i < n; i++) vk_buffer_free(g_ctx, vb[i]);
+  vk_kernel_destroy(g_ctx, k);
+  return ok;
+}
+
+/* got vs ref, with mag[i] the sum of |terms| of element i (rounding scale). */
+static void compare(const char *what, const char *kname, const float *got, const double *ref, const double *mag,
+                    size_t n) {
+  double worst = 0;
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < n; i++) {
+    double tol = 1e-4 * fabs(ref[i]) + 2e-6 * (mag ? mag[i] : 0) + 1e-5;
+    double err = fabs((double)got[i] - ref[i]);
+    bool same_special = (isnan(ref[i]) && isnan(got[i])) || (isinf(ref[i]) && got[i] == ref[i]);
+    if (!same_special && !(err <= tol)) {
+      if (!bad) first = i;
+      bad++;
+    }
+    if (!same_special && err / (tol / 1e-4) > worst) worst = err / (tol / 1e-4);
+  }
+  g_cases++;
+  if (bad) {
+    g_failures++;
+    printf("FAIL %-44s %-34s %zu/%zu wrong, first [%zu] got %.7g want %.7g\n", what, kname, bad, n, first,
+           (double)got[first], ref[first]);
+  } else {
+    printf("ok   %-44s %-34s max err/tol-scale %.2e\n", what, kname, worst);
+  }
+}
+
+/* ---- the test epilogue: relu(raw + e[idx % C]) -------------------------------------- */
+
+typedef struct test_epi {
+  vk_epilogue epi;
+  char decls[256], func[256];
+  float *e;
+  int c;
+} test_epi;
+
+static void epi_make(test_epi *t, int binding, int c) {
+  t->c = c;
+  snprintf(t->decls, sizeof t->decls,
+           "layout(std430, set = 0, binding = %d) readonly buffer ep_buf { float ep_e[]; };", binding);
+  snprintf(t->func, sizeof t->func, "float ep_fn(int idx, float raw) { return max(raw + ep_e[idx %% %d], 0.0); }", c);
+  t->epi = (vk_epilogue){t->decls, t->func, "ep_fn", binding, 1};
+  t->e = rnd_array((size_t)c);
+}
+
+static void epi_apply(const test_epi *t, double *ref, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    double v = ref[i] + t->e[i % (size_t)t->c];
+    ref[i] = v > 0 ? v : 0;
+  }
+}
+
+static float *sentinel(size_t n) {
+  float *a = malloc((n ? n : 1) * sizeof(float));
+  if (!a) abort();
+  for (size_t i = 0; i < n; i++) a[i] = 12345.0f;
+  return a;
+}
+
+/* ---- MatMul / Gemm -------------------------------------------------------------------- */
+
+static void ref_matmul(const vk_matmul_desc *d, const float *a, const float *b, const float *c, double *y, double *mag) {
+  int64_t batch = 1;
+  for (int i = 0; i < d->n_batch; i++) batch *= d->batch[i];
+  for (int64_t z = 0; z < batch; z++) {
+    int64_t oa = d->a_offset, ob = d->b_offset, oc = d->bias_offset, t = z;
+    for (int ax = d->n_batch - 1; ax >= 0; ax--) {
+      int64_t i = t % d->batch[ax];
+      t /= d->batch[ax];
+      oa += i * d->a_batch_stride[ax];
+      ob += i * d->b_batch_stride[ax];
+      oc += i * d->bias_batch_stride[ax];
+    }
+    for (int64_t i = 0; i < d->m; i++)
+      for (int64_t j = 0; j < d->n; j++) {
+        double acc = 0, mg = 0;
+        for (int64_t k = 0; k < d->k; k++) {
+          double av = a[oa + (d->trans_a ? k * d->m + i : i * d->k + k)];
+          double bv = b[ob + (d->trans_b ? j * d->k + k : k * d->n + j)];
+          acc += av * bv;
+          mg += fabs(av * bv);
+        }
+        double v = d->alpha * acc;
+        mg *= fabs(d->alpha);
+        if (d->has_bias) {
+          double cv = (double)d->beta * c[oc + i * d->bias_stride_m + j * d->bias_stride_n];
+          v += cv;
+          mg += fabs(cv);
+        }
+        y[z * d->m * d->n + i * d->n + j] = v;
+        mag[z * d->m * d->n + i * d->n + j] = mg;
+      }
+  }
+}
+
+/* Operand sizes from the desc (extent of the furthest element). */
+static size_t extent(int64_t off, int nb, const int64_t *batch, const int64_t *str, int64_t inner) {
+  int64_t e = off + inner;
+  for (int i = 0; i < nb; i++) e += (batch[i] - 1) * str[i];
+  return (size_t)(e > 0 ? e : 0);
+}
+
+static void test_matmul(const char *what, const vk_matmul_desc *d, bool with_epi) {
+  int64_t batch = 1;
+  for (int i = 0; i < d->n_batch; i++) batch *= d->batch[i];
+  size_t na = extent(d->a_offset, d->n_batch, d->batch, d->a_batch_stride, d->m * d->k);
+  size_t nbb = extent(d->b_offset, d->n_batch, d->batch, d->b_batch_stride, d->k * d->n);
+  size_t nc = d->has_bias ? extent(d->bias_offset, d->n_batch, d->batch, d->bias_batch_stride,
+                                   (d->m - 1) * d->bias_stride_m + (d->n - 1) * d->bias_stride_n + 1)
+                          : 0;
+  size_t ny = (size_t)(batch * d->m * d->n);
+  float *a = rnd_array(na), *b = rnd_array(nbb), *c = rnd_array(nc), *y = sentinel(ny + (size_t)d->y_offset);
+  double *ref = zeros(ny), *mag = zeros(ny);
+  ref_matmul(d, a, b, c, ref, mag);
+  test_epi te = {0};
+  int own = d->has_bias ? 4 : 3;
+  if (with_epi) epi_make(&te, own, (int)(d->n > 1 ? d->n : 7));
+  vk_kernel_src src;
+  char name[128];
+  snprintf(name, sizeof name, "%s%s", what, with_epi ? " +epi" : "");
+  if (check_status(vk_gen_matmul(d, &g_props, with_epi ? &te.epi : NULL, &src), name)) {
+    tbuf bufs[5];
+    int n = 0;
+    bufs[n++] = (tbuf){a, na, false};
+    bufs[n++] = (tbuf){b, nbb, false};
+    if (d->has_bias) bufs[n++] = (tbuf){c, nc, false};
+    bufs[n++] = (tbuf){y, ny + (size_t)d->y_offset, true};
+    if (with_epi) bufs[n++] = (tbuf){te.e, (size_t)te.c, false};
+    if (launch(name, &src, bufs, n)) {
+      if (with_epi) epi_apply(&te, ref, ny);
+      compare(name, src.name, y + d->y_offset, ref, mag, ny);
+    }
+    vk_kernel_src_free(&src);
+  }
+  free(a), free(b), free(c), free(y), free(ref), free(mag), free(te.e);
+}
+
+static void matmul_cases(void) {
+  vk_matmul_desc d;
+  for (int e = 0; e < 2; e++) {
+    vk_matmul_desc_init(&d, 100, 70, 33);
+    test_matmul("matmul 100x70x33", &d, e);
+    vk_matmul_desc_init(&d, 64, 128, 64);
+    test_matmul("matmul 64x128x64 (whole tiles)", &d, e);
+    vk_matmul_desc_init(&d, 17, 5, 3);
+    d.trans_b = true;
+    d.has_bias = true;
+    d.bias_stride_n = 1;
+    d.alpha = 0.5f;
+    d.beta = 2.0f;
+    test_matmul("gemm 17x5x3 transB bias[n] a.5 b2", &d, e);
+    vk_matmul_desc_init(&d, 130, 129, 65);
+    d.trans_a = d.trans_b = true;
+    d.has_bias = true;
+    d.bias_stride_m = 129;
+    d.bias_stride_n = 1;
+    d.beta = -1.5f;
+    test_matmul("gemm 130x129x65 transA/B bias[m,n]", &d, e);
+    vk_matmul_desc_init(&d, 40, 50, 60);
+    d.trans_a = true;
+    d.has_bias = true;
+    d.bias_stride_m = 1; /* C [m, 1] */
+    d.alpha = 1.25f;
+    test_matmul("gemm 40x50x60 transA bias[m,1]", &d, e);
+    vk_matmul_desc_init(&d, 9, 31, 2);
+    d.has_bias = true; /* scalar C */
+    d.beta = 0.25f;
+    test_matmul("gemm 9x31x2 scalar bias", &d, e);
+    vk_matmul_desc_init(&d, 33, 47, 20);
+    d.n_batch = 1;
+    d.batch[0] = 3;
+    d.a_batch_stride[0] = 33 * 20;
+    d.b_batch_stride[0] = 0; /* B broadcast */
+    test_matmul("matmul [3]x33x47x20, B broadcast", &d, e);
+    vk_matmul_desc_init(&d, 19, 23, 29);
+    d.n_batch = 2;
+    d.batch[0] = 2;
+    d.batch[1] = 3;
+    d.a_batch_stride[0] = 19 * 29; /* A [2, 1, 19, 29] */
+    d.a_batch_stride[1] = 0;
+    d.b_batch_stride[0] = 0; /* B [3, 29, 23] */
+    d.b_batch_stride[1] = 29 * 23;
+    d.has_bias = true;
+    d.bias_batch_stride[1] = 23; /* bias [3, 1, 23] */
+    d.bias_stride_n = 1;
+    d.a_offset = 5;
+    d.b_offset = 3;
+    d.bias_offset = 1;
+    d.y_offset = 2;
+    test_matmul("matmul [2,3] cross-broadcast + offsets", &d, e);
+    vk_matmul_desc_init(&d, 1, 300, 77);
+    d.n_batch = 2;
+    d.batch[0] = 2;
+    d.batch[1] = 3;
+    d.a_batch_stride[0] = 3 * 77;
+    d.a_batch_stride[1] = 77;
+    d.b_batch_stride[1] = 77 * 300;
+    test_matmul("gemv M=1 [2,3]x300x77 B bcast axis0", &d, e);
+    vk_matmul_desc_init(&d, 1, 65, 1000);
+    d.trans_b = true;
+    d.has_bias = true;
+    d.bias_stride_n = 1;
+    test_matmul("gemv M=1 65x1000 transB bias", &d, e);
+    vk_matmul_desc_init(&d, 300, 1, 77);
+    d.trans_a = true;
+    test_matmul("gemv N=1 300x77 transA", &d, e);
+    vk_matmul_desc_init(&d, 70, 1, 513);
+    d.has_bias = true;
+    d.bias_stride_m = 1;
+    test_matmul("gemv N=1 70x513 bias[m]", &d, e);
+    vk_matmul_desc_init(&d, 1, 1, 1000);
+    test_matmul("dot 1x1x1000", &d, e);
+    vk_matmul_desc_init(&d, 1, 1, 1);
+    test_matmul("1x1x1", &d, e);
+    vk_matmul_desc_init(&d, 5, 6, 0);
+    d.has_bias = true;
+    d.bias_stride_n = 1;
+    test_matmul("gemm K=0 (bias only)", &d, e);
+    vk_matmul_desc_init(&d, 2, 3, 4);
+    test_matmul("matmul 2x3x4", &d, e);
+  }
+  /* empty outputs: nothing to dispatch */
+  vk_kernel_src src;
+  vk_matmul_desc_init(&d, 0, 5, 3);
+  g_cases++;
+  if (check_status(vk_gen_matmul(&d, &g_props, NULL, &src), "matmul m=0")) {
+    if (src.groups[0] || src.groups[1] || src.groups[2]) {
+      printf("FAIL matmul m=0: %u x %u x %u workgroups, expected none\n", src.groups[0], src.groups[1], src.groups[2]);
+      g_failures++;
+    } else {
+      printf("ok   matmul m=0 -> no workgroups\n");
+    }
+    vk_kernel_src_free(&src);
+  }
+  /* bad arguments are errors, not crashes */
+  vk_matmul_desc_init(&d, 4, 4, 4);
+  d.n_batch = 9;
+  g_cases++;
+  kiln_status_t st = vk_gen_matmul(&d, &g_props, NULL, &src);
+  if (!st) {
+    printf("FAIL matmul with 9 batch axes accepted\n");
+    g_failures++;
+    vk_kernel_src_free(&src);
+  } else {
+    printf("ok   matmul with 9 batch axes: %s\n", kiln_status_message(st));
+    kiln_status_free(st);
+  }
+  vk_matmul_desc_init(&d, 4, 4, 4);
+  test_epi te;
+  epi_make(&te, 2, 4); /* wrong binding_base: the kernel has 3 own buffers */
+  g_cases++;
+  st = vk_gen_matmul(&d, &g_props, &te.epi, &src);
+  if (!st) {
+    printf("FAIL epilogue at the wrong binding accepted\n");
+    g_failures++;
+    vk_kernel_src_free(&src);
+  } else {
+    printf("ok   epilogue at the wrong binding: %s\n", kiln_status_message(st));
+    kiln_status_free(st);
+  }
+  free(te.e);
+}
+
+/* ---- Conv ----------------------------------------------------------------------------- */
+
+static void ref_conv(const vk_conv_desc *d, const float *x, const float *w, const float *bias, double *y,
+                     double *mag) {
+  int nsp = d->n_spatial;
+  int64_t cig = d->in_channels / d->group, cog = d->out_channels / d->group;
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, k[3] = {1, 1, 1}, st[3] = {1, 1, 1}, dl[3] = {1, 1, 1},
+          pb[3] = {0, 0, 0};
+  for (int i = 0; i < nsp; i++) { /* right-align into 3-D */
+    int j = 3 - nsp + i;
+    in[j] = d->in[i], out[j] = d->out[i], k[j] = d->kernel[i], st[j] = d->stride[i], dl[j] = d->dilation[i],
+    pb[j] = d->pad_begin[i];
+  }
+  int64_t isp = in[0] * in[1] * in[2], osp = out[0] * out[1] * out[2], ksp = k[0] * k[1] * k[2];
+  for (int64_t n = 0; n < d->batch; n++)
+    for (int64_t co = 0; co < d->out_channels; co++) {
+      int64_t g = co / cog;
+      for (int64_t o0 = 0; o0 < out[0]; o0++)
+        for (int64_t o1 = 0; o1 < out[1]; o1++)
+          for (int64_t o2 = 0; o2 < out[2]; o2++) {
+            double acc = bias ? bias[d->bias_offset + co] : 0, mg = fabs(acc);
+            for (int64_t ci = 0; ci < cig; ci++)
+              for (int64_t t0 = 0; t0 < k[0]; t0++)
+                for (int64_t t1 = 0; t1 < k[1]; t1++)
+                  for (int64_t t2 = 0; t2 < k[2]; t2++) {
+                    int64_t i0 = o0 * st[0] + t0 * dl[0] - pb[0], i1 = o1 * st[1] + t1 * dl[1] - pb[1],
+                            i2 = o2 * st[2] + t2 * dl[2] - pb[2];
+                    if (i0 < 0 || i0 >= in[0] || i1 < 0 || i1 >= in[1] || i2 < 0 || i2 >= in[2]) continue;
+                    double xv = x[d->x_offset + (n * d->in_channels + g * cig + ci) * isp + (i0 * in[1] + i1) * in[2] + i2];
+                    double wv = w[d->w_offset + (co * cig + ci) * ksp + (t0 * k[1] + t1) * k[2] + t2];
+                    acc += xv * wv;
+                    mg += fabs(xv * wv);
+                  }
+            int64_t yi = (n * d->out_channels + co) * osp + (o0 * out[1] + o1) * out[2] + o2;
+            y[yi] = acc;
+            mag[yi] = mg;
+          }
+    }
+}
+
+static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t dl, int64_t pb, int64_t pe) {
+  return (in + pb + pe - ((k - 1) * dl + 1)) / s + 1;
+}
+
+/* Fills a conv desc; pads given as begin/end per axis. */
+static vk_conv_desc conv_desc(int nsp, int64_t n, int64_t ci, int64_t co, int64_t group, const int64_t *in,
+                              const int64_t *k, const int64_t *s, const int64_t *dl, const int64_t *pb,
+                              const int64_t *pe, bool bias) {
+  vk_conv_desc d;
+  memset(&d, 0, sizeof d);
+  d.n_spatial = nsp;
+  d.batch = n;
+  d.in_channels = ci;
+  d.out_channels = co;
+  d.group = group;
+  d.has_bias = bias;
+  for (int i = 0; i < nsp; i++) {
+    d.in[i] = in[i];
+    d.kernel[i] = k[i];
+    d.stride[i] = s[i];
+    d.dilation[i] = dl[i];
+    d.pad_begin[i] = pb[i];
+    d.out[i] = conv_out(in[i], k[i], s[i], dl[i], pb[i], pe[i]);
+  }
+  return d;
+}
+
+static void test_conv(const char *what, const vk_conv_desc *d, bool with_epi) {
+  size_t isp = 1, osp = 1, ksp = 1;
+  for (int i = 0; i < d->n_spatial; i++) isp *= (size_t)d->in[i], osp *= (size_t)d->out[i], ksp *= (size_t)d->kernel[i];
+  size_t nx = (size_t)d->x_offset + (size_t)(d->batch * d->in_channels) * isp;
+  size_t nw = (size_t)d->w_offset + (size_t)(d->out_channels * (d->in_channels / d->group)) * ksp;
+  size_t nb = d->has_bias ? (size_t)(d->bias_offset + d->out_channels) : 0;
+  size_t ny = (size_t)(d->batch * d->out_channels) * osp;
+  float *x = rnd_array(nx), *w = rnd_array(nw), *b = rnd_array(nb), *y = sentinel(ny + (size_t)d->y_offset);
+  double *ref = zeros(ny), *mag = zeros(ny);
+  ref_conv(d, x, w, d->has_bias ? b : NULL, ref, mag);
+  test_epi te = {0};
+  int own = d->has_bias ? 4 : 3;
+  if (with_epi) epi_make(&te, own, (int)d->out_channels);
+  char why[256];
+  if (!vk_conv_supported(d, &g_props, why, sizeof why)) {
+    printf("FAIL %s: not supported: %s\n", what, why);
+    g_failures++;
+  }
+  vk_kernel_src src;
+  char name[128];
+  snprintf(name, sizeof name, "%s%s", what, with_epi ? " +epi" : "");
+  if (check_status(vk_gen_conv(d, &g_props, with_epi ? &te.epi : NULL, &src), name)) {
+    tbuf bufs[5];
+    int n = 0;
+    bufs[n++] = (tbuf){x, nx, false};
+    bufs[n++] = (tbuf){w, nw, false};
+    if (d->has_bias) bufs[n++] = (tbuf){b, nb, false};
+    bufs[n++] = (tbuf){y, ny + (size_t)d->y_offset, true};
+    if (with_epi) bufs[n++] = (tbuf){te.e, (size_t)te.c, false};
+    if (launch(name, &src, bufs, n)) {
+      if (with_epi) epi_apply(&te, ref, ny);
+      compare(name, src.name, y + d->y_offset, ref, mag, ny);
+    }
+    vk_kernel_src_free(&src);
+  }
+  free(x), free(w), free(b), free(y), free(ref), free(mag), free(te.e);
+}
+
+#define A(...) ((const int64_t[]){__VA_ARGS__})
+
+static void conv_cases(void) {
+  for (int e = 0; e < 2; e++) {
+    vk_conv_desc d;
+    d = conv_desc(2, 1, 3, 4, 1, A(9, 9), A(3, 3), A(1, 1), A(1, 1), A(1, 1), A(1, 1), true);
+    test_conv("conv2d 1x3x9x9->4 k3 p1 bias", &d, e);
+    d = conv_desc(2, 2, 4, 6, 2, A(10, 11), A(3, 2), A(2, 1), A(1, 2), A(1, 0), A(2, 1), false);
+    test_conv("conv2d g2 k3x2 s2x1 d1x2 p(1,0|2,1)", &d, e);
+    d = conv_desc(2, 1, 3, 8, 1, A(32, 32), A(7, 7), A(2, 2), A(1, 1), A(3, 3), A(3, 3), true);
+    test_conv("conv2d stem 3->8 k7 s2 p3", &d, e);
+    d = conv_desc(2, 2, 24, 40, 1, A(7, 7), A(1, 1), A(1, 1), A(1, 1), A(0, 0), A(0, 0), true);
+    test_conv("conv2d pointwise 2x24x7x7->40", &d, e);
+    d = conv_desc(2, 1, 16, 16, 1, A(28, 28), A(3, 3), A(1, 1), A(1, 1), A(1, 1), A(1, 1), true);
+    test_conv("conv2d 16->16 28x28 k3 p1", &d, e);
+    d = conv_desc(2, 1, 12, 18, 3, A(8, 9), A(3, 3), A(2, 2), A(1, 1), A(0, 1), A(1, 0), true);
+    test_conv("conv2d g3 s2 asym pads", &d, e);
+    d = conv_desc(2, 1, 256, 64, 1, A(14, 14), A(1, 1), A(1, 1), A(1, 1), A(0, 0), A(0, 0), true);
+    test_conv("conv2d ResNet 1x1 256->64 14x14", &d, e);
+    d = conv_desc(2, 1, 64, 64, 1, A(28, 28), A(3, 3), A(2, 2), A(1, 1), A(1, 1), A(1, 1), true);
+    test_conv("conv2d ResNet 3x3 s2 64->64 28x28", &d, e);
+    d = conv_desc(2, 1, 8, 16, 8, A(10, 10), A(3, 3), A(1, 1), A(1, 1), A(1, 1), A(1, 1), false);
+    test_conv("conv2d depth-multiplier 2 (g8, 8->16)", &d, e);
+    /* depthwise */
+    d = conv_desc(2, 1, 32, 32, 32, A(14, 14), A(3, 3), A(1, 1), A(1, 1), A(1, 1), A(1, 1), true);
+    test_conv("dwconv 32x14x14 k3 s1 p1", &d, e);
+    d = conv_desc(2, 2, 16, 16, 16, A(15, 15), A(3, 3), A(2, 2), A(1, 1), A(1, 1), A(1, 1), true);
+    test_conv("dwconv 2x16x15x15 k3 s2 p1", &d, e);
+    d = conv_desc(2, 1, 96, 96, 96, A(56, 56), A(3, 3), A(2, 2), A(1, 1), A(0, 0), A(1, 1), true);
+    test_conv("dwconv 96x56x56 k3 s2 p(0|1) (MobileNet)", &d, e);
+    d = conv_desc(2, 1, 8, 8, 8, A(12, 13), A(5, 5), A(1, 1), A(2, 2), A(2, 4), A(2, 4), false);
+    test_conv("dwconv k5 d2 p(2,4)", &d, e);
+    d = conv_desc(2, 1, 4, 4, 4, A(7, 7), A(7, 7), A(1, 1), A(1, 1), A(3, 3), A(3, 3), true);
+    test_conv("dwconv k7 7x7 p3", &d, e);
+    d = conv_desc(2, 1, 960, 960, 960, A(7, 7), A(3, 3), A(1, 1), A(1, 1), A(1, 1), A(1, 1), true);
+    test_conv("dwconv 960x7x7 k3 p1", &d, e);
+    /* 1-D and 3-D */
+    d = conv_desc(1, 2, 3, 5, 1, A(20), A(4), A(2), A(2), A(1), A(1), true);
+    test_conv("conv1d k4 s2 d2 p1", &d, e);
+    d = conv_desc(1, 1, 6, 6, 6, A(33), A(3), A(1), A(1), A(1), A(1), true);
+    test_conv("dwconv1d 6x33 k3 p1", &d, e);
+    d = conv_desc(3, 1, 2, 3, 1, A(5, 6, 7), A(3, 2, 3), A(1, 2, 1), A(1, 1, 2), A(1, 0, 1), A(1, 1, 1), true);
+    test_conv("conv3d k3x2x3 s1x2x1 d1x1x2", &d, e);
+    d = conv_desc(2, 1, 5, 7, 1, A(6, 6), A(3, 3), A(1, 1), A(1, 1), A(1, 1), A(1, 1), true);
+    d.x_offset = 3;
+    d.w_offset = 5;
+    d.bias_offset = 2;
+    d.y_offset = 7;
+    test_conv("conv2d with buffer offsets", &d, e);
+  }
+  vk_conv_desc bad;
+  memset(&bad, 0, sizeof bad);
+  bad.n_spatial = 4;
+  char why[256] = "";
+  g_cases++;
+  if (vk_conv_supported(&bad, &g_props, why, sizeof why) || !why[0]) {
+    printf("FAIL conv with 4 spatial axes reported supported\n");
+    g_failures++;
+  } else {
+    printf("ok   vk_conv_supported(4-D) = false: %s\n", why);
+  }
+}
+
+/* ---- pooling ------------------------------------------------------------------------- */
+
+static void ref_pool(const vk_pool_desc *d, const float *x, double *y) {
+  int nsp = d->n_spatial;
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, k[3] = {1, 1, 1}, st[3] = {1, 1, 1}, dl[3] = {1, 1, 1},
+          pb[3] = {0, 0, 0}, pe[3] = {0, 0, 0};
+  for (int i = 0; i < nsp; i++) {
+    int j = 3 - nsp + i;
+    in[j] = d->in[i], out[j] = d->out[i], k[j] = d->kernel[i], st[j] = d->stride[i], dl[j] = d->dilation[i],
+    pb[j] = d->pad_begin[i], pe[j] = d->pad_end[i];
+  }
+  int64_t isp = in[0] * in[1] * in[2], yi = 0;
+  for (int64_t pl = 0; pl < d->batch * d->channels; pl++)
+    for (int64_t o0 = 0; o0 < out[0]; o0++)
+      for (int64_t o1 = 0; o1 < out[1]; o1++)
+        for (int64_t o2 = 0; o2 < out[2]; o2++, yi++) {
+          double acc = d->kind == VK_POOL_MAX ? -INFINITY : 0;
+          int64_t cnt = 0;
+          for (int64_t t0 = 0; t0 < k[0]; t0++)
+            for (int64_t t1 = 0; t1 < k[1]; t1++)
+              for (int64_t t2 = 0; t2 < k[2]; t2++) {
+                int64_t p[3] = {o0 * st[0] + t0 * dl[0] - pb[0], o1 * st[1] + t1 * dl[1] - pb[1],
+                                o2 * st[2] + t2 * dl[2] - pb[2]};
+                bool inside = true, padded = true;
+                for (int i = 0; i < 3; i++) {
+                  if (p[i] < 0 || p[i] >= in[i]) inside = false;
+                  if (p[i] < -pb[i] || p[i] >= in[i] + pe[i]) padded = false;
+                }
+                if (d->count_include_pad && padded) cnt++;
+                if (!inside) continue;
+                double v = x[d->x_offset + pl * isp + (p[0] * in[1] + p[1]) * in[2] + p[2]];
+                if (d->kind == VK_POOL_MAX) {
+                  if (v > acc) acc = v;
+                } else {
+                  acc += v;
+                  if (!d->count_include_pad) cnt++;
+                }
+              }
+          y[yi] = d->kind == VK_POOL_MAX ? acc : (cnt ? acc / (double)cnt : NAN);
+        }
+}
+
+/* ONNX output size (ceil_mode like nn_window_init). */
+static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t dl, int64_t pb, int64_t pe, bool ceil_mode) {
+  int64_t num = in + pb + pe - ((k - 1) * dl + 1);
+  int64_t out = (ceil_mode ? (num + s - 1) / s : num / s) + 1;
+  if (ceil_mode && out > 1 && (out - 1) * s >= in + pb) out--;
+  return out;
+}
+
+static void test_pool(const char *what, vk_pool_kind kind, int nsp, int64_t n, int64_t c, const int64_t *in,
+                      const int64_t *k, const int64_t *s, const int64_t *dl, const int64_t *pb, const int64_t *pe,
+                      bool ceil_mode, bool count_pad, bool with_epi) {
+  vk_pool_desc d;
+  memset(&d, 0, sizeof d);
+  d.kind = kind;
+  d.n_spatial = nsp;
+  d.batch = n;
+  d.channels = c;
+  d.count_include_pad = count_pad;
+  size_t isp = 1, osp = 1;
+  for (int i = 0; i < nsp; i++) {
+    d.in[i] = in[i], d.kernel[i] = k[i], d.stride[i] = s[i], d.dilation[i] = dl[i], d.pad_begin[i] = pb[i],
+    d.pad_end[i] = pe[i];
+    d.out[i] = pool_out(in[i], k[i], s[i], dl[i], pb[i], pe[i], ceil_mode);
+    isp *= (size_t)in[i];
+    osp *= (size_t)d.out[i];
+  }
+  size_t nx = (size_t)(n * c) * isp, ny = (size_t)(n * c) * osp;
+  float *x = rnd_array(nx), *y = sentinel(ny);
+  double *ref = zeros(ny);
+  ref_pool(&d, x, ref);
+  test_epi te = {0};
+  if (with_epi) epi_make(&te, 2, (int)c);
+  vk_kernel_src src;
+  char name[128];
+  snprintf(name, sizeof name, "%s%s", what, with_epi ? " +epi" : "");
+  if (check_status(vk_gen_pool(&d, &g_props, with_epi ? &te.epi : NULL, &src), name)) {
+    tbuf bufs[3] = {{x, nx, false}, {y, ny, true}, {te.e, (size_t)te.c, false}};
+    if (launch(name, &src, bufs, with_epi ? 3 : 2)) {
+      if (with_epi) epi_apply(&te, ref, ny);
+      compare(name, src.name, y, ref, NULL, ny);
+    }
+    vk_kernel_src_free(&src);
+  }
+  free(x), free(y), free(ref), free(te.e);
+}
+
+static void pool_cases(void) {
+  for (int e = 0; e < 2; e++) {
+    test_pool("maxpool2d k3 s2 p1 (ResNet)", VK_POOL_MAX, 2, 1, 8, A(56, 56), A(3, 3), A(2, 2), A(1, 1), A(1, 1), A(1, 1), false, false, e);
+    test_pool("maxpool2d k2 s2 ceil 7x9", VK_POOL_MAX, 2, 2, 3, A(7, 9), A(2, 2), A(2, 2), A(1, 1), A(0, 0), A(0, 0), true, false, e);
+    test_pool("maxpool2d k3 d2 p(2,1|0,2)", VK_POOL_MAX, 2, 1, 2, A(11, 10), A(3, 3), A(1, 2), A(2, 2), A(2, 1), A(0, 2), false, false, e);
+    test_pool("avgpool2d k3 s2 p1 exclude-pad", VK_POOL_AVG, 2, 1, 4, A(9, 9), A(3, 3), A(2, 2), A(1, 1), A(1, 1), A(1, 1), false, false, e);
+    test_pool("avgpool2d k3 s2 p1 include-pad ceil", VK_POOL_AVG, 2, 1, 4, A(10, 8), A(3, 3), A(2, 2), A(1, 1), A(1, 1), A(1, 0), true, true, e);
+    test_pool("avgpool2d k2 s2 ceil exclude-pad", VK_POOL_AVG, 2, 2, 3, A(5, 7), A(2, 2), A(2, 2), A(1, 1), A(0, 0), A(0, 0), true, false, e);
+    test_pool("maxpool1d k3 s1 d2 p2", VK_POOL_MAX, 1, 2, 3, A(17), A(3), A(1), A(2), A(2), A(2), false, false, e);
+    test_pool("avgpool1d k4 s3 include-pad", VK_POOL_AVG, 1, 1, 5, A(20), A(4), A(3), A(1), A(2), A(1), false, true, e);
+    test_pool("avgpool3d k2 s2 p(1,0,0)", VK_POOL_AVG, 3, 1, 2, A(5, 6, 4), A(2, 2, 2), A(2, 2, 2), A(1, 1, 1), A(1, 0, 0), A(0, 0, 1), false, false, e);
+    test_pool("global avg 7x7 (as a pool)", VK_POOL_AVG, 2, 2, 16, A(7, 7), A(7, 7), A(1, 1), A(1, 1), A(0, 0), A(0, 0), false, false, e);
+    test_pool("global max 5x3 (as a pool)", VK_POOL_MAX, 2, 1, 3, A(5, 3), A(5, 3), A(1, 1), A(1, 1), A(0, 0), A(0, 0), false, false, e);
+  }
+}
+
+/* ---- attention ------------------------------------------------------------------------ */
+
+static void ref_attention(const vk_attention_desc *d, const float *q, const float *k, const float *v,
+                          const float *mask, double *y) {
+  int64_t batch = 1;
+  for (int i = 0; i < d->n_batch; i++) batch *= d->batch[i];
+  double *row = zeros((size_t)d->n);
+  for (int64_t z = 0; z < batch; z++) {
+    int64_t oq = d->q_offset, ok = d->k_offset, ov = d->v_offset, om = d->mask_offset, t = z;
+    for (int ax = d->n_batch - 1; ax >= 0; ax--) {
+      int64_t i = t % d->batch[ax];
+      t /= d->batch[ax];
+      oq += i * d->q_batch_stride[ax];
+      ok += i * d->k_batch_stride[ax];
+      ov += i * d->v_batch_stride[ax];
+      om += i * d->mask_batch_stride[ax];
+    }
+    for (int64_t i = 0; i < d->m; i++) {
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < d->n; j++) {
+        double acc = 0;
+        for (int64_t e = 0; e < d->d; e++)
+          acc += (double)q[oq + i * d->d + e] * k[ok + (d->transpose_k ? j * d->d + e : e * d->n + j)];
+        acc *= d->scale;
+        if (d->has_mask) acc += mask[om + i * d->mask_stride_m + j * d->mask_stride_n];
+        row[j] = acc;
+        if (acc > mx || j == 0) mx = acc;
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < d->n; j++) sum += (row[j] = exp(row[j] - mx));
+      for (int64_t e = 0; e < d->dv; e++) {
+        double acc = 0;
+        for (int64_t j = 0; j < d->n; j++) acc += row[j] / sum * v[ov + j * d->dv + e];
+        y[(z * d->m + i) * d->dv + e] = acc;
+      }
+    }
+  }
+  free(row);
+}
+
+/* mask_fill: 0 random, 1 also -inf for keys < 40 in every row, 2 -inf for a whole row. */
+static void test_attention(const char *what, const vk_attention_desc *d, int mask_fill, bool with_epi) {
+  int64_t batch = 1;
+  for (int i = 0; i < d->n_batch; i++) batch *= d->batch[i];
+  size_t nq = extent(d->q_offset, d->n_batch, d->batch, d->q_batch_stride, d->m * d->d);
+  size_t nk = extent(d->k_offset, d->n_batch, d->batch, d->k_batch_stride, d->n * d->d);
+  size_t nv = extent(d->v_offset, d->n_batch, d->batch, d->v_batch_stride, d->n * d->dv);
+  size_t nm = d->has_mask ? extent(d->mask_offset, d->n_batch, d->batch, d->mask_batch_stride,
+                                   (d->m - 1) * d->mask_stride_m + (d->n - 1) * d->mask_stride_n + 1)
+                          : 0;
+  size_t ny = (size_t)(batch * d->m * d->dv);
+  float *q = rnd_array(nq), *k = rnd_array(nk), *v = rnd_array(nv), *mask = rnd_array(nm), *y = sentinel(ny);
+  for (size_t i = 0; i < nq; i++) q[i] *= 3; /* peaky softmax */
+  if (mask_fill == 1 && d->has_mask)
+    for (int64_t i = 0; i < d->m; i++)
+      for (int64_t j = 0; j < d->n && j < 40; j++) mask[d->mask_offset + i * d->mask_stride_m + j * d->mask_stride_n] = -INFINITY;
+  if (mask_fill == 2 && d->has_mask)
+    for (int64_t j = 0; j < d->n; j++) mask[d->mask_offset + j * d->mask_stride_n] = -INFINITY; /* row 0 */
+  double *ref = zeros(ny);
+  ref_attention(d, q, k, v, mask, ref);
+  test_epi te = {0};
+  int own = d->has_mask ? 5 : 4;
+  if (with_epi) epi_make(&te, own, (int)d->dv);
+  vk_kernel_src src;
+  char name[128];
+  snprintf(name, sizeof name, "%s%s", what, with_epi ? " +epi" : "");
+  if (check_status(vk_gen_attention(d, &g_props, with_epi ? &te.epi : NULL, &src), name)) {
+    tbuf bufs[6];
+    int n = 0;
+    bufs[n++] = (tbuf){q, nq, false};
+    bufs[n++] = (tbuf){k, nk, false};
+    bufs[n++] = (tbuf){v, nv, false};
+    if (d->has_mask) bufs[n++] = (tbuf){mask, nm, false};
+    bufs[n++] = (tbuf){y, ny, true};
+    if (with_epi) bufs[n++] = (tbuf){te.e, (size_t)te.c, false};
+    if (launch(name, &src, bufs, n)) {
+      if (with_epi) epi_apply(&te, ref, ny);
+      compare(name, src.name, y, ref, NULL, ny);
+    }
+    vk_kernel_src_free(&src);
+  }
+  free(q), free(k), free(v), free(mask), free(y), free(ref), free(te.e);
+}
+
+static vk_attention_desc attn_desc(int64_t m, int64_t n, int64_t dd, int64_t dv, bool tk, float scale) {
+  vk_attention_desc d;
+  memset(&d, 0, sizeof d);
+  d.m = m, d.n = n, d.d = dd, d.dv = dv, d.transpose_k = tk, d.scale = scale;
+  return d;
+}
+
+static void attention_cases(void) {
+  for (int e = 0; e < 2; e++) {
+    /* BERT-base: [1, 12, 128, 64], mask [1, 1, 1, 128] */
+    vk_attention_desc d = attn_desc(128, 128, 64, 64, true, 0.125f);
+    d.n_batch = 2;
+    d.batch[0] = 1, d.batch[1] = 12;
+    d.q_batch_stride[1] = d.k_batch_stride[1] = d.v_batch_stride[1] = 128 * 64;
+    d.has_mask = true;
+    d.mask_stride_n = 1;
+    test_attention("attn BERT 12x128x128x64 mask[1,1,1,128]", &d, 0, e);
+    /* odd sizes, K [d, n], K broadcast over heads, full mask broadcast over heads */
+    d = attn_desc(37, 70, 20, 13, false, 0.3f);
+    d.n_batch = 2;
+    d.batch[0] = 2, d.batch[1] = 3;
+    d.q_batch_stride[0] = 3 * 37 * 20, d.q_batch_stride[1] = 37 * 20;
+    d.k_batch_stride[0] = 20 * 70;
+    d.v_batch_stride[0] = 3 * 70 * 13, d.v_batch_stride[1] = 70 * 13;
+    d.has_mask = true;
+    d.mask_batch_stride[0] = 37 * 70;
+    d.mask_stride_m = 70, d.mask_stride_n = 1;
+    test_attention("attn [2,3] 37x70 d20 dv13 K[d,n] bcast", &d, 0, e);
+    d = attn_desc(1, 1, 8, 5, true, 1.0f);
+    test_attention("attn 1x1", &d, 0, e);
+    d = attn_desc(50, 200, 32, 16, true, 0.2f);
+    d.n_batch = 1;
+    d.batch[0] = 2;
+    d.q_batch_stride[0] = 50 * 32, d.k_batch_stride[0] = 200 * 32, d.v_batch_stride[0] = 200 * 16;
+    d.has_mask = true;
+    d.mask_stride_m = 200, d.mask_stride_n = 1; /* [50, 200] shared by both batches */
+    test_attention("attn 50x200 keys<40 masked -inf", &d, 1, e);
+    d = attn_desc(5, 3, 4, 4, true, 1.0f);
+    d.has_mask = true;
+    d.mask_stride_n = 1;
+    d.mask_stride_m = 3;
+    test_attention("attn row of all -inf -> NaN", &d, 2, e);
+    d = attn_desc(20, 300, 128, 128, true, 0.08f);
+    test_attention("attn d=dv=128 n=300 no mask", &d, 0, e);
+    d = attn_desc(9, 17, 3, 2, true, 0.5f);
+    d.has_mask = true; /* scalar mask */
+    d.q_offset = 4, d.k_offset = 1, d.v_offset = 2, d.mask_offset = 3, d.y_offset = 0;
+    test_attention("attn scalar mask + offsets", &d, 0, e);
+  }
+  vk_attention_desc d = attn_desc(6, 0, 4, 3, true, 1.0f);
+  test_attention("attn n=0 (no keys -> 0)", &d, 0, false);
+  d = attn_desc(6, 5, 0, 3, true, 1.0f);
+  test_attention("attn d=0 (uniform weights)", &d, 0, false);
+}
+
+/* ---- other device profiles ------------------------------------------------------------ */
+
+static void profile_cases(void) {
+  vk_matmul_desc d;
+  vk_matmul_desc_init(&d, 100, 70, 33);
+  test_matmul("matmul 100x70x33", &d, true);
+  vk_matmul_desc_init(&d, 130, 129, 65);
+  d.trans_a = d.trans_b = true;
+  d.has_bias = true;
+  d.bias_stride_m = 129;
+  d.bias_stride_n = 1;
+  test_matmul("gemm 130x129x65 transA/B bias[m,n]", &d, false);
+  vk_matmul_desc_init(&d, 256, 264, 40); /* big enough for 128x128 tiles */
+  d.n_batch = 1;
+  d.batch[0] = 16;
+  d.a_batch_stride[0] = 256 * 40;
+  d.b_batch_stride[0] = 40 * 264;
+  test_matmul("matmul [16]x256x264x40", &d, true);
+  vk_matmul_desc_init(&d, 20, 40, 50);
+  test_matmul("matmul 20x40x50", &d, false);
+  vk_matmul_desc_init(&d, 1, 300, 77);
+  d.trans_b = true;
+  test_matmul("gemv M=1 300x77 transB", &d, true);
+  vk_conv_desc c = conv_desc(2, 1, 12, 18, 3, A(8, 9), A(3, 3), A(2, 2), A(1, 1), A(0, 1), A(1, 0), true);
+  test_conv("conv2d g3 s2 asym pads", &c, true);
+  c = conv_desc(2, 1, 32, 32, 32, A(14, 14), A(3, 3), A(1, 1), A(1, 1), A(1, 1), A(1, 1), true);
+  test_conv("dwconv 32x14x14 k3 s1 p1", &c, true);
+  test_pool("maxpool2d k3 s2 p1", VK_POOL_MAX, 2, 1, 8, A(20, 20), A(3, 3), A(2, 2), A(1, 1), A(1, 1), A(1, 1), false, false, false);
+  vk_attention_desc a = attn_desc(37, 70, 64, 64, true, 0.125f);
+  test_attention("attn 37x70 d64", &a, 0, true);
+}
+
+/* ---- GEMM speed ------------------------------------------------------------------------- */
+
+static void bench_gemm(int64_t n) {
+  vk_matmul_desc d;
+  vk_matmul_desc_init(&d, n, n, n);
+  vk_kernel_src src;
+  if (!check_status(vk_gen_matmul(&d, &g_props, NULL, &src), "bench")) return;
+  vk_kernel_desc kd = {src.name, src.glsl, src.n_buffers, 0};
+  vk_kernel *k = NULL;
+  vk_buffer *b[3] = {0};
+  vk_stream *s = NULL;
+  size_t bytes = (size_t)(n * n) * 4;
+  float *a = rnd_array((size_t)(n * n)), *bb = rnd_array((size_t)(n * n)), *y = malloc(bytes);
+  bool ok = check_status(vk_kernel_create(g_ctx, &kd, &k), "bench");
+  for (int i = 0; i < 3 && ok; i++) ok = check_status(vk_buffer_alloc(g_ctx, VK_MEM_DEVICE, bytes, &b[i]), "bench");
+  ok = ok && check_status(vk_stream_create(g_ctx, &s), "bench");
+  /* upload + one run + readback, checked on a few entries */
+  ok = ok && check_status(vk_stream_begin(s), "bench") && check_status(vk_stream_upload(s, b[0], 0, a, bytes), "bench") &&
+       check_status(vk_stream_upload(s, b[1], 0, bb, bytes), "bench") &&
+       check_status(vk_stream_dispatch(s, k, b, NULL, src.groups[0], src.groups[1], src.groups[2]), "bench") &&
+       check_status(vk_stream_readback(s, y, b[2], 0, bytes), "bench") && check_status(vk_stream_end(s), "bench");
+  uint64_t v;
+  ok = ok && check_status(vk_submit(g_ctx, &s, 1, &v), "bench") && check_status(vk_wait(g_ctx, v), "bench");
+  if (ok) {
+    int bad = 0;
+    for (int t = 0; t < 16; t++) {
+      int64_t i = (int64_t)(rnd() % (uint64_t)n), j = (int64_t)(rnd() % (uint64_t)n);
+      double acc = 0, mg = 0;
+      for (int64_t kk = 0; kk < n; kk++) acc += (double)a[i * n + kk] * bb[kk * n + j], mg += fabs((double)a[i * n + kk] * bb[kk * n + j]);
+      if (fabs(acc - y[i * n + j]) > 1e-4 * fabs(acc) + 2e-6 * mg + 1e-5) bad++;
+    }
+    /* a dispatch-only stream, submitted a few times */
+    ok = check_status(vk_stream_begin(s), "bench") &&
+         check_status(vk_stream_dispatch(s, k, b, NULL, src.groups[0], src.groups[1], src.groups[2]), "bench") &&
+         check_status(vk_stream_end(s), "bench");
+    int reps = n >= 1024 ? 2 : 4;
+    double t0 = now();
+    for (int r = 0; r < reps && ok; r++) ok = check_status(vk_submit(g_ctx, &s, 1, &v), "bench") && check_status(vk_wait(g_ctx, v), "bench");
+    double dt = (now() - t0) / reps;
+    g_cases++;
+    if (bad) g_failures++;
+    printf("%s  gemm %lld^3 (%s): %.3f s per run, %.2f GFLOP/s\n", bad ? "FAIL" : "ok  ", (long long)n, src.name, dt,
+           src.flops / dt * 1e-9);
+  }
+  if (s) vk_stream_destroy(g_ctx, s);
+  for (int i = 0; i < 3; i++) vk_buffer_free(g_ctx, b[i]);
+  if (k) vk_kernel_destroy(g_ctx, k);
+  vk_kernel_src_free(&src);
+  free(a), free(bb), free(y);
+}
+
+int main(int argc, char **argv) {
+  bool bench = argc > 1 && !strcmp(argv[1], "--bench");
+  kiln_status_t why = NULL;
+  int n = vk_enumerate(&g_props, 1, &why);
+  if (n <= 0) {
+    printf("SKIP: no Vulkan device: %s\n", why ? kiln_status_message(why) : "(no reason given)");
+    if (why) kiln_status_free(why);
+    return 77;
+  }
+  if (why) kiln_status_free(why);
+  kiln_status_t st = vk_context_create(0, &g_ctx);
+  if (st) {
+    printf("FAIL: vk_context_create on %s: %s\n", g_props.name, kiln_status_message(st));
+    kiln_status_free(st);
+    return 1;
+  }
+  g_dev = g_props = *vk_context_props(g_ctx);
+  printf("device: %s (subgroup %u, shared %u bytes, %u invocations)\n", g_props.name, g_props.subgroup_size,
+         g_props.max_shared_bytes, g_props.max_workgroup_invocations);
+  const char *only = getenv("KILN_TEST_ONLY"); /* matmul, conv, pool, attention, profiles */
+  if (!only || strstr(only, "matmul")) matmul_cases();
+  if (!only || strstr(only, "conv")) conv_cases();
+  if (!only || strstr(only, "pool")) pool_cases();
+  if (!only || strstr(only, "attention")) attention_cases();
+  if (!only || strstr(only, "profiles")) {
+    /* The generators pick tiles by device: run the GPU choices and the
+     * small-device fallbacks here too (both stay within this device's limits). */
+    g_props = g_dev;
+    g_props.type = 2; /* VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU */
+    printf("-- generated as for a discrete GPU\n");
+    profile_cases();
+    g_props = g_dev;
+    g_props.type = 2;
+    g_props.max_workgroup_invocations = 64;
+    g_props.max_workgroup_size[0] = 64;
+    g_props.max_shared_bytes = g_dev.max_shared_bytes < 16384 ? g_dev.max_shared_bytes : 16384;
+    printf("-- generated as for a small device (64 invocations, %u bytes shared)\n", g_props.max_shared_bytes);
+    profile_cases();
+    g_props = g_dev;
+  }
+  if (bench) {
+    bench_gemm(512);
+    bench_gemm(1024);
+  }
+  vk_context_destroy(g_ctx);
+  uint64_t verr = vk_validation_error_count();
+  if (verr) {
+    printf("FAIL: %llu validation errors\n", (unsigned long long)verr);
+    g_failures++;
+  }
+  printf("%d/%d vulkan kernel checks passed\n", g_cases - g_failures, g_cases);
+  return g_failures ? 1 : 0;
+}
+
+#endif
