@@ -9,7 +9,7 @@
  * Thread counts: kiln uses a pool of --threads; OpenBLAS and oneDNN are set
  * with openblas_set_num_threads / omp_set_num_threads (run.sh also sets
  * OPENBLAS_NUM_THREADS and OMP_NUM_THREADS). KILN_GEMM_BLOCKING=mc,kc,nc,
- * KILN_GEMM_SMALL_M=n and KILN_GEMM_DIRECT_B=1|2 override kiln's choices
+ * KILN_GEMM_SMALL_M=n, KILN_GEMM_DIRECT_B=1|2|3 and KILN_GEMM_NO_FULL_K=1 override kiln's choices
  * (tuning aids). --avx2 compares kiln's AVX2 kernel with oneDNN limited to
  * AVX2. "kiln-pk" is kiln with B packed
  * beforehand (weights packed at session creation), not counted in timing.
@@ -149,6 +149,9 @@ int main(int argc, char **argv) {
   if (getenv("KILN_GEMM_SMALL_M")) kiln_gemm_set_small_m(atol(getenv("KILN_GEMM_SMALL_M")));
   /* KILN_GEMM_DIRECT_B=1|2: read B in place / always pack it. */
   if (getenv("KILN_GEMM_DIRECT_B")) kiln_gemm_test_direct_b(atoi(getenv("KILN_GEMM_DIRECT_B")));
+  /* KILN_GEMM_NO_FULL_K=1: with several threads, pack B per k-slice (a
+   * barrier each) instead of for all of K in one phase. */
+  if (getenv("KILN_GEMM_NO_FULL_K")) kiln_gemm_test_no_full_k(atoi(getenv("KILN_GEMM_NO_FULL_K")));
   openblas_set_num_threads(threads);
   /* oneDNN's OpenMP runtime (libgomp, loaded with libdnnl), found at run
    * time so the bench does not link an OpenMP runtime of its own. */

@@ -194,9 +194,11 @@ static void run_kernel_suite(kiln_threadpool *pool, const char *kname) {
   for (int r = 0; r < 20; r++) {
     kiln_gemm_test_direct_a(r % 3);
     kiln_gemm_test_direct_b(r % 4);
+    kiln_gemm_test_no_full_k(r / 10); /* B packed for all of K, then per k-slice */
     gemm_case t = random_case(r < 6 ? 5 : 90, 150, 70);
     run_case(pool, kname, &t);
   }
+  kiln_gemm_test_no_full_k(0);
   kiln_gemm_set_small_m(-1);
   kiln_gemm_test_direct_a(0);
   kiln_gemm_test_direct_b(0);

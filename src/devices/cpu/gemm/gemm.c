@@ -3,7 +3,9 @@
  *
  * The blocked path follows GotoBLAS/BLIS. For each NC-wide panel of B and
  * each KC-deep slice of it, the threads first pack the KC x NC block of B
- * together (strips of NR columns, kept in L2/L3), then each thread takes a
+ * together (strips of NR columns, kept in L2/L3; with several threads the
+ * whole K x NC panel at once, so that one packing phase and one compute
+ * phase cover the panel, with no barrier per k-slice), then each thread takes a
  * range of rows of C (or of strips, when rows are few), packs MC x KC
  * blocks of A (kept in L2) and runs the micro-kernel over NR-wide strips (a
  * KC x NR micro-panel of B stays near L1) and MR-high panels. Packing is
@@ -38,6 +40,10 @@
 #define KILN_GEMM_DIRECT_A_STRIPS_MAX 16
 #define KILN_GEMM_PARTS_PER_THREAD 2
 #define KILN_GEMM_PART_ROWS 256
+/* Multi-threaded, B packed for all of K in one phase when the packed panel
+ * is at most this big and at least this many columns wide (or all of N). */
+#define KILN_GEMM_FULL_K_BYTES ((int64_t)16 << 20)
+#define KILN_GEMM_FULL_K_MIN_COLS 512
 /* Up to this many rows, B is streamed once instead of packed (with a
  * pre-packed B, the blocked path's narrow tiles do as well from 3 rows). */
 #define KILN_GEMM_SMALL_M_PATH 4
@@ -58,6 +64,7 @@ static int64_t g_mc, g_kc, g_nc;         /* blocking overrides for tests */
 static int g_alloc_failure;              /* simulated out-of-memory for tests */
 static int g_direct_a, g_direct_b;       /* tests: 1 reads in place, 2 packs, 0 decides;
                                           * B: 3 reads in place with per-thread packing */
+static int g_no_full_k;                  /* tests: 1 never packs B for all of K */
 static int64_t g_small_m_max = KILN_GEMM_SMALL_M_PATH; /* tests/benches may change these */
 static int64_t g_small_m_packed_max = KILN_GEMM_SMALL_M_PACKED;
 
@@ -126,6 +133,7 @@ void kiln_gemm_set_blocking(int64_t mc, int64_t kc, int64_t nc) {
 void kiln_gemm_test_alloc_failure(int mode) { g_alloc_failure = mode; }
 void kiln_gemm_test_direct_a(int mode) { g_direct_a = mode; }
 void kiln_gemm_test_direct_b(int mode) { g_direct_b = mode; }
+void kiln_gemm_test_no_full_k(int mode) { g_no_full_k = mode; }
 void kiln_gemm_set_small_m(int64_t max_m) {
   g_small_m_max = max_m >= 0 ? max_m : KILN_GEMM_SMALL_M_PATH;
   g_small_m_packed_max = max_m >= 0 ? max_m : KILN_GEMM_SMALL_M_PACKED;
@@ -543,8 +551,21 @@ static void blocked(kiln_threadpool *pool, const kiln_sgemm_args *g, const kiln_
   job.direct_b = !bp && !g->trans_b && (g_direct_b ? g_direct_b != 2 : one_block || b_small);
   job.local_pack_b = g_direct_b != 1;
   job.buf_floats = round_up(mc * kc, 16) + kc * nr;
+  /* With several threads, B is packed for all of K at once (up to
+   * KILN_GEMM_FULL_K_BYTES; narrower panels beyond), so each panel takes one
+   * packing phase and one compute phase: no barrier between k-slices, and
+   * the compute phase's pieces are independent (a thread that the OS
+   * deschedules holds up only the piece it has claimed). */
+  bool full_k = false;
+  if (!bp && !job.direct_b && threads > 1 && !g_no_full_k) {
+    int64_t nc_full = KILN_GEMM_FULL_K_BYTES / (g->k * (int64_t)sizeof(float)) / nr * nr;
+    if (nc_full >= min64(round_up(g->n, nr), KILN_GEMM_FULL_K_MIN_COLS)) {
+      full_k = true;
+      nc = min64(nc, nc_full);
+    }
+  }
   size_t bufs_bytes = (size_t)(job.buf_floats * threads) * sizeof(float);
-  size_t b_bytes = bp || job.direct_b ? 0 : (size_t)(kc * nc) * sizeof(float);
+  size_t b_bytes = bp || job.direct_b ? 0 : (size_t)((full_k ? g->k : kc) * nc) * sizeof(float);
   char *mem = aligned_buffer(bufs_bytes + b_bytes);
   if (!mem) {
     rows_job rj = {.g = g, .bp = bp, .nr = nr};
@@ -573,10 +594,18 @@ static void blocked(kiln_threadpool *pool, const kiln_sgemm_args *g, const kiln_
     job.direct_a = g_direct_a ? g_direct_a == 1
                               : strips_per_thread <= KILN_GEMM_DIRECT_A_STRIPS ||
                                     (strips_per_thread <= KILN_GEMM_DIRECT_A_STRIPS_MAX && (g->lda * 4) % 4096 != 0);
-    if (bp || job.direct_b) {
-      /* B needs no packing phase: one parallel region for the panel. */
-      if (bp) {
-        job.b_panel = bp + j0 * g->k; /* j0 is a multiple of NR */
+    if (full_k) {
+      job.pack_p0 = 0;
+      job.pack_kb = g->k;
+      job.strip_stride = g->k * nr;
+      job.next_unit = 0;
+      run_parallel(pool, threads, 1, pack_b_task, &job);
+    }
+    if (bp || job.direct_b || full_k) {
+      /* B needs no packing phase (or was packed for all of K): one parallel
+       * region for the panel. */
+      if (bp || full_k) {
+        job.b_panel = bp ? bp + j0 * g->k : job.b_buf; /* j0 is a multiple of NR */
         job.strip_stride = g->k * nr;
         job.bs = nr;
       } else {

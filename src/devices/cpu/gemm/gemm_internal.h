@@ -93,6 +93,10 @@ void kiln_gemm_test_direct_a(int mode);
  * 1 in place only, 2 packed in a shared phase, 3 in place with each thread
  * packing the micro-panels it reuses, 0 decides. */
 void kiln_gemm_test_direct_b(int mode);
+/* For tests: 1 keeps the multi-threaded blocked path from packing B for
+ * all of K at once (it then packs a KC x NC block per k-slice, with a
+ * barrier each), 0 lets it decide by size. */
+void kiln_gemm_test_no_full_k(int mode);
 /* For tests and benches: the most rows that take the small-M path, with
  * and without a packed B (-1: the defaults). */
 void kiln_gemm_set_small_m(int64_t max_m);

@@ -117,12 +117,6 @@ const kiln_gemm_kernel kiln_gemm_kernel_avx2 = {
 };
 
 #else
-/* The small-M kernels, 8 floats per vector, strips of 16 columns. */
-#define SMALL_FN(name) avx2_##name
-#define SMALL_ATTR KILN_AVX2
-#define SMALL_W 8
-#define SMALL_NR NR
-#include "devices/cpu/gemm/gemm_small_impl.h"
-
+/* Not an x86-64 GCC/clang build: no AVX2 kernel (a NULL name tells the driver). */
 const kiln_gemm_kernel kiln_gemm_kernel_avx2 = {0};
 #endif

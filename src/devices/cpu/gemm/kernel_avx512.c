@@ -155,12 +155,108 @@ static KILN_AVX512 inline ALWAYS_INLINE void tile(const int R, const int COPY, i
   for (int i = 0; i < R; i++) store_row(c + i * ldc, acc0[i], acc1[i], nr, st, i);
 }
 
+/* The hot case in assembly: all 14 rows, A packed (csa == MR), B packed
+ * (bs == NR), no copy of B. Written out because compilers spill
+ * accumulators of the C version of this loop (28 accumulators, two B
+ * vectors and the broadcast need all 32 zmm registers). zmm0..27 hold the
+ * tile (row i in zmm 2i, 2i+1), zmm28/29 the B row, zmm30/31 alternate as
+ * the broadcast A value. Eight k steps per iteration, each prefetching B
+ * 8 steps ahead; seven prefetches per iteration cover the 448 bytes of A it
+ * consumes, 18 steps ahead; the first 14 iterations prefetch one row of C
+ * each into L2. The sums go to out (14 x 32, rows 32 floats apart). */
+#define ASM_ROW(J, I, T, Z0, Z1)                                                \
+  "vbroadcastss 56*" #J "+4*" #I "(%[a]), %%zmm" #T "\n\t"                      \
+  "vfmadd231ps %%zmm28, %%zmm" #T ", %%zmm" #Z0 "\n\t"                          \
+  "vfmadd231ps %%zmm29, %%zmm" #T ", %%zmm" #Z1 "\n\t"
+#define ASM_STEP(J)                                                             \
+  "vmovups 128*" #J "(%[b]), %%zmm28\n\t"                                       \
+  "vmovups 128*" #J "+64(%[b]), %%zmm29\n\t"                                    \
+  ASM_ROW(J, 0, 30, 0, 1) ASM_ROW(J, 1, 31, 2, 3) ASM_ROW(J, 2, 30, 4, 5)        \
+  ASM_ROW(J, 3, 31, 6, 7) ASM_ROW(J, 4, 30, 8, 9) ASM_ROW(J, 5, 31, 10, 11)      \
+  ASM_ROW(J, 6, 30, 12, 13) ASM_ROW(J, 7, 31, 14, 15) ASM_ROW(J, 8, 30, 16, 17)  \
+  ASM_ROW(J, 9, 31, 18, 19) ASM_ROW(J, 10, 30, 20, 21)                           \
+  ASM_ROW(J, 11, 31, 22, 23) ASM_ROW(J, 12, 30, 24, 25)                          \
+  ASM_ROW(J, 13, 31, 26, 27)
+#ifndef ASM_PFB_DIST
+#define ASM_PFB_DIST "1024"
+#endif
+#ifndef ASM_PFA_DIST
+#define ASM_PFA_DIST "1024"
+#endif
+#define ASM_PF_B(J) "prefetcht0 " ASM_PFB_DIST "+128*" #J "(%[b])\n\tprefetcht0 " ASM_PFB_DIST "+128*" #J "+64(%[b])\n\t"
+#define ASM_PF_A(J) "prefetcht0 " ASM_PFA_DIST "+64*" #J "(%[a])\n\t"
+#define ASM_ZERO(Z) "vpxord %%zmm" #Z ", %%zmm" #Z ", %%zmm" #Z "\n\t"
+#define ASM_OUT(Z) "vmovups %%zmm" #Z ", 64*" #Z "(%[out])\n\t"
+
+static KILN_AVX512 void tile14_packed(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                                      float *out) {
+  int64_t n8 = kc / 8, rem = kc % 8, crows = MR, ldcb = ldc * (int64_t)sizeof(float);
+  __asm__ volatile(
+      ASM_ZERO(0) ASM_ZERO(1) ASM_ZERO(2) ASM_ZERO(3) ASM_ZERO(4) ASM_ZERO(5) ASM_ZERO(6) ASM_ZERO(7)
+      ASM_ZERO(8) ASM_ZERO(9) ASM_ZERO(10) ASM_ZERO(11) ASM_ZERO(12) ASM_ZERO(13) ASM_ZERO(14)
+      ASM_ZERO(15) ASM_ZERO(16) ASM_ZERO(17) ASM_ZERO(18) ASM_ZERO(19) ASM_ZERO(20) ASM_ZERO(21)
+      ASM_ZERO(22) ASM_ZERO(23) ASM_ZERO(24) ASM_ZERO(25) ASM_ZERO(26) ASM_ZERO(27)
+      "test %[n8], %[n8]\n\t"
+      "jz 2f\n\t"
+      "1:\n\t"
+      "test %[crows], %[crows]\n\t"
+      "jz 5f\n\t"
+      "prefetcht1 (%[c])\n\t"
+      "prefetcht1 124(%[c])\n\t"
+      "add %[ldcb], %[c]\n\t"
+      "dec %[crows]\n\t"
+      "5:\n\t"
+      ASM_PF_B(0) ASM_PF_A(0) ASM_STEP(0)
+      ASM_PF_B(1) ASM_PF_A(1) ASM_STEP(1)
+      ASM_PF_B(2) ASM_PF_A(2) ASM_STEP(2)
+      ASM_PF_B(3) ASM_PF_A(3) ASM_STEP(3)
+      ASM_PF_B(4) ASM_PF_A(4) ASM_STEP(4)
+      ASM_PF_B(5) ASM_PF_A(5) ASM_STEP(5)
+      ASM_PF_B(6) ASM_PF_A(6) ASM_STEP(6)
+      ASM_PF_B(7) ASM_STEP(7)
+      "add $448, %[a]\n\t"
+      "add $1024, %[b]\n\t"
+      "dec %[n8]\n\t"
+      "jnz 1b\n\t"
+      "2:\n\t"
+      "test %[rem], %[rem]\n\t"
+      "jz 4f\n\t"
+      "3:\n\t"
+      ASM_STEP(0)
+      "add $56, %[a]\n\t"
+      "add $128, %[b]\n\t"
+      "dec %[rem]\n\t"
+      "jnz 3b\n\t"
+      "4:\n\t"
+      ASM_OUT(0) ASM_OUT(1) ASM_OUT(2) ASM_OUT(3) ASM_OUT(4) ASM_OUT(5) ASM_OUT(6) ASM_OUT(7)
+      ASM_OUT(8) ASM_OUT(9) ASM_OUT(10) ASM_OUT(11) ASM_OUT(12) ASM_OUT(13) ASM_OUT(14) ASM_OUT(15)
+      ASM_OUT(16) ASM_OUT(17) ASM_OUT(18) ASM_OUT(19) ASM_OUT(20) ASM_OUT(21) ASM_OUT(22) ASM_OUT(23)
+      ASM_OUT(24) ASM_OUT(25) ASM_OUT(26) ASM_OUT(27)
+      : [a] "+r"(a), [b] "+r"(b), [c] "+r"(c), [n8] "+r"(n8), [rem] "+r"(rem), [crows] "+r"(crows)
+      : [ldcb] "r"(ldcb), [out] "r"(out)
+      : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
+        "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22",
+        "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31");
+}
+#undef ASM_ROW
+#undef ASM_STEP
+#undef ASM_PF_B
+#undef ASM_PF_A
+#undef ASM_ZERO
+#undef ASM_OUT
+
 static KILN_AVX512 void micro(int64_t kc, const float *a, int64_t rsa, int64_t csa, const float *bp, int64_t bs,
                               float *c, int64_t ldc, int mr, int nr, const kiln_gemm_store *st) {
   /* The first panel of A over a micro-panel of B read in place also packs
    * it for the panels after it (see kiln_gemm_store.b_copy). */
   if (st->b_copy && mr == MR) {
     tile(MR, 1, kc, a, rsa, csa, bp, bs, c, ldc, nr, st);
+    return;
+  }
+  if (mr == MR && rsa == 1 && csa == MR && bs == NR) {
+    float sums[MR * NR] __attribute__((aligned(64)));
+    tile14_packed(kc, a, bp, c, ldc, sums);
+    for (int i = 0; i < MR; i++) store_row(c + i * ldc, _mm512_load_ps(sums + i * NR), _mm512_load_ps(sums + i * NR + 16), nr, st, i);
     return;
   }
   switch (mr) {
@@ -481,109 +577,6 @@ const kiln_gemm_kernel kiln_gemm_kernel_avx512 = {
 };
 
 #else
-/* ---- packing ------------------------------------------------------------ */
-
-/* In-register transpose of a 16 x 16 block: o[j][i] = r[i][j]. */
-static KILN_AVX512 inline __attribute__((always_inline)) void transpose16(const __m512 r[16], __m512 o[16]) {
-  __m512 t[16], u[16];
-  for (int i = 0; i < 8; i++) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int g = 0; g < 4; g++) {
-    __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
-    __m512d c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
-    u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-    u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-    u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-    u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-  }
-  /* u[4g+q], 128-bit lane L, holds column 4L+q of rows 4g..4g+3. */
-  for (int q = 0; q < 4; q++) {
-    __m512 w0 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0x88), w1 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0xdd);
-    __m512 w2 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0x88);
-    __m512 w3 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0xdd);
-    o[0 + q] = _mm512_shuffle_f32x4(w0, w2, 0x88);
-    o[8 + q] = _mm512_shuffle_f32x4(w0, w2, 0xdd);
-    o[4 + q] = _mm512_shuffle_f32x4(w1, w3, 0x88);
-    o[12 + q] = _mm512_shuffle_f32x4(w1, w3, 0xdd);
-  }
-}
-
-static KILN_AVX512 void pack_a(bool trans_a, const float *a, int64_t lda, int64_t i0, int64_t mb, int64_t p0,
-                               int64_t kb, int mr, float *out) {
-  const __mmask16 row_mask = (__mmask16)((1u << MR) - 1u);
-  for (int64_t q = 0; q < mb; q += MR) {
-    int rows = (int)(mb - q < MR ? mb - q : MR);
-    float *dst = out + q * kb;
-    if (trans_a) {
-      /* Each k step is a contiguous run of rows. */
-      const float *src = a + p0 * lda + i0 + q;
-      __mmask16 m = tail_mask(rows);
-      for (int64_t p = 0; p < kb; p++)
-        _mm512_mask_storeu_ps(dst + p * MR, row_mask, _mm512_maskz_loadu_ps(m, src + p * lda));
-      continue;
-    }
-    const float *src = a + (i0 + q) * lda + p0;
-    for (int64_t p = 0; p < kb; p += 16) {
-      int w = (int)(kb - p < 16 ? kb - p : 16);
-      __mmask16 m = tail_mask(w);
-      __m512 r[16], o[16];
-      for (int i = 0; i < 16; i++) r[i] = i < rows ? _mm512_maskz_loadu_ps(m, src + i * lda + p) : _mm512_setzero_ps();
-      transpose16(r, o);
-      if (w == 16) {
-        for (int c = 0; c < 16; c++) _mm512_mask_storeu_ps(dst + (p + c) * MR, row_mask, o[c]);
-      } else {
-        for (int c = 0; c < w; c++) _mm512_mask_storeu_ps(dst + (p + c) * MR, row_mask, o[c]);
-      }
-    }
-  }
-}
-
-static KILN_AVX512 void pack_b(bool trans_b, const float *b, int64_t ldb, int64_t p0, int64_t kb, int64_t j0,
-                               int64_t nb, int nr, float *out, int64_t strip_stride) {
-  if (!trans_b) {
-    /* Row by row, so that B is read sequentially (one long run per row
-     * instead of a 128-byte piece of every row per strip). */
-    int64_t full = nb / NR, rest = nb - full * NR;
-    __mmask16 m0 = tail_mask(rest), m1 = tail_mask(rest - 16);
-    for (int64_t p = 0; p < kb; p++) {
-      const float *src = b + (p0 + p) * ldb + j0;
-      float *dst = out + p * NR;
-      for (int64_t s = 0; s < full; s++) {
-        _mm512_store_ps(dst + s * strip_stride, _mm512_loadu_ps(src + s * NR));
-        _mm512_store_ps(dst + s * strip_stride + 16, _mm512_loadu_ps(src + s * NR + 16));
-      }
-      if (rest) {
-        _mm512_store_ps(dst + full * strip_stride, _mm512_maskz_loadu_ps(m0, src + full * NR));
-        _mm512_store_ps(dst + full * strip_stride + 16, _mm512_maskz_loadu_ps(m1, src + full * NR + 16));
-      }
-    }
-    return;
-  }
-  for (int64_t s = 0; s * NR < nb; s++) {
-    int64_t j = j0 + s * NR;
-    int cols = (int)(nb - s * NR < NR ? nb - s * NR : NR);
-    float *dst = out + s * strip_stride;
-    /* Columns of op(B) are rows of b: transpose 16 x 16 blocks. */
-    const float *src = b + j * ldb + p0;
-    for (int64_t p = 0; p < kb; p += 16) {
-      int w = (int)(kb - p < 16 ? kb - p : 16);
-      __mmask16 m = tail_mask(w);
-      for (int half = 0; half < 2; half++) {
-        __m512 r[16], o[16];
-        for (int i = 0; i < 16; i++) {
-          int c = half * 16 + i;
-          r[i] = c < cols ? _mm512_maskz_loadu_ps(m, src + c * ldb + p) : _mm512_setzero_ps();
-        }
-        transpose16(r, o);
-        for (int c = 0; c < w; c++) _mm512_store_ps(dst + (p + c) * NR + half * 16, o[c]);
-      }
-    }
-  }
-}
-
-const kiln_gemm_kernel kiln_gemm_kernel_avx512 = {
-    .pack_a = pack_a,
-    .pack_b = pack_b,0};
+/* Not an x86-64 GCC/clang build: no AVX-512 kernel (a NULL name tells the driver). */
+const kiln_gemm_kernel kiln_gemm_kernel_avx512 = {0};
 #endif
