@@ -162,9 +162,16 @@ const char *kiln_device_description(int index);
 
 /* ---- sessions -------------------------------------------------------------- */
 
+typedef enum kiln_precision {
+  KILN_PRECISION_FP32 = 0, /* float tensors computed in fp32 (the default) */
+  KILN_PRECISION_FP16 = 1, /* GPUs with fp16 support keep float tensors in fp16 (storage, and arithmetic where
+                              safe; sums accumulate in fp32); other devices ignore it and compute in fp32 */
+} kiln_precision;
+
 typedef struct kiln_session_options {
   const char *device; /* NULL: the default device ("cpu" when a C compiler is found, else "ref"); borrowed */
   int threads;        /* 0 = default */
+  kiln_precision precision;
 } kiln_session_options;
 
 kiln_session_options kiln_session_options_default(void);

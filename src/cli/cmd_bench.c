@@ -21,7 +21,7 @@
 static const char *bench_help =
     "usage: kiln bench MODEL.onnx [--device D] [--threads N] [--warmup W] [--iterations K]\n"
     "                  [--input NAME=FILE.npy]... [--dim NAME=VALUE]... [--seed S]\n"
-    "                  [--profile] [--top T] [--json]\n"
+    "                  [--profile] [--top T] [--json] [--fp16]\n"
     "\n"
     "Times the model: W warm-up runs (default 3), then K timed runs (default 20),\n"
     "and prints the median, p10, p90, min, max and mean latency, the throughput\n"
@@ -36,7 +36,8 @@ static const char *bench_help =
     "           T slowest nodes are listed (--top, default 40; 0 = all).\n"
     "--json     one JSON object on stdout instead of the text report (raw per-run\n"
     "           latencies included, and the profile when asked for).\n"
-    "--threads  threads for the device (0 = the device's default).\n";
+    "--threads  threads for the device (0 = the device's default).\n"
+    "--fp16     fp16 precision (GPUs with fp16 support keep float tensors in fp16).\n";
 
 /* ---- shared input binding --------------------------------------------- */
 
@@ -529,7 +530,7 @@ static void json_num(FILE *f, double v) {
 typedef struct bench_opts {
   const char *model_path, *device;
   int threads, warmup, iterations, top;
-  bool profile, json;
+  bool profile, json, fp16;
 } bench_opts;
 
 static bool parse_int_opt(const char *name, const char *v, int lo, int *out) {
@@ -566,6 +567,8 @@ int kiln_cmd_bench(int argc, char **argv) {
     if (r > 0) continue;
     if (!strcmp(a, "--profile")) {
       o.profile = true;
+    } else if (!strcmp(a, "--fp16")) {
+      o.fp16 = true;
     } else if (!strcmp(a, "--json")) {
       o.json = true;
     } else if (!strcmp(a, "--device") || !strcmp(a, "--threads") || !strcmp(a, "--warmup") ||
@@ -611,6 +614,7 @@ int kiln_cmd_bench(int argc, char **argv) {
   kiln_session_options so = kiln_session_options_default();
   if (o.device) so.device = o.device;
   so.threads = o.threads;
+  if (o.fp16) so.precision = KILN_PRECISION_FP16;
   const char *device = so.device ? so.device : "default";
 
   double t0 = kiln_cli_now();

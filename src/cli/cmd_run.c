@@ -6,10 +6,11 @@
 #include "tensor/npy.h"
 
 static const char *run_help =
-    "usage: kiln run MODEL.onnx [--device D] [--threads N] [--input NAME=FILE.npy]... [--output-dir DIR]\n"
+    "usage: kiln run MODEL.onnx [--device D] [--threads N] [--fp16] [--input NAME=FILE.npy]... [--output-dir DIR]\n"
     "\n"
     "Runs the model on device D (default: cpu when a C compiler is found, else\n"
-    "ref) with N threads (default: the number of physical cores). Inputs are\n"
+    "ref) with N threads (default: the number of physical cores); --fp16 keeps\n"
+    "float tensors in fp16 on GPUs that support it. Inputs are\n"
     "bound by graph-input name (a .npz file gives a sequence input, its arrays\n"
     "in order; an omitted optional input is empty).\n"
     "With --output-dir the\n"
@@ -63,12 +64,15 @@ int kiln_cmd_run(int argc, char **argv) {
   }
   const char *model_path = NULL, *device = NULL, *out_dir = NULL; /* NULL: the default device */
   int threads = 0;                                                  /* 0: physical cores */
+  bool fp16 = false;
   const char *in_names[256];
   const char *in_files[256];
   int n_in = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (!strcmp(a, "--threads")) {
+    if (!strcmp(a, "--fp16")) {
+      fp16 = true;
+    } else if (!strcmp(a, "--threads")) {
       if (i + 1 >= argc || atoi(argv[i + 1]) < 1) return kiln_cli_failf("--threads needs a positive number");
       threads = atoi(argv[++i]);
     } else if (!strcmp(a, "--device") || !strcmp(a, "--input") || !strcmp(a, "--output-dir")) {
@@ -107,6 +111,7 @@ int kiln_cmd_run(int argc, char **argv) {
     kiln_session_options so = kiln_session_options_default();
     so.device = device;
     so.threads = threads;
+    if (fp16) so.precision = KILN_PRECISION_FP16;
     st = kiln_session_create(model, &so, &sess);
   }
   for (int i = 0; i < n_in && !st; i++) {

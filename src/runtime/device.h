@@ -134,6 +134,7 @@ typedef struct kiln_device_vtable {
 
 typedef struct kiln_prepare_options {
   int threads; /* 0 = the number of physical cores */
+  bool fp16;   /* keep float tensors in fp16 where the device supports it (KILN_PRECISION_FP16) */
 } kiln_prepare_options;
 
 struct kiln_device {

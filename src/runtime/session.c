@@ -8,7 +8,7 @@
 #include <stdio.h>
 
 kiln_session_options kiln_session_options_default(void) {
-  kiln_session_options o = {NULL, 0}; /* NULL: the default device (cpu when a C compiler exists, else ref) */
+  kiln_session_options o = {NULL, 0, KILN_PRECISION_FP32}; /* NULL: the default device (cpu if a C compiler exists, else ref) */
   return o;
 }
 
@@ -82,6 +82,7 @@ kiln_status_t kiln_session_create(const kiln_model *model, const kiln_session_op
   s->model = model;
   s->devices[s->n_devices++] = dev;
   s->threads = opts.threads;
+  s->precision = opts.precision;
   *out_session = s;
   return NULL;
 }
@@ -177,7 +178,7 @@ kiln_status_t kiln_session_specialize(kiln_session *s, kiln_value *const *bound,
       drop_specialization(s);
       return kiln_status_annotate(st, "optimizing the graph");
     }
-    kiln_prepare_options po = {s->threads};
+    kiln_prepare_options po = {s->threads, s->precision == KILN_PRECISION_FP16};
     st = dev->vt->prepare(dev, spec, &po, &s->exec);
     if (st && kiln_status_code_of(st) == KILN_UNSUPPORTED) {
       /* The whole graph runs on the interpreter (ref kernels) instead. */

@@ -32,6 +32,7 @@ struct kiln_session {
   struct kiln_executable *exec;
   char fallback_reason[256]; /* why a compiling device interprets instead, or "" */
   int threads;
+  kiln_precision precision;
 };
 
 /* The specialized graph for these bound inputs (one per graph input, NULL

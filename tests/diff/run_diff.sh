@@ -10,7 +10,7 @@
 #     non-contiguous (transposed, strided, reversed) inputs; each model must
 #     be compiled with no node left to ref (--fail-on-fallback), except the
 #     mixed_* ones, which put ref steps between compiled ones on purpose;
-#   - KILN_DIFF_COUNT (default 200) random graphs (tests/diff/gen_random_graphs.py)
+#   - KILN_DIFF_COUNT (default 200; at least KILN_DIFF_MIN_RANDOM, default 200) random graphs (tests/diff/gen_random_graphs.py)
 #     with seed KILN_DIFF_SEED (default: from the time; printed),
 # and runs kiln_diff over them (cpu vs ref, rtol 1e-3, atol 1e-4). Fails on
 # any mismatch, on a generator failure, or if fewer than 200 random graphs
@@ -34,7 +34,10 @@ count=${KILN_DIFF_COUNT:-200}
 jobs=${KILN_DIFF_JOBS:-2}
 seed=${KILN_DIFF_SEED:-$(( $(date +%s) % 1000000 ))}
 device=${KILN_DIFF_DEVICE:-cpu}
-min_random=200
+# The issue's bar is 200 random graphs per run for cpu; a slower device (the
+# Vulkan one on lavapipe compiles every shader through glslc and LLVM) may
+# run fewer (KILN_DIFF_COUNT) with KILN_DIFF_MIN_RANDOM set to match.
+min_random=${KILN_DIFF_MIN_RANDOM:-200}
 export KILN_CACHE_DIR=${KILN_CACHE_DIR:-$(cd "$(dirname "$bin")" && pwd)/kiln_diff_cache}
 
 if ! "$py" -c 'import onnx, numpy' > /dev/null 2>&1; then

@@ -12,6 +12,7 @@
 #include "passes/memory_plan.h"
 #include "passes/passes.h"
 #include "runtime/executor.h"
+#include "tensor/dtype.h"
 
 typedef enum vs_kind {
   VS_KERNEL,    /* a generated, fused kernel (GLSL from codegen) */
@@ -81,6 +82,10 @@ struct kiln_executable {
   int n_flushes;
   vk_stream *pre, *post;  /* one-shot streams, re-recorded per run; owned */
   int n_kernels, n_ref, n_fused_nodes, n_contract;
+  bool fp16;              /* f32 values live on the device as IEEE half (KILN_PRECISION_FP16) */
+  /* Readbacks of fp16 values land in half buffers, converted after the wait. */
+  struct vs_pending { uint16_t *half; float *dst; int64_t n; } *pending;
+  int n_pending, cap_pending;
   /* Counted for `kiln bench --profile`: the last run's submissions. */
   int last_submissions, last_command_buffers, last_dispatches;
 };
@@ -88,6 +93,12 @@ struct kiln_executable {
 /* ---- claims ------------------------------------------------------------------ */
 
 static int64_t numel_of(const kiln_graph *g, int v) { return kiln_type_numel(&g->values[v].type); }
+
+static kiln_status_t upload_value(struct kiln_executable *x, vk_stream *s, int v, const void *src);
+
+/* The shader generators' fp16 mode is being written: until then fp16 sessions
+ * compute in fp32. */
+#define VS_FP16_KERNELS 0
 
 #define VS_MAX_ELEMS ((int64_t)1 << 31)
 
@@ -342,6 +353,8 @@ void vk_plan_free(kiln_device *dev, struct kiln_executable *x) {
     free(x->flushes[i].down);
   }
   free(x->flushes);
+  for (int i = 0; i < x->n_pending; i++) free(x->pending[i].half);
+  free(x->pending);
   free(x->kinds);
   free(x->alias_of);
   free(x);
@@ -483,6 +496,17 @@ static size_t value_bytes(const kiln_graph *g, int v) {
   return (size_t)numel_of(g, v) * kiln_dtype_size(g->values[v].type.dtype);
 }
 
+/* Bytes of a value on the device: f32 values are half in fp16 mode; sizes
+ * round up to 4 bytes (shaders address 16-bit data through 32-bit words). */
+static bool is_half(const struct kiln_executable *x, int v) {
+  return x->fp16 && x->g->values[v].type.dtype == KILN_DTYPE_F32;
+}
+
+static size_t device_bytes(const struct kiln_executable *x, int v) {
+  size_t b = is_half(x, v) ? (size_t)numel_of(x->g, v) * 2 : value_bytes(x->g, v);
+  return (b + 3) & ~(size_t)3;
+}
+
 static bool is_arena_kind(vs_value_kind k) { return k == VV_DEVICE || k == VV_HOSTDEV; }
 
 /* The arena: every VV_DEVICE / VV_HOSTDEV value, placed by liveness. A
@@ -506,7 +530,7 @@ static kiln_status_t plan_memory(struct kiln_executable *x, const int *first_hos
     buf_of[v] = -1;
     if (!is_arena_kind(x->kinds[v])) continue;
     value_of[nb] = v;
-    bufs[nb] = (kiln_mem_buffer){(int64_t)value_bytes(g, v), align, -1, -1, -1};
+    bufs[nb] = (kiln_mem_buffer){(int64_t)device_bytes(x, v), align, -1, -1, -1};
     buf_of[v] = nb++;
   }
   for (int i = 0; i < x->n_steps; i++) {
@@ -712,6 +736,7 @@ kiln_status_t vk_plan_prepare(kiln_device *dev, const kiln_graph *g, const kiln_
     x->g = g;
     x->dev = d;
     x->ctx = ctx;
+    x->fp16 = VS_FP16_KERNELS && opts && opts->fp16 && d->props.fp16;
     x->kinds = calloc((size_t)nv + 1, sizeof *x->kinds);
     x->buf = calloc((size_t)nv + 1, sizeof *x->buf);
     x->buf_is_view = calloc((size_t)nv + 1, sizeof *x->buf_is_view);
@@ -835,12 +860,12 @@ kiln_status_t vk_plan_prepare(kiln_device *dev, const kiln_graph *g, const kiln_
     if (!st) st = vk_stream_begin(up);
     for (int v = 0; v < nv && !st; v++) {
       if (x->kinds[v] != VV_CONST && x->kinds[v] != VV_INPUT) continue;
-      size_t bytes = value_bytes(g, v);
-      if (!bytes) continue;
+      size_t bytes = device_bytes(x, v);
+      if (!value_bytes(g, v)) continue;
       st = vk_buffer_alloc(ctx, VK_MEM_DEVICE, bytes, &x->buf[v]);
       if (!st && x->kinds[v] == VV_CONST) {
         x->weight_bytes += bytes;
-        st = vk_stream_upload(up, x->buf[v], 0, g->values[v].constant->data, bytes);
+        st = upload_value(x, up, v, g->values[v].constant->data);
       }
     }
     if (!st) st = vk_stream_end(up);
@@ -891,6 +916,23 @@ static kiln_status_t host_value_of(struct kiln_executable *x, int v, kiln_value 
   return NULL;
 }
 
+/* Records the upload of value v's host data (converted to half in fp16 mode;
+ * the ring copies the bytes at once, so the temporary goes right away). */
+static kiln_status_t upload_value(struct kiln_executable *x, vk_stream *s, int v, const void *src) {
+  size_t bytes = value_bytes(x->g, v);
+  if (!bytes) return NULL;
+  if (!is_half(x, v)) return vk_stream_upload(s, binding_of(x, v), 0, src, bytes);
+  int64_t n = numel_of(x->g, v);
+  size_t hb = device_bytes(x, v);
+  uint16_t *half = calloc(1, hb);
+  if (!half) return KILN_OOM();
+  const float *f = src;
+  for (int64_t i = 0; i < n; i++) half[i] = kiln_f32_to_f16(f[i]);
+  kiln_status_t st = vk_stream_upload(s, binding_of(x, v), 0, half, hb);
+  free(half);
+  return st;
+}
+
 /* Records the uploads of `ups` into s. */
 static kiln_status_t record_uploads(struct kiln_executable *x, vk_stream *s, const int *ups, int n,
                                     kiln_value *const *inputs_by_value) {
@@ -903,7 +945,7 @@ static kiln_status_t record_uploads(struct kiln_executable *x, vk_stream *s, con
                       : x->g->values[v].constant ? x->g->values[v].constant->data
                                                   : NULL;
     if (!src) return kiln_error(KILN_INTERNAL, "no host data to upload for value '%s'", x->g->values[v].name);
-    KILN_TRY(vk_stream_upload(s, binding_of(x, v), 0, src, bytes));
+    KILN_TRY(upload_value(x, s, v, src));
   }
   return NULL;
 }
@@ -920,7 +962,23 @@ static kiln_status_t record_readbacks(struct kiln_executable *x, vk_stream *s, c
     host[v] = NULL;
     KILN_TRY(kiln_value_from_tensor(tt, &host[v]));
     size_t bytes = kiln_tensor_nbytes(tt);
-    if (bytes) KILN_TRY(vk_stream_readback(s, tt->data, binding_of(x, v), 0, bytes));
+    if (!bytes) continue;
+    if (!is_half(x, v)) {
+      KILN_TRY(vk_stream_readback(s, tt->data, binding_of(x, v), 0, bytes));
+      continue;
+    }
+    if (x->n_pending == x->cap_pending) {
+      int cap = x->cap_pending ? 2 * x->cap_pending : 16;
+      struct vs_pending *p = realloc(x->pending, (size_t)cap * sizeof *p);
+      if (!p) return KILN_OOM();
+      x->pending = p;
+      x->cap_pending = cap;
+    }
+    size_t hb = device_bytes(x, v);
+    uint16_t *half = malloc(hb);
+    if (!half) return KILN_OOM();
+    x->pending[x->n_pending++] = (struct vs_pending){half, tt->data, tt->numel};
+    KILN_TRY(vk_stream_readback(s, half, binding_of(x, v), 0, hb));
   }
   return NULL;
 }
@@ -953,7 +1011,15 @@ static kiln_status_t submit_and_wait(struct kiln_executable *x, vk_stream *const
   x->last_submissions++;
   x->last_command_buffers += n;
   for (int i = 0; i < n; i++) x->last_dispatches += vk_stream_dispatch_count(streams[i]);
-  return vk_wait(x->ctx, value);
+  kiln_status_t st = vk_wait(x->ctx, value);
+  for (int i = 0; i < x->n_pending; i++) {
+    struct vs_pending *p = &x->pending[i];
+    if (!st)
+      for (int64_t k = 0; k < p->n; k++) p->dst[k] = kiln_f16_to_f32(p->half[k]);
+    free(p->half);
+  }
+  x->n_pending = 0;
+  return st;
 }
 
 /* One submission per step, each output read back and observed: what
