@@ -22,5 +22,7 @@ int kiln_cmd_devices(int argc, char **argv) {
            info.features & KILN_DEVICE_FEATURE_INT8_DOT ? " int8-dot" : "",
            info.features & KILN_DEVICE_FEATURE_COOPERATIVE_MATRIX ? " cooperative-matrix" : "");
   }
+  const char *why = kiln_device_vulkan_absent_reason();
+  if (why) printf("%-10s absent: %s\n", "vulkan", why);
   return 0;
 }

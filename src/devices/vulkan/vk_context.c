@@ -227,7 +227,9 @@ static double env_timeout(void) {
     double t = strtod(v, &end);
     if (end != v && t > 0) return t;
   }
-  return 60.0;
+  /* Generous: a software driver (lavapipe) on a loaded machine can take
+   * minutes over a first run; a real hang still ends in an error. */
+  return 300.0;
 }
 
 kiln_status_t vk_context_create(int index, vk_context **out) {

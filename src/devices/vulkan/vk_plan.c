@@ -1012,6 +1012,7 @@ static kiln_status_t submit_and_wait(struct kiln_executable *x, vk_stream *const
   x->last_command_buffers += n;
   for (int i = 0; i < n; i++) x->last_dispatches += vk_stream_dispatch_count(streams[i]);
   kiln_status_t st = vk_wait(x->ctx, value);
+  if (st) vk_cancel_readbacks(x->ctx, value); /* the host tensors they target are freed on this error path */
   for (int i = 0; i < x->n_pending; i++) {
     struct vs_pending *p = &x->pending[i];
     if (!st)

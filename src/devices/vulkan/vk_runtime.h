@@ -158,6 +158,10 @@ kiln_status_t vk_submit(vk_context *ctx, vk_stream *const *streams, int n, uint6
  * finished submissions). Device lost or timeout -> clear error. */
 kiln_status_t vk_wait(vk_context *ctx, uint64_t value);
 uint64_t vk_completed_value(vk_context *ctx);
+/* Drops the pending readbacks of submissions up to `value` without copying
+ * them: after a failed wait (timeout, device lost) the caller frees their
+ * host destinations, which a later completion must not write into. */
+void vk_cancel_readbacks(vk_context *ctx, uint64_t value);
 typedef struct vk_queue_stats { uint64_t submissions, command_buffers, dispatches; } vk_queue_stats;
 void vk_queue_stats_get(vk_context *ctx, vk_queue_stats *out);
 

@@ -56,6 +56,15 @@ static void retire_locked(vk_context *ctx, uint64_t completed) {
   }
 }
 
+void vk_cancel_readbacks(vk_context *ctx, uint64_t value) {
+  pthread_mutex_lock(&ctx->staging_lock);
+  int w = 0;
+  for (int i = 0; i < ctx->n_readbacks; i++)
+    if (ctx->readbacks[i].value > value) ctx->readbacks[w++] = ctx->readbacks[i];
+  ctx->n_readbacks = w;
+  pthread_mutex_unlock(&ctx->staging_lock);
+}
+
 void vk_staging_retire(vk_context *ctx, uint64_t completed) {
   pthread_mutex_lock(&ctx->staging_lock);
   retire_locked(ctx, completed);
