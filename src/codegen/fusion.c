@@ -1,6 +1,8 @@
 /* Fusion grouping and group lowering (see fusion.h). */
 #include "codegen/fusion.h"
 
+#include "ops/op.h"
+
 static bool fusable_class(kiln_op_class c) {
   return c == KILN_OPCLASS_ELEMENTWISE || c == KILN_OPCLASS_BROADCAST || c == KILN_OPCLASS_INJECTIVE ||
          c == KILN_OPCLASS_REDUCTION;
@@ -184,4 +186,20 @@ void kiln_fused_kernel_free(kiln_fused_kernel *k) {
   te_builder_destroy(k->b);
   free(k->args);
   memset(k, 0, sizeof *k);
+}
+
+bool kiln_fusion_needs_interpreter(const kiln_graph *g, const char **why) {
+  for (int n = 0; n < g->n_nodes; n++) {
+    const kiln_node *node = &g->nodes[n];
+    if (node->op && (node->op->flags & KILN_OP_CONTROL_FLOW)) {
+      *why = "control flow (subgraphs)";
+      return true;
+    }
+  }
+  for (int i = 0; i < g->n_values; i++)
+    if (g->values[i].outer_name) {
+      *why = "outer-scope values";
+      return true;
+    }
+  return false;
 }

@@ -44,6 +44,10 @@ kiln_status_t kiln_fusion_build(const kiln_graph *g, const kiln_fusion *f, int r
                                 kiln_fused_kernel *out);
 void kiln_fused_kernel_free(kiln_fused_kernel *k);
 
+/* True (with *why, static) when g has what no compiler handles yet: control
+ * flow (subgraphs) or outer-scope values; the session then interprets. */
+bool kiln_fusion_needs_interpreter(const kiln_graph *g, const char **why);
+
 /* Small shape helpers shared by the device planners. */
 static inline int64_t kiln_type_numel(const kiln_type *t) { return kiln_shape_numel(t->rank, t->dims); }
 static inline bool kiln_type_same_shape(const kiln_type *a, const kiln_type *b) {

@@ -186,27 +186,12 @@ out:
 
 /* ---- prepare ----------------------------------------------------------------- */
 
-static bool graph_needs_interpreter(const kiln_graph *g, const char **why) {
-  for (int n = 0; n < g->n_nodes; n++) {
-    const kiln_node *node = &g->nodes[n];
-    if (node->op && (node->op->flags & KILN_OP_CONTROL_FLOW)) {
-      *why = "control flow (subgraphs)";
-      return true;
-    }
-  }
-  for (int i = 0; i < g->n_values; i++)
-    if (g->values[i].outer_name) {
-      *why = "outer-scope values";
-      return true;
-    }
-  return false;
-}
 
 kiln_status_t kiln_cpu_prepare(kiln_device *dev, const kiln_graph *g, const kiln_prepare_options *opts,
                                struct kiln_executable **out) {
   *out = NULL;
   const char *why = NULL;
-  if (graph_needs_interpreter(g, &why))
+  if (kiln_fusion_needs_interpreter(g, &why))
     return kiln_error(KILN_UNSUPPORTED, "the cpu compiler does not handle graphs with %s yet", why);
   struct kiln_executable *x = calloc(1, sizeof *x);
   if (!x) return KILN_OOM();

@@ -360,21 +360,6 @@ void vk_plan_free(kiln_device *dev, struct kiln_executable *x) {
   free(x);
 }
 
-static bool graph_needs_interpreter(const kiln_graph *g, const char **why) {
-  for (int n = 0; n < g->n_nodes; n++) {
-    const kiln_node *node = &g->nodes[n];
-    if (node->op && (node->op->flags & KILN_OP_CONTROL_FLOW)) {
-      *why = "control flow (subgraphs)";
-      return true;
-    }
-  }
-  for (int i = 0; i < g->n_values; i++)
-    if (g->values[i].outer_name) {
-      *why = "outer-scope values";
-      return true;
-    }
-  return false;
-}
 
 static bool is_device_step(const vs_step *s) { return s->kind != VS_REF; }
 
@@ -710,7 +695,7 @@ kiln_status_t vk_plan_prepare(kiln_device *dev, const kiln_graph *g, const kiln_
   *out = NULL;
   vk_device_state *d = dev->impl;
   const char *why = NULL;
-  if (graph_needs_interpreter(g, &why))
+  if (kiln_fusion_needs_interpreter(g, &why))
     return kiln_error(KILN_UNSUPPORTED, "the vulkan compiler does not handle graphs with %s yet", why);
   vk_context *ctx;
   KILN_TRY(vk_device_context(d, &ctx));
