@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/cpu_features.h"
 #include "base/threadpool.h"
 #include "devices/cpu/cpu_internal.h"
 #include "ir/graph.h"
@@ -78,6 +79,27 @@ static void test_epilogue(void *vctx, float *c, int64_t ldc, int64_t m0, int64_t
       float v = y[idx];
       v = v < -1.0f ? -1.0f : v > 1.0f ? 1.0f : v;
       y[idx] = 0.5f * v + 1e-3f * (float)(idx % 7);
+      count[idx]++;
+    }
+}
+
+/* The native epilogue the tests describe (clip to [-0.75, 0.5] after adding
+ * buffers[2]) and the same as a generated-style function, for the paths
+ * that call it; it counts its visits too. */
+#define NAT_LO (-0.75f)
+#define NAT_HI 0.5f
+static void native_epilogue_fn(void *vctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, int64_t nb) {
+  const kiln_rt_epilogue_ctx *e = vctx;
+  float *y = e->buffers[0];
+  int *count = e->buffers[1];
+  const float *add = e->buffers[2];
+  for (int64_t i = 0; i < mb; i++)
+    for (int64_t j = 0; j < nb; j++) {
+      int64_t idx = e->base + (m0 + i) * e->row + n0 + j;
+      float v = y[idx] + (add ? add[idx] : 0.0f);
+      v = (v != v || v > NAT_LO) ? v : NAT_LO;
+      v = (v != v || v < NAT_HI) ? v : NAT_HI;
+      y[idx] = v;
       count[idx]++;
     }
 }
@@ -155,12 +177,18 @@ static void run_case(const conv_case *t, kiln_threadpool **pools, int n_pools) {
   kiln_conv_geom c;
   MUST(kiln_conv_geometry(g, node, &c));
   float *y = malloc((size_t)numel * sizeof(float) + 64), *want = malloc((size_t)numel * sizeof(float) + 64);
+  float *addend = malloc((size_t)numel * sizeof(float) + 64), *want_nat = malloc((size_t)numel * sizeof(float) + 64);
+  float *want_clip = malloc((size_t)numel * sizeof(float) + 64);
   int *count = calloc((size_t)numel + 1, sizeof(int));
-  if (!y || !want || !count) exit(1);
+  if (!y || !want || !count || !addend || !want_nat || !want_clip) exit(1);
   for (int64_t i = 0; i < numel; i++) {
     float v = r[i];
     v = v < -1.0f ? -1.0f : v > 1.0f ? 1.0f : v;
     want[i] = 0.5f * v + 1e-3f * (float)(i % 7);
+    addend[i] = rnd_float();
+    float a = r[i] + addend[i];
+    want_nat[i] = a < NAT_LO ? NAT_LO : a > NAT_HI ? NAT_HI : a;
+    want_clip[i] = r[i] < NAT_LO ? NAT_LO : r[i] > NAT_HI ? NAT_HI : r[i];
   }
   for (int a = KILN_CONV_GEMM; a < KILN_CONV_N_ALGOS; a++) {
     if (!kiln_conv_algo_applies(&c, (kiln_conv_algo)a, true)) continue;
@@ -172,34 +200,49 @@ static void run_case(const conv_case *t, kiln_threadpool **pools, int n_pools) {
       MUST(kiln_conv_plan_create(&c, (kiln_conv_algo)a, tw->data, threads, &plan));
       size_t sb = kiln_conv_plan_scratch_bytes(plan);
       void *scratch = sb ? aligned_alloc(64, (sb + 63) & ~(size_t)63) : NULL;
-      for (int with_epi = 0; with_epi < 2; with_epi++) {
+      /* 0: none, 1: generated-style, 2: native clip + add, 3: native clip */
+      static const char *const epi_names[4] = {"", " + epilogue", " + clip(add)", " + clip"};
+      for (int with_epi = 0; with_epi < 4; with_epi++) {
         for (int64_t i = 0; i < numel; i++) y[i] = NAN;
         memset(count, 0, (size_t)numel * sizeof(int));
-        void *bufs[2] = {y, count};
-        kiln_conv_epilogue epi = {test_epilogue, bufs};
+        void *bufs[3] = {y, count, with_epi == 2 ? addend : NULL};
+        kiln_conv_epilogue epi = {test_epilogue, bufs, false, false, 0.0f, 0.0f, NULL};
+        if (with_epi >= 2) {
+          epi.fn = native_epilogue_fn;
+          epi.native = true;
+          epi.clip = true;
+          epi.lo = NAT_LO;
+          epi.hi = NAT_HI;
+          epi.add = with_epi == 2 ? addend : NULL;
+        }
         kiln_conv_run(plan, pools[pi], tx->data, tw->data, t->bias ? tb->data : NULL, y, scratch, with_epi ? &epi : NULL);
-        const float *expect = with_epi ? want : r;
+        const float *expect = with_epi == 0 ? r : with_epi == 1 ? want : with_epi == 2 ? want_nat : want_clip;
         double worst = 0;
         int64_t bad = -1, miscount = -1;
         for (int64_t i = 0; i < numel; i++) {
-          double err = fabs((double)y[i] - expect[i]), lim = atol + rtol * fabs(expect[i]);
+          /* relative to the conv's own value too: the added tensor can cancel it */
+          double mag = fabs(expect[i]) > fabs(r[i]) ? fabs(expect[i]) : fabs(r[i]);
+          double err = fabs((double)y[i] - expect[i]), lim = atol + rtol * mag;
           if (!(err <= lim) && bad < 0) bad = i;
           if (err > worst || err != err) worst = err;
-          if (with_epi && count[i] != 1 && miscount < 0) miscount = i;
+          /* native epilogues: the path applies it itself or calls fn once per element */
+          if (with_epi == 1 && count[i] != 1 && miscount < 0) miscount = i;
+          if (with_epi >= 2 && count[i] != 0 && count[i] != 1 && miscount < 0) miscount = i;
         }
         g_checks++;
         if (bad >= 0 || miscount >= 0) {
           g_failures++;
           if (bad >= 0)
             fprintf(stderr, "FAIL %s, %d thread(s)%s: %s: element %lld is %g, want %g (max err %g)\n",
-                    kiln_conv_algo_name((kiln_conv_algo)a), threads, with_epi ? " + epilogue" : "", desc, (long long)bad,
+                    kiln_conv_algo_name((kiln_conv_algo)a), threads, epi_names[with_epi], desc, (long long)bad,
                     y[bad], expect[bad], worst);
           else
-            fprintf(stderr, "FAIL %s, %d thread(s) + epilogue: %s: element %lld visited %d times\n",
-                    kiln_conv_algo_name((kiln_conv_algo)a), threads, desc, (long long)miscount, count[miscount]);
+            fprintf(stderr, "FAIL %s, %d thread(s)%s: %s: element %lld visited %d times\n",
+                    kiln_conv_algo_name((kiln_conv_algo)a), threads, epi_names[with_epi], desc, (long long)miscount,
+                    count[miscount]);
         } else if (g_verbose) {
-          printf("ok   %-9s %d thread(s)%-11s %s (max err %.2g)\n", kiln_conv_algo_name((kiln_conv_algo)a), threads,
-                 with_epi ? " + epilogue" : "", desc, worst);
+          printf("ok   %-9s %d thread(s)%-13s %s (max err %.2g)\n", kiln_conv_algo_name((kiln_conv_algo)a), threads,
+                 epi_names[with_epi], desc, worst);
         }
       }
       free(scratch);
@@ -208,6 +251,9 @@ static void run_case(const conv_case *t, kiln_threadpool **pools, int n_pools) {
   }
   free(y);
   free(want);
+  free(addend);
+  free(want_nat);
+  free(want_clip);
   free(count);
   for (int i = 0; i < 3; i++) kiln_value_free(in_vals[i]);
   kiln_value_free(out_vals[0]);
@@ -251,6 +297,82 @@ static conv_case random_case(void) {
   return t;
 }
 
+/* ---- the pointwise kernel at every ISA this CPU has ------------------------------------- */
+
+/* kiln_conv_pw_run with isa 0 (portable C), 1 (AVX2) and 2 (AVX-512), on
+ * strided X and Y, against a plain loop; epilogues: none, generated-style,
+ * native clip + add. */
+static void run_pw_isa_cases(kiln_threadpool **pools) {
+  const kiln_cpu_features *f = kiln_cpu_features_get();
+  int max_isa = f->avx512f && f->avx512vl && f->avx512dq && f->avx512bw && f->avx2 && f->fma ? 2
+                : f->avx2 && f->fma                                                       ? 1
+                                                                                          : 0;
+  for (int i = 0; i < 40; i++) {
+    int64_t co = rnd_int(1, 37), k = rnd_int(1, 300), hw = rnd_int(1, 130);
+    int64_t ldx = hw + rnd_int(0, 5), ldy = hw + rnd_int(0, 5);
+    int64_t ybase = rnd_int(0, 3);
+    float *x = malloc((size_t)(k * ldx) * sizeof(float)), *w = malloc((size_t)(co * k) * sizeof(float));
+    float *b = malloc((size_t)co * sizeof(float)), *want = malloc((size_t)(co * ldy) * sizeof(float));
+    size_t ybytes = (size_t)(ybase + co * ldy) * sizeof(float);
+    float *y = malloc(ybytes), *add = malloc(ybytes);
+    int *count = calloc((size_t)(ybase + co * ldy), sizeof(int));
+    float *pk = aligned_alloc(64, (kiln_conv_pw_packed_floats(co, k) * sizeof(float) + 63) & ~(size_t)63);
+    if (!x || !w || !b || !want || !y || !add || !count || !pk) exit(1);
+    for (int64_t t = 0; t < k * ldx; t++) x[t] = rnd_float();
+    for (int64_t t = 0; t < co * k; t++) w[t] = rnd_float();
+    for (int64_t t = 0; t < co; t++) b[t] = rnd_float();
+    for (int64_t t = 0; t < ybase + co * ldy; t++) add[t] = rnd_float();
+    kiln_conv_pw_pack(co, k, w, pk);
+    for (int64_t o = 0; o < co; o++)
+      for (int64_t n = 0; n < hw; n++) {
+        double acc = b[o];
+        for (int64_t kk = 0; kk < k; kk++) acc += (double)w[o * k + kk] * x[kk * ldx + n];
+        want[o * ldy + n] = (float)acc;
+      }
+    for (int isa = 0; isa <= max_isa; isa++)
+      for (int mode = 0; mode < 3; mode++) {
+        for (int64_t t = 0; t < ybase + co * ldy; t++) y[t] = NAN;
+        memset(count, 0, (size_t)(ybase + co * ldy) * sizeof(int));
+        void *bufs[3] = {y, count, mode == 2 ? add : NULL};
+        kiln_conv_epilogue epi = {mode == 1 ? test_epilogue : native_epilogue_fn, bufs, mode == 2, mode == 2,
+                                  NAT_LO, NAT_HI, mode == 2 ? add : NULL};
+        kiln_conv_pw_job j = {.co = co, .k = k, .hw = hw, .ldx = ldx, .ldy = ldy, .packed = pk, .x = x,
+                              .bias = b, .y = y + ybase, .y_base = ybase, .epi = mode ? &epi : NULL};
+        kiln_conv_pw_run(pools[i % 3], isa, &j);
+        int64_t bad = -1;
+        for (int64_t o = 0; o < co && bad < 0; o++)
+          for (int64_t n = 0; n < hw && bad < 0; n++) {
+            int64_t idx = ybase + o * ldy + n;
+            float r = want[o * ldy + n], e = r;
+            if (mode == 1) {
+              float v = r < -1.0f ? -1.0f : r > 1.0f ? 1.0f : r;
+              e = 0.5f * v + 1e-3f * (float)(idx % 7);
+            } else if (mode == 2) {
+              float v = r + add[idx];
+              e = v < NAT_LO ? NAT_LO : v > NAT_HI ? NAT_HI : v;
+            }
+            double mag = fabs(r) > fabs(e) ? fabs(r) : fabs(e);
+            if (!(fabs((double)y[idx] - e) <= 1e-5 + 1e-4 * mag) || (mode == 1 && count[idx] != 1)) bad = idx;
+          }
+        g_checks++;
+        if (bad >= 0) {
+          g_failures++;
+          fprintf(stderr, "FAIL pw isa %d mode %d: co %lld k %lld hw %lld ldx %lld ldy %lld: element %lld is %g\n", isa,
+                  mode, (long long)co, (long long)k, (long long)hw, (long long)ldx, (long long)ldy, (long long)bad,
+                  y[bad]);
+        }
+      }
+    free(x);
+    free(w);
+    free(b);
+    free(want);
+    free(y);
+    free(add);
+    free(count);
+    free(pk);
+  }
+}
+
 /* ---- --bench: time each applicable path on a few real layers ------------------------- */
 
 static double now_ms(void) {
@@ -265,6 +387,8 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 static void bench_layer(const char *name, conv_case t, kiln_threadpool *pool) {
+  const char *filter = getenv("TEST_CONV_FILTER"); /* only layers whose name contains it */
+  if (filter && *filter && !strstr(name, filter)) return;
   kiln_conv_geom c;
   memset(&c, 0, sizeof c);
   c.nsp = t.nsp;
@@ -292,8 +416,10 @@ static void bench_layer(const char *name, conv_case t, kiln_threadpool *pool) {
   for (int64_t i = 0; i < t.co; i++) b[i] = rnd_float();
   double flops = 2.0 * (double)yn * (double)c.kdim;
   printf("%-22s", name);
+  const char *only = getenv("TEST_CONV_ALGO"); /* only this algorithm */
   for (int a = KILN_CONV_GEMM; a < KILN_CONV_N_ALGOS; a++) {
     if (!kiln_conv_algo_applies(&c, (kiln_conv_algo)a, true)) continue;
+    if (only && *only && strcmp(only, kiln_conv_algo_name((kiln_conv_algo)a))) continue;
     kiln_conv_plan *plan;
     MUST(kiln_conv_plan_create(&c, (kiln_conv_algo)a, w, kiln_threadpool_size(pool), &plan));
     size_t sb = kiln_conv_plan_scratch_bytes(plan);
@@ -334,6 +460,10 @@ static void run_bench(int threads) {
   bench_layer("mnv2 pw 64>384 14", conv2d(64, 384, 1, 14, 14, 1, 1, 1, 0, 0), pool);
   bench_layer("mnv2 pw 384>64 14", conv2d(384, 64, 1, 14, 14, 1, 1, 1, 0, 0), pool);
   bench_layer("mnv2 pw 32>192 28", conv2d(32, 192, 1, 28, 28, 1, 1, 1, 0, 0), pool);
+  bench_layer("mnv2 pw 576>96 14", conv2d(576, 96, 1, 14, 14, 1, 1, 1, 0, 0), pool);
+  bench_layer("mnv2 pw 960>320 7", conv2d(960, 320, 1, 7, 7, 1, 1, 1, 0, 0), pool);
+  bench_layer("r50 1x1 2048>512 7", conv2d(2048, 512, 1, 7, 7, 1, 1, 1, 0, 0), pool);
+  bench_layer("r50 1x1 256>1024 14", conv2d(256, 1024, 1, 14, 14, 1, 1, 1, 0, 0), pool);
   bench_layer("r50 stem 7x7 s2", conv2d(3, 64, 1, 224, 224, 7, 2, 1, 3, 3), pool);
   bench_layer("r50 3x3 64 56", conv2d(64, 64, 1, 56, 56, 3, 1, 1, 1, 1), pool);
   bench_layer("r50 3x3 128 28", conv2d(128, 128, 1, 28, 28, 3, 1, 1, 1, 1), pool);
@@ -345,6 +475,10 @@ static void run_bench(int threads) {
   bench_layer("r50 1x1 1024>256 14", conv2d(1024, 256, 1, 14, 14, 1, 1, 1, 0, 0), pool);
   bench_layer("r50 1x1 512>2048 7", conv2d(512, 2048, 1, 7, 7, 1, 1, 1, 0, 0), pool);
   bench_layer("r50 3x3 256 s2 28", conv2d(256, 256, 1, 28, 28, 3, 2, 1, 1, 1), pool);
+  bench_layer("r50 1x1 s2 256>512 56", conv2d(256, 512, 1, 56, 56, 1, 2, 1, 0, 0), pool);
+  bench_layer("r50 1x1 s2 1024>2048", conv2d(1024, 2048, 1, 14, 14, 1, 2, 1, 0, 0), pool);
+  bench_layer("mnv2 dw576 14 s1", conv2d(576, 576, 576, 14, 14, 3, 1, 1, 1, 1), pool);
+  bench_layer("mnv2 dw576 14 s2", conv2d(576, 576, 576, 14, 14, 3, 2, 1, 1, 1), pool);
   kiln_threadpool_destroy(pool);
 }
 
@@ -383,12 +517,25 @@ int main(int argc, char **argv) {
       conv2d(20, 30, 1, 13, 11, 3, 1, 2, 2, 1),  /* dilated */
       conv2d(8, 12, 4, 9, 9, 3, 1, 1, 1, 1),     /* grouped */
       conv2d(8, 16, 8, 9, 9, 3, 2, 1, 1, 1),     /* depthwise with multiplier: grouped im2col */
+      conv2d(37, 13, 1, 7, 7, 1, 1, 1, 0, 0),    /* pw: 48 + 1 columns (column kernel), ragged channel block */
+      conv2d(300, 20, 1, 9, 13, 1, 1, 1, 0, 0),  /* pw: deep K, 2 * 48 + 21 columns */
+      conv2d(64, 9, 1, 70, 71, 1, 1, 1, 0, 0),   /* pw: X larger than one chunk */
+      conv2d(5, 5, 5, 9, 37, 3, 1, 1, 1, 1),     /* dw3x3d s1: 3 column vectors */
+      conv2d(6, 6, 6, 20, 35, 3, 2, 1, 0, 2),    /* dw3x3d s2: odd width, pads 0/2 */
+      conv2d(6, 6, 6, 21, 36, 3, 2, 1, 2, 0),    /* dw3x3d s2: even width, pads 2/0 */
+      conv2d(3, 3, 3, 5, 70, 3, 2, 1, 1, 1),     /* dw3x3d s2: 35 outputs (3 vectors) */
+      conv2d(5, 5, 5, 7, 7, 3, 1, 1, 0, 2),      /* dw3x3d s1 flat plane, pads 0/2 */
+      conv2d(4, 4, 4, 14, 14, 3, 1, 1, 1, 1),    /* dw3x3d s1 flat plane, 13 vectors */
+      conv2d(4, 4, 4, 1, 15, 3, 1, 1, 1, 1),     /* dw3x3d s1 flat plane, one row */
   };
   for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) run_case(&fixed[i], pools, 3);
   conv_case batch = conv2d(16, 16, 16, 10, 10, 3, 2, 1, 1, 1);
   batch.n = 3;
   batch.bias = false;
   run_case(&batch, pools, 3);
+  conv_case pb = conv2d(19, 21, 1, 5, 11, 1, 1, 1, 0, 0);
+  pb.n = 2;
+  run_case(&pb, pools, 3);
   conv_case wb = conv2d(24, 20, 1, 9, 9, 3, 1, 1, 1, 1);
   wb.n = 2;
   run_case(&wb, pools, 3);
@@ -400,6 +547,13 @@ int main(int argc, char **argv) {
     conv_case t = random_case();
     run_case(&t, pools, 1 + i % 3);
   }
+  for (int i = 0; i < 24; i++) { /* pointwise at random sizes (the direct kernel's tails) */
+    conv_case t = conv2d(rnd_int(1, 200), rnd_int(1, 40), 1, rnd_int(1, 30), rnd_int(1, 30), 1, 1, 1, 0, 0);
+    t.n = rnd_int(1, 2);
+    t.bias = rnd_int(0, 1);
+    run_case(&t, pools, 1 + i % 3);
+  }
+  run_pw_isa_cases(pools);
   for (int i = 0; i < 3; i++) kiln_threadpool_destroy(pools[i]);
   printf("test_conv: %d checks, %d failures\n", g_checks, g_failures);
   return g_failures ? 1 : 0;

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "codegen/fusion.h"
 #include "devices/cpu/cpu_internal.h"
 #include "devices/cpu/gemm/gemm.h"
 
@@ -287,6 +288,90 @@ static bool bind_epilogue(struct kiln_executable *x, const cpu_step *s, void *co
   return true;
 }
 
+/* The scalar value of constant input i of n (f32, one element), or dflt when absent. */
+static bool const_scalar(const kiln_graph *g, const kiln_node *n, int i, float dflt, float *out) {
+  *out = dflt;
+  if (i >= n->n_inputs || n->inputs[i] < 0) return true;
+  const kiln_tensor *t = g->values[n->inputs[i]].constant;
+  if (!t || t->dtype != KILN_DTYPE_F32 || t->numel != 1) return false;
+  *out = ((const float *)t->data)[0];
+  return true;
+}
+
+/* Relu or Clip with constant bounds: lo/hi. */
+static bool as_clip(const kiln_graph *g, const kiln_node *n, float *lo, float *hi) {
+  if (!strcmp(n->op_type, "Relu") && !strcmp(n->domain, "")) {
+    *lo = 0.0f;
+    *hi = INFINITY;
+    return true;
+  }
+  if (strcmp(n->op_type, "Clip") || strcmp(n->domain, "")) return false;
+  if (n->opset < 11) {
+    *lo = kiln_attr_float(n, "min", -INFINITY);
+    *hi = kiln_attr_float(n, "max", INFINITY);
+    return true;
+  }
+  return const_scalar(g, n, 1, -INFINITY, lo) && const_scalar(g, n, 2, INFINITY, hi);
+}
+
+/* An f32 Add of two same-shape operands, one of them `raw`: the other one. */
+static int as_residual_add(const kiln_graph *g, const kiln_node *n, int raw) {
+  if (strcmp(n->op_type, "Add") || strcmp(n->domain, "") || n->n_inputs != 2 || n->n_outputs != 1) return -1;
+  int a = n->inputs[0], b = n->inputs[1];
+  if (a < 0 || b < 0 || (a != raw && b != raw) || a == b) return -1;
+  int other = a == raw ? b : a;
+  const kiln_type *to = &g->values[other].type, *tr = &g->values[raw].type, *ty = &g->values[n->outputs[0]].type;
+  if (to->dtype != KILN_DTYPE_F32 || ty->dtype != KILN_DTYPE_F32 || !kiln_type_same_shape(to, tr) ||
+      !kiln_type_same_shape(ty, tr))
+    return -1;
+  return other;
+}
+
+/* Recognizes the step's fused epilogue (a generated kernel of 1 or 2 nodes)
+ * as y = clip(y + add, lo, hi): Relu/Clip, Add of a same-shape tensor, or
+ * Add then Relu/Clip. The kernel's buffers must be exactly its output, the
+ * contraction's raw result and the added tensor, so nothing else is lost. */
+static void recognize_epilogue(struct kiln_executable *x, cpu_step *s) {
+  s->epi_native = false;
+  if (s->epilogue_step < 0) return;
+  const kiln_graph *g = x->g;
+  const cpu_step *k = &x->steps[s->epilogue_step];
+  const kiln_node *root = k->node;
+  int raw = s->node->outputs[0];
+  if (g->values[raw].type.dtype != KILN_DTYPE_F32 || root->n_outputs != 1 || root->outputs[0] != k->args[0]) return;
+  float lo = -INFINITY, hi = INFINITY;
+  int add = -1;
+  bool clip = false;
+  if (k->n_fused == 1) {
+    if (as_clip(g, root, &lo, &hi)) {
+      if (root->inputs[0] != raw) return;
+      clip = true;
+    } else if ((add = as_residual_add(g, root, raw)) < 0) {
+      return;
+    }
+  } else if (k->n_fused == 2) {
+    if (!as_clip(g, root, &lo, &hi)) return;
+    clip = true;
+    int mid = root->inputs[0];
+    if (mid < 0 || g->values[mid].producer < 0) return;
+    const kiln_node *an = &g->nodes[g->values[mid].producer];
+    if ((add = as_residual_add(g, an, raw)) < 0) return;
+  } else {
+    return;
+  }
+  /* The generated kernel's buffers: output, raw result, added operand. */
+  int want = 2 + (add >= 0);
+  if (k->n_args != want) return;
+  for (int a = 1; a < k->n_args; a++)
+    if (k->args[a] != raw && k->args[a] != add) return;
+  s->epi_native = true;
+  s->epi_clip = clip;
+  s->epi_lo = lo;
+  s->epi_hi = hi;
+  s->epi_has_add = add >= 0;
+  s->epi_add_value = add;
+}
+
 /* ---- prepare / run ---------------------------------------------------------------- */
 
 kiln_status_t kiln_cpu_contract_prepare(struct kiln_executable *x, cpu_step *s) {
@@ -327,6 +412,7 @@ kiln_status_t kiln_cpu_contract_prepare(struct kiln_executable *x, cpu_step *s) 
     s->work = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
     if (!s->work) return kiln_error(KILN_OUT_OF_MEMORY, "out of memory for attention scores (%zu bytes)", bytes);
   } else if (s->kind == CPU_STEP_CONV) {
+    recognize_epilogue(x, s);
     kiln_conv_geom c;
     KILN_TRY(kiln_conv_geometry(g, n, &c));
     const kiln_tensor *w = const_of(g, n, 1);
@@ -427,7 +513,14 @@ kiln_status_t kiln_cpu_contract_run(struct kiln_executable *x, const cpu_step *s
   }
   /* Conv (cpu_conv.c). */
   const float *bias = n->n_inputs > 2 && n->inputs[2] >= 0 ? ptr[n->inputs[2]] : NULL;
-  kiln_conv_epilogue ce = {has_epi ? epi.fn : NULL, epi.args};
+  kiln_conv_epilogue ce = {has_epi ? epi.fn : NULL, epi.args, false, false, 0.0f, 0.0f, NULL};
+  if (has_epi && s->epi_native) {
+    ce.native = true;
+    ce.clip = s->epi_clip;
+    ce.lo = s->epi_lo;
+    ce.hi = s->epi_hi;
+    ce.add = s->epi_has_add ? ptr[s->epi_add_value] : NULL;
+  }
   kiln_conv_run(s->packed_b, x->pool, ptr[n->inputs[0]], ptr[n->inputs[1]], bias, out, x->scratch, has_epi ? &ce : NULL);
   return NULL;
 }

@@ -17,6 +17,23 @@
  *   at a time (V = B^T d B), 36 GEMMs [tiles, Ci] x [Ci, Co] give the tiles'
  *   products, and the output transform (Y = A^T M A) adds the bias and
  *   writes whole output rows.
+ * - PW (cpu_conv_pw.c): 1x1, stride 1, no padding, constant weights: a
+ *   register-tiled kernel reading the activations in place (no packing per
+ *   run), weights packed at prepare, K in one pass, bias and epilogue on the
+ *   registers. AVX-512's choice for every pointwise layer.
+ * - ROWS (cpu_conv_rows.c): small Ci*k*k (stems), stride 1 or 2: im2col of
+ *   48 output pixels at a time into L1, then the PW kernel.
+ * - IM2COL_PW: im2col of bands of output rows (L2), then the PW kernel
+ *   (any 2-D conv with constant weights; not chosen automatically yet).
+ * - DW_DIRECT (cpu_conv_dw.c): 3x3 depthwise, stride 1 or 2, AVX-512: no
+ *   padded copy (the padding is masked-off load lanes), bias and epilogue
+ *   on the registers.
+ *
+ * Epilogues: a Conv step's fused elementwise kernel comes with, when
+ * cpu_contract.c recognizes it (Relu, Clip, Add of a same-shape tensor, Add
+ * then Relu/Clip), its description (kiln_conv_epilogue.native): the direct
+ * paths apply it in registers before the store; the others call the
+ * generated function.
  *
  * Every path applies the fused elementwise epilogue of the step (if any)
  * to each finished part of the output while it is still in cache: the GEMM
@@ -64,10 +81,13 @@ struct kiln_conv_plan {
    * columns of blk_rows output rows in its own blk_floats and multiplies. */
   int64_t blk_rows;
   size_t blk_floats;
-  /* GEMM_T / IM2COL_T: packed W^T at u_offset; scratch: [osize, Co] then the im2col matrix */
+  /* GEMM_T / IM2COL_T: packed W^T at u_offset; scratch: [osize, Co] then the im2col matrix.
+   * PW: the weights packed for cpu_conv_pw.c at u_offset. */
   size_t t_floats;
   /* DW3X3 */
   size_t dw_thread_floats;
+  /* IM2COL_PW: bands of blk_rows output rows, blk_floats per thread; the
+   * weights of group g packed for cpu_conv_pw.c at u_offset + g * u_bytes */
   /* WINOGRAD */
   int64_t tiles_h, tiles_w, tiles;
   int64_t row_w;            /* padded input row width the tiles read: 4*tiles_w + 2 */
@@ -171,6 +191,10 @@ const char *kiln_conv_algo_name(kiln_conv_algo a) {
     case KILN_CONV_WINOGRAD: return "winograd";
     case KILN_CONV_GEMM_T: return "gemm_t";
     case KILN_CONV_IM2COL_T: return "im2col_t";
+    case KILN_CONV_PW: return "pw";
+    case KILN_CONV_IM2COL_PW: return "im2col_pw";
+    case KILN_CONV_ROWS: return "rows";
+    case KILN_CONV_DW_DIRECT: return "dw3x3d";
     case KILN_CONV_N_ALGOS: break;
   }
   return "?";
@@ -186,6 +210,10 @@ bool kiln_conv_algo_applies(const kiln_conv_geom *c, kiln_conv_algo a, bool cons
     case KILN_CONV_WINOGRAD: return const_weights && is_winograd(c);
     case KILN_CONV_GEMM_T: return const_weights && c->group == 1 && is_pointwise(c);
     case KILN_CONV_IM2COL_T: return const_weights && c->group == 1;
+    case KILN_CONV_PW: return const_weights && c->group == 1 && is_pointwise(c);
+    case KILN_CONV_IM2COL_PW: return const_weights && c->nsp == 2;
+    case KILN_CONV_ROWS: return const_weights && detect_isa() == ISA_AVX512 && kiln_conv_rows_applies(c);
+    case KILN_CONV_DW_DIRECT: return detect_isa() == ISA_AVX512 && kiln_conv_dw_direct_applies(c);
     case KILN_CONV_N_ALGOS: break;
   }
   return false;
@@ -210,7 +238,20 @@ kiln_conv_algo kiln_conv_choose(const kiln_conv_geom *c, bool const_weights) {
    * planes always, 14x14 ones when the reduction is deep). */
   bool transpose = const_weights && c->group == 1 && c->co >= 32 &&
                    (c->osize <= 64 || (c->osize <= 256 && c->kdim >= 256));
+  /* The direct kernel needs no packing per run and applies the epilogue in
+   * registers; it loses to the transposed GEMM (K-blocked, packed) only on
+   * deep reductions over small planes (measured on MobileNetV2's and
+   * ResNet-50's 1x1 layers with AVX-512: K >= 512 at 7x7 and 14x14). */
+  if (const_weights && c->group == 1 && is_pointwise(c) && detect_isa() == ISA_AVX512 && !(transpose && c->kdim >= 512))
+    return KILN_CONV_PW;
   if (is_pointwise(c)) return transpose ? KILN_CONV_GEMM_T : KILN_CONV_GEMM;
+  if (detect_isa() == ISA_AVX512 && kiln_conv_dw_direct_applies(c)) return KILN_CONV_DW_DIRECT;
+  /* Few input channels per window (stems: 3 x 3x3 or 7x7, stride 2): the
+   * im2col columns of 48 pixels at a time in L1, when the weights are small
+   * enough to stay in cache across the pixel blocks. */
+  if (const_weights && detect_isa() == ISA_AVX512 && kiln_conv_rows_applies(c) && c->kdim <= 256 &&
+      c->co * c->kdim <= 32768)
+    return KILN_CONV_ROWS;
   if (is_dw3x3(c)) return KILN_CONV_DW3X3;
   if (is_depthwise(c)) return KILN_CONV_DEPTHWISE;
   if (const_weights && is_winograd(c) && winograd_pays(c)) return KILN_CONV_WINOGRAD;
@@ -362,6 +403,60 @@ static void run_gemm(const kiln_conv_plan *p, kiln_threadpool *pool, const float
                               bias ? bias + gi * cog : NULL, bias ? 1 : 0,
                               epi && epi->fn ? (kiln_gemm_epilogue_fn)epi->fn : NULL, &ectx};
       kiln_sgemm(pool, &args);
+    }
+}
+
+/* ---- im2col of a band of rows + the direct pointwise kernel ----------------------------- */
+
+typedef struct im2col_pw_ctx {
+  const kiln_conv_plan *p;
+  const float *x, *bias; /* one image and group */
+  float *y;              /* its output [cog, osize] */
+  int64_t y_base;
+  const float *packed;   /* this group's packed weights */
+  int64_t cog;
+  float *scratch;
+  const kiln_conv_epilogue *epi;
+} im2col_pw_ctx;
+
+static void im2col_pw_bands(void *vctx, int64_t begin, int64_t end, int thread) {
+  const im2col_pw_ctx *b = vctx;
+  const kiln_conv_plan *p = b->p;
+  const kiln_conv_geom *c = &p->c;
+  int64_t OH = c->out_sp[0], OW = c->out_sp[1], kprod = c->k[0] * c->k[1], in_plane = c->in_sp[0] * c->in_sp[1];
+  float *col = b->scratch + (size_t)thread * p->blk_floats;
+  for (int64_t blk = begin; blk < end; blk++) {
+    int64_t oh0 = blk * p->blk_rows, oh1 = min64(OH, oh0 + p->blk_rows), nb = (oh1 - oh0) * OW, n0 = oh0 * OW;
+    for (int64_t row = 0; row < c->kdim; row++) {
+      int64_t koff[2] = {(row % kprod) / c->k[1], row % c->k[1]};
+      im2col_2d(c, b->x + (row / kprod) * in_plane, koff, col + row * nb, oh0, oh1);
+    }
+    kiln_conv_pw_job j = {.co = b->cog,
+                          .k = c->kdim,
+                          .hw = nb,
+                          .ldx = nb,
+                          .ldy = c->osize,
+                          .packed = b->packed,
+                          .x = col,
+                          .bias = b->bias,
+                          .y = b->y + n0,
+                          .y_base = b->y_base + n0,
+                          .epi = b->epi};
+    kiln_conv_pw_run(NULL, p->isa, &j);
+  }
+}
+
+static void run_im2col_pw(const kiln_conv_plan *p, kiln_threadpool *pool, const float *x, const float *bias, float *y,
+                          float *scratch, const kiln_conv_epilogue *epi) {
+  const kiln_conv_geom *c = &p->c;
+  int64_t in_plane = c->in_sp[0] * c->in_sp[1];
+  int64_t cig = c->ci / c->group, cog = c->co / c->group;
+  for (int64_t img = 0; img < c->n; img++)
+    for (int64_t gi = 0; gi < c->group; gi++) {
+      int64_t yb = (img * c->co + gi * cog) * c->osize;
+      im2col_pw_ctx b = {p, x + (img * c->ci + gi * cig) * in_plane, bias ? bias + gi * cog : NULL, y + yb, yb,
+                         (const float *)((const char *)p + p->u_offset + (size_t)gi * p->u_bytes), cog, scratch, epi};
+      kiln_parallel_for(pool, ceil_div(c->out_sp[0], p->blk_rows), 1, im2col_pw_bands, &b);
     }
 }
 
@@ -926,6 +1021,34 @@ kiln_status_t kiln_conv_plan_create(const kiln_conv_geom *c, kiln_conv_algo algo
       payload = 36 * hdr.u_bytes;
       break;
     }
+    case KILN_CONV_IM2COL_PW: {
+      /* Bands of about 256 KB of im2col columns (they stay in L2 while
+       * every channel block reads them), at least 2 per thread when the
+       * rows allow. */
+      int64_t OH = c->out_sp[0], OW = c->out_sp[1];
+      int64_t row_bytes = 4 * c->kdim * OW;
+      int64_t rows = max64(1, (int64_t)(256 * 1024) / max64(1, row_bytes));
+      if (threads > 1) rows = min64(rows, max64(1, ceil_div(OH, 2 * (int64_t)threads)));
+      rows = min64(rows, max64(1, OH));
+      hdr.blk_rows = rows;
+      hdr.blk_floats = round64((size_t)(c->kdim * rows * OW) * sizeof(float)) / sizeof(float);
+      hdr.scratch_bytes = (size_t)threads * hdr.blk_floats * sizeof(float);
+      hdr.u_offset = round64(sizeof hdr);
+      hdr.u_bytes = round64(kiln_conv_pw_packed_floats(c->co / c->group, c->kdim) * sizeof(float));
+      payload = (size_t)c->group * hdr.u_bytes;
+      break;
+    }
+    case KILN_CONV_ROWS:
+    case KILN_CONV_PW: {
+      if (algo == KILN_CONV_ROWS) {
+        hdr.blk_floats = round64(kiln_conv_rows_thread_floats(c) * sizeof(float)) / sizeof(float);
+        hdr.scratch_bytes = (size_t)threads * hdr.blk_floats * sizeof(float);
+      }
+      hdr.u_offset = round64(sizeof hdr);
+      hdr.u_bytes = round64(kiln_conv_pw_packed_floats(c->co, c->kdim) * sizeof(float));
+      payload = hdr.u_bytes;
+      break;
+    }
     case KILN_CONV_GEMM_T:
     case KILN_CONV_IM2COL_T: {
       hdr.t_floats = round64((size_t)(c->osize * c->co) * sizeof(float)) / sizeof(float);
@@ -945,6 +1068,12 @@ kiln_status_t kiln_conv_plan_create(const kiln_conv_geom *c, kiln_conv_algo algo
   *p = hdr;
   if (algo == KILN_CONV_GEMM_T || algo == KILN_CONV_IM2COL_T)
     kiln_sgemm_pack_b(true, c->kdim, c->co, w, c->kdim, (char *)p + p->u_offset);
+  if (algo == KILN_CONV_PW || algo == KILN_CONV_ROWS) kiln_conv_pw_pack(c->co, c->kdim, w, (float *)((char *)p + p->u_offset));
+  if (algo == KILN_CONV_IM2COL_PW) {
+    int64_t cog = c->co / c->group;
+    for (int64_t gi = 0; gi < c->group; gi++)
+      kiln_conv_pw_pack(cog, c->kdim, w + gi * cog * c->kdim, (float *)((char *)p + p->u_offset + (size_t)gi * p->u_bytes));
+  }
   if (algo == KILN_CONV_WINOGRAD) {
     kiln_status_t st = wino_transform_weights(p, w);
     if (st) {
@@ -959,6 +1088,18 @@ kiln_status_t kiln_conv_plan_create(const kiln_conv_geom *c, kiln_conv_algo algo
 kiln_conv_algo kiln_conv_plan_algo(const kiln_conv_plan *p) { return p->algo; }
 size_t kiln_conv_plan_scratch_bytes(const kiln_conv_plan *p) { return p->scratch_bytes; }
 
+bool kiln_conv_plan_reads_weights(const kiln_conv_plan *p) {
+  switch (p->algo) {
+    case KILN_CONV_WINOGRAD:
+    case KILN_CONV_GEMM_T:
+    case KILN_CONV_IM2COL_T:
+    case KILN_CONV_PW:
+    case KILN_CONV_IM2COL_PW:
+    case KILN_CONV_ROWS: return false;
+    default: return true;
+  }
+}
+
 void kiln_conv_run(const kiln_conv_plan *p, kiln_threadpool *pool, const float *x, const float *w, const float *bias,
                    float *y, void *scratch, const kiln_conv_epilogue *epi) {
   const kiln_conv_geom *c = &p->c;
@@ -971,6 +1112,26 @@ void kiln_conv_run(const kiln_conv_plan *p, kiln_threadpool *pool, const float *
       return;
     }
     case KILN_CONV_WINOGRAD: run_winograd(p, pool, x, bias, y, scratch, epi); return;
+    case KILN_CONV_DW_DIRECT: kiln_conv_dw_direct_run(c, pool, x, w, bias, y, epi); return;
+    case KILN_CONV_IM2COL_PW: run_im2col_pw(p, pool, x, bias, y, scratch, epi); return;
+    case KILN_CONV_ROWS:
+      kiln_conv_rows_run(c, pool, p->isa, (const float *)((const char *)p + p->u_offset), x, bias, y, scratch,
+                         p->blk_floats, epi);
+      return;
+    case KILN_CONV_PW:
+      for (int64_t img = 0; img < c->n; img++) {
+        kiln_conv_pw_job j = {.co = c->co,
+                              .k = c->ci,
+                              .hw = c->osize,
+                              .packed = (const float *)((const char *)p + p->u_offset),
+                              .x = x + img * c->ci * c->osize,
+                              .bias = bias,
+                              .y = y + img * c->co * c->osize,
+                              .y_base = img * c->co * c->osize,
+                              .epi = epi};
+        kiln_conv_pw_run(pool, p->isa, &j);
+      }
+      return;
     case KILN_CONV_GEMM_T:
     case KILN_CONV_IM2COL_T: run_gemm_t(p, pool, x, bias, y, scratch, epi); return;
     default: run_gemm(p, pool, x, w, bias, y, scratch, epi); return;

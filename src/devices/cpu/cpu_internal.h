@@ -50,6 +50,12 @@ typedef struct cpu_step {
   bool flat;             /* KERNEL: rendered as one flat loop */
   int64_t flops;
   bool elementwise_only; /* KERNEL: every fused node elementwise/broadcast (in-place safe) */
+  /* Contractions (cpu_contract.c): the fused epilogue recognized as
+   * y = clip(y + add, lo, hi) (epi_native), which a kernel may apply to its
+   * registers instead of calling the generated epilogue. */
+  bool epi_native, epi_clip, epi_has_add;
+  float epi_lo, epi_hi;
+  int epi_add_value;     /* epi_has_add: the value added elementwise (flat index) */
 } cpu_step;
 
 typedef enum cpu_value_kind {
@@ -107,6 +113,14 @@ typedef enum kiln_conv_algo {
   KILN_CONV_WINOGRAD,  /* F(4x4, 3x3), stride 1, constant weights */
   KILN_CONV_GEMM_T,    /* GEMM as Y^T = X^T W^T: prepacked weights, output transposed back (small planes) */
   KILN_CONV_IM2COL_T,  /* IM2COL the same way */
+  KILN_CONV_PW,        /* 1x1, stride 1, no padding, group 1, constant weights: direct register-tiled kernel
+                          (cpu_conv_pw.c) on the activations in place, weights prepacked */
+  KILN_CONV_IM2COL_PW, /* 2-D, constant weights: im2col of a band of output rows (in L2), then the direct
+                          pointwise kernel on it */
+  KILN_CONV_ROWS,      /* 2-D, group 1, constant weights, small Ci*k*k, stride 1 or 2, AVX-512: im2col of 48
+                          pixels at a time in L1, then the direct pointwise kernel (cpu_conv_rows.c) */
+  KILN_CONV_DW_DIRECT, /* 3x3 depthwise, stride 1 or 2, AVX-512: reads the input in place, padding as
+                          masked lanes (cpu_conv_dw.c) */
   KILN_CONV_N_ALGOS
 } kiln_conv_algo;
 
@@ -115,6 +129,13 @@ typedef enum kiln_conv_algo {
 typedef struct kiln_conv_epilogue {
   kiln_rt_epilogue_fn fn;
   void *const *buffers;
+  /* native: fn's effect is exactly  v = y[i] (+ add[i] when add);
+   * y[i] = clip ? min(max(v, lo), hi) : v  for flat output index i (max and
+   * min keep NaN), so a path may apply it in registers and not call fn. A
+   * path that does not know it calls fn, which must then be set. */
+  bool native, clip;
+  float lo, hi;
+  const float *add;
 } kiln_conv_epilogue;
 
 typedef struct kiln_conv_plan kiln_conv_plan; /* one allocation: free() releases it */
@@ -131,10 +152,51 @@ kiln_conv_algo kiln_conv_choose(const kiln_conv_geom *c, bool const_weights);
 kiln_status_t kiln_conv_plan_create(const kiln_conv_geom *c, kiln_conv_algo algo, const float *w, int threads,
                                     kiln_conv_plan **out);
 kiln_conv_algo kiln_conv_plan_algo(const kiln_conv_plan *p);
+/* Whether kiln_conv_run reads the weight tensor it is given; false when the
+ * plan holds its own packed/transformed copy (then the original is only
+ * needed by other readers of that constant, if any). */
+bool kiln_conv_plan_reads_weights(const kiln_conv_plan *p);
 /* Bytes of scratch kiln_conv_run needs (64-byte aligned), 0 for none. */
 size_t kiln_conv_plan_scratch_bytes(const kiln_conv_plan *p);
 /* y = conv(x, w) + bias, then epi (may be NULL) over every output element. */
 void kiln_conv_run(const kiln_conv_plan *p, kiln_threadpool *pool, const float *x, const float *w, const float *bias,
                    float *y, void *scratch, const kiln_conv_epilogue *epi);
+
+/* ---- direct pointwise kernel (cpu_conv_pw.c) ------------------------------------
+ * Y[co, hw] = W[co, k] x X[k, hw] (+ bias[co], then the epilogue) for one
+ * image: register tiles of KILN_PW_MR output channels x up to 48 pixels
+ * (AVX-512; 8 with AVX2) read X in place, K in one pass; the weights are
+ * packed once into blocks of KILN_PW_MR channels, [k][KILN_PW_MR] each
+ * (channels past co zero). isa: 0 generic, 1 AVX2, 2 AVX-512. */
+#define KILN_PW_MR 8
+size_t kiln_conv_pw_packed_floats(int64_t co, int64_t k);
+void kiln_conv_pw_pack(int64_t co, int64_t k, const float *w, float *packed);
+typedef struct kiln_conv_pw_job {
+  int64_t co, k, hw;              /* hw: columns */
+  int64_t ldx, ldy;               /* row strides of X and Y (0: hw) */
+  const float *packed, *x, *bias; /* bias may be NULL */
+  float *y;
+  int64_t y_base; /* flat index of y[0] in the epilogue's output */
+  const kiln_conv_epilogue *epi; /* may be NULL */
+} kiln_conv_pw_job;
+void kiln_conv_pw_run(kiln_threadpool *pool, int isa, const kiln_conv_pw_job *job);
+
+/* ---- im2col in L1 + the pointwise kernel (cpu_conv_rows.c), AVX-512 only ----------- */
+#define KILN_ROWS_MAX_KDIM 1024
+bool kiln_conv_rows_applies(const kiln_conv_geom *c);
+size_t kiln_conv_rows_thread_floats(const kiln_conv_geom *c);
+/* packed: the weights [co][kdim] packed by kiln_conv_pw_pack; scratch:
+ * thread_floats (>= kiln_conv_rows_thread_floats) per thread. */
+void kiln_conv_rows_run(const kiln_conv_geom *c, kiln_threadpool *pool, int isa, const float *packed, const float *x,
+                        const float *bias, float *y, float *scratch, size_t thread_floats,
+                        const kiln_conv_epilogue *epi);
+
+/* ---- direct 3x3 depthwise (cpu_conv_dw.c), AVX-512 only ----------------------------- */
+#define KILN_DW_MAX_OW 1024
+/* True when kiln_conv_dw_direct_run handles c on this build (the caller
+ * checks the CPU has AVX-512). */
+bool kiln_conv_dw_direct_applies(const kiln_conv_geom *c);
+void kiln_conv_dw_direct_run(const kiln_conv_geom *c, kiln_threadpool *pool, const float *x, const float *w,
+                             const float *bias, float *y, const kiln_conv_epilogue *epi);
 
 #endif
