@@ -87,9 +87,15 @@ typedef struct kiln_glsl_options {
   bool int64;               /* device has shaderInt64: kernels with indices past 2^31-1 use int64 arithmetic
                                (else they are KILN_UNSUPPORTED) */
   uint32_t max_groups;      /* workgroups per dispatch dimension at most; 0 = 65535 */
+  bool fp16;                /* f32 te buffers hold IEEE half (float16_t[], GL_EXT_shader_16bit_storage; the
+                               device needs storageBuffer16BitAccess, vk_device_props.fp16): loads convert to
+                               float, all arithmetic, reductions and shared memory stay f32, stores round to
+                               float16_t (the device's f32->f16 conversion: round to nearest even on lavapipe
+                               and the desktop GPUs). Element indices are unchanged (2 bytes each); a binding's
+                               size must be rounded up to 4 bytes. false: f32 buffers, byte-identical source. */
 } kiln_glsl_options;
 
-kiln_glsl_options kiln_glsl_options_default(void); /* 64, no cooperative rows, no subgroups, no int64, 65535 */
+kiln_glsl_options kiln_glsl_options_default(void); /* 64, no cooperative rows, no subgroups, no int64, 65535, f32 */
 
 /* Parallel dims for a GPU: every loop down to the outermost level a
  * reduction is hoisted to (so no reduction is recomputed per element), all
@@ -101,7 +107,7 @@ kiln_status_t kiln_schedule_glsl(te_builder *b, const te_tensor *root, int out_b
 
 /* Renders the nest as a complete compute shader (#version 450, appended to
  * `src`): te buffer i is `layout(std430, set = 0, binding = i) buffer` (f32
- * as float[], i32/u32 as int/uint[], i64 as int64_t[] or int pairs, 8/16-bit
+ * as float[], or float16_t[] with opts->fp16, i32/u32 as int/uint[], i64 as int64_t[] or int pairs, 8/16-bit
  * inputs packed in uint[] with the buffer padded to 4 bytes; the output
  * must be f32/i32/u32/i64). Each invocation computes one iteration of the
  * flattened parallel loop (nest->parallel_dims outer loops), or one
@@ -121,6 +127,15 @@ kiln_status_t kiln_render_glsl(const te_builder *b, const kiln_loop_nest *nest, 
  * not fuse) or needs 64-bit indices. */
 kiln_status_t kiln_render_glsl_epilogue(const te_builder *b, const kiln_loop_nest *nest, const char *fn_name,
                                         int raw_buf, int binding_base, kiln_strbuf *decls, kiln_strbuf *func);
+/* The same with options: only opts->fp16 is used (NULL = f32). With fp16
+ * the f32 buffers are declared float16_t[] (read as float); `raw` and the
+ * returned value stay float, and the host kernel (generated with the same
+ * fp16 setting) converts the result when it stores it. The host shader
+ * must enable GL_EXT_shader_16bit_storage (the vk_kernels generators do
+ * when their desc's fp16 is set). */
+kiln_status_t kiln_render_glsl_epilogue_opts(const te_builder *b, const kiln_loop_nest *nest, const char *fn_name,
+                                             int raw_buf, int binding_base, const kiln_glsl_options *opts,
+                                             kiln_strbuf *decls, kiln_strbuf *func);
 /* The include-guarded GLSL math helpers (kiln_erff, kiln_tanhf, ...). */
 const char *kiln_glsl_helpers(void);
 

@@ -16,6 +16,9 @@
  * int64_t (or, in 32-bit mode, pairs of ints read by their low word: i64
  * data in a 32-bit kernel are indices, which then fit), and 8/16-bit
  * inputs packed in uints (their Vulkan buffers must be padded to 4 bytes).
+ * With fp16 the f32 buffers are float16_t arrays (16-bit storage): each
+ * load converts to float, every computation stays f32 and each store
+ * rounds to half, so fp16 changes only what crosses device memory.
  *
  * Math: GLSL builtins where the Vulkan precision rules make them accurate
  * enough (exp, floor, ceil, roundEven, pow on positive bases); GLSL ports
@@ -28,6 +31,16 @@
 #include <stdio.h>
 
 #include "codegen/render_internal.h"
+
+/* The GLSL renderer's context: the shared emitter's state plus the
+ * storage mode. Every render_ctx the GLSL dialect sees is the first member
+ * of one of these, so the hooks recover it with a cast. */
+typedef struct glsl_ctx {
+  render_ctx r;
+  bool fp16; /* f32 buffers are float16_t[] */
+} glsl_ctx;
+
+static bool is_fp16(const render_ctx *r) { return ((const glsl_ctx *)(const void *)r)->fp16; }
 
 /* Helpers every shader may call; guarded so that several pasted epilogues
  * and the host shader can all include them. */
@@ -121,7 +134,7 @@ static const char *glsl_value_type(const render_ctx *r, kiln_dtype dt) {
 /* Element type of a buffer's array, NULL if the renderer cannot read it. */
 static const char *glsl_array_type(const render_ctx *r, kiln_dtype dt) {
   switch (dt) {
-    case KILN_DTYPE_F32: return "float";
+    case KILN_DTYPE_F32: return is_fp16(r) ? "float16_t" : "float";
     case KILN_DTYPE_I32: return "int";
     case KILN_DTYPE_U32: return "uint";
     case KILN_DTYPE_I64: return r->idx64 ? "int64_t" : "int";
@@ -197,6 +210,12 @@ static void glsl_load(render_ctx *r, const te_expr *e, const char *i) {
   char w[160];
   switch (te_get_buffer(r->b, k)->dtype) {
     case KILN_DTYPE_F32:
+      if (is_fp16(r)) { /* half in memory, float in registers (exact) */
+        subscript(r, "%s", i, w, sizeof w);
+        kiln_strbuf_printf(s, "float(%s%d[%s])", p, k, w);
+        break;
+      }
+      /* fall through */
     case KILN_DTYPE_I32:
     case KILN_DTYPE_U32:
     case KILN_DTYPE_U64:
@@ -295,7 +314,7 @@ static const render_dialect glsl_dialect = {
 /* ---- analysis ---------------------------------------------------------------------- */
 
 kiln_glsl_options kiln_glsl_options_default(void) {
-  kiln_glsl_options o = {64, false, false, false, 65535};
+  kiln_glsl_options o = {64, false, false, false, 65535, false};
   return o;
 }
 
@@ -405,6 +424,12 @@ static void store(render_ctx *r, const kiln_loop_nest *nest, const char *lin, co
   render_indent(r);
   switch (odt) {
     case KILN_DTYPE_F32:
+      if (is_fp16(r)) { /* round to half (float16_t of a float: one conversion) */
+        kiln_strbuf_printf(r->s, "%s%d[%s] = float16_t(%s%s%s%s);\n", r->buf_prefix, nest->out_buf, idx,
+                           conv ? ty : "", conv ? "(" : "", val, conv ? ")" : "");
+        break;
+      }
+      /* fall through */
     case KILN_DTYPE_I32:
     case KILN_DTYPE_U32:
     case KILN_DTYPE_U64:
@@ -460,8 +485,14 @@ static void unflatten(render_ctx *r, const kiln_loop_nest *nest, int from, int t
   }
 }
 
+/* The extensions a float16_t buffer needs (only StorageBuffer16BitAccess
+ * ends up in the SPIR-V while nothing computes in half). */
+static const char glsl_fp16_extensions[] = "#extension GL_EXT_shader_16bit_storage : require\n"
+                                           "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n";
+
 static void header(render_ctx *r, const char *name, uint32_t wg, bool subgroups) {
   kiln_strbuf_printf(r->s, "#version 450\n/* kiln kernel %s */\n", name);
+  if (is_fp16(r)) kiln_strbuf_puts(r->s, glsl_fp16_extensions);
   if (r->idx64) kiln_strbuf_puts(r->s, "#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require\n");
   if (subgroups)
     kiln_strbuf_puts(r->s, "#extension GL_KHR_shader_subgroup_arithmetic : require\n"
@@ -720,73 +751,83 @@ kiln_status_t kiln_render_glsl(const te_builder *b, const kiln_loop_nest *nest, 
   if (pd < 0 || pd > nest->rank) return kiln_error(KILN_INTERNAL, "GLSL renderer: %d parallel dims of %d", pd, nest->rank);
   if (nest->out_buf < 0 || nest->out_buf >= te_buffer_count(b))
     return kiln_error(KILN_INTERNAL, "GLSL renderer: output buffer %d of %d", nest->out_buf, te_buffer_count(b));
-  render_ctx r;
-  KILN_TRY(render_init(&r, &glsl_dialect, b, src));
-  kiln_status_t st = choose_index_width(b, nest, o.int64, &r.idx64);
+  glsl_ctx g;
+  KILN_TRY(render_init(&g.r, &glsl_dialect, b, src));
+  g.fp16 = o.fp16;
+  render_ctx *r = &g.r;
+  kiln_status_t st = choose_index_width(b, nest, o.int64, &r->idx64);
   int64_t rows = 1;
   for (int i = 0; i < pd; i++) rows *= nest->extents[i];
   bool oom = false;
   bool pow2 = wg && !(wg & (wg - 1));
-  bool coop = !st && o.cooperative_rows && (pow2 || o.subgroup_arithmetic) && coop_applies(b, nest, rows, r.idx64, &oom);
+  bool coop = !st && o.cooperative_rows && (pow2 || o.subgroup_arithmetic) && coop_applies(b, nest, rows, r->idx64, &oom);
   if (!st && oom) st = KILN_OOM();
   bool subgroups = coop && o.subgroup_arithmetic;
   if (!st) st = dispatch_size(coop ? rows : (rows + wg - 1) / wg, o.max_groups, out_groups);
   if (!st) {
-    header(&r, name, wg, subgroups);
-    st = declare_buffers(&r, nest->out_buf, 0, "");
+    header(r, name, wg, subgroups);
+    st = declare_buffers(r, nest->out_buf, 0, "");
   }
   if (!st) {
     kiln_strbuf_puts(src, glsl_helpers);
-    if (coop) coop_main(&r, nest, wg, subgroups, rows, out_groups[0]);
-    else plain_main(&r, nest, rows, wg, out_groups[0]);
-    if (r.bad) st = kiln_error(KILN_UNSUPPORTED, "GLSL renderer: cannot express %s in kernel %s", r.why, name);
+    if (coop) coop_main(r, nest, wg, subgroups, rows, out_groups[0]);
+    else plain_main(r, nest, rows, wg, out_groups[0]);
+    if (r->bad) st = kiln_error(KILN_UNSUPPORTED, "GLSL renderer: cannot express %s in kernel %s", r->why, name);
   }
-  render_free(&r);
+  render_free(r);
   return st ? st : kiln_strbuf_status(src);
 }
 
 kiln_status_t kiln_render_glsl_epilogue(const te_builder *b, const kiln_loop_nest *nest, const char *fn_name,
                                         int raw_buf, int binding_base, kiln_strbuf *decls, kiln_strbuf *func) {
+  return kiln_render_glsl_epilogue_opts(b, nest, fn_name, raw_buf, binding_base, NULL, decls, func);
+}
+
+kiln_status_t kiln_render_glsl_epilogue_opts(const te_builder *b, const kiln_loop_nest *nest, const char *fn_name,
+                                             int raw_buf, int binding_base, const kiln_glsl_options *opts,
+                                             kiln_strbuf *decls, kiln_strbuf *func) {
   if (nest->rank != 1 || nest->n_sites)
     return kiln_error(KILN_INTERNAL, "epilogues need a flat, reduction-free kernel");
   if (raw_buf < 0 || raw_buf >= te_buffer_count(b) || raw_buf == nest->out_buf)
     return kiln_error(KILN_INTERNAL, "GLSL epilogue: raw buffer %d is not an input of the kernel", raw_buf);
   if (te_get_buffer(b, raw_buf)->dtype != KILN_DTYPE_F32 || te_get_buffer(b, nest->out_buf)->dtype != KILN_DTYPE_F32)
     return kiln_error(KILN_UNSUPPORTED, "GLSL epilogue: raw and output buffers must be f32");
-  render_ctx r;
-  KILN_TRY(render_init(&r, &glsl_dialect, b, func));
+  glsl_ctx g;
+  KILN_TRY(render_init(&g.r, &glsl_dialect, b, func));
+  g.fp16 = opts && opts->fp16;
+  render_ctx *r = &g.r;
   char prefix[128];
   snprintf(prefix, sizeof prefix, "%s_b", fn_name);
-  r.buf_prefix = prefix;
-  r.raw_buf = raw_buf;
-  r.raw_var = nest->vars[0];
+  r->buf_prefix = prefix;
+  r->raw_buf = raw_buf;
+  r->raw_var = nest->vars[0];
   /* idx is an int: everything must fit 32 bits. */
-  kiln_status_t st = choose_index_width(b, nest, false, &r.idx64);
+  kiln_status_t st = choose_index_width(b, nest, false, &r->idx64);
   if (!st) {
     char block[140];
     snprintf(block, sizeof block, "%s_", fn_name);
-    r.s = decls;
-    st = declare_buffers(&r, nest->out_buf, binding_base, block);
-    r.s = func;
+    r->s = decls;
+    st = declare_buffers(r, nest->out_buf, binding_base, block);
+    r->s = func;
   }
   if (!st) {
     kiln_strbuf_puts(func, glsl_helpers);
     kiln_strbuf_printf(func, "float %s(int idx, float raw) {\n", fn_name);
-    r.indent = 0;
-    render_open_scope(&r);
-    render_indent(&r);
+    r->indent = 0;
+    render_open_scope(r);
+    render_indent(r);
     kiln_strbuf_printf(func, "const int v%d = idx;\n", nest->vars[0]);
-    render_ensure(&r, nest->value);
+    render_ensure(r, nest->value);
     char val[64];
-    render_name_of(&r, nest->value, val, sizeof val);
-    render_indent(&r);
+    render_name_of(r, nest->value, val, sizeof val);
+    render_indent(r);
     if (nest->value->dtype == KILN_DTYPE_F32) kiln_strbuf_printf(func, "return %s;\n", val);
     else kiln_strbuf_printf(func, "return float(%s);\n", val);
-    render_close_scope(&r);
+    render_close_scope(r);
     kiln_strbuf_puts(func, "}\n");
-    if (r.bad) st = kiln_error(KILN_UNSUPPORTED, "GLSL renderer: cannot express %s in epilogue %s", r.why, fn_name);
+    if (r->bad) st = kiln_error(KILN_UNSUPPORTED, "GLSL renderer: cannot express %s in epilogue %s", r->why, fn_name);
   }
-  render_free(&r);
+  render_free(r);
   if (st) return st;
   KILN_TRY(kiln_strbuf_status(decls));
   return kiln_strbuf_status(func);

@@ -1,10 +1,15 @@
-/* kiln_check_model MODEL.onnx INPUT.npy EXPECTED.npy [--device D]
+/* kiln_check_model MODEL.onnx INPUT.npy EXPECTED.npy [--device D] [--fp16]
  * Runs a one-input model on a device (default ref) and compares its first
  * output with a reference computed by the framework that exported it
  * (PyTorch): |got - want| <= 1e-4 + 1e-3 |want| everywhere. On a compiling
  * device (cpu, vulkan) the model must also run entirely on it: a graph it
  * left to the interpreter, or any node of its compiled graph it does not
- * claim (which would run on ref), fails the check. */
+ * claim (which would run on ref), fails the check.
+ *
+ * --fp16: the session keeps float tensors in fp16 (KILN_PRECISION_FP16); the
+ * stated tolerance is then |got - want| <= 1e-2 |want| + 1e-2 max|want|
+ * (every intermediate is rounded to half, 2^-11 relative, and errors add up
+ * over a deep network's layers). */
 #include <math.h>
 #include <stdio.h>
 
@@ -19,10 +24,19 @@ static int fail(kiln_status_t st) {
 
 int main(int argc, char **argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: %s MODEL.onnx INPUT.npy EXPECTED.npy [--device D]\n", argv[0]);
+    fprintf(stderr, "usage: %s MODEL.onnx INPUT.npy EXPECTED.npy [--device D] [--fp16]\n", argv[0]);
     return 2;
   }
-  const char *device = argc > 5 && !strcmp(argv[4], "--device") ? argv[5] : "ref";
+  const char *device = "ref";
+  bool fp16 = false;
+  for (int i = 4; i < argc; i++) {
+    if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
+    else if (!strcmp(argv[i], "--fp16")) fp16 = true;
+    else {
+      fprintf(stderr, "unknown argument '%s'\n", argv[i]);
+      return 2;
+    }
+  }
   kiln_model *model;
   kiln_status_t st = kiln_model_load_file(argv[1], &model);
   if (st) return fail(st);
@@ -31,6 +45,7 @@ int main(int argc, char **argv) {
   if ((st = kiln_npy_read_file(argv[3], &want))) return fail(st);
   kiln_session_options so = kiln_session_options_default();
   so.device = device;
+  if (fp16) so.precision = KILN_PRECISION_FP16;
   kiln_session *sess;
   if ((st = kiln_session_create(model, &so, &sess))) return fail(st);
   kiln_io_info info;
@@ -59,23 +74,25 @@ int main(int argc, char **argv) {
            kiln_dtype_name(want->dtype), kiln_shape_str(want->rank, want->dims, b, sizeof b));
     return 1;
   }
-  double max_abs = 0, worst = 0;
+  double max_abs = 0, worst = 0, max_want = 0;
+  for (int64_t i = 0; i < want->numel; i++) max_want = fmax(max_want, fabs(kiln_load_f64(want->data, want->dtype, i)));
+  double rtol = fp16 ? 1e-2 : 1e-3, atol = fp16 ? 1e-2 * max_want : 1e-4;
   int64_t bad = 0, first_bad = -1;
   for (int64_t i = 0; i < got->numel; i++) {
     double x = kiln_load_f64(got->data, got->dtype, i), y = kiln_load_f64(want->data, want->dtype, i);
     double d = fabs(x - y);
     if (d > max_abs) max_abs = d;
-    double excess = d / (1e-4 + 1e-3 * fabs(y));
+    double excess = d / (atol + rtol * fabs(y));
     if (excess > worst) worst = excess;
-    if (!(d <= 1e-4 + 1e-3 * fabs(y))) {
+    if (!(d <= atol + rtol * fabs(y))) {
       if (first_bad < 0) first_bad = i;
       bad++;
     }
   }
-  printf("%s on %s: %lld values, max abs err %.3g, worst err/tolerance %.3f\n", argv[1], device, (long long)got->numel,
-         max_abs, worst);
+  printf("%s on %s%s: %lld values, max abs err %.3g, worst err/tolerance %.3f\n", argv[1], device, fp16 ? " (fp16)" : "",
+         (long long)got->numel, max_abs, worst);
   if (bad) {
-    printf("FAIL: %lld values outside rtol 1e-3 atol 1e-4 (first at %lld: %g vs %g)\n", (long long)bad,
+    printf("FAIL: %lld values outside rtol %g atol %g (first at %lld: %g vs %g)\n", (long long)bad, rtol, atol,
            (long long)first_bad, kiln_load_f64(got->data, got->dtype, first_bad),
            kiln_load_f64(want->data, want->dtype, first_bad));
     return 1;

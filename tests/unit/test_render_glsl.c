@@ -7,7 +7,16 @@
  *
  * With the Vulkan runtime (KILN_HAVE_VULKAN and a device, e.g. lavapipe)
  * each shader also runs and its output is compared with the ops' reference
- * kernels on random inputs. KILN_TEST_KEEP=1 keeps the shaders. */
+ * kernels on random inputs. KILN_TEST_KEEP=1 keeps the shaders.
+ *
+ * fp16 storage (kiln_glsl_options.fp16): each case is rendered again with
+ * its f32 buffers as float16_t (one plain and one cooperative/subgroup
+ * mode), run with its inputs rounded to half (the host converts with
+ * kiln_f32_to_f16 / kiln_f16_to_f32) and compared with the reference
+ * recomputed on those rounded inputs: since everything in between is f32,
+ * the f32 tolerance plus the one rounding of the stored result (2^-11 |ref|)
+ * must hold. Also: stores round to nearest even (ties, bit for bit), and an
+ * fp16 epilogue pasted into an fp16 host shader runs. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +27,7 @@
 #include "codegen/loopnest.h"
 #include "codegen/lower.h"
 #include "ops/op.h"
+#include "tensor/dtype.h"
 #if KILN_HAVE_VULKAN
 #include "devices/vulkan/vk_runtime.h"
 #endif
@@ -178,6 +188,24 @@ static kiln_status_t run_ref(tgraph *t) {
   return NULL;
 }
 
+/* Rounds every f32 graph input (a value no node produces) to half in
+ * place and recomputes the reference from them: what an fp16 kernel reads. */
+static kiln_status_t round_inputs_to_half(tgraph *t) {
+  bool produced[64] = {0};
+  for (int n = 0; n < t->g->n_nodes; n++) {
+    int o = t->g->nodes[n].outputs[0];
+    produced[o] = true;
+    if (t->val[o]) kiln_tensor_release(t->val[o]);
+    t->val[o] = NULL;
+  }
+  for (int v = 0; v < 64; v++) {
+    if (produced[v] || !t->val[v] || t->val[v]->dtype != KILN_DTYPE_F32) continue;
+    float *x = t->val[v]->data;
+    for (int64_t i = 0; i < t->val[v]->numel; i++) x[i] = kiln_f16_to_f32(kiln_f32_to_f16(x[i]));
+  }
+  return run_ref(t);
+}
+
 static void tgraph_free(tgraph *t) {
   for (int i = 0; i < 64; i++)
     if (t->val[i]) kiln_tensor_release(t->val[i]);
@@ -264,35 +292,66 @@ static void vk_open(void) {
 
 /* Runs the shader on the kernel's buffers (inputs from t->val) and
  * returns the output in *out (malloc'd f32, numel elements). */
+/* The bytes of tensor x as the kernel's buffer holds them: f32 as half
+ * with fp16 (*tmp then owns the converted copy). */
+static const void *device_bytes(const kiln_tensor *x, bool fp16, size_t *bytes, uint16_t **tmp) {
+  *tmp = NULL;
+  *bytes = kiln_tensor_nbytes(x);
+  if (!fp16 || x->dtype != KILN_DTYPE_F32) return x->data;
+  *tmp = malloc((size_t)x->numel * 2 + 4);
+  if (!*tmp) return NULL;
+  for (int64_t i = 0; i < x->numel; i++) (*tmp)[i] = kiln_f32_to_f16(((const float *)x->data)[i]);
+  *bytes = (size_t)x->numel * 2;
+  return *tmp;
+}
+
+/* Runs the shader on the kernel's buffers (inputs from t->val) and
+ * returns the output in *out (malloc'd f32, numel elements). With fp16 the
+ * f32 buffers hold half (2 bytes an element, allocations rounded up to 4
+ * bytes as the plan does). */
 static kiln_status_t vk_run(const char *label, const char *src, const kernel *k, tgraph *t, const uint32_t groups[3],
-                            float **out) {
+                            bool fp16, float **out) {
   int n = k->n_args;
   vk_buffer *bufs[16] = {0};
   vk_kernel *kern = NULL;
   vk_stream *s = NULL;
   kiln_status_t st = NULL;
-  size_t out_bytes = (size_t)t->val[k->arg_values[0]]->numel * 4;
-  *out = malloc(out_bytes ? out_bytes : 1);
-  if (!*out) return KILN_OOM();
+  size_t numel = (size_t)t->val[k->arg_values[0]]->numel;
+  size_t out_bytes = numel * (fp16 ? 2 : 4);
+  uint16_t *half_out = NULL;
+  *out = malloc(numel ? numel * 4 : 1);
+  if (fp16) half_out = malloc(out_bytes + 4);
+  if (!*out || (fp16 && !half_out)) {
+    free(half_out);
+    return KILN_OOM();
+  }
   vk_kernel_desc desc = {label, src, n, 0};
   st = vk_kernel_create(vk, &desc, &kern);
   for (int i = 0; i < n && !st; i++) {
-    size_t bytes = i == 0 ? out_bytes : kiln_tensor_nbytes(t->val[k->arg_values[i]]);
+    size_t bytes = kiln_tensor_nbytes(t->val[k->arg_values[i]]);
+    if (fp16 && t->val[k->arg_values[i]]->dtype == KILN_DTYPE_F32) bytes /= 2;
+    if (i == 0) bytes = out_bytes;
     st = vk_buffer_alloc(vk, VK_MEM_DEVICE, (bytes + 3) / 4 * 4 + 4, &bufs[i]);
   }
   if (!st) st = vk_stream_create(vk, &s);
   if (!st) st = vk_stream_begin(s);
   for (int i = 1; i < n && !st; i++) {
-    const kiln_tensor *x = t->val[k->arg_values[i]];
-    size_t bytes = kiln_tensor_nbytes(x);
-    if (bytes) st = vk_stream_upload(s, bufs[i], 0, x->data, bytes);
+    size_t bytes;
+    uint16_t *tmp;
+    const void *data = device_bytes(t->val[k->arg_values[i]], fp16, &bytes, &tmp);
+    if (!data) st = KILN_OOM();
+    else if (bytes) st = vk_stream_upload(s, bufs[i], 0, data, bytes);
+    free(tmp); /* the upload copied it */
   }
   if (!st && groups[0]) st = vk_stream_dispatch(s, kern, bufs, NULL, groups[0], groups[1], groups[2]);
-  if (!st && out_bytes) st = vk_stream_readback(s, *out, bufs[0], 0, out_bytes);
+  if (!st && out_bytes) st = vk_stream_readback(s, fp16 ? (void *)half_out : (void *)*out, bufs[0], 0, out_bytes);
   if (!st) st = vk_stream_end(s);
   uint64_t value = 0;
   if (!st) st = vk_submit(vk, &s, 1, &value);
   if (!st) st = vk_wait(vk, value);
+  if (!st && fp16)
+    for (size_t i = 0; i < numel; i++) (*out)[i] = kiln_f16_to_f32(half_out[i]);
+  free(half_out);
   if (s) vk_stream_destroy(vk, s);
   for (int i = 0; i < n; i++) vk_buffer_free(vk, bufs[i]);
   if (kern) vk_kernel_destroy(vk, kern);
@@ -301,13 +360,15 @@ static kiln_status_t vk_run(const char *label, const char *src, const kernel *k,
 #endif
 
 #if KILN_HAVE_VULKAN
-/* Compares the device result with the reference (rtol 1e-3, atol 1e-4, NaN = NaN). */
-static void compare(const char *label, const float *got, const kiln_tensor *want) {
+/* Compares the device result with the reference (rtol 1e-3, atol 1e-4, NaN = NaN;
+ * fp16: plus 2^-11 |ref|, the rounding of the stored result to half). */
+static void compare(const char *label, const float *got, const kiln_tensor *want, bool fp16) {
   const float *w = want->data;
   int bad = 0;
   for (int64_t i = 0; i < want->numel; i++) {
     float a = got[i], b = w[i];
-    bool ok = (isnan(a) && isnan(b)) || a == b || fabsf(a - b) <= 1e-4f + 1e-3f * fabsf(b);
+    double tol = 1e-4 + 1e-3 * fabs((double)b) + (fp16 ? 1.001 * ldexp(fabs((double)b), -11) : 0.0);
+    bool ok = (isnan(a) && isnan(b)) || a == b || fabs((double)a - (double)b) <= tol;
     if (!ok && bad++ < 5) CHECK(false, "%s: element %lld: got %.9g, want %.9g", label, (long long)i, a, b);
   }
   if (bad > 5) CHECK(false, "%s: %d elements differ", label, bad);
@@ -327,11 +388,11 @@ static void render_and_check(const char *label, kernel *k, tgraph *t, const kiln
     bool subgroups_ok = !o->subgroup_arithmetic || vk_props.subgroup_arithmetic;
     if (vk && t && subgroups_ok) {
       float *got = NULL;
-      st = vk_run(label, src.data, k, t, groups, &got);
+      st = vk_run(label, src.data, k, t, groups, o->fp16, &got);
       CHECK(!st, "%s: running: %s", label, st ? kiln_status_message(st) : "");
       kiln_status_free(st);
       if (!st) {
-        compare(label, got, t->val[k->arg_values[0]]);
+        compare(label, got, t->val[k->arg_values[0]], o->fp16);
         ran++;
       }
       free(got);
@@ -368,6 +429,19 @@ static void check_case(const char *name, tgraph *t, bool flat) {
       o.subgroup_arithmetic = modes[m].subgroups;
       char label[128];
       snprintf(label, sizeof label, "%s_%s", name, modes[m].suffix);
+      render_and_check(label, &k, t, &o);
+    }
+    /* fp16 storage: the same kernel on half-rounded inputs */
+    st = round_inputs_to_half(t);
+    CHECK(!st, "%s: fp16 reference: %s", name, st ? kiln_status_message(st) : "");
+    kiln_status_free(st);
+    for (size_t m = 0; m < 2 && !st; m++) {
+      kiln_glsl_options o = kiln_glsl_options_default();
+      o.fp16 = true;
+      o.workgroup_size = m ? 128 : 64;
+      o.cooperative_rows = o.subgroup_arithmetic = m == 1;
+      char label[128];
+      snprintf(label, sizeof label, "%s_%s", name, m ? "coop128_sg_fp16" : "plain_fp16");
       render_and_check(label, &k, t, &o);
     }
   } else {
@@ -428,18 +502,22 @@ static te_expr *compute_gelus(te_builder *b, const te_tensor *t, te_expr *const 
                    te_binary(b, TE_MUL, te_const_f(b, KILN_DTYPE_F32, 3), te_call1(b, "kiln_gelu_tanhf", x)));
 }
 
+static void gelu_ref(tgraph *t, int x, int out) {
+  for (int i = 0; i < 777; i++) {
+    double v = ((float *)t->val[x]->data)[i];
+    double g = 0.5 * v * (1 + erf(v / sqrt(2.0)));
+    double gt = 0.5 * v * (1 + tanh(sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+    ((float *)t->val[out]->data)[i] = (float)(g + 3 * gt);
+  }
+}
+
 static void case_gelu(void) {
   tgraph t = new_graph(5);
   int64_t d[1] = {777};
   int x = input(&t, "x", KILN_DTYPE_F32, 1, d, -12, 12);
   int out = value_of(&t, "out");
   kiln_tensor_new(KILN_DTYPE_F32, 1, d, &t.val[out]);
-  for (int i = 0; i < 777; i++) {
-    double v = ((float *)t.val[x]->data)[i];
-    double g = 0.5 * v * (1 + erf(v / sqrt(2.0)));
-    double gt = 0.5 * v * (1 + tanh(sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
-    ((float *)t.val[out]->data)[i] = (float)(g + 3 * gt);
-  }
+  gelu_ref(&t, x, out);
   kernel k;
   memset(&k, 0, sizeof k);
   te_builder_create(&k.b);
@@ -456,6 +534,11 @@ static void case_gelu(void) {
   kiln_status_free(st);
   kiln_glsl_options o = kiln_glsl_options_default();
   render_and_check("gelu", &k, &t, &o);
+  float *xv = t.val[x]->data; /* fp16: half inputs */
+  for (int i = 0; i < 777; i++) xv[i] = kiln_f16_to_f32(kiln_f32_to_f16(xv[i]));
+  gelu_ref(&t, x, out);
+  o.fp16 = true;
+  render_and_check("gelu_fp16", &k, &t, &o);
   kernel_free(&k);
   tgraph_free(&t);
 }
@@ -600,6 +683,8 @@ static void case_gather(kiln_dtype index_dtype) {
   int ind = const_ints(&t, "ind", index_dtype, 9, ivals);
   int out = value_of(&t, "out");
   kiln_tensor_new(KILN_DTYPE_F32, 2, dout, &t.val[out]);
+  float *dv = t.val[data]->data; /* half values: the same data serve the f32 and the fp16 kernel */
+  for (int i = 0; i < 30; i++) dv[i] = kiln_f16_to_f32(kiln_f32_to_f16(dv[i]));
   for (int i = 0; i < 9; i++)
     for (int j = 0; j < 5; j++) {
       int64_t r = ivals[i] < 0 ? ivals[i] + 6 : ivals[i];
@@ -623,6 +708,8 @@ static void case_gather(kiln_dtype index_dtype) {
   kiln_status_free(st);
   kiln_glsl_options o = kiln_glsl_options_default();
   render_and_check(index_dtype == KILN_DTYPE_I64 ? "gather_i64" : "gather_i32", &k, &t, &o);
+  o.fp16 = true; /* f16 data, the index buffer unchanged */
+  render_and_check(index_dtype == KILN_DTYPE_I64 ? "gather_i64_fp16" : "gather_i32_fp16", &k, &t, &o);
   kernel_free(&k);
   tgraph_free(&t);
 }
@@ -669,7 +756,135 @@ static void case_int64(void) {
   tgraph_free(&t);
 }
 
+/* ---- fp16: stores round to nearest even ---- */
+
+/* x * y with x = 1.5, y = +-(1 + j 2^-10): exact in f32, every odd j a tie
+ * in half. The stored halves must be the host's round-to-nearest-even of
+ * the f32 products, bit for bit. */
+static void case_fp16_rounding(void) {
+  tgraph t = new_graph(90);
+  int64_t d[1] = {600};
+  int x = input(&t, "x", KILN_DTYPE_F32, 1, d, 0, 1), y = input(&t, "y", KILN_DTYPE_F32, 1, d, 0, 1);
+  for (int j = 0; j < 600; j++) {
+    ((float *)t.val[x]->data)[j] = 1.5f;
+    ((float *)t.val[y]->data)[j] = (j % 3 ? 1.0f : -1.0f) * (1.0f + (float)(j % 300) / 1024.0f);
+  }
+  node(&t, "Mul", 14, 2, (int[]){x, y}, "out");
+  kiln_status_t st = run_ref(&t);
+  CHECK(!st, "fp16 rounding reference");
+  kiln_status_free(st);
+  kernel k;
+  st = st ? NULL : build_kernel(&t, true, &k);
+  CHECK(!st, "fp16 rounding kernel: %s", st ? kiln_status_message(st) : "");
+  kiln_status_free(st);
+  if (!st) {
+    kiln_glsl_options o = kiln_glsl_options_default();
+    o.fp16 = true;
+    kiln_strbuf src = {0};
+    uint32_t groups[3];
+    st = kiln_render_glsl(k.b, &k.nest, "fp16_rounding", &o, &src, groups);
+    CHECK(!st, "fp16 rounding render: %s", st ? kiln_status_message(st) : "");
+    kiln_status_free(st);
+    if (!st && compile_glsl("fp16_rounding", src.data)) {
+#if KILN_HAVE_VULKAN
+      float *got = NULL;
+      if (vk) {
+        st = vk_run("fp16_rounding", src.data, &k, &t, groups, true, &got);
+        CHECK(!st, "fp16 rounding run: %s", st ? kiln_status_message(st) : "");
+        kiln_status_free(st);
+        const float *want = t.val[k.arg_values[0]]->data;
+        int bad = 0;
+        for (int j = 0; !st && j < 600; j++) {
+          uint16_t h = kiln_f32_to_f16(want[j]);
+          if (kiln_f32_to_f16(got[j]) != h || got[j] != kiln_f16_to_f32(h))
+            if (bad++ < 3) CHECK(false, "fp16 rounding: [%d] %.9g * %.9g stored as %.9g, want %.9g", j, 1.5, (double)want[j] / 1.5, (double)got[j], (double)kiln_f16_to_f32(h));
+        }
+        if (!st) ran++;
+      }
+      free(got);
+#endif
+    }
+    kiln_strbuf_free(&src);
+    kernel_free(&k);
+  }
+  tgraph_free(&t);
+}
+
 /* ---- epilogues ---- */
+
+/* The epilogue in fp16: declared float16_t, pasted into an fp16 host
+ * shader whose raw value is a[i] * b[i] with b = 1 (so raw is the graph's
+ * raw input), run, and compared with the reference on half inputs. */
+static void epilogue_fp16(tgraph *t, kernel *k, int raw) {
+  kiln_status_t st = round_inputs_to_half(t);
+  CHECK(!st, "fp16 epilogue reference: %s", st ? kiln_status_message(st) : "");
+  kiln_status_free(st);
+  if (st) return;
+  kiln_glsl_options o = kiln_glsl_options_default();
+  o.fp16 = true;
+  kiln_strbuf decls = {0}, func = {0}, host = {0};
+  st = kiln_render_glsl_epilogue_opts(k->b, &k->nest, "ep", 1, 3, &o, &decls, &func);
+  CHECK(!st, "fp16 epilogue: %s", st ? kiln_status_message(st) : "");
+  kiln_status_free(st);
+  CHECK(st || (strstr(decls.data, "float16_t") && !strstr(decls.data, "{ float ")), "fp16 epilogue declares f32 buffers: %s",
+        decls.data);
+  int64_t n = t->val[raw]->numel;
+  kiln_strbuf_printf(&host,
+                     "#version 450\n#extension GL_EXT_shader_16bit_storage : require\nlayout(local_size_x = 64) in;\n"
+                     "layout(std430, set = 0, binding = 0) buffer C { float16_t c[]; };\n"
+                     "layout(std430, set = 0, binding = 1) readonly buffer A { float16_t a[]; };\n"
+                     "layout(std430, set = 0, binding = 2) readonly buffer B { float16_t b[]; };\n%s%s%s"
+                     "void main() {\n  int i = int(gl_GlobalInvocationID.x);\n  if (i >= %lld) return;\n"
+                     "  float acc = float(a[i]) * float(b[i]);\n  c[i] = float16_t(ep(i, acc));\n}\n",
+                     decls.data ? decls.data : "", kiln_glsl_helpers(), func.data ? func.data : "", (long long)n);
+  if (!st && compile_glsl("epilogue_host_fp16", host.data)) {
+#if KILN_HAVE_VULKAN
+    if (vk) {
+      /* bindings: 0 out, 1 a = raw, 2 b = ones, 3 + i the epilogue's te buffer i */
+      kiln_tensor *ones = NULL;
+      if (kiln_tensor_new(KILN_DTYPE_F32, 1, &n, &ones)) abort();
+      for (int64_t i = 0; i < n; i++) ((float *)ones->data)[i] = 1.0f;
+      kernel hk;
+      memset(&hk, 0, sizeof hk);
+      tgraph ht = *t; /* the host kernel's buffers as values of a copy of the table */
+      int spare = 63;   /* a value slot no test graph uses */
+      ht.val[spare] = ones;
+      hk.arg_values[0] = k->arg_values[0];
+      hk.arg_values[1] = raw;
+      hk.arg_values[2] = spare;
+      /* The flat kernel reads every non-scalar input at the element's index
+       * (bias [10] as [60]): bind such inputs tiled to n elements. */
+      kiln_tensor *tiled[16] = {0};
+      for (int i = 0; i < k->n_args; i++) {
+        const kiln_tensor *x = t->val[k->arg_values[i]];
+        hk.arg_values[3 + i] = k->arg_values[i];
+        if (x->numel == 1 || x->numel == n || spare - 1 - i <= 0) continue;
+        if (kiln_tensor_new(KILN_DTYPE_F32, 1, &n, &tiled[i])) abort();
+        for (int64_t e = 0; e < n; e++) ((float *)tiled[i]->data)[e] = ((const float *)x->data)[e % x->numel];
+        ht.val[spare - 1 - i] = tiled[i];
+        hk.arg_values[3 + i] = spare - 1 - i;
+      }
+      hk.n_args = 3 + k->n_args;
+      uint32_t groups[3] = {(uint32_t)((n + 63) / 64), 1, 1};
+      float *got = NULL;
+      st = vk_run("epilogue_host_fp16", host.data, &hk, &ht, groups, true, &got);
+      CHECK(!st, "fp16 epilogue run: %s", st ? kiln_status_message(st) : "");
+      kiln_status_free(st);
+      if (!st) {
+        compare("epilogue_host_fp16", got, t->val[k->arg_values[0]], true);
+        ran++;
+      }
+      free(got);
+      kiln_tensor_release(ones);
+      for (int i = 0; i < 16; i++)
+        if (tiled[i]) kiln_tensor_release(tiled[i]);
+    }
+#endif
+  }
+  kiln_strbuf_free(&host);
+  kiln_strbuf_free(&decls);
+  kiln_strbuf_free(&func);
+}
 
 static void case_epilogue(void) {
   tgraph t = new_graph(80);
@@ -715,6 +930,7 @@ static void case_epilogue(void) {
     kiln_status_free(st);
     kiln_strbuf_free(&decls);
     kiln_strbuf_free(&func);
+    epilogue_fp16(&t, &k, raw);
     kernel_free(&k);
   }
   (void)bias;
@@ -746,6 +962,7 @@ int main(void) {
   case_gather(KILN_DTYPE_I32);
   case_int64();
   case_epilogue();
+  case_fp16_rounding();
 #if KILN_HAVE_VULKAN
   if (vk) vk_context_destroy(vk);
   CHECK(vk_validation_error_count() == 0, "%llu Vulkan validation errors (KILN_VULKAN_VALIDATION=1)",

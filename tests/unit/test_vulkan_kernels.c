@@ -8,8 +8,22 @@
  * blocks), each with and without a hand-written epilogue
  * relu(raw + e[idx % C]).
  *
+ * Then every case again in fp16 storage (desc.fp16: every tensor binding
+ * float16_t, converted on the host here with kiln_f32_to_f16 /
+ * kiln_f16_to_f32) on standard-normal inputs, checked twice:
+ *  - exactly what the kernel owes: against the float64 reference on the
+ *    half-rounded inputs the device sees, within the f32 tolerance plus
+ *    2^-11 |ref| (the one rounding of the result to half when stored), so a
+ *    kernel that accumulated or staged in half would fail;
+ *  - end to end: against the float64 reference on the original f32 inputs,
+ *    within 1e-2 |ref| + max(1e-2, 2^-10 sum|terms|) (contractions: the
+ *    inputs' rounding bounds the error by 2^-10 sum|terms|, which is at
+ *    most sqrt(K) 2^-11 sum|terms| for K >= 4).
+ * and a GEMV whose products are exact in f32 but not in half (half of
+ * them ties) checks that stores round to nearest even, bit for bit.
+ *
  * Exit 77 (skipped) only when kiln was built without Vulkan or no Vulkan
- * device exists. `--bench` also times the GEMM at 512^3 and 1024^3.
+ * device exists. `--bench` also times the GEMM at 512^3 and 1024^3 (f32 and fp16).
  * Set KILN_VULKAN_VALIDATION=1 to run under the validation layer; any
  * validation error fails the test. */
 #if !KILN_HAVE_VULKAN
@@ -28,12 +42,15 @@ int main(void) {
 
 #include "devices/vulkan/vk_kernels.h"
 #include "devices/vulkan/vk_runtime.h"
+#include "tensor/dtype.h"
 
 static vk_context *g_ctx;
 static vk_device_props g_dev;   /* the device's real properties */
 static vk_device_props g_props; /* what the generators are told (a profile within g_dev's limits) */
 static int g_cases, g_failures;
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static bool g_fp16; /* this pass runs the generators with desc.fp16 */
+static double g_worst_abs, g_worst_rel; /* fp16 pass: largest end-to-end errors (absolute; relative to max|ref|) */
 
 static uint64_t rnd(void) {
   g_rng ^= g_rng << 13;
@@ -43,11 +60,26 @@ static uint64_t rnd(void) {
 }
 static float rnd_float(void) { return (float)((double)(rnd() >> 11) / (double)(1ull << 53) * 2.0 - 1.0); }
 
+/* Standard normal (Box-Muller), for the fp16 pass. */
+static float rnd_normal(void) {
+  double u1 = ((double)(rnd() >> 11) + 1.0) / (double)(1ull << 53), u2 = (double)(rnd() >> 11) / (double)(1ull << 53);
+  return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
 static float *rnd_array(size_t n) {
   float *a = malloc((n ? n : 1) * sizeof(float));
   if (!a) abort();
-  for (size_t i = 0; i < n; i++) a[i] = rnd_float();
+  for (size_t i = 0; i < n; i++) a[i] = g_fp16 ? rnd_normal() : rnd_float();
   return a;
+}
+
+/* A copy of a rounded to half and back: what an fp16 kernel reads (NULL stays NULL). */
+static float *round16(const float *a, size_t n) {
+  if (!a) return NULL;
+  float *r = malloc((n ? n : 1) * sizeof(float));
+  if (!r) abort();
+  for (size_t i = 0; i < n; i++) r[i] = kiln_f16_to_f32(kiln_f32_to_f16(a[i]));
+  return r;
 }
 
 static double *zeros(size_t n) {
@@ -94,23 +126,44 @@ static bool launch(const char *what, const vk_kernel_src *src, tbuf *bufs, int n
     return false;
   }
   vk_buffer *vb[16] = {0};
+  uint16_t *half[16] = {0}; /* fp16: the bindings' contents as half, 4-byte padded */
   vk_stream *s = NULL;
   bool ok = true;
-  for (int i = 0; i < n && ok; i++) ok = check_status(vk_buffer_alloc(g_ctx, VK_MEM_DEVICE, (bufs[i].n ? bufs[i].n : 1) * 4, &vb[i]), what);
+  /* f32: 4 bytes an element; fp16: 2, the binding rounded up to 4 bytes
+   * (as the plan allocates them) */
+  size_t bytes[16];
+  for (int i = 0; i < n; i++) bytes[i] = g_fp16 ? (bufs[i].n * 2 + 3) / 4 * 4 : bufs[i].n * 4;
+  for (int i = 0; i < n && ok; i++) {
+    ok = check_status(vk_buffer_alloc(g_ctx, VK_MEM_DEVICE, bytes[i] ? bytes[i] : 4, &vb[i]), what);
+    if (ok && g_fp16) {
+      half[i] = calloc(bytes[i] / 2 + 2, 2);
+      if (!half[i]) abort();
+      for (size_t e = 0; e < bufs[i].n; e++) half[i][e] = kiln_f32_to_f16(bufs[i].host[e]);
+    }
+  }
   ok = ok && check_status(vk_stream_create(g_ctx, &s), what);
   ok = ok && check_status(vk_stream_begin(s), what);
   for (int i = 0; i < n && ok; i++)
-    if (bufs[i].n) ok = check_status(vk_stream_upload(s, vb[i], 0, bufs[i].host, bufs[i].n * 4), what);
+    if (bufs[i].n)
+      ok = check_status(vk_stream_upload(s, vb[i], 0, g_fp16 ? (const void *)half[i] : (const void *)bufs[i].host, bytes[i]),
+                        what);
   if (ok && src->groups[0] && src->groups[1] && src->groups[2])
     ok = check_status(vk_stream_dispatch(s, k, vb, NULL, src->groups[0], src->groups[1], src->groups[2]), what);
   for (int i = 0; i < n && ok; i++)
-    if (bufs[i].out && bufs[i].n) ok = check_status(vk_stream_readback(s, bufs[i].host, vb[i], 0, bufs[i].n * 4), what);
+    if (bufs[i].out && bufs[i].n)
+      ok = check_status(vk_stream_readback(s, g_fp16 ? (void *)half[i] : (void *)bufs[i].host, vb[i], 0, bytes[i]), what);
   ok = ok && check_status(vk_stream_end(s), what);
   uint64_t v = 0;
   ok = ok && check_status(vk_submit(g_ctx, &s, 1, &v), what);
   ok = ok && check_status(vk_wait(g_ctx, v), what);
+  for (int i = 0; i < n && ok && g_fp16; i++)
+    if (bufs[i].out)
+      for (size_t e = 0; e < bufs[i].n; e++) bufs[i].host[e] = kiln_f16_to_f32(half[i][e]);
   if (s) vk_stream_destroy(g_ctx, s);
-  for (int i = 0; i < n; i++) vk_buffer_free(g_ctx, vb[i]);
+  for (int i = 0; i < n; i++) {
+    vk_buffer_free(g_ctx, vb[i]);
+    free(half[i]);
+  }
   vk_kernel_destroy(g_ctx, k);
   return ok;
 }
@@ -140,6 +193,54 @@ static void compare(const char *what, const char *kname, const float *got, const
   }
 }
 
+/* The fp16 pass (see the top): ref16/mag16 from the half-rounded inputs,
+ * ref/mag from the f32 inputs (mag NULL: not a contraction). */
+static void compare16(const char *what, const char *kname, const float *got, const double *ref16, const double *mag16,
+                      const double *ref, const double *mag, size_t n) {
+  double worst = 0, worst_abs = 0, worst_rel = 0, scale = 0;
+  size_t bad = 0, first = 0, bad2 = 0, first2 = 0;
+  for (size_t i = 0; i < n; i++)
+    if (isfinite(ref[i]) && fabs(ref[i]) > scale) scale = fabs(ref[i]);
+  for (size_t i = 0; i < n; i++) {
+    bool special16 = (isnan(ref16[i]) && isnan(got[i])) || (isinf(ref16[i]) && got[i] == ref16[i]);
+    bool special = (isnan(ref[i]) && isnan(got[i])) || (isinf(ref[i]) && got[i] == ref[i]);
+    double f32tol = 1e-4 * fabs(ref16[i]) + 2e-6 * (mag16 ? mag16[i] : 0) + 1e-5;
+    double tol = 1.001 * (f32tol + ldexp(fabs(ref16[i]), -11)) + ldexp(1.0, -25);
+    double err = fabs((double)got[i] - ref16[i]);
+    if (!special16 && !(err <= tol)) {
+      if (!bad) first = i;
+      bad++;
+    }
+    if (!special16 && err / (tol / 1e-4) > worst) worst = err / (tol / 1e-4);
+    double bound = mag ? ldexp(mag[i], -10) : 0;
+    double tol2 = 1e-2 * fabs(ref[i]) + (bound > 1e-2 ? bound : 1e-2);
+    double err2 = fabs((double)got[i] - ref[i]);
+    if (!special && !(err2 <= tol2)) {
+      if (!bad2) first2 = i;
+      bad2++;
+    }
+    if (!special && isfinite(err2)) {
+      if (err2 > worst_abs) worst_abs = err2;
+      if (scale > 0 && err2 / scale > worst_rel) worst_rel = err2 / scale;
+    }
+  }
+  if (worst_abs > g_worst_abs) g_worst_abs = worst_abs;
+  if (worst_rel > g_worst_rel) g_worst_rel = worst_rel;
+  g_cases++;
+  if (bad || bad2) {
+    g_failures++;
+    if (bad)
+      printf("FAIL %-44s %-34s %zu/%zu off the half-input reference, first [%zu] got %.7g want %.7g\n", what, kname, bad,
+             n, first, (double)got[first], ref16[first]);
+    if (bad2)
+      printf("FAIL %-44s %-34s %zu/%zu off the f32-input reference, first [%zu] got %.7g want %.7g\n", what, kname, bad2,
+             n, first2, (double)got[first2], ref[first2]);
+  } else {
+    printf("ok   %-44s %-34s max err/tol-scale %.2e; vs f32 inputs: abs %.1e, /max|ref| %.1e\n", what, kname, worst,
+           worst_abs, worst_rel);
+  }
+}
+
 /* ---- the test epilogue: relu(raw + e[idx % C]) -------------------------------------- */
 
 typedef struct test_epi {
@@ -151,17 +252,50 @@ typedef struct test_epi {
 
 static void epi_make(test_epi *t, int binding, int c) {
   t->c = c;
+  /* fp16: the epilogue's own buffers are half too (as the renderer declares them) */
   snprintf(t->decls, sizeof t->decls,
-           "layout(std430, set = 0, binding = %d) readonly buffer ep_buf { float ep_e[]; };", binding);
-  snprintf(t->func, sizeof t->func, "float ep_fn(int idx, float raw) { return max(raw + ep_e[idx %% %d], 0.0); }", c);
+           "layout(std430, set = 0, binding = %d) readonly buffer ep_buf { %s ep_e[]; };", binding,
+           g_fp16 ? "float16_t" : "float");
+  snprintf(t->func, sizeof t->func, "float ep_fn(int idx, float raw) { return max(raw + %sep_e[idx %% %d]%s, 0.0); }",
+           g_fp16 ? "float(" : "", c, g_fp16 ? ")" : "");
   t->epi = (vk_epilogue){t->decls, t->func, "ep_fn", binding, 1};
   t->e = rnd_array((size_t)c);
 }
 
-static void epi_apply(const test_epi *t, double *ref, size_t n) {
+/* e: the epilogue's operand as the reference sees it (t->e, or its half rounding). */
+static void epi_apply(const test_epi *t, const float *e, double *ref, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    double v = ref[i] + t->e[i % (size_t)t->c];
+    double v = ref[i] + e[i % (size_t)t->c];
     ref[i] = v > 0 ? v : 0;
+  }
+}
+
+/* The comparison of the current pass. r16 NULL in the f32 pass. */
+typedef struct refs {
+  double *ref, *mag, *ref16, *mag16;
+} refs;
+
+static void check(const char *what, const char *kname, const float *got, const refs *r, bool contraction, size_t n) {
+  if (g_fp16)
+    compare16(what, kname, got, r->ref16, contraction ? r->mag16 : NULL, r->ref, contraction ? r->mag : NULL, n);
+  else
+    compare(what, kname, got, r->ref, contraction ? r->mag : NULL, n);
+}
+
+static refs refs_new(size_t n) {
+  refs r = {zeros(n), zeros(n), NULL, NULL};
+  if (g_fp16) r.ref16 = zeros(n), r.mag16 = zeros(n);
+  return r;
+}
+
+static void refs_free(refs *r) { free(r->ref), free(r->mag), free(r->ref16), free(r->mag16); }
+
+static void refs_epilogue(const test_epi *t, refs *r, size_t n) {
+  epi_apply(t, t->e, r->ref, n);
+  if (g_fp16) {
+    float *e16 = round16(t->e, (size_t)t->c);
+    epi_apply(t, e16, r->ref16, n);
+    free(e16);
   }
 }
 
@@ -225,15 +359,22 @@ static void test_matmul(const char *what, const vk_matmul_desc *d, bool with_epi
                           : 0;
   size_t ny = (size_t)(batch * d->m * d->n);
   float *a = rnd_array(na), *b = rnd_array(nbb), *c = rnd_array(nc), *y = sentinel(ny + (size_t)d->y_offset);
-  double *ref = zeros(ny), *mag = zeros(ny);
-  ref_matmul(d, a, b, c, ref, mag);
+  refs r = refs_new(ny);
+  ref_matmul(d, a, b, c, r.ref, r.mag);
+  if (g_fp16) {
+    float *a16 = round16(a, na), *b16 = round16(b, nbb), *c16 = round16(c, nc);
+    ref_matmul(d, a16, b16, c16, r.ref16, r.mag16);
+    free(a16), free(b16), free(c16);
+  }
   test_epi te = {0};
   int own = d->has_bias ? 4 : 3;
   if (with_epi) epi_make(&te, own, (int)(d->n > 1 ? d->n : 7));
+  vk_matmul_desc dd = *d;
+  dd.fp16 = g_fp16;
   vk_kernel_src src;
   char name[128];
-  snprintf(name, sizeof name, "%s%s", what, with_epi ? " +epi" : "");
-  if (check_status(vk_gen_matmul(d, &g_props, with_epi ? &te.epi : NULL, &src), name)) {
+  snprintf(name, sizeof name, "%s%s%s", what, with_epi ? " +epi" : "", g_fp16 ? " fp16" : "");
+  if (check_status(vk_gen_matmul(&dd, &g_props, with_epi ? &te.epi : NULL, &src), name)) {
     tbuf bufs[5];
     int n = 0;
     bufs[n++] = (tbuf){a, na, false};
@@ -242,12 +383,13 @@ static void test_matmul(const char *what, const vk_matmul_desc *d, bool with_epi
     bufs[n++] = (tbuf){y, ny + (size_t)d->y_offset, true};
     if (with_epi) bufs[n++] = (tbuf){te.e, (size_t)te.c, false};
     if (launch(name, &src, bufs, n)) {
-      if (with_epi) epi_apply(&te, ref, ny);
-      compare(name, src.name, y + d->y_offset, ref, mag, ny);
+      if (with_epi) refs_epilogue(&te, &r, ny);
+      check(name, src.name, y + d->y_offset, &r, true, ny);
     }
     vk_kernel_src_free(&src);
   }
-  free(a), free(b), free(c), free(y), free(ref), free(mag), free(te.e);
+  free(a), free(b), free(c), free(y), free(te.e);
+  refs_free(&r);
 }
 
 static void matmul_cases(void) {
@@ -451,8 +593,13 @@ static void test_conv(const char *what, const vk_conv_desc *d, bool with_epi) {
   size_t nb = d->has_bias ? (size_t)(d->bias_offset + d->out_channels) : 0;
   size_t ny = (size_t)(d->batch * d->out_channels) * osp;
   float *x = rnd_array(nx), *w = rnd_array(nw), *b = rnd_array(nb), *y = sentinel(ny + (size_t)d->y_offset);
-  double *ref = zeros(ny), *mag = zeros(ny);
-  ref_conv(d, x, w, d->has_bias ? b : NULL, ref, mag);
+  refs r = refs_new(ny);
+  ref_conv(d, x, w, d->has_bias ? b : NULL, r.ref, r.mag);
+  if (g_fp16) {
+    float *x16 = round16(x, nx), *w16 = round16(w, nw), *b16 = round16(b, nb);
+    ref_conv(d, x16, w16, d->has_bias ? b16 : NULL, r.ref16, r.mag16);
+    free(x16), free(w16), free(b16);
+  }
   test_epi te = {0};
   int own = d->has_bias ? 4 : 3;
   if (with_epi) epi_make(&te, own, (int)d->out_channels);
@@ -461,10 +608,12 @@ static void test_conv(const char *what, const vk_conv_desc *d, bool with_epi) {
     printf("FAIL %s: not supported: %s\n", what, why);
     g_failures++;
   }
+  vk_conv_desc dd = *d;
+  dd.fp16 = g_fp16;
   vk_kernel_src src;
   char name[128];
-  snprintf(name, sizeof name, "%s%s", what, with_epi ? " +epi" : "");
-  if (check_status(vk_gen_conv(d, &g_props, with_epi ? &te.epi : NULL, &src), name)) {
+  snprintf(name, sizeof name, "%s%s%s", what, with_epi ? " +epi" : "", g_fp16 ? " fp16" : "");
+  if (check_status(vk_gen_conv(&dd, &g_props, with_epi ? &te.epi : NULL, &src), name)) {
     tbuf bufs[5];
     int n = 0;
     bufs[n++] = (tbuf){x, nx, false};
@@ -473,12 +622,13 @@ static void test_conv(const char *what, const vk_conv_desc *d, bool with_epi) {
     bufs[n++] = (tbuf){y, ny + (size_t)d->y_offset, true};
     if (with_epi) bufs[n++] = (tbuf){te.e, (size_t)te.c, false};
     if (launch(name, &src, bufs, n)) {
-      if (with_epi) epi_apply(&te, ref, ny);
-      compare(name, src.name, y + d->y_offset, ref, mag, ny);
+      if (with_epi) refs_epilogue(&te, &r, ny);
+      check(name, src.name, y + d->y_offset, &r, true, ny);
     }
     vk_kernel_src_free(&src);
   }
-  free(x), free(w), free(b), free(y), free(ref), free(mag), free(te.e);
+  free(x), free(w), free(b), free(y), free(te.e);
+  refs_free(&r);
 }
 
 #define A(...) ((const int64_t[]){__VA_ARGS__})
@@ -614,22 +764,29 @@ static void test_pool(const char *what, vk_pool_kind kind, int nsp, int64_t n, i
   }
   size_t nx = (size_t)(n * c) * isp, ny = (size_t)(n * c) * osp;
   float *x = rnd_array(nx), *y = sentinel(ny);
-  double *ref = zeros(ny);
-  ref_pool(&d, x, ref);
+  refs r = refs_new(ny);
+  ref_pool(&d, x, r.ref);
+  if (g_fp16) {
+    float *x16 = round16(x, nx);
+    ref_pool(&d, x16, r.ref16);
+    free(x16);
+  }
   test_epi te = {0};
   if (with_epi) epi_make(&te, 2, (int)c);
+  d.fp16 = g_fp16;
   vk_kernel_src src;
   char name[128];
-  snprintf(name, sizeof name, "%s%s", what, with_epi ? " +epi" : "");
+  snprintf(name, sizeof name, "%s%s%s", what, with_epi ? " +epi" : "", g_fp16 ? " fp16" : "");
   if (check_status(vk_gen_pool(&d, &g_props, with_epi ? &te.epi : NULL, &src), name)) {
     tbuf bufs[3] = {{x, nx, false}, {y, ny, true}, {te.e, (size_t)te.c, false}};
     if (launch(name, &src, bufs, with_epi ? 3 : 2)) {
-      if (with_epi) epi_apply(&te, ref, ny);
-      compare(name, src.name, y, ref, NULL, ny);
+      if (with_epi) refs_epilogue(&te, &r, ny);
+      check(name, src.name, y, &r, false, ny);
     }
     vk_kernel_src_free(&src);
   }
-  free(x), free(y), free(ref), free(te.e);
+  free(x), free(y), free(te.e);
+  refs_free(&r);
 }
 
 static void pool_cases(void) {
@@ -706,15 +863,22 @@ static void test_attention(const char *what, const vk_attention_desc *d, int mas
       for (int64_t j = 0; j < d->n && j < 40; j++) mask[d->mask_offset + i * d->mask_stride_m + j * d->mask_stride_n] = -INFINITY;
   if (mask_fill == 2 && d->has_mask)
     for (int64_t j = 0; j < d->n; j++) mask[d->mask_offset + j * d->mask_stride_n] = -INFINITY; /* row 0 */
-  double *ref = zeros(ny);
-  ref_attention(d, q, k, v, mask, ref);
+  refs r = refs_new(ny);
+  ref_attention(d, q, k, v, mask, r.ref);
+  if (g_fp16) {
+    float *q16 = round16(q, nq), *k16 = round16(k, nk), *v16 = round16(v, nv), *m16 = round16(mask, nm);
+    ref_attention(d, q16, k16, v16, m16, r.ref16);
+    free(q16), free(k16), free(v16), free(m16);
+  }
   test_epi te = {0};
   int own = d->has_mask ? 5 : 4;
   if (with_epi) epi_make(&te, own, (int)d->dv);
+  vk_attention_desc dd = *d;
+  dd.fp16 = g_fp16;
   vk_kernel_src src;
   char name[128];
-  snprintf(name, sizeof name, "%s%s", what, with_epi ? " +epi" : "");
-  if (check_status(vk_gen_attention(d, &g_props, with_epi ? &te.epi : NULL, &src), name)) {
+  snprintf(name, sizeof name, "%s%s%s", what, with_epi ? " +epi" : "", g_fp16 ? " fp16" : "");
+  if (check_status(vk_gen_attention(&dd, &g_props, with_epi ? &te.epi : NULL, &src), name)) {
     tbuf bufs[6];
     int n = 0;
     bufs[n++] = (tbuf){q, nq, false};
@@ -724,12 +888,13 @@ static void test_attention(const char *what, const vk_attention_desc *d, int mas
     bufs[n++] = (tbuf){y, ny, true};
     if (with_epi) bufs[n++] = (tbuf){te.e, (size_t)te.c, false};
     if (launch(name, &src, bufs, n)) {
-      if (with_epi) epi_apply(&te, ref, ny);
-      compare(name, src.name, y, ref, NULL, ny);
+      if (with_epi) refs_epilogue(&te, &r, ny);
+      check(name, src.name, y, &r, false, ny);
     }
     vk_kernel_src_free(&src);
   }
-  free(q), free(k), free(v), free(mask), free(y), free(ref), free(te.e);
+  free(q), free(k), free(v), free(mask), free(y), free(te.e);
+  refs_free(&r);
 }
 
 static vk_attention_desc attn_desc(int64_t m, int64_t n, int64_t dd, int64_t dv, bool tk, float scale) {
@@ -819,36 +984,107 @@ static void profile_cases(void) {
   test_attention("attn 37x70 d64", &a, 0, true);
 }
 
+/* ---- fp16 specifics ------------------------------------------------------------------------ */
+
+/* y[j] = 1.5 * b[j], b[j] = +-(1 + j 2^-10): exact in f32, needing rounding
+ * in half, every odd j a tie; the stored halves must be the host's round to
+ * nearest even bit for bit. */
+static void fp16_rounding_case(void) {
+  enum { N = 300 };
+  vk_matmul_desc d;
+  vk_matmul_desc_init(&d, 1, N, 1);
+  d.fp16 = true;
+  float a[1] = {1.5f}, b[N], y[N];
+  for (int j = 0; j < N; j++) b[j] = (j % 3 ? 1.0f : -1.0f) * (1.0f + (float)j / 1024.0f), y[j] = 0;
+  vk_kernel_src src;
+  if (!check_status(vk_gen_matmul(&d, &g_props, NULL, &src), "fp16 rounding")) return;
+  tbuf bufs[3] = {{a, 1, false}, {b, N, false}, {y, N, true}};
+  if (launch("fp16 rounding", &src, bufs, 3)) {
+    int bad = 0, first = -1;
+    for (int j = 0; j < N; j++)
+      if (kiln_f32_to_f16(y[j]) != kiln_f32_to_f16(1.5f * b[j]) || y[j] != kiln_f16_to_f32(kiln_f32_to_f16(1.5f * b[j]))) {
+        if (!bad++) first = j;
+      }
+    g_cases++;
+    if (bad) {
+      g_failures++;
+      printf("FAIL fp16 stores round to nearest even: %d/%d differ, first [%d] got %.9g want %.9g\n", bad, N, first,
+             (double)y[first], (double)kiln_f16_to_f32(kiln_f32_to_f16(1.5f * b[first])));
+    } else {
+      printf("ok   fp16 stores round to nearest even (%d products, %d ties)\n", N, N / 2);
+    }
+  }
+  vk_kernel_src_free(&src);
+}
+
+/* fp16 false gives the f32 source exactly; fp16 true declares only half tensors. */
+static void fp16_source_case(void) {
+  vk_matmul_desc d;
+  vk_matmul_desc_init(&d, 40, 50, 60);
+  d.has_bias = true;
+  d.bias_stride_n = 1;
+  vk_kernel_src s32, s16;
+  if (!check_status(vk_gen_matmul(&d, &g_props, NULL, &s32), "fp16 source")) return;
+  d.fp16 = true;
+  if (check_status(vk_gen_matmul(&d, &g_props, NULL, &s16), "fp16 source")) {
+    g_cases++;
+    bool ok = !strstr(s32.glsl, "float16_t") && !strstr(s32.glsl, "16bit") && strstr(s16.glsl, "GL_EXT_shader_16bit_storage") &&
+              !strstr(s16.glsl, "{ float kk_") && strstr(s16.glsl, "{ float16_t kk_y[]; }") && s16.n_buffers == s32.n_buffers &&
+              !memcmp(s16.groups, s32.groups, sizeof s16.groups);
+    if (!ok) {
+      g_failures++;
+      printf("FAIL fp16 source: f32 source mentions half, or half source keeps float buffers\n");
+    } else {
+      printf("ok   fp16 source: float16_t bindings, same dispatch; f32 source has no half\n");
+    }
+    vk_kernel_src_free(&s16);
+  }
+  vk_kernel_src_free(&s32);
+}
+
 /* ---- GEMM speed ------------------------------------------------------------------------- */
 
-static void bench_gemm(int64_t n) {
+static void bench_gemm(int64_t n, bool fp16) {
   vk_matmul_desc d;
   vk_matmul_desc_init(&d, n, n, n);
+  d.fp16 = fp16;
   vk_kernel_src src;
   if (!check_status(vk_gen_matmul(&d, &g_props, NULL, &src), "bench")) return;
   vk_kernel_desc kd = {src.name, src.glsl, src.n_buffers, 0};
   vk_kernel *k = NULL;
   vk_buffer *b[3] = {0};
   vk_stream *s = NULL;
-  size_t bytes = (size_t)(n * n) * 4;
-  float *a = rnd_array((size_t)(n * n)), *bb = rnd_array((size_t)(n * n)), *y = malloc(bytes);
+  size_t bytes = (size_t)(n * n) * (fp16 ? 2 : 4);
+  float *a = rnd_array((size_t)(n * n)), *bb = rnd_array((size_t)(n * n)), *y = malloc((size_t)(n * n) * 4);
+  uint16_t *ah = NULL, *bh = NULL, *yh = NULL;
+  if (fp16) { /* the half data, and a and bb as the kernel sees them */
+    ah = malloc(bytes), bh = malloc(bytes), yh = malloc(bytes);
+    for (int64_t i = 0; i < n * n; i++) {
+      ah[i] = kiln_f32_to_f16(a[i]), bh[i] = kiln_f32_to_f16(bb[i]);
+      a[i] = kiln_f16_to_f32(ah[i]), bb[i] = kiln_f16_to_f32(bh[i]);
+    }
+  }
   bool ok = check_status(vk_kernel_create(g_ctx, &kd, &k), "bench");
   for (int i = 0; i < 3 && ok; i++) ok = check_status(vk_buffer_alloc(g_ctx, VK_MEM_DEVICE, bytes, &b[i]), "bench");
   ok = ok && check_status(vk_stream_create(g_ctx, &s), "bench");
   /* upload + one run + readback, checked on a few entries */
-  ok = ok && check_status(vk_stream_begin(s), "bench") && check_status(vk_stream_upload(s, b[0], 0, a, bytes), "bench") &&
-       check_status(vk_stream_upload(s, b[1], 0, bb, bytes), "bench") &&
+  ok = ok && check_status(vk_stream_begin(s), "bench") &&
+       check_status(vk_stream_upload(s, b[0], 0, fp16 ? (void *)ah : (void *)a, bytes), "bench") &&
+       check_status(vk_stream_upload(s, b[1], 0, fp16 ? (void *)bh : (void *)bb, bytes), "bench") &&
        check_status(vk_stream_dispatch(s, k, b, NULL, src.groups[0], src.groups[1], src.groups[2]), "bench") &&
-       check_status(vk_stream_readback(s, y, b[2], 0, bytes), "bench") && check_status(vk_stream_end(s), "bench");
+       check_status(vk_stream_readback(s, fp16 ? (void *)yh : (void *)y, b[2], 0, bytes), "bench") &&
+       check_status(vk_stream_end(s), "bench");
   uint64_t v;
   ok = ok && check_status(vk_submit(g_ctx, &s, 1, &v), "bench") && check_status(vk_wait(g_ctx, v), "bench");
+  if (ok && fp16)
+    for (int64_t i = 0; i < n * n; i++) y[i] = kiln_f16_to_f32(yh[i]);
   if (ok) {
     int bad = 0;
     for (int t = 0; t < 16; t++) {
       int64_t i = (int64_t)(rnd() % (uint64_t)n), j = (int64_t)(rnd() % (uint64_t)n);
       double acc = 0, mg = 0;
       for (int64_t kk = 0; kk < n; kk++) acc += (double)a[i * n + kk] * bb[kk * n + j], mg += fabs((double)a[i * n + kk] * bb[kk * n + j]);
-      if (fabs(acc - y[i * n + j]) > 1e-4 * fabs(acc) + 2e-6 * mg + 1e-5) bad++;
+      if (fabs(acc - y[i * n + j]) > (1e-4 + (fp16 ? ldexp(1.001, -11) : 0)) * fabs(acc) + 2e-6 * mg + 1e-5) bad++;
     }
     /* a dispatch-only stream, submitted a few times */
     ok = check_status(vk_stream_begin(s), "bench") &&
@@ -860,14 +1096,14 @@ static void bench_gemm(int64_t n) {
     double dt = (now() - t0) / reps;
     g_cases++;
     if (bad) g_failures++;
-    printf("%s  gemm %lld^3 (%s): %.3f s per run, %.2f GFLOP/s\n", bad ? "FAIL" : "ok  ", (long long)n, src.name, dt,
-           src.flops / dt * 1e-9);
+    printf("%s  gemm %lld^3 %s (%s): %.3f s per run, %.2f GFLOP/s\n", bad ? "FAIL" : "ok  ", (long long)n,
+           fp16 ? "fp16" : "f32", src.name, dt, src.flops / dt * 1e-9);
   }
   if (s) vk_stream_destroy(g_ctx, s);
   for (int i = 0; i < 3; i++) vk_buffer_free(g_ctx, b[i]);
   if (k) vk_kernel_destroy(g_ctx, k);
   vk_kernel_src_free(&src);
-  free(a), free(bb), free(y);
+  free(a), free(bb), free(y), free(ah), free(bh), free(yh);
 }
 
 int main(int argc, char **argv) {
@@ -889,30 +1125,52 @@ int main(int argc, char **argv) {
   g_dev = g_props = *vk_context_props(g_ctx);
   printf("device: %s (subgroup %u, shared %u bytes, %u invocations)\n", g_props.name, g_props.subgroup_size,
          g_props.max_shared_bytes, g_props.max_workgroup_invocations);
-  const char *only = getenv("KILN_TEST_ONLY"); /* matmul, conv, pool, attention, profiles */
-  if (!only || strstr(only, "matmul")) matmul_cases();
-  if (!only || strstr(only, "conv")) conv_cases();
-  if (!only || strstr(only, "pool")) pool_cases();
-  if (!only || strstr(only, "attention")) attention_cases();
-  if (!only || strstr(only, "profiles")) {
-    /* The generators pick tiles by device: run the GPU choices and the
-     * small-device fallbacks here too (both stay within this device's limits). */
-    g_props = g_dev;
-    g_props.type = 2; /* VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU */
-    printf("-- generated as for a discrete GPU\n");
-    profile_cases();
-    g_props = g_dev;
-    g_props.type = 2;
-    g_props.max_workgroup_invocations = 64;
-    g_props.max_workgroup_size[0] = 64;
-    g_props.max_shared_bytes = g_dev.max_shared_bytes < 16384 ? g_dev.max_shared_bytes : 16384;
-    printf("-- generated as for a small device (64 invocations, %u bytes shared)\n", g_props.max_shared_bytes);
-    profile_cases();
-    g_props = g_dev;
+  /* matmul, conv, pool, attention, profiles; f32 / fp16 for one precision only */
+  const char *only = getenv("KILN_TEST_ONLY");
+  for (int pass = 0; pass < 2; pass++) {
+    g_fp16 = pass == 1;
+    if (only && (strstr(only, g_fp16 ? "f32" : "fp16"))) continue;
+    if (g_fp16) {
+      if (!g_dev.fp16) { /* storageBuffer16BitAccess comes with it */
+        printf("-- fp16: the device lacks 16-bit storage / shaderFloat16: not run\n");
+        continue;
+      }
+      printf("-- fp16 storage (standard-normal inputs)\n");
+      g_rng = 0x2545f4914f6cdd1dull;
+      fp16_source_case();
+      fp16_rounding_case();
+    }
+    if (!only || strstr(only, "matmul")) matmul_cases();
+    if (!only || strstr(only, "conv")) conv_cases();
+    if (!only || strstr(only, "pool")) pool_cases();
+    if (!only || strstr(only, "attention")) attention_cases();
+    if (!only || strstr(only, "profiles")) {
+      /* The generators pick tiles by device: run the GPU choices and the
+       * small-device fallbacks here too (both stay within this device's limits). */
+      g_props = g_dev;
+      g_props.type = 2; /* VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU */
+      printf("-- generated as for a discrete GPU%s\n", g_fp16 ? " (fp16)" : "");
+      profile_cases();
+      g_props = g_dev;
+      g_props.type = 2;
+      g_props.max_workgroup_invocations = 64;
+      g_props.max_workgroup_size[0] = 64;
+      g_props.max_shared_bytes = g_dev.max_shared_bytes < 16384 ? g_dev.max_shared_bytes : 16384;
+      printf("-- generated as for a small device (64 invocations, %u bytes shared)%s\n", g_props.max_shared_bytes,
+             g_fp16 ? " (fp16)" : "");
+      profile_cases();
+      g_props = g_dev;
+    }
+    if (g_fp16)
+      printf("-- fp16: largest error against the f32-input reference: %.2e absolute, %.2e of the output's max |ref|\n",
+             g_worst_abs, g_worst_rel);
   }
+  g_fp16 = false;
   if (bench) {
-    bench_gemm(512);
-    bench_gemm(1024);
+    bench_gemm(512, false);
+    bench_gemm(512, true);
+    bench_gemm(1024, false);
+    bench_gemm(1024, true);
   }
   vk_context_destroy(g_ctx);
   uint64_t verr = vk_validation_error_count();

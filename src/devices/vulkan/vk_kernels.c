@@ -17,9 +17,13 @@ void vk_kernel_src_free(vk_kernel_src *src) {
   src->glsl = NULL;
 }
 
-void kk_preamble(kiln_strbuf *s, uint32_t lx, uint32_t ly, uint32_t lz) {
-  kiln_strbuf_printf(s, "#version 450\nlayout(local_size_x = %u, local_size_y = %u, local_size_z = %u) in;\n", lx, ly,
-                     lz);
+void kk_preamble(kiln_strbuf *s, uint32_t lx, uint32_t ly, uint32_t lz, bool fp16) {
+  kiln_strbuf_puts(s, "#version 450\n");
+  /* float16_t buffers; conversions only, so the SPIR-V needs just StorageBuffer16BitAccess */
+  if (fp16)
+    kiln_strbuf_puts(s, "#extension GL_EXT_shader_16bit_storage : require\n"
+                        "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n");
+  kiln_strbuf_printf(s, "layout(local_size_x = %u, local_size_y = %u, local_size_z = %u) in;\n", lx, ly, lz);
 }
 
 void kk_buffer(kiln_strbuf *s, int binding, const char *type, const char *name, bool readonly) {
@@ -41,14 +45,16 @@ kiln_status_t kk_check_epilogue(const vk_epilogue *epi, int own) {
   return NULL;
 }
 
-void kk_store_fn(kiln_strbuf *s, const vk_epilogue *epi, const char *y, int64_t y_offset) {
+void kk_store_fn(kiln_strbuf *s, const vk_epilogue *epi, const char *y, int64_t y_offset, bool fp16) {
+  const char *open = fp16 ? "float16_t(" : "", *close = fp16 ? ")" : "";
   if (epi) {
     if (epi->decls) kiln_strbuf_printf(s, "%s\n", epi->decls);
     kiln_strbuf_printf(s, "%s\n", epi->func);
-    kiln_strbuf_printf(s, "void kk_store(int idx, float v) { %s[%lld + idx] = %s(idx, v); }\n", y,
-                       (long long)y_offset, epi->fn_name);
+    kiln_strbuf_printf(s, "void kk_store(int idx, float v) { %s[%lld + idx] = %s%s(idx, v)%s; }\n", y,
+                       (long long)y_offset, open, epi->fn_name, close);
   } else {
-    kiln_strbuf_printf(s, "void kk_store(int idx, float v) { %s[%lld + idx] = v; }\n", y, (long long)y_offset);
+    kiln_strbuf_printf(s, "void kk_store(int idx, float v) { %s[%lld + idx] = %sv%s; }\n", y, (long long)y_offset, open,
+                       close);
   }
 }
 
@@ -319,8 +325,8 @@ static void matmul_common(kiln_strbuf *s, const vk_matmul_desc *d) {
   else
     kiln_strbuf_printf(s, "  float v = %s * acc;\n", alpha);
   if (d->has_bias) {
-    kiln_strbuf_printf(s, "  float bias = kk_c[kk_oc + row * %lld + col * %lld];\n", (long long)d->bias_stride_m,
-                       (long long)d->bias_stride_n);
+    kiln_strbuf_printf(s, "  float bias = %skk_c[kk_oc + row * %lld + col * %lld]%s;\n", kk_ld(d->fp16),
+                       (long long)d->bias_stride_m, (long long)d->bias_stride_n, kk_le(d->fp16));
     if (d->beta == 1.0f)
       kiln_strbuf_puts(s, "  v += bias;\n");
     else
@@ -353,21 +359,26 @@ static void emit_gemv(kiln_strbuf *s, const vk_matmul_desc *d, const vk_device_p
     cols = nt / ks;
   }
   nt = cols * ks;
-  kk_preamble(s, (uint32_t)nt, 1, 1);
+  const char *ld = kk_ld(d->fp16), *le = kk_le(d->fp16);
+  kk_preamble(s, (uint32_t)nt, 1, 1, d->fp16);
   kiln_strbuf_puts(s, decls);
   kiln_strbuf_printf(s, "shared float kk_red[%d];\n", nt);
   if (row_vector) {
-    kiln_strbuf_puts(s, "float kk_load_x(int k) { return kk_a[kk_oa + k]; }\n");
+    kiln_strbuf_printf(s, "float kk_load_x(int k) { return %skk_a[kk_oa + k]%s; }\n", ld, le);
     if (d->trans_b)
-      kiln_strbuf_printf(s, "float kk_load_w(int k, int j) { return kk_b[kk_ob + j * %lld + k]; }\n", (long long)K);
+      kiln_strbuf_printf(s, "float kk_load_w(int k, int j) { return %skk_b[kk_ob + j * %lld + k]%s; }\n", ld, (long long)K,
+                         le);
     else
-      kiln_strbuf_printf(s, "float kk_load_w(int k, int j) { return kk_b[kk_ob + k * %lld + j]; }\n", (long long)d->n);
+      kiln_strbuf_printf(s, "float kk_load_w(int k, int j) { return %skk_b[kk_ob + k * %lld + j]%s; }\n", ld,
+                         (long long)d->n, le);
   } else {
-    kiln_strbuf_puts(s, "float kk_load_x(int k) { return kk_b[kk_ob + k]; }\n");
+    kiln_strbuf_printf(s, "float kk_load_x(int k) { return %skk_b[kk_ob + k]%s; }\n", ld, le);
     if (d->trans_a)
-      kiln_strbuf_printf(s, "float kk_load_w(int k, int j) { return kk_a[kk_oa + k * %lld + j]; }\n", (long long)d->m);
+      kiln_strbuf_printf(s, "float kk_load_w(int k, int j) { return %skk_a[kk_oa + k * %lld + j]%s; }\n", ld,
+                         (long long)d->m, le);
     else
-      kiln_strbuf_printf(s, "float kk_load_w(int k, int j) { return kk_a[kk_oa + j * %lld + k]; }\n", (long long)K);
+      kiln_strbuf_printf(s, "float kk_load_w(int k, int j) { return %skk_a[kk_oa + j * %lld + k]%s; }\n", ld, (long long)K,
+                         le);
   }
   kiln_strbuf_puts(s, "void main() {\n  kk_setup(int(gl_WorkGroupID.z));\n  int tid = int(gl_LocalInvocationIndex);\n");
   if (j_fast)
@@ -399,11 +410,12 @@ kiln_status_t vk_gen_matmul(const vk_matmul_desc *d, const vk_device_props *prop
   /* Declarations first into their own buffer: the workgroup size, which
    * precedes them, depends on the kernel chosen. */
   kiln_strbuf decl = {0};
-  kk_buffer(&decl, 0, "float", "kk_a", true);
-  kk_buffer(&decl, 1, "float", "kk_b", true);
-  if (d->has_bias) kk_buffer(&decl, 2, "float", "kk_c", true);
-  kk_buffer(&decl, own - 1, "float", "kk_y", false);
-  kk_store_fn(&decl, epi, "kk_y", d->y_offset);
+  const char *ft = kk_ftype(d->fp16), *ld = kk_ld(d->fp16), *le = kk_le(d->fp16);
+  kk_buffer(&decl, 0, ft, "kk_a", true);
+  kk_buffer(&decl, 1, ft, "kk_b", true);
+  if (d->has_bias) kk_buffer(&decl, 2, ft, "kk_c", true);
+  kk_buffer(&decl, own - 1, ft, "kk_y", false);
+  kk_store_fn(&decl, epi, "kk_y", d->y_offset, d->fp16);
   matmul_common(&decl, d);
   kiln_status_t st = kiln_strbuf_status(&decl);
   if (st) {
@@ -416,20 +428,20 @@ kiln_status_t vk_gen_matmul(const vk_matmul_desc *d, const vk_device_props *prop
     snprintf(name, sizeof name, "gemv_%lldx%lldx%lld", (long long)d->m, (long long)d->n, (long long)d->k);
   } else {
     kk_tile t = kk_pick_tile(d->m, d->n, batch, props);
-    kk_preamble(&s, (uint32_t)kk_tile_threads(&t), 1, 1);
+    kk_preamble(&s, (uint32_t)kk_tile_threads(&t), 1, 1, d->fp16);
     kiln_strbuf_puts(&s, decl.data);
     if (d->trans_a)
-      kiln_strbuf_printf(&s, "float kk_load_a(int row, int k) { return kk_a[kk_oa + k * %lld + row]; }\n",
-                         (long long)d->m);
+      kiln_strbuf_printf(&s, "float kk_load_a(int row, int k) { return %skk_a[kk_oa + k * %lld + row]%s; }\n", ld,
+                         (long long)d->m, le);
     else
-      kiln_strbuf_printf(&s, "float kk_load_a(int row, int k) { return kk_a[kk_oa + row * %lld + k]; }\n",
-                         (long long)d->k);
+      kiln_strbuf_printf(&s, "float kk_load_a(int row, int k) { return %skk_a[kk_oa + row * %lld + k]%s; }\n", ld,
+                         (long long)d->k, le);
     if (d->trans_b)
-      kiln_strbuf_printf(&s, "float kk_load_b(int k, int col) { return kk_b[kk_ob + col * %lld + k]; }\n",
-                         (long long)d->k);
+      kiln_strbuf_printf(&s, "float kk_load_b(int k, int col) { return %skk_b[kk_ob + col * %lld + k]%s; }\n", ld,
+                         (long long)d->k, le);
     else
-      kiln_strbuf_printf(&s, "float kk_load_b(int k, int col) { return kk_b[kk_ob + k * %lld + col]; }\n",
-                         (long long)d->n);
+      kiln_strbuf_printf(&s, "float kk_load_b(int k, int col) { return %skk_b[kk_ob + k * %lld + col]%s; }\n", ld,
+                         (long long)d->n, le);
     kk_emit_tiled(&s, &t, d->m, d->n, d->k, !d->trans_a, !d->trans_b);
     groups[0] = (uint32_t)((d->n + t.tn - 1) / t.tn);
     groups[1] = (uint32_t)((d->m + t.tm - 1) / t.tm);

@@ -18,7 +18,20 @@
  *
  * A group count of 0 (empty output) means: record no dispatch.
  *
- * Data type: float32 everywhere. Element offsets (`*_offset`) let an operand
+ * Data type: float32 everywhere, or with the desc's `fp16` set, IEEE half
+ * in device memory: every tensor binding (X/W/bias/Y/Q/K/V/mask, A/B/C/Y)
+ * is a float16_t[] (GL_EXT_shader_16bit_storage; the device needs
+ * storageBuffer16BitAccess, which vk_device_props.fp16 implies). Loads
+ * convert to float; products, sums, max/avg, softmax and everything in
+ * shared memory stay f32; each output element is rounded to half once, when
+ * stored (the device's f32->f16 conversion: round to nearest even on
+ * lavapipe, NVIDIA, AMD and Intel; Vulkan leaves it to the implementation
+ * without a rounding-mode execution mode). Offsets, strides and sizes stay
+ * in elements (2 bytes each then); bind buffers whose size is rounded up to
+ * 4 bytes. An epilogue pasted into an fp16 kernel must declare its f32
+ * buffers float16_t too (kiln_render_glsl_epilogue_opts with fp16); it
+ * still receives and returns float. fp16 false gives exactly the f32
+ * source. Element offsets (`*_offset`) let an operand
  * live inside a larger buffer (each binding is bound as a whole buffer).
  * Indices are 32-bit in the shaders: every buffer extent a kernel touches
  * must stay below 2^31 elements (the generators check, KILN_UNSUPPORTED).
@@ -105,9 +118,10 @@ typedef struct vk_matmul_desc {
   float beta;
   int64_t bias_batch_stride[VK_KERNEL_MAX_BATCH], bias_stride_m, bias_stride_n;
   int64_t a_offset, b_offset, bias_offset, y_offset;
+  bool fp16; /* A, B, bias, Y are float16_t (see "Data type"); false: f32 */
 } vk_matmul_desc;
 
-/* Zeroes *d and sets m, n, k, alpha = beta = 1. */
+/* Zeroes *d (so fp16 = false) and sets m, n, k, alpha = beta = 1. */
 void vk_matmul_desc_init(vk_matmul_desc *d, int64_t m, int64_t n, int64_t k);
 kiln_status_t vk_gen_matmul(const vk_matmul_desc *d, const vk_device_props *props, const vk_epilogue *epi,
                             vk_kernel_src *out);
@@ -133,6 +147,7 @@ typedef struct vk_conv_desc {
   int64_t in[3], out[3], kernel[3], stride[3], dilation[3], pad_begin[3];
   bool has_bias;
   int64_t x_offset, w_offset, bias_offset, y_offset;
+  bool fp16; /* X, W, bias, Y are float16_t (see "Data type"); false: f32 */
 } vk_conv_desc;
 
 /* False (and a reason in why[0..why_len), if why is not NULL) for a conv the
@@ -161,6 +176,7 @@ typedef struct vk_pool_desc {
   int64_t in[3], out[3], kernel[3], stride[3], dilation[3], pad_begin[3], pad_end[3];
   bool count_include_pad;
   int64_t x_offset, y_offset;
+  bool fp16; /* X, Y are float16_t (see "Data type"); false: f32 */
 } vk_pool_desc;
 kiln_status_t vk_gen_pool(const vk_pool_desc *d, const vk_device_props *props, const vk_epilogue *epi,
                           vk_kernel_src *out);
@@ -187,6 +203,7 @@ typedef struct vk_attention_desc {
   bool has_mask;
   int64_t mask_batch_stride[VK_KERNEL_MAX_BATCH], mask_stride_m, mask_stride_n;
   int64_t q_offset, k_offset, v_offset, mask_offset, y_offset;
+  bool fp16; /* Q, K, V, mask, Y are float16_t (see "Data type"); false: f32 */
 } vk_attention_desc;
 
 /* False (with a reason) when the head sizes are too large for the device's

@@ -118,13 +118,14 @@ kiln_status_t vk_gen_attention(const vk_attention_desc *d, const vk_device_props
   kk_float(scale, sizeof scale, d->scale);
 
   kiln_strbuf s = {0};
-  kk_preamble(&s, (uint32_t)nt, 1, 1);
-  kk_buffer(&s, 0, "float", "kk_q", true);
-  kk_buffer(&s, 1, "float", "kk_k", true);
-  kk_buffer(&s, 2, "float", "kk_v", true);
-  if (d->has_mask) kk_buffer(&s, 3, "float", "kk_mask", true);
-  kk_buffer(&s, own - 1, "float", "kk_y", false);
-  kk_store_fn(&s, epi, "kk_y", d->y_offset);
+  const char *ft = kk_ftype(d->fp16), *ld = kk_ld(d->fp16), *le = kk_le(d->fp16);
+  kk_preamble(&s, (uint32_t)nt, 1, 1, d->fp16);
+  kk_buffer(&s, 0, ft, "kk_q", true);
+  kk_buffer(&s, 1, ft, "kk_k", true);
+  kk_buffer(&s, 2, ft, "kk_v", true);
+  if (d->has_mask) kk_buffer(&s, 3, ft, "kk_mask", true);
+  kk_buffer(&s, own - 1, ft, "kk_y", false);
+  kk_store_fn(&s, epi, "kk_y", d->y_offset, d->fp16);
   /* (GLSL arrays cannot be empty: d or dv may be 0) */
   kiln_strbuf_printf(&s, "shared float kk_sq[%lld];\nshared float kk_skv[%lld];\nshared float kk_ss[%d];\n",
                      (long long)(bm * pl.qs > 0 ? bm * pl.qs : 1), (long long)(pl.kv > 0 ? pl.kv : 1), bm * bn);
@@ -142,8 +143,8 @@ kiln_status_t vk_gen_attention(const vk_attention_desc *d, const vk_device_props
   /* Q block, pre-scaled: scale * (q . k) becomes (scale * q) . k */
   kiln_strbuf_printf(&s, "  for (int e = tid; e < %lld; e += %d) {\n", (long long)(bm * D), nt);
   kiln_strbuf_printf(&s, "    int r = e / %lld, c = e %% %lld, gi = i0 + r;\n", (long long)D, (long long)D);
-  kiln_strbuf_printf(&s, "    kk_sq[r * %lld + c] = gi < %lld ? kk_q[kk_oq + gi * %lld + c] * %s : 0.0;\n  }\n",
-                     (long long)pl.qs, (long long)M, (long long)D, scale);
+  kiln_strbuf_printf(&s, "    kk_sq[r * %lld + c] = gi < %lld ? %skk_q[kk_oq + gi * %lld + c]%s * %s : 0.0;\n  }\n",
+                     (long long)pl.qs, (long long)M, ld, (long long)D, le, scale);
   kiln_strbuf_printf(&s, "  if (tid < %d) { kk_sm[tid] = uintBitsToFloat(0xff800000u); kk_sl[tid] = 0.0; }\n", bm);
   for (int o = 0; o < pl.oe; o++) kiln_strbuf_printf(&s, "  float o%d = 0.0;\n", o);
   kiln_strbuf_printf(&s, "  for (int j0 = 0; j0 < %lld; j0 += %d) {\n    barrier();\n", (long long)N, bn);
@@ -158,16 +159,16 @@ kiln_status_t vk_gen_attention(const vk_attention_desc *d, const vk_device_props
     snprintf(kidx, sizeof kidx, "gj * %lld + dd", (long long)D);
   else
     snprintf(kidx, sizeof kidx, "dd * %lld + gj", (long long)N);
-  kiln_strbuf_printf(&s, "      kk_skv[jj * %lld + dd] = gj < %lld ? kk_k[kk_ok + %s] : 0.0;\n    }\n    barrier();\n",
-                     (long long)pl.ks, (long long)N, kidx);
+  kiln_strbuf_printf(&s, "      kk_skv[jj * %lld + dd] = gj < %lld ? %skk_k[kk_ok + %s]%s : 0.0;\n    }\n    barrier();\n",
+                     (long long)pl.ks, (long long)N, ld, kidx, le);
   /* scores */
   kiln_strbuf_printf(&s, "    for (int e = tid; e < %d; e += %d) {\n", bm * bn, nt);
   kiln_strbuf_printf(&s, "      int r = e / %d, c = e %% %d, gj = j0 + c;\n      float acc = 0.0;\n", bn, bn);
   kiln_strbuf_printf(&s, "      for (int dd = 0; dd < %lld; dd++) acc = fma(kk_sq[r * %lld + dd], kk_skv[c * %lld + dd], acc);\n",
                      (long long)D, (long long)pl.qs, (long long)pl.ks);
   if (d->has_mask)
-    kiln_strbuf_printf(&s, "      int gi = i0 + r;\n      if (gi < %lld && gj < %lld) acc += kk_mask[kk_om + gi * %lld + gj * %lld];\n",
-                       (long long)M, (long long)N, (long long)d->mask_stride_m, (long long)d->mask_stride_n);
+    kiln_strbuf_printf(&s, "      int gi = i0 + r;\n      if (gi < %lld && gj < %lld) acc += %skk_mask[kk_om + gi * %lld + gj * %lld]%s;\n",
+                       (long long)M, (long long)N, ld, (long long)d->mask_stride_m, (long long)d->mask_stride_n, le);
   if (N % bn) kiln_strbuf_printf(&s, "      if (gj >= %lld) acc = uintBitsToFloat(0xff800000u);\n", (long long)N);
   kiln_strbuf_puts(&s, "      kk_ss[e] = acc;\n    }\n    barrier();\n");
   /* online softmax update, one invocation per row */
@@ -183,8 +184,8 @@ kiln_status_t vk_gen_attention(const vk_attention_desc *d, const vk_device_props
   /* V block -> kk_skv[key * dv + c] (K is no longer read) */
   kiln_strbuf_printf(&s, "    for (int e = tid; e < %lld; e += %d) {\n", (long long)(bn * DV), nt);
   kiln_strbuf_printf(&s, "      int jj = e / %lld, c = e %% %lld, gj = j0 + jj;\n", (long long)DV, (long long)DV);
-  kiln_strbuf_printf(&s, "      kk_skv[e] = gj < %lld ? kk_v[kk_ov + gj * %lld + c] : 0.0;\n    }\n    barrier();\n",
-                     (long long)N, (long long)DV);
+  kiln_strbuf_printf(&s, "      kk_skv[e] = gj < %lld ? %skk_v[kk_ov + gj * %lld + c]%s : 0.0;\n    }\n    barrier();\n",
+                     (long long)N, ld, (long long)DV, le);
   /* O = O * alpha + P V */
   for (int o = 0; o < pl.oe; o++) {
     bool partial = (int64_t)(o + 1) * nt > bm * DV;

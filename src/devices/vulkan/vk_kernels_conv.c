@@ -104,9 +104,10 @@ static void decompose(kiln_strbuf *s, const char *src, const char *name, int n, 
 
 static void emit_implicit_gemm(kiln_strbuf *s, const vk_conv_desc *d, const conv_geom *g, const kk_tile *t) {
   int nsp = g->nsp;
+  const char *ld = kk_ld(d->fp16), *le = kk_le(d->fp16);
   kiln_strbuf_puts(s, "int kk_g;\nvoid kk_setup(int z) { kk_g = z; }\n");
-  kiln_strbuf_printf(s, "float kk_load_a(int row, int k) { return kk_w[%lld + (kk_g * %lld + row) * %lld + k]; }\n",
-                     (long long)d->w_offset, (long long)g->cog, (long long)g->gk);
+  kiln_strbuf_printf(s, "float kk_load_a(int row, int k) { return %skk_w[%lld + (kk_g * %lld + row) * %lld + k]%s; }\n", ld,
+                     (long long)d->w_offset, (long long)g->cog, (long long)g->gk, le);
   kiln_strbuf_puts(s, "float kk_load_b(int k, int col) {\n");
   kiln_strbuf_printf(s, "  int ci = k / %lld, kr = k %% %lld;\n", (long long)g->ksp, (long long)g->ksp);
   decompose(s, "kr", "t", nsp, d->kernel);
@@ -127,11 +128,11 @@ static void emit_implicit_gemm(kiln_strbuf *s, const vk_conv_desc *d, const conv
   for (int i = 0; i < nsp; i++) kiln_strbuf_puts(s, "(");
   kiln_strbuf_printf(s, "(n * %lld + kk_g * %lld + ci)", (long long)d->in_channels, (long long)g->cig);
   for (int i = 0; i < nsp; i++) kiln_strbuf_printf(s, " * %lld + i%d)", (long long)d->in[i], i);
-  kiln_strbuf_printf(s, ";\n  return kk_x[%lld + idx];\n}\n", (long long)d->x_offset);
+  kiln_strbuf_printf(s, ";\n  return %skk_x[%lld + idx]%s;\n}\n", ld, (long long)d->x_offset, le);
   kiln_strbuf_puts(s, "void kk_emit(int row, int col, float acc) {\n");
   kiln_strbuf_printf(s, "  int n = col / %lld, p = col %% %lld, co = kk_g * %lld + row;\n", (long long)g->osp,
                      (long long)g->osp, (long long)g->cog);
-  if (d->has_bias) kiln_strbuf_printf(s, "  acc += kk_bias[%lld + co];\n", (long long)d->bias_offset);
+  if (d->has_bias) kiln_strbuf_printf(s, "  acc += %skk_bias[%lld + co]%s;\n", ld, (long long)d->bias_offset, le);
   kiln_strbuf_printf(s, "  kk_store((n * %lld + co) * %lld + p, acc);\n}\n", (long long)d->out_channels,
                      (long long)g->osp);
   kk_emit_tiled(s, t, g->gm, g->gn, g->gk, true, true);
@@ -188,6 +189,7 @@ static bool dw_plan_make(const vk_conv_desc *d, const vk_device_props *p, dw_pla
 
 static void emit_depthwise(kiln_strbuf *s, const vk_conv_desc *d, const dw_plan *w, uint32_t groups[3]) {
   int nt = w->tw * w->th;
+  const char *ld = kk_ld(d->fp16), *le = kk_le(d->fp16);
   int64_t tiles_w = (w->OW + w->tw - 1) / w->tw, tiles_h = (w->OH + w->th - 1) / w->th;
   int64_t patch = w->patch_h * w->patch_w, kk = w->KH * w->KW;
   kiln_strbuf_printf(s, "shared float kk_patch[%lld];\nshared float kk_f[%lld];\n", (long long)patch, (long long)kk);
@@ -202,11 +204,11 @@ static void emit_depthwise(kiln_strbuf *s, const vk_conv_desc *d, const dw_plan 
   kiln_strbuf_printf(s, "  for (int e = tid; e < %lld; e += %d) {\n", (long long)patch, nt);
   kiln_strbuf_printf(s, "    int ih = ih0 + e / %lld, iw = iw0 + e %% %lld;\n", (long long)w->patch_w,
                      (long long)w->patch_w);
-  kiln_strbuf_printf(s, "    float v = 0.0;\n    if (uint(ih) < %lldu && uint(iw) < %lldu) v = kk_x[xbase + ih * %lld + iw];\n",
-                     (long long)w->H, (long long)w->W, (long long)w->W);
+  kiln_strbuf_printf(s, "    float v = 0.0;\n    if (uint(ih) < %lldu && uint(iw) < %lldu) v = %skk_x[xbase + ih * %lld + iw]%s;\n",
+                     (long long)w->H, (long long)w->W, ld, (long long)w->W, le);
   kiln_strbuf_puts(s, "    kk_patch[e] = v;\n  }\n");
-  kiln_strbuf_printf(s, "  for (int e = tid; e < %lld; e += %d) kk_f[e] = kk_w[%lld + c * %lld + e];\n", (long long)kk, nt,
-                     (long long)d->w_offset, (long long)kk);
+  kiln_strbuf_printf(s, "  for (int e = tid; e < %lld; e += %d) kk_f[e] = %skk_w[%lld + c * %lld + e]%s;\n", (long long)kk,
+                     nt, ld, (long long)d->w_offset, (long long)kk, le);
   kiln_strbuf_puts(s, "  barrier();\n  int lx = int(gl_LocalInvocationID.x), ly = int(gl_LocalInvocationID.y);\n");
   kiln_strbuf_puts(s, "  int oh = oh0 + ly, ow = ow0 + lx;\n");
   kiln_strbuf_printf(s, "  if (oh >= %lld || ow >= %lld) return;\n", (long long)w->OH, (long long)w->OW);
@@ -224,7 +226,7 @@ static void emit_depthwise(kiln_strbuf *s, const vk_conv_desc *d, const dw_plan 
     kiln_strbuf_printf(s, "      acc = fma(kk_f[kh * %lld + kw], kk_patch[pb + kh * %lld + kw * %lld], acc);\n",
                        (long long)w->KW, (long long)(w->DH * w->patch_w), (long long)w->DW);
   }
-  if (d->has_bias) kiln_strbuf_printf(s, "  acc += kk_bias[%lld + c];\n", (long long)d->bias_offset);
+  if (d->has_bias) kiln_strbuf_printf(s, "  acc += %skk_bias[%lld + c]%s;\n", ld, (long long)d->bias_offset, le);
   kiln_strbuf_printf(s, "  kk_store(plane * %lld + oh * %lld + ow, acc);\n}\n", (long long)(w->OH * w->OW),
                      (long long)w->OW);
   groups[0] = (uint32_t)(tiles_w * tiles_h);
@@ -240,11 +242,12 @@ kiln_status_t vk_gen_conv(const vk_conv_desc *d, const vk_device_props *props, c
   int own = d->has_bias ? 4 : 3;
   KILN_TRY(kk_check_epilogue(epi, own));
   kiln_strbuf decl = {0};
-  kk_buffer(&decl, 0, "float", "kk_x", true);
-  kk_buffer(&decl, 1, "float", "kk_w", true);
-  if (d->has_bias) kk_buffer(&decl, 2, "float", "kk_bias", true);
-  kk_buffer(&decl, own - 1, "float", "kk_y", false);
-  kk_store_fn(&decl, epi, "kk_y", d->y_offset);
+  const char *ft = kk_ftype(d->fp16);
+  kk_buffer(&decl, 0, ft, "kk_x", true);
+  kk_buffer(&decl, 1, ft, "kk_w", true);
+  if (d->has_bias) kk_buffer(&decl, 2, ft, "kk_bias", true);
+  kk_buffer(&decl, own - 1, ft, "kk_y", false);
+  kk_store_fn(&decl, epi, "kk_y", d->y_offset, d->fp16);
   KILN_TRY(kiln_strbuf_status(&decl));
 
   kiln_strbuf s = {0};
@@ -255,14 +258,14 @@ kiln_status_t vk_gen_conv(const vk_conv_desc *d, const vk_device_props *props, c
   if (depthwise && dw_plan_make(d, props, &w) &&
       (uint64_t)(d->batch * d->in_channels) <= kk_max_groups(props, 1) &&
       (uint64_t)(((w.OW + w.tw - 1) / w.tw) * ((w.OH + w.th - 1) / w.th)) <= kk_max_groups(props, 0)) {
-    kk_preamble(&s, (uint32_t)w.tw, (uint32_t)w.th, 1);
+    kk_preamble(&s, (uint32_t)w.tw, (uint32_t)w.th, 1, d->fp16);
     kiln_strbuf_puts(&s, decl.data);
     emit_depthwise(&s, d, &w, groups);
     snprintf(name, sizeof name, "dwconv%lldx%lld_s%lld_c%lld", (long long)w.KH, (long long)w.KW, (long long)w.SW,
              (long long)d->in_channels);
   } else {
     kk_tile t = kk_pick_tile(g.gm, g.gn, d->group, props);
-    kk_preamble(&s, (uint32_t)kk_tile_threads(&t), 1, 1);
+    kk_preamble(&s, (uint32_t)kk_tile_threads(&t), 1, 1, d->fp16);
     kiln_strbuf_puts(&s, decl.data);
     emit_implicit_gemm(&s, d, &g, &t);
     groups[0] = (uint32_t)((g.gn + t.tn - 1) / t.tn);

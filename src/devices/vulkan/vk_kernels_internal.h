@@ -10,16 +10,22 @@
 
 #define KK_INDEX_LIMIT ((int64_t)INT32_MAX) /* shaders index with 32-bit int */
 
-/* "#version 450" and the workgroup size. */
-void kk_preamble(kiln_strbuf *s, uint32_t lx, uint32_t ly, uint32_t lz);
+/* "#version 450", the 16-bit storage extensions when fp16, and the workgroup size. */
+void kk_preamble(kiln_strbuf *s, uint32_t lx, uint32_t ly, uint32_t lz, bool fp16);
+/* fp16 storage: the element type of a tensor buffer, and the text around a
+ * loaded element that makes it a float (`float(` `)`, or nothing in f32). */
+static inline const char *kk_ftype(bool fp16) { return fp16 ? "float16_t" : "float"; }
+static inline const char *kk_ld(bool fp16) { return fp16 ? "float(" : ""; }
+static inline const char *kk_le(bool fp16) { return fp16 ? ")" : ""; }
 /* One std430 storage buffer `TYPE NAME[]` at set 0. */
 void kk_buffer(kiln_strbuf *s, int binding, const char *type, const char *name, bool readonly);
 /* Checks the epilogue fits after `own` buffers. */
 kiln_status_t kk_check_epilogue(const vk_epilogue *epi, int own);
 /* Pastes the epilogue's declarations and function, then defines
  * `void kk_store(int idx, float v)` writing y[y_offset + idx] (through the
- * epilogue if any). `y` is the kernel's output buffer name. */
-void kk_store_fn(kiln_strbuf *s, const vk_epilogue *epi, const char *y, int64_t y_offset);
+ * epilogue if any; rounded to float16_t when fp16). `y` is the kernel's
+ * output buffer name. */
+void kk_store_fn(kiln_strbuf *s, const vk_epilogue *epi, const char *y, int64_t y_offset, bool fp16);
 /* A GLSL float literal for v (false for inf/NaN). */
 bool kk_float(char *buf, size_t len, double v);
 /* Largest element index + 1 an operand touches: offset + sum (batch_i - 1) * stride_i + inner. */

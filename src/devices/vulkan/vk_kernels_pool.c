@@ -36,10 +36,10 @@ kiln_status_t vk_gen_pool(const vk_pool_desc *d, const vk_device_props *props, c
   bool is_max = d->kind == VK_POOL_MAX;
 
   kiln_strbuf s = {0};
-  kk_preamble(&s, nt, 1, 1);
-  kk_buffer(&s, 0, "float", "kk_x", true);
-  kk_buffer(&s, 1, "float", "kk_y", false);
-  kk_store_fn(&s, epi, "kk_y", d->y_offset);
+  kk_preamble(&s, nt, 1, 1, d->fp16);
+  kk_buffer(&s, 0, kk_ftype(d->fp16), "kk_x", true);
+  kk_buffer(&s, 1, kk_ftype(d->fp16), "kk_y", false);
+  kk_store_fn(&s, epi, "kk_y", d->y_offset, d->fp16);
   kiln_strbuf_puts(&s, "void main() {\n");
   kiln_strbuf_printf(&s, "  int idx = int(gl_WorkGroupID.y * %uu + gl_WorkGroupID.x) * %u + int(gl_LocalInvocationIndex);\n",
                      g2[0], nt);
@@ -66,12 +66,12 @@ kiln_status_t vk_gen_pool(const vk_pool_desc *d, const vk_device_props *props, c
   kiln_strbuf_printf(&s, "%*sif (", ind, "");
   for (int i = 0; i < nsp; i++) kiln_strbuf_printf(&s, "%suint(p%d) >= %lldu", i ? " || " : "", i, (long long)d->in[i]);
   kiln_strbuf_puts(&s, ") continue;\n");
-  kiln_strbuf_printf(&s, "%*sfloat v = kk_x[xb + ", ind, "");
+  kiln_strbuf_printf(&s, "%*sfloat v = %skk_x[xb + ", ind, "", kk_ld(d->fp16));
   /* row-major offset of (p0, .., p{n-1}) */
   for (int i = 0; i < nsp; i++) kiln_strbuf_puts(&s, "(");
   kiln_strbuf_puts(&s, "0");
   for (int i = 0; i < nsp; i++) kiln_strbuf_printf(&s, " * %lld + p%d)", (long long)d->in[i], i);
-  kiln_strbuf_puts(&s, "];\n");
+  kiln_strbuf_printf(&s, "]%s;\n", kk_le(d->fp16));
   if (is_max) /* NaN wins, as in the reference */
     kiln_strbuf_printf(&s, "%*sif (v > acc || (isnan(v) && !isnan(acc))) acc = v;\n", ind, "");
   else

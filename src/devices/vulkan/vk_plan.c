@@ -96,9 +96,6 @@ static int64_t numel_of(const kiln_graph *g, int v) { return kiln_type_numel(&g-
 
 static kiln_status_t upload_value(struct kiln_executable *x, vk_stream *s, int v, const void *src);
 
-/* The shader generators' fp16 mode is being written: until then fp16 sessions
- * compute in fp32. */
-#define VS_FP16_KERNELS 0
 
 #define VS_MAX_ELEMS ((int64_t)1 << 31)
 
@@ -265,19 +262,22 @@ static vs_kind contraction_kind(const kiln_node *node) {
                                          : VS_CONV;
 }
 
-/* Generates a contraction's shader (epi may be NULL). */
+/* Generates a contraction's shader (epi may be NULL); fp16: its f32 buffers
+ * hold half (KILN_PRECISION_FP16). */
 static kiln_status_t gen_contraction(const vk_device_props *props, const kiln_graph *g, const kiln_node *node,
-                                     const vk_epilogue *epi, vk_kernel_src *out) {
+                                     const vk_epilogue *epi, bool fp16, vk_kernel_src *out) {
   switch (contraction_kind(node)) {
     case VS_MATMUL:
     case VS_GEMM: {
       vk_matmul_desc d;
       KILN_TRY(!strcmp(node->op_type, "Gemm") ? gemm_desc(g, node, &d) : matmul_desc(g, node, &d));
+      d.fp16 = fp16;
       return vk_gen_matmul(&d, props, epi, out);
     }
     case VS_CONV: {
       vk_conv_desc d;
       KILN_TRY(conv_desc(g, node, &d));
+      d.fp16 = fp16;
       char why[160];
       if (!vk_conv_supported(&d, props, why, sizeof why)) return kiln_error(KILN_UNSUPPORTED, "%s", why);
       return vk_gen_conv(&d, props, epi, out);
@@ -285,11 +285,13 @@ static kiln_status_t gen_contraction(const vk_device_props *props, const kiln_gr
     case VS_MAXPOOL: {
       vk_pool_desc d;
       KILN_TRY(pool_desc(g, node, &d));
+      d.fp16 = fp16;
       return vk_gen_pool(&d, props, epi, out);
     }
     case VS_ATTENTION: {
       vk_attention_desc d;
       KILN_TRY(attention_desc(g, node, &d));
+      d.fp16 = fp16;
       char why[160];
       if (!vk_attention_supported(&d, props, why, sizeof why)) return kiln_error(KILN_UNSUPPORTED, "%s", why);
       return vk_gen_attention(&d, props, epi, out);
@@ -308,7 +310,7 @@ const char *vk_plan_unsupported(const vk_device_state *d, const kiln_graph *g, c
   if (c == KILN_OPCLASS_CONTRACTION) {
     /* Ask the generator: it knows its limits (rank, shared memory, batch axes). */
     vk_kernel_src src = {0};
-    kiln_status_t st = gen_contraction(&d->props, g, node, NULL, &src);
+    kiln_status_t st = gen_contraction(&d->props, g, node, NULL, false, &src);
     vk_kernel_src_free(&src);
     if (st) {
       kiln_status_free(st);
@@ -364,8 +366,9 @@ void vk_plan_free(kiln_device *dev, struct kiln_executable *x) {
 static bool is_device_step(const vs_step *s) { return s->kind != VS_REF; }
 
 /* Renders a KERNEL step (lowered, scheduled) as a standalone shader. */
-static kiln_status_t render_kernel(const vk_device_state *d, vs_step *s, int index) {
+static kiln_status_t render_kernel(const vk_device_state *d, bool fp16, vs_step *s, int index) {
   kiln_glsl_options o = kiln_glsl_options_default();
+  o.fp16 = fp16;
   o.int64 = d->props.int64;
   o.subgroup_arithmetic = d->props.subgroup_arithmetic;
   o.cooperative_rows = true;
@@ -438,13 +441,15 @@ static void fuse_epilogues(struct kiln_executable *x, const int *uses) {
       int base = c->n_args;
       char fn[32];
       snprintf(fn, sizeof fn, "ep%d", ki);
-      kiln_status_t st = kiln_render_glsl_epilogue(k->fk.b, &k->nest, fn, a, base, &decls, &func);
+      kiln_glsl_options eo = kiln_glsl_options_default();
+      eo.fp16 = x->fp16; /* the epilogue's buffers and its contraction's agree */
+      kiln_status_t st = kiln_render_glsl_epilogue_opts(k->fk.b, &k->nest, fn, a, base, &eo, &decls, &func);
       if (!st) st = kiln_strbuf_status(&decls);
       if (!st) st = kiln_strbuf_status(&func);
       if (!st) {
         vk_epilogue epi = {decls.data, func.data, fn, base, k->n_args};
         vk_kernel_src src = {0};
-        st = gen_contraction(&x->dev->props, g, c->node, &epi, &src);
+        st = gen_contraction(&x->dev->props, g, c->node, &epi, x->fp16, &src);
         if (!st) {
           int *args = realloc(c->args, ((size_t)c->n_args + (size_t)k->n_args) * sizeof(int));
           if (!args) {
@@ -721,7 +726,7 @@ kiln_status_t vk_plan_prepare(kiln_device *dev, const kiln_graph *g, const kiln_
     x->g = g;
     x->dev = d;
     x->ctx = ctx;
-    x->fp16 = VS_FP16_KERNELS && opts && opts->fp16 && d->props.fp16;
+    x->fp16 = opts && opts->fp16 && d->props.fp16;
     x->kinds = calloc((size_t)nv + 1, sizeof *x->kinds);
     x->buf = calloc((size_t)nv + 1, sizeof *x->buf);
     x->buf_is_view = calloc((size_t)nv + 1, sizeof *x->buf_is_view);
@@ -752,7 +757,7 @@ kiln_status_t vk_plan_prepare(kiln_device *dev, const kiln_graph *g, const kiln_
         s->kind = contraction_kind(node);
         snprintf(s->name, sizeof s->name, "%s", node->op_type);
         st = contraction_args(node, s);
-        if (!st) st = gen_contraction(&d->props, g, node, NULL, &s->src);
+        if (!st) st = gen_contraction(&d->props, g, node, NULL, x->fp16, &s->src);
         if (!st) snprintf(s->src.name, sizeof s->src.name, "c%d_%s", x->n_steps, node->op_type);
         x->n_contract++;
         x->n_steps++;
@@ -765,7 +770,7 @@ kiln_status_t vk_plan_prepare(kiln_device *dev, const kiln_graph *g, const kiln_
       for (int k = 0; k < n; k++)
         if (fu.group_of[k] == n) s->flops += kiln_node_flops(g, &g->nodes[k]);
       st = build_group(g, &fu, n, s);
-      if (!st) st = render_kernel(d, s, x->n_steps);
+      if (!st) st = render_kernel(d, x->fp16, s, x->n_steps);
       if (st && kiln_status_code_of(st) == KILN_UNSUPPORTED) retry_root = n;
       x->n_kernels++;
       x->n_fused_nodes += s->n_fused;
