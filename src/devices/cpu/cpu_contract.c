@@ -431,6 +431,10 @@ kiln_status_t kiln_cpu_contract_run(struct kiln_executable *x, const cpu_step *s
   float *out = ptr[s->out_value];
   epilogue_binding epi;
   bool has_epi = bind_epilogue(x, s, ptr, &epi);
+  /* A fused per-column bias (cpu_plan.c) is added by the SGEMM; an epilogue
+   * left as the identity is not called. */
+  const float *col_bias = s->has_col_bias ? ptr[s->col_bias_value] : NULL;
+  kiln_gemm_epilogue_fn epi_fn = has_epi && !s->epi_identity ? epi.fn : NULL;
   if (s->kind == CPU_STEP_MATMUL) {
     const kiln_type *ta = type_of(g, n, 0), *tb = type_of(g, n, 1);
     matmul_geom gm;
@@ -450,7 +454,7 @@ kiln_status_t kiln_cpu_contract_run(struct kiln_executable *x, const cpu_step *s
       epi.ctx.row = gm.n;
       kiln_sgemm_args args = {false, false, gm.m, gm.n, gm.k, 1.0f, a + oa * gm.m * gm.k, gm.k,
                               b + ob * gm.k * gm.n, gm.n, s->packed_b, 0.0f, out + bi * gm.m * gm.n, gm.n,
-                              NULL, 0, has_epi ? epi.fn : NULL, &epi.ctx};
+                              col_bias, col_bias ? KILN_GEMM_BIAS_COL : 0, epi_fn, &epi.ctx};
       kiln_sgemm(x->pool, &args);
     }
     return NULL;
@@ -462,9 +466,9 @@ kiln_status_t kiln_cpu_contract_run(struct kiln_executable *x, const cpu_step *s
     int64_t m = tra ? ta->dims[1] : ta->dims[0], k = tra ? ta->dims[0] : ta->dims[1];
     int64_t nn = trb ? tb->dims[0] : tb->dims[1];
     const float *cptr = tc ? ptr[n->inputs[2]] : NULL;
-    int bias_axis = 0;
+    int bias_axis = col_bias ? KILN_GEMM_BIAS_COL : 0; /* col_bias: only when there is no C */
     float gemm_beta = 0.0f;
-    const float *bias = NULL;
+    const float *bias = col_bias;
     if (cptr && beta != 0.0f) {
       int64_t cn = kiln_shape_numel(tc->rank, tc->dims);
       bool per_col = cn == nn && (tc->rank == 1 || (tc->rank == 2 && tc->dims[0] == 1));
@@ -486,7 +490,7 @@ kiln_status_t kiln_cpu_contract_run(struct kiln_executable *x, const cpu_step *s
     }
     epi.ctx.row = nn;
     kiln_sgemm_args args = {tra, trb, m, nn, k, alpha, ptr[n->inputs[0]], ta->dims[1], ptr[n->inputs[1]], tb->dims[1],
-                            s->packed_b, gemm_beta, out, nn, bias, bias_axis, has_epi ? epi.fn : NULL, &epi.ctx};
+                            s->packed_b, gemm_beta, out, nn, bias, bias_axis, epi_fn, &epi.ctx};
     kiln_sgemm(x->pool, &args);
     return NULL;
   }

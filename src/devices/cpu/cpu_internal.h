@@ -56,6 +56,12 @@ typedef struct cpu_step {
   bool epi_native, epi_clip, epi_has_add;
   float epi_lo, epi_hi;
   int epi_add_value;     /* epi_has_add: the value added elementwise (flat index) */
+  /* MATMUL/GEMM: the fused epilogue's broadcast bias Add (y + b[j], b a
+   * constant of length N) runs in the SGEMM as its per-column bias; the
+   * epilogue kernel was rebuilt without that Add (cpu_plan.c). */
+  bool has_col_bias;
+  int col_bias_value;    /* has_col_bias: the constant's value id */
+  bool epi_identity;     /* the rebuilt epilogue is the identity: not called */
 } cpu_step;
 
 typedef enum cpu_value_kind {

@@ -65,7 +65,119 @@ static kiln_status_t build_kernel(const kiln_graph *g, const kiln_fusion *f, int
  * contraction writes straight into the kernel's output buffer and the raw
  * result never exists as a separate tensor. The kernel's other operands
  * must be ready when the contraction runs. */
-static void fuse_epilogues(struct kiln_executable *x, const int *uses) {
+/* A broadcast bias Add in group `root` over a contraction's result: an f32
+ * Add(raw, b) (either order) of the group where raw, read only there, is
+ * the output of a MatMul whose right-hand side has rank >= 2 or of a Gemm
+ * without C, and b is an f32 constant of N elements with every dim 1 but
+ * the last (N = raw's last dim); the Add's output has raw's shape. Returns
+ * b's value id (*add_node: the Add, *raw: the result), or -1. */
+static int find_col_bias(const struct kiln_executable *x, const kiln_fusion *f, const int *step_of_value, int root,
+                         int *add_node, int *raw) {
+  const kiln_graph *g = x->g;
+  for (int n = 0; n <= root; n++) {
+    if (f->group_of[n] != root) continue;
+    const kiln_node *an = &g->nodes[n];
+    if (strcmp(an->op_type, "Add") || strcmp(an->domain, "") || an->n_inputs != 2 || an->n_outputs != 1) continue;
+    if (an->opset < 7) continue; /* legacy broadcast (axis attribute): not numpy's */
+    for (int i = 0; i < 2; i++) {
+      int v = an->inputs[i], b = an->inputs[1 - i];
+      if (v < 0 || b < 0 || v == b || step_of_value[v] < 0) continue;
+      const cpu_step *c = &x->steps[step_of_value[v]];
+      const kiln_node *cn = c->node;
+      if (cn->outputs[0] != v) continue;
+      if (c->kind == CPU_STEP_MATMUL) {
+        if (cn->n_inputs < 2 || cn->inputs[1] < 0 || g->values[cn->inputs[1]].type.rank < 2) continue;
+      } else if (c->kind == CPU_STEP_GEMM) {
+        if (cn->n_inputs > 2 && cn->inputs[2] >= 0) continue;
+      } else {
+        continue;
+      }
+      if (f->uses[v] != 1 || g->values[v].is_graph_output) continue;
+      const kiln_type *tv = &g->values[v].type, *tb = &g->values[b].type, *ty = &g->values[an->outputs[0]].type;
+      const kiln_tensor *bc = g->values[b].constant;
+      if (tv->dtype != KILN_DTYPE_F32 || ty->dtype != KILN_DTYPE_F32 || tv->rank < 1 || tb->rank < 1) continue;
+      if (!bc || bc->dtype != KILN_DTYPE_F32 || !kiln_type_same_shape(tv, ty)) continue;
+      int64_t nn = tv->dims[tv->rank - 1];
+      if (tb->dims[tb->rank - 1] != nn || kiln_type_numel(tb) != nn || bc->numel != nn) continue;
+      *add_node = n;
+      *raw = v;
+      return b;
+    }
+  }
+  return -1;
+}
+
+/* A non-flat elementwise kernel that adds a constant per-column bias to a
+ * MatMul/Gemm result: the kernel is rebuilt with that Add read as the
+ * identity (what remains is flat) and runs as the contraction's epilogue,
+ * the contraction adding the bias itself (kiln_sgemm's bias_axis 2). Only
+ * committed when the rebuilt kernel fuses; otherwise the step is left as it
+ * was. */
+static void fuse_col_bias(struct kiln_executable *x, const kiln_fusion *f, const int *step_of_value, int ki,
+                          char **sources, const int *source_step, int n_sources) {
+  const kiln_graph *g = x->g;
+  cpu_step *k = &x->steps[ki];
+  int root = (int)(k->node - g->nodes), an = -1, raw = -1;
+  int bias = find_col_bias(x, f, step_of_value, root, &an, &raw);
+  if (bias < 0) return;
+  int ci = step_of_value[raw];
+  cpu_step *c = &x->steps[ci];
+  if (c->epilogue_step >= 0 || ci >= ki) return;
+  int src = -1;
+  for (int i = 0; i < n_sources; i++)
+    if (source_step[i] == ki) src = i;
+  if (src < 0) return;
+  kiln_node *nodes = malloc(((size_t)g->n_nodes + 1) * sizeof *nodes);
+  if (!nodes) return; /* an optimization: skip it */
+  memcpy(nodes, g->nodes, (size_t)g->n_nodes * sizeof *nodes);
+  static char identity[] = "Identity";
+  int in[1] = {raw};
+  nodes[an].op_type = identity;
+  nodes[an].inputs = in;
+  nodes[an].n_inputs = 1;
+  nodes[an].n_attrs = 0;
+  nodes[an].attrs = NULL;
+  kiln_graph gc = *g;
+  gc.nodes = nodes;
+  cpu_step t;
+  memset(&t, 0, sizeof t);
+  char *source = NULL;
+  kiln_status_t st = build_kernel(&gc, f, root, &t, &source);
+  free(nodes);
+  if (st) {
+    kiln_status_free(st);
+    return;
+  }
+  bool ok = t.flat && t.elementwise_only && source && strstr(source, "kiln_epilogue(") && t.args[0] == k->args[0];
+  bool reads_raw = false;
+  for (int b = 1; b < t.n_args && ok; b++) {
+    if (t.args[b] == raw) reads_raw = true;
+    else ok = step_of_value[t.args[b]] < ci;
+  }
+  if (!ok || !reads_raw) {
+    free(t.args);
+    free(source);
+    return;
+  }
+  free(sources[src]);
+  sources[src] = source;
+  free(k->args);
+  k->args = t.args;
+  k->n_args = t.n_args;
+  k->flat = true;
+  c->epilogue_step = ki;
+  c->out_value = k->args[0];
+  c->has_col_bias = true;
+  c->col_bias_value = bias;
+  c->epi_identity = k->n_fused == 1 && k->n_args == 2;
+  k->fused_into = ci;
+  x->kinds[raw] = CPU_VALUE_ALIAS;
+  x->alias_of[raw] = k->args[0];
+}
+
+static void fuse_epilogues(struct kiln_executable *x, const kiln_fusion *f, char **sources, const int *source_step,
+                           int n_sources) {
+  const int *uses = f->uses;
   const kiln_graph *g = x->g;
   int *step_of_value = malloc(((size_t)g->n_values + 1) * sizeof(int));
   if (!step_of_value) return; /* an optimization: skip it */
@@ -75,7 +187,11 @@ static void fuse_epilogues(struct kiln_executable *x, const int *uses) {
       if (x->steps[i].node->outputs[k] >= 0) step_of_value[x->steps[i].node->outputs[k]] = i;
   for (int ki = 0; ki < x->n_steps; ki++) {
     cpu_step *k = &x->steps[ki];
-    if (k->kind != CPU_STEP_KERNEL || !k->flat || !k->elementwise_only) continue;
+    if (k->kind != CPU_STEP_KERNEL || !k->elementwise_only) continue;
+    if (!k->flat) {
+      fuse_col_bias(x, f, step_of_value, ki, sources, source_step, n_sources);
+      continue;
+    }
     for (int a = 1; a < k->n_args; a++) {
       int v = k->args[a];
       int ci = step_of_value[v];
@@ -273,7 +389,7 @@ kiln_status_t kiln_cpu_prepare(kiln_device *dev, const kiln_graph *g, const kiln
     st = KILN_OOM();
     goto done;
   }
-  fuse_epilogues(x, fu.uses);
+  fuse_epilogues(x, &fu, sources, source_step, n_sources);
 
   /* Compile every kernel in one batch (parallel, cached). */
   if (n_sources) {
