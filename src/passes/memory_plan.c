@@ -592,3 +592,27 @@ kiln_status_t kiln_plan_graph_memory(const kiln_graph *g, kiln_memory_plan_repor
   free(ids);
   return st;
 }
+
+void kiln_memory_plan_finish_steps(const kiln_graph *g, const int *buf_of, kiln_mem_buffer *bufs, int nb,
+                                   const kiln_plan_step_io *steps, int n_steps) {
+  for (int i = 0; i < g->n_outputs; i++)
+    if (buf_of[g->outputs[i]] >= 0) bufs[buf_of[g->outputs[i]]].last_use = n_steps;
+  for (int b = 0; b < nb; b++) {
+    if (bufs[b].first_use < 0) bufs[b].first_use = 0;
+    if (bufs[b].last_use < bufs[b].first_use) bufs[b].last_use = bufs[b].first_use;
+  }
+  for (int i = 0; i < n_steps; i++) {
+    const kiln_plan_step_io *s = &steps[i];
+    if (!s->may_write_in_place || s->n_args < 1) continue;
+    int out = s->args[0], ob = buf_of[out];
+    for (int k = 1; k < s->n_args && ob >= 0; k++) {
+      int v = s->args[k], ib = v >= 0 ? buf_of[v] : -1;
+      if (ib < 0 || bufs[ib].last_use != i || bufs[ib].size != bufs[ob].size) continue;
+      if (!kiln_shape_equal(g->values[v].type.rank, g->values[v].type.dims, g->values[out].type.rank,
+                            g->values[out].type.dims))
+        continue;
+      bufs[ob].inplace_source = ib;
+      break;
+    }
+  }
+}

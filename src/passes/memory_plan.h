@@ -101,6 +101,23 @@ bool kiln_op_is_inplace_elementwise(const char *domain, const char *op_type);
 kiln_status_t kiln_graph_memory_buffers(const kiln_graph *g, kiln_mem_buffer **out_buffers, int **out_value_ids,
                                         int *out_n, int *out_n_unsized, int *out_n_folded);
 
+/* For device planners whose steps are compiled kernels. A step writes
+ * args[0] and reads args[1..n_args); may_write_in_place: it is elementwise
+ * (reads element k of each input before writing element k of its output), so
+ * its output may take the storage of a same-shape input that dies there. */
+typedef struct kiln_plan_step_io {
+  const int *args; /* value ids; borrowed */
+  int n_args;
+  bool may_write_in_place;
+} kiln_plan_step_io;
+
+/* Finishes the lifetimes of buffers whose first/last uses the planner has
+ * filled from its steps (buf_of: the buffer of each value id, or -1): graph
+ * outputs live past the last step, an unset first use becomes 0, a last use
+ * is at least the first; then offers each in-place candidate of steps[]. */
+void kiln_memory_plan_finish_steps(const kiln_graph *g, const int *buf_of, kiln_mem_buffer *bufs, int nb,
+                                   const kiln_plan_step_io *steps, int n_steps);
+
 /* What planning a graph's intermediates would give (for `kiln info`). */
 typedef struct kiln_memory_plan_report {
   int n_buffers;          /* intermediates planned */

@@ -543,26 +543,19 @@ static kiln_status_t plan_memory(struct kiln_executable *x, const int *first_hos
   for (int v = 0; v < nv; v++)
     if (buf_of[v] >= 0 && first_host_read[v] >= 0 && bufs[buf_of[v]].last_use < first_host_read[v])
       bufs[buf_of[v]].last_use = first_host_read[v];
-  for (int i = 0; i < g->n_outputs; i++)
-    if (buf_of[g->outputs[i]] >= 0) bufs[buf_of[g->outputs[i]]].last_use = x->n_steps;
-  for (int b = 0; b < nb; b++) {
-    if (bufs[b].first_use < 0) bufs[b].first_use = 0;
-    if (bufs[b].last_use < bufs[b].first_use) bufs[b].last_use = bufs[b].first_use;
-  }
   /* In place: an elementwise kernel over an input of its own shape that
    * dies there (each invocation reads its element before writing it). */
+  kiln_plan_step_io *io = calloc((size_t)x->n_steps + 1, sizeof *io);
+  if (!io) {
+    st = KILN_OOM();
+    goto out;
+  }
   for (int i = 0; i < x->n_steps; i++) {
     const vs_step *s = &x->steps[i];
-    if (s->kind != VS_KERNEL || !s->elementwise_only || s->fused_into >= 0) continue;
-    int ob = buf_of[s->args[0]];
-    for (int k = 1; k < s->n_args && ob >= 0; k++) {
-      int v = s->args[k], ib = buf_of[v];
-      if (ib < 0 || bufs[ib].last_use != i || bufs[ib].size != bufs[ob].size) continue;
-      if (!kiln_type_same_shape(&g->values[v].type, &g->values[s->args[0]].type)) continue;
-      bufs[ob].inplace_source = ib;
-      break;
-    }
+    io[i] = (kiln_plan_step_io){s->args, s->n_args, s->kind == VS_KERNEL && s->elementwise_only && s->fused_into < 0};
   }
+  kiln_memory_plan_finish_steps(g, buf_of, bufs, nb, io, x->n_steps);
+  free(io);
   if ((st = kiln_memory_plan_compute(bufs, nb, &plan))) goto out;
   x->intermediate_bytes = (size_t)plan.total_size;
   x->arena_bytes = (size_t)plan.arena_size;
