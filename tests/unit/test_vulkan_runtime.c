@@ -3,7 +3,9 @@
  * bookkeeping, a push-constant kernel recorded once and submitted three
  * times, copy/fill, a 100 MB transfer through the staging rings, shader
  * compile errors, SPIR-V cache corruption, batch compiles, fp16/subgroup
- * shaders when the device has them, and two threads submitting at once.
+ * shaders when the device has them, two threads submitting at once, and
+ * specialization constants (one source, several value sets, compiled once;
+ * bad spec lists; KILN_DUMP_DIR source dumps).
  *
  * Exit 0: pass; 1: a check failed (each failure is printed); 77: no Vulkan
  * device here (the reason is printed) — ctest reports that as a skip.
@@ -354,6 +356,19 @@ static void test_compile_error(vk_context *ctx) {
   for (int i = 0; i < 4; i++) CHECK(ks[i] != NULL, "batch: kernel %d missing", i);
   CHECK(ks[4] == NULL, "batch: broken kernel returned");
   for (int i = 0; i < 5; i++) vk_kernel_destroy(ctx, ks[i]);
+
+  /* Two kernels sharing a broken source (compiled once): both NULL, the
+   * error names the first of them. */
+  vk_kernel_desc shared[3] = {{"scale_ok", srcs[0], 1, 0, NULL, 0},
+                              {"broken_first", descs[4].glsl, 0, 0, NULL, 0},
+                              {"broken_second", descs[4].glsl, 0, 0, NULL, 0}};
+  st = vk_kernel_create_batch(ctx, shared, 3, ks);
+  CHECK(st && strstr(kiln_status_message(st), "broken_first"), "shared broken source: got %s",
+        st ? kiln_status_message(st) : "success");
+  kiln_status_free(st);
+  CHECK(ks[0] && !ks[1] && !ks[2], "shared broken source: kernels %p %p %p", (void *)ks[0], (void *)ks[1],
+        (void *)ks[2]);
+  for (int i = 0; i < 3; i++) vk_kernel_destroy(ctx, ks[i]);
 }
 
 static int count_spv(const char *dir, char paths[][1024], int max) {
@@ -472,6 +487,241 @@ static void test_features(vk_context *ctx) {
     vk_buffer_free(ctx, b);
     vk_kernel_destroy(ctx, k);
   }
+}
+
+/* ---- specialization constants ------------------------------------------------------------ */
+
+/* y[i] = SCALE * sum_{k<K} x[i*K + k] for i < N; y[i] untouched for i >= N.
+ * N bounds the grid, K is a loop bound, SCALE a float (its bits as the value);
+ * the ids are not contiguous on purpose. */
+static const char *kSpecSum =
+    "#version 450\n"
+    "layout(local_size_x = 64) in;\n"
+    "layout(constant_id = 0) const int N = 1;\n"
+    "layout(constant_id = 3) const int K = 1;\n"
+    "layout(constant_id = 7) const float SCALE = 1.0;\n"
+    "layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };\n"
+    "layout(std430, set = 0, binding = 1) buffer Y { float y[]; };\n"
+    "void main() {\n"
+    "  int i = int(gl_GlobalInvocationID.x);\n"
+    "  if (i >= N) return;\n"
+    "  float acc = 0.0;\n"
+    "  for (int k = 0; k < K; k++) acc += x[i * K + k];\n"
+    "  y[i] = acc * SCALE;\n"
+    "}\n";
+
+typedef struct spec_case {
+  int n, k;
+  float scale;
+  vk_spec_const spec[3];
+} spec_case;
+
+static void spec_case_init(spec_case *c, int n, int k, float scale) {
+  c->n = n;
+  c->k = k;
+  c->scale = scale;
+  uint32_t bits;
+  memcpy(&bits, &scale, 4);
+  /* Not in id order: the map entries must not depend on it. */
+  c->spec[0] = (vk_spec_const){3, (uint32_t)k};
+  c->spec[1] = (vk_spec_const){7, bits};
+  c->spec[2] = (vk_spec_const){0, (uint32_t)n};
+}
+
+/* Runs a kSpecSum kernel built for c on random inputs and checks every
+ * output, and that the 100 values past N were not written. */
+static void run_spec_sum(vk_context *ctx, const vk_kernel *k, const spec_case *c, const char *label) {
+  const int pad = 100, ny = c->n + pad;
+  size_t nx = (size_t)c->n * (size_t)c->k;
+  float *x = malloc(nx * sizeof *x), *y0 = malloc((size_t)ny * sizeof *y0), *out = malloc((size_t)ny * sizeof *out);
+  vk_buffer *bx = NULL, *by = NULL;
+  vk_stream *s = NULL;
+  if (!x || !y0 || !out) {
+    CHECK(0, "out of host memory");
+    goto done;
+  }
+  for (size_t i = 0; i < nx; i++) x[i] = rnd_float();
+  for (int i = 0; i < ny; i++) y0[i] = 1000.0f + (float)i; /* sentinels */
+  TRY_OR(vk_buffer_alloc(ctx, VK_MEM_DEVICE, nx * sizeof *x, &bx), "alloc x", goto done);
+  TRY_OR(vk_buffer_alloc(ctx, VK_MEM_DEVICE, (size_t)ny * sizeof *y0, &by), "alloc y", goto done);
+  TRY_OR(vk_stream_create(ctx, &s), "stream", goto done);
+  TRY_OR(vk_stream_begin(s), "begin", goto done);
+  TRY_OR(vk_stream_upload(s, bx, 0, x, nx * sizeof *x), "upload x", goto done);
+  TRY_OR(vk_stream_upload(s, by, 0, y0, (size_t)ny * sizeof *y0), "upload y", goto done);
+  /* More groups than N needs: the N guard must hold. */
+  TRY_OR(vk_stream_dispatch(s, k, (vk_buffer *[]){bx, by}, NULL, (uint32_t)(ny + 63) / 64, 1, 1), "dispatch",
+         goto done);
+  TRY_OR(vk_stream_readback(s, out, by, 0, (size_t)ny * sizeof *out), "readback", goto done);
+  TRY_OR(vk_stream_end(s), "end", goto done);
+  uint64_t v;
+  TRY_OR(vk_submit(ctx, &s, 1, &v), "submit", goto done);
+  TRY_OR(vk_wait(ctx, v), "wait", goto done);
+  int bad = 0;
+  for (int i = 0; i < ny; i++) {
+    float want = y0[i];
+    if (i < c->n) {
+      float acc = 0.0f;
+      for (int j = 0; j < c->k; j++) acc += x[(size_t)i * (size_t)c->k + (size_t)j];
+      want = acc * c->scale;
+    }
+    if (!close_enough(out[i], want) && bad++ < 5) printf("  %s: y[%d] = %.9g, want %.9g\n", label, i, out[i], want);
+  }
+  CHECK(bad == 0, "%s (N=%d K=%d SCALE=%g): %d of %d values wrong", label, c->n, c->k, c->scale, bad, ny);
+done:
+  vk_stream_destroy(ctx, s);
+  vk_buffer_free(ctx, bx);
+  vk_buffer_free(ctx, by);
+  free(x);
+  free(y0);
+  free(out);
+}
+
+/* One source, several spec value sets: in one batch (beside another source),
+ * then alone. The source is compiled once; each kernel computes with its own
+ * values; the later kernel takes the SPIR-V from the disk cache (the spec
+ * values are not in the key). */
+static void test_spec_constants(vk_context *ctx) {
+  spec_case a, b, c, dflt = {1, 1, 1.0f, {{0, 0}}};
+  spec_case_init(&a, 1000 + (int)(rnd() % 500), 3, 0.5f);
+  spec_case_init(&b, 700 + (int)(rnd() % 100), 5 + (int)(rnd() % 4), -2.0f);
+  spec_case_init(&c, 4096, 2, 3.0f);
+  vk_pipeline_stats s0, s1, s2;
+  vk_pipeline_stats_get(ctx, &s0);
+  vk_kernel_desc descs[4] = {
+      {"spec_sum_a", kSpecSum, 2, 0, a.spec, 3},
+      {"saxpy_in_spec_batch", kSaxpy, 2, sizeof(saxpy_push), NULL, 0},
+      {"spec_sum_b", kSpecSum, 2, 0, b.spec, 3},
+      {"spec_sum_defaults", kSpecSum, 2, 0, NULL, 0}, /* the source's defaults: N = K = 1, SCALE = 1 */
+  };
+  vk_kernel *ks[4] = {0};
+  TRY_OR(vk_kernel_create_batch(ctx, descs, 4, ks), "spec batch", goto done);
+  vk_pipeline_stats_get(ctx, &s1);
+  /* saxpy was compiled (or cached) before; kSpecSum is new to this cache. */
+  CHECK(s1.spirv_compiled - s0.spirv_compiled == 1, "spec batch: %llu SPIR-V compiles, want 1 (one new source)",
+        (unsigned long long)(s1.spirv_compiled - s0.spirv_compiled));
+  CHECK(s1.spirv_cached - s0.spirv_cached == 1, "spec batch: %llu SPIR-V cache reads, want 1 (saxpy)",
+        (unsigned long long)(s1.spirv_cached - s0.spirv_cached));
+  CHECK(s1.spirv_shared - s0.spirv_shared == 2, "spec batch: %llu kernels shared a module, want 2",
+        (unsigned long long)(s1.spirv_shared - s0.spirv_shared));
+  CHECK(s1.pipelines - s0.pipelines == 4, "spec batch: %llu pipelines, want 4",
+        (unsigned long long)(s1.pipelines - s0.pipelines));
+  run_spec_sum(ctx, ks[0], &a, "spec batch a");
+  run_spec_sum(ctx, ks[2], &b, "spec batch b");
+  run_spec_sum(ctx, ks[3], &dflt, "spec defaults");
+  run_saxpy(ctx, ks[1], 5000, 1, "saxpy in a spec batch");
+
+  vk_kernel *kc = NULL;
+  vk_kernel_desc dc = {"spec_sum_c", kSpecSum, 2, 0, c.spec, 3};
+  TRY_OR(vk_kernel_create(ctx, &dc, &kc), "spec kernel alone", goto done);
+  vk_pipeline_stats_get(ctx, &s2);
+  CHECK(s2.spirv_compiled == s1.spirv_compiled && s2.spirv_cached == s1.spirv_cached + 1,
+        "new spec values recompiled the source: %llu compiles, %llu cache reads (want 0, 1)",
+        (unsigned long long)(s2.spirv_compiled - s1.spirv_compiled),
+        (unsigned long long)(s2.spirv_cached - s1.spirv_cached));
+  run_spec_sum(ctx, kc, &c, "spec alone c");
+  vk_kernel_destroy(ctx, kc);
+  printf("spec constants: %llu SPIR-V compiled, %llu cached, %llu shared, %llu pipelines (%.3f s SPIR-V, %.3f s "
+         "pipelines) so far\n",
+         (unsigned long long)s2.spirv_compiled, (unsigned long long)s2.spirv_cached,
+         (unsigned long long)s2.spirv_shared, (unsigned long long)s2.pipelines, s2.spirv_s, s2.pipeline_s);
+done:
+  for (int i = 0; i < 4; i++) vk_kernel_destroy(ctx, ks[i]);
+}
+
+/* Bad spec lists are clear errors naming the kernel, in a batch too. */
+static void test_bad_spec(vk_context *ctx) {
+  vk_spec_const dup[3] = {{0, 10}, {3, 2}, {0, 11}};
+  struct {
+    vk_kernel_desc d;
+    const char *want;
+  } cases[] = {
+      {{"dup_spec", kSpecSum, 2, 0, dup, 3}, "id 0 is given twice"},
+      {{"null_spec", kSpecSum, 2, 0, NULL, 2}, "spec NULL"},
+      {{"negative_spec", kSpecSum, 2, 0, dup, -1}, "-1 specialization constants"},
+  };
+  for (size_t i = 0; i < KILN_ARRAY_SIZE(cases); i++) {
+    vk_kernel *k = (vk_kernel *)&k; /* must be reset to NULL */
+    kiln_status_t st = vk_kernel_create(ctx, &cases[i].d, &k);
+    const char *msg = kiln_status_message(st);
+    CHECK(st && kiln_status_code_of(st) == KILN_INVALID_ARGUMENT && strstr(msg, cases[i].d.name) &&
+              strstr(msg, cases[i].want),
+          "%s: expected KILN_INVALID_ARGUMENT naming the kernel and saying '%s', got: %s", cases[i].d.name,
+          cases[i].want, msg ? msg : "success");
+    CHECK(k == NULL, "%s: a kernel was returned", cases[i].d.name);
+    if (i == 0 && st) printf("bad spec message: %s\n", msg);
+    kiln_status_free(st);
+    vk_kernel_destroy(ctx, st ? NULL : k);
+  }
+  /* In a batch: the good kernels (same source) are made, the bad one is NULL. */
+  spec_case a;
+  spec_case_init(&a, 300, 2, 1.5f);
+  vk_kernel_desc descs[3] = {{"good_spec_1", kSpecSum, 2, 0, a.spec, 3},
+                             {"dup_spec_in_batch", kSpecSum, 2, 0, dup, 3},
+                             {"good_spec_2", kSpecSum, 2, 0, a.spec, 3}};
+  vk_kernel *ks[3];
+  kiln_status_t st = vk_kernel_create_batch(ctx, descs, 3, ks);
+  CHECK(st && strstr(kiln_status_message(st), "dup_spec_in_batch"), "batch with a bad spec: got %s",
+        st ? kiln_status_message(st) : "success");
+  kiln_status_free(st);
+  CHECK(ks[0] && ks[2] && !ks[1], "batch with a bad spec: kernels %p %p %p", (void *)ks[0], (void *)ks[1],
+        (void *)ks[2]);
+  if (ks[2]) run_spec_sum(ctx, ks[2], &a, "good kernel beside a bad spec");
+  for (int i = 0; i < 3; i++) vk_kernel_destroy(ctx, ks[i]);
+}
+
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *buf = calloc(1, 1 << 16);
+  if (buf && fread(buf, 1, (1 << 16) - 1, f) == 0) buf[0] = '\0';
+  fclose(f);
+  return buf;
+}
+
+/* KILN_DUMP_DIR: each kernel's source lands in <dir>/<name>.comp with its
+ * spec constants on top; a folder that cannot be made only warns. */
+static void test_dump(vk_context *ctx) {
+  char dir[] = "/tmp/kiln-vk-dump-XXXXXX";
+  if (!mkdtemp(dir)) {
+    CHECK(0, "mkdtemp for the dump test");
+    return;
+  }
+  char sub[1100], path[1200];
+  snprintf(sub, sizeof sub, "%s/glsl", dir); /* not there yet: the dump makes it */
+  setenv("KILN_DUMP_DIR", sub, 1);
+  spec_case a;
+  spec_case_init(&a, 64, 2, 0.25f);
+  vk_kernel_desc d = {"dump/me", kSpecSum, 2, 0, a.spec, 3}; /* '/' becomes '_' */
+  vk_kernel *k = NULL;
+  if (ok(vk_kernel_create(ctx, &d, &k), "create with KILN_DUMP_DIR")) run_spec_sum(ctx, k, &a, "dumped kernel");
+  vk_kernel_destroy(ctx, k);
+  snprintf(path, sizeof path, "%s/dump_me.comp", sub);
+  char *text = read_text(path);
+  CHECK(text != NULL, "no dump at %s", path);
+  if (text) {
+    CHECK(strstr(text, "// spec 0 = 64\n") && strstr(text, "// spec 3 = 2\n") && strstr(text, "// spec 7 = "),
+          "dump lacks the spec constants:\n%s", text);
+    CHECK(strstr(text, kSpecSum) != NULL, "dump lacks the source:\n%s", text);
+    CHECK(strstr(text, "//") == text, "dump does not start with the spec comment");
+  }
+  free(text);
+  unlink(path);
+  /* A folder that cannot exist (below a regular file): warned, not fatal. */
+  char blocker[1200];
+  snprintf(blocker, sizeof blocker, "%s/file", dir);
+  FILE *f = fopen(blocker, "w");
+  if (f) fclose(f);
+  snprintf(sub, sizeof sub, "%s/file/glsl", dir);
+  setenv("KILN_DUMP_DIR", sub, 1);
+  k = NULL;
+  if (ok(vk_kernel_create(ctx, &d, &k), "create with an unwritable KILN_DUMP_DIR"))
+    run_spec_sum(ctx, k, &a, "kernel whose dump failed");
+  vk_kernel_destroy(ctx, k);
+  unsetenv("KILN_DUMP_DIR");
+  unlink(blocker);
+  snprintf(sub, sizeof sub, "%s/glsl", dir);
+  rmdir(sub);
+  rmdir(dir);
 }
 
 /* ---- threads ---------------------------------------------------------------------------- */
@@ -605,6 +855,9 @@ int main(void) {
   test_big_transfer(ctx);
   test_compile_error(ctx);
   test_features(ctx);
+  test_spec_constants(ctx);
+  test_bad_spec(ctx);
+  test_dump(ctx);
   test_corrupt_cache(ctx, cache_dir);
 
   kiln_status_t w = vk_wait(ctx, 1u << 30);

@@ -291,6 +291,10 @@ struct vk_context {
 
   VkPipelineCache pipeline_cache;
   char *cache_dir;                     /* owned: <kiln cache>/vulkan, NULL if unusable */
+
+  /* vk_pipeline_stats (vk_pipeline.c). Atomics: batches may run on several
+   * threads at once; zero in the calloc'd context. */
+  _Atomic uint64_t spirv_compiled, spirv_cached, spirv_shared, pipelines, spirv_ns, pipeline_ns;
 };
 
 /* Internal entry points shared between files. */

@@ -106,23 +106,56 @@ void vk_memory_stats_get(vk_context *ctx, vk_memory_stats *out);
 
 /* Kernels: `glsl` is a whole compute shader (#version 450, its own
  * local_size, std430 storage buffers at set 0 binding 0..n_buffers-1, an
- * optional push-constant block of push_bytes). Compiled to SPIR-V with
- * shaderc (dlopen'd), cached by SHA-256 of (source, shaderc options, kiln
- * version) in $KILN_CACHE_DIR/vulkan/ (default ~/.cache/kiln; atomic
- * write-then-rename, a corrupt entry is recompiled); pipelines created
- * through one VkPipelineCache per context, persisted in the same folder
- * (keyed by the device's pipelineCacheUUID) at context destroy. */
+ * optional push-constant block of push_bytes). Shapes (sizes, strides,
+ * offsets, bounds) come as specialization constants (`spec`, below), not as
+ * literals in the source, so kernels that differ only in shapes have the
+ * same source. Compiled to SPIR-V with shaderc (dlopen'd) or glslc, cached by
+ * SHA-256 of (source, compiler and its options, kiln version) in
+ * $KILN_CACHE_DIR/vulkan/ (default ~/.cache/kiln; atomic write-then-rename,
+ * a corrupt entry is recompiled). The spec values are NOT part of that key:
+ * they are applied when the pipeline is created (VkSpecializationInfo), and
+ * a batch compiles each distinct source once however many kernels use it.
+ * Pipelines are created through one VkPipelineCache per context, persisted
+ * in the same folder (keyed by the device's pipelineCacheUUID) at context
+ * destroy.
+ * KILN_DUMP=glsl (or all; a comma/space separated list, as for the C JIT)
+ * writes each kernel's source to kiln_dump/<name>.comp, or to
+ * $KILN_DUMP_DIR/<name>.comp when that is set, once per name and source,
+ * headed by comments `// spec ID = VALUE` giving the first such kernel's
+ * constants. A failed dump warns once on stderr and never fails a kernel. */
+/* One specialization constant: `layout(constant_id = id) const int X = ..;`
+ * in the source gets `value` (32-bit: int, uint or float bits) when the
+ * pipeline is created. Shapes travel this way, so kernels that differ only
+ * in sizes share one source and one cached SPIR-V module. */
+typedef struct vk_spec_const {
+  uint32_t id;
+  uint32_t value;
+} vk_spec_const;
+
 typedef struct vk_kernel_desc {
   const char *name;        /* for errors and profiles */
   const char *glsl;
   int n_buffers;
   uint32_t push_bytes;     /* 0: no push constants */
+  const vk_spec_const *spec; /* n_spec entries, distinct ids; borrowed (copied at create); NULL when n_spec 0 */
+  int n_spec;
 } vk_kernel_desc;
 kiln_status_t vk_kernel_create(vk_context *ctx, const vk_kernel_desc *desc, vk_kernel **out);
 /* Compiles many at once (the JIT compiles in parallel; use up to
  * kiln_physical_cores() threads). out[i] NULL on failure; returns the first error. */
 kiln_status_t vk_kernel_create_batch(vk_context *ctx, const vk_kernel_desc *descs, int n, vk_kernel **out);
 void vk_kernel_destroy(vk_context *ctx, vk_kernel *k);
+/* Addition: kernel-creation counters since the context was created.
+ * spirv_compiled + spirv_cached is the number of distinct SPIR-V modules the
+ * batches needed; spirv_shared counts kernels that used a module another
+ * kernel of the same batch brought (same source, other spec values);
+ * pipelines counts compute pipelines created. spirv_s / pipeline_s: wall time
+ * of the batches' SPIR-V phase (compile or cache read) and pipeline phase. */
+typedef struct vk_pipeline_stats {
+  uint64_t spirv_compiled, spirv_cached, spirv_shared, pipelines;
+  double spirv_s, pipeline_s;
+} vk_pipeline_stats;
+void vk_pipeline_stats_get(vk_context *ctx, vk_pipeline_stats *out);
 
 /* Streams. A stream is recorded once (begin ... end) and may be submitted any
  * number of times; recording again (begin) resets it. Descriptor sets are
