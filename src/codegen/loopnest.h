@@ -78,6 +78,24 @@ const char *kiln_c_preamble(void);
  *   // vk_kernel_desc{name, src.data, te_buffer_count(b), 0}; binding i = te buffer i;
  *   // vk_stream_dispatch(..., groups[0], groups[1], groups[2]) (skip it when groups[0] is 0)
  */
+/* Specialization constants of a GLSL source: constant_id first_id + i has
+ * value values[i]. The renderers and the vulkan kernel generators write
+ * sizes, strides and offsets as such constants instead of literals, so two
+ * kernels that differ only in shapes have the same source (one SPIR-V
+ * module, compiled once) and the driver still folds the values when it
+ * creates the pipeline. */
+typedef struct kiln_glsl_spec {
+  int first_id;    /* constant_id of values[0] */
+  int n, cap;
+  int32_t *values; /* owned; kiln_glsl_spec_free */
+  bool oom;        /* an add failed */
+} kiln_glsl_spec;
+/* Appends v; returns its constant_id (first_id + index), or -1 when out of memory (and sets oom). */
+int kiln_glsl_spec_add(kiln_glsl_spec *s, int32_t v);
+/* The constant_id of an existing entry equal to v, else appends it like kiln_glsl_spec_add. */
+int kiln_glsl_spec_intern(kiln_glsl_spec *s, int32_t v);
+void kiln_glsl_spec_free(kiln_glsl_spec *s); /* frees values; keeps first_id; NULL ok */
+
 typedef struct kiln_glsl_options {
   uint32_t workgroup_size;  /* invocations per workgroup (local_size_x); 0 = 64 */
   bool cooperative_rows;    /* one workgroup per row when every reduction sits at the innermost parallel level
@@ -93,6 +111,9 @@ typedef struct kiln_glsl_options {
                                float16_t (the device's f32->f16 conversion: round to nearest even on lavapipe
                                and the desktop GPUs). Element indices are unchanged (2 bytes each); a binding's
                                size must be rounded up to 4 bytes. false: f32 buffers, byte-identical source. */
+  kiln_glsl_spec *spec;     /* NULL: sizes are literals in the source (byte-identical to before). Else
+                               shape-dependent integers are specialization constants interned here (ids
+                               from spec->first_id; borrowed; the caller frees it): see kiln_render_glsl */
 } kiln_glsl_options;
 
 kiln_glsl_options kiln_glsl_options_default(void); /* 64, no cooperative rows, no subgroups, no int64, 65535, f32 */
@@ -114,17 +135,38 @@ kiln_status_t kiln_schedule_glsl(te_builder *b, const te_tensor *root, int out_b
  * workgroup one row with cooperative rows. out_groups: the dispatch size.
  * KILN_UNSUPPORTED for what GLSL cannot express here (f64/f16 data,
  * unknown math functions, 64-bit indices without opts->int64). opts NULL =
- * defaults. */
+ * defaults.
+ *
+ * Specialization constants (opts->spec non-NULL): every integer the source
+ * would print for index arithmetic (extents, strides, the divisors and
+ * moduli that unflatten the parallel index, serial loop bounds, buffer
+ * offsets and other index constants of the expressions, the `gid >= total`
+ * bound and the dispatch span, the cooperative kernels' row count and row
+ * length) is written `KS<id>` with id = kiln_glsl_spec_intern(opts->spec,
+ * value), and declared `layout(constant_id = <id>) const int KS<id> = 1;`
+ * before main (after the buffers and helpers), once per id, in id order.
+ * Equal values share one id. Values stay literals where they decide the
+ * structure or must be constant expressions: -1, 0 and 1; the workgroup
+ * size (local_size_x, shared-array sizes, the cooperative loops' step);
+ * binding numbers; the dtype-only shifts and masks of packed 8/16-bit
+ * loads and of int pairs; float, bool and uint data constants; and every
+ * integer of a kernel with 64-bit indices (opts->int64 in use). Two nests
+ * that differ only in sizes (and whose distinct sizes stay distinct) then
+ * render to the same source; the caller passes spec->values as the
+ * pipeline's VkSpecializationInfo (vk_kernel_desc.spec, id first_id + i =
+ * values[i]). Out of memory growing the list: KILN_OOM. */
 kiln_status_t kiln_render_glsl(const te_builder *b, const kiln_loop_nest *nest, const char *name,
                                const kiln_glsl_options *opts, kiln_strbuf *src, uint32_t out_groups[3]);
-/* The elementwise tail of a GPU contraction. For a flat, reduction-free nest
- * whose buffer raw_buf is the contraction's result: appends to `decls` the
+/* The elementwise tail of a GPU contraction. For a reduction-free nest of
+ * any rank (idx is unflattened over its extents, so broadcast operands such
+ * as a per-column bias index by axis) whose buffer raw_buf is the
+ * contraction's result: appends to `decls` the
  * declarations of every te buffer i at binding binding_base + i (names
  * FN_b<i>, blocks FN_B<i>; the output too, so bindings are contiguous), and
  * to `func` the (include-guarded) helpers and `float FN(int idx, float raw)`
  * returning output element idx with raw_buf's element idx replaced by `raw`.
- * KILN_UNSUPPORTED if the nest reads raw_buf at any other index (then do
- * not fuse) or needs 64-bit indices. */
+ * KILN_UNSUPPORTED if the nest reads raw_buf at any other index than the
+ * element's row-major one (then do not fuse) or needs 64-bit indices. */
 kiln_status_t kiln_render_glsl_epilogue(const te_builder *b, const kiln_loop_nest *nest, const char *fn_name,
                                         int raw_buf, int binding_base, kiln_strbuf *decls, kiln_strbuf *func);
 /* The same with options: only opts->fp16 is used (NULL = f32). With fp16
@@ -132,7 +174,12 @@ kiln_status_t kiln_render_glsl_epilogue(const te_builder *b, const kiln_loop_nes
  * returned value stay float, and the host kernel (generated with the same
  * fp16 setting) converts the result when it stores it. The host shader
  * must enable GL_EXT_shader_16bit_storage (the vk_kernels generators do
- * when their desc's fp16 is set). */
+ * when their desc's fp16 is set). With opts->spec the index constants
+ * become specialization constants as in kiln_render_glsl, declared at the
+ * end of `decls` (the vulkan device numbers an epilogue's from
+ * VK_EPILOGUE_SPEC_BASE = 1000 through spec->first_id, so they cannot
+ * collide with the host kernel's own, numbered from 0). One spec list per
+ * host shader: `decls` declares every constant `func` uses. */
 kiln_status_t kiln_render_glsl_epilogue_opts(const te_builder *b, const kiln_loop_nest *nest, const char *fn_name,
                                              int raw_buf, int binding_base, const kiln_glsl_options *opts,
                                              kiln_strbuf *decls, kiln_strbuf *func);

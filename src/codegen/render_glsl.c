@@ -20,6 +20,12 @@
  * load converts to float, every computation stays f32 and each store
  * rounds to half, so fp16 changes only what crosses device memory.
  *
+ * With kiln_glsl_options.spec the index integers (sizes, strides, bounds,
+ * offsets) are specialization constants `KS<id>` instead of literals, so
+ * one source (and one SPIR-V module) serves every shape of a kernel's
+ * structure: index_text is the one place that decides, main is rendered
+ * into a side buffer first so that the declarations can precede it.
+ *
  * Math: GLSL builtins where the Vulkan precision rules make them accurate
  * enough (exp, floor, ceil, roundEven, pow on positive bases); GLSL ports
  * of the C preamble's helpers (kiln_erff, kiln_tanhf, ...); guarded
@@ -35,12 +41,24 @@
 /* The GLSL renderer's context: the shared emitter's state plus the
  * storage mode. Every render_ctx the GLSL dialect sees is the first member
  * of one of these, so the hooks recover it with a cast. */
+/* Specialization constants of one render: the caller's list (values, ids)
+ * and the ids this shader refers to, which it must declare. */
+typedef struct glsl_spec_use {
+  kiln_glsl_spec *spec; /* borrowed */
+  int *ids;             /* distinct, in order of first use; owned */
+  int n, cap;
+  bool oom;             /* ids could not grow */
+} glsl_spec_use;
+
 typedef struct glsl_ctx {
   render_ctx r;
-  bool fp16; /* f32 buffers are float16_t[] */
+  bool fp16;          /* f32 buffers are float16_t[] */
+  glsl_spec_use *sp;  /* NULL: sizes are literals; borrowed (the entry point's) */
+  const kiln_loop_nest *epi_nest; /* epilogue: its nest (the raw buffer is read at its row-major index); borrowed */
 } glsl_ctx;
 
-static bool is_fp16(const render_ctx *r) { return ((const glsl_ctx *)(const void *)r)->fp16; }
+static const glsl_ctx *glsl_of(const render_ctx *r) { return (const glsl_ctx *)(const void *)r; }
+static bool is_fp16(const render_ctx *r) { return glsl_of(r)->fp16; }
 
 /* Helpers every shader may call; guarded so that several pasted epilogues
  * and the host shader can all include them. */
@@ -159,6 +177,75 @@ static void glsl_int_literal(const render_ctx *r, kiln_dtype dt, int64_t v, char
   else snprintf(buf, n, "%lld%s", (long long)v, wide ? "l" : "");
 }
 
+/* A shape-dependent index integer (an extent, stride, offset, bound) as
+ * text: `KS<id>`, a specialization constant of the caller's list, when the
+ * render has one and the value is a 32-bit int other than -1, 0 and 1
+ * (those mostly decide structure: an absent stride, a first element);
+ * else the literal. 64-bit index arithmetic keeps literals: its constants
+ * need not fit an int. */
+static void index_text(const render_ctx *r, int64_t v, char *buf, size_t n) {
+  glsl_spec_use *sp = glsl_of(r)->sp;
+  if (!sp || r->idx64 || v < INT32_MIN || v > INT32_MAX || (v >= -1 && v <= 1)) {
+    glsl_int_literal(r, KILN_DTYPE_I64, v, buf, n);
+    return;
+  }
+  int id = kiln_glsl_spec_intern(sp->spec, (int32_t)v);
+  if (id < 0) { /* out of memory: spec->oom fails the render; keep the text valid meanwhile */
+    glsl_int_literal(r, KILN_DTYPE_I64, v, buf, n);
+    return;
+  }
+  bool seen = false;
+  for (int i = 0; i < sp->n && !seen; i++) seen = sp->ids[i] == id;
+  if (!seen) {
+    if (sp->n == sp->cap) {
+      int cap = sp->cap ? 2 * sp->cap : 16;
+      int *grown = realloc(sp->ids, (size_t)cap * sizeof *grown);
+      if (!grown) sp->oom = true;
+      else {
+        sp->ids = grown;
+        sp->cap = cap;
+      }
+    }
+    if (sp->n < sp->cap) sp->ids[sp->n++] = id;
+  }
+  snprintf(buf, n, "KS%d", id);
+}
+
+/* The same as a uint operand (the dispatch arithmetic on gl_*ID is unsigned). */
+static void index_text_u(const render_ctx *r, int64_t v, char *buf, size_t n) {
+  char t[32]; /* "KS<id>" or a literal: short */
+  index_text(r, v, t, sizeof t);
+  if (t[0] == 'K') snprintf(buf, n, "uint(%s)", t);
+  else snprintf(buf, n, "%lluu", (unsigned long long)v);
+}
+
+/* The dialect's hook: index constants (I64) of the expressions may become
+ * specialization constants; values of other types (data, masks, bools)
+ * stay literals. */
+static void glsl_int_hook(const render_ctx *r, kiln_dtype dt, int64_t v, char *buf, size_t n) {
+  if (dt == KILN_DTYPE_I64) index_text(r, v, buf, n);
+  else glsl_int_literal(r, dt, v, buf, n);
+}
+
+/* Appends `layout(constant_id = N) const int KSN = 1;` for every constant
+ * the render used, in id order (the default 1 never divides by zero; the
+ * real value comes with the pipeline). */
+static void declare_spec(const glsl_spec_use *sp, kiln_strbuf *s) {
+  int last = INT32_MIN;
+  for (int k = 0; k < sp->n; k++) { /* selection by id: a handful of constants */
+    int next = INT32_MAX;
+    for (int i = 0; i < sp->n; i++)
+      if (sp->ids[i] > last && sp->ids[i] < next) next = sp->ids[i];
+    kiln_strbuf_printf(s, "layout(constant_id = %d) const int KS%d = 1;\n", next, next);
+    last = next;
+  }
+}
+
+/* The status of the render's constant list: out of memory if anything failed to grow. */
+static kiln_status_t spec_status(const glsl_spec_use *sp) {
+  return sp && (sp->oom || sp->spec->oom) ? KILN_OOM() : NULL;
+}
+
 static void glsl_float_literal(const render_ctx *r, kiln_dtype dt, double v, char *buf, size_t n) {
   (void)r;
   (void)dt;
@@ -198,12 +285,53 @@ static void subscript(const render_ctx *r, const char *fmt, const char *i, char 
   else snprintf(buf, n, "%s", inner);
 }
 
+/* Adds scale * e to coef[] (one per nest level) and *c0 when e is an affine
+ * integer expression of the nest's variables; false otherwise. */
+static bool affine_terms(const te_expr *e, int64_t scale, const kiln_loop_nest *nest, int64_t *coef, int64_t *c0) {
+  switch (e->op) {
+    case TE_CONST:
+      if (kiln_dtype_is_float(e->dtype)) return false;
+      *c0 += scale * e->i;
+      return true;
+    case TE_VAR:
+      for (int l = 0; l < nest->rank; l++)
+        if (nest->vars[l] == e->var) {
+          coef[l] += scale;
+          return true;
+        }
+      return false;
+    case TE_ADD: return affine_terms(e->a, scale, nest, coef, c0) && affine_terms(e->b, scale, nest, coef, c0);
+    case TE_SUB: return affine_terms(e->a, scale, nest, coef, c0) && affine_terms(e->b, -scale, nest, coef, c0);
+    case TE_MUL:
+      if (e->b->op == TE_CONST && !kiln_dtype_is_float(e->b->dtype))
+        return affine_terms(e->a, scale * e->b->i, nest, coef, c0);
+      if (e->a->op == TE_CONST && !kiln_dtype_is_float(e->a->dtype))
+        return affine_terms(e->b, scale * e->a->i, nest, coef, c0);
+      return false;
+    default: return false;
+  }
+}
+
+/* An epilogue reads its raw buffer only at the element it is computing:
+ * `index` must be the row-major flat index of the nest's variables (what
+ * `idx` is), whatever the nest's rank. */
+static bool is_element_index(const kiln_loop_nest *nest, const te_expr *index) {
+  int64_t coef[KILN_MAX_RANK + 1] = {0}, c0 = 0;
+  if (!nest || nest->rank > KILN_MAX_RANK || !affine_terms(index, 1, nest, coef, &c0) || c0) return false;
+  int64_t stride = 1;
+  for (int l = nest->rank - 1; l >= 0; l--) {
+    if (nest->extents[l] != 1 && coef[l] != stride) return false;
+    stride *= nest->extents[l];
+  }
+  return true;
+}
+
 static void glsl_load(render_ctx *r, const te_expr *e, const char *i) {
   kiln_strbuf *s = r->s;
   const char *p = r->buf_prefix;
   int k = e->buf;
   if (k == r->raw_buf) {
-    if (e->a->op == TE_VAR && e->a->var == r->raw_var) kiln_strbuf_puts(s, "raw");
+    if (is_element_index(glsl_of(r)->epi_nest, e->a)) kiln_strbuf_puts(s, "raw");
     else render_fail(r, "raw buffer %d read at another index than the element's", k);
     return;
   }
@@ -302,7 +430,7 @@ static void glsl_reduce_combine(render_ctx *r, const te_expr *red, const char *a
 static const render_dialect glsl_dialect = {
     .what = "GLSL renderer",
     .value_type = glsl_value_type,
-    .int_literal = glsl_int_literal,
+    .int_literal = glsl_int_hook,
     .float_literal = glsl_float_literal,
     .call_name = glsl_call_name,
     .special = glsl_special,
@@ -313,8 +441,37 @@ static const render_dialect glsl_dialect = {
 
 /* ---- analysis ---------------------------------------------------------------------- */
 
+int kiln_glsl_spec_add(kiln_glsl_spec *s, int32_t v) {
+  if (s->n == s->cap) {
+    int cap = s->cap ? 2 * s->cap : 16;
+    int32_t *grown = realloc(s->values, (size_t)cap * sizeof *grown);
+    if (!grown) {
+      s->oom = true;
+      return -1;
+    }
+    s->values = grown;
+    s->cap = cap;
+  }
+  s->values[s->n] = v;
+  return s->first_id + s->n++;
+}
+
+int kiln_glsl_spec_intern(kiln_glsl_spec *s, int32_t v) {
+  for (int i = 0; i < s->n; i++)
+    if (s->values[i] == v) return s->first_id + i;
+  return kiln_glsl_spec_add(s, v);
+}
+
+void kiln_glsl_spec_free(kiln_glsl_spec *s) {
+  if (!s) return;
+  free(s->values);
+  s->values = NULL;
+  s->n = s->cap = 0;
+  s->oom = false;
+}
+
 kiln_glsl_options kiln_glsl_options_default(void) {
-  kiln_glsl_options o = {64, false, false, false, 65535, false};
+  kiln_glsl_options o = {64, false, false, false, 65535, false, NULL};
   return o;
 }
 
@@ -459,11 +616,10 @@ static void output_index(render_ctx *r, const kiln_loop_nest *nest, char *buf, s
     return;
   }
   for (int l = 0; l < nest->rank && len < n; l++) {
-    char ext[48];
-    glsl_int_literal(r, KILN_DTYPE_I64, nest->extents[l], ext, sizeof ext);
     if (l == 0) len += (size_t)snprintf(buf + len, n - len, "v%d", nest->vars[l]);
     else {
-      char prev[1024];
+      char ext[48], prev[1024];
+      index_text(r, nest->extents[l], ext, sizeof ext);
       snprintf(prev, sizeof prev, "%s", buf);
       len = (size_t)snprintf(buf, n, "(%s) * %s + v%d", prev, ext, nest->vars[l]);
     }
@@ -476,9 +632,9 @@ static void unflatten(render_ctx *r, const kiln_loop_nest *nest, int from, int t
   for (int i = to - 1; i >= from; i--) {
     int64_t inner = 1;
     for (int k = i + 1; k < to; k++) inner *= nest->extents[k];
-    char in[48], ext[48];
-    glsl_int_literal(r, KILN_DTYPE_I64, inner, in, sizeof in);
-    glsl_int_literal(r, KILN_DTYPE_I64, nest->extents[i], ext, sizeof ext);
+    char in[48], ext[48] = "";
+    index_text(r, inner, in, sizeof in);
+    if (i != from) index_text(r, nest->extents[i], ext, sizeof ext); /* only what the source uses becomes a constant */
     render_indent(r);
     if (i == from) kiln_strbuf_printf(r->s, "const %s v%d = %s / %s;\n", ty, nest->vars[i], f, in);
     else kiln_strbuf_printf(r->s, "const %s v%d = (%s / %s) %% %s;\n", ty, nest->vars[i], f, in, ext);
@@ -491,7 +647,10 @@ static const char glsl_fp16_extensions[] = "#extension GL_EXT_shader_16bit_stora
                                            "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n";
 
 static void header(render_ctx *r, const char *name, uint32_t wg, bool subgroups) {
-  kiln_strbuf_printf(r->s, "#version 450\n/* kiln kernel %s */\n", name);
+  /* With specialization constants the name stays out: it would make the
+   * sources of same-structure kernels differ. */
+  if (glsl_of(r)->sp) kiln_strbuf_puts(r->s, "#version 450\n");
+  else kiln_strbuf_printf(r->s, "#version 450\n/* kiln kernel %s */\n", name);
   if (is_fp16(r)) kiln_strbuf_puts(r->s, glsl_fp16_extensions);
   if (r->idx64) kiln_strbuf_puts(r->s, "#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require\n");
   if (subgroups)
@@ -589,8 +748,8 @@ static void coop_reduce(render_ctx *r, const kiln_loop_nest *nest, const te_expr
   char init[64], acc[32], ext[48], step[48];
   glsl_reduce_init(r, red, init, sizeof init);
   snprintf(acc, sizeof acc, "p%d", red->id);
-  glsl_int_literal(r, KILN_DTYPE_I64, c.extent, ext, sizeof ext);
-  glsl_int_literal(r, KILN_DTYPE_I64, (int64_t)wg, step, sizeof step);
+  index_text(r, c.extent, ext, sizeof ext);
+  glsl_int_literal(r, KILN_DTYPE_I64, (int64_t)wg, step, sizeof step); /* the workgroup size: structure */
   render_indent(r);
   kiln_strbuf_printf(r->s, "%s %s = %s;\n", ty, acc, init);
   render_indent(r);
@@ -600,9 +759,9 @@ static void coop_reduce(render_ctx *r, const kiln_loop_nest *nest, const te_expr
   for (int k = 0; k < c.n; k++) {
     int64_t inner = 1;
     for (int j = k + 1; j < c.n; j++) inner *= c.red[j]->extent;
-    char in[48], e[48];
-    glsl_int_literal(r, KILN_DTYPE_I64, inner, in, sizeof in);
-    glsl_int_literal(r, KILN_DTYPE_I64, c.red[k]->extent, e, sizeof e);
+    char in[48], e[48] = "";
+    index_text(r, inner, in, sizeof in);
+    if (k) index_text(r, c.red[k]->extent, e, sizeof e);
     render_indent(r);
     if (k == 0) kiln_strbuf_printf(r->s, "const %s v%d = t / %s;\n", ity, c.red[k]->var, in);
     else kiln_strbuf_printf(r->s, "const %s v%d = (t / %s) %% %s;\n", ity, c.red[k]->var, in, e);
@@ -677,11 +836,15 @@ static void coop_main(render_ctx *r, const kiln_loop_nest *nest, uint32_t wg, bo
                        "  const uint64_t row = uint64_t(gl_WorkGroupID.y) * %uul + uint64_t(gl_WorkGroupID.x);\n"
                        "  if (row >= %lldul) return;\n  const int64_t f = int64_t(row);\n",
                        gx, (long long)rows);
-  else
+  else {
+    char span[48], lim[48];
+    index_text_u(r, gx, span, sizeof span);
+    index_text_u(r, rows, lim, sizeof lim);
     kiln_strbuf_printf(r->s,
-                       "  const uint row = gl_WorkGroupID.y * %uu + gl_WorkGroupID.x;\n"
-                       "  if (row >= %lldu) return;\n  const int f = int(row);\n",
-                       gx, (long long)rows);
+                       "  const uint row = gl_WorkGroupID.y * %s + gl_WorkGroupID.x;\n"
+                       "  if (row >= %s) return;\n  const int f = int(row);\n",
+                       span, lim);
+  }
   kiln_strbuf_puts(r->s, "  const uint lid = gl_LocalInvocationID.x;\n");
   r->indent = 0;
   render_open_scope(r);
@@ -692,8 +855,8 @@ static void coop_main(render_ctx *r, const kiln_loop_nest *nest, uint32_t wg, bo
   int64_t inner = 1;
   for (int l = pd; l < nest->rank; l++) inner *= nest->extents[l];
   char lim[48], step[48];
-  glsl_int_literal(r, KILN_DTYPE_I64, inner, lim, sizeof lim);
-  glsl_int_literal(r, KILN_DTYPE_I64, (int64_t)wg, step, sizeof step);
+  index_text(r, inner, lim, sizeof lim);
+  glsl_int_literal(r, KILN_DTYPE_I64, (int64_t)wg, step, sizeof step); /* the workgroup size: structure */
   render_indent(r);
   kiln_strbuf_printf(r->s, "for (%s t = %s(lid); t < %s; t += %s) {\n", ity, ity, lim, step);
   render_open_scope(r);
@@ -718,11 +881,15 @@ static void plain_main(render_ctx *r, const kiln_loop_nest *nest, int64_t total,
                        "  const uint64_t gid = uint64_t(gl_GlobalInvocationID.y) * %lluul + uint64_t(gl_GlobalInvocationID.x);\n"
                        "  if (gid >= %lldul) return;\n  const int64_t f = int64_t(gid);\n",
                        (unsigned long long)span, (long long)total);
-  else
+  else {
+    char sp[48], lim[48];
+    index_text_u(r, (int64_t)span, sp, sizeof sp);
+    index_text_u(r, total, lim, sizeof lim);
     kiln_strbuf_printf(r->s,
-                       "  const uint gid = gl_GlobalInvocationID.y * %lluu + gl_GlobalInvocationID.x;\n"
-                       "  if (gid >= %lldu) return;\n  const int f = int(gid);\n",
-                       (unsigned long long)span, (long long)total);
+                       "  const uint gid = gl_GlobalInvocationID.y * %s + gl_GlobalInvocationID.x;\n"
+                       "  if (gid >= %s) return;\n  const int f = int(gid);\n",
+                       sp, lim);
+  }
   r->indent = 0;
   render_open_scope(r);
   render_emit_sites(r, nest, -1, NULL);
@@ -754,6 +921,9 @@ kiln_status_t kiln_render_glsl(const te_builder *b, const kiln_loop_nest *nest, 
   glsl_ctx g;
   KILN_TRY(render_init(&g.r, &glsl_dialect, b, src));
   g.fp16 = o.fp16;
+  glsl_spec_use sp = {o.spec, NULL, 0, 0, false};
+  g.sp = o.spec ? &sp : NULL;
+  g.epi_nest = NULL;
   render_ctx *r = &g.r;
   kiln_status_t st = choose_index_width(b, nest, o.int64, &r->idx64);
   int64_t rows = 1;
@@ -770,10 +940,23 @@ kiln_status_t kiln_render_glsl(const te_builder *b, const kiln_loop_nest *nest, 
   }
   if (!st) {
     kiln_strbuf_puts(src, glsl_helpers);
+    /* With constants, main goes to `body` first: the declarations before
+     * it name what it used. */
+    kiln_strbuf body = {0};
+    if (g.sp) r->s = &body;
     if (coop) coop_main(r, nest, wg, subgroups, rows, out_groups[0]);
     else plain_main(r, nest, rows, wg, out_groups[0]);
+    r->s = src;
     if (r->bad) st = kiln_error(KILN_UNSUPPORTED, "GLSL renderer: cannot express %s in kernel %s", r->why, name);
+    if (!st) st = spec_status(g.sp);
+    if (!st && g.sp) {
+      st = kiln_strbuf_status(&body);
+      declare_spec(g.sp, src);
+      if (body.data) kiln_strbuf_puts(src, body.data);
+    }
+    kiln_strbuf_free(&body);
   }
+  free(sp.ids);
   render_free(r);
   return st ? st : kiln_strbuf_status(src);
 }
@@ -786,8 +969,8 @@ kiln_status_t kiln_render_glsl_epilogue(const te_builder *b, const kiln_loop_nes
 kiln_status_t kiln_render_glsl_epilogue_opts(const te_builder *b, const kiln_loop_nest *nest, const char *fn_name,
                                              int raw_buf, int binding_base, const kiln_glsl_options *opts,
                                              kiln_strbuf *decls, kiln_strbuf *func) {
-  if (nest->rank != 1 || nest->n_sites)
-    return kiln_error(KILN_INTERNAL, "epilogues need a flat, reduction-free kernel");
+  if (nest->rank < 1 || nest->n_sites)
+    return kiln_error(KILN_INTERNAL, "epilogues need a reduction-free kernel");
   if (raw_buf < 0 || raw_buf >= te_buffer_count(b) || raw_buf == nest->out_buf)
     return kiln_error(KILN_INTERNAL, "GLSL epilogue: raw buffer %d is not an input of the kernel", raw_buf);
   if (te_get_buffer(b, raw_buf)->dtype != KILN_DTYPE_F32 || te_get_buffer(b, nest->out_buf)->dtype != KILN_DTYPE_F32)
@@ -795,6 +978,9 @@ kiln_status_t kiln_render_glsl_epilogue_opts(const te_builder *b, const kiln_loo
   glsl_ctx g;
   KILN_TRY(render_init(&g.r, &glsl_dialect, b, func));
   g.fp16 = opts && opts->fp16;
+  glsl_spec_use sp = {opts ? opts->spec : NULL, NULL, 0, 0, false};
+  g.sp = sp.spec ? &sp : NULL;
+  g.epi_nest = nest;
   render_ctx *r = &g.r;
   char prefix[128];
   snprintf(prefix, sizeof prefix, "%s_b", fn_name);
@@ -815,8 +1001,12 @@ kiln_status_t kiln_render_glsl_epilogue_opts(const te_builder *b, const kiln_loo
     kiln_strbuf_printf(func, "float %s(int idx, float raw) {\n", fn_name);
     r->indent = 0;
     render_open_scope(r);
-    render_indent(r);
-    kiln_strbuf_printf(func, "const int v%d = idx;\n", nest->vars[0]);
+    if (nest->rank == 1) {
+      render_indent(r);
+      kiln_strbuf_printf(func, "const int v%d = idx;\n", nest->vars[0]);
+    } else {
+      unflatten(r, nest, 0, nest->rank, "idx"); /* broadcast operands index by axis */
+    }
     render_ensure(r, nest->value);
     char val[64];
     render_name_of(r, nest->value, val, sizeof val);
@@ -826,7 +1016,10 @@ kiln_status_t kiln_render_glsl_epilogue_opts(const te_builder *b, const kiln_loo
     render_close_scope(r);
     kiln_strbuf_puts(func, "}\n");
     if (r->bad) st = kiln_error(KILN_UNSUPPORTED, "GLSL renderer: cannot express %s in epilogue %s", r->why, fn_name);
+    if (!st) st = spec_status(g.sp);
+    if (!st && g.sp) declare_spec(g.sp, decls); /* after the buffers: the host pastes decls before func */
   }
+  free(sp.ids);
   render_free(r);
   if (st) return st;
   KILN_TRY(kiln_strbuf_status(decls));

@@ -16,7 +16,14 @@
  * recomputed on those rounded inputs: since everything in between is f32,
  * the f32 tolerance plus the one rounding of the stored result (2^-11 |ref|)
  * must hold. Also: stores round to nearest even (ties, bit for bit), and an
- * fp16 epilogue pasted into an fp16 host shader runs. */
+ * fp16 epilogue pasted into an fp16 host shader runs.
+ *
+ * Specialization constants (kiln_glsl_options.spec): every render is done
+ * again with them (label_spec) and run with their values in the pipeline's
+ * VkSpecializationInfo; the same op on two shapes must render to one
+ * source with them and two without; an epilogue's constants (ids from
+ * 1000) are declared in its decls and run in a host shader; 64-bit indices
+ * keep literals. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -310,12 +317,18 @@ static const void *device_bytes(const kiln_tensor *x, bool fp16, size_t *bytes, 
  * f32 buffers hold half (2 bytes an element, allocations rounded up to 4
  * bytes as the plan does). */
 static kiln_status_t vk_run(const char *label, const char *src, const kernel *k, tgraph *t, const uint32_t groups[3],
-                            bool fp16, float **out) {
+                            bool fp16, const kiln_glsl_spec *spec, float **out) {
   int n = k->n_args;
   vk_buffer *bufs[16] = {0};
   vk_kernel *kern = NULL;
   vk_stream *s = NULL;
   kiln_status_t st = NULL;
+  /* The specialization constants (spec NULL: none): id first_id + i = values[i]. */
+  vk_spec_const consts[256];
+  int n_spec = spec ? spec->n : 0;
+  *out = NULL;
+  if (n_spec > (int)KILN_ARRAY_SIZE(consts)) return kiln_error(KILN_INTERNAL, "%s: %d constants", label, n_spec);
+  for (int i = 0; i < n_spec; i++) consts[i] = (vk_spec_const){(uint32_t)(spec->first_id + i), (uint32_t)spec->values[i]};
   size_t numel = (size_t)t->val[k->arg_values[0]]->numel;
   size_t out_bytes = numel * (fp16 ? 2 : 4);
   uint16_t *half_out = NULL;
@@ -325,7 +338,7 @@ static kiln_status_t vk_run(const char *label, const char *src, const kernel *k,
     free(half_out);
     return KILN_OOM();
   }
-  vk_kernel_desc desc = {label, src, n, 0};
+  vk_kernel_desc desc = {label, src, n, 0, n_spec ? consts : NULL, n_spec};
   st = vk_kernel_create(vk, &desc, &kern);
   for (int i = 0; i < n && !st; i++) {
     size_t bytes = kiln_tensor_nbytes(t->val[k->arg_values[i]]);
@@ -377,22 +390,39 @@ static void compare(const char *label, const float *got, const kiln_tensor *want
 
 /* ---- one case, every mode ----------------------------------------------------------- */
 
-static void render_and_check(const char *label, kernel *k, tgraph *t, const kiln_glsl_options *o) {
+/* How many times needle occurs in hay. */
+static int count_of(const char *hay, const char *needle) {
+  int n = 0;
+  for (const char *p = hay ? strstr(hay, needle) : NULL; p; p = strstr(p + 1, needle)) n++;
+  return n;
+}
+
+/* Renders, compiles and (with a device) runs one kernel, comparing with
+ * the reference. spec non-NULL (empty, first_id 0): with specialization
+ * constants, whose values the run passes to the pipeline. *src_out (if
+ * given) receives the source (the caller frees it). */
+static void render_one(const char *label, kernel *k, tgraph *t, const kiln_glsl_options *opts, kiln_glsl_spec *spec,
+                       char **src_out) {
+  kiln_glsl_options o = *opts;
+  o.spec = spec;
   kiln_strbuf src = {0};
   uint32_t groups[3];
-  kiln_status_t st = kiln_render_glsl(k->b, &k->nest, label, o, &src, groups);
+  kiln_status_t st = kiln_render_glsl(k->b, &k->nest, label, &o, &src, groups);
   CHECK(!st, "%s: %s", label, st ? kiln_status_message(st) : "");
   kiln_status_free(st);
+  if (!st && spec) /* each constant declared once; the default is 1, so forgetting the values breaks the run */
+    CHECK(count_of(src.data, "layout(constant_id = ") == spec->n && count_of(src.data, "const int KS") == spec->n,
+          "%s: %d constants, declarations: %d", label, spec->n, count_of(src.data, "layout(constant_id = "));
   if (!st && compile_glsl(label, src.data)) {
 #if KILN_HAVE_VULKAN
-    bool subgroups_ok = !o->subgroup_arithmetic || vk_props.subgroup_arithmetic;
+    bool subgroups_ok = !o.subgroup_arithmetic || vk_props.subgroup_arithmetic;
     if (vk && t && subgroups_ok) {
       float *got = NULL;
-      st = vk_run(label, src.data, k, t, groups, o->fp16, &got);
+      st = vk_run(label, src.data, k, t, groups, o.fp16, spec, &got);
       CHECK(!st, "%s: running: %s", label, st ? kiln_status_message(st) : "");
       kiln_status_free(st);
       if (!st) {
-        compare(label, got, t->val[k->arg_values[0]], o->fp16);
+        compare(label, got, t->val[k->arg_values[0]], o.fp16);
         ran++;
       }
       free(got);
@@ -402,7 +432,23 @@ static void render_and_check(const char *label, kernel *k, tgraph *t, const kiln
     (void)groups;
 #endif
   }
+  if (src_out) *src_out = kiln_strbuf_take(&src);
   kiln_strbuf_free(&src);
+}
+
+/* Every case twice: sizes as literals, then as specialization constants
+ * (label_spec), which must change the source and give the same results. */
+static void render_and_check(const char *label, kernel *k, tgraph *t, const kiln_glsl_options *o) {
+  char *lit = NULL, *spec_src = NULL, spec_label[160];
+  render_one(label, k, t, o, NULL, &lit);
+  CHECK(!lit || !strstr(lit, "constant_id"), "%s: a constant without opts.spec", label);
+  kiln_glsl_spec spec = {0};
+  snprintf(spec_label, sizeof spec_label, "%s_spec", label);
+  render_one(spec_label, k, t, o, &spec, &spec_src);
+  CHECK(spec.n > 0 && !spec.oom, "%s: no specialization constants (%d)", spec_label, spec.n);
+  kiln_glsl_spec_free(&spec);
+  free(lit);
+  free(spec_src);
 }
 
 static void check_case(const char *name, tgraph *t, bool flat) {
@@ -665,6 +711,97 @@ static void case_pool(void) {
   check_case("avgpool_global", &t, false);
 }
 
+/* ---- specialization constants: one source for every shape ---- */
+
+/* The same graph on two shapes: with specialization constants both render
+ * to one source (byte for byte; the label is the same too) and each runs
+ * with its own values against its own reference; with literals the
+ * sources differ. */
+static void same_source(const char *name, tgraph *ta, tgraph *tb) {
+  tgraph *ts[2] = {ta, tb};
+  kernel ks[2];
+  memset(ks, 0, sizeof ks);
+  bool ok = true;
+  for (int i = 0; i < 2 && ok; i++) {
+    kiln_status_t st = run_ref(ts[i]);
+    if (!st) st = build_kernel(ts[i], false, &ks[i]);
+    CHECK(!st, "%s: shape %d: %s", name, i, st ? kiln_status_message(st) : "");
+    ok = !st;
+    kiln_status_free(st);
+  }
+  static const struct {
+    uint32_t wg;
+    bool coop, subgroups;
+  } modes[] = {{64, false, false}, {64, true, false}, {128, true, true}};
+  for (size_t m = 0; m < KILN_ARRAY_SIZE(modes) && ok; m++) {
+    kiln_glsl_options o = kiln_glsl_options_default();
+    o.workgroup_size = modes[m].wg;
+    o.cooperative_rows = modes[m].coop;
+    o.subgroup_arithmetic = modes[m].subgroups;
+    char label[128];
+    snprintf(label, sizeof label, "%s_m%zu", name, m);
+    char *lit[2] = {0}, *spec_src[2] = {0};
+    kiln_glsl_spec spec[2] = {{0}, {0}};
+    for (int i = 0; i < 2; i++) {
+      render_one(label, &ks[i], ts[i], &o, NULL, &lit[i]);
+      render_one(label, &ks[i], ts[i], &o, &spec[i], &spec_src[i]);
+    }
+    CHECK(lit[0] && lit[1] && strcmp(lit[0], lit[1]), "%s: the literal sources of two shapes are equal", label);
+    if (spec_src[0] && spec_src[1]) { /* the first line that differs */
+      size_t at = 0, line = 0;
+      for (; spec_src[0][at] && spec_src[0][at] == spec_src[1][at]; at++)
+        if (spec_src[0][at] == '\n') line = at + 1;
+      CHECK(!spec_src[0][at] && !spec_src[1][at], "%s: with specialization constants the sources differ:\n%.160s\n----\n%.160s",
+            label, spec_src[0] + line, spec_src[1] + line);
+    } else {
+      CHECK(false, "%s: no source", label);
+    }
+    bool differ = spec[0].n != spec[1].n;
+    for (int j = 0; j < spec[0].n && !differ; j++) differ = spec[0].values[j] != spec[1].values[j];
+    CHECK(spec[0].n > 0 && spec[0].n == spec[1].n && differ, "%s: %d and %d constants", label, spec[0].n, spec[1].n);
+    for (int i = 0; i < 2; i++) {
+      free(lit[i]);
+      free(spec_src[i]);
+      kiln_glsl_spec_free(&spec[i]);
+    }
+  }
+  for (int i = 0; i < 2; i++) {
+    if (ks[i].b) kernel_free(&ks[i]);
+    tgraph_free(ts[i]);
+  }
+}
+
+static void case_same_source(void) {
+  /* Add with broadcasting: [3,5] + [5] and [7,9] + [9]. */
+  tgraph t[2];
+  for (int i = 0; i < 2; i++) {
+    t[i] = new_graph(100 + i);
+    int64_t da[2] = {i ? 7 : 3, i ? 9 : 5}, db[1] = {da[1]};
+    int a = input(&t[i], "a", KILN_DTYPE_F32, 2, da, -2, 2);
+    int b = input(&t[i], "b", KILN_DTYPE_F32, 1, db, -2, 2);
+    node(&t[i], "Add", 14, 2, (int[]){a, b}, "out");
+  }
+  same_source("same_add", &t[0], &t[1]);
+  /* Softmax over rows of 10 and of 37. */
+  for (int i = 0; i < 2; i++) {
+    t[i] = new_graph(102 + i);
+    int64_t d[2] = {i ? 6 : 4, i ? 37 : 10};
+    int x = input(&t[i], "x", KILN_DTYPE_F32, 2, d, -8, 8);
+    node(&t[i], "Softmax", 13, 1, &x, "out");
+  }
+  same_source("same_softmax", &t[0], &t[1]);
+  /* ReduceSum over the middle axis: [4,6,5] and [3,11,7]. */
+  for (int i = 0; i < 2; i++) {
+    t[i] = new_graph(104 + i);
+    int64_t d[3] = {i ? 3 : 4, i ? 11 : 6, i ? 7 : 5};
+    int x = input(&t[i], "x", KILN_DTYPE_F32, 3, d, -2, 2);
+    int ax = const_ints(&t[i], "axes", KILN_DTYPE_I64, 1, (int64_t[]){1});
+    node(&t[i], "ReduceSum", 18, 2, (int[]){x, ax}, "out");
+    attr_int(&t[i], "keepdims", 0);
+  }
+  same_source("same_reducesum", &t[0], &t[1]);
+}
+
 /* ---- gathers on constant indices (built directly: no Gather lowering yet) ---- */
 
 static te_expr *compute_gather(te_builder *b, const te_tensor *t, te_expr *const *idx) {
@@ -752,6 +889,18 @@ static void case_int64(void) {
   kiln_status_free(st);
   if (src.data) compile_glsl("int64_coop", src.data);
   kiln_strbuf_free(&src);
+  /* 64-bit indices keep their literals (a constant is an int), whatever opts.spec says. */
+  for (int coop = 0; coop < 2; coop++) {
+    kiln_glsl_spec spec = {0};
+    o.cooperative_rows = coop;
+    o.spec = &spec;
+    st = kiln_render_glsl(k.b, &k.nest, "big", &o, &src, groups);
+    CHECK(!st && spec.n == 0 && !strstr(src.data, "constant_id"), "int64 with spec: %d constants", spec.n);
+    kiln_status_free(st);
+    if (src.data) compile_glsl(coop ? "int64_coop_spec" : "int64_plain_spec", src.data);
+    kiln_strbuf_free(&src);
+    kiln_glsl_spec_free(&spec);
+  }
   kernel_free(&k);
   tgraph_free(&t);
 }
@@ -789,7 +938,7 @@ static void case_fp16_rounding(void) {
 #if KILN_HAVE_VULKAN
       float *got = NULL;
       if (vk) {
-        st = vk_run("fp16_rounding", src.data, &k, &t, groups, true, &got);
+        st = vk_run("fp16_rounding", src.data, &k, &t, groups, true, NULL, &got);
         CHECK(!st, "fp16 rounding run: %s", st ? kiln_status_message(st) : "");
         kiln_status_free(st);
         const float *want = t.val[k.arg_values[0]]->data;
@@ -867,7 +1016,7 @@ static void epilogue_fp16(tgraph *t, kernel *k, int raw) {
       hk.n_args = 3 + k->n_args;
       uint32_t groups[3] = {(uint32_t)((n + 63) / 64), 1, 1};
       float *got = NULL;
-      st = vk_run("epilogue_host_fp16", host.data, &hk, &ht, groups, true, &got);
+      st = vk_run("epilogue_host_fp16", host.data, &hk, &ht, groups, true, NULL, &got);
       CHECK(!st, "fp16 epilogue run: %s", st ? kiln_status_message(st) : "");
       kiln_status_free(st);
       if (!st) {
@@ -937,6 +1086,208 @@ static void case_epilogue(void) {
   tgraph_free(&t);
 }
 
+/* An epilogue over a rank-2 nest (not flattened): raw [6, 10] + bias [10]
+ * broadcast per column, then Erf and a scalar scale. idx is unflattened, so
+ * bias is bound as its own 10 elements; the raw buffer is recognized at its
+ * row-major index. Run with literals and with specialization constants, and
+ * a kernel reading the raw buffer transposed must be refused. */
+static void case_epilogue_broadcast(void) {
+  tgraph t = new_graph(82);
+  int64_t d[2] = {6, 10}, db[1] = {10}, ds[1] = {1}, n = 60;
+  int raw = input(&t, "raw", KILN_DTYPE_F32, 2, d, -2, 2);
+  int bias = input(&t, "bias", KILN_DTYPE_F32, 1, db, -1, 1);
+  int ones = input(&t, "ones", KILN_DTYPE_F32, 2, d, 1, 1);
+  int a = node(&t, "Add", 14, 2, (int[]){raw, bias}, "a");
+  int g = node(&t, "Erf", 13, 1, &a, "g");
+  int sc = input(&t, "sc", KILN_DTYPE_F32, 0, ds, 0.5f, 1);
+  int out = node(&t, "Mul", 14, 2, (int[]){g, sc}, "out");
+  kiln_status_t st = run_ref(&t);
+  CHECK(!st, "broadcast epilogue reference: %s", st ? kiln_status_message(st) : "");
+  kiln_status_free(st);
+  for (int64_t i = 0; i < n; i++) ((float *)t.val[ones]->data)[i] = 1.0f;
+  kernel k;
+  st = build_kernel(&t, false, &k);
+  CHECK(!st && k.nest.rank == 2, "broadcast epilogue kernel: %s (rank %d)", st ? kiln_status_message(st) : "",
+        st ? -1 : k.nest.rank);
+  kiln_status_free(st);
+  int raw_buf = -1;
+  for (int i = 0; !st && i < k.n_args; i++)
+    if (k.arg_values[i] == raw) raw_buf = i;
+  for (int use_spec = 0; use_spec < 2 && !st && raw_buf >= 0; use_spec++) {
+    kiln_glsl_spec spec = {.first_id = 1000};
+    kiln_glsl_options o = kiln_glsl_options_default();
+    o.spec = use_spec ? &spec : NULL;
+    kiln_strbuf decls = {0}, func = {0}, host = {0};
+    kiln_status_t rs = kiln_render_glsl_epilogue_opts(k.b, &k.nest, "epb", raw_buf, 3, &o, &decls, &func);
+    CHECK(!rs, "broadcast epilogue: %s", rs ? kiln_status_message(rs) : "");
+    const char *label = use_spec ? "epilogue_bcast_spec" : "epilogue_bcast";
+    kiln_strbuf_printf(&host,
+                       "#version 450\nlayout(local_size_x = 64) in;\n"
+                       "layout(std430, set = 0, binding = 0) buffer C { float c[]; };\n"
+                       "layout(std430, set = 0, binding = 1) readonly buffer A { float a[]; };\n"
+                       "layout(std430, set = 0, binding = 2) readonly buffer B { float b[]; };\n%s%s%s"
+                       "void main() {\n  int i = int(gl_GlobalInvocationID.x);\n  if (i >= %lld) return;\n"
+                       "  float acc = a[i] * b[i];\n  c[i] = epb(i, acc);\n}\n",
+                       decls.data ? decls.data : "", kiln_glsl_helpers(), func.data ? func.data : "", (long long)n);
+    if (!rs && compile_glsl(label, host.data)) {
+#if KILN_HAVE_VULKAN
+      if (vk) {
+        /* bindings: 0 out, 1 a = raw, 2 b = ones, 3 + i the epilogue's te buffer i (bias as its 10 values) */
+        kernel hk;
+        memset(&hk, 0, sizeof hk);
+        hk.arg_values[0] = out;
+        hk.arg_values[1] = raw;
+        hk.arg_values[2] = ones;
+        for (int i = 0; i < k.n_args; i++) hk.arg_values[3 + i] = k.arg_values[i];
+        hk.n_args = 3 + k.n_args;
+        uint32_t groups[3] = {(uint32_t)((n + 63) / 64), 1, 1};
+        float *got = NULL;
+        rs = vk_run(label, host.data, &hk, &t, groups, false, use_spec ? &spec : NULL, &got);
+        CHECK(!rs, "%s run: %s", label, rs ? kiln_status_message(rs) : "");
+        if (!rs) {
+          compare(label, got, t.val[out], false);
+          ran++;
+        }
+        free(got);
+      }
+#endif
+    }
+    kiln_status_free(rs);
+    kiln_glsl_spec_free(&spec);
+    kiln_strbuf_free(&host);
+    kiln_strbuf_free(&decls);
+    kiln_strbuf_free(&func);
+  }
+  if (!st) kernel_free(&k);
+  tgraph_free(&t);
+  (void)bias;
+
+  /* raw read transposed: out = Transpose(raw) + 1 over a [10, 6] nest. */
+  tgraph u = new_graph(83);
+  int64_t du[2] = {6, 10}, d1[1] = {1};
+  int rw = input(&u, "raw", KILN_DTYPE_F32, 2, du, -2, 2);
+  int tr = node(&u, "Transpose", 13, 1, &rw, "tr");
+  int one = input(&u, "one", KILN_DTYPE_F32, 0, d1, 1, 1);
+  node(&u, "Add", 14, 2, (int[]){tr, one}, "out");
+  st = run_ref(&u);
+  kiln_status_free(st);
+  st = build_kernel(&u, false, &k);
+  CHECK(!st, "transposed epilogue kernel: %s", st ? kiln_status_message(st) : "");
+  kiln_status_free(st);
+  if (!st) {
+    int rb = -1;
+    for (int i = 0; i < k.n_args; i++)
+      if (k.arg_values[i] == rw) rb = i;
+    kiln_strbuf decls = {0}, func = {0};
+    kiln_status_t rs = kiln_render_glsl_epilogue(k.b, &k.nest, "ept", rb, 3, &decls, &func);
+    CHECK(rs && kiln_status_code_of(rs) == KILN_UNSUPPORTED, "raw read transposed must be unsupported");
+    kiln_status_free(rs);
+    kiln_strbuf_free(&decls);
+    kiln_strbuf_free(&func);
+    kernel_free(&k);
+  }
+  tgraph_free(&u);
+}
+
+/* An epilogue with index constants (a bias repeating every 10 elements, a
+ * scale per row of 10 read at an offset): out[i] = raw[i] + bias[i % 10] *
+ * tab[i / 10 + 3]. */
+static te_expr *compute_epi_spec(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  int64_t row = t->in[1]->dims[0];
+  te_expr *i_bias = te_imod(b, idx[0], row);
+  te_expr *i_tab = te_iadd(b, te_idiv(b, idx[0], row), te_idx(b, 3));
+  te_expr *prod = te_binary(b, TE_MUL, te_at(b, t->in[1], &i_bias), te_at(b, t->in[2], &i_tab));
+  return te_binary(b, TE_ADD, te_at(b, t->in[0], idx), prod);
+}
+
+/* The epilogue with specialization constants (ids from 1000, as the vulkan
+ * device numbers them) declared in `decls`, pasted into a host shader that
+ * has none of its own, run with the epilogue's values. */
+static void case_epilogue_spec(void) {
+  tgraph t = new_graph(81);
+  int64_t n = 60, dn[1] = {60}, db[1] = {10}, dt[1] = {9};
+  int raw = input(&t, "raw", KILN_DTYPE_F32, 1, dn, -2, 2);
+  int bias = input(&t, "bias", KILN_DTYPE_F32, 1, db, -1, 1);
+  int tab = input(&t, "tab", KILN_DTYPE_F32, 1, dt, -1, 1);
+  int ones = input(&t, "ones", KILN_DTYPE_F32, 1, dn, 1, 1);
+  int out = value_of(&t, "out");
+  if (kiln_tensor_new(KILN_DTYPE_F32, 1, dn, &t.val[out])) abort();
+  const float *rv = t.val[raw]->data, *bv = t.val[bias]->data, *tv = t.val[tab]->data;
+  for (int64_t i = 0; i < n; i++) {
+    ((float *)t.val[ones]->data)[i] = 1.0f;
+    ((float *)t.val[out]->data)[i] = rv[i] + bv[i % 10] * tv[i / 10 + 3];
+  }
+  kernel k;
+  memset(&k, 0, sizeof k);
+  te_builder_create(&k.b);
+  te_add_buffer(k.b, KILN_DTYPE_F32, 1, dn, out);
+  int br = te_add_buffer(k.b, KILN_DTYPE_F32, 1, dn, raw), bb = te_add_buffer(k.b, KILN_DTYPE_F32, 1, db, bias),
+      bt = te_add_buffer(k.b, KILN_DTYPE_F32, 1, dt, tab);
+  te_tensor *g = te_view_compute(k.b, KILN_DTYPE_F32, 1, dn, compute_epi_spec);
+  g->in[0] = te_view_buffer(k.b, br);
+  g->in[1] = te_view_buffer(k.b, bb);
+  g->in[2] = te_view_buffer(k.b, bt);
+  g->n_in = 3;
+  kiln_status_t st = kiln_schedule_glsl(k.b, g, 0, &k.nest);
+  CHECK(!st, "epilogue spec schedule: %s", st ? kiln_status_message(st) : "");
+  kiln_status_free(st);
+  for (int use_spec = 0; use_spec < 2 && !st; use_spec++) {
+    kiln_glsl_spec spec = {.first_id = 1000};
+    kiln_glsl_options o = kiln_glsl_options_default();
+    o.spec = use_spec ? &spec : NULL;
+    kiln_strbuf decls = {0}, func = {0}, host = {0};
+    st = kiln_render_glsl_epilogue_opts(k.b, &k.nest, "eps", br, 3, &o, &decls, &func);
+    CHECK(!st, "epilogue spec: %s", st ? kiln_status_message(st) : "");
+    kiln_status_free(st);
+    const char *label = use_spec ? "epilogue_host_spec" : "epilogue_host_literal";
+    if (!st && use_spec) { /* 10 and 3 (interned: 10 is the divisor and the modulus) */
+      bool vals = spec.n == 2 && spec.values[0] + spec.values[1] == 13 && spec.values[0] * spec.values[1] == 30;
+      const char *fn = func.data ? strstr(func.data, "float eps(") : NULL; /* after the helpers */
+      CHECK(vals && fn && strstr(decls.data, "layout(constant_id = 1000) const int KS1000 = 1;") &&
+                strstr(decls.data, "layout(constant_id = 1001) const int KS1001 = 1;") && strstr(fn, "KS1000") &&
+                strstr(fn, "KS1001") && !strstr(func.data, "constant_id") && !strstr(fn, " 10") && !strstr(fn, " 3"),
+            "epilogue spec: %d constants; decls:\n%s\nfunc:\n%s", spec.n, decls.data, fn ? fn : "");
+    }
+    kiln_strbuf_printf(&host,
+                       "#version 450\nlayout(local_size_x = 64) in;\n"
+                       "layout(std430, set = 0, binding = 0) buffer C { float c[]; };\n"
+                       "layout(std430, set = 0, binding = 1) readonly buffer A { float a[]; };\n"
+                       "layout(std430, set = 0, binding = 2) readonly buffer B { float b[]; };\n%s%s%s"
+                       "void main() {\n  int i = int(gl_GlobalInvocationID.x);\n  if (i >= %lld) return;\n"
+                       "  float acc = a[i] * b[i];\n  c[i] = eps(i, acc);\n}\n",
+                       decls.data ? decls.data : "", kiln_glsl_helpers(), func.data ? func.data : "", (long long)n);
+    if (!st && compile_glsl(label, host.data)) {
+#if KILN_HAVE_VULKAN
+      if (vk) {
+        /* bindings: 0 out, 1 a = raw, 2 b = ones, 3 + i the epilogue's te buffer i */
+        kernel hk;
+        memset(&hk, 0, sizeof hk);
+        int args[7] = {out, raw, ones, out, raw, bias, tab};
+        memcpy(hk.arg_values, args, sizeof args);
+        hk.n_args = 7;
+        uint32_t groups[3] = {(uint32_t)((n + 63) / 64), 1, 1};
+        float *got = NULL;
+        st = vk_run(label, host.data, &hk, &t, groups, false, use_spec ? &spec : NULL, &got);
+        CHECK(!st, "%s run: %s", label, st ? kiln_status_message(st) : "");
+        kiln_status_free(st);
+        if (!st) {
+          compare(label, got, t.val[out], false);
+          ran++;
+        }
+        st = NULL;
+        free(got);
+      }
+#endif
+    }
+    kiln_strbuf_free(&host);
+    kiln_strbuf_free(&decls);
+    kiln_strbuf_free(&func);
+    kiln_glsl_spec_free(&spec);
+  }
+  kernel_free(&k);
+  tgraph_free(&t);
+}
+
 int main(void) {
   if (!find_glslc()) {
     printf("SKIP: glslc not found (set GLSLC or install glslc)\n");
@@ -961,7 +1312,10 @@ int main(void) {
   case_gather(KILN_DTYPE_I64);
   case_gather(KILN_DTYPE_I32);
   case_int64();
+  case_same_source();
   case_epilogue();
+  case_epilogue_broadcast();
+  case_epilogue_spec();
   case_fp16_rounding();
 #if KILN_HAVE_VULKAN
   if (vk) vk_context_destroy(vk);
