@@ -6,7 +6,12 @@
  * pooling (pads, ceil_mode, count_include_pad, dilations) and
  * kiln.FusedAttention (masks, broadcast batches, -inf blocks, many key
  * blocks), each with and without a hand-written epilogue
- * relu(raw + e[idx % C]).
+ * relu(raw + e[idx % C]) (C a specialization constant of the epilogue,
+ * id VK_EPILOGUE_SPEC_BASE). Every kernel is created with its generator's
+ * specialization constants (src.spec) and the epilogue's. Pairs of kernels
+ * of one structure but different sizes must have byte-identical sources
+ * (and both pass); vec4 global loads in the tiled contraction are checked
+ * to be taken exactly when the shapes allow them.
  *
  * Then every case again in fp16 storage (desc.fp16: every tensor binding
  * float16_t, converted on the host here with kiln_f32_to_f16 /
@@ -111,17 +116,36 @@ static bool check_status(kiln_status_t st, const char *what) {
   return false;
 }
 
-/* Compiles src, binds bufs[0..n) to bindings 0..n-1, dispatches once and
- * reads the outputs back. */
-static bool launch(const char *what, const vk_kernel_src *src, tbuf *bufs, int n) {
+/* The specialization constants of a kernel: the generator's (src->spec)
+ * then the epilogue's (epi_spec[0..n_epi), ids from VK_EPILOGUE_SPEC_BASE).
+ * Returns a malloc'd array (the caller frees it) of *n entries. */
+static vk_spec_const *kernel_spec(const vk_kernel_src *src, const vk_spec_const *epi_spec, int n_epi, int *n) {
+  *n = src->spec.n + n_epi;
+  vk_spec_const *sc = malloc((size_t)(*n ? *n : 1) * sizeof *sc);
+  if (!sc) abort();
+  for (int i = 0; i < src->spec.n; i++)
+    sc[i] = (vk_spec_const){(uint32_t)(src->spec.first_id + i), (uint32_t)src->spec.values[i]};
+  for (int i = 0; i < n_epi; i++) sc[src->spec.n + i] = epi_spec[i];
+  return sc;
+}
+
+/* Compiles src with its specialization constants and the epilogue's
+ * (epi_spec, n_epi), binds bufs[0..n) to bindings 0..n-1, dispatches once
+ * and reads the outputs back. */
+static bool launch_spec(const char *what, const vk_kernel_src *src, const vk_spec_const *epi_spec, int n_epi, tbuf *bufs,
+                        int n) {
   if (src->n_buffers != n) {
     printf("FAIL %s: kernel wants %d buffers, test binds %d\n", what, src->n_buffers, n);
     g_failures++;
     return false;
   }
-  vk_kernel_desc kd = {src->name, src->glsl, src->n_buffers, src->push_bytes};
+  int n_spec;
+  vk_spec_const *spec = kernel_spec(src, epi_spec, n_epi, &n_spec);
+  vk_kernel_desc kd = {src->name, src->glsl, src->n_buffers, src->push_bytes, spec, n_spec};
   vk_kernel *k = NULL;
-  if (!check_status(vk_kernel_create(g_ctx, &kd, &k), what)) {
+  bool created = check_status(vk_kernel_create(g_ctx, &kd, &k), what);
+  free(spec);
+  if (!created) {
     fprintf(stderr, "%s\n", src->glsl);
     return false;
   }
@@ -166,6 +190,10 @@ static bool launch(const char *what, const vk_kernel_src *src, tbuf *bufs, int n
   }
   vk_kernel_destroy(g_ctx, k);
   return ok;
+}
+
+static bool launch(const char *what, const vk_kernel_src *src, tbuf *bufs, int n) {
+  return launch_spec(what, src, NULL, 0, bufs, n);
 }
 
 /* got vs ref, with mag[i] the sum of |terms| of element i (rounding scale). */
@@ -245,20 +273,25 @@ static void compare16(const char *what, const char *kname, const float *got, con
 
 typedef struct test_epi {
   vk_epilogue epi;
-  char decls[256], func[256];
+  char decls[384], func[256];
+  vk_spec_const spec[1]; /* C, as the renderer's epilogues pass their sizes */
   float *e;
   int c;
 } test_epi;
 
+/* C is a specialization constant (id VK_EPILOGUE_SPEC_BASE, default 1):
+ * a kernel created without the epilogue's constants computes idx % 1 and fails. */
 static void epi_make(test_epi *t, int binding, int c) {
   t->c = c;
   /* fp16: the epilogue's own buffers are half too (as the renderer declares them) */
   snprintf(t->decls, sizeof t->decls,
-           "layout(std430, set = 0, binding = %d) readonly buffer ep_buf { %s ep_e[]; };", binding,
-           g_fp16 ? "float16_t" : "float");
-  snprintf(t->func, sizeof t->func, "float ep_fn(int idx, float raw) { return max(raw + %sep_e[idx %% %d]%s, 0.0); }",
-           g_fp16 ? "float(" : "", c, g_fp16 ? ")" : "");
+           "layout(std430, set = 0, binding = %d) readonly buffer ep_buf { %s ep_e[]; };\n"
+           "layout(constant_id = %d) const int ep_c = 1;",
+           binding, g_fp16 ? "float16_t" : "float", VK_EPILOGUE_SPEC_BASE);
+  snprintf(t->func, sizeof t->func, "float ep_fn(int idx, float raw) { return max(raw + %sep_e[idx %% ep_c]%s, 0.0); }",
+           g_fp16 ? "float(" : "", g_fp16 ? ")" : "");
   t->epi = (vk_epilogue){t->decls, t->func, "ep_fn", binding, 1};
+  t->spec[0] = (vk_spec_const){VK_EPILOGUE_SPEC_BASE, (uint32_t)c};
   t->e = rnd_array((size_t)c);
 }
 
@@ -382,7 +415,7 @@ static void test_matmul(const char *what, const vk_matmul_desc *d, bool with_epi
     if (d->has_bias) bufs[n++] = (tbuf){c, nc, false};
     bufs[n++] = (tbuf){y, ny + (size_t)d->y_offset, true};
     if (with_epi) bufs[n++] = (tbuf){te.e, (size_t)te.c, false};
-    if (launch(name, &src, bufs, n)) {
+    if (launch_spec(name, &src, te.spec, with_epi ? 1 : 0, bufs, n)) {
       if (with_epi) refs_epilogue(&te, &r, ny);
       check(name, src.name, y + d->y_offset, &r, true, ny);
     }
@@ -621,7 +654,7 @@ static void test_conv(const char *what, const vk_conv_desc *d, bool with_epi) {
     if (d->has_bias) bufs[n++] = (tbuf){b, nb, false};
     bufs[n++] = (tbuf){y, ny + (size_t)d->y_offset, true};
     if (with_epi) bufs[n++] = (tbuf){te.e, (size_t)te.c, false};
-    if (launch(name, &src, bufs, n)) {
+    if (launch_spec(name, &src, te.spec, with_epi ? 1 : 0, bufs, n)) {
       if (with_epi) refs_epilogue(&te, &r, ny);
       check(name, src.name, y + d->y_offset, &r, true, ny);
     }
@@ -744,9 +777,9 @@ static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t dl, int64_t pb
   return out;
 }
 
-static void test_pool(const char *what, vk_pool_kind kind, int nsp, int64_t n, int64_t c, const int64_t *in,
-                      const int64_t *k, const int64_t *s, const int64_t *dl, const int64_t *pb, const int64_t *pe,
-                      bool ceil_mode, bool count_pad, bool with_epi) {
+static vk_pool_desc pool_desc(vk_pool_kind kind, int nsp, int64_t n, int64_t c, const int64_t *in, const int64_t *k,
+                              const int64_t *s, const int64_t *dl, const int64_t *pb, const int64_t *pe, bool ceil_mode,
+                              bool count_pad) {
   vk_pool_desc d;
   memset(&d, 0, sizeof d);
   d.kind = kind;
@@ -754,16 +787,22 @@ static void test_pool(const char *what, vk_pool_kind kind, int nsp, int64_t n, i
   d.batch = n;
   d.channels = c;
   d.count_include_pad = count_pad;
-  size_t isp = 1, osp = 1;
   for (int i = 0; i < nsp; i++) {
     d.in[i] = in[i], d.kernel[i] = k[i], d.stride[i] = s[i], d.dilation[i] = dl[i], d.pad_begin[i] = pb[i],
     d.pad_end[i] = pe[i];
     d.out[i] = pool_out(in[i], k[i], s[i], dl[i], pb[i], pe[i], ceil_mode);
-    isp *= (size_t)in[i];
-    osp *= (size_t)d.out[i];
   }
-  size_t nx = (size_t)(n * c) * isp, ny = (size_t)(n * c) * osp;
-  float *x = rnd_array(nx), *y = sentinel(ny);
+  return d;
+}
+
+static void test_pool_desc(const char *what, const vk_pool_desc *pd, bool with_epi) {
+  vk_pool_desc d = *pd;
+  int64_t c = d.channels;
+  size_t isp = 1, osp = 1;
+  for (int i = 0; i < d.n_spatial; i++) isp *= (size_t)d.in[i], osp *= (size_t)d.out[i];
+  size_t nx = (size_t)d.x_offset + (size_t)(d.batch * c) * isp, ny = (size_t)(d.batch * c) * osp;
+  size_t yo = (size_t)d.y_offset;
+  float *x = rnd_array(nx), *y = sentinel(ny + yo);
   refs r = refs_new(ny);
   ref_pool(&d, x, r.ref);
   if (g_fp16) {
@@ -778,15 +817,22 @@ static void test_pool(const char *what, vk_pool_kind kind, int nsp, int64_t n, i
   char name[128];
   snprintf(name, sizeof name, "%s%s%s", what, with_epi ? " +epi" : "", g_fp16 ? " fp16" : "");
   if (check_status(vk_gen_pool(&d, &g_props, with_epi ? &te.epi : NULL, &src), name)) {
-    tbuf bufs[3] = {{x, nx, false}, {y, ny, true}, {te.e, (size_t)te.c, false}};
-    if (launch(name, &src, bufs, with_epi ? 3 : 2)) {
+    tbuf bufs[3] = {{x, nx, false}, {y, ny + yo, true}, {te.e, (size_t)te.c, false}};
+    if (launch_spec(name, &src, te.spec, with_epi ? 1 : 0, bufs, with_epi ? 3 : 2)) {
       if (with_epi) refs_epilogue(&te, &r, ny);
-      check(name, src.name, y, &r, false, ny);
+      check(name, src.name, y + yo, &r, false, ny);
     }
     vk_kernel_src_free(&src);
   }
   free(x), free(y), free(te.e);
   refs_free(&r);
+}
+
+static void test_pool(const char *what, vk_pool_kind kind, int nsp, int64_t n, int64_t c, const int64_t *in,
+                      const int64_t *k, const int64_t *s, const int64_t *dl, const int64_t *pb, const int64_t *pe,
+                      bool ceil_mode, bool count_pad, bool with_epi) {
+  vk_pool_desc d = pool_desc(kind, nsp, n, c, in, k, s, dl, pb, pe, ceil_mode, count_pad);
+  test_pool_desc(what, &d, with_epi);
 }
 
 static void pool_cases(void) {
@@ -887,7 +933,7 @@ static void test_attention(const char *what, const vk_attention_desc *d, int mas
     if (d->has_mask) bufs[n++] = (tbuf){mask, nm, false};
     bufs[n++] = (tbuf){y, ny, true};
     if (with_epi) bufs[n++] = (tbuf){te.e, (size_t)te.c, false};
-    if (launch(name, &src, bufs, n)) {
+    if (launch_spec(name, &src, te.spec, with_epi ? 1 : 0, bufs, n)) {
       if (with_epi) refs_epilogue(&te, &r, ny);
       check(name, src.name, y, &r, false, ny);
     }
@@ -984,6 +1030,179 @@ static void profile_cases(void) {
   test_attention("attn 37x70 d64", &a, 0, true);
 }
 
+/* ---- shapes as specialization constants ------------------------------------------------ */
+
+/* Two kernels of the same structure but different sizes: the sources must
+ * be byte-identical (one SPIR-V module), the constants' count equal and
+ * their values different; then both run against the reference (the tests
+ * above do that with the generator's constants passed at pipeline creation). */
+static void same_source(const char *what, kiln_status_t st1, vk_kernel_src *s1, kiln_status_t st2, vk_kernel_src *s2) {
+  bool ok1 = check_status(st1, what), ok2 = check_status(st2, what);
+  if (ok1 && ok2) {
+    g_cases++;
+    bool same = !strcmp(s1->glsl, s2->glsl);
+    bool values_differ = s1->spec.n == s2->spec.n &&
+                         memcmp(s1->spec.values, s2->spec.values, (size_t)s1->spec.n * sizeof *s1->spec.values) != 0;
+    if (!same || !values_differ || s1->spec.n == 0 || !strstr(s1->glsl, "layout(constant_id = 0) const int ")) {
+      g_failures++;
+      printf("FAIL %s: sources %s, %d vs %d constants%s\n", what, same ? "identical" : "differ", s1->spec.n, s2->spec.n,
+             values_differ ? "" : " with the same values");
+      if (!same) fprintf(stderr, "---- first\n%s---- second\n%s", s1->glsl, s2->glsl);
+    } else {
+      printf("ok   %-44s %-34s one source (%zu bytes), %d constants\n", what, s1->name, strlen(s1->glsl), s1->spec.n);
+    }
+  }
+  if (ok1) vk_kernel_src_free(s1);
+  if (ok2) vk_kernel_src_free(s2);
+}
+
+static void spec_cases(void) {
+  vk_kernel_src s1, s2;
+  vk_matmul_desc m1, m2;
+  /* tiled, guards on every axis, a batch axis with B broadcast, bias[n], offsets */
+  vk_matmul_desc_init(&m1, 100, 90, 70);
+  m1.n_batch = 1, m1.batch[0] = 2, m1.a_batch_stride[0] = 100 * 70;
+  m1.has_bias = true, m1.bias_stride_n = 1;
+  m1.a_offset = 3, m1.b_offset = 5, m1.bias_offset = 2, m1.y_offset = 1;
+  vk_matmul_desc_init(&m2, 70, 75, 50);
+  m2.n_batch = 1, m2.batch[0] = 3, m2.a_batch_stride[0] = 70 * 50;
+  m2.has_bias = true, m2.bias_stride_n = 1;
+  m2.b_offset = 1, m2.y_offset = 4;
+  m1.fp16 = m2.fp16 = g_fp16;
+  same_source("spec: matmul [2]x100x90x70 / [3]x70x75x50", vk_gen_matmul(&m1, &g_props, NULL, &s1), &s1,
+              vk_gen_matmul(&m2, &g_props, NULL, &s2), &s2);
+  test_matmul("spec: matmul [2]x100x90x70", &m1, false);
+  test_matmul("spec: matmul [3]x70x75x50", &m2, true);
+  /* GEMV */
+  vk_matmul_desc_init(&m1, 1, 300, 77);
+  vk_matmul_desc_init(&m2, 1, 200, 33);
+  m1.trans_b = m2.trans_b = true;
+  m1.fp16 = m2.fp16 = g_fp16;
+  same_source("spec: gemv 300x77 / 200x33", vk_gen_matmul(&m1, &g_props, NULL, &s1), &s1,
+              vk_gen_matmul(&m2, &g_props, NULL, &s2), &s2);
+  test_matmul("spec: gemv 300x77", &m1, false);
+  test_matmul("spec: gemv 200x33", &m2, false);
+  /* implicit-GEMM conv 3x3 p1 (ResNet-like), different batch, channels, planes, offsets */
+  vk_conv_desc c1 = conv_desc(2, 1, 8, 40, 1, A(10, 10), A(3, 3), A(1, 1), A(1, 1), A(1, 1), A(1, 1), true);
+  vk_conv_desc c2 = conv_desc(2, 2, 4, 56, 1, A(7, 9), A(3, 3), A(1, 1), A(1, 1), A(1, 1), A(1, 1), true);
+  c2.x_offset = 3, c2.w_offset = 4, c2.bias_offset = 1, c2.y_offset = 5; /* W aligned in both: vec4 loads of W in both */
+  c1.fp16 = c2.fp16 = g_fp16;
+  same_source("spec: conv 3x3 8->40 10x10 / 2x4->56 7x9", vk_gen_conv(&c1, &g_props, NULL, &s1), &s1,
+              vk_gen_conv(&c2, &g_props, NULL, &s2), &s2);
+  test_conv("spec: conv 3x3 8->40 10x10", &c1, false);
+  test_conv("spec: conv 3x3 2x4->56 7x9 offsets", &c2, true);
+  /* depthwise 3x3 */
+  c1 = conv_desc(2, 1, 8, 8, 8, A(12, 12), A(3, 3), A(1, 1), A(1, 1), A(1, 1), A(1, 1), true);
+  c2 = conv_desc(2, 2, 5, 5, 5, A(14, 10), A(3, 3), A(1, 1), A(1, 1), A(1, 1), A(1, 1), true);
+  c2.x_offset = 1, c2.bias_offset = 2, c2.y_offset = 3;
+  c1.fp16 = c2.fp16 = g_fp16;
+  same_source("spec: dwconv 3x3 8x12x12 / 2x5x14x10", vk_gen_conv(&c1, &g_props, NULL, &s1), &s1,
+              vk_gen_conv(&c2, &g_props, NULL, &s2), &s2);
+  test_conv("spec: dwconv 3x3 8x12x12", &c1, false);
+  test_conv("spec: dwconv 3x3 2x5x14x10 offsets", &c2, true);
+  /* max pool 3x3 s2 p1 */
+  vk_pool_desc p1 = pool_desc(VK_POOL_MAX, 2, 1, 8, A(20, 20), A(3, 3), A(2, 2), A(1, 1), A(1, 1), A(1, 1), false, false);
+  vk_pool_desc p2 = pool_desc(VK_POOL_MAX, 2, 2, 3, A(11, 15), A(3, 3), A(2, 2), A(1, 1), A(1, 1), A(1, 1), false, false);
+  p2.x_offset = 7, p2.y_offset = 3;
+  p1.fp16 = p2.fp16 = g_fp16;
+  same_source("spec: maxpool 3x3 s2 8x20x20 / 2x3x11x15", vk_gen_pool(&p1, &g_props, NULL, &s1), &s1,
+              vk_gen_pool(&p2, &g_props, NULL, &s2), &s2);
+  test_pool_desc("spec: maxpool 3x3 s2 8x20x20", &p1, false);
+  test_pool_desc("spec: maxpool 3x3 s2 2x3x11x15 offsets", &p2, true);
+  /* attention, d 16, dv 8 (structure), different m, n, batch, mask strides, offsets */
+  vk_attention_desc a1 = attn_desc(40, 70, 16, 8, true, 0.25f), a2 = attn_desc(50, 100, 16, 8, true, 0.25f);
+  a1.n_batch = a2.n_batch = 1;
+  a1.batch[0] = 2, a2.batch[0] = 3;
+  a1.q_batch_stride[0] = 40 * 16, a1.k_batch_stride[0] = 70 * 16, a1.v_batch_stride[0] = 70 * 8;
+  a2.q_batch_stride[0] = 50 * 16, a2.k_batch_stride[0] = 0, a2.v_batch_stride[0] = 100 * 8;
+  a1.has_mask = a2.has_mask = true;
+  a1.mask_stride_m = 70, a1.mask_stride_n = 1;
+  a2.mask_batch_stride[0] = 100, a2.mask_stride_n = 1; /* [3, 1, 100] */
+  a2.q_offset = 1, a2.k_offset = 2, a2.v_offset = 3, a2.mask_offset = 4, a2.y_offset = 0;
+  a1.fp16 = a2.fp16 = g_fp16;
+  same_source("spec: attn [2]x40x70 / [3]x50x100 d16 dv8", vk_gen_attention(&a1, &g_props, NULL, &s1), &s1,
+              vk_gen_attention(&a2, &g_props, NULL, &s2), &s2);
+  test_attention("spec: attn [2]x40x70 d16 dv8", &a1, 0, false);
+  test_attention("spec: attn [3]x50x100 d16 dv8 offsets", &a2, 0, true);
+}
+
+/* ---- vec4 global loads in the tiled contraction --------------------------------------- */
+
+/* The generator must (or must not) read A / B through their vec4 views
+ * (`kk_a4` / `kk_b4`, conv: `kk_w4` / `kk_x4`). */
+static void expect_vec(const char *what, kiln_status_t st, vk_kernel_src *src, const char *a4, bool want_a,
+                       const char *b4, bool want_b) {
+  if (!check_status(st, what)) return;
+  g_cases++;
+  bool has_a = strstr(src->glsl, a4) != NULL, has_b = strstr(src->glsl, b4) != NULL;
+  if (has_a != want_a || has_b != want_b) {
+    g_failures++;
+    printf("FAIL %s: vec4 loads A %s B %s, expected A %s B %s\n", what, has_a ? "yes" : "no", has_b ? "yes" : "no",
+           want_a ? "yes" : "no", want_b ? "yes" : "no");
+  } else {
+    printf("ok   %-44s %-34s vec4 loads: A %s, B %s\n", what, src->name, has_a ? "yes" : "no", has_b ? "yes" : "no");
+  }
+  vk_kernel_src_free(src);
+}
+
+static void vec4_matmul(const char *what, const vk_matmul_desc *d, bool want_a, bool want_b) {
+  vk_matmul_desc dd = *d;
+  dd.fp16 = g_fp16;
+  vk_kernel_src src;
+  expect_vec(what, vk_gen_matmul(&dd, &g_props, NULL, &src), &src, "kk_a4", want_a, "kk_b4", want_b);
+  test_matmul(what, d, true);
+}
+
+static void vec4_conv(const char *what, const vk_conv_desc *d, bool want_a, bool want_b) {
+  vk_conv_desc dd = *d;
+  dd.fp16 = g_fp16;
+  vk_kernel_src src;
+  expect_vec(what, vk_gen_conv(&dd, &g_props, NULL, &src), &src, "kk_w4", want_a, "kk_x4", want_b);
+  test_conv(what, d, true);
+}
+
+static void vec4_cases(void) {
+  vk_matmul_desc d;
+  /* guards on every axis (m, n not tile multiples, K % 16 = 4), batch, offsets: all multiples of 4 */
+  vk_matmul_desc_init(&d, 36, 44, 20);
+  d.n_batch = 1, d.batch[0] = 3;
+  d.a_batch_stride[0] = 36 * 20, d.b_batch_stride[0] = 20 * 44;
+  d.a_offset = 4, d.b_offset = 8, d.y_offset = 1;
+  d.has_bias = true, d.bias_stride_n = 1;
+  vec4_matmul("vec4: matmul [3]x36x44x20 offsets 4/8", &d, true, true);
+  d.trans_a = true; /* A [k, m]: m contiguous (36) */
+  vec4_matmul("vec4: matmul transA [3]x36x44x20", &d, true, true);
+  d.trans_a = false, d.trans_b = true; /* B [n, k]: k contiguous (20) */
+  vec4_matmul("vec4: matmul transB [3]x36x44x20", &d, true, true);
+  d.trans_a = true; /* both: A rows of m, B rows of k */
+  vec4_matmul("vec4: matmul transA/B [3]x36x44x20", &d, true, true);
+  d.trans_a = d.trans_b = false;
+  d.a_offset = 2; /* A misaligned: scalar A, vec4 B */
+  vec4_matmul("vec4: matmul A offset 2", &d, false, true);
+  d.a_offset = 4, d.b_batch_stride[0] = 20 * 44 + 2; /* B's batch stride misaligned */
+  vec4_matmul("vec4: matmul B batch stride %4=2", &d, true, false);
+  vk_matmul_desc_init(&d, 36, 45, 22); /* K, N not multiples of 4 */
+  vec4_matmul("vec4: matmul 36x45x22 (none)", &d, false, false);
+  vk_matmul_desc_init(&d, 64, 128, 64); /* whole tiles, no guards */
+  vec4_matmul("vec4: matmul 64x128x64", &d, true, true);
+  d.n_batch = 1, d.batch[0] = 2;
+  d.a_batch_stride[0] = 6; /* a size-2 axis with stride 6: A scalar */
+  d.b_batch_stride[0] = 0;
+  vec4_matmul("vec4: matmul [2] A batch stride 6", &d, false, true);
+  /* conv: W rows (Cin/g * prod(kernel)) and offset multiples of 4; X for pointwise with planes % 4 == 0 */
+  vk_conv_desc c = conv_desc(2, 2, 12, 20, 1, A(6, 6), A(1, 1), A(1, 1), A(1, 1), A(0, 0), A(0, 0), true);
+  c.x_offset = 4, c.w_offset = 8, c.bias_offset = 1, c.y_offset = 3;
+  vec4_conv("vec4: conv pointwise 2x12x6x6->20", &c, true, true);
+  c.x_offset = 5;
+  vec4_conv("vec4: conv pointwise x offset 5", &c, true, false);
+  c = conv_desc(2, 2, 8, 12, 2, A(5, 5), A(1, 1), A(1, 1), A(1, 1), A(0, 0), A(0, 0), false);
+  vec4_conv("vec4: conv pointwise g2 5x5 (plane 25)", &c, true, false);
+  c = conv_desc(2, 1, 4, 24, 1, A(9, 9), A(3, 3), A(1, 1), A(1, 1), A(1, 1), A(1, 1), true);
+  vec4_conv("vec4: conv 3x3 p1 4->24 (K 36)", &c, true, false);
+  c = conv_desc(2, 1, 3, 24, 1, A(9, 9), A(3, 3), A(2, 2), A(1, 1), A(1, 1), A(1, 1), true);
+  vec4_conv("vec4: conv 3x3 s2 3->24 (K 27)", &c, false, false);
+}
+
 /* ---- fp16 specifics ------------------------------------------------------------------------ */
 
 /* y[j] = 1.5 * b[j], b[j] = +-(1 + j 2^-10): exact in f32, needing rounding
@@ -1050,7 +1269,9 @@ static void bench_gemm(int64_t n, bool fp16) {
   d.fp16 = fp16;
   vk_kernel_src src;
   if (!check_status(vk_gen_matmul(&d, &g_props, NULL, &src), "bench")) return;
-  vk_kernel_desc kd = {src.name, src.glsl, src.n_buffers, 0};
+  int n_spec;
+  vk_spec_const *spec = kernel_spec(&src, NULL, 0, &n_spec);
+  vk_kernel_desc kd = {src.name, src.glsl, src.n_buffers, 0, spec, n_spec};
   vk_kernel *k = NULL;
   vk_buffer *b[3] = {0};
   vk_stream *s = NULL;
@@ -1065,6 +1286,7 @@ static void bench_gemm(int64_t n, bool fp16) {
     }
   }
   bool ok = check_status(vk_kernel_create(g_ctx, &kd, &k), "bench");
+  free(spec);
   for (int i = 0; i < 3 && ok; i++) ok = check_status(vk_buffer_alloc(g_ctx, VK_MEM_DEVICE, bytes, &b[i]), "bench");
   ok = ok && check_status(vk_stream_create(g_ctx, &s), "bench");
   /* upload + one run + readback, checked on a few entries */
@@ -1144,6 +1366,8 @@ int main(int argc, char **argv) {
     if (!only || strstr(only, "conv")) conv_cases();
     if (!only || strstr(only, "pool")) pool_cases();
     if (!only || strstr(only, "attention")) attention_cases();
+    if (!only || strstr(only, "spec")) spec_cases();
+    if (!only || strstr(only, "vec4")) vec4_cases();
     if (!only || strstr(only, "profiles")) {
       /* The generators pick tiles by device: run the GPU choices and the
        * small-device fallbacks here too (both stay within this device's limits). */

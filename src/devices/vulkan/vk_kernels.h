@@ -2,15 +2,22 @@
  * hand-scheduled kernels: MatMul/Gemm, Conv, MaxPool/AveragePool and
  * kiln.FusedAttention.
  *
- * Every shape, stride and offset is a compile-time constant baked into the
- * source (a session specializes per input shape), so the shaders need no
- * push constants and the driver folds all index arithmetic. Usage:
+ * Every size, stride, offset and element count is a specialization
+ * constant (`layout(constant_id = N) const int KK_... = 1;` at the top of
+ * the source, N from 0; the values in src.spec, index i = constant_id
+ * first_id + i), so kernels of the same structure but different shapes
+ * have byte-identical sources (one SPIR-V module), and the driver folds
+ * all index arithmetic when it creates the pipeline. What decides the
+ * structure stays literal: tiles, workgroup size, shared array sizes,
+ * which edge guards exist, unrolled counts, vec4 loads, fp16, bias, the
+ * number of batch axes, alpha/beta/scale. Usage:
  *
  *   vk_matmul_desc d;
  *   vk_matmul_desc_init(&d, m, n, k);          // alpha 1, no batch, no bias
  *   vk_kernel_src src;
  *   KILN_TRY(vk_gen_matmul(&d, vk_context_props(ctx), epi_or_NULL, &src));
- *   vk_kernel_desc kd = {src.name, src.glsl, src.n_buffers, src.push_bytes};
+ *   spec = src.spec as vk_spec_const {first_id + i, values[i]}, then the epilogue's (ids >= 1000)
+ *   vk_kernel_desc kd = {src.name, src.glsl, src.n_buffers, src.push_bytes, spec, n_spec};
  *   ... vk_kernel_create(ctx, &kd, &k) ...
  *   buffers: the generator's own (documented order) then the epilogue's
  *   vk_stream_dispatch(s, k, buffers, NULL, src.groups[0], src.groups[1], src.groups[2]);
@@ -59,12 +66,18 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "codegen/loopnest.h"
 #include "devices/vulkan/vk_runtime.h"
 
 #define VK_KERNEL_MAX_BATCH 4 /* batch (broadcast) axes a batched kernel takes */
 
+/* Specialization constant ids: a generator numbers its own from 0; an
+ * epilogue's start at VK_EPILOGUE_SPEC_BASE (its decls declare them). */
+#define VK_EPILOGUE_SPEC_BASE 1000
+
 typedef struct vk_epilogue {      /* optional elementwise epilogue, from the glsl renderer */
-  const char *decls;              /* buffer declarations at bindings [binding_base, binding_base+n_buffers); borrowed */
+  const char *decls;              /* buffer + specialization-constant declarations (bindings [binding_base,
+                                     binding_base+n_buffers)); borrowed */
   const char *func;               /* float FN(int idx, float raw); borrowed */
   const char *fn_name;            /* borrowed */
   int binding_base, n_buffers;
@@ -77,9 +90,11 @@ typedef struct vk_kernel_src {
   uint32_t groups[3];  /* dispatch size (all 0: nothing to do) */
   uint32_t push_bytes; /* 0 */
   double flops;        /* multiply-adds count 2 */
+  kiln_glsl_spec spec; /* the generator's own specialization constants (first_id 0); owned. The
+                          epilogue's (if any) are the caller's: pass both to vk_kernel_desc.spec */
 } vk_kernel_src;
 
-void vk_kernel_src_free(vk_kernel_src *src); /* frees glsl; src itself is the caller's */
+void vk_kernel_src_free(vk_kernel_src *src); /* frees glsl and spec; src itself is the caller's */
 
 /* ---- MatMul / Gemm -----------------------------------------------------------
  * For every output batch index b (batch[0..n_batch) row-major, the batch
@@ -105,7 +120,10 @@ void vk_kernel_src_free(vk_kernel_src *src); /* frees glsl; src itself is the ca
  * GPUs 128x128 (8x8 per invocation, 256 invocations) for big problems,
  * 64x64 / 32x32 / 16x16 with 4x4 / 2x2 / 1x1 blocks otherwise; CPU
  * devices (lavapipe) 64x64 with 8x16 blocks (32 invocations). Blocks of
- * 4k x 4k read their shared-memory operands as vec4s.
+ * 4k x 4k read their shared-memory operands as vec4s. An operand whose
+ * contiguous dimension, offset and batch strides (axes > 1) are multiples
+ * of 4 is loaded from memory as vec4s (f16vec4 in fp16) through a second,
+ * aliased declaration of its binding.
  */
 typedef struct vk_matmul_desc {
   int64_t m, n, k;
@@ -139,7 +157,9 @@ kiln_status_t vk_gen_matmul(const vk_matmul_desc *d, const vk_device_props *prop
  * workgroup per output tile of one plane, input patch + filter in shared
  * memory; otherwise implicit GEMM (Y_g = W_g [Cout/g, Cin/g*prod(k)] x
  * im2col(X_g) [.., batch*prod(out)], the B tile gathered from X while it is
- * loaded into shared memory; 1x1/stride 1/no pad reads X directly).
+ * loaded into shared memory; W read as vec4s when Cin/group * prod(kernel)
+ * and w_offset are multiples of 4, X too when the conv is pointwise (1x1,
+ * stride 1, no pads) with prod(in) and x_offset multiples of 4).
  */
 typedef struct vk_conv_desc {
   int n_spatial; /* 1..3 */

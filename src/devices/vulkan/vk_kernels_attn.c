@@ -125,7 +125,12 @@ kiln_status_t vk_gen_attention(const vk_attention_desc *d, const vk_device_props
   kk_buffer(&s, 2, ft, "kk_v", true);
   if (d->has_mask) kk_buffer(&s, 3, ft, "kk_mask", true);
   kk_buffer(&s, own - 1, ft, "kk_y", false);
-  kk_store_fn(&s, epi, "kk_y", d->y_offset, d->fp16);
+  /* d and dv size the shared arrays and the outputs each invocation
+   * keeps (oe): they are structure, literal. m, n, strides and offsets are
+   * specialization constants. */
+  kk_consts c = {0};
+  kk_store_fn(&s, &c, epi, "kk_y", d->y_offset, d->fp16);
+  const char *cm = kk_const(&c, "KK_M", M), *cn = kk_const(&c, "KK_N", N);
   /* (GLSL arrays cannot be empty: d or dv may be 0) */
   kiln_strbuf_printf(&s, "shared float kk_sq[%lld];\nshared float kk_skv[%lld];\nshared float kk_ss[%d];\n",
                      (long long)(bm * pl.qs > 0 ? bm * pl.qs : 1), (long long)(pl.kv > 0 ? pl.kv : 1), bm * bn);
@@ -137,17 +142,17 @@ kiln_status_t vk_gen_attention(const vk_attention_desc *d, const vk_device_props
     const int64_t *strides[4] = {d->q_batch_stride, d->k_batch_stride, d->v_batch_stride,
                                  d->has_mask ? d->mask_batch_stride : NULL};
     const int64_t offs[4] = {d->q_offset, d->k_offset, d->v_offset, d->mask_offset};
-    kk_batch_offsets(&s, "z", d->n_batch, d->batch, 4, names, strides, offs);
+    kk_batch_offsets(&s, &c, "z", d->n_batch, d->batch, d->has_mask ? 4 : 3, names, strides, offs);
   }
   kiln_strbuf_printf(&s, "  int tid = int(gl_LocalInvocationIndex);\n  int i0 = int(gl_WorkGroupID.x) * %d;\n", bm);
   /* Q block, pre-scaled: scale * (q . k) becomes (scale * q) . k */
   kiln_strbuf_printf(&s, "  for (int e = tid; e < %lld; e += %d) {\n", (long long)(bm * D), nt);
   kiln_strbuf_printf(&s, "    int r = e / %lld, c = e %% %lld, gi = i0 + r;\n", (long long)D, (long long)D);
-  kiln_strbuf_printf(&s, "    kk_sq[r * %lld + c] = gi < %lld ? %skk_q[kk_oq + gi * %lld + c]%s * %s : 0.0;\n  }\n",
-                     (long long)pl.qs, (long long)M, ld, (long long)D, le, scale);
+  kiln_strbuf_printf(&s, "    kk_sq[r * %lld + c] = gi < %s ? %skk_q[kk_oq + gi * %lld + c]%s * %s : 0.0;\n  }\n",
+                     (long long)pl.qs, cm, ld, (long long)D, le, scale);
   kiln_strbuf_printf(&s, "  if (tid < %d) { kk_sm[tid] = uintBitsToFloat(0xff800000u); kk_sl[tid] = 0.0; }\n", bm);
   for (int o = 0; o < pl.oe; o++) kiln_strbuf_printf(&s, "  float o%d = 0.0;\n", o);
-  kiln_strbuf_printf(&s, "  for (int j0 = 0; j0 < %lld; j0 += %d) {\n    barrier();\n", (long long)N, bn);
+  kiln_strbuf_printf(&s, "  for (int j0 = 0; j0 < %s; j0 += %d) {\n    barrier();\n", cn, bn);
   /* K block -> kk_skv[key * ks + d] */
   kiln_strbuf_printf(&s, "    for (int e = tid; e < %lld; e += %d) {\n", (long long)(bn * D), nt);
   if (d->transpose_k) /* K [n, d]: d contiguous */
@@ -158,18 +163,19 @@ kiln_status_t vk_gen_attention(const vk_attention_desc *d, const vk_device_props
   if (d->transpose_k)
     snprintf(kidx, sizeof kidx, "gj * %lld + dd", (long long)D);
   else
-    snprintf(kidx, sizeof kidx, "dd * %lld + gj", (long long)N);
-  kiln_strbuf_printf(&s, "      kk_skv[jj * %lld + dd] = gj < %lld ? %skk_k[kk_ok + %s]%s : 0.0;\n    }\n    barrier();\n",
-                     (long long)pl.ks, (long long)N, ld, kidx, le);
+    snprintf(kidx, sizeof kidx, "dd * %s + gj", cn);
+  kiln_strbuf_printf(&s, "      kk_skv[jj * %lld + dd] = gj < %s ? %skk_k[kk_ok + %s]%s : 0.0;\n    }\n    barrier();\n",
+                     (long long)pl.ks, cn, ld, kidx, le);
   /* scores */
   kiln_strbuf_printf(&s, "    for (int e = tid; e < %d; e += %d) {\n", bm * bn, nt);
   kiln_strbuf_printf(&s, "      int r = e / %d, c = e %% %d, gj = j0 + c;\n      float acc = 0.0;\n", bn, bn);
   kiln_strbuf_printf(&s, "      for (int dd = 0; dd < %lld; dd++) acc = fma(kk_sq[r * %lld + dd], kk_skv[c * %lld + dd], acc);\n",
                      (long long)D, (long long)pl.qs, (long long)pl.ks);
   if (d->has_mask)
-    kiln_strbuf_printf(&s, "      int gi = i0 + r;\n      if (gi < %lld && gj < %lld) acc += %skk_mask[kk_om + gi * %lld + gj * %lld]%s;\n",
-                       (long long)M, (long long)N, ld, (long long)d->mask_stride_m, (long long)d->mask_stride_n, le);
-  if (N % bn) kiln_strbuf_printf(&s, "      if (gj >= %lld) acc = uintBitsToFloat(0xff800000u);\n", (long long)N);
+    kiln_strbuf_printf(&s, "      int gi = i0 + r;\n      if (gi < %s && gj < %s) acc += %skk_mask[kk_om + gi * %s + gj * %s]%s;\n",
+                       cm, cn, ld, kk_const(&c, "KK_MASK_SM", d->mask_stride_m),
+                       kk_const(&c, "KK_MASK_SN", d->mask_stride_n), le);
+  if (N % bn) kiln_strbuf_printf(&s, "      if (gj >= %s) acc = uintBitsToFloat(0xff800000u);\n", cn);
   kiln_strbuf_puts(&s, "      kk_ss[e] = acc;\n    }\n    barrier();\n");
   /* online softmax update, one invocation per row */
   kiln_strbuf_printf(&s, "    if (tid < %d) {\n      int b = tid * %d;\n      float mo = kk_sm[tid], mx = mo;\n", bm, bn);
@@ -184,8 +190,8 @@ kiln_status_t vk_gen_attention(const vk_attention_desc *d, const vk_device_props
   /* V block -> kk_skv[key * dv + c] (K is no longer read) */
   kiln_strbuf_printf(&s, "    for (int e = tid; e < %lld; e += %d) {\n", (long long)(bn * DV), nt);
   kiln_strbuf_printf(&s, "      int jj = e / %lld, c = e %% %lld, gj = j0 + jj;\n", (long long)DV, (long long)DV);
-  kiln_strbuf_printf(&s, "      kk_skv[e] = gj < %lld ? %skk_v[kk_ov + gj * %lld + c]%s : 0.0;\n    }\n    barrier();\n",
-                     (long long)N, ld, (long long)DV, le);
+  kiln_strbuf_printf(&s, "      kk_skv[e] = gj < %s ? %skk_v[kk_ov + gj * %lld + c]%s : 0.0;\n    }\n    barrier();\n",
+                     cn, ld, (long long)DV, le);
   /* O = O * alpha + P V */
   for (int o = 0; o < pl.oe; o++) {
     bool partial = (int64_t)(o + 1) * nt > bm * DV;
@@ -204,8 +210,8 @@ kiln_status_t vk_gen_attention(const vk_attention_desc *d, const vk_device_props
     kiln_strbuf_printf(&s, "  { int e = tid + %d, r = e / %lld, c = e %% %lld, gi = i0 + r;\n", o * nt, (long long)DV,
                        (long long)DV);
     /* no keys: the reference's empty sum, 0 */
-    kiln_strbuf_printf(&s, "    if (e < %lld && gi < %lld) kk_store((z * %lld + gi) * %lld + c, o%d%s); }\n",
-                       (long long)(bm * DV), (long long)M, (long long)M, (long long)DV, o, N ? " / kk_sl[r]" : "");
+    kiln_strbuf_printf(&s, "    if (e < %lld && gi < %s) kk_store((z * %s + gi) * %lld + c, o%d%s); }\n",
+                       (long long)(bm * DV), cm, cm, (long long)DV, o, N ? " / kk_sl[r]" : "");
   }
   kiln_strbuf_puts(&s, "}\n");
 
@@ -215,7 +221,7 @@ kiln_status_t vk_gen_attention(const vk_attention_desc *d, const vk_device_props
   if (M == 0 || DV == 0) groups[0] = 0;
   char name[64];
   snprintf(name, sizeof name, "attn_b%.0f_%lldx%lldx%lld_%d_%d", batch, (long long)M, (long long)N, (long long)D, bm, bn);
-  return kk_finish(&s, out, name, own, epi, groups, 2.0 * batch * (double)M * (double)N * (double)(D + DV));
+  return kk_finish(&s, &c, out, name, own, epi, groups, 2.0 * batch * (double)M * (double)N * (double)(D + DV));
 }
 
 #endif

@@ -90,52 +90,84 @@ bool vk_conv_supported(const vk_conv_desc *d, const vk_device_props *props, char
 
 /* ---- implicit GEMM ------------------------------------------------------------------- */
 
-/* Appends `int NAMEi = ...` decomposing `src` (an int expression) over dims[0..n) row-major. */
-static void decompose(kiln_strbuf *s, const char *src, const char *name, int n, const int64_t *dims) {
+/* Appends `int NAMEi = ...` decomposing `src` (an int expression) over dims[0..n) row-major;
+ * the dims are the constants STEMi. */
+static void decompose(kiln_strbuf *s, kk_consts *c, const char *src, const char *name, const char *stem, int n,
+                      const int64_t *dims) {
   kiln_strbuf_printf(s, "  int %s_r = %s;\n", name, src);
   for (int i = n - 1; i >= 0; i--) {
-    if (i == 0)
+    if (i == 0) {
       kiln_strbuf_printf(s, "  int %s%d = %s_r;\n", name, i, name);
-    else
-      kiln_strbuf_printf(s, "  int %s%d = %s_r %% %lld; %s_r /= %lld;\n", name, i, name, (long long)dims[i], name,
-                         (long long)dims[i]);
+    } else {
+      const char *dim = kk_constn(c, stem, i, dims[i]);
+      kiln_strbuf_printf(s, "  int %s%d = %s_r %% %s; %s_r /= %s;\n", name, i, name, dim, name, dim);
+    }
   }
 }
 
-static void emit_implicit_gemm(kiln_strbuf *s, const vk_conv_desc *d, const conv_geom *g, const kk_tile *t) {
+/* Kernel window, strides, dilations and pads are constants like the sizes:
+ * the B loader only does index arithmetic with them (no loop over the
+ * window), so one source serves every conv with the same tile and guards. */
+static void emit_implicit_gemm(kiln_strbuf *s, kk_consts *c, const vk_conv_desc *d, const conv_geom *g,
+                               const kk_tile *t) {
   int nsp = g->nsp;
   const char *ld = kk_ld(d->fp16), *le = kk_le(d->fp16);
+  /* the per-group GEMM: M = Cout/group, N = batch * prod(out), K = Cin/group * prod(kernel) */
+  const char *cm = kk_const(c, "KK_M", g->gm), *ck = kk_const(c, "KK_K", g->gk);
+  const char *ksp = kk_const(c, "KK_KSP", g->ksp), *osp = kk_const(c, "KK_OSP", g->osp);
   kiln_strbuf_puts(s, "int kk_g;\nvoid kk_setup(int z) { kk_g = z; }\n");
-  kiln_strbuf_printf(s, "float kk_load_a(int row, int k) { return %skk_w[%lld + (kk_g * %lld + row) * %lld + k]%s; }\n", ld,
-                     (long long)d->w_offset, (long long)g->cog, (long long)g->gk, le);
+  kiln_strbuf_printf(s, "float kk_load_a(int row, int k) { return %skk_w[%s + (kk_g * %s + row) * %s + k]%s; }\n", ld,
+                     kk_const(c, "KK_W_OFF", d->w_offset), cm, ck, le);
   kiln_strbuf_puts(s, "float kk_load_b(int k, int col) {\n");
-  kiln_strbuf_printf(s, "  int ci = k / %lld, kr = k %% %lld;\n", (long long)g->ksp, (long long)g->ksp);
-  decompose(s, "kr", "t", nsp, d->kernel);
-  kiln_strbuf_printf(s, "  int n = col / %lld, p = col %% %lld;\n", (long long)g->osp, (long long)g->osp);
-  decompose(s, "p", "o", nsp, d->out);
+  kiln_strbuf_printf(s, "  int ci = k / %s, kr = k %% %s;\n", ksp, ksp);
+  decompose(s, c, "kr", "t", "KK_KER", nsp, d->kernel);
+  kiln_strbuf_printf(s, "  int n = col / %s, p = col %% %s;\n", osp, osp);
+  decompose(s, c, "p", "o", "KK_OUT", nsp, d->out);
   char cond[512] = "";
   size_t cl = 0;
   for (int i = 0; i < nsp; i++) {
-    kiln_strbuf_printf(s, "  int i%d = o%d * %lld + t%d * %lld - %lld;\n", i, i, (long long)d->stride[i], i,
-                       (long long)d->dilation[i], (long long)d->pad_begin[i]);
-    /* Skip the test where the window never leaves the input on that axis. */
+    kiln_strbuf_printf(s, "  int i%d = o%d * %s + t%d * %s - %s;\n", i, i, kk_constn(c, "KK_STRIDE", i, d->stride[i]), i,
+                       kk_constn(c, "KK_DIL", i, d->dilation[i]), kk_constn(c, "KK_PAD", i, d->pad_begin[i]));
+    /* Skip the test where the window never leaves the input on that axis
+     * (a structural choice: the source has the test or not). */
     int64_t hi = (d->out[i] - 1) * d->stride[i] + (d->kernel[i] - 1) * d->dilation[i] - d->pad_begin[i];
     if (d->pad_begin[i] == 0 && hi < d->in[i]) continue;
-    cl += (size_t)snprintf(cond + cl, sizeof cond - cl, "%suint(i%d) >= %lldu", cl ? " || " : "", i, (long long)d->in[i]);
+    cl += (size_t)snprintf(cond + cl, sizeof cond - cl, "%suint(i%d) >= uint(%s)", cl ? " || " : "", i,
+                           kk_constn(c, "KK_IN", i, d->in[i]));
   }
   if (cl) kiln_strbuf_printf(s, "  if (%s) return 0.0;\n", cond);
   kiln_strbuf_puts(s, "  int idx = ");
   for (int i = 0; i < nsp; i++) kiln_strbuf_puts(s, "(");
-  kiln_strbuf_printf(s, "(n * %lld + kk_g * %lld + ci)", (long long)d->in_channels, (long long)g->cig);
-  for (int i = 0; i < nsp; i++) kiln_strbuf_printf(s, " * %lld + i%d)", (long long)d->in[i], i);
-  kiln_strbuf_printf(s, ";\n  return %skk_x[%lld + idx]%s;\n}\n", ld, (long long)d->x_offset, le);
+  kiln_strbuf_printf(s, "(n * %s + kk_g * %s + ci)", kk_const(c, "KK_CIN", d->in_channels), kk_const(c, "KK_CIG", g->cig));
+  for (int i = 0; i < nsp; i++) kiln_strbuf_printf(s, " * %s + i%d)", kk_constn(c, "KK_IN", i, d->in[i]), i);
+  kiln_strbuf_printf(s, ";\n  return %skk_x[%s + idx]%s;\n}\n", ld, kk_const(c, "KK_X_OFF", d->x_offset), le);
   kiln_strbuf_puts(s, "void kk_emit(int row, int col, float acc) {\n");
-  kiln_strbuf_printf(s, "  int n = col / %lld, p = col %% %lld, co = kk_g * %lld + row;\n", (long long)g->osp,
-                     (long long)g->osp, (long long)g->cog);
-  if (d->has_bias) kiln_strbuf_printf(s, "  acc += %skk_bias[%lld + co]%s;\n", ld, (long long)d->bias_offset, le);
-  kiln_strbuf_printf(s, "  kk_store((n * %lld + co) * %lld + p, acc);\n}\n", (long long)d->out_channels,
-                     (long long)g->osp);
-  kk_emit_tiled(s, t, g->gm, g->gn, g->gk, true, true);
+  kiln_strbuf_printf(s, "  int n = col / %s, p = col %% %s, co = kk_g * %s + row;\n", osp, osp, cm);
+  if (d->has_bias)
+    kiln_strbuf_printf(s, "  acc += %skk_bias[%s + co]%s;\n", ld, kk_const(c, "KK_BIAS_OFF", d->bias_offset), le);
+  kiln_strbuf_printf(s, "  kk_store((n * %s + co) * %s + p, acc);\n}\n", kk_const(c, "KK_COUT", d->out_channels), osp);
+  /* vec4 loads of W when its rows (K = Cin/g * prod(kernel)) and offset
+   * are multiples of 4; of X when the conv is pointwise (1x1, stride 1, no
+   * pads: B[ci, col] is X's plane ci, contiguous) and planes and offset are
+   * multiples of 4 (so 4 columns never straddle two images). */
+  bool a_vec = d->w_offset % 4 == 0 && g->gk % 4 == 0;
+  bool pointwise = true;
+  for (int i = 0; i < nsp; i++)
+    if (d->kernel[i] != 1 || d->stride[i] != 1 || d->pad_begin[i] != 0 || d->out[i] != d->in[i]) pointwise = false;
+  bool b_vec = pointwise && g->osp % 4 == 0 && d->x_offset % 4 == 0;
+  if (a_vec) {
+    kk_buffer_vec4(s, 1, "kk_w4", d->fp16);
+    kiln_strbuf_printf(s, "vec4 kk_load_a4(int row, int k) { return %skk_w4[(%s + (kk_g * %s + row) * %s + k) >> 2]%s; }\n",
+                       d->fp16 ? "vec4(" : "", kk_const(c, "KK_W_OFF", d->w_offset), cm, ck, d->fp16 ? ")" : "");
+  }
+  if (b_vec) {
+    kk_buffer_vec4(s, 0, "kk_x4", d->fp16);
+    kiln_strbuf_printf(s, "vec4 kk_load_b4(int k, int col) {\n  int n = col / %s, p = col %% %s;\n", osp, osp);
+    kiln_strbuf_printf(s, "  return %skk_x4[(%s + (n * %s + kk_g * %s + k) * %s + p) >> 2]%s;\n}\n", d->fp16 ? "vec4(" : "",
+                       kk_const(c, "KK_X_OFF", d->x_offset), kk_const(c, "KK_CIN", d->in_channels),
+                       kk_const(c, "KK_CIG", g->cig), osp, d->fp16 ? ")" : "");
+  }
+  kk_emit_tiled(s, c, t, g->gm, g->gn, g->gk, true, true, a_vec, b_vec);
 }
 
 /* ---- depthwise ------------------------------------------------------------------------ */
@@ -187,31 +219,37 @@ static bool dw_plan_make(const vk_conv_desc *d, const vk_device_props *p, dw_pla
   }
 }
 
-static void emit_depthwise(kiln_strbuf *s, const vk_conv_desc *d, const dw_plan *w, uint32_t groups[3]) {
+/* Structural (literal): the tile, the window KH x KW (unrolled), strides
+ * and dilations (they size the patch in shared memory). Constants: the
+ * plane sizes, pads, channel count, tile grid, offsets. */
+static void emit_depthwise(kiln_strbuf *s, kk_consts *c, const vk_conv_desc *d, const dw_plan *w, uint32_t groups[3]) {
   int nt = w->tw * w->th;
   const char *ld = kk_ld(d->fp16), *le = kk_le(d->fp16);
   int64_t tiles_w = (w->OW + w->tw - 1) / w->tw, tiles_h = (w->OH + w->th - 1) / w->th;
   int64_t patch = w->patch_h * w->patch_w, kk = w->KH * w->KW;
+  const char *ch = kk_const(c, "KK_H", w->H), *cw = kk_const(c, "KK_W", w->W);
+  const char *coh = kk_const(c, "KK_OH", w->OH), *cow = kk_const(c, "KK_OW", w->OW);
+  const char *tw = kk_const(c, "KK_TILES_W", tiles_w);
   kiln_strbuf_printf(s, "shared float kk_patch[%lld];\nshared float kk_f[%lld];\n", (long long)patch, (long long)kk);
   kiln_strbuf_puts(s, "void main() {\n  int plane = int(gl_WorkGroupID.y);\n");
-  kiln_strbuf_printf(s, "  int c = plane %% %lld;\n", (long long)d->in_channels);
-  kiln_strbuf_printf(s, "  int tile = int(gl_WorkGroupID.x), oh0 = (tile / %lld) * %d, ow0 = (tile %% %lld) * %d;\n",
-                     (long long)tiles_w, w->th, (long long)tiles_w, w->tw);
-  kiln_strbuf_printf(s, "  int ih0 = oh0 * %lld - %lld, iw0 = ow0 * %lld - %lld;\n", (long long)w->SH, (long long)w->PH,
-                     (long long)w->SW, (long long)w->PW);
-  kiln_strbuf_printf(s, "  int tid = int(gl_LocalInvocationIndex);\n  int xbase = %lld + plane * %lld;\n",
-                     (long long)d->x_offset, (long long)(w->H * w->W));
+  kiln_strbuf_printf(s, "  int c = plane %% %s;\n", kk_const(c, "KK_C", d->in_channels));
+  kiln_strbuf_printf(s, "  int tile = int(gl_WorkGroupID.x), oh0 = (tile / %s) * %d, ow0 = (tile %% %s) * %d;\n", tw, w->th,
+                     tw, w->tw);
+  kiln_strbuf_printf(s, "  int ih0 = oh0 * %lld - %s, iw0 = ow0 * %lld - %s;\n", (long long)w->SH,
+                     kk_const(c, "KK_PH", w->PH), (long long)w->SW, kk_const(c, "KK_PW", w->PW));
+  kiln_strbuf_printf(s, "  int tid = int(gl_LocalInvocationIndex);\n  int xbase = %s + plane * (%s * %s);\n",
+                     kk_const(c, "KK_X_OFF", d->x_offset), ch, cw);
   kiln_strbuf_printf(s, "  for (int e = tid; e < %lld; e += %d) {\n", (long long)patch, nt);
   kiln_strbuf_printf(s, "    int ih = ih0 + e / %lld, iw = iw0 + e %% %lld;\n", (long long)w->patch_w,
                      (long long)w->patch_w);
-  kiln_strbuf_printf(s, "    float v = 0.0;\n    if (uint(ih) < %lldu && uint(iw) < %lldu) v = %skk_x[xbase + ih * %lld + iw]%s;\n",
-                     (long long)w->H, (long long)w->W, ld, (long long)w->W, le);
+  kiln_strbuf_printf(s, "    float v = 0.0;\n    if (uint(ih) < uint(%s) && uint(iw) < uint(%s)) v = %skk_x[xbase + ih * %s + iw]%s;\n",
+                     ch, cw, ld, cw, le);
   kiln_strbuf_puts(s, "    kk_patch[e] = v;\n  }\n");
-  kiln_strbuf_printf(s, "  for (int e = tid; e < %lld; e += %d) kk_f[e] = %skk_w[%lld + c * %lld + e]%s;\n", (long long)kk,
-                     nt, ld, (long long)d->w_offset, (long long)kk, le);
+  kiln_strbuf_printf(s, "  for (int e = tid; e < %lld; e += %d) kk_f[e] = %skk_w[%s + c * %lld + e]%s;\n", (long long)kk,
+                     nt, ld, kk_const(c, "KK_W_OFF", d->w_offset), (long long)kk, le);
   kiln_strbuf_puts(s, "  barrier();\n  int lx = int(gl_LocalInvocationID.x), ly = int(gl_LocalInvocationID.y);\n");
   kiln_strbuf_puts(s, "  int oh = oh0 + ly, ow = ow0 + lx;\n");
-  kiln_strbuf_printf(s, "  if (oh >= %lld || ow >= %lld) return;\n", (long long)w->OH, (long long)w->OW);
+  kiln_strbuf_printf(s, "  if (oh >= %s || ow >= %s) return;\n", coh, cow);
   kiln_strbuf_printf(s, "  int pb = ly * %lld + lx * %lld;\n  float acc = 0.0;\n", (long long)(w->SH * w->patch_w),
                      (long long)w->SW);
   if (kk <= 49) {
@@ -226,9 +264,9 @@ static void emit_depthwise(kiln_strbuf *s, const vk_conv_desc *d, const dw_plan 
     kiln_strbuf_printf(s, "      acc = fma(kk_f[kh * %lld + kw], kk_patch[pb + kh * %lld + kw * %lld], acc);\n",
                        (long long)w->KW, (long long)(w->DH * w->patch_w), (long long)w->DW);
   }
-  if (d->has_bias) kiln_strbuf_printf(s, "  acc += %skk_bias[%lld + c]%s;\n", ld, (long long)d->bias_offset, le);
-  kiln_strbuf_printf(s, "  kk_store(plane * %lld + oh * %lld + ow, acc);\n}\n", (long long)(w->OH * w->OW),
-                     (long long)w->OW);
+  if (d->has_bias)
+    kiln_strbuf_printf(s, "  acc += %skk_bias[%s + c]%s;\n", ld, kk_const(c, "KK_BIAS_OFF", d->bias_offset), le);
+  kiln_strbuf_printf(s, "  kk_store(plane * (%s * %s) + oh * %s + ow, acc);\n}\n", coh, cow, cow);
   groups[0] = (uint32_t)(tiles_w * tiles_h);
   groups[1] = (uint32_t)(d->batch * d->in_channels);
   groups[2] = 1;
@@ -247,8 +285,14 @@ kiln_status_t vk_gen_conv(const vk_conv_desc *d, const vk_device_props *props, c
   kk_buffer(&decl, 1, ft, "kk_w", true);
   if (d->has_bias) kk_buffer(&decl, 2, ft, "kk_bias", true);
   kk_buffer(&decl, own - 1, ft, "kk_y", false);
-  kk_store_fn(&decl, epi, "kk_y", d->y_offset, d->fp16);
-  KILN_TRY(kiln_strbuf_status(&decl));
+  kk_consts c = {0};
+  kk_store_fn(&decl, &c, epi, "kk_y", d->y_offset, d->fp16);
+  kiln_status_t st = kiln_strbuf_status(&decl);
+  if (st) {
+    kiln_strbuf_free(&decl);
+    kk_consts_free(&c);
+    return st;
+  }
 
   kiln_strbuf s = {0};
   uint32_t groups[3];
@@ -260,14 +304,14 @@ kiln_status_t vk_gen_conv(const vk_conv_desc *d, const vk_device_props *props, c
       (uint64_t)(((w.OW + w.tw - 1) / w.tw) * ((w.OH + w.th - 1) / w.th)) <= kk_max_groups(props, 0)) {
     kk_preamble(&s, (uint32_t)w.tw, (uint32_t)w.th, 1, d->fp16);
     kiln_strbuf_puts(&s, decl.data);
-    emit_depthwise(&s, d, &w, groups);
+    emit_depthwise(&s, &c, d, &w, groups);
     snprintf(name, sizeof name, "dwconv%lldx%lld_s%lld_c%lld", (long long)w.KH, (long long)w.KW, (long long)w.SW,
              (long long)d->in_channels);
   } else {
     kk_tile t = kk_pick_tile(g.gm, g.gn, d->group, props);
     kk_preamble(&s, (uint32_t)kk_tile_threads(&t), 1, 1, d->fp16);
     kiln_strbuf_puts(&s, decl.data);
-    emit_implicit_gemm(&s, d, &g, &t);
+    emit_implicit_gemm(&s, &c, d, &g, &t);
     groups[0] = (uint32_t)((g.gn + t.tn - 1) / t.tn);
     groups[1] = (uint32_t)((g.gm + t.tm - 1) / t.tm);
     groups[2] = (uint32_t)d->group;
@@ -276,7 +320,7 @@ kiln_status_t vk_gen_conv(const vk_conv_desc *d, const vk_device_props *props, c
   }
   kiln_strbuf_free(&decl);
   double flops = 2.0 * (double)d->batch * (double)d->out_channels * (double)g.osp * (double)g.gk;
-  return kk_finish(&s, out, name, own, epi, groups, flops);
+  return kk_finish(&s, &c, out, name, own, epi, groups, flops);
 }
 
 #endif

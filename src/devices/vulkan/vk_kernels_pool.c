@@ -1,5 +1,6 @@
 /* MaxPool / AveragePool as GLSL: one invocation per output element, the
- * window loops bounded by constants (the driver unrolls small windows).
+ * window loops bounded by specialization constants (the driver unrolls small
+ * windows when it creates the pipeline).
  * Semantics follow the reference kernel (ops/nn_pool.c). See vk_kernels.h. */
 #if KILN_HAVE_VULKAN
 
@@ -39,38 +40,53 @@ kiln_status_t vk_gen_pool(const vk_pool_desc *d, const vk_device_props *props, c
   kk_preamble(&s, nt, 1, 1, d->fp16);
   kk_buffer(&s, 0, kk_ftype(d->fp16), "kk_x", true);
   kk_buffer(&s, 1, kk_ftype(d->fp16), "kk_y", false);
-  kk_store_fn(&s, epi, "kk_y", d->y_offset, d->fp16);
+  kk_consts c = {0};
+  kk_store_fn(&s, &c, epi, "kk_y", d->y_offset, d->fp16);
+  /* Sizes, window, strides, dilations, pads are constants; the window
+   * loops' bounds too (the driver unrolls small windows once the
+   * constants are known, at pipeline creation). Group counts come from
+   * gl_NumWorkGroups, so the source does not depend on them either. */
+  const char *cin[3], *cout[3];
+  for (int i = 0; i < nsp; i++) {
+    cin[i] = kk_constn(&c, "KK_IN", i, d->in[i]);
+    cout[i] = kk_constn(&c, "KK_OUT", i, d->out[i]);
+  }
   kiln_strbuf_puts(&s, "void main() {\n");
-  kiln_strbuf_printf(&s, "  int idx = int(gl_WorkGroupID.y * %uu + gl_WorkGroupID.x) * %u + int(gl_LocalInvocationIndex);\n",
-                     g2[0], nt);
-  kiln_strbuf_printf(&s, "  if (idx >= %lld) return;\n", (long long)total);
-  kiln_strbuf_printf(&s, "  int plane = idx / %lld, r = idx %% %lld;\n", (long long)out_plane, (long long)out_plane);
+  kiln_strbuf_printf(&s, "  int idx = int(gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * %u + int(gl_LocalInvocationIndex);\n",
+                     nt);
+  kiln_strbuf_printf(&s, "  if (idx >= %s) return;\n", kk_const(&c, "KK_TOTAL", total));
+  const char *cop = kk_const(&c, "KK_OUT_PLANE", out_plane);
+  kiln_strbuf_printf(&s, "  int plane = idx / %s, r = idx %% %s;\n", cop, cop);
   for (int i = nsp - 1; i >= 0; i--) {
     if (i == 0)
       kiln_strbuf_printf(&s, "  int o0 = r;\n");
     else
-      kiln_strbuf_printf(&s, "  int o%d = r %% %lld; r /= %lld;\n", i, (long long)d->out[i], (long long)d->out[i]);
+      kiln_strbuf_printf(&s, "  int o%d = r %% %s; r /= %s;\n", i, cout[i], cout[i]);
   }
-  kiln_strbuf_printf(&s, "  int xb = %lld + plane * %lld;\n", (long long)d->x_offset, (long long)in_plane);
+  kiln_strbuf_printf(&s, "  int xb = %s + plane * %s;\n", kk_const(&c, "KK_X_OFF", d->x_offset),
+                     kk_const(&c, "KK_IN_PLANE", in_plane));
   kiln_strbuf_printf(&s, "  float acc = %s;\n  int cnt = 0;\n", is_max ? "uintBitsToFloat(0xff800000u)" : "0.0");
   bool count_pad = !is_max && d->count_include_pad;
   for (int i = 0; i < nsp; i++) {
-    kiln_strbuf_printf(&s, "%*sfor (int t%d = 0; t%d < %lld; t%d++) {\n", 2 + 2 * i, "", i, i, (long long)d->kernel[i], i);
-    kiln_strbuf_printf(&s, "%*sint p%d = o%d * %lld + t%d * %lld - %lld;\n", 4 + 2 * i, "", i, i, (long long)d->stride[i], i,
-                       (long long)d->dilation[i], (long long)d->pad_begin[i]);
+    kiln_strbuf_printf(&s, "%*sfor (int t%d = 0; t%d < %s; t%d++) {\n", 2 + 2 * i, "", i, i,
+                       kk_constn(&c, "KK_KER", i, d->kernel[i]), i);
+    kiln_strbuf_printf(&s, "%*sint p%d = o%d * %s + t%d * %s - %s;\n", 4 + 2 * i, "", i, i,
+                       kk_constn(&c, "KK_STRIDE", i, d->stride[i]), i, kk_constn(&c, "KK_DIL", i, d->dilation[i]),
+                       kk_constn(&c, "KK_PAD", i, d->pad_begin[i]));
     if (count_pad) /* positions past pad_end (ceil_mode) are neither read nor counted */
-      kiln_strbuf_printf(&s, "%*sif (p%d >= %lld) continue;\n", 4 + 2 * i, "", i, (long long)(d->in[i] + d->pad_end[i]));
+      kiln_strbuf_printf(&s, "%*sif (p%d >= %s) continue;\n", 4 + 2 * i, "", i,
+                         kk_constn(&c, "KK_IN_PADDED", i, d->in[i] + d->pad_end[i]));
   }
   int ind = 2 + 2 * nsp;
   if (count_pad) kiln_strbuf_printf(&s, "%*scnt++;\n", ind, "");
   kiln_strbuf_printf(&s, "%*sif (", ind, "");
-  for (int i = 0; i < nsp; i++) kiln_strbuf_printf(&s, "%suint(p%d) >= %lldu", i ? " || " : "", i, (long long)d->in[i]);
+  for (int i = 0; i < nsp; i++) kiln_strbuf_printf(&s, "%suint(p%d) >= uint(%s)", i ? " || " : "", i, cin[i]);
   kiln_strbuf_puts(&s, ") continue;\n");
   kiln_strbuf_printf(&s, "%*sfloat v = %skk_x[xb + ", ind, "", kk_ld(d->fp16));
   /* row-major offset of (p0, .., p{n-1}) */
   for (int i = 0; i < nsp; i++) kiln_strbuf_puts(&s, "(");
   kiln_strbuf_puts(&s, "0");
-  for (int i = 0; i < nsp; i++) kiln_strbuf_printf(&s, " * %lld + p%d)", (long long)d->in[i], i);
+  for (int i = 0; i < nsp; i++) kiln_strbuf_printf(&s, " * %s + p%d)", cin[i], i);
   kiln_strbuf_printf(&s, "]%s;\n", kk_le(d->fp16));
   if (is_max) /* NaN wins, as in the reference */
     kiln_strbuf_printf(&s, "%*sif (v > acc || (isnan(v) && !isnan(acc))) acc = v;\n", ind, "");
@@ -87,7 +103,7 @@ kiln_status_t vk_gen_pool(const vk_pool_desc *d, const vk_device_props *props, c
   if (total == 0) groups[0] = 0;
   double win = 1;
   for (int i = 0; i < nsp; i++) win *= (double)d->kernel[i];
-  return kk_finish(&s, out, name, 2, epi, groups, (double)total * win);
+  return kk_finish(&s, &c, out, name, 2, epi, groups, (double)total * win);
 }
 
 #endif
