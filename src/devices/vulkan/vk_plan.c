@@ -40,6 +40,7 @@ typedef struct vs_step {
   int segment;            /* device steps: the recorded stream it is in */
   int64_t flops;
   vk_kernel_src src;      /* generated shader; owned */
+  kiln_glsl_spec epi_spec; /* contractions with an epilogue: its specialization constants; owned */
   vk_kernel *kernel;      /* owned (destroyed with the executable) */
 } vs_step;
 
@@ -86,6 +87,12 @@ struct kiln_executable {
   /* Readbacks of fp16 values land in half buffers, converted after the wait. */
   struct vs_pending { uint16_t *half; float *dst; int64_t n; } *pending;
   int n_pending, cap_pending;
+  /* Shaders of this plan (`kiln info`): kernels, distinct sources, and what
+   * the context's compiler did during prepare (other sessions preparing at
+   * the same time count too). */
+  int n_shader_kernels, n_shader_sources;
+  uint64_t spirv_compiled, spirv_cached;
+  double shader_s;
   /* Counted for `kiln bench --profile`: the last run's submissions. */
   int last_submissions, last_command_buffers, last_dispatches;
 };
@@ -327,6 +334,7 @@ static void step_free(vs_step *s) {
   kiln_loop_nest_free(&s->nest);
   kiln_fused_kernel_free(&s->fk);
   vk_kernel_src_free(&s->src);
+  kiln_glsl_spec_free(&s->epi_spec);
 }
 
 void vk_plan_free(kiln_device *dev, struct kiln_executable *x) {
@@ -365,6 +373,21 @@ void vk_plan_free(kiln_device *dev, struct kiln_executable *x) {
 
 static bool is_device_step(const vs_step *s) { return s->kind != VS_REF; }
 
+/* A kernel's specialization constants: the generator's, then its epilogue's
+ * (ids from VK_EPILOGUE_SPEC_BASE). *out owned by the caller (NULL when none). */
+static kiln_status_t spec_entries(const kiln_glsl_spec *own, const kiln_glsl_spec *epi, vk_spec_const **out, int *n) {
+  *out = NULL;
+  *n = own->n + epi->n;
+  if (!*n) return NULL;
+  vk_spec_const *e = malloc((size_t)*n * sizeof *e);
+  if (!e) return KILN_OOM();
+  for (int i = 0; i < own->n; i++) e[i] = (vk_spec_const){(uint32_t)(own->first_id + i), (uint32_t)own->values[i]};
+  for (int i = 0; i < epi->n; i++)
+    e[own->n + i] = (vk_spec_const){(uint32_t)(epi->first_id + i), (uint32_t)epi->values[i]};
+  *out = e;
+  return NULL;
+}
+
 /* Renders a KERNEL step (lowered, scheduled) as a standalone shader. */
 static kiln_status_t render_kernel(const vk_device_state *d, bool fp16, vs_step *s, int index) {
   kiln_glsl_options o = kiln_glsl_options_default();
@@ -372,6 +395,7 @@ static kiln_status_t render_kernel(const vk_device_state *d, bool fp16, vs_step 
   o.int64 = d->props.int64;
   o.subgroup_arithmetic = d->props.subgroup_arithmetic;
   o.cooperative_rows = true;
+  o.spec = &s->src.spec; /* sizes as specialization constants: one SPIR-V per kernel structure */
   kiln_strbuf src = {0};
   snprintf(s->src.name, sizeof s->src.name, "k%d_%s", index, s->node->op_type);
   kiln_status_t st = kiln_render_glsl(s->fk.b, &s->nest, s->src.name, &o, &src, s->src.groups);
@@ -422,7 +446,9 @@ static void fuse_epilogues(struct kiln_executable *x, const int *uses) {
       if (x->steps[i].node->outputs[k] >= 0) step_of_value[x->steps[i].node->outputs[k]] = i;
   for (int ki = 0; ki < x->n_steps; ki++) {
     vs_step *k = &x->steps[ki];
-    if (k->kind != VS_KERNEL || !k->flat || !k->elementwise_only || k->nest.n_sites) continue;
+    /* Any rank: broadcast operands (a bias per column, a scale per channel)
+     * are indexed from the element's flat index in the epilogue. */
+    if (k->kind != VS_KERNEL || !k->elementwise_only || k->nest.n_sites) continue;
     for (int a = 1; a < k->n_args; a++) {
       int v = k->args[a];
       int ci = step_of_value[v];
@@ -439,11 +465,14 @@ static void fuse_epilogues(struct kiln_executable *x, const int *uses) {
        * cannot be fused. */
       kiln_strbuf decls = {0}, func = {0};
       int base = c->n_args;
-      char fn[32];
-      snprintf(fn, sizeof fn, "ep%d", ki);
+      /* One fixed name: sources that differ only in sizes stay identical. */
+      const char *fn = "ep";
       kiln_glsl_options eo = kiln_glsl_options_default();
       eo.fp16 = x->fp16; /* the epilogue's buffers and its contraction's agree */
+      kiln_glsl_spec espec = {.first_id = VK_EPILOGUE_SPEC_BASE};
+      eo.spec = &espec;
       kiln_status_t st = kiln_render_glsl_epilogue_opts(k->fk.b, &k->nest, fn, a, base, &eo, &decls, &func);
+      if (!st && espec.oom) st = KILN_OOM();
       if (!st) st = kiln_strbuf_status(&decls);
       if (!st) st = kiln_strbuf_status(&func);
       if (!st) {
@@ -462,6 +491,9 @@ static void fuse_epilogues(struct kiln_executable *x, const int *uses) {
             c->n_args += k->n_args;
             vk_kernel_src_free(&c->src);
             c->src = src;
+            kiln_glsl_spec_free(&c->epi_spec);
+            c->epi_spec = espec;
+            espec = (kiln_glsl_spec){0};
             c->epilogue_step = ki;
             c->out_value = k->args[0];
             k->fused_into = ci;
@@ -472,6 +504,7 @@ static void fuse_epilogues(struct kiln_executable *x, const int *uses) {
       }
       kiln_strbuf_free(&decls);
       kiln_strbuf_free(&func);
+      kiln_glsl_spec_free(&espec);
       if (st) {
         kiln_status_free(st);
         continue;
@@ -821,17 +854,34 @@ kiln_status_t vk_plan_prepare(kiln_device *dev, const kiln_graph *g, const kiln_
       vk_kernel_desc *descs = calloc((size_t)x->n_steps + 1, sizeof *descs);
       vk_kernel **kernels = calloc((size_t)x->n_steps + 1, sizeof *kernels);
       int *step_of = calloc((size_t)x->n_steps + 1, sizeof *step_of);
+      vk_spec_const **specs = calloc((size_t)x->n_steps + 1, sizeof *specs);
       int nk = 0;
-      if (!descs || !kernels || !step_of) st = KILN_OOM();
+      if (!descs || !kernels || !step_of || !specs) st = KILN_OOM();
       for (int i = 0; i < x->n_steps && !st; i++) {
         vs_step *s = &x->steps[i];
         if (s->kind == VS_REF || (s->kind == VS_KERNEL && s->fused_into >= 0) || !s->src.glsl) continue;
         if (s->src.groups[0] == 0) continue; /* empty output: nothing to run */
         descs[nk] = (vk_kernel_desc){s->src.name, s->src.glsl, s->src.n_buffers, s->src.push_bytes};
+        st = spec_entries(&s->src.spec, &s->epi_spec, &specs[nk], &descs[nk].n_spec);
+        descs[nk].spec = specs[nk];
         step_of[nk++] = i;
       }
+      vk_pipeline_stats before, after;
+      vk_pipeline_stats_get(ctx, &before);
       if (!st && nk) st = vk_kernel_create_batch(ctx, descs, nk, kernels);
+      vk_pipeline_stats_get(ctx, &after);
+      x->n_shader_kernels = nk;
+      for (int k = 0; k < nk; k++) {
+        bool seen = false;
+        for (int j = 0; j < k && !seen; j++) seen = !strcmp(descs[j].glsl, descs[k].glsl);
+        x->n_shader_sources += !seen;
+      }
+      x->spirv_compiled = after.spirv_compiled - before.spirv_compiled;
+      x->spirv_cached = after.spirv_cached - before.spirv_cached;
+      x->shader_s = (after.spirv_s - before.spirv_s) + (after.pipeline_s - before.pipeline_s);
       for (int k = 0; k < nk; k++) x->steps[step_of[k]].kernel = kernels[k];
+      for (int k = 0; specs && k < nk; k++) free(specs[k]);
+      free(specs);
       free(descs);
       free(kernels);
       free(step_of);
@@ -1124,6 +1174,11 @@ void vk_plan_describe(kiln_device *dev, const struct kiln_executable *x, FILE *o
           "compiled for %s: %d nodes after optimization -> %d generated GLSL kernels (fusing %d nodes; %d of them run "
           "as epilogues), %d hand-scheduled kernels (MatMul/Gemm/Conv/pool/attention), %d nodes on ref\n",
           x->dev->name, g->n_nodes, x->n_kernels, x->n_fused_nodes, n_epi, x->n_contract, x->n_ref);
+  fprintf(out,
+          "shaders: %d kernels from %d distinct sources (sizes are specialization constants); at prepare %llu SPIR-V "
+          "modules compiled, %llu from the cache, %.2f s compiling and creating pipelines\n",
+          x->n_shader_kernels, x->n_shader_sources, (unsigned long long)x->spirv_compiled,
+          (unsigned long long)x->spirv_cached, x->shader_s);
   fprintf(out, "recorded: %d command buffer%s, %d submission%s per run\n", x->n_segments, x->n_segments == 1 ? "" : "s",
           x->n_flushes, x->n_flushes == 1 ? "" : "s");
   if (x->n_ref) {
