@@ -147,6 +147,26 @@ static kiln_status_t matmul_desc(const kiln_graph *g, const kiln_node *node, vk_
   if (!batch_strides(a, a->rank > 1 ? 2 : 1, m * k, nb, d->a_batch_stride) ||
       !batch_strides(b, b->rank > 1 ? 2 : 1, k * n, nb, d->b_batch_stride))
     return kiln_error(KILN_UNSUPPORTED, "batch axes do not broadcast");
+  /* A shared B (no batch axes of its own) under a dense A is one matrix
+   * product with the batch folded into M: [batch..., m, k] x [k, n] is
+   * [batch*m, k] x [k, n] with the same output layout. Seq-first
+   * transformers' projections ([seq, 1, d] x [d, e]) would otherwise be
+   * `seq` GEMVs each reading all of B. */
+  bool shared_b = true, dense_a = true;
+  int64_t span = m * k, rows = m;
+  for (int i = nb - 1; i >= 0; i--) {
+    shared_b &= d->b_batch_stride[i] == 0;
+    dense_a &= d->a_batch_stride[i] == span || d->batch[i] == 1;
+    span *= d->batch[i];
+    rows *= d->batch[i];
+  }
+  if (nb && shared_b && dense_a && m > 0 && rows <= INT32_MAX) {
+    d->m = rows;
+    d->n_batch = 0;
+    memset(d->batch, 0, sizeof d->batch);
+    memset(d->a_batch_stride, 0, sizeof d->a_batch_stride);
+    memset(d->b_batch_stride, 0, sizeof d->b_batch_stride);
+  }
   return NULL;
 }
 
