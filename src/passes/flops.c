@@ -36,5 +36,13 @@ int64_t kiln_node_flops(const kiln_graph *g, const kiln_node *n) {
     if (!strcmp(op, "Gemm") && kiln_attr_int(n, "transA", 0) && in0->rank == 2) k = in0->dims[0];
     return 2 * out_n * (k > 0 ? k : 0);
   }
+  if (!strcmp(op, "FusedAttention") && in0 && in1 && in0->rank >= 2 && in1->rank >= 2 && out->rank >= 1 &&
+      out->dims[out->rank - 1] > 0) {
+    /* Per query row: scores q.k over n keys (2d each), softmax (~5 per
+     * score: scale, max, exp, sum, divide), then the weighted sum of V (2dv each). */
+    int64_t d = in0->dims[in0->rank - 1], dv = out->dims[out->rank - 1];
+    int64_t keys = kiln_attr_int(n, "transpose_k", 1) ? in1->dims[in1->rank - 2] : in1->dims[in1->rank - 1];
+    if (d >= 0 && keys >= 0) return out_n / dv * keys * (2 * d + 2 * dv + 5);
+  }
   return out_n;
 }
