@@ -60,7 +60,7 @@ kiln_status_t kiln_session_create(const kiln_model *model, const kiln_session_op
       return st;
     }
     if (!strncmp(dev_name, "vulkan", 6) && kiln_device_vulkan_absent_reason())
-      return kiln_error(KILN_NOT_FOUND, "no device named '%s': %s (available: %s)", dev_name,
+      return kiln_error(KILN_NOT_FOUND, "the vulkan device '%s' is not available (%s); available: %s", dev_name,
                         kiln_device_vulkan_absent_reason(), avail);
     return kiln_error(KILN_NOT_FOUND, "no device named '%s' (available: %s)", dev_name, avail);
   }

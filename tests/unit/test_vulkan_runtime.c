@@ -32,37 +32,9 @@ int main(void) {
 }
 #else
 
-static int g_failures, g_checks;
-static uint64_t g_rng = 0x243f6a8885a308d3ull;
-
-static uint64_t rnd(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return g_rng;
-}
+#define CHECK_RNG_SEED 0x243f6a8885a308d3ull
+#include "check.h"
 static float rnd_float(void) { return (float)((double)(rnd() >> 11) / (double)(1ull << 53) * 2.0 - 1.0); }
-
-#define CHECK(cond, ...)                                  \
-  do {                                                    \
-    g_checks++;                                           \
-    if (!(cond)) {                                        \
-      g_failures++;                                       \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);         \
-      printf(__VA_ARGS__);                                \
-      printf("\n");                                       \
-    }                                                     \
-  } while (0)
-
-/* Fails the test on a non-NULL status (and frees it); true when OK. */
-static bool ok(kiln_status_t st, const char *what) {
-  g_checks++;
-  if (!st) return true;
-  g_failures++;
-  printf("FAIL: %s: %s\n", what, kiln_status_message(st));
-  kiln_status_free(st);
-  return false;
-}
 
 #define TRY_OR(expr, what, action) \
   do {                             \

@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 
+
 static _Atomic uint64_t g_validation_errors;
 
 uint64_t vk_validation_error_count(void) { return atomic_load(&g_validation_errors); }
@@ -112,8 +113,10 @@ static kiln_status_t create_instance(vk_context *ctx, const vk_loader *ld) {
   if (n_layers && vmode && !strcmp(vmode, "sync")) ci.pNext = &vfeat;
   else if (debug_utils) ci.pNext = &dbg;
   VkResult r = ld->vkCreateInstance(&ci, NULL, &ctx->instance);
-  if (r == VK_ERROR_INCOMPATIBLE_DRIVER)
-    return kiln_error(KILN_UNSUPPORTED, "vulkan: no Vulkan driver (ICD) found by the loader");
+  if (r == VK_ERROR_INCOMPATIBLE_DRIVER) {
+    char why[600];
+    return kiln_error(KILN_UNSUPPORTED, "%s", vk_no_driver_reason(r, why, sizeof why));
+  }
   KILN_TRY(vk_check(r, "vkCreateInstance"));
   KILN_TRY(vk_load_instance_fns(ctx->instance, &ctx->fn));
   if (debug_utils && ctx->fn.vkCreateDebugUtilsMessengerEXT)

@@ -238,7 +238,9 @@ static kiln_status_t vk_dev_event_wait(kiln_device *dev, kiln_device_event event
 
 static bool vk_dev_event_done(kiln_device *dev, kiln_device_event event) {
   vk_device_state *d = dev->impl;
-  return !d->ctx || vk_completed_value(d->ctx) >= event.value;
+  /* A lost device never completes anything: "done", so that a caller polling
+   * this goes on to a wait or readback, which reports the loss. */
+  return !d->ctx || atomic_load(&d->ctx->lost) || vk_completed_value(d->ctx) >= event.value;
 }
 
 static kiln_status_t vk_dev_synchronize(kiln_device *dev) {

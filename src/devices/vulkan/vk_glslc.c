@@ -4,15 +4,25 @@
  *
  * Source and output go through files in a private temporary directory
  * (created once per process, 0700); glslc's stderr goes to a file too, so no
- * pipes can fill up. $KILN_GLSLC names the program, else glslc on PATH. */
+ * pipes can fill up.
+ *
+ * Environment:
+ *   KILN_GLSLC=PATH   the glslc program to run (else glslc on $PATH). It must
+ *                     be an executable file that answers `--version`;
+ *                     otherwise the vulkan device is absent and the reason
+ *                     names PATH and what went wrong. Whether glslc or
+ *                     libshaderc is used: KILN_VULKAN_SHADER_COMPILER
+ *                     (vk_loader.c). */
 #if KILN_HAVE_VULKAN
 
 #include "devices/vulkan/vk_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -42,21 +52,38 @@ static void make_tmp_dir(void) {
 }
 
 /* Runs argv (argv[0] a path); stdout/stderr to files (NULL: /dev/null).
- * Returns the exit status, or -1 if it could not run. */
-static int run(char *const argv[], const char *out_path, const char *err_path) {
+ * Returns the exit status, or -1 if it could not run or died of a signal;
+ * then `why` (if not NULL) says which. */
+static int run(char *const argv[], const char *out_path, const char *err_path, char *why, size_t why_size) {
+  if (why && why_size) why[0] = '\0';
   posix_spawn_file_actions_t fa;
-  if (posix_spawn_file_actions_init(&fa)) return -1;
+  int rc = posix_spawn_file_actions_init(&fa);
+  if (rc) {
+    if (why) snprintf(why, why_size, "cannot run %s: %s", argv[0], strerror(rc));
+    return -1;
+  }
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_addopen(&fa, 2, err_path ? err_path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0600);
   pid_t pid;
-  int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+  rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
-  if (rc) return -1;
+  if (rc) {
+    if (why) snprintf(why, why_size, "cannot run %s: %s", argv[0], strerror(rc));
+    return -1;
+  }
   int status = 0;
   while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (errno != EINTR) {
+      if (why) snprintf(why, why_size, "cannot wait for %s: %s", argv[0], strerror(errno));
+      return -1;
+    }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (why && WIFSIGNALED(status))
+    snprintf(why, why_size, "%s was killed by signal %d (%s)", argv[0], WTERMSIG(status), strsignal(WTERMSIG(status)));
+  else if (why)
+    snprintf(why, why_size, "%s ended abnormally (wait status 0x%x)", argv[0], (unsigned)status);
+  return -1;
 }
 
 /* Whole file (malloc'd, NUL-terminated, *out_size without the NUL) or NULL. */
@@ -91,7 +118,8 @@ bool vk_glslc_find(vk_shaderc_fns *sc, char *why, size_t why_size) {
   sc->glslc[0] = '\0';
   if (env && *env) {
     if (!executable(env)) {
-      snprintf(why, why_size, "KILN_GLSLC=%s is not an executable file", env);
+      snprintf(why, why_size, "cannot run KILN_GLSLC=%.400s: %s", env,
+               access(env, F_OK) ? strerror(errno) : "not an executable file");
       return false;
     }
     snprintf(sc->glslc, sizeof sc->glslc, "%s", env);
@@ -122,12 +150,15 @@ bool vk_glslc_find(vk_shaderc_fns *sc, char *why, size_t why_size) {
   char out[600];
   snprintf(out, sizeof out, "%s/version.%ld.txt", g_tmp_dir, (long)getpid());
   char *argv[] = {sc->glslc, "--version", NULL};
-  int rc = run(argv, out, NULL);
+  char run_err[600];
+  int rc = run(argv, out, NULL, run_err, sizeof run_err);
   size_t n = 0;
   char *text = read_file(out, &n);
   unlink(out);
-  if (rc != 0 || !text) {
-    snprintf(why, why_size, "%s --version failed", sc->glslc);
+  if (rc != 0 || !text || !n) {
+    if (rc < 0) snprintf(why, why_size, "%.500s", run_err);
+    else if (rc > 0) snprintf(why, why_size, "`%.400s --version` exited with status %d", sc->glslc, rc);
+    else snprintf(why, why_size, "`%.400s --version` printed nothing", sc->glslc);
     free(text);
     sc->glslc[0] = '\0';
     return false;
@@ -154,7 +185,8 @@ static char *replace_all(const char *s, const char *from, const char *to) {
 }
 
 bool vk_glslc_compile(const vk_shaderc_fns *sc, const char *name, const char *glsl, uint32_t **out_words,
-                      size_t *out_bytes, char **out_message) {
+                      size_t *out_bytes, char **out_message, bool *out_tool_failed) {
+  *out_tool_failed = false;
   *out_words = NULL;
   *out_bytes = 0;
   *out_message = NULL;
@@ -168,12 +200,14 @@ bool vk_glslc_compile(const vk_shaderc_fns *sc, const char *name, const char *gl
   if (f && fclose(f)) wrote = false;
   if (!wrote) {
     unlink(src);
-    *out_message = kiln_strfmt("cannot write %s: %s", src, strerror(errno));
+    *out_message = kiln_strfmt("shader compiler: cannot write %s: %s", src, strerror(errno));
+    *out_tool_failed = true;
     return false;
   }
   char *argv[] = {(char *)sc->glslc, "-fshader-stage=compute", "--target-env=vulkan1.2", "--target-spv=spv1.5",
                   "-O", "-o", spv, src, NULL};
-  int rc = run(argv, NULL, err);
+  char run_err[600];
+  int rc = run(argv, NULL, err, run_err, sizeof run_err);
   size_t n = 0;
   bool ok = false;
   if (rc == 0) {
@@ -186,13 +220,16 @@ bool vk_glslc_compile(const vk_shaderc_fns *sc, const char *name, const char *gl
       free(bytes);
       *out_message = kiln_strfmt("glslc produced no valid SPIR-V (%zu bytes)", n);
     }
+  } else if (rc < 0) {
+    /* Not a compile error: the program could not run or crashed. */
+    *out_tool_failed = true;
+    *out_message = kiln_strfmt("shader compiler: %s", run_err);
   } else {
     char *msg = read_file(err, &n);
     /* Messages name the temp file; say the kernel's name instead. */
-    *out_message = msg ? replace_all(msg, src, name) : NULL;
+    *out_message = msg && n ? replace_all(msg, src, name) : NULL;
     free(msg);
-    if (!*out_message)
-      *out_message = rc < 0 ? kiln_strfmt("cannot run %s", sc->glslc) : kiln_strfmt("glslc exited with status %d", rc);
+    if (!*out_message) *out_message = kiln_strfmt("%s exited with status %d and no message", sc->glslc, rc);
   }
   unlink(src);
   unlink(spv);

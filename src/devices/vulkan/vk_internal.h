@@ -139,10 +139,17 @@ kiln_status_t vk_loader_get(const vk_loader **out_loader, const vk_shaderc_fns *
 
 /* glslc fallback (vk_glslc.c). find: fills sc->glslc and glslc_version from
  * $KILN_GLSLC or PATH; false with *why when there is none. compile: SPIR-V
- * (malloc'd words) or an error message (malloc'd, "NAME:LINE: error: ..."). */
+ * (malloc'd words) or an error message (malloc'd, "NAME:LINE: error: ...");
+ * *out_tool_failed tells a compiler that could not run or died (missing,
+ * killed, no temp file) from a shader it rejected. */
 bool vk_glslc_find(vk_shaderc_fns *sc, char *why, size_t why_size);
 bool vk_glslc_compile(const vk_shaderc_fns *sc, const char *name, const char *glsl, uint32_t **out_words,
-                      size_t *out_bytes, char **out_message);
+                      size_t *out_bytes, char **out_message, bool *out_tool_failed);
+
+/* Why the loader found no driver (vk_loader.c), naming the loader's
+ * ICD-selection variables when they are set: a stale VK_ICD_FILENAMES is the
+ * usual cause. Returns buf. */
+const char *vk_no_driver_reason(VkResult r, char *buf, size_t size);
 
 /* Fills a table's instance-level entries; error names the missing one. */
 kiln_status_t vk_load_instance_fns(VkInstance instance, vk_fns *fns);

@@ -3,7 +3,21 @@
  * enumerates the usable physical devices.
  *
  * kiln never links Vulkan: a machine without a loader, an ICD or shaderc
- * simply has no vulkan device, and vk_enumerate says why. */
+ * simply has no vulkan device, and vk_enumerate says why.
+ *
+ * Environment:
+ *   KILN_VULKAN_LOADER=PATH   the Vulkan loader library to dlopen instead of
+ *                             libvulkan.so.1 (then libvulkan.so); only PATH is
+ *                             tried. A file that cannot be loaded makes the
+ *                             vulkan device absent, with dlopen's reason.
+ *   KILN_VULKAN_SHADER_COMPILER=auto|libshaderc|glslc
+ *                             auto (default, also when unset or empty):
+ *                             libshaderc if it loads, else glslc; libshaderc:
+ *                             the library only; glslc: the program only
+ *                             ($KILN_GLSLC or PATH, see vk_glslc.c). Any other
+ *                             value makes the vulkan device absent, saying so.
+ *   VK_ICD_FILENAMES / VK_DRIVER_FILES (the loader's own) are named in the
+ *                             "no Vulkan driver" reason when set. */
 #if KILN_HAVE_VULKAN
 
 #include "devices/vulkan/vk_internal.h"
@@ -83,6 +97,18 @@ const char *vk_format_bytes(uint64_t bytes, char buf[32]) {
 
 /* ---- loading ------------------------------------------------------------------ */
 
+const char *vk_no_driver_reason(VkResult r, char *buf, size_t size) {
+  static const char *const vars[] = {"VK_ICD_FILENAMES", "VK_DRIVER_FILES", "VK_ADD_DRIVER_FILES"};
+  int n = snprintf(buf, size, "vulkan: no Vulkan driver (ICD) found by the loader (vkCreateInstance: %s",
+                   vk_result_name(r));
+  for (size_t i = 0; i < KILN_ARRAY_SIZE(vars) && n >= 0 && (size_t)n < size; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && *v) n += snprintf(buf + n, size - (size_t)n, "; %s=%.200s", vars[i], v);
+  }
+  if (n >= 0 && (size_t)n < size) snprintf(buf + n, size - (size_t)n, ")");
+  return buf;
+}
+
 static void *open_first(const char *const *names, int n, char *err, size_t err_size) {
   err[0] = '\0';
   for (int i = 0; i < n; i++) {
@@ -97,7 +123,7 @@ static void *open_first(const char *const *names, int n, char *err, size_t err_s
 }
 
 static void load_libraries(void) {
-  static const char *const vk_names[] = {
+  static const char *vk_names[] = {
 #if defined(__APPLE__)
       "libvulkan.1.dylib", "libvulkan.dylib", "libMoltenVK.dylib",
 #else
@@ -114,14 +140,27 @@ static void load_libraries(void) {
 #endif
   };
   char err[512];
-  g_loader.lib = open_first(vk_names, (int)KILN_ARRAY_SIZE(vk_names), err, sizeof err);
+  /* KILN_VULKAN_LOADER replaces the search list: a user who names a loader
+   * wants that one, not a silent fallback to the system's. */
+  const char *env_loader = getenv("KILN_VULKAN_LOADER");
+  const char *const *names = vk_names;
+  int n_names = (int)KILN_ARRAY_SIZE(vk_names);
+  const char *set_by = "";
+  if (env_loader && *env_loader) {
+    names = &env_loader;
+    n_names = 1;
+    set_by = " (set by KILN_VULKAN_LOADER)";
+  }
+  g_loader.lib = open_first(names, n_names, err, sizeof err);
   if (!g_loader.lib) {
-    snprintf(g_load_error, sizeof g_load_error, "vulkan: cannot load the Vulkan loader %s (%s)", vk_names[0], err);
+    snprintf(g_load_error, sizeof g_load_error, "vulkan: cannot load the Vulkan loader %.300s%s: %s", names[0], set_by,
+             err);
     return;
   }
   g_loader.vkGetInstanceProcAddr = (PFN_vkGetInstanceProcAddr)dlsym(g_loader.lib, "vkGetInstanceProcAddr");
   if (!g_loader.vkGetInstanceProcAddr) {
-    snprintf(g_load_error, sizeof g_load_error, "vulkan: %s has no vkGetInstanceProcAddr", vk_names[0]);
+    snprintf(g_load_error, sizeof g_load_error, "vulkan: %.300s%s has no vkGetInstanceProcAddr (not a Vulkan loader?)",
+             names[0], set_by);
     return;
   }
 #define LOAD_GLOBAL(name)                                                                                         \
@@ -145,11 +184,17 @@ static void load_libraries(void) {
 
   /* The shader compiler: libshaderc, else glslc (see vk_internal.h). */
   const char *forced = getenv("KILN_VULKAN_SHADER_COMPILER");
+  if (forced && *forced && strcmp(forced, "auto") && strcmp(forced, "glslc") && strcmp(forced, "libshaderc")) {
+    snprintf(g_load_error, sizeof g_load_error,
+             "vulkan: KILN_VULKAN_SHADER_COMPILER=%.200s is not one of auto, libshaderc, glslc", forced);
+    return;
+  }
   bool want_lib = !(forced && !strcmp(forced, "glslc"));
+  bool want_glslc = !(forced && !strcmp(forced, "libshaderc"));
   char lib_err[512] = "not tried (KILN_VULKAN_SHADER_COMPILER=glslc)";
   if (want_lib) {
     g_shaderc.lib = open_first(sc_names, (int)KILN_ARRAY_SIZE(sc_names), err, sizeof err);
-    if (!g_shaderc.lib) snprintf(lib_err, sizeof lib_err, "cannot load %s: %.400s", sc_names[0], err);
+    if (!g_shaderc.lib) snprintf(lib_err, sizeof lib_err, "cannot be loaded: %.450s", err);
   }
   if (g_shaderc.lib) {
 #define LOAD_SC(field, sym)                                                                    \
@@ -175,9 +220,9 @@ static void load_libraries(void) {
 #undef LOAD_SC
   }
   if (g_shaderc.lib) return;
-  char glslc_err[512];
-  if (vk_glslc_find(&g_shaderc, glslc_err, sizeof glslc_err)) return;
-  snprintf(g_load_error, sizeof g_load_error, "vulkan: no shader compiler: libshaderc %.500s; glslc: %.400s", lib_err,
+  char glslc_err[512] = "not tried (KILN_VULKAN_SHADER_COMPILER=libshaderc)";
+  if (want_glslc && vk_glslc_find(&g_shaderc, glslc_err, sizeof glslc_err)) return;
+  snprintf(g_load_error, sizeof g_load_error, "vulkan: no shader compiler: libshaderc %.450s; glslc: %.450s", lib_err,
            glslc_err);
 }
 
@@ -455,8 +500,7 @@ static void enumerate_once(void) {
   VkInstance inst = VK_NULL_HANDLE;
   VkResult r = g_loader.vkCreateInstance(&ci, NULL, &inst);
   if (r != VK_SUCCESS) {
-    if (r == VK_ERROR_INCOMPATIBLE_DRIVER)
-      snprintf(g_enum_why, sizeof g_enum_why, "vulkan: no Vulkan driver (ICD) found by the loader");
+    if (r == VK_ERROR_INCOMPATIBLE_DRIVER) vk_no_driver_reason(r, g_enum_why, sizeof g_enum_why);
     else
       snprintf(g_enum_why, sizeof g_enum_why, "vulkan: vkCreateInstance failed: %s (%d)", vk_result_name(r), (int)r);
     return;

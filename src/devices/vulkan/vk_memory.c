@@ -6,18 +6,73 @@
  * Why blocks: drivers cap the number of allocations (maxMemoryAllocationCount,
  * often 4096) and vkAllocateMemory is slow; a model has thousands of
  * tensors. One spare empty block per kind is kept so that a session that
- * frees and reallocates does not bounce memory through the driver. */
+ * frees and reallocates does not bounce memory through the driver.
+ *
+ * Environment:
+ *   KILN_VULKAN_MEMORY_LIMIT=N[K|M|G|T]  a cap, in bytes (KiB/MiB/GiB/TiB;
+ *       "20M", "1.5G", "512MiB"),
+ *       on the device memory (VK_MEM_DEVICE blocks: weights, activations,
+ *       workspaces; not the host-visible staging rings) that kiln allocates
+ *       from Vulkan in this process, over all vulkan devices, like ONNX
+ *       Runtime's gpu_mem_limit. A block that would pass it is not allocated:
+ *       the allocation fails with KILN_OUT_OF_MEMORY as a real out-of-memory
+ *       would. Under a cap smaller than the usual 64 MiB block, blocks shrink
+ *       to what is left. Read when a Vulkan context is created; unset, empty
+ *       or 0: no cap. A malformed value fails context creation. */
 #if KILN_HAVE_VULKAN
 
 #include "devices/vulkan/vk_internal.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 
 #define VK_BLOCK_BYTES ((VkDeviceSize)64 << 20)
 
 static VkDeviceSize align_up(VkDeviceSize v, VkDeviceSize a) { return (v + a - 1) / a * a; }
 
+/* KILN_VULKAN_MEMORY_LIMIT: process-wide, because the cap is on what this
+ * process takes from the device(s). g_device_bytes counts VK_MEM_DEVICE
+ * block bytes of all contexts; both are changed only under g_limit_lock
+ * (block creation is rare and slow anyway). */
+static pthread_mutex_t g_limit_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t g_limit_bytes;  /* 0: no cap */
+static uint64_t g_device_bytes; /* VK_MEM_DEVICE block bytes allocated now */
+
+/* Parses "N", "NK", "NM", "NG" (optionally "KB"/"KiB" ...); false if malformed. */
+static bool parse_bytes(const char *s, uint64_t *out) {
+  errno = 0;
+  char *end = NULL;
+  while (isspace((unsigned char)*s)) s++;
+  if (!isdigit((unsigned char)*s)) return false;
+  double v = strtod(s, &end);
+  if (errno || end == s || v < 0) return false;
+  double mult = 1;
+  switch (toupper((unsigned char)*end)) {
+    case 'K': mult = 1024.0, end++; break;
+    case 'M': mult = 1024.0 * 1024, end++; break;
+    case 'G': mult = 1024.0 * 1024 * 1024, end++; break;
+    case 'T': mult = 1024.0 * 1024 * 1024 * 1024, end++; break;
+    default: break;
+  }
+  if (mult > 1 && (*end == 'i' || *end == 'I')) end++;
+  if (mult > 1 && (*end == 'b' || *end == 'B')) end++;
+  while (isspace((unsigned char)*end)) end++;
+  if (*end || v * mult >= 18446744073709551615.0) return false;
+  *out = (uint64_t)(v * mult);
+  return true;
+}
+
 kiln_status_t vk_mem_init(vk_context *ctx) {
+  const char *lim = getenv("KILN_VULKAN_MEMORY_LIMIT");
+  uint64_t limit = 0;
+  if (lim && *lim && !parse_bytes(lim, &limit))
+    return kiln_error(KILN_INVALID_ARGUMENT,
+                      "vulkan: KILN_VULKAN_MEMORY_LIMIT=%.100s is not a byte count (N, or N with a K, M, G or T suffix)",
+                      lim);
+  pthread_mutex_lock(&g_limit_lock);
+  g_limit_bytes = limit;
+  pthread_mutex_unlock(&g_limit_lock);
   const VkPhysicalDeviceLimits *l = &ctx->info.limits;
   /* Offsets must suit storage-buffer binding; 16 bytes keeps vec4 loads and
    * vkCmdFillBuffer's 4-byte rule happy; nonCoherentAtomSize covers any
@@ -30,11 +85,41 @@ kiln_status_t vk_mem_init(vk_context *ctx) {
   return NULL;
 }
 
+/* Takes *size bytes of device memory from the process's budget, before the
+ * block is allocated (so two contexts cannot both pass the cap). Under a cap,
+ * a shared block shrinks to what is left when that still holds `requested`.
+ * Error: KILN_OUT_OF_MEMORY, worded as for a real out-of-memory. */
+static kiln_status_t limit_reserve(VkDeviceSize *size, VkDeviceSize requested, bool dedicated, VkDeviceSize align) {
+  pthread_mutex_lock(&g_limit_lock);
+  uint64_t limit = g_limit_bytes, in_use = g_device_bytes;
+  if (limit) {
+    uint64_t left = limit > in_use ? limit - in_use : 0;
+    if (*size > left && !dedicated && requested <= left) *size = left / align * align; /* >= requested: both aligned */
+    if (*size > left) {
+      pthread_mutex_unlock(&g_limit_lock);
+      char want[32], lim[32], used[32];
+      return kiln_error(KILN_OUT_OF_MEMORY,
+                        "vulkan: out of device memory allocating %s (limit %s set by KILN_VULKAN_MEMORY_LIMIT, %s in use)",
+                        vk_format_bytes(requested, want), vk_format_bytes(limit, lim), vk_format_bytes(in_use, used));
+    }
+  }
+  g_device_bytes += *size;
+  pthread_mutex_unlock(&g_limit_lock);
+  return NULL;
+}
+
+static void limit_release(VkDeviceSize size) {
+  pthread_mutex_lock(&g_limit_lock);
+  g_device_bytes -= KILN_MIN(g_device_bytes, size);
+  pthread_mutex_unlock(&g_limit_lock);
+}
+
 static void destroy_block(vk_context *ctx, vk_block *b) {
   if (b->mapped) ctx->fn.vkUnmapMemory(ctx->device, b->memory);
   if (b->buffer) ctx->fn.vkDestroyBuffer(ctx->device, b->buffer, NULL);
   if (b->memory) ctx->fn.vkFreeMemory(ctx->device, b->memory, NULL);
   if (b->memory && ctx->mem.heap_used[b->heap_index] >= b->size) ctx->mem.heap_used[b->heap_index] -= b->size;
+  if (b->kind == VK_MEM_DEVICE) limit_release(b->size); /* b->size: what limit_reserve took */
   free(b->free);
   free(b);
 }
@@ -92,6 +177,15 @@ static kiln_status_t create_block(vk_context *ctx, vk_mem_kind kind, VkDeviceSiz
   if (!b) return KILN_OOM();
   b->kind = kind;
   b->dedicated = dedicated;
+  if (kind == VK_MEM_DEVICE) {
+    kiln_status_t st = limit_reserve(&size, requested, dedicated, ctx->mem.align);
+    if (st) {
+      free(b);
+      return st;
+    }
+  }
+  /* From here b->size is the reservation destroy_block gives back. */
+  b->size = size;
   VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
                             .size = size,
                             .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
@@ -99,6 +193,7 @@ static kiln_status_t create_block(vk_context *ctx, vk_mem_kind kind, VkDeviceSiz
                             .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
   VkResult r = fn->vkCreateBuffer(ctx->device, &bci, NULL, &b->buffer);
   if (r != VK_SUCCESS) {
+    if (kind == VK_MEM_DEVICE) limit_release(size);
     free(b);
     char req[32];
     if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY)
@@ -138,6 +233,7 @@ static kiln_status_t create_block(vk_context *ctx, vk_mem_kind kind, VkDeviceSiz
     if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) continue;
     if (r != VK_SUCCESS) {
       fn->vkDestroyBuffer(ctx->device, b->buffer, NULL);
+      if (kind == VK_MEM_DEVICE) limit_release(size);
       free(b);
       return vk_check(r, "vkAllocateMemory");
     }
@@ -147,13 +243,14 @@ static kiln_status_t create_block(vk_context *ctx, vk_mem_kind kind, VkDeviceSiz
   }
   if (!b->memory) {
     fn->vkDestroyBuffer(ctx->device, b->buffer, NULL);
+    if (kind == VK_MEM_DEVICE) limit_release(size);
     free(b);
     char want[32], hs[32], used[32], lim[32];
     if (first_heap < 0)
       return kiln_error(KILN_UNSUPPORTED, "vulkan: no memory type suits %s buffers", kind_name(kind));
     if (ctx->info.max_alloc_bytes && req.size > ctx->info.max_alloc_bytes)
-      return kiln_error(KILN_OUT_OF_MEMORY, "vulkan: cannot allocate %s of %s memory: the device's largest allocation is %s",
-                        vk_format_bytes(requested, want), kind_name(kind),
+      return kiln_error(KILN_OUT_OF_MEMORY, "vulkan: out of %s memory allocating %s (the device's largest allocation is %s)",
+                        kind == VK_MEM_DEVICE ? "device" : "host-visible", vk_format_bytes(requested, want),
                         vk_format_bytes(ctx->info.max_alloc_bytes, lim));
     return kiln_error(KILN_OUT_OF_MEMORY, "vulkan: out of %s memory allocating %s (heap %d: %s, %s in use)",
                       kind == VK_MEM_DEVICE ? "device" : "host-visible", vk_format_bytes(requested, want), first_heap,
@@ -166,7 +263,6 @@ static kiln_status_t create_block(vk_context *ctx, vk_mem_kind kind, VkDeviceSiz
     r = fn->vkMapMemory(ctx->device, b->memory, 0, VK_WHOLE_SIZE, 0, &p);
     b->mapped = p;
   }
-  b->size = size;
   ctx->mem.heap_used[b->heap_index] += size;
   if (r != VK_SUCCESS) {
     destroy_block(ctx, b);
@@ -239,7 +335,8 @@ kiln_status_t vk_mem_alloc(vk_context *ctx, vk_mem_kind kind, size_t bytes, unsi
   if ((int)kind < 0 || kind > VK_MEM_READBACK) return kiln_error(KILN_INVALID_ARGUMENT, "vulkan: bad memory kind %d", kind);
   if (bytes > ((size_t)1 << 46)) {
     char b[32];
-    return kiln_error(KILN_OUT_OF_MEMORY, "vulkan: refusing to allocate %s", vk_format_bytes(bytes, b));
+    return kiln_error(KILN_OUT_OF_MEMORY, "vulkan: out of device memory: refusing to allocate %s (more than any device has)",
+                      vk_format_bytes(bytes, b));
   }
   vk_allocator *m = &ctx->mem;
   VkDeviceSize size = align_up(bytes ? bytes : 1, m->align);

@@ -232,11 +232,18 @@ static kiln_status_t get_spirv(const vk_shaderc_fns *sc, const char *cache_dir, 
     uint32_t *words = NULL;
     size_t size = 0;
     char *msg = NULL;
+    bool tool_failed = false;
     kiln_status_t st = NULL;
-    if (vk_glslc_compile(sc, name, glsl, &words, &size, &msg) && spirv_ok((const uint8_t *)words, size)) {
+    if (vk_glslc_compile(sc, name, glsl, &words, &size, &msg, &tool_failed) &&
+        spirv_ok((const uint8_t *)words, size)) {
       if (path) write_entry(path, SPV_MAGIC, words, size);
       *out_words = words;
       *out_bytes = size;
+    } else if (tool_failed) {
+      /* Not this shader's fault: a device error, so that the session does
+       * not quietly run every graph on ref instead. */
+      free(words);
+      st = kiln_error(KILN_DEVICE_ERROR, "vulkan: shader '%s' failed to compile: %s", name, msg ? msg : "glslc failed");
     } else {
       free(words);
       st = compile_error(name, glsl, msg ? msg : "glslc failed");

@@ -43,8 +43,11 @@ static VkDeviceSize align_up(VkDeviceSize v, VkDeviceSize a) { return (v + a - 1
 
 uint64_t vk_timeline_completed(vk_context *ctx) {
   uint64_t v = 0;
-  if (ctx->fn.vkGetSemaphoreCounterValue(ctx->device, ctx->timeline, &v) != VK_SUCCESS)
+  VkResult r = ctx->fn.vkGetSemaphoreCounterValue(ctx->device, ctx->timeline, &v);
+  if (r != VK_SUCCESS) {
+    if (r == VK_ERROR_DEVICE_LOST) atomic_store(&ctx->lost, true); /* later submits and waits fail fast */
     return atomic_load(&ctx->completed_cache);
+  }
   atomic_store(&ctx->completed_cache, v);
   return v;
 }
