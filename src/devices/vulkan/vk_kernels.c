@@ -50,7 +50,9 @@ void kk_consts_free(kk_consts *c) {
 
 void kk_preamble(kiln_strbuf *s, uint32_t lx, uint32_t ly, uint32_t lz, bool fp16) {
   kiln_strbuf_puts(s, "#version 450\n");
-  /* float16_t buffers; conversions only, so the SPIR-V needs just StorageBuffer16BitAccess */
+  /* float16_t buffers (StorageBuffer16BitAccess) and, in the tiled
+   * contraction, half arithmetic (Float16: shaderFloat16, which fp16 mode
+   * requires of the device) */
   if (fp16)
     kiln_strbuf_puts(s, "#extension GL_EXT_shader_16bit_storage : require\n"
                         "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n");
@@ -229,7 +231,7 @@ int kk_tile_threads(const kk_tile *t) { return (t->tm / t->rm) * (t->tn / t->rn)
 static int tile_dim(int64_t extent) { return extent > 32 ? 64 : extent > 16 ? 32 : 16; }
 
 kk_tile kk_pick_tile(int64_t m, int64_t n, int64_t slices, const vk_device_props *p) {
-  kk_tile t = {tile_dim(m), tile_dim(n), 16, 1, 1};
+  kk_tile t = {tile_dim(m), tile_dim(n), 16, 1, 1}; /* bk 16: a multiple of KK_HALF_CHUNK */
   int nt_max = (int)kk_threads(p, 256);
   bool cpu = p && p->type == 4; /* VK_PHYSICAL_DEVICE_TYPE_CPU */
   if (cpu && t.tm == 64 && t.tn == 64) {
@@ -263,24 +265,102 @@ static void guard(char *buf, size_t len, const char *a, const char *av, const ch
     buf[0] = 0;
 }
 
+/* f32: one K step of the inner product, an fma per k into each accumulator. */
+static void emit_inner_f32(kiln_strbuf *s, int bk, int rm, int rn, int astr, int bstr, int ty_n, int tx_n, bool vec) {
+  kiln_strbuf_printf(s, "    for (int kq = 0; kq < %d; kq++) {\n", bk);
+  if (vec) {
+    for (int i = 0; i < rm / 4; i++)
+      kiln_strbuf_printf(s, "      vec4 a%d = kk_as[kq * %d + ty * %d + %d];\n", i, astr, rm / 4, i);
+    for (int j = 0; j < rn / 4; j++)
+      kiln_strbuf_printf(s, "      vec4 b%d = kk_bs[kq * %d + tx * %d + %d];\n", j, bstr, rn / 4, j);
+    for (int i = 0; i < rm; i++)
+      for (int j = 0; j < rn; j++)
+        kiln_strbuf_printf(s, "      c%d_%d = fma(a%d.%c, b%d.%c, c%d_%d);\n", i, j, i / 4, "xyzw"[i % 4], j / 4,
+                           "xyzw"[j % 4], i, j);
+  } else {
+    for (int i = 0; i < rm; i++)
+      kiln_strbuf_printf(s, "      float a%d = kk_as[kq * %d + ty + %d];\n", i, astr, i * ty_n);
+    for (int j = 0; j < rn; j++)
+      kiln_strbuf_printf(s, "      float b%d = kk_bs[kq * %d + tx + %d];\n", j, bstr, j * tx_n);
+    for (int i = 0; i < rm; i++)
+      for (int j = 0; j < rn; j++) kiln_strbuf_printf(s, "      c%d_%d = fma(a%d, b%d, c%d_%d);\n", i, j, i, j, i, j);
+  }
+}
+
+/* fp16: one K step of the inner product (bk k's from the shared tiles),
+ * in runs of KK_HALF_CHUNK k's: h = sum of the run's products, computed in
+ * half (the first a product, then fma), then c += float(h). In vec mode h
+ * is an f16vec4 over four columns (a row's A element broadcast), so a GPU
+ * with packed half math does two products per lane-instruction; the run's
+ * operands are read just before its products. Error: each half rounding
+ * is at most 2^-11 of its result (round to nearest) and every partial sum
+ * of a run is bounded by the sum of its |products|, so one run is off by at
+ * most about KK_HALF_CHUNK * 2^-11 * sum|a||b| over its k's; the runs are
+ * summed in f32, so the error does not grow with K beyond that. */
+static void emit_inner_f16(kiln_strbuf *s, int bk, int rm, int rn, int astr, int bstr, int ty_n, int tx_n, bool vec) {
+  const int ch = KK_HALF_CHUNK;
+  kiln_strbuf_printf(s, "    for (int kq = 0; kq < %d; kq += %d) {\n", bk, ch);
+  for (int q = 0; q < ch; q++) {
+    if (vec) {
+      for (int i = 0; i < rm / 4; i++)
+        kiln_strbuf_printf(s, "      f16vec4 a%d_%d = kk_as[(kq + %d) * %d + ty * %d + %d];\n", q, i, q, astr, rm / 4, i);
+      for (int j = 0; j < rn / 4; j++)
+        kiln_strbuf_printf(s, "      f16vec4 b%d_%d = kk_bs[(kq + %d) * %d + tx * %d + %d];\n", q, j, q, bstr, rn / 4, j);
+      for (int i = 0; i < rm; i++)
+        for (int j = 0; j < rn / 4; j++) {
+          char ai = "xyzw"[i % 4];
+          if (q == 0)
+            kiln_strbuf_printf(s, "      f16vec4 h%d_%d = a0_%d.%c * b0_%d;\n", i, j, i / 4, ai, j);
+          else
+            kiln_strbuf_printf(s, "      h%d_%d = fma(f16vec4(a%d_%d.%c), b%d_%d, h%d_%d);\n", i, j, q, i / 4, ai, q, j, i,
+                               j);
+        }
+    } else {
+      for (int i = 0; i < rm; i++)
+        kiln_strbuf_printf(s, "      float16_t a%d_%d = kk_as[(kq + %d) * %d + ty + %d];\n", q, i, q, astr, i * ty_n);
+      for (int j = 0; j < rn; j++)
+        kiln_strbuf_printf(s, "      float16_t b%d_%d = kk_bs[(kq + %d) * %d + tx + %d];\n", q, j, q, bstr, j * tx_n);
+      for (int i = 0; i < rm; i++)
+        for (int j = 0; j < rn; j++) {
+          if (q == 0)
+            kiln_strbuf_printf(s, "      float16_t h%d_%d = a0_%d * b0_%d;\n", i, j, i, j);
+          else
+            kiln_strbuf_printf(s, "      h%d_%d = fma(a%d_%d, b%d_%d, h%d_%d);\n", i, j, q, i, q, j, i, j);
+        }
+    }
+  }
+  for (int i = 0; i < rm; i++)
+    for (int j = 0; j < rn; j++) {
+      if (vec)
+        kiln_strbuf_printf(s, "      c%d_%d += float(h%d_%d.%c);\n", i, j, i, j / 4, "xyzw"[j % 4]);
+      else
+        kiln_strbuf_printf(s, "      c%d_%d += float(h%d_%d);\n", i, j, i, j);
+    }
+}
+
 /* Shared-memory layout: A tile stored k-major (as[kq][row]), B tile
  * (bs[kq][col]), so that the inner product step reads a row vector of each.
  * vec mode (rm, rn multiples of 4): the tiles are vec4 arrays and each
  * invocation owns a contiguous rm x rn block, reading its operands as
  * vec4s; otherwise invocation (tx, ty) owns rows ty + i*ty_n and columns
- * tx + j*tx_n (strided, conflict-free scalar reads). */
+ * tx + j*tx_n (strided, conflict-free scalar reads). fp16: the same layout
+ * in f16vec4 / float16_t elements, and the inner product in half runs
+ * (emit_inner_f16). */
 void kk_emit_tiled(kiln_strbuf *s, kk_consts *c, const kk_tile *t, int64_t m, int64_t n, int64_t k, bool a_k_fast,
-                   bool b_col_fast, bool a_vec, bool b_vec) {
+                   bool b_col_fast, bool a_vec, bool b_vec, bool fp16) {
   const char *cm = kk_const(c, "KK_M", m), *cn = kk_const(c, "KK_N", n), *ck = kk_const(c, "KK_K", k);
   int tm = t->tm, tn = t->tn, bk = t->bk, rm = t->rm, rn = t->rn;
   int ty_n = tm / rm, tx_n = tn / rn, nt = ty_n * tx_n;
   bool vec = rm % 4 == 0 && rn % 4 == 0;
   int w = vec ? 4 : 1; /* floats per shared element */
-  /* Row strides (in shared elements), padded by one element where
-   * consecutive invocations store down a column, against bank conflicts. */
-  int astr = tm / w + (a_k_fast ? 1 : 0), bstr = tn / w + (b_col_fast ? 0 : 1);
+  /* Row strides (in shared elements), padded where consecutive
+   * invocations store down a column, against bank conflicts: by one
+   * element, two for scalar halves (so that the padding is a whole 4-byte
+   * bank). */
+  int pad = fp16 && !vec ? 2 : 1;
+  int astr = tm / w + (a_k_fast ? pad : 0), bstr = tn / w + (b_col_fast ? 0 : pad);
   bool gm = m % tm != 0, gn = n % tn != 0, gk = k % bk != 0;
-  const char *ty = vec ? "vec4" : "float";
+  const char *ty = fp16 ? (vec ? "f16vec4" : "float16_t") : vec ? "vec4" : "float";
   kiln_strbuf_printf(s, "shared %s kk_as[%d];\nshared %s kk_bs[%d];\n", ty, bk * astr, ty, bk * bstr);
   kiln_strbuf_puts(s, "void main() {\n  kk_setup(int(gl_WorkGroupID.z));\n  int tid = int(gl_LocalInvocationIndex);\n");
   kiln_strbuf_printf(s, "  int tx = tid %% %d, ty = tid / %d;\n", tx_n, tx_n);
@@ -311,14 +391,20 @@ void kk_emit_tiled(kiln_strbuf *s, kk_consts *c, const kk_tile *t, int64_t m, in
         kiln_strbuf_printf(s, "      int %s = e %% %d, %s = e / %d;\n", fast, per, slow, per);
       char cond[128];
       const char *vt = g4 ? "vec4" : "float", *zero = g4 ? "vec4(0.0)" : "0.0", *sfx = g4 ? "4" : "";
+      /* fp16: v in the shared tile's type; the loads' floats came from half, so the conversion is exact */
+      const char *cv = "", *cve = "";
+      if (fp16) {
+        vt = g4 ? "f16vec4" : "float16_t", zero = g4 ? "f16vec4(0.0)" : "float16_t(0.0)";
+        cv = g4 ? "f16vec4(" : "float16_t(", cve = ")";
+      }
       if (is_a) {
         kiln_strbuf_printf(s, "      int gr = m0 + r, gk = k0 + kq;\n      %s v = %s;\n", vt, zero);
         guard(cond, sizeof cond, gm ? "gr" : NULL, cm, gk ? "gk" : NULL, ck);
-        kiln_strbuf_printf(s, "      %sv = kk_load_a%s(gr, gk);\n", cond, sfx);
+        kiln_strbuf_printf(s, "      %sv = %skk_load_a%s(gr, gk)%s;\n", cond, cv, sfx, cve);
       } else {
         kiln_strbuf_printf(s, "      int gc = n0 + r, gk = k0 + kq;\n      %s v = %s;\n", vt, zero);
         guard(cond, sizeof cond, gn ? "gc" : NULL, cn, gk ? "gk" : NULL, ck);
-        kiln_strbuf_printf(s, "      %sv = kk_load_b%s(gk, gc);\n", cond, sfx);
+        kiln_strbuf_printf(s, "      %sv = %skk_load_b%s(gk, gc)%s;\n", cond, cv, sfx, cve);
       }
       if (!g4) {
         if (vec)
@@ -348,24 +434,10 @@ void kk_emit_tiled(kiln_strbuf *s, kk_consts *c, const kk_tile *t, int64_t m, in
     }
   }
   kiln_strbuf_puts(s, "    barrier();\n");
-  kiln_strbuf_printf(s, "    for (int kq = 0; kq < %d; kq++) {\n", bk);
-  if (vec) {
-    for (int i = 0; i < rm / 4; i++)
-      kiln_strbuf_printf(s, "      vec4 a%d = kk_as[kq * %d + ty * %d + %d];\n", i, astr, rm / 4, i);
-    for (int j = 0; j < rn / 4; j++)
-      kiln_strbuf_printf(s, "      vec4 b%d = kk_bs[kq * %d + tx * %d + %d];\n", j, bstr, rn / 4, j);
-    for (int i = 0; i < rm; i++)
-      for (int j = 0; j < rn; j++)
-        kiln_strbuf_printf(s, "      c%d_%d = fma(a%d.%c, b%d.%c, c%d_%d);\n", i, j, i / 4, "xyzw"[i % 4], j / 4,
-                           "xyzw"[j % 4], i, j);
-  } else {
-    for (int i = 0; i < rm; i++)
-      kiln_strbuf_printf(s, "      float a%d = kk_as[kq * %d + ty + %d];\n", i, astr, i * ty_n);
-    for (int j = 0; j < rn; j++)
-      kiln_strbuf_printf(s, "      float b%d = kk_bs[kq * %d + tx + %d];\n", j, bstr, j * tx_n);
-    for (int i = 0; i < rm; i++)
-      for (int j = 0; j < rn; j++) kiln_strbuf_printf(s, "      c%d_%d = fma(a%d, b%d, c%d_%d);\n", i, j, i, j, i, j);
-  }
+  if (fp16)
+    emit_inner_f16(s, bk, rm, rn, astr, bstr, ty_n, tx_n, vec);
+  else
+    emit_inner_f32(s, bk, rm, rn, astr, bstr, ty_n, tx_n, vec);
   kiln_strbuf_puts(s, "    }\n    barrier();\n  }\n");
   for (int i = 0; i < rm; i++)
     for (int j = 0; j < rn; j++) {
@@ -579,7 +651,7 @@ kiln_status_t vk_gen_matmul(const vk_matmul_desc *d, const vk_device_props *prop
         kiln_strbuf_printf(&s, "vec4 kk_load_b4(int k, int col) { return %skk_b4[(kk_ob + k * %s + col) >> 2]%s; }\n", v4,
                            cn, v4e);
     }
-    kk_emit_tiled(&s, &c, &t, d->m, d->n, d->k, !d->trans_a, !d->trans_b, a_vec, b_vec);
+    kk_emit_tiled(&s, &c, &t, d->m, d->n, d->k, !d->trans_a, !d->trans_b, a_vec, b_vec, d->fp16 && d->fp16_arith);
     groups[0] = (uint32_t)((d->n + t.tn - 1) / t.tn);
     groups[1] = (uint32_t)((d->m + t.tm - 1) / t.tm);
     snprintf(name, sizeof name, "gemm%dx%d_%lldx%lldx%lld", t.tm, t.tn, (long long)d->m, (long long)d->n,

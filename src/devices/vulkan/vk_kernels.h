@@ -29,17 +29,30 @@
  * in device memory: every tensor binding (X/W/bias/Y/Q/K/V/mask, A/B/C/Y)
  * is a float16_t[] (GL_EXT_shader_16bit_storage; the device needs
  * storageBuffer16BitAccess, which vk_device_props.fp16 implies). Loads
- * convert to float; products, sums, max/avg, softmax and everything in
- * shared memory stay f32; each output element is rounded to half once, when
- * stored (the device's f32->f16 conversion: round to nearest even on
- * lavapipe, NVIDIA, AMD and Intel; Vulkan leaves it to the implementation
- * without a rounding-mode execution mode). Offsets, strides and sizes stay
- * in elements (2 bytes each then); bind buffers whose size is rounded up to
- * 4 bytes. An epilogue pasted into an fp16 kernel must declare its f32
- * buffers float16_t too (kiln_render_glsl_epilogue_opts with fp16); it
- * still receives and returns float. fp16 false gives exactly the f32
- * source. Element offsets (`*_offset`) let an operand
- * live inside a larger buffer (each binding is bound as a whole buffer).
+ * convert to float, and all arithmetic is f32 except, when the desc's
+ * `fp16_arith` is also set, in the tiled
+ * contraction (the MatMul/Gemm kernels named gemm*, implicit-GEMM Conv
+ * named conv*): there the shared-memory A/B tiles hold float16_t (exactly
+ * the loaded halves) and the inner product is computed in half over runs
+ * of 4 consecutive k's (the run's products and their running sum, f16vec4
+ * fma; the device needs shaderFloat16, which vk_device_props.fp16 also
+ * implies), each run's sum then added to an f32 accumulator. So a result's
+ * error from the arithmetic is about 4 * 2^-11 * sum_k |a_k b_k| at most
+ * (plus K * 2^-24 where products are subnormal in half), independent of K
+ * relative to that sum; a run whose products or partial sums pass 65504
+ * overflows to inf. GEMV (m or n 1), depthwise conv, pooling, attention,
+ * bias, alpha/beta and epilogues stay f32, as does everything else in
+ * shared memory. Each output element is rounded to half once, when stored
+ * (the device's f32->f16 conversion: round to nearest even on lavapipe,
+ * NVIDIA, AMD and Intel, as is half arithmetic there; Vulkan leaves both to
+ * the implementation without a rounding-mode execution mode). Offsets,
+ * strides and sizes stay in elements (2 bytes each then); bind buffers
+ * whose size is rounded up to 4 bytes. An epilogue pasted into an fp16
+ * kernel must declare its f32 buffers float16_t too
+ * (kiln_render_glsl_epilogue_opts with fp16); it still receives and returns
+ * float. fp16 false gives exactly the f32 source. Element offsets
+ * (`*_offset`) let an operand live inside a larger buffer (each binding is
+ * bound as a whole buffer).
  * Indices are 32-bit in the shaders: every buffer extent a kernel touches
  * must stay below 2^31 elements (the generators check, KILN_UNSUPPORTED).
  *
@@ -137,6 +150,8 @@ typedef struct vk_matmul_desc {
   int64_t bias_batch_stride[VK_KERNEL_MAX_BATCH], bias_stride_m, bias_stride_n;
   int64_t a_offset, b_offset, bias_offset, y_offset;
   bool fp16; /* A, B, bias, Y are float16_t (see "Data type"); false: f32 */
+  bool fp16_arith; /* with fp16: the tiled contraction multiplies in half (see "Data type"). The vulkan
+                      planner sets it on GPUs; CPU devices (lavapipe: 1.4x slower at 1024^3) keep f32 */
 } vk_matmul_desc;
 
 /* Zeroes *d (so fp16 = false) and sets m, n, k, alpha = beta = 1. */
@@ -168,6 +183,7 @@ typedef struct vk_conv_desc {
   bool has_bias;
   int64_t x_offset, w_offset, bias_offset, y_offset;
   bool fp16; /* X, W, bias, Y are float16_t (see "Data type"); false: f32 */
+  bool fp16_arith; /* as in vk_matmul_desc */
 } vk_conv_desc;
 
 /* False (and a reason in why[0..why_len), if why is not NULL) for a conv the

@@ -167,7 +167,7 @@ static void emit_implicit_gemm(kiln_strbuf *s, kk_consts *c, const vk_conv_desc 
                        kk_const(c, "KK_X_OFF", d->x_offset), kk_const(c, "KK_CIN", d->in_channels),
                        kk_const(c, "KK_CIG", g->cig), osp, d->fp16 ? ")" : "");
   }
-  kk_emit_tiled(s, c, t, g->gm, g->gn, g->gk, true, true, a_vec, b_vec);
+  kk_emit_tiled(s, c, t, g->gm, g->gn, g->gk, true, true, a_vec, b_vec, d->fp16 && d->fp16_arith);
 }
 
 /* ---- depthwise ------------------------------------------------------------------------ */

@@ -36,7 +36,7 @@ const char *kk_const(kk_consts *c, const char *name, int64_t value);
 const char *kk_constn(kk_consts *c, const char *stem, int i, int64_t value);
 void kk_consts_free(kk_consts *c); /* on paths that do not reach kk_finish */
 
-/* "#version 450", the 16-bit storage extensions when fp16, and the workgroup size. */
+/* "#version 450", the 16-bit storage and float16 arithmetic extensions when fp16, and the workgroup size. */
 void kk_preamble(kiln_strbuf *s, uint32_t lx, uint32_t ly, uint32_t lz, bool fp16);
 /* fp16 storage: the element type of a tensor buffer, and the text around a
  * loaded element that makes it a float (`float(` `)`, or nothing in f32). */
@@ -97,9 +97,17 @@ typedef struct kk_tile {
 /* Tile for an m x n output per slice, `slices` slices (batch / groups). */
 kk_tile kk_pick_tile(int64_t m, int64_t n, int64_t slices, const vk_device_props *p);
 int kk_tile_threads(const kk_tile *t);
-/* The sizes are the constants KK_M, KK_N, KK_K (the caller's loads may use them too). */
+/* The sizes are the constants KK_M, KK_N, KK_K (the caller's loads may use them too).
+ * fp16 (the kernel's desc.fp16; the device then has shaderFloat16): the
+ * shared A/B tiles are float16_t (the loads' floats converted back, exactly,
+ * as they came from half buffers), and each run of KK_HALF_CHUNK
+ * consecutive k's of the inner product is computed in half (f16vec4
+ * products and fma in vec mode, scalar float16_t otherwise) and then added
+ * to the f32 accumulator: the sum over K stays f32, kk_emit receives a
+ * float. fp16 false: exactly the f32 source. */
+#define KK_HALF_CHUNK 4
 void kk_emit_tiled(kiln_strbuf *s, kk_consts *c, const kk_tile *t, int64_t m, int64_t n, int64_t k, bool a_k_fast,
-                   bool b_col_fast, bool a_vec, bool b_vec);
+                   bool b_col_fast, bool a_vec, bool b_vec, bool fp16);
 /* True when an operand at `offset` with batch strides (over batch[0..n_batch)) and a
  * fast dimension of `fast` elements can be read as aligned vec4s: all multiples of 4
  * (axes of size 1 do not count). */

@@ -289,6 +289,14 @@ static vs_kind contraction_kind(const kiln_node *node) {
                                          : VS_CONV;
 }
 
+/* Half arithmetic in the tiled contraction (fp16 precision): on GPUs, whose
+ * half FMA runs two lanes per instruction and whose shared memory the half
+ * tiles halve. A CPU implementation (lavapipe) measured 1.4x slower with
+ * it (fp16 1024^3 GEMM), so it keeps f32 arithmetic there. */
+static bool half_arith_pays(const vk_device_props *props) {
+  return props && props->type != 4 /* VK_PHYSICAL_DEVICE_TYPE_CPU */;
+}
+
 /* Generates a contraction's shader (epi may be NULL); fp16: its f32 buffers
  * hold half (KILN_PRECISION_FP16). */
 static kiln_status_t gen_contraction(const vk_device_props *props, const kiln_graph *g, const kiln_node *node,
@@ -299,12 +307,14 @@ static kiln_status_t gen_contraction(const vk_device_props *props, const kiln_gr
       vk_matmul_desc d;
       KILN_TRY(!strcmp(node->op_type, "Gemm") ? gemm_desc(g, node, &d) : matmul_desc(g, node, &d));
       d.fp16 = fp16;
+      d.fp16_arith = fp16 && half_arith_pays(props);
       return vk_gen_matmul(&d, props, epi, out);
     }
     case VS_CONV: {
       vk_conv_desc d;
       KILN_TRY(conv_desc(g, node, &d));
       d.fp16 = fp16;
+      d.fp16_arith = fp16 && half_arith_pays(props);
       char why[160];
       if (!vk_conv_supported(&d, props, why, sizeof why)) return kiln_error(KILN_UNSUPPORTED, "%s", why);
       return vk_gen_conv(&d, props, epi, out);
