@@ -300,7 +300,10 @@ int kiln_vulkan_devices_create(kiln_device **out, int max, const char **why_abse
   for (int i = 0; i < n; i++) {
     vk_device_state *d = &states[i];
     d->index = i;
-    d->props = props[i];
+    d->props = d->tune = props[i];
+    const char *sched = getenv("KILN_VULKAN_SCHEDULE");
+    if (sched && !strcmp(sched, "gpu") && d->tune.type == 4 /* VK_PHYSICAL_DEVICE_TYPE_CPU */)
+      d->tune.type = 2; /* VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: limits and features stay the device's */
     pthread_mutex_init(&d->lock, NULL);
     pthread_mutex_init(&d->adhoc_lock, NULL);
     snprintf(d->name, sizeof d->name, "vulkan:%d", i);

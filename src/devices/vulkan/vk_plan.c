@@ -347,7 +347,7 @@ const char *vk_plan_unsupported(const vk_device_state *d, const kiln_graph *g, c
   if (c == KILN_OPCLASS_CONTRACTION) {
     /* Ask the generator: it knows its limits (rank, shared memory, batch axes). */
     vk_kernel_src src = {0};
-    kiln_status_t st = gen_contraction(&d->props, g, node, NULL, false, &src);
+    kiln_status_t st = gen_contraction(&d->tune, g, node, NULL, false, &src);
     vk_kernel_src_free(&src);
     if (st) {
       kiln_status_free(st);
@@ -508,7 +508,7 @@ static void fuse_epilogues(struct kiln_executable *x, const int *uses) {
       if (!st) {
         vk_epilogue epi = {decls.data, func.data, fn, base, k->n_args};
         vk_kernel_src src = {0};
-        st = gen_contraction(&x->dev->props, g, c->node, &epi, x->fp16, &src);
+        st = gen_contraction(&x->dev->tune, g, c->node, &epi, x->fp16, &src);
         if (!st) {
           int *args = realloc(c->args, ((size_t)c->n_args + (size_t)k->n_args) * sizeof(int));
           if (!args) {
@@ -813,7 +813,7 @@ kiln_status_t vk_plan_prepare(kiln_device *dev, const kiln_graph *g, const kiln_
         s->kind = contraction_kind(node);
         snprintf(s->name, sizeof s->name, "%s", node->op_type);
         st = contraction_args(node, s);
-        if (!st) st = gen_contraction(&d->props, g, node, NULL, x->fp16, &s->src);
+        if (!st) st = gen_contraction(&d->tune, g, node, NULL, x->fp16, &s->src);
         if (!st) snprintf(s->src.name, sizeof s->src.name, "c%d_%s", x->n_steps, node->op_type);
         x->n_contract++;
         x->n_steps++;

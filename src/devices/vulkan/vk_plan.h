@@ -33,6 +33,9 @@ typedef struct vk_device_state {
   char name[32];           /* "vulkan:N" */
   char description[768];
   vk_device_props props;
+  vk_device_props tune;    /* what kernels are generated for: props, except that KILN_VULKAN_SCHEDULE=gpu on a
+                              CPU implementation (lavapipe) makes its type a discrete GPU's, so the tests run
+                              the GPU tiles and fp16 arithmetic there */
   vk_context *ctx;         /* created on first use; owned, lives until exit */
   pthread_mutex_t lock;    /* guards ctx creation */
   kiln_status_t ctx_error; /* why ctx could not be created (owned), or NULL */
