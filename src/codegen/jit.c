@@ -16,6 +16,7 @@
 
 #include "base/common.h"
 #include "base/cpu_features.h"
+#include "base/files.h"
 #include "base/hash.h"
 
 #include <dirent.h>
@@ -458,28 +459,9 @@ static void remove_private_dir(void) {
   rmdir(g_private_dir);
 }
 
-/* mkdir -p with mode 0700 for the parts it creates. */
-static int make_dirs(const char *dir) {
-  char *p = kiln_strdup(dir);
-  if (!p) return ENOMEM;
-  int err = 0;
-  for (char *s = p + 1;; s++) {
-    if (*s == '/' || !*s) {
-      char saved = *s;
-      *s = '\0';
-      if (mkdir(p, 0700) && errno != EEXIST) err = errno;
-      else err = 0;
-      *s = saved;
-      if (!saved) break;
-    }
-  }
-  free(p);
-  return err;
-}
-
 /* Why `dir` cannot hold the cache, or NULL if it can (new string). */
 static char *cache_dir_problem(const char *dir) {
-  int err = make_dirs(dir);
+  int err = kiln_make_dirs(dir);
   struct stat st;
   if (stat(dir, &st)) return kiln_strfmt("cannot create it: %s", strerror(err ? err : errno));
   if (!S_ISDIR(st.st_mode)) return kiln_strdup("not a directory");
@@ -745,18 +727,6 @@ static bool isalnum_ascii(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
 }
 
-static const char *dump_dir_if_enabled(void) {
-  const char *dir = getenv("KILN_DUMP_DIR");
-  if (dir && *dir) return dir;
-  const char *dump = getenv("KILN_DUMP");
-  if (!dump) return NULL;
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", dump);
-  for (char *save = NULL, *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save))
-    if (!strcmp(tok, "c") || !strcmp(tok, "all")) return "kiln_dump";
-  return NULL;
-}
-
 static void dump_source(const char *dir, const char *name, const char *key, const char *source) {
   char safe[101];
   int n = 0;
@@ -769,7 +739,7 @@ static void dump_source(const char *dir, const char *name, const char *key, cons
   safe[n] = '\0';
   char *path = kiln_strfmt("%s/%s.c", dir, safe);
   FILE *f = NULL;
-  if (path && make_dirs(dir) == 0 && (f = fopen(path, "we"))) {
+  if (path && kiln_make_dirs(dir) == 0 && (f = fopen(path, "we"))) {
     bool ok = fputs(source, f) >= 0;
     if (fclose(f)) ok = false;
     f = NULL;
@@ -1005,7 +975,7 @@ kiln_status_t kiln_jit_compile_many(int n, const char *const *sources, const cha
   /* One job per distinct key. */
   kiln_sha256_ctx prefix;
   key_prefix(cc, batch.flags, &prefix);
-  const char *dump_dir = dump_dir_if_enabled();
+  const char *dump_dir = kiln_dump_dir("c");
   for (int i = 0; i < n; i++) {
     kiln_sha256_ctx h = prefix;
     hash_field(&h, sources[i]);

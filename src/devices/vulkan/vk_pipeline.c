@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "base/cpu_features.h"
+#include "base/files.h"
 #include "base/hash.h"
 #include "base/strbuf.h"
 #include "base/threadpool.h"
@@ -294,39 +295,6 @@ static kiln_status_t get_spirv(const vk_shaderc_fns *sc, const char *cache_dir, 
 
 /* ---- source dumps ---------------------------------------------------------------- */
 
-/* Where KILN_DUMP asks for GLSL dumps to go, or NULL. The same rules as the C
- * JIT's dumps (codegen/jit.c): KILN_DUMP_DIR names the folder and turns them
- * on; otherwise KILN_DUMP=glsl or all (comma/space list) writes to kiln_dump. */
-static const char *dump_dir_if_enabled(void) {
-  const char *dir = getenv("KILN_DUMP_DIR");
-  if (dir && *dir) return dir;
-  const char *dump = getenv("KILN_DUMP");
-  if (!dump) return NULL;
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", dump);
-  for (char *save = NULL, *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save))
-    if (!strcmp(tok, "glsl") || !strcmp(tok, "all")) return "kiln_dump";
-  return NULL;
-}
-
-/* mkdir -p; 0 or an errno. */
-static int make_dirs(const char *dir) {
-  char *p = kiln_strdup(dir);
-  if (!p) return ENOMEM;
-  int err = 0;
-  for (char *s = p + 1;; s++) {
-    if (*s == '/' || !*s) {
-      char saved = *s;
-      *s = '\0';
-      err = mkdir(p, 0700) && errno != EEXIST ? errno : 0;
-      *s = saved;
-      if (!saved) break;
-    }
-  }
-  free(p);
-  return err;
-}
-
 /* The (folder, name, source) triples dumped so far in this process, so each
  * is written once however many kernels (spec values) share it. Process
  * lifetime; guarded by g_dump_lock. */
@@ -398,7 +366,7 @@ static void dump_source(const char *dir, const vk_kernel_desc *d) {
     dump_warn(dir, ENOMEM);
     return;
   }
-  int err = make_dirs(dir);
+  int err = kiln_make_dirs(dir);
   FILE *f = err ? NULL : fopen(path, "we");
   if (!f && !err) err = errno;
   if (f) {
@@ -619,7 +587,7 @@ kiln_status_t vk_kernel_create_batch(vk_context *ctx, const vk_kernel_desc *desc
 
   /* 1. Check, dump, key. */
   int n_keyed = 0;
-  const char *dump_dir = dump_dir_if_enabled();
+  const char *dump_dir = kiln_dump_dir("glsl");
   for (int i = 0; !st && i < n; i++) {
     const vk_kernel_desc *d = &descs[i];
     b.module_of[i] = -1;
