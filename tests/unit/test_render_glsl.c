@@ -1035,6 +1035,20 @@ static void epilogue_fp16(tgraph *t, kernel *k, int raw) {
   kiln_strbuf_free(&func);
 }
 
+/* A host shader for an f32 epilogue FN: c[i] = FN(i, a[i] * b[i]) over n
+ * elements, bindings 0 c, 1 a, 2 b, then the epilogue's from 3. */
+static void host_shader(kiln_strbuf *host, const kiln_strbuf *decls, const kiln_strbuf *func, const char *fn,
+                        int64_t n) {
+  kiln_strbuf_printf(host,
+                     "#version 450\nlayout(local_size_x = 64) in;\n"
+                     "layout(std430, set = 0, binding = 0) buffer C { float c[]; };\n"
+                     "layout(std430, set = 0, binding = 1) readonly buffer A { float a[]; };\n"
+                     "layout(std430, set = 0, binding = 2) readonly buffer B { float b[]; };\n%s%s%s"
+                     "void main() {\n  int i = int(gl_GlobalInvocationID.x);\n  if (i >= %lld) return;\n"
+                     "  float acc = a[i] * b[i];\n  c[i] = %s(i, acc);\n}\n",
+                     decls->data ? decls->data : "", kiln_glsl_helpers(), func->data ? func->data : "", (long long)n, fn);
+}
+
 static void case_epilogue(void) {
   tgraph t = new_graph(80);
   int64_t d[2] = {6, 10}, db[1] = {10}, ds[1] = {1};
@@ -1057,15 +1071,7 @@ static void case_epilogue(void) {
     CHECK(!st, "epilogue: %s", st ? kiln_status_message(st) : "");
     kiln_status_free(st);
     kiln_strbuf host = {0};
-    kiln_strbuf_printf(&host,
-                       "#version 450\nlayout(local_size_x = 64) in;\n"
-                       "layout(std430, set = 0, binding = 0) buffer C { float c[]; };\n"
-                       "layout(std430, set = 0, binding = 1) readonly buffer A { float a[]; };\n"
-                       "layout(std430, set = 0, binding = 2) readonly buffer B { float b[]; };\n%s%s%s"
-                       "void main() {\n  int i = int(gl_GlobalInvocationID.x);\n  if (i >= %lld) return;\n"
-                       "  float acc = a[i] * b[i];\n  c[i] = ep(i, acc);\n}\n",
-                       decls.data ? decls.data : "", kiln_glsl_helpers(), func.data ? func.data : "",
-                       (long long)t.val[raw]->numel);
+    host_shader(&host, &decls, &func, "ep", t.val[raw]->numel);
     compile_glsl("epilogue_host", host.data); /* pasting the helpers twice is fine */
     kiln_strbuf_free(&host);
     kiln_strbuf_free(&decls);
@@ -1121,14 +1127,7 @@ static void case_epilogue_broadcast(void) {
     kiln_status_t rs = kiln_render_glsl_epilogue_opts(k.b, &k.nest, "epb", raw_buf, 3, &o, &decls, &func);
     CHECK(!rs, "broadcast epilogue: %s", rs ? kiln_status_message(rs) : "");
     const char *label = use_spec ? "epilogue_bcast_spec" : "epilogue_bcast";
-    kiln_strbuf_printf(&host,
-                       "#version 450\nlayout(local_size_x = 64) in;\n"
-                       "layout(std430, set = 0, binding = 0) buffer C { float c[]; };\n"
-                       "layout(std430, set = 0, binding = 1) readonly buffer A { float a[]; };\n"
-                       "layout(std430, set = 0, binding = 2) readonly buffer B { float b[]; };\n%s%s%s"
-                       "void main() {\n  int i = int(gl_GlobalInvocationID.x);\n  if (i >= %lld) return;\n"
-                       "  float acc = a[i] * b[i];\n  c[i] = epb(i, acc);\n}\n",
-                       decls.data ? decls.data : "", kiln_glsl_helpers(), func.data ? func.data : "", (long long)n);
+    host_shader(&host, &decls, &func, "epb", n);
     if (!rs && compile_glsl(label, host.data)) {
 #if KILN_HAVE_VULKAN
       if (vk) {
@@ -1248,14 +1247,7 @@ static void case_epilogue_spec(void) {
                 strstr(fn, "KS1001") && !strstr(func.data, "constant_id") && !strstr(fn, " 10") && !strstr(fn, " 3"),
             "epilogue spec: %d constants; decls:\n%s\nfunc:\n%s", spec.n, decls.data, fn ? fn : "");
     }
-    kiln_strbuf_printf(&host,
-                       "#version 450\nlayout(local_size_x = 64) in;\n"
-                       "layout(std430, set = 0, binding = 0) buffer C { float c[]; };\n"
-                       "layout(std430, set = 0, binding = 1) readonly buffer A { float a[]; };\n"
-                       "layout(std430, set = 0, binding = 2) readonly buffer B { float b[]; };\n%s%s%s"
-                       "void main() {\n  int i = int(gl_GlobalInvocationID.x);\n  if (i >= %lld) return;\n"
-                       "  float acc = a[i] * b[i];\n  c[i] = eps(i, acc);\n}\n",
-                       decls.data ? decls.data : "", kiln_glsl_helpers(), func.data ? func.data : "", (long long)n);
+    host_shader(&host, &decls, &func, "eps", n);
     if (!st && compile_glsl(label, host.data)) {
 #if KILN_HAVE_VULKAN
       if (vk) {
