@@ -1145,8 +1145,33 @@ static void spec_cases(void) {
   a1.has_mask = a2.has_mask = true;
   a1.mask_stride_m = 70, a1.mask_stride_n = 1;
   a2.mask_batch_stride[0] = 100, a2.mask_stride_n = 1; /* [3, 1, 100] */
-  a2.q_offset = 1, a2.k_offset = 2, a2.v_offset = 3, a2.mask_offset = 4, a2.y_offset = 0;
+  /* Q/K/V rows are read as vec4s when offsets and strides allow: aligned offsets in both */
+  a2.q_offset = 4, a2.k_offset = 8, a2.v_offset = 12, a2.mask_offset = 3, a2.y_offset = 0;
   a1.fp16 = a2.fp16 = g_fp16;
+  {
+    /* ... and only then: Q at an odd offset is read element by element, K and V still as vec4s */
+    vk_attention_desc a3 = a2;
+    a3.q_offset = 1;
+    bool ok1 = check_status(vk_gen_attention(&a1, &g_props, NULL, &s1), "attn vec4 loads");
+    bool ok3 = check_status(vk_gen_attention(&a3, &g_props, NULL, &s2), "attn vec4 loads");
+    if (ok1 && ok3) {
+      g_cases++;
+      bool all = strstr(s1.glsl, "kk_q4[") && strstr(s1.glsl, "kk_k4[") && strstr(s1.glsl, "kk_v4[");
+      bool q_scalar = !strstr(s2.glsl, "kk_q4[") && strstr(s2.glsl, "kk_k4[") && strstr(s2.glsl, "kk_v4[");
+      if (all && q_scalar)
+        printf("ok   %-44s\n", "attn vec4 loads exactly when aligned");
+      else {
+        g_failures++;
+        printf("FAIL attn vec4 loads: aligned %s, Q at offset 1 %s\n", all ? "ok" : "not all vec4", q_scalar ? "ok" : "wrong");
+      }
+    }
+    if (ok1) vk_kernel_src_free(&s1);
+    if (ok3) vk_kernel_src_free(&s2);
+    /* vec4 shared rows filled element by element: Q unaligned, then K [d, n] too */
+    test_attention("attn [3]x50x100 d16 dv8 Q offset 1", &a3, 0, false);
+    a3.transpose_k = false;
+    test_attention("attn [3]x50x100 d16 dv8 Q offset 1 K[d,n]", &a3, 0, true);
+  }
   same_source("spec: attn [2]x40x70 / [3]x50x100 d16 dv8", vk_gen_attention(&a1, &g_props, NULL, &s1), &s1,
               vk_gen_attention(&a2, &g_props, NULL, &s2), &s2);
   test_attention("spec: attn [2]x40x70 d16 dv8", &a1, 0, false);
