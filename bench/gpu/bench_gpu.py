@@ -13,7 +13,9 @@ compiler, builds kiln and calls this file twice, with a python that has torch:
     bench_gpu.py bench --work DIR --kiln KILN --kiln-device vulkan:N [options]
         times each model on kiln (`kiln bench --json`, its own process per
         round) and on PyTorch eager fp32 (TF32 off) and fp16 in this process,
-        interleaved in rounds, then the GEMM; prints the table and writes it as
+        interleaved in rounds, then the GEMM; then, in a second pass with the
+        time left, `kiln bench --fp16` on each cell interleaved with torch
+        fp16 (and the GEMM in fp16); prints the table and writes it as
         Markdown (--md) and everything as JSON (--json-out).
 
 Every phase watches the deadline (--deadline, seconds since the epoch): a
@@ -30,6 +32,11 @@ the two can be compared either way. GEMM: torch.matmul(out=) of two resident
 MatMul of two 4096x4096 inputs, end to end (192 MB of transfers per run), and
 of a chain of --gemm-chain MatMuls with the same inputs and output, whose
 difference gives the time of one GEMM on the device alone.
+
+kiln fp16 (`kiln bench --fp16`: float tensors stored as half on the device)
+comes after every fp32 cell, so fp32 never loses rounds to it; its output
+(`kiln run --fp16`) is checked against torch fp32 with kiln's fp16 model
+tests' tolerance, |got - y| <= 1e-2 |y| + 1e-2 max|y|.
 """
 import argparse
 import datetime
@@ -302,6 +309,7 @@ class TorchCell:
         self.x32 = x.to(dev)
         self.fp16_error = None
         self.m16 = self.x16 = None
+        self.ref_cache = None  # torch's fp32 output for x_host (float64 NumPy), once a check asked for it
         if not args.no_fp16:
             try:
                 self.m16 = copy.deepcopy(model).half().to(dev)
@@ -350,23 +358,26 @@ class TorchCell:
         return percentile(s, 50)
 
     def close(self):
-        self.m32 = self.m16 = self.x32 = self.x16 = None
+        self.m32 = self.m16 = self.x32 = self.x16 = self.ref_cache = None
         if self.dev.type == "cuda":
             self.torch.cuda.empty_cache()
 
 
 # ---- kiln ----------------------------------------------------------------------------
 
-def kiln_bench(args, model, warmup, iters, timeout):
+def kiln_bench(args, model, warmup, iters, timeout, fp16=False):
+    """One `kiln bench --json` process (--fp16: float tensors kept as half on
+    the device); its parsed JSON."""
     cmd = [args.kiln, "bench", model, "--device", args.kiln_device, "--warmup", str(warmup), "--iterations",
-           str(iters), "--json"]
+           str(iters), "--json"] + (["--fp16"] if fp16 else [])
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1, timeout))
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"kiln bench timed out after {timeout:.0f} s ({' '.join(map(shlex.quote, cmd))})")
     if r.returncode != 0:
         err = r.stderr.strip().splitlines()
-        raise RuntimeError(f"kiln bench failed ({r.returncode}): {' | '.join(err[-3:])[:400]}")
+        raise RuntimeError(f"kiln bench{' --fp16' if fp16 else ''} failed ({r.returncode}): "
+                           f"{' | '.join(err[-3:])[:400]}")
     j = json.loads(r.stdout)
     if not str(j.get("device", "")).startswith("vulkan"):
         raise RuntimeError(f"kiln ran on '{j.get('device')}', not on the Vulkan device")
@@ -388,33 +399,56 @@ def kiln_device_stats(args, model, timeout):
     return None
 
 
-def kiln_check(args, tc, model, tag, timeout):
-    """Runs the model once on kiln's device (`kiln run`) with the torch input
-    and compares with torch's fp32 output on its device: a bench of wrong
-    results would mean nothing. Returns a dict for the report."""
+# kiln's fp16 model tests' tolerance (tests/models/check_model.c --fp16):
+# |got - y| <= FP16_RTOL |y| + FP16_ATOL_OF_MAX max|y| for every value.
+FP16_RTOL, FP16_ATOL_OF_MAX = 1e-2, 1e-2
+
+
+def kiln_check(args, tc, model, tag, timeout, fp16=False):
+    """Runs the model once on kiln's device (`kiln run`, with --fp16 if asked)
+    with the torch input and compares with torch's fp32 output on its device:
+    a bench of wrong results would mean nothing. fp32 is judged by the largest
+    error against the output's scale; fp16 value by value with the tolerance
+    of kiln's fp16 model tests (FP16_RTOL, FP16_ATOL_OF_MAX). Returns a dict
+    for the report."""
     import numpy as np
     inp = os.path.join(args.work, tag + ".check_input.npy")
-    outdir = os.path.join(args.work, tag + ".check_out")
+    outdir = os.path.join(args.work, tag + (".check16_out" if fp16 else ".check_out"))
     os.makedirs(outdir, exist_ok=True)
     out = os.path.join(outdir, "output_0.npy")
     if os.path.exists(out):
         os.remove(out)
     np.save(inp, tc.x_host.numpy())
     cmd = [args.kiln, "run", model, "--device", args.kiln_device, "--input", f"input={inp}", "--output-dir", outdir]
+    if fp16:
+        cmd.append("--fp16")
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1, timeout))
     except subprocess.TimeoutExpired:
         return {"error": f"kiln run timed out after {timeout:.0f} s"}
     if r.returncode != 0 or not os.path.exists(out):
         err = r.stderr.strip().splitlines()
-        return {"error": f"kiln run failed ({r.returncode}): {' | '.join(err[-2:])[:300]}"}
+        return {"error": f"kiln run{' --fp16' if fp16 else ''} failed ({r.returncode}): {' | '.join(err[-2:])[:300]}"}
     got = np.load(out).astype(np.float64)
-    ref = tc.reference().astype(np.float64)
+    if getattr(tc, "ref_cache", None) is None:  # the fp16 check compares with the same output
+        tc.ref_cache = tc.reference().astype(np.float64)
+    ref = tc.ref_cache
     if got.shape != ref.shape:
         return {"error": f"kiln output shape {list(got.shape)} != torch {list(ref.shape)}"}
     err = float(np.max(np.abs(got - ref))) if got.size else 0.0
     scale = float(np.max(np.abs(ref))) if ref.size else 0.0
     rel = err / scale if scale > 0 else err
+    if fp16:
+        tol = FP16_RTOL * np.abs(ref) + FP16_ATOL_OF_MAX * scale
+        d = np.abs(got - ref)
+        bad = int(np.count_nonzero(~(d <= tol)))  # NaN counts as outside
+        worst = float(np.max(d / np.maximum(tol, 1e-300))) if got.size else 0.0
+        verdict = "ok" if bad == 0 else f"MISMATCH ({bad} of {got.size} values outside)"
+        if not np.all(np.isfinite(got)):
+            verdict = "MISMATCH (non-finite)"
+        return {"max_abs_err": err, "max_abs_ref": scale, "rel_err": rel, "worst_err_over_tol": worst,
+                "outside": bad, "verdict": verdict,
+                "tolerance": f"|got - y| <= {FP16_RTOL:g} |y| + {FP16_ATOL_OF_MAX:g} max|y|"}
     # The issue's ref tolerance is rtol 1e-3 / atol 1e-4; torch's own fp32
     # kernels sum in other orders, so judge the error against the output's scale.
     verdict = "ok" if rel <= 1e-3 else "check" if rel <= 1e-2 else "MISMATCH"
@@ -451,7 +485,11 @@ class Clock:
 
 # ---- the bench -------------------------------------------------------------------------------
 
-def bench_cell(args, torch, dev, em, kind, batch, clock, cell_budget):
+def bench_cell(args, torch, dev, em, kind, batch, clock, cell_budget, keep=None):
+    """kiln fp32 vs torch fp32 and fp16 on one cell, interleaved in rounds,
+    then kiln's output check. keep: a dict; when given, the cell's TorchCell
+    is left open in keep[tag] for the kiln fp16 pass (bench_cell_fp16), and
+    the caller closes it."""
     tag = cell_tag(kind, batch, args)
     model = os.path.join(args.work, tag + ".onnx")
     res = {"model": kind, "batch": batch, "tag": tag, "onnx": model}
@@ -461,6 +499,7 @@ def bench_cell(args, torch, dev, em, kind, batch, clock, cell_budget):
     t_start = time.time()
     cell_end = t_start + cell_budget
     tc = TorchCell(torch, dev, kind, batch, args, em)
+    kept = False
     try:
         res["input_shape"] = tc.shape
         if tc.fp16_error:
@@ -511,8 +550,12 @@ def bench_cell(args, torch, dev, em, kind, batch, clock, cell_budget):
                 res["check"] = kiln_check(args, tc, model, tag, left)
             else:
                 res["check"] = {"error": "skipped (time)"}
+        if keep is not None:
+            keep[tag] = tc
+            kept = True
     finally:
-        tc.close()
+        if not kept:
+            tc.close()
     res["kiln"] = dict(summarize(samples["kiln"]), samples_ms=samples["kiln"])
     res["torch_fp32"] = dict(summarize(samples["fp32"]), samples_ms=samples["fp32"])
     if samples["fp16"]:
@@ -521,11 +564,93 @@ def bench_cell(args, torch, dev, em, kind, batch, clock, cell_budget):
     return res
 
 
+def bench_cell_fp16(args, tc, res, clock, cell_budget):
+    """kiln fp16 (`kiln bench --fp16`) on a cell that bench_cell already ran,
+    interleaved with torch fp16 in rounds as bench_cell does with kiln fp32,
+    then `kiln run --fp16`'s output checked against torch fp32. It runs after
+    every fp32 cell (cmd_bench's second pass), so fp32 never loses time to it;
+    every round, the first included, is sized to the time left (the first
+    from the cell's kiln fp32 figures), and a round that cannot fit one run
+    stops the pass with a note. Adds kiln_fp16*, check_fp16 and the torch
+    fp16 samples (to res['torch_fp16']) to res, also when time runs out in
+    the middle."""
+    tag, model = res["tag"], res["onnx"]
+    t_start = time.time()
+    cell_end = t_start + cell_budget
+    torch16 = tc.m16 is not None
+    s_kiln, s_torch = [], []
+    meta = None
+    rounds = max(1, min(args.rounds, args.iterations))
+    per_round = [args.iterations // rounds + (1 if r < args.iterations % rounds else 0) for r in range(rounds)]
+    try:
+        if torch16:
+            tc.time("fp16", args.warmup)  # other cells ran since: warm it again
+        for r, k in enumerate(per_round):
+            left = min(cell_end, clock.deadline or 1e18) - time.time()
+            # kiln's launch (load, session, warm-up) plus k runs of each runtime;
+            # before the first fp16 process, its fp32 twin's figures (the first
+            # fp16 process compiles its own shaders, as the first fp32 one did).
+            if meta:
+                lat = meta["latency_ms"]["median"] / 1e3
+                launch = (meta["load_ms"] + meta["session_ms"]) / 1e3 + args.warmup * lat
+            else:
+                lat = res["kiln"]["median"] / 1e3
+                launch = (res.get("kiln_load_ms", 0) + res.get("kiln_session_ms", 0) +
+                          res.get("kiln_first_run_ms", 0)) / 1e3 + args.warmup * lat
+            t16 = 0.0
+            if torch16:
+                t16 = (percentile(s_torch, 50) if s_torch else res["torch_fp16"]["median"]) / 1e3
+            fit = int((left * 0.8 - launch) / max(lat + t16, 1e-6))
+            if fit < 1:
+                res.setdefault("notes", []).append(
+                    f"kiln fp16: stopped after {r} of {rounds} rounds (time budget)" if r else
+                    f"kiln fp16: skipped ({max(0, left):.0f} s left for it, about {launch + lat + t16:.0f} s "
+                    "needed for one round)")
+                break
+            k = min(k, fit)
+            order = ["kiln", "torch"] if r % 2 == 0 else ["torch", "kiln"]
+            for who in order:
+                if who == "kiln":
+                    timeout = min(args.kiln_timeout, max(5.0, min(cell_end, clock.deadline or 1e18) - time.time()))
+                    j = kiln_bench(args, model, args.warmup, k, timeout, fp16=True)
+                    s_kiln += j["samples_ms"]
+                    if meta is None:
+                        meta = j
+                        res["kiln_fp16_load_ms"] = j["load_ms"]
+                        res["kiln_fp16_session_ms"] = j["session_ms"]
+                        res["kiln_fp16_first_run_ms"] = j["first_run_ms"]
+                    res["kiln_fp16_peak_rss_bytes"] = max(res.get("kiln_fp16_peak_rss_bytes", 0),
+                                                          j["peak_rss_bytes"])
+                elif torch16:
+                    s_torch += tc.time("fp16", k)
+            log(f"  {tag} fp16: round {r + 1}/{rounds} ({len(s_kiln)} kiln fp16 runs, "
+                f"{time.time() - t_start:.0f} s)")
+        if s_kiln and not args.no_check:
+            left = min(args.kiln_timeout, (clock.deadline or 1e18) - time.time() - args.reserve)
+            if left > 10:
+                res["check_fp16"] = kiln_check(args, tc, model, tag, left, fp16=True)
+            else:
+                res["check_fp16"] = {"error": "skipped (time)"}
+    finally:
+        if s_kiln:
+            res["kiln_fp16"] = dict(summarize(s_kiln), samples_ms=s_kiln)
+        if s_torch:
+            # One torch fp16 figure per cell: the samples taken beside kiln
+            # fp32 and those taken beside kiln fp16 (also kept apart here).
+            res["torch_fp16_beside_kiln_fp16"] = dict(summarize(s_torch), samples_ms=s_torch)
+            res["torch_fp16_beside_kiln_fp32"] = res["torch_fp16"]
+            both = res["torch_fp16"]["samples_ms"] + s_torch
+            res["torch_fp16"] = dict(summarize(both), samples_ms=both)
+        res["seconds_fp16"] = time.time() - t_start
+    return res
+
+
 def bench_gemm(args, torch, dev, clock):
     n, chain = args.gemm_n, args.gemm_chain
     paths = gemm_models(args.work, n, chain)
     flops = 2.0 * n * n * n
     res = {"n": n, "chain": chain, "flops": flops}
+    t_start = time.time()
     # torch (cuBLAS on CUDA), resident operands, TF32 off.
     g = torch.Generator().manual_seed(2)
     a = torch.randn(n, n, generator=g).to(dev)
@@ -544,29 +669,70 @@ def bench_gemm(args, torch, dev, clock):
     del a, b, c
     if dev.type == "cuda":
         torch.cuda.empty_cache()
-    # kiln: the one-MatMul model end to end, then the chain; both interleaved.
+    kiln_gemm(args, paths, chain, clock, res, "", 2, clock.left())
+    res["seconds"] = time.time() - t_start
+    return res
+
+
+def kiln_gemm(args, paths, chain, clock, res, suffix, rounds, budget, fp16=False):
+    """kiln: the one-MatMul model end to end, then the chain; both interleaved
+    in `rounds` rounds of gemm_iterations / rounds runs. Sets res['kiln_e2e' +
+    suffix], res['kiln_chain' + suffix] and res['kiln_gemm_ms' + suffix] (per
+    GEMM on the device: (chain - single) / (chain - 1))."""
     k1, kc = [], []
     meta = {}
-    rounds = 2
+    end = time.time() + budget
     for r in range(rounds):
         for c_, dst in ((1, k1), (chain, kc)) if r % 2 == 0 else ((chain, kc), (1, k1)):
             if c_ == chain and chain == 1 and dst is kc:
                 continue
-            left = clock.left()
+            left = min(clock.left(), end - time.time())
             if left < 10:
-                raise OutOfTime("no time left for the kiln GEMM")
+                raise OutOfTime(f"no time left for the kiln{' fp16' if fp16 else ''} GEMM")
             j = kiln_bench(args, paths[c_], args.warmup, max(1, args.gemm_iterations // rounds),
-                           min(args.kiln_timeout, left - 5))
+                           min(args.kiln_timeout, left - 5), fp16=fp16)
             dst += j["samples_ms"]
             meta.setdefault(c_, {"session_ms": j["session_ms"], "first_run_ms": j["first_run_ms"]})
-    res["kiln_e2e"] = dict(summarize(k1), samples_ms=k1, **meta.get(1, {}))
+    res["kiln_e2e" + suffix] = dict(summarize(k1), samples_ms=k1, **meta.get(1, {}))
     if chain > 1:
-        res["kiln_chain"] = dict(summarize(kc), samples_ms=kc, **meta.get(chain, {}))
-        per = (res["kiln_chain"]["median"] - res["kiln_e2e"]["median"]) / (chain - 1)
-        res["kiln_gemm_ms"] = per if per > 0 else float("nan")
+        res["kiln_chain" + suffix] = dict(summarize(kc), samples_ms=kc, **meta.get(chain, {}))
+        per = (res["kiln_chain" + suffix]["median"] - res["kiln_e2e" + suffix]["median"]) / (chain - 1)
+        res["kiln_gemm_ms" + suffix] = per if per > 0 else float("nan")
     else:
-        res["kiln_gemm_ms"] = float("nan")
-    return res
+        res["kiln_gemm_ms" + suffix] = float("nan")
+
+
+def bench_gemm_fp16(args, torch, dev, clock, res, budget):
+    """The GEMM in fp16, after everything fp32 and the fp16 cells: torch.matmul
+    of two resident half matrices (cuBLAS half; recorded as an error where
+    torch has no half matmul, as on a CPU torch 1.13) and kiln --fp16 of the
+    same two models as the fp32 GEMM, one round each (inputs N(0,1): the
+    chain's later products overflow half to inf, which costs an NVIDIA GPU
+    nothing, so the timing stands; the values are not checked). Adds
+    torch_fp16 / torch_fp16_error and kiln_*_fp16 to res."""
+    n, chain = args.gemm_n, args.gemm_chain
+    paths = gemm_models(args.work, n, chain)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    try:
+        g = torch.Generator().manual_seed(2)
+        a = torch.randn(n, n, generator=g).half().to(dev)
+        b = torch.randn(n, n, generator=g).half().to(dev)
+        c = torch.empty(n, n, device=dev, dtype=torch.float16)
+        s = []
+        for i in range(args.warmup + args.gemm_iterations):
+            sync()
+            t0 = time.perf_counter()
+            torch.matmul(a, b, out=c)
+            sync()
+            if i >= args.warmup:
+                s.append((time.perf_counter() - t0) * 1e3)
+        res["torch_fp16"] = dict(summarize(s), samples_ms=s)
+        del a, b, c
+    except RuntimeError as e:
+        res["torch_fp16_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    kiln_gemm(args, paths, chain, clock, res, "_fp16", 1, budget, fp16=True)
 
 
 # ---- report ----------------------------------------------------------------------------------
@@ -613,26 +779,40 @@ def report(meta, results, gemm, gemm_error):
              f"{meta['warmup']} warm-up per kiln process and per torch variant; medians. kiln times include the "
              "host->device input upload and output readback (`kiln bench`); torch times are device-resident "
              "(copies ms: the same input up and output down through torch)")
+    if meta.get("kiln_fp16"):
+        L.append(f"- kiln fp16 = `kiln bench --fp16` (float tensors stored as half on the device; half arithmetic "
+                 "in the tiled GEMM/conv on GPUs, f32 arithmetic on CPU Vulkan devices such as lavapipe), timed in "
+                 "its own pass after every fp32 cell (so fp32 never loses time to it), interleaved with torch fp16 "
+                 "in the same rounds; the torch fp16 column pools the samples of both passes. Its output "
+                 f"(`kiln run --fp16`) is checked against torch fp32 value by value with kiln's fp16 model tests' "
+                 f"tolerance |got - y| <= {FP16_RTOL:g} |y| + {FP16_ATOL_OF_MAX:g} max|y| (ok, else MISMATCH; "
+                 "worst = the largest error / tolerance)")
     if meta.get("quick"):
         L.append("- **--quick**: fewer runs (harness check, not for the record)")
     L.append(f"- command: `{meta['command']}`\n")
     h_t = f"torch {tdev}"
-    L.append(f"| model | batch | kiln ms | {h_t} fp32 ms | {h_t} fp16 ms | kiln / {h_t} fp32 | "
-             f"kiln / {h_t} fp16 | kiln output vs torch fp32 |")
-    L.append("|---|---:|---:|---:|---:|---:|---:|---|")
+    L.append(f"| model | batch | kiln ms | kiln fp16 ms | {h_t} fp32 ms | {h_t} fp16 ms | kiln / {h_t} fp32 | "
+             f"kiln / {h_t} fp16 | kiln fp16 / {h_t} fp16 | kiln output vs torch fp32 | "
+             f"kiln fp16 output vs torch fp32 |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
     for r in results:
         name = "ResNet-50" if r["model"] == "resnet50" else "BERT-base encoder"
         if "error" in r and "kiln" not in r:
-            L.append(f"| {name} | {r['batch']} | error: {r['error'][:100]} | | | | | |")
+            L.append(f"| {name} | {r['batch']} | error: {r['error'][:100]} | | | | | | | | |")
             continue
         k = r["kiln"]["median"] if r["kiln"]["n"] else None
+        k16 = r["kiln_fp16"]["median"] if r.get("kiln_fp16") else None
         f32 = r["torch_fp32"]["median"] if r["torch_fp32"]["n"] else None
         f16 = r["torch_fp16"]["median"] if r.get("torch_fp16") else None
         c = r.get("check") or {}
         chk = (f"{c['verdict']} (max abs err {c['rel_err']:.1e} x max abs y)" if "verdict" in c
                else f"{c['error'][:60]}" if "error" in c else "-")
-        L.append(f"| {name} | {r['batch']} | {fmt_ms(k)} | {fmt_ms(f32)} | {fmt_ms(f16)} | {fmt_ratio(k, f32)} | "
-                 f"{fmt_ratio(k, f16)} | {chk} |")
+        c = r.get("check_fp16") or {}
+        chk16 = (f"{c['verdict']} (max abs err {c['rel_err']:.1e} x max abs y, worst {c['worst_err_over_tol']:.2f} "
+                 "of tol)" if "verdict" in c else f"{c['error'][:60]}" if "error" in c
+                 else "skipped (see notes)" if meta.get("kiln_fp16") else "-")
+        L.append(f"| {name} | {r['batch']} | {fmt_ms(k)} | {fmt_ms(k16)} | {fmt_ms(f32)} | {fmt_ms(f16)} | "
+                 f"{fmt_ratio(k, f32)} | {fmt_ratio(k, f16)} | {fmt_ratio(k16, f16)} | {chk} | {chk16} |")
     if gemm:
         n = gemm["n"]
         gf = lambda ms: gemm["flops"] / (ms * 1e-3) / 1e9 if ms and ms > 0 else float("nan")
@@ -645,6 +825,19 @@ def report(meta, results, gemm, gemm_error):
                  f"to end with transfers; {tl} {fmt_ms(tg)} ms = {gf(tg):.0f} GFLOP/s (TF32 off); "
                  f"kiln/{'cuBLAS' if on_cuda else 'torch-cpu'} throughput {gf(kg) / gf(tg) * 100:.0f}% "
                  f"(end to end {gf(ke) / gf(tg) * 100:.0f}%)")
+        if "kiln_e2e_fp16" in gemm:
+            kg16, ke16 = gemm.get("kiln_gemm_ms_fp16"), gemm["kiln_e2e_fp16"]["median"]
+            t16 = gemm["torch_fp16"]["median"] if "torch_fp16" in gemm else None
+            tl16 = "cuBLAS half (torch.matmul)" if on_cuda else "torch.matmul half on the CPU"
+            tpart = (f"{tl16} {fmt_ms(t16)} ms = {gf(t16):.0f} GFLOP/s; kiln fp16/{'cuBLAS' if on_cuda else 'torch-cpu'} "
+                     f"half throughput {gf(kg16) / gf(t16) * 100:.0f}% (end to end {gf(ke16) / gf(t16) * 100:.0f}%)"
+                     if t16 else f"torch half: {gemm.get('torch_fp16_error', 'not run')}")
+            L.append("")
+            L.append(f"GEMM {n}x{n}x{n} fp16: kiln-vulkan --fp16 {fmt_ms(kg16)} ms = {gf(kg16):.0f} GFLOP/s on the "
+                     f"device (same chain difference; one round), {fmt_ms(ke16)} ms = {gf(ke16):.0f} GFLOP/s end to "
+                     f"end (the same f32 inputs and output, stored as half on the device); {tpart}")
+        elif gemm.get("fp16_error"):
+            L.append(f"\nGEMM fp16: {gemm['fp16_error']}")
     elif gemm_error:
         L.append(f"\nGEMM: {gemm_error}")
     if on_cuda and kiln_on_nv:
@@ -659,17 +852,22 @@ def report(meta, results, gemm, gemm_error):
         L.append(aim)
     # Details: spread, start-up, copies.
     L.append("\n<details><summary>details</summary>\n")
-    L.append("| cell | kiln p10-p90 ms | kiln load / session / first run ms | kiln peak RSS MB | torch fp32 p10-p90 "
+    L.append("| cell | kiln p10-p90 ms | kiln load / session / first run ms | kiln peak RSS MB | kiln fp16 p10-p90 ms "
+             "| kiln fp16 load / session / first run ms | torch fp32 p10-p90 "
              "| torch fp16 p10-p90 | copies ms | device work per run |")
-    L.append("|---|---:|---:|---:|---:|---:|---:|---|")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in results:
         if "kiln" not in r:
             continue
         k, f = r["kiln"], r["torch_fp32"]
-        h = r.get("torch_fp16")
+        h, k16 = r.get("torch_fp16"), r.get("kiln_fp16")
+        k16s = f"{fmt_ms(k16['p10'])}-{fmt_ms(k16['p90'])} (n {k16['n']})" if k16 else "-"
         L.append(f"| {r['tag']} | {fmt_ms(k['p10'])}-{fmt_ms(k['p90'])} | "
                  f"{fmt_ms(r.get('kiln_load_ms'))} / {fmt_ms(r.get('kiln_session_ms'))} / "
                  f"{fmt_ms(r.get('kiln_first_run_ms'))} | {r.get('kiln_peak_rss_bytes', 0) / 1e6:.0f} | "
+                 f"{k16s} | "
+                 f"{fmt_ms(r.get('kiln_fp16_load_ms'))} / {fmt_ms(r.get('kiln_fp16_session_ms'))} / "
+                 f"{fmt_ms(r.get('kiln_fp16_first_run_ms'))} | "
                  f"{fmt_ms(f['p10'])}-{fmt_ms(f['p90'])} | "
                  f"{(fmt_ms(h['p10']) + '-' + fmt_ms(h['p90'])) if h else r.get('fp16_error', '-')} | "
                  f"{fmt_ms(r.get('copies_ms'))} | {r.get('device_stats') or '-'} |")
@@ -678,6 +876,8 @@ def report(meta, results, gemm, gemm_error):
     notes += [f"{r['tag']}: {r['error']}" for r in results if "error" in r]
     notes += [f"{r['tag']}: output check: {r['check']['error']}" for r in results
               if "error" in (r.get("check") or {})]
+    notes += [f"{r['tag']}: fp16 output check: {r['check_fp16']['error']}" for r in results
+              if "error" in (r.get("check_fp16") or {})]
     if notes:
         L.append("\nnotes:\n" + "\n".join(f"- {n}" for n in notes))
     return "\n".join(L) + "\n"
@@ -760,9 +960,11 @@ def cmd_bench(args):
             "nvidia_driver": args.nvidia_driver, "kiln_commit": args.kiln_commit or "?", "image_size": args.image_size,
             "bert_layers": args.bert_layers, "seq": args.seq, "iterations": args.iterations, "rounds": args.rounds,
             "warmup": args.warmup, "quick": args.quick, "command": args.command or " ".join(sys.argv),
-            "exporter": ", ".join(sorted(set(exporters.values()))) or "?"}
+            "exporter": ", ".join(sorted(set(exporters.values()))) or "?", "kiln_fp16": not args.no_kiln_fp16}
     results, gemm, gemm_error = [], None, None
     interrupted = None
+    # The cells' TorchCells, kept open for the kiln fp16 pass (closed below).
+    kept = {} if not args.no_kiln_fp16 else None
     try:
         if not args.no_gemm:
             log(f"GEMM {args.gemm_n}^3 fp32 (chain {args.gemm_chain})")
@@ -782,7 +984,7 @@ def cmd_bench(args):
                 continue
             log(f"{tag}: kiln {args.kiln_device} vs torch {dev} (budget {budget:.0f} s)")
             try:
-                results.append(bench_cell(args, torch, dev, em, kind, batch, clock, budget))
+                results.append(bench_cell(args, torch, dev, em, kind, batch, clock, budget, kept))
             except (RuntimeError, OSError, ValueError, KeyError) as e:
                 log(f"  {tag} failed: {e}")
                 results.append({"model": kind, "batch": batch, "tag": tag, "error": str(e)})
@@ -790,11 +992,55 @@ def cmd_bench(args):
             for r in results:
                 if "kiln" in r and clock.left() > args.reserve / 2 + 20:
                     r["device_stats"] = kiln_device_stats(args, r["onnx"], min(60, clock.left() - 10))
+        # kiln fp16: its own pass after everything fp32, so fp32 never loses
+        # rounds to it. Each cell (and the fp16 GEMM, last) gets a share of
+        # what is left in proportion to the seconds its fp32 twin took (the
+        # same work again, in half: an even split starved a ResNet cell whose
+        # first fp16 process compiles its shaders while a small BERT cell
+        # needed little); what does not fit is skipped with a note.
+        if kept is not None:
+            todo = [r for r in results if "kiln" in r and r["kiln"]["n"] and r["tag"] in kept]
+            do_gemm16 = gemm is not None and not args.no_gemm
+            weights = [max(1.0, r.get("seconds", 1.0)) for r in todo] + \
+                ([max(1.0, gemm.get("seconds", 1.0))] if do_gemm16 else [])
+            for i, r in enumerate(todo):
+                left = clock.left() - args.reserve
+                budget = left * weights[i] / sum(weights[i:])
+                if left < 15:
+                    r.setdefault("notes", []).append(f"kiln fp16: skipped ({max(0, left):.0f} s left of the time budget)")
+                    log(f"{r['tag']} fp16: skipped (time)")
+                    continue
+                log(f"{r['tag']}: kiln {args.kiln_device} --fp16 vs torch {dev} fp16 (budget {budget:.0f} s)")
+                try:
+                    bench_cell_fp16(args, kept[r["tag"]], r, clock, budget)
+                except (RuntimeError, OSError, ValueError, KeyError) as e:
+                    log(f"  {r['tag']} fp16 failed: {e}")
+                    r.setdefault("notes", []).append(f"kiln fp16 failed: {e}")
+                finally:
+                    kept.pop(r["tag"]).close()
+            if do_gemm16:
+                left = clock.left() - args.reserve
+                if left < 20:
+                    gemm["fp16_error"] = f"skipped ({max(0, left):.0f} s left of the time budget)"
+                else:
+                    log(f"GEMM {args.gemm_n}^3 fp16 (chain {args.gemm_chain}; budget {left:.0f} s)")
+                    try:
+                        bench_gemm_fp16(args, torch, dev, clock, gemm, left)
+                    except (RuntimeError, OSError, ValueError, KeyError) as e:
+                        gemm["fp16_error"] = f"failed: {e}"
+                        log(f"  GEMM fp16 {gemm['fp16_error']}")
+                    except OutOfTime as e:
+                        gemm["fp16_error"] = f"not run: {e}"
+                        if str(e).startswith("signal"):
+                            raise
     except OutOfTime as e:
         interrupted = str(e)
         log(f"out of time: {e}; printing what ran")
     except KeyboardInterrupt:
         interrupted = "interrupted"
+    finally:
+        for tc in (kept or {}).values():
+            tc.close()
     if interrupted:
         done = {(r["model"], r["batch"]) for r in results}
         for kind, batch in cells:
@@ -803,6 +1049,12 @@ def cmd_bench(args):
                                 "error": f"not run: {interrupted}"})
         if not args.no_gemm and gemm is None and gemm_error is None:
             gemm_error = f"not run: {interrupted}"
+        if kept is not None:
+            for r in results:
+                if "kiln" in r and "kiln_fp16" not in r and not any(n.startswith("kiln fp16") for n in r.get("notes", [])):
+                    r.setdefault("notes", []).append(f"kiln fp16: not run: {interrupted}")
+            if gemm is not None and "kiln_e2e_fp16" not in gemm and "fp16_error" not in gemm:
+                gemm["fp16_error"] = f"not run: {interrupted}"
     text = report(meta, results, gemm, gemm_error)
     print("\n" + text, flush=True)
     if args.md:
@@ -838,7 +1090,9 @@ def main():
     ap.add_argument("--gemm-iterations", type=int, help="timed GEMMs per runtime (default 10, --quick 4)")
     ap.add_argument("--kiln-timeout", type=float, default=180, help="cap for one kiln process (s, default 180)")
     ap.add_argument("--reserve", type=float, default=10, help="seconds kept for the report (default 10)")
-    ap.add_argument("--no-fp16", action="store_true")
+    ap.add_argument("--no-fp16", action="store_true", help="no fp16 at all: neither torch fp16 nor kiln --fp16")
+    ap.add_argument("--no-kiln-fp16", action="store_true",
+                    help="no kiln --fp16 pass (by default it runs after every fp32 cell, in the time left)")
     ap.add_argument("--no-check", action="store_true",
                     help="skip comparing kiln's output (one `kiln run`) with torch's fp32 output per cell")
     ap.add_argument("--cudnn-benchmark", action="store_true", help="torch.backends.cudnn.benchmark = True")
@@ -852,6 +1106,7 @@ def main():
     args.rounds = args.rounds or 2
     args.warmup = args.warmup if args.warmup is not None else (2 if q else 3)
     args.gemm_iterations = args.gemm_iterations or (4 if q else 10)
+    args.no_kiln_fp16 = args.no_kiln_fp16 or args.no_fp16
     if args.iterations < 1 or args.rounds < 1 or args.warmup < 0:
         raise Fail("--iterations and --rounds must be >= 1, --warmup >= 0")
     if args.gemm_chain < 1 or args.gemm_n < 1:

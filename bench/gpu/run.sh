@@ -19,9 +19,11 @@
 #   3. checks that `kiln devices` lists the NVIDIA GPU as a Vulkan device;
 #   4. times ResNet-50 (batch 1, 32) and the BERT-base encoder (batch 1, 8) on
 #      kiln-vulkan and PyTorch CUDA eager fp32 (TF32 off) and fp16, interleaved,
-#      and a 4096^3 fp32 GEMM against cuBLAS (bench_gpu.py bench); prints the
-#      table and writes it as Markdown to --md (default $OUT/gpubench.md when
-#      $OUT is set, else WORK/gpubench.md) and as JSON to --json.
+#      and a 4096^3 fp32 GEMM against cuBLAS; then, in the time the fp32 work
+#      left, each cell again with `kiln bench --fp16` interleaved with torch
+#      fp16 (and the GEMM in fp16 vs cuBLAS half) (bench_gpu.py bench); prints
+#      the table and writes it as Markdown to --md (default $OUT/gpubench.md
+#      when $OUT is set, else WORK/gpubench.md) and as JSON to --json.
 #
 # Every phase runs under `timeout`; the whole run ends by --budget seconds
 # (default 560; --quick 400) after it started, printing the table of what ran.
@@ -36,7 +38,8 @@
 #                   64x64 batch 1, a 2-layer BERT at seq 32 batch 1, a 256^3 GEMM): the local test
 # DRIVER OPTIONS (after --) go to bench_gpu.py: --models resnet50:1,bert:8 --image-size N
 #                   --bert-layers N --seq N --gemm-n N --gemm-chain K --no-gemm --iterations K
-#                   --rounds R --warmup W --cudnn-benchmark --device-stats --no-fp16 (bench_gpu.py --help)
+#                   --rounds R --warmup W --cudnn-benchmark --device-stats --no-kiln-fp16 (kiln fp32 only)
+#                   --no-fp16 (no fp16 at all) (bench_gpu.py --help)
 set -u -o pipefail
 
 T0=$(date +%s)
@@ -254,8 +257,8 @@ build_kiln() {
   fi
   if command -v cmake >/dev/null 2>&1 && [ -z "${KILN_GPU_NO_CMAKE:-}" ]; then
     if [ ! -e "$BUILD_DIR/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1; then gen=(-G Ninja); fi
-    cmake -S "$ROOT" -B "$BUILD_DIR" "${gen[@]}" "${cfg[@]}" | tee "$BUILD_DIR.configure.log"
-    grep -q 'Vulkan device enabled' "$BUILD_DIR.configure.log" || { echo "cmake did not enable the Vulkan device"; return 3; }
+    cmake -S "$ROOT" -B "$BUILD_DIR" "${gen[@]}" "${cfg[@]}" | tee "$BUILD_DIR/kiln-configure.log"
+    grep -q 'Vulkan device enabled' "$BUILD_DIR/kiln-configure.log" || { echo "cmake did not enable the Vulkan device"; return 3; }
     cmake --build "$BUILD_DIR" --target kiln -j "$JOBS"
   else
     # No cmake: the same sources and flags by hand (CMakeLists.txt's globs).
