@@ -224,8 +224,10 @@ kiln_status_t vk_gen_pool(const vk_pool_desc *d, const vk_device_props *props, c
  * mask[mask_offset + sum_a b_a * mask_batch_stride[a] + i * mask_stride_m + j * mask_stride_n].
  * One workgroup per (batch, block of query rows): the Q block, one K/V block
  * and the score block live in shared memory; online (flash) softmax over
- * key blocks, so any n fits. A row whose scores are all -inf gives NaN
- * like the reference.
+ * key blocks, so any n fits. Each invocation computes a register block of
+ * scores and of outputs; the block's row maxima are reduced across the
+ * workgroup, and each invocation keeps its rows' running max and sums in
+ * registers. A row whose scores are all -inf gives NaN like the reference.
  *
  * Buffers: 0 Q, 1 K, 2 V, [3 mask if has_mask], then Y  (own count 4 or 5). */
 typedef struct vk_attention_desc {
