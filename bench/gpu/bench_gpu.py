@@ -645,6 +645,30 @@ def bench_cell_fp16(args, tc, res, clock, cell_budget):
     return res
 
 
+def torch_gemm_samples(args, torch, dev, n, dtype):
+    """Milliseconds of torch.matmul of two resident n x n matrices of dtype
+    (N(0,1), seed 2), after args.warmup untimed calls; frees them after."""
+    g = torch.Generator().manual_seed(2)
+    a = torch.randn(n, n, generator=g).to(dtype).to(dev)
+    b = torch.randn(n, n, generator=g).to(dtype).to(dev)
+    c = torch.empty(n, n, device=dev, dtype=dtype)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    s = []
+    try:
+        for i in range(args.warmup + args.gemm_iterations):
+            sync()
+            t0 = time.perf_counter()
+            torch.matmul(a, b, out=c)
+            sync()
+            if i >= args.warmup:
+                s.append((time.perf_counter() - t0) * 1e3)
+    finally:
+        del a, b, c
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    return s
+
+
 def bench_gemm(args, torch, dev, clock):
     n, chain = args.gemm_n, args.gemm_chain
     paths = gemm_models(args.work, n, chain)
@@ -652,23 +676,8 @@ def bench_gemm(args, torch, dev, clock):
     res = {"n": n, "chain": chain, "flops": flops}
     t_start = time.time()
     # torch (cuBLAS on CUDA), resident operands, TF32 off.
-    g = torch.Generator().manual_seed(2)
-    a = torch.randn(n, n, generator=g).to(dev)
-    b = torch.randn(n, n, generator=g).to(dev)
-    c = torch.empty(n, n, device=dev)
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    s = []
-    for i in range(args.warmup + args.gemm_iterations):
-        sync()
-        t0 = time.perf_counter()
-        torch.matmul(a, b, out=c)
-        sync()
-        if i >= args.warmup:
-            s.append((time.perf_counter() - t0) * 1e3)
+    s = torch_gemm_samples(args, torch, dev, n, torch.float32)
     res["torch"] = dict(summarize(s), samples_ms=s)
-    del a, b, c
-    if dev.type == "cuda":
-        torch.cuda.empty_cache()
     kiln_gemm(args, paths, chain, clock, res, "", 2, clock.left())
     res["seconds"] = time.time() - t_start
     return res
@@ -712,26 +721,11 @@ def bench_gemm_fp16(args, torch, dev, clock, res, budget):
     torch_fp16 / torch_fp16_error and kiln_*_fp16 to res."""
     n, chain = args.gemm_n, args.gemm_chain
     paths = gemm_models(args.work, n, chain)
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     try:
-        g = torch.Generator().manual_seed(2)
-        a = torch.randn(n, n, generator=g).half().to(dev)
-        b = torch.randn(n, n, generator=g).half().to(dev)
-        c = torch.empty(n, n, device=dev, dtype=torch.float16)
-        s = []
-        for i in range(args.warmup + args.gemm_iterations):
-            sync()
-            t0 = time.perf_counter()
-            torch.matmul(a, b, out=c)
-            sync()
-            if i >= args.warmup:
-                s.append((time.perf_counter() - t0) * 1e3)
+        s = torch_gemm_samples(args, torch, dev, n, torch.float16)
         res["torch_fp16"] = dict(summarize(s), samples_ms=s)
-        del a, b, c
     except RuntimeError as e:
         res["torch_fp16_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
-    if dev.type == "cuda":
-        torch.cuda.empty_cache()
     kiln_gemm(args, paths, chain, clock, res, "_fp16", 1, budget, fp16=True)
 
 
