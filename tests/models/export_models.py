@@ -4,7 +4,7 @@
     /usr/bin/python3 tests/models/export_models.py OUT_DIR [--bert] [--big] [--only NAME,...]
 
 For each model NAME it writes OUT_DIR/NAME.onnx (opset 13, one input "input",
-one output "output", static shapes), NAME.input.npy (a random f32 input) and
+one output "output", static shapes but for DYNAMIC_BATCH), NAME.input.npy (a random f32 input) and
 NAME.expected.npy (PyTorch's f32 output for it). Everything runs offline:
 weights are random with a fixed seed per model (no pretrained downloads), so
 the files are reproducible. BatchNorm layers get random running statistics and
@@ -18,6 +18,8 @@ Default models:
     mobilenet_v2         torchvision, weights=None, eval; [1,3,224,224]
     resnet50             torchvision, weights=None, eval; [1,3,224,224]
     transformer_encoder  nn.TransformerEncoder, 2 layers, d_model 64, 4 heads, [1,16,64]
+    small_cnn_dyn        small_cnn's layers with a symbolic batch axis ("batch"); input [2,3,32,32]
+                         (the session tests run it at several batch sizes)
 --bert adds bert_encoder (12 layers, d 768, 12 heads, ff 3072, GELU, [1,128,768]; ~340 MB),
 --big adds big_mlp (~100 MB of Linear weights, for the load-memory test).
 
@@ -80,6 +82,13 @@ def small_cnn():
     return model, [1, 3, 32, 32]
 
 
+def small_cnn_dyn():
+    return small_cnn()[0], [2, 3, 32, 32]
+
+
+DYNAMIC_BATCH = {"small_cnn_dyn"}  # exported with input and output axis 0 symbolic
+
+
 def mobilenet_v2():
     import torchvision
     return torchvision.models.mobilenet_v2(weights=None), [1, 3, 224, 224]
@@ -111,9 +120,9 @@ def big_mlp():
                          nn.Linear(4096, 1024)), [1, 1024]
 
 
-DEFAULT = ["mlp", "small_cnn", "mobilenet_v2", "resnet50", "transformer_encoder"]
+DEFAULT = ["mlp", "small_cnn", "mobilenet_v2", "resnet50", "transformer_encoder", "small_cnn_dyn"]
 BUILDERS = {f.__name__: f for f in [mlp, small_cnn, mobilenet_v2, resnet50, transformer_encoder, bert_encoder,
-                                    big_mlp]}
+                                    big_mlp, small_cnn_dyn]}
 
 
 def files_of(out_dir, name):
@@ -135,8 +144,9 @@ def export(name, out_dir):
     tmp = onnx_path + ".tmp"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        dynamic = {"input": {0: "batch"}, "output": {0: "batch"}} if name in DYNAMIC_BATCH else None
         torch.onnx.export(model, x, tmp, opset_version=OPSET, input_names=["input"], output_names=["output"],
-                          do_constant_folding=True)
+                          do_constant_folding=True, dynamic_axes=dynamic)
     np.save(input_path + ".tmp.npy", x.numpy().astype(np.float32))
     np.save(expected_path + ".tmp.npy", y.numpy().astype(np.float32))
     os.replace(input_path + ".tmp.npy", input_path)

@@ -27,6 +27,12 @@
  *            kiln_vulkan_shutdown() destroys the context so the layer reports
  *            every leaked Vulkan object, and the validation error count must
  *            not have grown.
+ *   shapes   small_cnn_dyn (a symbolic batch axis) on one session whose
+ *            input batch changes between runs (1, 4, 2, 4, 1): each output
+ *            is compared with a ref session's for the same input. Sizes are
+ *            specialization constants, so each new batch size takes
+ *            modules from the cache and a size seen before compiles no
+ *            SPIR-V module (the runtime's pipeline counters).
  *
  * Options: --runs N (memory part, default 1000; at least 20),
  *          --thread-runs N (per thread, default 200), --device NAME (default
@@ -695,6 +701,66 @@ static int remove_entry(const char *path, const struct stat *sb, int flag, struc
   return remove(path);
 }
 
+/* ---- shapes ------------------------------------------------------------------- */
+
+static void part_shapes(void) {
+  printf("== shapes: one %s session of small_cnn_dyn, batch 1, 4, 2, 4, 1, each output against a ref session\n",
+         g_device);
+  double t0 = now_s();
+  model_files m;
+  if (!model_open("small_cnn_dyn", &m)) return;
+  kiln_session *vs = NULL, *rs = NULL;
+  vk_context *ctx = NULL;
+  if (failed(session_on(&m, g_device, &vs), "vulkan session") || failed(session_on(&m, "ref", &rs), "ref session") ||
+      failed(context_of(kiln_device_get(g_device), &ctx), "vulkan context"))
+    goto out;
+  static const int64_t batches[] = {1, 4, 2, 4, 1};
+  uint64_t rng = 0x2545f4914f6cdd1dull;
+  for (int i = 0; i < (int)(sizeof batches / sizeof batches[0]); i++) {
+    int64_t dims[4] = {batches[i], 3, 32, 32};
+    kiln_tensor *x = NULL, *yv = NULL, *yr = NULL;
+    if (failed(kiln_tensor_create(KILN_DTYPE_F32, 4, dims, &x), "input tensor")) goto out;
+    float *p = kiln_tensor_data(x);
+    for (int64_t e = 0; e < kiln_tensor_numel(x); e++) {
+      rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+      p[e] = (float)((double)(rng >> 11) / 9007199254740992.0 * 4.0 - 2.0); /* uniform [-2, 2) */
+    }
+    vk_pipeline_stats before, after;
+    vk_pipeline_stats_get(ctx, &before);
+    bool ran = !failed(run1(vs, &m, x, &yv), "vulkan run");
+    vk_pipeline_stats_get(ctx, &after);
+    ran = ran && !failed(run1(rs, &m, x, &yr), "ref run");
+    if (ran) {
+      cmp_result r = compare(yv, yr);
+      bool batch_ok = kiln_tensor_rank(yv) == 2 && kiln_tensor_dims(yv)[0] == batches[i];
+      unsigned long long compiled = after.spirv_compiled - before.spirv_compiled;
+      printf("  batch %lld: max abs err vs ref %.3g, worst err/tolerance %.3f; SPIR-V modules compiled %llu, from the "
+             "cache %llu\n",
+             (long long)batches[i], r.max_abs, r.worst, compiled,
+             (unsigned long long)(after.spirv_cached - before.spirv_cached));
+      if (!cmp_ok(&r) || !batch_ok)
+        FAILF("small_cnn_dyn batch %lld: %s", (long long)batches[i],
+              !batch_ok ? "output batch differs from the input's" : "output differs from ref");
+      /* A new batch size reuses the modules of the shapes before it (same
+       * kernel structure, other constants); one seen before compiles none. */
+      if (i > 0 && after.spirv_cached == before.spirv_cached)
+        FAILF("small_cnn_dyn batch %lld took no SPIR-V module from the cache: sizes should be specialization constants",
+              (long long)batches[i]);
+      if (i >= 3 && compiled)
+        FAILF("small_cnn_dyn batch %lld again compiled %llu SPIR-V modules; it should compile none",
+              (long long)batches[i], compiled);
+    }
+    kiln_tensor_release(x);
+    kiln_tensor_release(yv);
+    kiln_tensor_release(yr);
+  }
+out:
+  kiln_session_destroy(vs);
+  kiln_session_destroy(rs);
+  model_close(&m);
+  printf("  shapes part: %.1f s\n", now_s() - t0);
+}
+
 static bool has_part(const char *parts, const char *p) {
   if (!parts) return true;
   size_t n = strlen(p);
@@ -707,7 +773,7 @@ static int run_parts(const char *parts, int runs, int thread_runs, bool leak_con
 
 static int usage(const char *argv0) {
   fprintf(stderr,
-          "usage: %s MODELS_DIR [--part memory,stats,threads,leaks] [--runs N] [--thread-runs N] [--device D] "
+          "usage: %s MODELS_DIR [--part memory,stats,threads,leaks,shapes] [--runs N] [--thread-runs N] [--device D] "
           "[--leak-control] [--fresh-cache]\n",
           argv0);
   return 2;
@@ -758,6 +824,7 @@ static int run_parts(const char *parts, int runs, int thread_runs, bool leak_con
   if (has_part(parts, "memory") || g_part_stats) part_memory(runs);
   if (has_part(parts, "threads")) part_threads(thread_runs);
   if (has_part(parts, "leaks")) part_leaks(leak_control);
+  if (has_part(parts, "shapes")) part_shapes();
   /* Under KILN_VULKAN_VALIDATION (set by the caller, or by the leaks part),
    * every part counts: destroy the contexts so leaks are reported too. */
   kiln_vulkan_shutdown();
