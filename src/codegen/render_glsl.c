@@ -326,6 +326,23 @@ static bool is_element_index(const kiln_loop_nest *nest, const te_expr *index) {
   return true;
 }
 
+/* An 8- or 16-bit element: four or two to a uint word (the buffer is
+ * declared uint[]); the word, then the element's lane within it. */
+static void packed_load(render_ctx *r, kiln_dtype dt, int k, const char *i) {
+  bool wide = dt == KILN_DTYPE_U16 || dt == KILN_DTYPE_I16;
+  int bits = wide ? 16 : 8, lane = wide ? 1 : 3;
+  char w[160];
+  subscript(r, wide ? "%s >> 1" : "%s >> 2", i, w, sizeof w);
+  const char *p = r->buf_prefix;
+  if (dt == KILN_DTYPE_I8 || dt == KILN_DTYPE_I16) {
+    kiln_strbuf_printf(r->s, "bitfieldExtract(int(%s%d[%s]), int(%s & %d) * %d, %d)", p, k, w, i, lane, bits, bits);
+    return;
+  }
+  bool is_bool = dt == KILN_DTYPE_BOOL;
+  kiln_strbuf_printf(r->s, "%s(%s%d[%s] >> (int(%s & %d) * %d)) & %s%s", is_bool ? "(" : "int(", p, k, w, i, lane, bits,
+                     wide ? "0xffffu" : "0xffu", is_bool ? ") != 0u" : ")");
+}
+
 static void glsl_load(render_ctx *r, const te_expr *e, const char *i) {
   kiln_strbuf *s = r->s;
   const char *p = r->buf_prefix;
@@ -355,25 +372,10 @@ static void glsl_load(render_ctx *r, const te_expr *e, const char *i) {
       kiln_strbuf_printf(s, "%s%d[%s]", p, k, w);
       break;
     case KILN_DTYPE_BOOL:
-      subscript(r, "%s >> 2", i, w, sizeof w);
-      kiln_strbuf_printf(s, "((%s%d[%s] >> (int(%s & 3) * 8)) & 0xffu) != 0u", p, k, w, i);
-      break;
     case KILN_DTYPE_U8:
-      subscript(r, "%s >> 2", i, w, sizeof w);
-      kiln_strbuf_printf(s, "int((%s%d[%s] >> (int(%s & 3) * 8)) & 0xffu)", p, k, w, i);
-      break;
     case KILN_DTYPE_I8:
-      subscript(r, "%s >> 2", i, w, sizeof w);
-      kiln_strbuf_printf(s, "bitfieldExtract(int(%s%d[%s]), int(%s & 3) * 8, 8)", p, k, w, i);
-      break;
     case KILN_DTYPE_U16:
-      subscript(r, "%s >> 1", i, w, sizeof w);
-      kiln_strbuf_printf(s, "int((%s%d[%s] >> (int(%s & 1) * 16)) & 0xffffu)", p, k, w, i);
-      break;
-    case KILN_DTYPE_I16:
-      subscript(r, "%s >> 1", i, w, sizeof w);
-      kiln_strbuf_printf(s, "bitfieldExtract(int(%s%d[%s]), int(%s & 1) * 16, 16)", p, k, w, i);
-      break;
+    case KILN_DTYPE_I16: packed_load(r, te_get_buffer(r->b, k)->dtype, k, i); break;
     default: render_fail(r, "buffer of dtype %s", kiln_dtype_name(te_get_buffer(r->b, k)->dtype));
   }
 }

@@ -357,6 +357,18 @@ static void refs_epilogue(const test_epi *t, refs *r, size_t n) {
   }
 }
 
+/* Appends the test epilogue's table to the kernel's own buffers bufs[0..n)
+ * (bufs has room for one more) when with_epi, runs src and checks the n_out
+ * outputs at y against r, with the epilogue applied to the reference. */
+static void run_and_check(const char *name, const vk_kernel_src *src, test_epi *te, bool with_epi, tbuf *bufs, int n,
+                          const float *y, size_t n_out, refs *r, bool contraction) {
+  if (with_epi) bufs[n++] = (tbuf){te->e, (size_t)te->c, false};
+  if (launch_spec(name, src, te->spec, with_epi ? 1 : 0, bufs, n)) {
+    if (with_epi) refs_epilogue(te, r, n_out);
+    check(name, src->name, y, r, contraction, n_out);
+  }
+}
+
 static float *sentinel(size_t n) {
   float *a = malloc((n ? n : 1) * sizeof(float));
   if (!a) abort();
@@ -440,11 +452,7 @@ static void test_matmul(const char *what, const vk_matmul_desc *d, bool with_epi
     bufs[n++] = (tbuf){b, nbb, false};
     if (d->has_bias) bufs[n++] = (tbuf){c, nc, false};
     bufs[n++] = (tbuf){y, ny + (size_t)d->y_offset, true};
-    if (with_epi) bufs[n++] = (tbuf){te.e, (size_t)te.c, false};
-    if (launch_spec(name, &src, te.spec, with_epi ? 1 : 0, bufs, n)) {
-      if (with_epi) refs_epilogue(&te, &r, ny);
-      check(name, src.name, y + d->y_offset, &r, true, ny);
-    }
+    run_and_check(name, &src, &te, with_epi, bufs, n, y + d->y_offset, ny, &r, true);
     vk_kernel_src_free(&src);
   }
   free(a), free(b), free(c), free(y), free(te.e);
@@ -680,11 +688,7 @@ static void test_conv(const char *what, const vk_conv_desc *d, bool with_epi) {
     bufs[n++] = (tbuf){w, nw, false};
     if (d->has_bias) bufs[n++] = (tbuf){b, nb, false};
     bufs[n++] = (tbuf){y, ny + (size_t)d->y_offset, true};
-    if (with_epi) bufs[n++] = (tbuf){te.e, (size_t)te.c, false};
-    if (launch_spec(name, &src, te.spec, with_epi ? 1 : 0, bufs, n)) {
-      if (with_epi) refs_epilogue(&te, &r, ny);
-      check(name, src.name, y + d->y_offset, &r, true, ny);
-    }
+    run_and_check(name, &src, &te, with_epi, bufs, n, y + d->y_offset, ny, &r, true);
     vk_kernel_src_free(&src);
   }
   free(x), free(w), free(b), free(y), free(te.e);
@@ -844,11 +848,8 @@ static void test_pool_desc(const char *what, const vk_pool_desc *pd, bool with_e
   char name[128];
   snprintf(name, sizeof name, "%s%s%s", what, with_epi ? " +epi" : "", g_fp16 ? " fp16" : "");
   if (check_status(vk_gen_pool(&d, &g_props, with_epi ? &te.epi : NULL, &src), name)) {
-    tbuf bufs[3] = {{x, nx, false}, {y, ny + yo, true}, {te.e, (size_t)te.c, false}};
-    if (launch_spec(name, &src, te.spec, with_epi ? 1 : 0, bufs, with_epi ? 3 : 2)) {
-      if (with_epi) refs_epilogue(&te, &r, ny);
-      check(name, src.name, y + yo, &r, false, ny);
-    }
+    tbuf bufs[3] = {{x, nx, false}, {y, ny + yo, true}};
+    run_and_check(name, &src, &te, with_epi, bufs, 2, y + yo, ny, &r, false);
     vk_kernel_src_free(&src);
   }
   free(x), free(y), free(te.e);
@@ -959,11 +960,7 @@ static void test_attention(const char *what, const vk_attention_desc *d, int mas
     bufs[n++] = (tbuf){v, nv, false};
     if (d->has_mask) bufs[n++] = (tbuf){mask, nm, false};
     bufs[n++] = (tbuf){y, ny, true};
-    if (with_epi) bufs[n++] = (tbuf){te.e, (size_t)te.c, false};
-    if (launch_spec(name, &src, te.spec, with_epi ? 1 : 0, bufs, n)) {
-      if (with_epi) refs_epilogue(&te, &r, ny);
-      check(name, src.name, y, &r, false, ny);
-    }
+    run_and_check(name, &src, &te, with_epi, bufs, n, y, ny, &r, false);
     vk_kernel_src_free(&src);
   }
   free(q), free(k), free(v), free(mask), free(y), free(te.e);

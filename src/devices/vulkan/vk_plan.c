@@ -901,13 +901,10 @@ kiln_status_t vk_plan_prepare(kiln_device *dev, const kiln_graph *g, const kiln_
       if (!st && nk) st = vk_kernel_create_batch(ctx, descs, nk, kernels);
       vk_pipeline_stats_get(ctx, &after);
       x->n_shader_kernels = nk;
-      for (int k = 0; k < nk; k++) {
-        bool seen = false;
-        for (int j = 0; j < k && !seen; j++) seen = !strcmp(descs[j].glsl, descs[k].glsl);
-        x->n_shader_sources += !seen;
-      }
       x->spirv_compiled = after.spirv_compiled - before.spirv_compiled;
       x->spirv_cached = after.spirv_cached - before.spirv_cached;
+      /* The batch hashed every source once: each distinct one was compiled or read from the cache. */
+      x->n_shader_sources = (int)(x->spirv_compiled + x->spirv_cached);
       x->shader_s = (after.spirv_s - before.spirv_s) + (after.pipeline_s - before.pipeline_s);
       for (int k = 0; k < nk; k++) x->steps[step_of[k]].kernel = kernels[k];
       for (int k = 0; specs && k < nk; k++) free(specs[k]);
