@@ -63,6 +63,7 @@ typedef enum kiln_status_code {
   KILN_NOT_FOUND = 7,         /* named thing does not exist */
   KILN_INTERNAL = 8,          /* a bug in kiln */
   KILN_DEVICE_ERROR = 9,      /* device lost, driver failure */
+  KILN_TIMEOUT = 10,          /* a run took longer than KILN_RUN_TIMEOUT */
 } kiln_status_code;
 
 typedef struct kiln_status_s *kiln_status_t; /* NULL == success */

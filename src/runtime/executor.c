@@ -1,5 +1,7 @@
 #include "runtime/executor.h"
 
+#include "base/limits.h"
+
 #include <stdio.h>
 
 struct kiln_exec_frame {
@@ -72,6 +74,8 @@ static kiln_status_t run_subgraph(void *data, const kiln_graph *g, int n_inputs,
   sub.before_node = NULL;
   if (n_inputs != g->n_inputs)
     return kiln_error(KILN_INVALID_MODEL, "subgraph '%s' takes %d inputs, given %d", g->name, g->n_inputs, n_inputs);
+  /* A Loop body with no nodes still costs an iteration: check here too. */
+  KILN_TRY(kiln_run_deadline_check());
   return kiln_execute_graph(g, frame, n_inputs, inputs, n_outputs, outs, &sub);
 }
 
@@ -217,7 +221,8 @@ kiln_status_t kiln_execute_graph(const kiln_graph *g, const kiln_exec_frame *par
   for (int n = 0; n < g->n_nodes; n++) {
     const kiln_node *node = &g->nodes[n];
     if (opts->before_node) opts->before_node(opts->observer_user, g, node);
-    st = run_node(&f, node);
+    st = kiln_run_deadline_check();
+    if (!st) st = run_node(&f, node);
     if (st) {
       st = kiln_status_annotate(st, "node '%s' (%s)", node->name, node->op_type);
       goto cleanup;
@@ -278,6 +283,7 @@ cleanup:
 kiln_status_t kiln_run_ref_node(const kiln_graph *g, const kiln_node *node, kiln_value *const *ins,
                                 kiln_value **outs) {
   if (node->n_inputs > 64 || node->n_outputs > 64) return kiln_error(KILN_UNSUPPORTED, "node with over 64 inputs/outputs");
+  KILN_TRY(kiln_run_deadline_check());
   kiln_value *in[64] = {0}, *res[64] = {0};
   bool wanted[64];
   for (int i = 0; i < node->n_inputs; i++) in[i] = ins[i];

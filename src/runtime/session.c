@@ -1,6 +1,7 @@
 /* Public session API (include/kiln.h) over the executor. */
 #include "runtime/session.h"
 
+#include "base/limits.h"
 #include "codegen/jit.h"
 #include "passes/passes.h"
 #include "passes/passes_opt.h"
@@ -267,6 +268,7 @@ kiln_status_t kiln_session_run_values(kiln_session *s, int n_inputs, const char 
     }
   }
   const kiln_graph *run_graph = NULL;
+  bool armed = kiln_run_deadline_begin(); /* KILN_RUN_TIMEOUT: the interpreter checks it between nodes */
   if (!st) st = kiln_session_specialize(s, bound, &run_graph);
   if (!st && s->exec) {
     kiln_step_observer obs = {s->before_node, s->observer, s->observer_user};
@@ -277,6 +279,7 @@ kiln_status_t kiln_session_run_values(kiln_session *s, int n_inputs, const char 
     kiln_exec_options opts = {s->devices, s->n_devices, s->observer, s->observer_user, s->before_node};
     st = kiln_execute_graph(run_graph, NULL, g->n_inputs, bound, n_outputs, out_outputs, &opts);
   }
+  kiln_run_deadline_end(armed);
   for (int i = 0; i < n_nones; i++) kiln_value_free(nones[i]);
   free(bound);
   return st;

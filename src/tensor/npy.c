@@ -2,6 +2,8 @@
 
 #include "tensor/zip.h"
 
+#include "base/limits.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -285,7 +287,7 @@ static kiln_status_t parse_dict(const char *text, size_t len, const char *what, 
                      !seen_descr ? "descr" : !seen_order ? "fortran_order" : "shape");
   h->numel = kiln_shape_numel(h->rank, h->dims);
   if (h->numel < 0 || !kiln_mul_i64(h->numel, (int64_t)h->item_size, &h->data_bytes) ||
-      h->data_bytes > KILN_MAX_TENSOR_BYTES) {
+      h->data_bytes > kiln_limits_get()->max_tensor_bytes) {
     char s[256];
     return kiln_error(KILN_INVALID_ARGUMENT, "%s: shape %s of dtype %s is too large", what,
                       kiln_shape_str(h->rank, h->dims, s, sizeof s), kiln_dtype_name(h->dtype));

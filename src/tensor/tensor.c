@@ -1,5 +1,7 @@
 #include "tensor/tensor.h"
 
+#include "base/limits.h"
+
 #include <stdio.h>
 
 void kiln_keepalive_retain(kiln_keepalive *k) {
@@ -53,11 +55,12 @@ static kiln_status_t tensor_header(kiln_dtype dtype, int rank, const int64_t *di
   for (int i = 0; i < rank; i++)
     if (dims[i] < 0) return kiln_error(KILN_INVALID_ARGUMENT, "negative dimension %lld", (long long)dims[i]);
   int64_t numel = kiln_shape_numel(rank, dims), bytes;
-  if (numel < 0 || !kiln_mul_i64(numel, (int64_t)kiln_dtype_size(dtype), &bytes) ||
-      bytes > KILN_MAX_TENSOR_BYTES) {
+  int64_t limit = kiln_limits_get()->max_tensor_bytes;
+  if (numel < 0 || !kiln_mul_i64(numel, (int64_t)kiln_dtype_size(dtype), &bytes) || bytes > limit) {
     char s[256];
-    return kiln_error(KILN_OUT_OF_MEMORY, "tensor of shape %s and dtype %s is too large",
-                      kiln_shape_str(rank, dims, s, sizeof s), kiln_dtype_name(dtype));
+    return kiln_error(KILN_OUT_OF_MEMORY, "tensor of shape %s and dtype %s is too large (limit %lld bytes%s)",
+                      kiln_shape_str(rank, dims, s, sizeof s), kiln_dtype_name(dtype), (long long)limit,
+                      limit < KILN_MAX_TENSOR_BYTES ? ", KILN_MAX_TENSOR_BYTES" : "");
   }
   kiln_tensor *t = calloc(1, sizeof *t);
   if (!t) return KILN_OOM();

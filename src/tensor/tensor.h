@@ -37,7 +37,7 @@ struct kiln_tensor {
 };
 
 /* New tensor, zero-filled, refcount 1. Checks dims (non-negative, total
- * bytes <= KILN_MAX_TENSOR_BYTES). */
+ * bytes <= kiln_limits_get()->max_tensor_bytes, base/limits.h). */
 kiln_status_t kiln_tensor_new(kiln_dtype dtype, int rank, const int64_t *dims, kiln_tensor **out);
 /* Same but with the data uninitialized (faster for kernels that write all). */
 kiln_status_t kiln_tensor_new_uninit(kiln_dtype dtype, int rank, const int64_t *dims, kiln_tensor **out);

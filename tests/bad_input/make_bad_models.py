@@ -13,8 +13,11 @@ out = sys.argv[1]
 os.makedirs(out, exist_ok=True)
 
 
-def save(name, model, expect, inputs=None, check=False):
+def save(name, model, expect, inputs=None, check=False, env=None):
+    """env: environment variables the case runs with (a `<name>.env` file)."""
     path = os.path.join(out, name + ".onnx")
+    if env:
+        open(os.path.join(out, name + ".env"), "w").write("".join(f"{k}={v}\n" for k, v in env.items()))
     if isinstance(model, bytes):
         open(path, "wb").write(model)
     else:
@@ -104,6 +107,19 @@ save("reshape_bad_shape",
 save("constant_of_shape_huge",
      model([helper.make_node("ConstantOfShape", ["s"], ["y"], name="cos")], [vi("s", TensorProto.INT64, [3])], [vi("y", f32, None)]),
      "'cos'.*(too large|memory)", {"s": np.array([1 << 20, 1 << 20, 1 << 20], np.int64)})
+
+# Limits a host sets (base/limits.h): a valid model that asks for more.
+save("tensor_over_limit",
+     model([helper.make_node("ConstantOfShape", ["s"], ["y"], name="cos")], [vi("s", TensorProto.INT64, [2])], [vi("y", f32, None)]),
+     "'cos'.*too large \\(limit 1048576 bytes, KILN_MAX_TENSOR_BYTES\\)", {"s": np.array([1024, 1024], np.int64)},
+     env={"KILN_MAX_TENSOR_BYTES": "1M"})
+body = helper.make_graph([helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Identity", ["v_in"], ["v_out"])],
+                         "body", [vi("iter", TensorProto.INT64, []), vi("cond_in", TensorProto.BOOL, []), vi("v_in", f32, [4])],
+                         [vi("cond_out", TensorProto.BOOL, []), vi("v_out", f32, [4])])
+save("loop_past_run_timeout",  # 2^40 iterations: stopped by KILN_RUN_TIMEOUT, not by the 2^31 guard hours later
+     model([helper.make_node("Loop", ["m", "", "x"], ["y"], name="loop", body=body)], [vi("x", f32, [4])], [vi("y", f32, [4])],
+           [numpy_helper.from_array(np.array(1 << 40, np.int64), "m")]),
+     "'loop'.*took longer than its limit of 1 s \\(KILN_RUN_TIMEOUT\\)", {"x": x4}, env={"KILN_RUN_TIMEOUT": "1"})
 
 # Bytes that are not a model
 good = model([helper.make_node("Relu", ["x"], ["y"], name="r")], [vi("x", f32, [4])], [vi("y", f32, [4])]).SerializeToString()

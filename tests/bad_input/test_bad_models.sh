@@ -16,7 +16,9 @@ for m in "$tmp"/*.onnx; do
     in=${f#"$tmp/$name".}; in=${in%.npy}
     args+=(--input "$in=$f")
   done
-  timeout "$limit" "$kiln" run "$m" "${args[@]}" >"$tmp/out" 2>"$tmp/err"; rc=$?
+  envs=()
+  [ -e "$tmp/$name.env" ] && mapfile -t envs <"$tmp/$name.env"
+  timeout "$limit" env "${envs[@]}" "$kiln" run "$m" "${args[@]}" >"$tmp/out" 2>"$tmp/err"; rc=$?
   n=$((n+1))
   pat=$(cat "$tmp/$name.expect")
   if [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -qE "^kiln: error: .*$pat" "$tmp/err"; then
