@@ -57,6 +57,8 @@ static bool has_instance_ext(const vk_loader *ld, const char *layer, const char 
 static kiln_status_t create_instance(vk_context *ctx, const vk_loader *ld) {
   static const char *const kValidation = "VK_LAYER_KHRONOS_validation";
   bool validation = env_flag("KILN_VULKAN_VALIDATION");
+  vk_pin_scope pins; /* the layer and extension queries already load drivers and layers */
+  vk_pin_scope_begin(&pins);
   const char *layers[1];
   uint32_t n_layers = 0;
   if (validation) {
@@ -113,6 +115,7 @@ static kiln_status_t create_instance(vk_context *ctx, const vk_loader *ld) {
   if (n_layers && vmode && !strcmp(vmode, "sync")) ci.pNext = &vfeat;
   else if (debug_utils) ci.pNext = &dbg;
   VkResult r = ld->vkCreateInstance(&ci, NULL, &ctx->instance);
+  vk_pin_scope_end(&pins);
   if (r == VK_ERROR_INCOMPATIBLE_DRIVER) {
     char why[600];
     return kiln_error(KILN_UNSUPPORTED, "%s", vk_no_driver_reason(r, why, sizeof why));

@@ -151,6 +151,23 @@ bool vk_glslc_compile(const vk_shaderc_fns *sc, const char *name, const char *gl
  * usual cause. Returns buf. */
 const char *vk_no_driver_reason(VkResult r, char *buf, size_t size);
 
+/* Keeps every library the loader loads between begin and end (the drivers,
+ * what they link, layers) loaded until the process exits; put the scope
+ * around the first loader call that may load drivers (an instance
+ * extension or layer query already does) and vkCreateInstance.
+ * Why: vkDestroyInstance unloads them, and LLVM-based drivers (lavapipe,
+ * with the libLLVM and libz3 it links) keep heap blocks reachable only from
+ * the driver's globals; unloading turns them into leaks under
+ * LeakSanitizer, with stacks that name no module, so no suppression can
+ * match them. A later instance would also load them all again. A library
+ * another thread loads inside the scope stays loaded too (harmless). */
+typedef struct vk_pin_scope {
+  char **names; /* libraries loaded at begin (owned) */
+  int n, cap;
+} vk_pin_scope;
+void vk_pin_scope_begin(vk_pin_scope *scope);
+void vk_pin_scope_end(vk_pin_scope *scope); /* frees the scope */
+
 /* Fills a table's instance-level entries; error names the missing one. */
 kiln_status_t vk_load_instance_fns(VkInstance instance, vk_fns *fns);
 kiln_status_t vk_load_device_fns(VkDevice device, vk_fns *fns);

@@ -23,6 +23,10 @@
 #include "devices/vulkan/vk_internal.h"
 
 #include <dlfcn.h>
+#if defined(__linux__) || defined(__FreeBSD__)
+#include <link.h> /* dl_iterate_phdr */
+#define KILN_VK_PIN_LIBRARIES 1
+#endif
 #include <inttypes.h>
 #include <stdio.h>
 
@@ -108,6 +112,53 @@ const char *vk_no_driver_reason(VkResult r, char *buf, size_t size) {
   if (n >= 0 && (size_t)n < size) snprintf(buf + n, size - (size_t)n, ")");
   return buf;
 }
+
+/* ---- driver libraries stay loaded ------------------------------------------------ */
+
+#ifdef KILN_VK_PIN_LIBRARIES
+static int add_loaded_lib(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  vk_pin_scope *l = data;
+  if (!info->dlpi_name || !info->dlpi_name[0]) return 0; /* the executable, the vDSO */
+  if (l->n == l->cap) {
+    int cap = l->cap ? 2 * l->cap : 64;
+    char **p = realloc(l->names, sizeof *p * (size_t)cap);
+    if (!p) return 1; /* stop: pinning is best effort */
+    l->names = p;
+    l->cap = cap;
+  }
+  if ((l->names[l->n] = kiln_strdup(info->dlpi_name))) l->n++;
+  return 0;
+}
+
+static void free_names(vk_pin_scope *l) {
+  for (int i = 0; i < l->n; i++) free(l->names[i]);
+  free(l->names);
+  memset(l, 0, sizeof *l);
+}
+
+void vk_pin_scope_begin(vk_pin_scope *scope) {
+  memset(scope, 0, sizeof *scope);
+  dl_iterate_phdr(add_loaded_lib, scope);
+}
+
+void vk_pin_scope_end(vk_pin_scope *scope) {
+  vk_pin_scope now = {0};
+  dl_iterate_phdr(add_loaded_lib, &now);
+  for (int i = 0; i < now.n; i++) {
+    bool seen = false;
+    for (int k = 0; k < scope->n && !seen; k++) seen = !strcmp(scope->names[k], now.names[i]);
+    /* RTLD_NOLOAD only marks the library already loaded; the reference
+     * this takes is never dropped. */
+    if (!seen) (void)dlopen(now.names[i], RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
+  }
+  free_names(&now);
+  free_names(scope);
+}
+#else
+void vk_pin_scope_begin(vk_pin_scope *scope) { memset(scope, 0, sizeof *scope); }
+void vk_pin_scope_end(vk_pin_scope *scope) { (void)scope; }
+#endif
 
 static void *open_first(const char *const *names, int n, char *err, size_t err_size) {
   err[0] = '\0';
@@ -486,6 +537,8 @@ static void enumerate_once(void) {
   const char *ext[1];
   uint32_t n_ext = 0;
   VkExtensionProperties *exts = NULL;
+  vk_pin_scope pins; /* the extension query already loads the drivers */
+  vk_pin_scope_begin(&pins);
   if (g_loader.vkEnumerateInstanceExtensionProperties(NULL, &n_ext, NULL) == VK_SUCCESS && n_ext) {
     exts = calloc(n_ext, sizeof *exts);
     if (!exts || g_loader.vkEnumerateInstanceExtensionProperties(NULL, &n_ext, exts) < 0) n_ext = 0;
@@ -499,6 +552,7 @@ static void enumerate_once(void) {
   free(exts);
   VkInstance inst = VK_NULL_HANDLE;
   VkResult r = g_loader.vkCreateInstance(&ci, NULL, &inst);
+  vk_pin_scope_end(&pins);
   if (r != VK_SUCCESS) {
     if (r == VK_ERROR_INCOMPATIBLE_DRIVER) vk_no_driver_reason(r, g_enum_why, sizeof g_enum_why);
     else
