@@ -26,6 +26,7 @@
 #endif
 
 static kiln_cpu_features g_features;
+static kiln_cpu_features g_native; /* g_features before KILN_CPU_DISABLE */
 static pthread_once_t g_features_once = PTHREAD_ONCE_INIT;
 
 /* ---- small file helpers ------------------------------------------------ */
@@ -270,6 +271,7 @@ static void detect(void) {
   kiln_sha256_final(&sig, digest);
   kiln_hex_encode(digest, sizeof digest, f->signature);
 
+  g_native = *f;
   const char *disable = getenv("KILN_CPU_DISABLE");
   if (disable && *disable) apply_disable_list(f, disable);
 }
@@ -277,6 +279,11 @@ static void detect(void) {
 const kiln_cpu_features *kiln_cpu_features_get(void) {
   pthread_once(&g_features_once, detect);
   return &g_features;
+}
+
+const kiln_cpu_features *kiln_cpu_features_native(void) {
+  pthread_once(&g_features_once, detect);
+  return &g_native;
 }
 
 char *kiln_cpu_features_string(const kiln_cpu_features *f, char *buf, int size) {

@@ -16,6 +16,15 @@
  * forces features off, so the AVX2 or portable paths can be tested on a
  * bigger machine. "avx512" turns off every avx512* flag and "avx2" also
  * turns off the AVX-512 flags (and avx_vnni), since those paths assume AVX2.
+ * kiln_cpu_features_get() returns the features after KILN_CPU_DISABLE;
+ * kiln_cpu_features_native() the ones detected before it. The JIT compiles
+ * generated C with -march=native plus -mno-<feature> for every feature the
+ * second has and the first lacks, so that under KILN_CPU_DISABLE the
+ * generated kernels are built for the same narrower feature set as the
+ * hand-written SGEMM and convolution paths (otherwise the "portable" test
+ * pass would still run AVX2/AVX-512 code in every generated kernel). Without
+ * KILN_CPU_DISABLE the two are equal, no flag is added, and the JIT cache
+ * keys stay what they were.
  *
  * Detection runs once, on first use; the returned struct is immutable and
  * shared. All functions are thread-safe.
@@ -51,6 +60,13 @@ typedef struct kiln_cpu_features {
 
 /* The host's features. Never NULL; detected once. */
 const kiln_cpu_features *kiln_cpu_features_get(void);
+
+/* The features as detected, before KILN_CPU_DISABLE: what the CPU and OS
+ * provide, hence what `-march=native` compiles for. Never NULL; the same
+ * contents as kiln_cpu_features_get() when KILN_CPU_DISABLE is unset. Use it
+ * only to know what was disabled (the JIT's -mno-<feature> flags); kernels
+ * must choose their paths from kiln_cpu_features_get(). */
+const kiln_cpu_features *kiln_cpu_features_native(void);
 
 /* Space-separated names of the set flags ("avx2 fma avx512f ..."), into buf.
  * Returns buf. */

@@ -763,13 +763,79 @@ static void hash_field(kiln_sha256_ctx *h, const char *s) {
   kiln_sha256_update(h, s, n);
 }
 
-/* Flags for this call: the fixed ones, then $KILN_CFLAGS. */
+/* The -mno-<feature> flags for the x86 features -march=native enables on
+ * this CPU (kiln_cpu_features_native) that KILN_CPU_DISABLE turned off
+ * (kiln_cpu_features_get), into out (room for max); returns how many. None
+ * without KILN_CPU_DISABLE, and none off x86-64. A feature whose parent's
+ * flag is emitted too (avx512bw under -mno-avx512f, avxvnni under -mno-avx2)
+ * is left to the parent: gcc 12 and clang 14 turn those dependents off with
+ * it (checked with -dM -E), and the rarer flags need a newer compiler. The
+ * basic ones are named even where a parent implies them, so the command line
+ * says what was turned off. */
+#define FEATURE(field) offsetof(kiln_cpu_features, field)
+static int disabled_feature_flags(const char **out, int max) {
+#if defined(__x86_64__)
+  static const struct {
+    size_t field;
+    const char *flag;
+    int parent; /* index in this table, or -1 */
+  } map[] = {
+      /*  0 */ {FEATURE(sse4_1), "-mno-sse4.1", -1},
+      /*  1 */ {FEATURE(sse4_2), "-mno-sse4.2", -1},
+      /*  2 */ {FEATURE(avx), "-mno-avx", -1},
+      /*  3 */ {FEATURE(f16c), "-mno-f16c", -1},
+      /*  4 */ {FEATURE(fma), "-mno-fma", -1},
+      /*  5 */ {FEATURE(avx2), "-mno-avx2", -1},
+      /*  6 */ {FEATURE(bmi2), "-mno-bmi2", -1},
+      /*  7 */ {FEATURE(avx_vnni), "-mno-avxvnni", 5},
+      /*  8 */ {FEATURE(avx512f), "-mno-avx512f", -1},
+      /*  9 */ {FEATURE(avx512cd), "-mno-avx512cd", 8},
+      /* 10 */ {FEATURE(avx512dq), "-mno-avx512dq", 8},
+      /* 11 */ {FEATURE(avx512bw), "-mno-avx512bw", 8},
+      /* 12 */ {FEATURE(avx512vl), "-mno-avx512vl", 8},
+      /* 13 */ {FEATURE(avx512_vnni), "-mno-avx512vnni", 8},
+      /* 14 */ {FEATURE(avx512_bf16), "-mno-avx512bf16", 8},
+      /* 15 */ {FEATURE(avx512_fp16), "-mno-avx512fp16", 8},
+      /* 16 */ {FEATURE(avx512_vbmi), "-mno-avx512vbmi", 8},
+      /* 17 */ {FEATURE(amx), "-mno-amx-tile", -1},
+      /* gcc 12's -mno-amx-tile leaves amx-bf16 and amx-int8 on: named each */
+      /* 18 */ {FEATURE(amx_bf16), "-mno-amx-bf16", -1},
+      /* 19 */ {FEATURE(amx_int8), "-mno-amx-int8", -1},
+  };
+  const char *native = (const char *)kiln_cpu_features_native();
+  const char *active = (const char *)kiln_cpu_features_get();
+  bool off[KILN_ARRAY_SIZE(map)];
+  int n = 0;
+  for (size_t i = 0; i < KILN_ARRAY_SIZE(map); i++) {
+    bool had, has;
+    memcpy(&had, native + map[i].field, sizeof had);
+    memcpy(&has, active + map[i].field, sizeof has);
+    off[i] = had && !has;
+    if (!off[i] || (map[i].parent >= 0 && off[map[i].parent])) continue;
+    if (n < max) out[n] = map[i].flag;
+    n++;
+  }
+  return n < max ? n : max;
+#else
+  (void)out;
+  (void)max;
+  return 0;
+#endif
+}
+#undef FEATURE
+
+#define MAX_FEATURE_FLAGS 24
+
+/* Flags for this call: the fixed ones, the -mno-<feature> ones, then
+ * $KILN_CFLAGS (so a user's flag can override either). */
 static char **build_flags(int *out_n) {
   const char *extra = getenv("KILN_CFLAGS");
   int n_extra = 0;
   char **extra_words = split_words(extra ? extra : "", &n_extra);
   if (!extra_words) return NULL;
-  int n = (int)KILN_ARRAY_SIZE(base_flags) + n_extra;
+  const char *feature_flags[MAX_FEATURE_FLAGS];
+  int n_feature = disabled_feature_flags(feature_flags, MAX_FEATURE_FLAGS);
+  int n = (int)KILN_ARRAY_SIZE(base_flags) + n_feature + n_extra;
   char **flags = calloc((size_t)n + 1, sizeof *flags);
   if (!flags) {
     free_words(extra_words);
@@ -778,6 +844,10 @@ static char **build_flags(int *out_n) {
   int k = 0;
   for (size_t i = 0; i < KILN_ARRAY_SIZE(base_flags); i++) {
     flags[k] = kiln_strdup(base_flags[i]);
+    if (!flags[k++]) goto oom;
+  }
+  for (int i = 0; i < n_feature; i++) {
+    flags[k] = kiln_strdup(feature_flags[i]);
     if (!flags[k++]) goto oom;
   }
   for (int i = 0; i < n_extra; i++) flags[k++] = extra_words[i], extra_words[i] = NULL;
@@ -1150,5 +1220,15 @@ char *kiln_jit_compiler_description(char *buf, int size) {
     return NULL;
   }
   snprintf(buf, (size_t)size, "%s: %.*s", cc->path, (int)strcspn(cc->version, "\n"), cc->version);
+  return buf;
+}
+
+char *kiln_jit_target_flags(char *buf, int size) {
+  if (size <= 0) return buf;
+  const char *flags[MAX_FEATURE_FLAGS];
+  int n = disabled_feature_flags(flags, MAX_FEATURE_FLAGS);
+  int used = snprintf(buf, (size_t)size, "-march=native");
+  for (int i = 0; i < n && used >= 0 && used < size; i++)
+    used += snprintf(buf + used, (size_t)(size - used), " %s", flags[i]);
   return buf;
 }

@@ -24,8 +24,19 @@
  *
  * Flags: -O3 -march=native -std=c11 -fPIC -shared -fvisibility=hidden
  * -fno-semantic-interposition -ffp-contract=fast -fno-math-errno
- * -fno-trapping-math -pipe -Wl,-z,defs ... -lm, then $KILN_CFLAGS (split on
- * spaces; e.g. "-O0 -g" to debug a kernel). Floating point: no -ffast-math
+ * -fno-trapping-math -pipe -Wl,-z,defs ... -lm, then, on x86-64, -mno-<feature>
+ * for every feature KILN_CPU_DISABLE turned off that this CPU has
+ * (kiln_cpu_features_native() has it, kiln_cpu_features_get() does not:
+ * KILN_CPU_DISABLE=avx512 adds -mno-avx512f; avx2 adds -mno-fma -mno-avx2
+ * -mno-avx512f; all adds -mno-sse4.1 -mno-sse4.2 -mno-avx -mno-f16c -mno-fma
+ * -mno-avx2 -mno-avx512f, each only where the CPU has the feature), then
+ * $KILN_CFLAGS (split on spaces; e.g. "-O0 -g" to debug a kernel). The
+ * -mno flags exist because -march=native alone would compile the generated
+ * kernels for the whole CPU even when the hand-written SGEMM and convolution
+ * paths were narrowed, so a "portable" run (KILN_CPU_DISABLE=all) would still
+ * execute AVX2/AVX-512 code; they are flags, so they are part of the cache key
+ * (a disabled run never loads an entry built for the full CPU), and without
+ * KILN_CPU_DISABLE there are none and keys are unchanged. Floating point: no -ffast-math
  * (no reassociation, no flush-to-zero, NaN/Inf preserved), so results are
  * those of the written operation order; but a*b+c may be contracted into
  * one FMA (-ffp-contract=fast; needed explicitly because ISO -std=c11 mode
@@ -128,5 +139,10 @@ void kiln_jit_stats_format(const kiln_jit_stats *stats, char *buf, int size);
  * 12.2.0-14) 12.2.0"). Both return buf, or NULL with buf = "" on error. */
 char *kiln_jit_cache_dir(char *buf, int size);
 char *kiln_jit_compiler_description(char *buf, int size);
+
+/* The target flags generated C is compiled with: "-march=native", followed
+ * by the -mno-<feature> flags KILN_CPU_DISABLE adds (see Flags above), into
+ * buf. Returns buf. */
+char *kiln_jit_target_flags(char *buf, int size);
 
 #endif

@@ -3,7 +3,12 @@
  * corrupt cache entries are rebuilt silently; two processes sharing an empty
  * cache both succeed; unusable cache directories fall back; source dumps.
  * Also SHA-256 against the FIPS 180 examples and hashlib. Each test uses its
- * own temporary KILN_CACHE_DIR. Skips (exit 0) without a C compiler. */
+ * own temporary KILN_CACHE_DIR. Skips (exit 0) without a C compiler.
+ * And the generated code's target: under KILN_CPU_DISABLE (read once per
+ * process, so the test re-runs itself with --isa-child) a compiled source
+ * sees __AVX2__, __AVX512F__, __FMA__ ... exactly when kiln's feature flags
+ * say the feature is on, and the cache key changes only when a feature the
+ * CPU has was turned off. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -15,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/cpu_features.h"
 #include "base/hash.h"
 #include "codegen/jit.h"
 
@@ -483,7 +489,137 @@ static void test_dump(void) {
   kiln_jit_module_release(m);
 }
 
-int main(void) {
+/* ---- the generated code's target features --------------------------------- */
+
+/* Which ISA macros the compiler defines for generated code, as a bit mask. */
+static const char *const isa_macros[] = {"__SSE4_1__", "__SSE4_2__", "__AVX__", "__F16C__",
+                                         "__FMA__",    "__AVX2__",   "__AVX512F__"};
+
+static int expected_isa_mask(const kiln_cpu_features *f) {
+  const bool on[] = {f->sse4_1, f->sse4_2, f->avx, f->f16c, f->fma, f->avx2, f->avx512f};
+  int mask = 0;
+  for (int i = 0; i < (int)(sizeof on / sizeof on[0]); i++) mask |= on[i] ? 1 << i : 0;
+  return mask;
+}
+
+/* Run as `test_jit --isa-child` (with KILN_CPU_DISABLE set by the parent):
+ * compiles the probe and prints "isa MASK EXPECTED KEY FLAGS". */
+static int isa_child(void) {
+  char src[2048];
+  int len = snprintf(src, sizeof src, "KILN_EXPORT int isa_mask(void) {\n  int m = 0;\n");
+  for (int i = 0; i < (int)(sizeof isa_macros / sizeof isa_macros[0]); i++)
+    len += snprintf(src + len, sizeof src - (size_t)len, "#ifdef %s\n  m |= %d;\n#endif\n", isa_macros[i], 1 << i);
+  snprintf(src + len, sizeof src - (size_t)len, "  return m;\n}\n");
+  kiln_jit_module *m = NULL;
+  kiln_status_t st = kiln_jit_compile(src, "isa_probe", NULL, &m);
+  if (st) {
+    printf("compile: %s\n", kiln_status_message(st));
+    kiln_status_free(st);
+    return 1;
+  }
+  int (*fn)(void) = (int (*)(void))kiln_jit_symbol(m, "isa_mask");
+  char flags[256];
+  printf("isa %d %d %s %s\n", fn ? fn() : -1, expected_isa_mask(kiln_cpu_features_get()), kiln_jit_module_key(m),
+         kiln_jit_target_flags(flags, sizeof flags));
+  kiln_jit_module_release(m);
+  return 0;
+}
+
+/* Runs this program with --isa-child under KILN_CPU_DISABLE=disable; parses
+ * its line. False if it failed. */
+static bool run_isa_child(const char *self, const char *disable, int *mask, int *expected, char *key, char *flags,
+                          size_t flags_size) {
+  int fds[2];
+  if (pipe(fds)) return false;
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    close(fds[1]);
+    setenv("KILN_CPU_DISABLE", disable, 1);
+    execl(self, self, "--isa-child", (char *)NULL);
+    _exit(127);
+  }
+  close(fds[1]);
+  char out[2048];
+  size_t n = 0;
+  ssize_t r;
+  while (n < sizeof out - 1 && (r = read(fds[0], out + n, sizeof out - 1 - n)) > 0) n += (size_t)r;
+  out[n] = '\0';
+  close(fds[0]);
+  int status = -1;
+  waitpid(pid, &status, 0);
+  bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  const char *line = strstr(out, "isa ");
+  int used = 0;
+  ok = ok && line && sscanf(line, "isa %d %d %64s %n", mask, expected, key, &used) == 3 && used > 0;
+  if (ok) {
+    snprintf(flags, flags_size, "%.*s", (int)strcspn(line + used, "\n"), line + used);
+  } else {
+    printf("child with KILN_CPU_DISABLE=%s: status 0x%x, output:\n%s\n", disable, status, out);
+  }
+  return ok;
+}
+
+/* True if the space-separated list holds the word. */
+static bool has_word(const char *list, const char *word) {
+  size_t n = strlen(word);
+  for (const char *p = list; (p = strstr(p, word)); p += n)
+    if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return true;
+  return false;
+}
+
+static void test_target_features(const char *self) {
+  fresh_cache("isa"); /* inherited by the children */
+  static const char *const modes[] = {"", "avx512", "avx2", "all"};
+  char native_key[65] = "", native_flags[256] = "";
+  const kiln_cpu_features *native = kiln_cpu_features_native();
+  for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+    int mask = -1, expected = -2;
+    char key[65] = "", flags[256] = "";
+    if (!run_isa_child(self, modes[i], &mask, &expected, key, flags, sizeof flags)) {
+      CHECK(false, "KILN_CPU_DISABLE=%s: the probe did not run", modes[i]);
+      continue;
+    }
+    printf("jit: KILN_CPU_DISABLE=%-6s generated C: %s; ISA macros 0x%02x (features say 0x%02x)\n", modes[i],
+           flags, mask, expected);
+    CHECK(mask == expected,
+          "KILN_CPU_DISABLE=%s: generated code sees ISA macros 0x%x, features say 0x%x (bits from 0: %s %s %s %s %s "
+          "%s %s)",
+          modes[i], mask, expected, isa_macros[0], isa_macros[1], isa_macros[2], isa_macros[3], isa_macros[4],
+          isa_macros[5], isa_macros[6]);
+    if (i == 0) {
+      CHECK(!strcmp(flags, "-march=native"), "no KILN_CPU_DISABLE: no extra flags, got '%s'", flags);
+      snprintf(native_key, sizeof native_key, "%s", key);
+      snprintf(native_flags, sizeof native_flags, "%s", flags);
+      continue;
+    }
+    /* The key changes exactly when a flag was added (a feature this CPU
+     * has was turned off). */
+    bool narrowed = strcmp(flags, native_flags) != 0;
+    CHECK(narrowed == (strcmp(key, native_key) != 0), "KILN_CPU_DISABLE=%s: flags '%s', key %s vs native %s", modes[i],
+          flags, key, native_key);
+#if defined(__x86_64__)
+    bool want_avx512 = native->avx512f, want_avx2 = native->avx2 && strcmp(modes[i], "avx512");
+    bool want_avx = native->avx && !strcmp(modes[i], "all");
+    CHECK(want_avx512 == has_word(flags, "-mno-avx512f"), "KILN_CPU_DISABLE=%s: -mno-avx512f in '%s'?",
+          modes[i], flags);
+    CHECK(want_avx2 == has_word(flags, "-mno-avx2"), "KILN_CPU_DISABLE=%s: -mno-avx2 in '%s'?", modes[i], flags);
+    CHECK(want_avx == has_word(flags, "-mno-avx"), "KILN_CPU_DISABLE=%s: -mno-avx in '%s'?", modes[i], flags);
+    CHECK(!(mask & (1 << 6)), "KILN_CPU_DISABLE=%s: __AVX512F__ defined", modes[i]);
+    if (strcmp(modes[i], "avx512"))
+      CHECK(!(mask & (1 << 5 | 1 << 4)), "KILN_CPU_DISABLE=%s: __AVX2__ or __FMA__ defined", modes[i]);
+    if (!strcmp(modes[i], "all"))
+      CHECK(!(mask & 0x0f), "KILN_CPU_DISABLE=all: SSE4/AVX/F16C macros defined (0x%x)", mask);
+#else
+    (void)native;
+#endif
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "--isa-child")) return isa_child();
   test_sha256();
 
   snprintf(g_root, sizeof g_root, "%s/kiln-test-jit-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -513,6 +649,14 @@ int main(void) {
     test_bad_compilers();
     test_unusable_cache_dir();
     test_dump();
+    char self[1024];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+      self[n] = '\0';
+      test_target_features(self);
+    } else {
+      test_target_features(argv[0]);
+    }
     kiln_jit_stats total;
     kiln_jit_global_stats(&total);
     char line[512];

@@ -9,16 +9,21 @@
 #include "devices/cpu/cpu_internal.h"
 #include "devices/cpu/gemm/gemm.h"
 
-static char description[256];
+static char description[512];
 
 static void cpu_query(const kiln_device *dev, kiln_device_info *out) {
   memset(out, 0, sizeof *out);
   out->name = "cpu";
   out->vendor = "kiln";
   if (!description[0]) {
-    char feats[192];
+    /* The paths this process takes (after KILN_CPU_DISABLE): the usable
+     * features, the SGEMM micro-kernel and what generated C targets. */
+    char feats[192], target[192];
     kiln_cpu_features_string(kiln_cpu_features_get(), feats, (int)sizeof feats);
-    snprintf(description, sizeof description, "compiled C kernels, %d physical cores, %s", kiln_physical_cores(), feats);
+    kiln_jit_target_flags(target, (int)sizeof target);
+    snprintf(description, sizeof description,
+             "compiled C kernels, %d physical cores, %s; SGEMM kernel %s; generated C %s", kiln_physical_cores(),
+             feats[0] ? feats : "(no SIMD features)", kiln_sgemm_kernel_name(), target);
   }
   out->description = description;
   out->host_memory = true;
