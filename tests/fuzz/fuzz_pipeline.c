@@ -1,9 +1,14 @@
 /* fuzz_pipeline.c — libFuzzer target for the whole pipeline, not only the
  * reader.
  *
- * The bytes are an ONNX model (in practice a mutation of a seed from the
- * official node suite, steered by tests/fuzz/pipeline.dict: op, attribute
- * and field names). A model that parses is resolved and type-inferred
+ * The bytes are an ONNX model: a mutation of a seed from the official node
+ * suite, made either by libFuzzer's byte mutators (steered by
+ * tests/fuzz/pipeline.dict: op, attribute and field names) or, half the
+ * time, by this file's model mutator, which decodes the model with kiln's
+ * reader, changes one thing a model author could (an attribute's value, a
+ * graph input's dim or dtype, an initializer's values, a node's op type or
+ * an input edge) and writes it back with kiln's writer, so that mutants stay
+ * models and reach inference, the passes and the compilers. A model that parses is resolved and type-inferred
  * (kiln_model_from_ir), specialized to small concrete input shapes, then run
  * on `ref` (the interpreter) and on `cpu` (optimized, fused, planned,
  * compiled to C and run). Whatever the model is, every stage must succeed or
@@ -30,6 +35,7 @@
  *       -rss_limit_mb=4096 CORPUS tests/fuzz/corpus_pipeline
  */
 #include "base/limits.h"
+#include "ops/op.h"
 #include "passes/passes.h"
 #include "runtime/session.h"
 #include "tensor/dtype.h"
@@ -39,6 +45,8 @@
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsigned int seed);
+size_t LLVMFuzzerMutate(uint8_t *data, size_t size, size_t max_size);
 
 #define MAX_MODEL_BYTES (64 * 1024)
 #define MAX_NODES 48
@@ -54,12 +62,13 @@ static char g_cache_dir[] = "/tmp/kiln_fuzz_pipeline_XXXXXX";
 enum { PARSED, TYPED, FED, RAN_REF, CPU_PREPARED, RAN_CPU, N_STAGES };
 static const char *const stage_names[N_STAGES] = {"parsed", "resolved+typed", "fed", "ran on ref",
                                                   "compiled on cpu", "ran on cpu"};
-static uint64_t g_inputs, g_stages[N_STAGES];
+static uint64_t g_inputs, g_stages[N_STAGES], g_model_mutations, g_byte_mutations;
 
 static void print_stats(void) {
   fprintf(stderr, "fuzz_pipeline: %llu inputs", (unsigned long long)g_inputs);
   for (int i = 0; i < N_STAGES; i++) fprintf(stderr, ", %s %llu", stage_names[i], (unsigned long long)g_stages[i]);
-  fprintf(stderr, "\n");
+  fprintf(stderr, "; mutations: %llu of the model, %llu of the bytes\n", (unsigned long long)g_model_mutations,
+          (unsigned long long)g_byte_mutations);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
@@ -123,6 +132,166 @@ static kiln_tensor *make_input(const kiln_type *t, uint64_t *rng) {
   }
   return x;
 }
+
+/* ---- the model mutator ------------------------------------------------- */
+
+static int64_t pick_int(uint64_t *rng, int64_t old) {
+  static const int64_t special[] = {0, 1, 2, 3, -1, -2, 4, 7, 16, 1 << 20, INT32_MAX, INT64_MIN};
+  uint64_t r = next_random(rng) % 16;
+  if (r < KILN_ARRAY_SIZE(special)) return special[r];
+  uint64_t u = (uint64_t)old; /* wrapping, so the mutator itself has no overflow */
+  return (int64_t)(r == 12 ? u + 1 : r == 13 ? u - 1 : r == 14 ? 0 - u : u * 2);
+}
+
+static float pick_float(uint64_t *rng, float old) {
+  static const float special[] = {0.0f, 1.0f, -1.0f, 0.5f, 1e-7f, 1e30f, -1e30f};
+  uint64_t r = next_random(rng) % 10;
+  if (r < KILN_ARRAY_SIZE(special)) return special[r];
+  return r == 7 ? old * 2 : r == 8 ? -old : (float)(0.0 / 0.0); /* NaN */
+}
+
+/* Every graph in the model (the main one and subgraphs), for picking one. */
+static void collect_graphs(kiln_graph *g, kiln_graph **out, int *n, int max) {
+  if (*n < max) out[(*n)++] = g;
+  for (int i = 0; i < g->n_nodes; i++)
+    for (int a = 0; a < g->nodes[i].n_attrs; a++) {
+      kiln_attr *at = &g->nodes[i].attrs[a];
+      if (at->g) collect_graphs(at->g, out, n, max);
+      for (int k = 0; at->graphs && k < at->n; k++) collect_graphs(at->graphs[k], out, n, max);
+    }
+}
+
+/* One change to the decoded model; false when the chosen kind of change
+ * had nothing to act on. */
+static bool mutate_model(kiln_model_ir *m, uint64_t *rng) {
+  kiln_graph *graphs[16];
+  int n_graphs = 0;
+  collect_graphs(m->graph, graphs, &n_graphs, 16);
+  kiln_graph *g = graphs[next_random(rng) % (uint64_t)n_graphs];
+  kiln_node *node = g->n_nodes ? &g->nodes[next_random(rng) % (uint64_t)g->n_nodes] : NULL;
+  switch (next_random(rng) % 7) {
+  case 0: { /* an attribute's value */
+    if (!node || !node->n_attrs) return false;
+    kiln_attr *at = &node->attrs[next_random(rng) % (uint64_t)node->n_attrs];
+    if (at->type == KILN_ATTR_INT) at->i = pick_int(rng, at->i);
+    else if (at->type == KILN_ATTR_FLOAT) at->f = pick_float(rng, at->f);
+    else if (at->type == KILN_ATTR_INTS && at->n) {
+      int k = (int)(next_random(rng) % (uint64_t)at->n);
+      at->ints[k] = pick_int(rng, at->ints[k]);
+    } else if (at->type == KILN_ATTR_FLOATS && at->n) {
+      int k = (int)(next_random(rng) % (uint64_t)at->n);
+      at->floats[k] = pick_float(rng, at->floats[k]);
+    } else {
+      return false;
+    }
+    return true;
+  }
+  case 1: { /* a graph input's dim */
+    if (!g->n_inputs) return false;
+    kiln_type *t = &g->values[g->inputs[next_random(rng) % (uint64_t)g->n_inputs]].type;
+    if (t->rank <= 0) return false;
+    int d = (int)(next_random(rng) % (uint64_t)t->rank);
+    static const int64_t dims[] = {0, 1, 2, 3, 5, 8, -1};
+    t->dims[d] = dims[next_random(rng) % KILN_ARRAY_SIZE(dims)];
+    return true;
+  }
+  case 2: { /* a graph input's dtype */
+    if (!g->n_inputs) return false;
+    kiln_type *t = &g->values[g->inputs[next_random(rng) % (uint64_t)g->n_inputs]].type;
+    if (t->kind != KILN_TYPE_TENSOR) return false;
+    t->dtype = (kiln_dtype)(1 + next_random(rng) % 16);
+    return true;
+  }
+  case 3: { /* an initializer's (or Constant's tensor's) values */
+    kiln_tensor **slot = NULL;
+    for (int tries = 0; tries < 8 && !slot; tries++) {
+      kiln_value_def *v = g->n_values ? &g->values[next_random(rng) % (uint64_t)g->n_values] : NULL;
+      if (v && v->constant && v->constant->numel > 0 && v->constant->dtype != KILN_DTYPE_STRING) slot = &v->constant;
+    }
+    if (!slot && node)
+      for (int a = 0; a < node->n_attrs && !slot; a++)
+        if (node->attrs[a].type == KILN_ATTR_TENSOR && node->attrs[a].t && node->attrs[a].t->numel > 0 &&
+            node->attrs[a].t->dtype != KILN_DTYPE_STRING)
+          slot = &node->attrs[a].t;
+    kiln_tensor *copy = NULL;
+    if (!slot || kiln_tensor_clone(*slot, &copy)) return false; /* the original may be borrowed: change a copy */
+    int64_t k = (int64_t)(next_random(rng) % (uint64_t)copy->numel);
+    if (kiln_dtype_is_float(copy->dtype))
+      kiln_store_f64(copy->data, copy->dtype, k, pick_float(rng, (float)kiln_load_f64(copy->data, copy->dtype, k)));
+    else if (copy->dtype == KILN_DTYPE_BOOL)
+      ((uint8_t *)copy->data)[k] ^= 1;
+    else if (copy->dtype != KILN_DTYPE_C64 && copy->dtype != KILN_DTYPE_C128)
+      kiln_store_i64(copy->data, copy->dtype, k, pick_int(rng, kiln_load_i64(copy->data, copy->dtype, k)));
+    kiln_tensor_release(*slot);
+    *slot = copy;
+    return true;
+  }
+  case 4: { /* a node's op type, from kiln's registry */
+    if (!node) return false;
+    int n_ops = 0;
+    const kiln_op_def *const *ops = kiln_op_all(&n_ops);
+    if (!n_ops) return false;
+    const kiln_op_def *op = ops[next_random(rng) % (uint64_t)n_ops];
+    char *type = kiln_strdup(op->op_type), *domain = kiln_strdup(op->domain);
+    if (!type || !domain) {
+      free(type);
+      free(domain);
+      return false;
+    }
+    free(node->op_type);
+    free(node->domain);
+    node->op_type = type;
+    node->domain = domain;
+    return true;
+  }
+  case 5: { /* an input edge: another value (maybe a later one: a cycle) or absent */
+    if (!node || !node->n_inputs || !g->n_values) return false;
+    int k = (int)(next_random(rng) % (uint64_t)node->n_inputs);
+    node->inputs[k] = next_random(rng) % 4 == 0 ? -1 : (int)(next_random(rng) % (uint64_t)g->n_values);
+    return true;
+  }
+  default: { /* the opset the model imports */
+    if (!m->n_opsets) return false;
+    static const int64_t versions[] = {1, 6, 7, 9, 11, 12, 13, 14, 16, 17, 18, 21};
+    m->opsets[next_random(rng) % (uint64_t)m->n_opsets].version =
+        versions[next_random(rng) % KILN_ARRAY_SIZE(versions)];
+    return true;
+  }
+  }
+}
+
+static size_t mutate_bytes(uint8_t *data, size_t size, size_t max_size) {
+  g_byte_mutations++;
+  return LLVMFuzzerMutate(data, size, max_size);
+}
+
+size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsigned int seed) {
+  uint64_t rng = seed;
+  if (next_random(&rng) & 1) return mutate_bytes(data, size, max_size);
+  kiln_model_ir *m = NULL;
+  kiln_status_t st = kiln_onnx_load_buffer(data, size, &m);
+  if (st) {
+    kiln_status_free(st);
+    return mutate_bytes(data, size, max_size);
+  }
+  bool changed = false;
+  for (int i = 0, n = 1 + (int)(next_random(&rng) % 3); i < n; i++) changed |= mutate_model(m, &rng);
+  uint8_t *out = NULL;
+  size_t n_out = 0;
+  st = changed ? kiln_onnx_serialize(m, &out, &n_out) : NULL;
+  kiln_model_ir_free(m);
+  if (!changed || st || n_out > max_size) {
+    kiln_status_free(st);
+    free(out);
+    return mutate_bytes(data, size, max_size);
+  }
+  g_model_mutations++;
+  memcpy(data, out, n_out);
+  free(out);
+  return n_out;
+}
+
+/* ---- running a model ------------------------------------------------------ */
 
 static void free_values(kiln_value **v, int n) {
   for (int i = 0; i < n; i++) kiln_value_free(v[i]);
