@@ -23,6 +23,12 @@ static bool fully_known(const kiln_type *t) {
   return true;
 }
 
+static bool has_zero_dim(const kiln_type *t) {
+  for (int i = 0; i < t->rank; i++)
+    if (t->dims[i] == 0) return true;
+  return false;
+}
+
 static bool is_f32(const kiln_value_def *v) { return v && v->type.kind == KILN_TYPE_TENSOR && v->type.dtype == KILN_DTYPE_F32; }
 
 /* Reads a constant integer tensor (axes, shapes, starts...) into out. */
@@ -265,6 +271,15 @@ kiln_op_class kiln_lower_class(const kiln_graph *g, const kiln_node *n, const ch
         why = "dtype other than f32";
         goto out;
       }
+    /* A contraction over an empty axis (Conv with 0 input channels, a
+     * zero-sized kernel or batch) has no work for a tiled kernel, whose
+     * blocking divides by those sizes: the reference kernel computes it. */
+    bool empty = n->n_outputs > 0 && n->outputs[0] >= 0 && has_zero_dim(&g->values[n->outputs[0]].type);
+    for (int k = 0; k < n->n_inputs && !empty; k++) empty = input_def(g, n, k) && has_zero_dim(&input_def(g, n, k)->type);
+    if (empty) {
+      why = "a zero-sized input or output";
+      goto out;
+    }
     cls = KILN_OPCLASS_CONTRACTION;
     goto out;
   }

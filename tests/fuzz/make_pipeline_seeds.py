@@ -7,7 +7,9 @@ Seeds (tests/fuzz/corpus_pipeline/): for each distinct set of op types in
 the official node suite's models (libonnx-testdata), its smallest model, so
 every op is seeded alone and in the combinations the suite has (If, Loop and
 Scan with their bodies too). Models over 4 KiB are skipped: mutations of
-small protobufs reach more of the pipeline per second.
+small protobufs reach more of the pipeline per second. Files named
+regress-* are inputs that once broke kiln (see docs/TESTING.md); they are
+kept.
 
 Dictionary (tests/fuzz/pipeline.dict): every op type, attribute name, domain
 and dim_param of those models, and the protobuf tags and dtype varints a
@@ -53,7 +55,8 @@ for case in sorted(os.listdir(suite)):
 
 os.makedirs(corpus, exist_ok=True)
 for f in os.listdir(corpus):
-    os.remove(os.path.join(corpus, f))
+    if not f.startswith("regress-"):  # regression cases for fixed findings stay
+        os.remove(os.path.join(corpus, f))
 for key, (size, path) in sorted(best.items()):
     data = open(path, "rb").read()
     name = hashlib.sha1(data).hexdigest()
