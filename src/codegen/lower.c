@@ -5,6 +5,8 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "ops/window.h"
+
 /* ---- helpers --------------------------------------------------------------- */
 
 static const kiln_value_def *input_def(const kiln_graph *g, const kiln_node *n, int i) {
@@ -717,27 +719,17 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     t->n_in = 1;
     t->ip = !strcmp(op, "MaxPool");
     t->fp[0] = kiln_attr_int(n, "count_include_pad", 0);
-    int cnt;
-    const int64_t *ks = kiln_attr_ints(n, "kernel_shape", &cnt);
-    const int64_t *st = kiln_attr_ints(n, "strides", &cnt);
-    const int64_t *dl = kiln_attr_ints(n, "dilations", &cnt);
-    const int64_t *pads = kiln_attr_ints(n, "pads", &cnt);
-    const char *auto_pad = kiln_attr_string(n, "auto_pad", "NOTSET");
-    if (!ks) return kiln_error(KILN_INVALID_MODEL, "pool without kernel_shape");
+    /* Kernel, strides, dilations and pads from the shared window rule
+     * (ops/window.h); the output sizes (dims) are the graph's, which shape
+     * inference derived with the same rule. */
+    kiln_window win;
+    KILN_TRY(kiln_window_init(n, ns, in->dims + 2, NULL, true, kiln_attr_int(n, "ceil_mode", 0) != 0, &win));
     for (int i = 0; i < ns; i++) {
-      t->p[i] = ks[i];
-      t->p[4 + i] = st ? st[i] : 1;
-      t->p[8 + i] = dl ? dl[i] : 1;
-      int64_t eff = (ks[i] - 1) * t->p[8 + i] + 1;
-      if (!strcmp(auto_pad, "SAME_UPPER") || !strcmp(auto_pad, "SAME_LOWER")) {
-        int64_t total = (dims[2 + i] - 1) * t->p[4 + i] + eff - in->dims[2 + i];
-        if (total < 0) total = 0;
-        t->p[12 + i] = !strcmp(auto_pad, "SAME_UPPER") ? total / 2 : total - total / 2;
-        t->p[16 + i] = total - t->p[12 + i];
-      } else {
-        t->p[12 + i] = pads ? pads[i] : 0;
-        t->p[16 + i] = pads ? pads[ns + i] : 0;
-      }
+      t->p[i] = win.kernel[i];
+      t->p[4 + i] = win.stride[i];
+      t->p[8 + i] = win.dilation[i];
+      t->p[12 + i] = win.pad_begin[i];
+      t->p[16 + i] = win.pad_end[i];
     }
   } else if (!strcmp(op, "LayerNormalization")) {
     t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_layernorm);

@@ -75,8 +75,8 @@ kiln_status_t nn_conv_infer(kiln_infer_ctx *ctx) {
     in_sp[i] = xr >= 0 ? x->dims[2 + i] : -1;
     kernel[i] = wr >= 0 ? w->dims[2 + i] : -1;
   }
-  nn_window win;
-  KILN_TRY(nn_window_init(ctx->node, n, in_sp, kernel, true, false, &win));
+  kiln_window win;
+  KILN_TRY(kiln_window_init(ctx->node, n, in_sp, kernel, true, false, &win));
   dims[0] = xr >= 0 ? x->dims[0] : -1;
   dims[1] = wr >= 0 ? w->dims[0] : -1;
   for (int i = 0; i < n; i++) dims[2 + i] = win.out[i];
@@ -97,8 +97,8 @@ kiln_status_t nn_conv_kernel(kiln_kernel_ctx *ctx) {
   int64_t batch = x->dims[0], c_in = x->dims[1], m = w->dims[0];
   int64_t cg = c_in / group, mg = m / group;
   KILN_TRY(check_bias(bias, m));
-  nn_window win;
-  KILN_TRY(nn_window_init(ctx->node, n, x->dims + 2, w->dims + 2, true, false, &win));
+  kiln_window win;
+  KILN_TRY(kiln_window_init(ctx->node, n, x->dims + 2, w->dims + 2, true, false, &win));
 
   int64_t ydims[KILN_MAX_RANK] = {batch, m};
   for (int i = 0; i < n; i++) ydims[2 + i] = win.out[i];
@@ -158,7 +158,7 @@ done:
  * explicit output_shape or auto_pad SAME_* fix the output size and derive
  * the pads; otherwise out = s*(in-1) + output_padding + (k-1)*d + 1 - pads. */
 static kiln_status_t conv_transpose_window(const kiln_node *node, int n, const int64_t *in_sp, const int64_t *kernel,
-                                           nn_window *w) {
+                                           kiln_window *w) {
   memset(w, 0, sizeof *w);
   if (n < 1 || n > KILN_MAX_RANK - 2)
     return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (X): needs rank >= 3 (N, C, spatial...), got rank %d", n + 2);
@@ -172,7 +172,7 @@ static kiln_status_t conv_transpose_window(const kiln_node *node, int n, const i
       return kiln_error(KILN_INVALID_MODEL, "attribute kernel_shape: value %lld at position %d does not match W's dim %lld",
                         (long long)ks[i], i, (long long)kernel[i]);
     w->kernel[i] = kernel[i] >= 0 ? kernel[i] : (ks ? ks[i] : -1);
-    if (kernel[i] < 0 && ks && (ks[i] < 1 || ks[i] > NN_MAX_WINDOW_ATTR))
+    if (kernel[i] < 0 && ks && (ks[i] < 1 || ks[i] > KILN_MAX_WINDOW_ATTR))
       return kiln_error(KILN_INVALID_MODEL, "attribute kernel_shape: value %lld out of range", (long long)ks[i]);
     if (w->kernel[i] == 0)
       return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (W): kernel size 0 on spatial axis %d, expected >= 1", i);
@@ -185,9 +185,9 @@ static kiln_status_t conv_transpose_window(const kiln_node *node, int n, const i
       return kiln_error(KILN_INVALID_MODEL, "attribute %s: has %d values, expected %d", names[a], cnt, n);
     for (int i = 0; i < n; i++) {
       dst[a][i] = v && cnt ? v[i] : 1;
-      if (dst[a][i] < 1 || dst[a][i] > NN_MAX_WINDOW_ATTR)
+      if (dst[a][i] < 1 || dst[a][i] > KILN_MAX_WINDOW_ATTR)
         return kiln_error(KILN_INVALID_MODEL, "attribute %s: value %lld must be in [1, %lld]", names[a],
-                          (long long)dst[a][i], (long long)NN_MAX_WINDOW_ATTR);
+                          (long long)dst[a][i], (long long)KILN_MAX_WINDOW_ATTR);
     }
   }
   int64_t out_pad[KILN_MAX_RANK] = {0};
@@ -196,17 +196,17 @@ static kiln_status_t conv_transpose_window(const kiln_node *node, int n, const i
     return kiln_error(KILN_INVALID_MODEL, "attribute output_padding: has %d values, expected %d", cnt, n);
   for (int i = 0; i < n; i++) {
     out_pad[i] = op && cnt ? op[i] : 0;
-    if (out_pad[i] < 0 || out_pad[i] > NN_MAX_WINDOW_ATTR)
+    if (out_pad[i] < 0 || out_pad[i] > KILN_MAX_WINDOW_ATTR)
       return kiln_error(KILN_INVALID_MODEL, "attribute output_padding: value %lld outside [0, %lld]",
-                        (long long)out_pad[i], (long long)NN_MAX_WINDOW_ATTR);
+                        (long long)out_pad[i], (long long)KILN_MAX_WINDOW_ATTR);
   }
   int os_cnt;
   const int64_t *os = kiln_attr_ints(node, "output_shape", &os_cnt);
   if (os && os_cnt && os_cnt != n && os_cnt != n + 2)
     return kiln_error(KILN_INVALID_MODEL, "attribute output_shape: has %d values, expected %d (spatial sizes)", os_cnt, n);
   if (os && os_cnt == n + 2) os += 2;
-  enum nn_auto_pad ap = NN_PAD_NOTSET;
-  KILN_TRY(nn_auto_pad(node, &ap));
+  kiln_auto_pad ap = KILN_AUTO_PAD_NOTSET;
+  KILN_TRY(kiln_auto_pad_parse(node, &ap));
   const int64_t *pads = kiln_attr_ints(node, "pads", &cnt);
   if (pads && cnt && cnt != 2 * n)
     return kiln_error(KILN_INVALID_MODEL, "attribute pads: has %d values, expected %d", cnt, 2 * n);
@@ -219,24 +219,24 @@ static kiln_status_t conv_transpose_window(const kiln_node *node, int n, const i
       if (os[i] < 1 || os[i] > ((int64_t)1 << 40))
         return kiln_error(KILN_INVALID_MODEL, "attribute output_shape: value %lld out of range", (long long)os[i]);
       w->out[i] = os[i];
-    } else if (ap == NN_PAD_SAME_UPPER || ap == NN_PAD_SAME_LOWER) {
+    } else if (ap == KILN_AUTO_PAD_SAME_UPPER || ap == KILN_AUTO_PAD_SAME_LOWER) {
       w->out[i] = in_sp[i] * w->stride[i];
     } else {
-      if (ap == NN_PAD_NOTSET && pads && cnt) {
+      if (ap == KILN_AUTO_PAD_NOTSET && pads && cnt) {
         w->pad_begin[i] = pads[i];
         w->pad_end[i] = pads[n + i];
-        if (pads[i] < 0 || pads[n + i] < 0 || pads[i] > NN_MAX_WINDOW_ATTR || pads[n + i] > NN_MAX_WINDOW_ATTR)
+        if (pads[i] < 0 || pads[n + i] < 0 || pads[i] > KILN_MAX_WINDOW_ATTR || pads[n + i] > KILN_MAX_WINDOW_ATTR)
           return kiln_error(KILN_INVALID_MODEL, "attribute pads: pad on spatial axis %d outside [0, %lld]", i,
-                            (long long)NN_MAX_WINDOW_ATTR);
+                            (long long)KILN_MAX_WINDOW_ATTR);
       }
       w->out[i] = full - w->pad_begin[i] - w->pad_end[i];
     }
-    if ((os && os_cnt) || ap == NN_PAD_SAME_UPPER || ap == NN_PAD_SAME_LOWER) {
+    if ((os && os_cnt) || ap == KILN_AUTO_PAD_SAME_UPPER || ap == KILN_AUTO_PAD_SAME_LOWER) {
       /* total < 0 (output_shape beyond the full output) extends the end
        * with zeros: halves round toward -inf. */
       int64_t total = full - w->out[i];
       int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
-      if (ap == NN_PAD_SAME_UPPER) {
+      if (ap == KILN_AUTO_PAD_SAME_UPPER) {
         w->pad_begin[i] = half;
         w->pad_end[i] = total - half;
       } else {
@@ -269,7 +269,7 @@ kiln_status_t nn_conv_transpose_infer(kiln_infer_ctx *ctx) {
     in_sp[i] = xr >= 0 ? x->dims[2 + i] : -1;
     kernel[i] = wr >= 0 ? w->dims[2 + i] : -1;
   }
-  nn_window win;
+  kiln_window win;
   KILN_TRY(conv_transpose_window(ctx->node, n, in_sp, kernel, &win));
   dims[0] = xr >= 0 ? x->dims[0] : -1;
   dims[1] = wr >= 0 && w->dims[1] >= 0 ? w->dims[1] * group : -1;
@@ -292,7 +292,7 @@ kiln_status_t nn_conv_transpose_kernel(kiln_kernel_ctx *ctx) {
   int64_t m, cg = c_in / group;
   if (!kiln_mul_i64(mg, group, &m)) return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (W): dim 1 times group overflows");
   KILN_TRY(check_bias(bias, m));
-  nn_window win;
+  kiln_window win;
   KILN_TRY(conv_transpose_window(ctx->node, n, x->dims + 2, w->dims + 2, &win));
 
   int64_t ydims[KILN_MAX_RANK] = {batch, m};

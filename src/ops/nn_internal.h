@@ -13,6 +13,7 @@
 #define KILN_OPS_NN_INTERNAL_H
 
 #include "ops/op.h"
+#include "ops/window.h" /* sliding windows (Conv, pools) */
 
 /* ---- dtype checks and bulk element access ------------------------------ */
 
@@ -33,37 +34,6 @@ kiln_status_t nn_broadcast_strides(int rank, const int64_t *dims, int out_rank, 
 void nn_row_major_strides(int rank, const int64_t *dims, int64_t *strides);
 /* Advances a multi-index over dims (last axis fastest); false after the last. */
 bool nn_next_index(int rank, const int64_t *dims, int64_t *idx);
-
-/* ---- sliding windows (Conv, pools) -------------------------------------- */
-
-/* Largest kernel_shape/strides/dilations/pads value accepted: far above
- * any real model, small enough that window arithmetic cannot overflow. */
-#define NN_MAX_WINDOW_ATTR ((int64_t)1 << 24)
-
-enum nn_auto_pad { NN_PAD_NOTSET, NN_PAD_SAME_UPPER, NN_PAD_SAME_LOWER, NN_PAD_VALID };
-
-/* Geometry of a sliding window over n spatial axes. */
-typedef struct nn_window {
-  int n;
-  int64_t kernel[KILN_MAX_RANK];
-  int64_t stride[KILN_MAX_RANK];
-  int64_t dilation[KILN_MAX_RANK];
-  int64_t pad_begin[KILN_MAX_RANK];
-  int64_t pad_end[KILN_MAX_RANK];
-  int64_t in[KILN_MAX_RANK];  /* input spatial sizes, -1 unknown */
-  int64_t out[KILN_MAX_RANK]; /* output spatial sizes, -1 unknown */
-} nn_window;
-
-/* Parses the auto_pad attribute (error for unknown values). */
-kiln_status_t nn_auto_pad(const kiln_node *node, enum nn_auto_pad *out);
-
-/* Fills w for a Conv/pool node over n spatial axes of sizes in_sp (-1 =
- * unknown). kernel: the kernel shape if it comes from elsewhere (Conv's W),
- * else NULL to read the kernel_shape attribute. Reads strides, dilations
- * (when has_dilations), pads and auto_pad; ceil_mode rounds output sizes up.
- * Errors name the attribute and the expected length/values. */
-kiln_status_t nn_window_init(const kiln_node *node, int n, const int64_t *in_sp, const int64_t *kernel,
-                             bool has_dilations, bool ceil_mode, nn_window *w);
 
 /* ---- kernels and inference rules, by file -------------------------------- */
 

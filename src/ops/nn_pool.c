@@ -43,8 +43,8 @@ static kiln_status_t pool_infer(kiln_infer_ctx *ctx, enum pool_kind kind) {
     return NULL;
   }
   int n = x->rank - 2;
-  nn_window w;
-  KILN_TRY(nn_window_init(ctx->node, n, x->dims + 2, NULL, true, pool_ceil_mode(ctx->node, kind, ctx->opset), &w));
+  kiln_window w;
+  KILN_TRY(kiln_window_init(ctx->node, n, x->dims + 2, NULL, true, pool_ceil_mode(ctx->node, kind, ctx->opset), &w));
   int64_t dims[KILN_MAX_RANK] = {x->dims[0], x->dims[1]};
   for (int i = 0; i < n; i++) dims[2 + i] = w.out[i];
   kiln_infer_set(ctx, 0, x->dtype, x->rank, dims);
@@ -58,8 +58,8 @@ static kiln_status_t pool_kernel(kiln_kernel_ctx *ctx, enum pool_kind kind) {
   KILN_TRY(check_pool_dtype(x, kind, ctx->opset));
   KILN_TRY(check_pool_rank(x->rank, x->dims));
   int n = x->rank - 2;
-  nn_window w;
-  KILN_TRY(nn_window_init(ctx->node, n, x->dims + 2, NULL, true, pool_ceil_mode(ctx->node, kind, ctx->opset), &w));
+  kiln_window w;
+  KILN_TRY(kiln_window_init(ctx->node, n, x->dims + 2, NULL, true, pool_ceil_mode(ctx->node, kind, ctx->opset), &w));
   bool count_pad = kind == POOL_AVG && ctx->opset >= 7 && kiln_attr_int(ctx->node, "count_include_pad", 0) != 0;
   int64_t storage_order = kiln_attr_int(ctx->node, "storage_order", 0);
   if (storage_order != 0 && storage_order != 1)
@@ -224,8 +224,8 @@ static kiln_status_t unpool_shape(const kiln_node *node, int rank, const int64_t
   for (int i = 0; i < n; i++) {
     int64_t s = st && scnt ? st[i] : 1;
     int64_t pb = pads && pcnt ? pads[i] : 0, pe = pads && pcnt ? pads[n + i] : 0;
-    if (ks[i] < 1 || s < 1 || pb < 0 || pe < 0 || ks[i] > NN_MAX_WINDOW_ATTR || s > NN_MAX_WINDOW_ATTR ||
-        pb > NN_MAX_WINDOW_ATTR || pe > NN_MAX_WINDOW_ATTR)
+    if (ks[i] < 1 || s < 1 || pb < 0 || pe < 0 || ks[i] > KILN_MAX_WINDOW_ATTR || s > KILN_MAX_WINDOW_ATTR ||
+        pb > KILN_MAX_WINDOW_ATTR || pe > KILN_MAX_WINDOW_ATTR)
       return kiln_error(KILN_INVALID_MODEL, "attributes kernel_shape/strides/pads: invalid values on spatial axis %d", i);
     if (x[2 + i] < 0) {
       out[2 + i] = -1;

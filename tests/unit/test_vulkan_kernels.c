@@ -800,7 +800,7 @@ static void ref_pool(const vk_pool_desc *d, const float *x, double *y) {
         }
 }
 
-/* ONNX output size (ceil_mode like nn_window_init). */
+/* ONNX output size (ceil_mode like kiln_window_init in ops/window.c). */
 static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t dl, int64_t pb, int64_t pe, bool ceil_mode) {
   int64_t num = in + pb + pe - ((k - 1) * dl + 1);
   int64_t out = (ceil_mode ? (num + s - 1) / s : num / s) + 1;

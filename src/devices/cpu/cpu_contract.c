@@ -8,6 +8,7 @@
 #include "codegen/fusion.h"
 #include "devices/cpu/cpu_internal.h"
 #include "devices/cpu/gemm/gemm.h"
+#include "ops/window.h"
 
 static const kiln_type *type_of(const kiln_graph *g, const kiln_node *n, int i) {
   return i < n->n_inputs && n->inputs[i] >= 0 ? &g->values[n->inputs[i]].type : NULL;
@@ -68,39 +69,29 @@ typedef struct pool_geom {
   int64_t PH, PW;                                              /* padded plane read by the windows */
 } pool_geom;
 
-static void pool_geometry(const kiln_graph *g, const kiln_node *n, pool_geom *p) {
+static kiln_status_t pool_geometry(const kiln_graph *g, const kiln_node *n, pool_geom *p) {
   const kiln_type *tx = type_of(g, n, 0), *ty = &g->values[n->outputs[0]].type;
-  int cnt;
-  const int64_t *ks = kiln_attr_ints(n, "kernel_shape", &cnt);
-  const int64_t *st = kiln_attr_ints(n, "strides", &cnt);
-  const int64_t *dl = kiln_attr_ints(n, "dilations", &cnt);
-  const int64_t *pads = kiln_attr_ints(n, "pads", &cnt);
-  const char *auto_pad = kiln_attr_string(n, "auto_pad", "NOTSET");
+  /* Kernel, strides, dilations and pads from the shared window rule
+   * (ops/window.h); the output sizes are the graph's, which shape
+   * inference derived with the same rule. */
+  kiln_window win;
+  KILN_TRY(kiln_window_init(n, 2, tx->dims + 2, NULL, true, kiln_attr_int(n, "ceil_mode", 0) != 0, &win));
   p->planes = tx->dims[0] * tx->dims[1];
   p->H = tx->dims[2];
   p->W = tx->dims[3];
   p->OH = ty->dims[2];
   p->OW = ty->dims[3];
-  p->KH = ks ? ks[0] : 1;
-  p->KW = ks ? ks[1] : 1;
-  p->sh = st ? st[0] : 1;
-  p->sw = st ? st[1] : 1;
-  p->dh = dl ? dl[0] : 1;
-  p->dw = dl ? dl[1] : 1;
-  int64_t begin[2] = {pads ? pads[0] : 0, pads ? pads[1] : 0};
-  if (!strcmp(auto_pad, "SAME_UPPER") || !strcmp(auto_pad, "SAME_LOWER")) {
-    int64_t in[2] = {p->H, p->W}, out[2] = {p->OH, p->OW}, k[2] = {p->KH, p->KW}, s[2] = {p->sh, p->sw},
-            d[2] = {p->dh, p->dw};
-    for (int i = 0; i < 2; i++) {
-      int64_t total = (out[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - in[i];
-      if (total < 0) total = 0;
-      begin[i] = !strcmp(auto_pad, "SAME_UPPER") ? total / 2 : total - total / 2;
-    }
-  }
-  p->ph = begin[0];
-  p->pw = begin[1];
+  p->KH = win.kernel[0];
+  p->KW = win.kernel[1];
+  p->sh = win.stride[0];
+  p->sw = win.stride[1];
+  p->dh = win.dilation[0];
+  p->dw = win.dilation[1];
+  p->ph = win.pad_begin[0];
+  p->pw = win.pad_begin[1];
   p->PH = (p->OH - 1) * p->sh + (p->KH - 1) * p->dh + 1;
   p->PW = (p->OW - 1) * p->sw + (p->KW - 1) * p->dw + 1;
+  return NULL;
 }
 
 typedef struct pool_ctx {
@@ -401,7 +392,7 @@ kiln_status_t kiln_cpu_contract_prepare(struct kiln_executable *x, cpu_step *s) 
     }
   } else if (s->kind == CPU_STEP_MAXPOOL) {
     pool_geom p;
-    pool_geometry(g, n, &p);
+    KILN_TRY(pool_geometry(g, n, &p));
     size_t bytes = (size_t)kiln_threadpool_size(x->pool) * (size_t)((p.PH + 1) * (p.PW + 2)) * sizeof(float);
     s->work = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
     if (!s->work) return kiln_error(KILN_OUT_OF_MEMORY, "out of memory for pooling (%zu bytes)", bytes);
@@ -496,7 +487,7 @@ kiln_status_t kiln_cpu_contract_run(struct kiln_executable *x, const cpu_step *s
   }
   if (s->kind == CPU_STEP_MAXPOOL) {
     pool_geom p;
-    pool_geometry(g, n, &p);
+    KILN_TRY(pool_geometry(g, n, &p));
     pool_ctx c = {&p, ptr[n->inputs[0]], out, s->work};
     kiln_parallel_for(x->pool, p.planes, 1, maxpool_planes, &c);
     return NULL;

@@ -55,6 +55,7 @@
 #include "base/cpu_features.h"
 #include "devices/cpu/cpu_internal.h"
 #include "devices/cpu/gemm/gemm.h"
+#include "ops/window.h"
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define CONV_X86 1
@@ -131,26 +132,19 @@ kiln_status_t kiln_conv_geometry(const kiln_graph *g, const kiln_node *n, kiln_c
   c->group = kiln_attr_int(n, "group", 1);
   if (c->group < 1 || c->ci % c->group || c->co % c->group)
     return kiln_error(KILN_INVALID_ARGUMENT, "Conv: group %lld does not divide the channels", (long long)c->group);
-  int cnt;
-  const int64_t *strides = kiln_attr_ints(n, "strides", &cnt);
-  const int64_t *dil = kiln_attr_ints(n, "dilations", &cnt);
-  const int64_t *pads = kiln_attr_ints(n, "pads", &cnt);
-  const char *auto_pad = kiln_attr_string(n, "auto_pad", "NOTSET");
+  /* Pads from the shared window rule (ops/window.h); the output sizes
+   * are the graph's, which shape inference derived with the same rule. */
+  kiln_window win;
+  KILN_TRY(kiln_window_init(n, c->nsp, tx->dims + 2, tw->dims + 2, true, false, &win));
   c->kdim = c->ci / c->group;
   c->osize = 1;
   for (int i = 0; i < c->nsp; i++) {
     c->in_sp[i] = tx->dims[2 + i];
     c->out_sp[i] = ty->dims[2 + i];
-    c->k[i] = tw->dims[2 + i];
-    c->stride[i] = strides ? strides[i] : 1;
-    c->dil[i] = dil ? dil[i] : 1;
-    if (!strcmp(auto_pad, "SAME_UPPER") || !strcmp(auto_pad, "SAME_LOWER")) {
-      int64_t total = (c->out_sp[i] - 1) * c->stride[i] + (c->k[i] - 1) * c->dil[i] + 1 - c->in_sp[i];
-      if (total < 0) total = 0;
-      c->pad_begin[i] = !strcmp(auto_pad, "SAME_UPPER") ? total / 2 : total - total / 2;
-    } else {
-      c->pad_begin[i] = pads ? pads[i] : 0;
-    }
+    c->k[i] = win.kernel[i];
+    c->stride[i] = win.stride[i];
+    c->dil[i] = win.dilation[i];
+    c->pad_begin[i] = win.pad_begin[i];
     c->kdim *= c->k[i];
     c->osize *= c->out_sp[i];
   }

@@ -200,7 +200,7 @@ kiln_status_t vk_gen_conv(const vk_conv_desc *d, const vk_device_props *props, c
  * input, or with count_include_pad those inside [-pad_begin, in + pad_end)
  * (ceil_mode's extra positions past pad_end are never counted); count 0
  * gives NaN. The caller computes out[] (ceil_mode, auto_pad) like the
- * reference (ops/nn.c nn_window_init). Global pools: kernel = in, out = 1
+ * reference (ops/window.c kiln_window_init). Global pools: kernel = in, out = 1
  * (the glsl renderer's reductions normally take those).
  *
  * Buffers: 0 X, 1 Y  (own count 2). One invocation per output element. */

@@ -8,7 +8,7 @@
 #include "codegen/loopnest.h"
 #include "devices/vulkan/vk_kernels.h"
 #include "devices/vulkan/vk_plan.h"
-#include "ops/nn_internal.h"
+#include "ops/window.h"
 #include "passes/memory_plan.h"
 #include "passes/passes.h"
 #include "runtime/executor.h"
@@ -202,8 +202,8 @@ static kiln_status_t conv_desc(const kiln_graph *g, const kiln_node *node, vk_co
   const kiln_type *x = &g->values[node->inputs[0]].type, *w = &g->values[node->inputs[1]].type;
   int nsp = x->rank - 2;
   if (nsp < 1 || nsp > 3 || w->rank != x->rank) return kiln_error(KILN_UNSUPPORTED, "Conv of rank %d", x->rank);
-  nn_window win;
-  KILN_TRY(nn_window_init(node, nsp, x->dims + 2, w->dims + 2, true, false, &win));
+  kiln_window win;
+  KILN_TRY(kiln_window_init(node, nsp, x->dims + 2, w->dims + 2, true, false, &win));
   memset(d, 0, sizeof *d);
   d->n_spatial = nsp;
   d->batch = x->dims[0];
@@ -226,8 +226,8 @@ static kiln_status_t pool_desc(const kiln_graph *g, const kiln_node *node, vk_po
   const kiln_type *x = &g->values[node->inputs[0]].type;
   int nsp = x->rank - 2;
   if (nsp < 1 || nsp > 3) return kiln_error(KILN_UNSUPPORTED, "pool of rank %d", x->rank);
-  nn_window win;
-  KILN_TRY(nn_window_init(node, nsp, x->dims + 2, NULL, true, kiln_attr_int(node, "ceil_mode", 0) != 0, &win));
+  kiln_window win;
+  KILN_TRY(kiln_window_init(node, nsp, x->dims + 2, NULL, true, kiln_attr_int(node, "ceil_mode", 0) != 0, &win));
   memset(d, 0, sizeof *d);
   d->kind = !strcmp(node->op_type, "MaxPool") ? VK_POOL_MAX : VK_POOL_AVG;
   d->n_spatial = nsp;
