@@ -264,6 +264,17 @@ kiln_op_class kiln_lower_class(const kiln_graph *g, const kiln_node *n, const ch
       if (!data_input && !const_input(g, n, k)) { why = "shape/axes inputs that are not constants"; goto out; }
     }
     if (!strcmp(op, "Slice") && n->opset < 10 && !kiln_node_attr(n, "starts")) { why = "Slice without starts"; goto out; }
+    /* A reshaping view reads the input at the output's flat indices: the
+     * sizes must agree (a declared output type inference could not check
+     * must not make the kernel read past its input). */
+    if (!strcmp(op, "Reshape") || !strcmp(op, "Flatten") || !strcmp(op, "Squeeze") || !strcmp(op, "Unsqueeze")) {
+      const kiln_type *to = n->n_outputs > 0 && n->outputs[0] >= 0 ? &g->values[n->outputs[0]].type : NULL;
+      if (!in0 || !to || !fully_known(to) ||
+          kiln_shape_numel(to->rank, to->dims) != kiln_shape_numel(in0->type.rank, in0->type.dims)) {
+        why = "output size unknown or different from the input's";
+        goto out;
+      }
+    }
     cls = KILN_OPCLASS_INJECTIVE;
     goto out;
   }

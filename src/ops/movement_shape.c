@@ -78,6 +78,10 @@ kiln_status_t kiln_mv_infer_Reshape(kiln_infer_ctx *ctx) {
       return kiln_error(KILN_UNSUPPORTED, "attribute shape: %d dims exceed the maximum rank", cnt);
     for (int i = 0; i < cnt; i++) shape[i] = a[i];
     n = cnt;
+  } else if (ctx->n_inputs < 2 || !ctx->inputs[1]) {
+    /* The kernel would refuse it at run time; a compiler must not trust a
+     * declared output shape for it meanwhile. */
+    return kiln_error(KILN_INVALID_MODEL, "input 1 (shape) is required from opset 5 (this node has opset %d)", ctx->opset);
   } else if (!kiln_mv_const_ints(kiln_mv_const(ctx, 1), shape, KILN_MAX_RANK, &n)) {
     const kiln_type *st = kiln_mv_in_type(ctx, 1);
     if (st && st->rank == 1 && st->dims[0] >= 0 && st->dims[0] <= KILN_MAX_RANK) {

@@ -108,6 +108,12 @@ save("constant_of_shape_huge",
      model([helper.make_node("ConstantOfShape", ["s"], ["y"], name="cos")], [vi("s", TensorProto.INT64, [3])], [vi("y", f32, None)]),
      "'cos'.*(too large|memory)", {"s": np.array([1 << 20, 1 << 20, 1 << 20], np.int64)})
 
+# Found by fuzz_pipeline: the cpu device compiled it as a view of the
+# declared output shape and read past the input.
+save("reshape_without_shape",
+     model([helper.make_node("Reshape", ["x"], ["y"], name="reshape")], [vi("x", f32, [4])], [vi("y", f32, [24])]),
+     "'reshape'.*input 1 \\(shape\\) is required", {"x": x4})
+
 # Limits a host sets (base/limits.h): a valid model that asks for more.
 save("tensor_over_limit",
      model([helper.make_node("ConstantOfShape", ["s"], ["y"], name="cos")], [vi("s", TensorProto.INT64, [2])], [vi("y", f32, None)]),
