@@ -338,6 +338,9 @@ static bool run_on(const kiln_model *model, const char *device, int threads, int
     bool ref = !strcmp(device, "ref");
     if (!ref && sess->exec) g_stages[CPU_PREPARED]++;
     if (!st) g_stages[ref ? RAN_REF : RAN_CPU]++;
+    /* A model that ran out of time on ref would on cpu too: one 5 s wait
+     * per input is enough. */
+    if (ref && st && kiln_status_code_of(st) == KILN_TIMEOUT) go_on = false;
     if (!st) free_values(outs, n_out);
     kiln_status_free(st);
   }
