@@ -414,8 +414,13 @@ static kiln_status_t scan_kernel(kiln_kernel_ctx *ctx) {
     KILN_TRY(kiln_kernel_require_input(ctx, first + n_state + j, &scan_in[j]));
   }
   if (!v8) {
-    for (int i = 0; i < n_state; i++)
+    for (int i = 0; i < n_state; i++) {
+      if (!ctx->inputs[first + i]) { /* fuzz_pipeline: an absent state input was dereferenced */
+        st = kiln_error(KILN_INVALID_ARGUMENT, "input %d (initial state %d) is absent", first + i, i);
+        goto done;
+      }
       if ((st = kiln_value_share(ctx->inputs[first + i], &states[i]))) goto done;
+    }
     if ((st = scan_once(ctx, body, n_state, n_scan_in, states, scan_in, in_axes, in_dirs, out_axes, out_dirs,
                         scan_out)))
       goto done;
