@@ -31,6 +31,26 @@ static bool has_zero_dim(const kiln_type *t) {
   return false;
 }
 
+/* Every present input broadcasts to the output (numpy rules, right
+ * aligned): what te_at_broadcast assumes. A model whose declared output
+ * says otherwise (PRelu with X and slope swapped) stays on ref, which
+ * reports it. */
+static bool inputs_broadcast_to_output(const kiln_graph *g, const kiln_node *n) {
+  if (n->n_outputs < 1 || n->outputs[0] < 0) return false;
+  const kiln_type *out = &g->values[n->outputs[0]].type;
+  if (!fully_known(out)) return false;
+  for (int i = 0; i < n->n_inputs; i++) {
+    if (n->inputs[i] < 0) continue;
+    const kiln_type *t = &g->values[n->inputs[i]].type;
+    if (t->rank > out->rank) return false;
+    for (int d = 0; d < t->rank; d++) {
+      int64_t od = out->dims[out->rank - t->rank + d];
+      if (t->dims[d] != 1 && t->dims[d] != od) return false;
+    }
+  }
+  return true;
+}
+
 static bool is_f32(const kiln_value_def *v) { return v && v->type.kind == KILN_TYPE_TENSOR && v->type.dtype == KILN_DTYPE_F32; }
 
 /* Reads a constant integer tensor (axes, shapes, starts...) into out. */
@@ -214,6 +234,7 @@ kiln_op_class kiln_lower_class(const kiln_graph *g, const kiln_node *n, const ch
         why = "dtype other than f32";
         goto out;
       }
+    if (!inputs_broadcast_to_output(g, n)) { why = "inputs that do not broadcast to the output"; goto out; }
     cls = KILN_OPCLASS_BROADCAST;
     goto out;
   }
@@ -223,6 +244,7 @@ kiln_op_class kiln_lower_class(const kiln_graph *g, const kiln_node *n, const ch
       why = "dtype other than f32";
       goto out;
     }
+    if (!inputs_broadcast_to_output(g, n)) { why = "inputs that do not broadcast to the output"; goto out; }
     cls = KILN_OPCLASS_BROADCAST;
     goto out;
   }
