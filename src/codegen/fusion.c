@@ -60,15 +60,16 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, ki
              (kiln_type_same_shape(out, vt) ||
               (cls[p] == KILN_OPCLASS_REDUCTION && kiln_type_same_shape(out, rin) && vt->rank == out->rank &&
                kiln_lower_reduces_trailing(g, pn)));
-        if (ok && cls[p] == KILN_OPCLASS_REDUCTION && strcmp(pn->op_type, "Softmax") &&
-            strcmp(pn->op_type, "LogSoftmax") && !kiln_type_same_shape(out, vt) && !kiln_attr_int(pn, "keepdims", 1))
+        bool softmax = kiln_node_is(pn, KILN_OP_Softmax) || kiln_node_is(pn, KILN_OP_LogSoftmax);
+        if (ok && cls[p] == KILN_OPCLASS_REDUCTION && !softmax && !kiln_type_same_shape(out, vt) &&
+            !kiln_attr_int(pn, "keepdims", 1))
           ok = false;
       } else if (consumer_elementwise) {
         ok = kiln_type_numel(vt) == kiln_type_numel(out) && kiln_type_same_shape(vt, out);
       } else {
         /* Injective and reduction consumers read each element at most once,
          * except Expand, which repeats them. */
-        ok = strcmp(node->op_type, "Expand") != 0;
+        ok = !kiln_node_is(node, KILN_OP_Expand);
       }
       if (!ok) continue;
       /* Merge p's group into n's. */

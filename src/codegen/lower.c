@@ -74,60 +74,82 @@ typedef enum unary_kind {
   U_IDENTITY, U_SELU, U_GELU, U_ROUND,
 } unary_kind;
 
-static const struct {
-  const char *op;
-  unary_kind kind;
-} unary_ops[] = {
-    {"Relu", U_RELU},         {"Sigmoid", U_SIGMOID},   {"Tanh", U_TANH},
-    {"Exp", U_EXP},           {"Log", U_LOG},           {"Sqrt", U_SQRT},
-    {"Neg", U_NEG},           {"Abs", U_ABS},           {"Erf", U_ERF},
-    {"Reciprocal", U_RECIPROCAL}, {"Floor", U_FLOOR},   {"Ceil", U_CEIL},
-    {"LeakyRelu", U_LEAKY_RELU}, {"Elu", U_ELU},        {"HardSigmoid", U_HARD_SIGMOID},
-    {"HardSwish", U_HARD_SWISH}, {"Clip", U_CLIP},      {"Softplus", U_SOFTPLUS},
-    {"Softsign", U_SOFTSIGN}, {"Sin", U_SIN},           {"Cos", U_COS},
-    {"Identity", U_IDENTITY}, {"Selu", U_SELU},         {"Gelu", U_GELU},
-    {"Round", U_ROUND},       {"Dropout", U_IDENTITY},
-};
-
-static const struct {
-  const char *op;
-  te_op te;
-} binary_ops[] = {
-    {"Add", TE_ADD}, {"Sub", TE_SUB}, {"Mul", TE_MUL}, {"Div", TE_DIV},
-    {"Max", TE_MAX}, {"Min", TE_MIN}, {"Sum", TE_ADD}, {"Pow", TE_CALL2},
-    {"PRelu", TE_SELECT}, {"Mean", TE_ADD},
-};
-
 typedef enum reduce_kind { R_SUM, R_MEAN, R_MAX, R_MIN, R_PROD, R_SUMSQ, R_L1, R_L2, R_LOGSUMEXP, R_LOGSUM } reduce_kind;
 
-static const struct {
-  const char *op;
-  reduce_kind kind;
-} reduce_ops[] = {
-    {"ReduceSum", R_SUM},       {"ReduceMean", R_MEAN}, {"ReduceMax", R_MAX}, {"ReduceMin", R_MIN},
-    {"ReduceProd", R_PROD},     {"ReduceSumSquare", R_SUMSQ}, {"ReduceL1", R_L1}, {"ReduceL2", R_L2},
-    {"ReduceLogSumExp", R_LOGSUMEXP}, {"ReduceLogSum", R_LOGSUM},
-};
-
-static const char *injective_ops[] = {"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
-                                      "Expand",    "Slice",   "Concat"};
-
-static int find_unary(const char *op) {
-  for (size_t i = 0; i < KILN_ARRAY_SIZE(unary_ops); i++)
-    if (!strcmp(unary_ops[i].op, op)) return (int)i;
-  return -1;
+/* The compute definition's kind of each op it covers; -1: not that kind. */
+static int unary_kind_of(kiln_op_id id) {
+  switch (id) {
+    case KILN_OP_Relu: return U_RELU;
+    case KILN_OP_Sigmoid: return U_SIGMOID;
+    case KILN_OP_Tanh: return U_TANH;
+    case KILN_OP_Exp: return U_EXP;
+    case KILN_OP_Log: return U_LOG;
+    case KILN_OP_Sqrt: return U_SQRT;
+    case KILN_OP_Neg: return U_NEG;
+    case KILN_OP_Abs: return U_ABS;
+    case KILN_OP_Erf: return U_ERF;
+    case KILN_OP_Reciprocal: return U_RECIPROCAL;
+    case KILN_OP_Floor: return U_FLOOR;
+    case KILN_OP_Ceil: return U_CEIL;
+    case KILN_OP_LeakyRelu: return U_LEAKY_RELU;
+    case KILN_OP_Elu: return U_ELU;
+    case KILN_OP_HardSigmoid: return U_HARD_SIGMOID;
+    case KILN_OP_HardSwish: return U_HARD_SWISH;
+    case KILN_OP_Clip: return U_CLIP;
+    case KILN_OP_Softplus: return U_SOFTPLUS;
+    case KILN_OP_Softsign: return U_SOFTSIGN;
+    case KILN_OP_Sin: return U_SIN;
+    case KILN_OP_Cos: return U_COS;
+    case KILN_OP_Identity: return U_IDENTITY;
+    case KILN_OP_Selu: return U_SELU;
+    case KILN_OP_kiln_Gelu: return U_GELU;
+    case KILN_OP_Round: return U_ROUND;
+    case KILN_OP_Dropout: return U_IDENTITY; /* inference mode (checked in kiln_lower_class) */
+    default: return -1;
+  }
 }
 
-static int find_binary(const char *op) {
-  for (size_t i = 0; i < KILN_ARRAY_SIZE(binary_ops); i++)
-    if (!strcmp(binary_ops[i].op, op)) return (int)i;
-  return -1;
+/* Binary ops and the variadic Max/Min/Sum/Mean (folded pairwise). */
+static int binary_te_of(kiln_op_id id) {
+  switch (id) {
+    case KILN_OP_Add: case KILN_OP_Sum: case KILN_OP_Mean: return TE_ADD;
+    case KILN_OP_Sub: return TE_SUB;
+    case KILN_OP_Mul: return TE_MUL;
+    case KILN_OP_Div: return TE_DIV;
+    case KILN_OP_Max: return TE_MAX;
+    case KILN_OP_Min: return TE_MIN;
+    case KILN_OP_Pow: return TE_CALL2;
+    case KILN_OP_PRelu: return TE_SELECT;
+    default: return -1;
+  }
 }
 
-static int find_reduce(const char *op) {
-  for (size_t i = 0; i < KILN_ARRAY_SIZE(reduce_ops); i++)
-    if (!strcmp(reduce_ops[i].op, op)) return (int)i;
-  return -1;
+static int reduce_kind_of(kiln_op_id id) {
+  switch (id) {
+    case KILN_OP_ReduceSum: return R_SUM;
+    case KILN_OP_ReduceMean: return R_MEAN;
+    case KILN_OP_ReduceMax: return R_MAX;
+    case KILN_OP_ReduceMin: return R_MIN;
+    case KILN_OP_ReduceProd: return R_PROD;
+    case KILN_OP_ReduceSumSquare: return R_SUMSQ;
+    case KILN_OP_ReduceL1: return R_L1;
+    case KILN_OP_ReduceL2: return R_L2;
+    case KILN_OP_ReduceLogSumExp: return R_LOGSUMEXP;
+    case KILN_OP_ReduceLogSum: return R_LOGSUM;
+    default: return -1;
+  }
+}
+
+static bool is_softmax(kiln_op_id id) { return id == KILN_OP_Softmax || id == KILN_OP_LogSoftmax; }
+
+/* Views that read the input at the output's flat index. */
+static bool is_reshaping_view(kiln_op_id id) {
+  return id == KILN_OP_Reshape || id == KILN_OP_Flatten || id == KILN_OP_Squeeze || id == KILN_OP_Unsqueeze;
+}
+
+static bool is_injective_view(kiln_op_id id) {
+  return is_reshaping_view(id) || id == KILN_OP_Transpose || id == KILN_OP_Expand || id == KILN_OP_Slice ||
+         id == KILN_OP_Concat;
 }
 
 /* Reduced axes of a Reduce* node (attribute before opset 13/18, input after);
@@ -174,11 +196,95 @@ static bool trailing(const bool *mask, int r) {
   return true;
 }
 
+/* Checks the dtypes and constant parameters a compute definition of this
+ * op needs; NULL if they hold, else why not. */
+static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_op_id id) {
+  const kiln_value_def *in0 = input_def(g, n, 0);
+  if (unary_kind_of(id) >= 0) {
+    if (!is_f32(in0)) return "dtype other than f32";
+    if (id == KILN_OP_Clip && n->opset >= 11)
+      for (int i = 1; i < 3; i++)
+        if (i < n->n_inputs && n->inputs[i] >= 0 && (!const_input(g, n, i) || const_input(g, n, i)->numel != 1))
+          return "Clip bounds that are not constants";
+    if (id == KILN_OP_Dropout && n->n_inputs > 2 && n->inputs[2] >= 0) {
+      const kiln_tensor *tm = const_input(g, n, 2);
+      if (!tm || kiln_load_i64(tm->data, tm->dtype, 0)) return "training-mode Dropout";
+    }
+    return NULL;
+  }
+  if (binary_te_of(id) >= 0) {
+    if (n->opset < 7) return "legacy broadcast attributes";
+    for (int i = 0; i < n->n_inputs; i++)
+      if (!is_f32(input_def(g, n, i)) || !fully_known(&input_def(g, n, i)->type)) return "dtype other than f32";
+    return inputs_broadcast_to_output(g, n) ? NULL : "inputs that do not broadcast to the output";
+  }
+  if (reduce_kind_of(id) >= 0 || is_softmax(id)) {
+    if (!is_f32(in0)) return "dtype other than f32";
+    bool mask[KILN_MAX_RANK];
+    bool ok = is_softmax(id) ? softmax_axes(n, in0->type.rank, mask) : reduce_axes(g, n, in0->type.rank, mask);
+    if (!ok) return "axes that are not constants";
+    if (is_softmax(id) && !trailing(mask, in0->type.rank)) return "softmax over a non-trailing axis";
+    return NULL;
+  }
+  if (is_injective_view(id)) {
+    for (int k = 0; k < n->n_inputs; k++) {
+      const kiln_value_def *v = input_def(g, n, k);
+      if (!v) continue;
+      bool data_input = k == 0 || id == KILN_OP_Concat;
+      if (data_input && (!is_f32(v) || !fully_known(&v->type))) return "dtype other than f32";
+      if (!data_input && !const_input(g, n, k)) return "shape/axes inputs that are not constants";
+    }
+    if (id == KILN_OP_Slice && n->opset < 10 && !kiln_node_attr(n, "starts")) return "Slice without starts";
+    /* A reshaping view reads the input at the output's flat indices: the
+     * sizes must agree (a declared output type inference could not check
+     * must not make the kernel read past its input). */
+    if (is_reshaping_view(id)) {
+      const kiln_type *to = &g->values[n->outputs[0]].type;
+      if (kiln_shape_numel(to->rank, to->dims) != kiln_shape_numel(in0->type.rank, in0->type.dims))
+        return "output size unknown or different from the input's";
+    }
+    return NULL;
+  }
+  switch (id) {
+    case KILN_OP_Where: {
+      const kiln_value_def *c = input_def(g, n, 0);
+      if (!c || c->type.dtype != KILN_DTYPE_BOOL || !is_f32(input_def(g, n, 1)) || !is_f32(input_def(g, n, 2)))
+        return "dtype other than f32";
+      return inputs_broadcast_to_output(g, n) ? NULL : "inputs that do not broadcast to the output";
+    }
+    case KILN_OP_GlobalAveragePool:
+    case KILN_OP_GlobalMaxPool: return is_f32(in0) && in0->type.rank >= 3 ? NULL : "dtype other than f32";
+    case KILN_OP_MaxPool:
+    case KILN_OP_AveragePool:
+      if (!is_f32(in0) || in0->type.rank < 3 || in0->type.rank > 5) return "dtype other than f32";
+      return kiln_attr_int(n, "storage_order", 0) ? "storage_order" : NULL;
+    case KILN_OP_LayerNormalization:
+      if (!is_f32(in0) || !is_f32(input_def(g, n, 1))) return "dtype other than f32";
+      return n->n_inputs > 2 && n->inputs[2] >= 0 && !is_f32(input_def(g, n, 2)) ? "dtype other than f32" : NULL;
+    case KILN_OP_MatMul:
+    case KILN_OP_Gemm:
+    case KILN_OP_Conv:
+    case KILN_OP_kiln_FusedAttention: {
+      for (int k = 0; k < n->n_inputs; k++)
+        if (input_def(g, n, k) && (!is_f32(input_def(g, n, k)) || !fully_known(&input_def(g, n, k)->type)))
+          return "dtype other than f32";
+      /* A contraction over an empty axis (Conv with 0 input channels, a
+       * zero-sized kernel or batch) has no work for a tiled kernel, whose
+       * blocking divides by those sizes: the reference kernel computes it. */
+      bool empty = has_zero_dim(&g->values[n->outputs[0]].type);
+      for (int k = 0; k < n->n_inputs && !empty; k++) empty = input_def(g, n, k) && has_zero_dim(&input_def(g, n, k)->type);
+      return empty ? "a zero-sized input or output" : NULL;
+    }
+    default: return "no compute definition for this op yet";
+  }
+}
+
 kiln_op_class kiln_lower_class(const kiln_graph *g, const kiln_node *n, const char **reason) {
   const char *why = NULL;
   kiln_op_class cls = KILN_OPCLASS_NONE;
-  if (n->domain[0] && strcmp(n->domain, "kiln")) {
-    why = "op outside the ai.onnx domain";
+  kiln_op_id id = kiln_node_op_id(n);
+  if (!n->op) {
+    why = "op not registered";
     goto out;
   }
   if (n->n_outputs < 1 || n->outputs[0] < 0) {
@@ -204,121 +310,16 @@ kiln_op_class kiln_lower_class(const kiln_graph *g, const kiln_node *n, const ch
     why = "input shape not known";
     goto out;
   }
-  const char *op = n->op_type;
   if (n->n_inputs > 8) { /* views hold at most 8 operands */
     why = "more than 8 inputs";
     goto out;
   }
-  if (find_unary(op) >= 0) {
-    if (!is_f32(in0)) { why = "dtype other than f32"; goto out; }
-    if (!strcmp(op, "Clip") && n->opset >= 11) {
-      bool ok = true;
-      for (int i = 1; i < 3 && ok; i++)
-        if (i < n->n_inputs && n->inputs[i] >= 0) ok = const_input(g, n, i) && const_input(g, n, i)->numel == 1;
-      if (!ok) { why = "Clip bounds that are not constants"; goto out; }
-    }
-    if (!strcmp(op, "Dropout")) {
-      if (n->n_inputs > 2 && n->inputs[2] >= 0) {
-        const kiln_tensor *tm = const_input(g, n, 2);
-        if (!tm || kiln_load_i64(tm->data, tm->dtype, 0)) { why = "training-mode Dropout"; goto out; }
-      }
-      if (n->opset < 7 && !kiln_attr_int(n, "is_test", 0) && n->opset >= 6) { /* ref decides */ }
-    }
-    cls = KILN_OPCLASS_ELEMENTWISE;
-    goto out;
-  }
-  if (find_binary(op) >= 0) {
-    if (n->opset < 7) { why = "legacy broadcast attributes"; goto out; }
-    for (int i = 0; i < n->n_inputs; i++)
-      if (!is_f32(input_def(g, n, i)) || !fully_known(&input_def(g, n, i)->type)) {
-        why = "dtype other than f32";
-        goto out;
-      }
-    if (!inputs_broadcast_to_output(g, n)) { why = "inputs that do not broadcast to the output"; goto out; }
-    cls = KILN_OPCLASS_BROADCAST;
-    goto out;
-  }
-  if (!strcmp(op, "Where")) {
-    const kiln_value_def *c = input_def(g, n, 0);
-    if (!c || c->type.dtype != KILN_DTYPE_BOOL || !is_f32(input_def(g, n, 1)) || !is_f32(input_def(g, n, 2))) {
-      why = "dtype other than f32";
-      goto out;
-    }
-    if (!inputs_broadcast_to_output(g, n)) { why = "inputs that do not broadcast to the output"; goto out; }
-    cls = KILN_OPCLASS_BROADCAST;
-    goto out;
-  }
-  if (find_reduce(op) >= 0 || !strcmp(op, "Softmax") || !strcmp(op, "LogSoftmax")) {
-    if (!is_f32(in0)) { why = "dtype other than f32"; goto out; }
-    bool mask[KILN_MAX_RANK];
-    bool ok = find_reduce(op) >= 0 ? reduce_axes(g, n, in0->type.rank, mask) : softmax_axes(n, in0->type.rank, mask);
-    if (!ok) { why = "axes that are not constants"; goto out; }
-    if (find_reduce(op) < 0 && !trailing(mask, in0->type.rank)) { why = "softmax over a non-trailing axis"; goto out; }
-    cls = KILN_OPCLASS_REDUCTION;
-    goto out;
-  }
-  if (!strcmp(op, "GlobalAveragePool") || !strcmp(op, "GlobalMaxPool")) {
-    if (!is_f32(in0) || in0->type.rank < 3) { why = "dtype other than f32"; goto out; }
-    cls = KILN_OPCLASS_REDUCTION;
-    goto out;
-  }
-  if (!strcmp(op, "MaxPool") || !strcmp(op, "AveragePool")) {
-    if (!is_f32(in0) || in0->type.rank < 3 || in0->type.rank > 5) { why = "dtype other than f32"; goto out; }
-    if (kiln_attr_int(n, "storage_order", 0)) { why = "storage_order"; goto out; }
-    /* 2-D max pooling has a direct kernel (devices/cpu); the rest is a
-     * tensor-expression reduction. */
-    cls = !strcmp(op, "MaxPool") && in0->type.rank == 4 ? KILN_OPCLASS_CONTRACTION : KILN_OPCLASS_REDUCTION;
-    goto out;
-  }
-  if (!strcmp(op, "LayerNormalization")) {
-    if (!is_f32(in0) || !is_f32(input_def(g, n, 1))) { why = "dtype other than f32"; goto out; }
-    if (n->n_inputs > 2 && n->inputs[2] >= 0 && !is_f32(input_def(g, n, 2))) { why = "dtype other than f32"; goto out; }
-    cls = KILN_OPCLASS_REDUCTION;
-    goto out;
-  }
-  for (size_t i = 0; i < KILN_ARRAY_SIZE(injective_ops); i++) {
-    if (strcmp(op, injective_ops[i])) continue;
-    for (int k = 0; k < n->n_inputs; k++) {
-      const kiln_value_def *v = input_def(g, n, k);
-      if (!v) continue;
-      bool data_input = k == 0 || !strcmp(op, "Concat");
-      if (data_input && (!is_f32(v) || !fully_known(&v->type))) { why = "dtype other than f32"; goto out; }
-      if (!data_input && !const_input(g, n, k)) { why = "shape/axes inputs that are not constants"; goto out; }
-    }
-    if (!strcmp(op, "Slice") && n->opset < 10 && !kiln_node_attr(n, "starts")) { why = "Slice without starts"; goto out; }
-    /* A reshaping view reads the input at the output's flat indices: the
-     * sizes must agree (a declared output type inference could not check
-     * must not make the kernel read past its input). */
-    if (!strcmp(op, "Reshape") || !strcmp(op, "Flatten") || !strcmp(op, "Squeeze") || !strcmp(op, "Unsqueeze")) {
-      const kiln_type *to = n->n_outputs > 0 && n->outputs[0] >= 0 ? &g->values[n->outputs[0]].type : NULL;
-      if (!in0 || !to || !fully_known(to) ||
-          kiln_shape_numel(to->rank, to->dims) != kiln_shape_numel(in0->type.rank, in0->type.dims)) {
-        why = "output size unknown or different from the input's";
-        goto out;
-      }
-    }
-    cls = KILN_OPCLASS_INJECTIVE;
-    goto out;
-  }
-  if (!strcmp(op, "MatMul") || !strcmp(op, "Gemm") || !strcmp(op, "Conv") || !strcmp(op, "FusedAttention")) {
-    for (int k = 0; k < n->n_inputs; k++)
-      if (input_def(g, n, k) && (!is_f32(input_def(g, n, k)) || !fully_known(&input_def(g, n, k)->type))) {
-        why = "dtype other than f32";
-        goto out;
-      }
-    /* A contraction over an empty axis (Conv with 0 input channels, a
-     * zero-sized kernel or batch) has no work for a tiled kernel, whose
-     * blocking divides by those sizes: the reference kernel computes it. */
-    bool empty = n->n_outputs > 0 && n->outputs[0] >= 0 && has_zero_dim(&g->values[n->outputs[0]].type);
-    for (int k = 0; k < n->n_inputs && !empty; k++) empty = input_def(g, n, k) && has_zero_dim(&input_def(g, n, k)->type);
-    if (empty) {
-      why = "a zero-sized input or output";
-      goto out;
-    }
-    cls = KILN_OPCLASS_CONTRACTION;
-    goto out;
-  }
-  why = "no compute definition for this op yet";
+  if ((why = claim_problem(g, n, id))) goto out;
+  /* The op's own class (its definition), except 2-D max pooling, which
+   * devices run as a direct kernel (devices/cpu) rather than a
+   * tensor-expression reduction. */
+  cls = id == KILN_OP_MaxPool && in0->type.rank == 4 ? KILN_OPCLASS_CONTRACTION : n->op->op_class;
+  if (cls == KILN_OPCLASS_NONE) why = "no compute definition for this op yet";
 out:
   if (reason) *reason = why;
   return cls;
@@ -326,21 +327,27 @@ out:
 
 bool kiln_lower_is_param_input(const kiln_node *n, int i) {
   if (i == 0) return false;
-  const char *op = n->op_type;
-  static const char *param_ops[] = {"Clip", "Reshape", "Slice", "Squeeze", "Unsqueeze", "Expand", "Dropout"};
-  for (size_t k = 0; k < KILN_ARRAY_SIZE(param_ops); k++)
-    if (!strcmp(op, param_ops[k])) return true;
-  return find_reduce(op) >= 0;
+  switch (kiln_node_op_id(n)) {
+    case KILN_OP_Clip:
+    case KILN_OP_Reshape:
+    case KILN_OP_Slice:
+    case KILN_OP_Squeeze:
+    case KILN_OP_Unsqueeze:
+    case KILN_OP_Expand:
+    case KILN_OP_Dropout: return true;
+    default: return reduce_kind_of(kiln_node_op_id(n)) >= 0;
+  }
 }
 
 bool kiln_lower_reduces_trailing(const kiln_graph *g, const kiln_node *n) {
   const kiln_value_def *in0 = input_def(g, n, 0);
   if (!in0 || in0->type.rank < 0) return false;
-  if (!strcmp(n->op_type, "LayerNormalization")) return true;
-  if (strstr(n->op_type, "Pool")) return false; /* windows: materialize */
+  kiln_op_id id = kiln_node_op_id(n);
+  if (id == KILN_OP_LayerNormalization) return true;
+  if (!is_softmax(id) && reduce_kind_of(id) < 0) return false; /* pools (windows): materialize */
   bool mask[KILN_MAX_RANK];
   int r = in0->type.rank;
-  bool ok = find_reduce(n->op_type) >= 0 ? reduce_axes(g, n, r, mask) : softmax_axes(n, r, mask);
+  bool ok = is_softmax(id) ? softmax_axes(n, r, mask) : reduce_axes(g, n, r, mask);
   return ok && trailing(mask, r);
 }
 
@@ -667,18 +674,19 @@ static void out_dims(const kiln_graph *g, const kiln_node *n, int *rank, int64_t
 kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_node *n,
                               const te_tensor *const *inputs, te_tensor **out) {
   const char *op = n->op_type;
+  kiln_op_id id = kiln_node_op_id(n);
   int rank;
   int64_t dims[KILN_MAX_RANK];
   out_dims(g, n, &rank, dims);
   te_tensor *t = NULL;
   int k;
-  if ((k = find_unary(op)) >= 0) {
+  if ((k = unary_kind_of(id)) >= 0) {
     t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_unary);
     if (!t) return te_builder_status(b);
-    t->ip = (int)unary_ops[k].kind;
+    t->ip = k;
     t->in[0] = inputs[0];
     t->n_in = 1;
-    switch (unary_ops[k].kind) {
+    switch ((unary_kind)k) {
       case U_LEAKY_RELU: t->fp[0] = kiln_attr_float(n, "alpha", 0.01f); break;
       case U_ELU: t->fp[0] = kiln_attr_float(n, "alpha", 1.0f); break;
       case U_HARD_SIGMOID:
@@ -706,25 +714,25 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
       }
       default: break;
     }
-  } else if ((k = find_binary(op)) >= 0) {
+  } else if ((k = binary_te_of(id)) >= 0) {
     t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_binary);
     if (!t) return te_builder_status(b);
-    t->ip = (int)binary_ops[k].te;
+    t->ip = k;
     t->n_in = n->n_inputs < 8 ? n->n_inputs : 8;
     for (int i = 0; i < t->n_in; i++) t->in[i] = inputs[i];
-    if (!strcmp(op, "Pow")) {
+    if (id == KILN_OP_Pow) {
       bool ok;
       float e = const_scalar_f(const_input(g, n, 1), &ok);
       t->fp[0] = e;
       t->fp[1] = ok ? 1.0 : 0.0;
     }
-    if (!strcmp(op, "Mean")) t->fp[2] = 1;
-  } else if (!strcmp(op, "Where")) {
+    if (id == KILN_OP_Mean) t->fp[2] = 1;
+  } else if (id == KILN_OP_Where) {
     t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_where);
     if (!t) return te_builder_status(b);
     for (int i = 0; i < 3; i++) t->in[i] = inputs[i];
     t->n_in = 3;
-  } else if ((k = find_reduce(op)) >= 0 || !strcmp(op, "Softmax") || !strcmp(op, "LogSoftmax")) {
+  } else if ((k = reduce_kind_of(id)) >= 0 || is_softmax(id)) {
     bool softmax = k < 0;
     t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, softmax ? compute_softmax : compute_reduce);
     if (!t) return te_builder_status(b);
@@ -736,21 +744,21 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     else reduce_axes(g, n, r, mask);
     for (int i = 0; i < r; i++) t->p[i] = mask[i];
     t->p[KILN_MAX_RANK] = softmax ? 1 : kiln_attr_int(n, "keepdims", 1);
-    t->ip = softmax ? !strcmp(op, "LogSoftmax") : (int)reduce_ops[k].kind;
-  } else if (!strcmp(op, "GlobalAveragePool") || !strcmp(op, "GlobalMaxPool")) {
+    t->ip = softmax ? id == KILN_OP_LogSoftmax : k;
+  } else if (id == KILN_OP_GlobalAveragePool || id == KILN_OP_GlobalMaxPool) {
     t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_global_pool);
     if (!t) return te_builder_status(b);
     t->in[0] = inputs[0];
     t->n_in = 1;
-    t->ip = !strcmp(op, "GlobalMaxPool");
-  } else if (!strcmp(op, "MaxPool") || !strcmp(op, "AveragePool")) {
+    t->ip = id == KILN_OP_GlobalMaxPool;
+  } else if (id == KILN_OP_MaxPool || id == KILN_OP_AveragePool) {
     const te_tensor *in = inputs[0];
     int ns = in->rank - 2;
     t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_pool);
     if (!t) return te_builder_status(b);
     t->in[0] = in;
     t->n_in = 1;
-    t->ip = !strcmp(op, "MaxPool");
+    t->ip = id == KILN_OP_MaxPool;
     t->fp[0] = kiln_attr_int(n, "count_include_pad", 0);
     /* Kernel, strides, dilations and pads from the shared window rule
      * (ops/window.h); the output sizes (dims) are the graph's, which shape
@@ -764,7 +772,7 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
       t->p[12 + i] = win.pad_begin[i];
       t->p[16 + i] = win.pad_end[i];
     }
-  } else if (!strcmp(op, "LayerNormalization")) {
+  } else if (id == KILN_OP_LayerNormalization) {
     t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_layernorm);
     if (!t) return te_builder_status(b);
     int64_t axis = kiln_attr_int(n, "axis", -1);
@@ -772,7 +780,7 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     t->fp[0] = kiln_attr_float(n, "epsilon", 1e-5f);
     t->n_in = n->n_inputs > 2 && n->inputs[2] >= 0 ? 3 : 2;
     for (int i = 0; i < t->n_in; i++) t->in[i] = inputs[i];
-  } else if (!strcmp(op, "Transpose")) {
+  } else if (id == KILN_OP_Transpose) {
     t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_transpose);
     if (!t) return te_builder_status(b);
     t->in[0] = inputs[0];
@@ -780,17 +788,17 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     int np;
     const int64_t *perm = kiln_attr_ints(n, "perm", &np);
     for (int i = 0; i < rank; i++) t->p[i] = perm && np == rank ? (perm[i] < 0 ? perm[i] + rank : perm[i]) : rank - 1 - i;
-  } else if (!strcmp(op, "Reshape") || !strcmp(op, "Flatten") || !strcmp(op, "Squeeze") || !strcmp(op, "Unsqueeze")) {
+  } else if (is_reshaping_view(id)) {
     t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_reshape);
     if (!t) return te_builder_status(b);
     t->in[0] = inputs[0];
     t->n_in = 1;
-  } else if (!strcmp(op, "Expand")) {
+  } else if (id == KILN_OP_Expand) {
     t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_expand);
     if (!t) return te_builder_status(b);
     t->in[0] = inputs[0];
     t->n_in = 1;
-  } else if (!strcmp(op, "Slice")) {
+  } else if (id == KILN_OP_Slice) {
     /* starts/ends/axes/steps from attributes (< 10) or constant inputs. */
     int64_t starts[KILN_MAX_RANK], ends[KILN_MAX_RANK], axes[KILN_MAX_RANK], steps[KILN_MAX_RANK];
     int ns = 0, ne = 0, na = 0, nst = 0;
@@ -830,7 +838,7 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
       t->p[ax] = s;
       t->p[KILN_MAX_RANK + ax] = st;
     }
-  } else if (!strcmp(op, "Concat")) {
+  } else if (id == KILN_OP_Concat) {
     if (n->n_inputs > 8) return kiln_error(KILN_UNSUPPORTED, "Concat of more than 8 inputs");
     t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_concat);
     if (!t) return te_builder_status(b);

@@ -1,19 +1,13 @@
 /* lower.h — one compute definition per op: graph node -> tensor view.
  *
- * kiln_lower_supports says whether an op (with its inferred types and
+ * kiln_lower_class says whether an op (with its inferred types and
  * constant inputs) has a compute definition; kiln_lower_node builds the
  * node's output view from its input views. Views compose, so lowering a
  * chain of nodes and asking the last view for an element inlines the whole
- * chain (fusion). Op classes follow TVM's lattice:
- *
- *   elementwise  unary math/activations, Cast, Clip
- *   broadcast    binary arithmetic/comparison, Where, PRelu
- *   injective    Transpose, Reshape/Flatten/Squeeze/Unsqueeze, Expand, Slice,
- *                Concat (element order changes, no arithmetic)
- *   reduction    Reduce{Sum,Mean,Max,Min,Prod,SumSquare,L1,L2,LogSumExp},
- *                Softmax, LogSoftmax
- *   complex-out-fusable  MatMul, Gemm, Conv: not here; the cpu device maps
- *                them onto GEMM micro-kernels with these views as epilogue
+ * chain (fusion). The op classes (ops/op.h, each op's definition) say
+ * how a claimed node fuses; MatMul, Gemm, Conv, 2-D MaxPool and
+ * FusedAttention (contractions) have no view here: devices run them as
+ * direct kernels with these views as their epilogues.
  *
  * Only f32 data is claimed for now (indices and shapes may be other types
  * when they are constants): every other dtype runs on the reference device.
@@ -22,15 +16,7 @@
 #define KILN_CODEGEN_LOWER_H
 
 #include "codegen/te.h"
-
-typedef enum kiln_op_class {
-  KILN_OPCLASS_NONE = 0, /* not lowered */
-  KILN_OPCLASS_ELEMENTWISE,
-  KILN_OPCLASS_BROADCAST,
-  KILN_OPCLASS_INJECTIVE,
-  KILN_OPCLASS_REDUCTION,
-  KILN_OPCLASS_CONTRACTION,
-} kiln_op_class;
+#include "ops/op.h" /* kiln_op_class */
 
 /* Class of `node` if the compiler can lower it (types from g), else NONE
  * with *reason (static) saying why. */

@@ -97,7 +97,7 @@ typedef struct kiln_node {
   int *outputs;            /* value ids, -1 = absent optional output */
   int n_attrs;
   kiln_attr *attrs;
-  const struct kiln_op_def *op; /* resolved by kiln_graph_resolve_ops; NULL if unknown */
+  const struct kiln_op_def *op; /* resolved by kiln_pass_resolve_ops; NULL if unknown */
 } kiln_node;
 
 typedef struct kiln_graph {

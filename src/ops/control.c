@@ -596,10 +596,10 @@ static kiln_status_t sequence_map_infer(kiln_infer_ctx *ctx) {
 }
 
 static const kiln_op_def control_ops[] = {
-    {"", "If", 1, 1, 1, -1, if_infer, if_kernel, KILN_OP_CONTROL_FLOW},
-    {"", "Loop", 2, -1, 0, -1, loop_infer, loop_kernel, KILN_OP_CONTROL_FLOW},
-    {"", "Scan", 1, -1, 1, -1, scan_infer, scan_kernel, KILN_OP_CONTROL_FLOW},
-    {"", "SequenceMap", 1, -1, 1, -1, sequence_map_infer, sequence_map_kernel, KILN_OP_CONTROL_FLOW},
+    {"", "If", 1, 1, 1, -1, if_infer, if_kernel, KILN_OP_CONTROL_FLOW, .id = KILN_OP_If},
+    {"", "Loop", 2, -1, 0, -1, loop_infer, loop_kernel, KILN_OP_CONTROL_FLOW, .id = KILN_OP_Loop},
+    {"", "Scan", 1, -1, 1, -1, scan_infer, scan_kernel, KILN_OP_CONTROL_FLOW, .id = KILN_OP_Scan},
+    {"", "SequenceMap", 1, -1, 1, -1, sequence_map_infer, sequence_map_kernel, KILN_OP_CONTROL_FLOW, .id = KILN_OP_SequenceMap},
 };
 
 const kiln_op_def *kiln_ops_control(int *out_n) {

@@ -254,8 +254,9 @@ static kiln_status_t attention_kernel(kiln_kernel_ctx *ctx) {
 }
 
 static const kiln_op_def fused_ops[] = {
-    {FUSED_DOMAIN, "Gelu", 1, 1, 1, 1, gelu_infer, gelu_kernel, 0},
-    {FUSED_DOMAIN, "FusedAttention", 3, 4, 1, 1, attention_infer, attention_kernel, 0},
+    {FUSED_DOMAIN, "Gelu", 1, 1, 1, 1, gelu_infer, gelu_kernel, 0, .id = KILN_OP_kiln_Gelu, .op_class = KILN_OPCLASS_ELEMENTWISE},
+    {FUSED_DOMAIN, "FusedAttention", 3, 4, 1, 1, attention_infer, attention_kernel, 0, .id = KILN_OP_kiln_FusedAttention,
+     .op_class = KILN_OPCLASS_CONTRACTION, .flops = kiln_flops_attention},
 };
 
 const kiln_op_def *kiln_ops_fused(int *out_n) {

@@ -29,22 +29,22 @@ void kiln_misc_store_rounded(void *data, kiln_dtype dt, int64_t i, double v) {
 }
 
 #define MISC_OP(type, name, min_in, max_in, flags) \
-  {"", type, min_in, max_in, 1, 1, kiln_misc_##name##_infer, kiln_misc_##name##_kernel, flags}
+  {"", #type, min_in, max_in, 1, 1, kiln_misc_##name##_infer, kiln_misc_##name##_kernel, flags, .id = KILN_OP_##type}
 
 static const kiln_op_def misc_ops[] = {
-    MISC_OP("Resize", resize, 1, 4, 0),
-    MISC_OP("Upsample", upsample, 1, 2, 0),
-    MISC_OP("GridSample", grid_sample, 2, 2, 0),
-    MISC_OP("RoiAlign", roi_align, 3, 3, 0),
-    MISC_OP("NonMaxSuppression", nms, 2, 5, 0),
-    MISC_OP("StringNormalizer", string_normalizer, 1, 1, 0),
-    MISC_OP("TfIdfVectorizer", tfidf, 1, 1, 0),
-    MISC_OP("Bernoulli", bernoulli, 1, 1, KILN_OP_NONDETERMINISTIC),
-    MISC_OP("RandomUniformLike", random_uniform_like, 1, 1, KILN_OP_NONDETERMINISTIC),
-    MISC_OP("RandomNormalLike", random_normal_like, 1, 1, KILN_OP_NONDETERMINISTIC),
-    MISC_OP("RandomUniform", random_uniform, 0, 0, KILN_OP_NONDETERMINISTIC),
-    MISC_OP("RandomNormal", random_normal, 0, 0, KILN_OP_NONDETERMINISTIC),
-    MISC_OP("Multinomial", multinomial, 1, 1, KILN_OP_NONDETERMINISTIC),
+    MISC_OP(Resize, resize, 1, 4, 0),
+    MISC_OP(Upsample, upsample, 1, 2, 0),
+    MISC_OP(GridSample, grid_sample, 2, 2, 0),
+    MISC_OP(RoiAlign, roi_align, 3, 3, 0),
+    MISC_OP(NonMaxSuppression, nms, 2, 5, 0),
+    MISC_OP(StringNormalizer, string_normalizer, 1, 1, 0),
+    MISC_OP(TfIdfVectorizer, tfidf, 1, 1, 0),
+    MISC_OP(Bernoulli, bernoulli, 1, 1, KILN_OP_NONDETERMINISTIC),
+    MISC_OP(RandomUniformLike, random_uniform_like, 1, 1, KILN_OP_NONDETERMINISTIC),
+    MISC_OP(RandomNormalLike, random_normal_like, 1, 1, KILN_OP_NONDETERMINISTIC),
+    MISC_OP(RandomUniform, random_uniform, 0, 0, KILN_OP_NONDETERMINISTIC),
+    MISC_OP(RandomNormal, random_normal, 0, 0, KILN_OP_NONDETERMINISTIC),
+    MISC_OP(Multinomial, multinomial, 1, 1, KILN_OP_NONDETERMINISTIC),
 };
 
 const kiln_op_def *kiln_ops_misc(int *out_n) {

@@ -68,32 +68,33 @@ bool nn_next_index(int rank, const int64_t *dims, int64_t *idx) {
 
 /* ---- the table ----------------------------------------------------------- */
 
-#define NN_DEF(type, name, min_in, max_in, min_out, max_out, flags) \
-  {"", type, min_in, max_in, min_out, max_out, nn_##name##_infer, nn_##name##_kernel, flags}
+#define NN_DEF(type, name, min_in, max_in, min_out, max_out, flags, cls, flops_fn)                              \
+  {"", #type, min_in, max_in, min_out, max_out, nn_##name##_infer, nn_##name##_kernel, flags, .id = KILN_OP_##type, \
+   .op_class = cls, .flops = flops_fn}
 
 static const kiln_op_def nn_ops[] = {
-    NN_DEF("Conv", conv, 2, 3, 1, 1, 0),
-    NN_DEF("ConvTranspose", conv_transpose, 2, 3, 1, 1, 0),
-    NN_DEF("AveragePool", average_pool, 1, 1, 1, 1, 0),
-    NN_DEF("MaxPool", max_pool, 1, 1, 1, 2, 0),
-    NN_DEF("MaxUnpool", max_unpool, 2, 3, 1, 1, 0),
-    NN_DEF("LpPool", lp_pool, 1, 1, 1, 1, 0),
-    NN_DEF("GlobalAveragePool", global_average_pool, 1, 1, 1, 1, 0),
-    NN_DEF("GlobalMaxPool", global_max_pool, 1, 1, 1, 1, 0),
-    NN_DEF("GlobalLpPool", global_lp_pool, 1, 1, 1, 1, 0),
-    NN_DEF("BatchNormalization", batch_norm, 5, 5, 1, 5, 0),
-    NN_DEF("InstanceNormalization", instance_norm, 3, 3, 1, 1, 0),
-    NN_DEF("LayerNormalization", layer_norm, 2, 3, 1, 3, 0),
-    NN_DEF("LRN", lrn, 1, 1, 1, 1, 0),
-    NN_DEF("MeanVarianceNormalization", mvn, 1, 1, 1, 1, 0),
-    NN_DEF("Gemm", gemm, 2, 3, 1, 1, 0),
-    NN_DEF("MatMul", matmul, 2, 2, 1, 1, 0),
-    NN_DEF("Einsum", einsum, 1, -1, 1, 1, 0),
-    NN_DEF("Det", det, 1, 1, 1, 1, 0),
+    NN_DEF(Conv, conv, 2, 3, 1, 1, 0, KILN_OPCLASS_CONTRACTION, kiln_flops_conv),
+    NN_DEF(ConvTranspose, conv_transpose, 2, 3, 1, 1, 0, KILN_OPCLASS_CONTRACTION, kiln_flops_conv_transpose),
+    NN_DEF(AveragePool, average_pool, 1, 1, 1, 1, 0, KILN_OPCLASS_REDUCTION, NULL),
+    NN_DEF(MaxPool, max_pool, 1, 1, 1, 2, 0, KILN_OPCLASS_REDUCTION, NULL),
+    NN_DEF(MaxUnpool, max_unpool, 2, 3, 1, 1, 0, KILN_OPCLASS_NONE, NULL),
+    NN_DEF(LpPool, lp_pool, 1, 1, 1, 1, 0, KILN_OPCLASS_REDUCTION, NULL),
+    NN_DEF(GlobalAveragePool, global_average_pool, 1, 1, 1, 1, 0, KILN_OPCLASS_REDUCTION, NULL),
+    NN_DEF(GlobalMaxPool, global_max_pool, 1, 1, 1, 1, 0, KILN_OPCLASS_REDUCTION, NULL),
+    NN_DEF(GlobalLpPool, global_lp_pool, 1, 1, 1, 1, 0, KILN_OPCLASS_REDUCTION, NULL),
+    NN_DEF(BatchNormalization, batch_norm, 5, 5, 1, 5, 0, KILN_OPCLASS_NONE, NULL),
+    NN_DEF(InstanceNormalization, instance_norm, 3, 3, 1, 1, 0, KILN_OPCLASS_NONE, NULL),
+    NN_DEF(LayerNormalization, layer_norm, 2, 3, 1, 3, 0, KILN_OPCLASS_REDUCTION, NULL),
+    NN_DEF(LRN, lrn, 1, 1, 1, 1, 0, KILN_OPCLASS_NONE, NULL),
+    NN_DEF(MeanVarianceNormalization, mvn, 1, 1, 1, 1, 0, KILN_OPCLASS_NONE, NULL),
+    NN_DEF(Gemm, gemm, 2, 3, 1, 1, 0, KILN_OPCLASS_CONTRACTION, kiln_flops_matmul),
+    NN_DEF(MatMul, matmul, 2, 2, 1, 1, 0, KILN_OPCLASS_CONTRACTION, kiln_flops_matmul),
+    NN_DEF(Einsum, einsum, 1, -1, 1, 1, 0, KILN_OPCLASS_CONTRACTION, NULL),
+    NN_DEF(Det, det, 1, 1, 1, 1, 0, KILN_OPCLASS_NONE, NULL),
     /* Random only in training mode; inference Dropout is the identity. */
-    NN_DEF("Dropout", dropout, 1, 3, 1, 2, KILN_OP_NONDETERMINISTIC),
-    NN_DEF("NegativeLogLikelihoodLoss", nll_loss, 2, 3, 1, 1, 0),
-    NN_DEF("SoftmaxCrossEntropyLoss", sce_loss, 2, 3, 1, 2, 0),
+    NN_DEF(Dropout, dropout, 1, 3, 1, 2, KILN_OP_NONDETERMINISTIC, KILN_OPCLASS_ELEMENTWISE, NULL),
+    NN_DEF(NegativeLogLikelihoodLoss, nll_loss, 2, 3, 1, 1, 0, KILN_OPCLASS_NONE, NULL),
+    NN_DEF(SoftmaxCrossEntropyLoss, sce_loss, 2, 3, 1, 2, 0, KILN_OPCLASS_NONE, NULL),
 };
 
 const kiln_op_def *kiln_ops_nn(int *out_n) {

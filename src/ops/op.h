@@ -19,12 +19,40 @@
 #define KILN_OPS_OP_H
 
 #include "ir/graph.h"
+#include "ops/op_ids.h"
 
 struct kiln_kernel_ctx;
 struct kiln_infer_ctx;
+struct kiln_gradient_ctx;
 
 typedef kiln_status_t (*kiln_kernel_fn)(struct kiln_kernel_ctx *ctx);
 typedef kiln_status_t (*kiln_infer_fn)(struct kiln_infer_ctx *ctx);
+/* Estimated floating-point operations of one node from the types inferred
+ * in g (contractions: 2 per multiply-add); 0 when shapes are unknown. */
+typedef int64_t (*kiln_flops_fn)(const kiln_graph *g, const kiln_node *node);
+/* Builds the gradient subgraph of one node (filled by autodiff). */
+typedef kiln_status_t (*kiln_gradient_fn)(struct kiln_gradient_ctx *ctx);
+
+/* How an op fuses, after TVM's op-pattern lattice. The class is a fact of
+ * the op; whether a device compiles a given node of it (dtypes, constant
+ * parameters) is codegen's claim (kiln_lower_class).
+ *   elementwise  out[i] = f(in[i]): unary math, activations, Cast, Clip
+ *   broadcast    elementwise over numpy-broadcast inputs: arithmetic,
+ *                comparison, Where, PRelu
+ *   injective    every output element is one input element (element order
+ *                changes, no arithmetic): Transpose, Reshape, Slice, Concat
+ *   reduction    each output element combines many input elements along
+ *                axes or windows: Reduce*, Softmax, pools, LayerNorm
+ *   contraction  multiply-accumulate over a shared axis, with fusable
+ *                elementwise epilogues: MatMul, Gemm, Conv, attention */
+typedef enum kiln_op_class {
+  KILN_OPCLASS_NONE = 0, /* opaque: never fused, never lowered */
+  KILN_OPCLASS_ELEMENTWISE,
+  KILN_OPCLASS_BROADCAST,
+  KILN_OPCLASS_INJECTIVE,
+  KILN_OPCLASS_REDUCTION,
+  KILN_OPCLASS_CONTRACTION,
+} kiln_op_class;
 
 enum {
   KILN_OP_NONDETERMINISTIC = 1 << 0, /* random outputs (Bernoulli, RandomUniformLike, training Dropout) */
@@ -39,7 +67,16 @@ typedef struct kiln_op_def {
   kiln_infer_fn infer;          /* may be NULL: outputs stay unknown */
   kiln_kernel_fn ref_kernel;    /* required */
   unsigned flags;
+  kiln_op_id id;                /* required: test_registry checks every id has one definition */
+  kiln_op_class op_class;       /* NONE: opaque */
+  kiln_flops_fn flops;          /* NULL: one per output element */
+  kiln_gradient_fn gradient;    /* NULL: not differentiable (yet) */
 } kiln_op_def;
+
+/* The id of node's op (KILN_OP_UNKNOWN before kiln_pass_resolve_ops or
+ * for an unregistered op). */
+static inline kiln_op_id kiln_node_op_id(const kiln_node *node) { return node->op ? node->op->id : KILN_OP_UNKNOWN; }
+static inline bool kiln_node_is(const kiln_node *node, kiln_op_id id) { return kiln_node_op_id(node) == id; }
 
 /* Runs a subgraph with the given inputs; the executor provides it. On
  * success out_outputs[0..n_outputs) receive owned values. Outer-scope
@@ -90,12 +127,24 @@ void kiln_infer_set(kiln_infer_ctx *ctx, int i, kiln_dtype dtype, int rank, cons
 kiln_status_t kiln_broadcast_shapes(int ra, const int64_t *a, int rb, const int64_t *b, int *out_rank,
                                     int64_t *out_dims);
 
+/* FLOP rules for the op tables (ops/op_flops.c). */
+int64_t kiln_flops_conv(const kiln_graph *g, const kiln_node *node);
+int64_t kiln_flops_qlinear_conv(const kiln_graph *g, const kiln_node *node);
+int64_t kiln_flops_conv_transpose(const kiln_graph *g, const kiln_node *node);
+int64_t kiln_flops_matmul(const kiln_graph *g, const kiln_node *node);
+int64_t kiln_flops_attention(const kiln_graph *g, const kiln_node *node);
+
 /* ---- registry ----------------------------------------------------------- */
 
 /* The op definition for (domain, op_type), or NULL. domain "" == "ai.onnx". */
 const kiln_op_def *kiln_op_find(const char *domain, const char *op_type);
 /* All registered ops, for listings (count in *out_n). */
 const kiln_op_def *const *kiln_op_all(int *out_n);
+/* The definition with this id, or NULL (KILN_OP_UNKNOWN, out of range). */
+const kiln_op_def *kiln_op_by_id(kiln_op_id id);
+/* The domain and op_type op_ids.h gives an id ("" and "?" out of range). */
+const char *kiln_op_id_domain(kiln_op_id id);
+const char *kiln_op_id_name(kiln_op_id id);
 
 /* Each family file defines one of these: a static table and its length. */
 #define KILN_OP_FAMILIES(X) \

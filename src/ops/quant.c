@@ -686,13 +686,17 @@ static kiln_status_t qlinear_matmul_infer(kiln_infer_ctx *ctx) {
 }
 
 static const kiln_op_def quant_ops[] = {
-    {"", "QuantizeLinear", 2, 3, 1, 1, quantize_infer, quantize_kernel, 0},
-    {"", "DequantizeLinear", 2, 3, 1, 1, dequantize_infer, dequantize_kernel, 0},
-    {"", "DynamicQuantizeLinear", 1, 1, 3, 3, dynamic_quantize_infer, dynamic_quantize_kernel, 0},
-    {"", "ConvInteger", 2, 4, 1, 1, conv_integer_infer, conv_integer_kernel, 0},
-    {"", "QLinearConv", 8, 9, 1, 1, qlinear_conv_infer, qlinear_conv_kernel, 0},
-    {"", "MatMulInteger", 2, 4, 1, 1, matmul_integer_infer, matmul_integer_kernel, 0},
-    {"", "QLinearMatMul", 8, 8, 1, 1, qlinear_matmul_infer, qlinear_matmul_kernel, 0},
+    {"", "QuantizeLinear", 2, 3, 1, 1, quantize_infer, quantize_kernel, 0, .id = KILN_OP_QuantizeLinear},
+    {"", "DequantizeLinear", 2, 3, 1, 1, dequantize_infer, dequantize_kernel, 0, .id = KILN_OP_DequantizeLinear},
+    {"", "DynamicQuantizeLinear", 1, 1, 3, 3, dynamic_quantize_infer, dynamic_quantize_kernel, 0, .id = KILN_OP_DynamicQuantizeLinear},
+    {"", "ConvInteger", 2, 4, 1, 1, conv_integer_infer, conv_integer_kernel, 0, .id = KILN_OP_ConvInteger,
+     .op_class = KILN_OPCLASS_CONTRACTION, .flops = kiln_flops_conv},
+    {"", "QLinearConv", 8, 9, 1, 1, qlinear_conv_infer, qlinear_conv_kernel, 0, .id = KILN_OP_QLinearConv,
+     .op_class = KILN_OPCLASS_CONTRACTION, .flops = kiln_flops_qlinear_conv},
+    {"", "MatMulInteger", 2, 4, 1, 1, matmul_integer_infer, matmul_integer_kernel, 0, .id = KILN_OP_MatMulInteger,
+     .op_class = KILN_OPCLASS_CONTRACTION, .flops = kiln_flops_matmul},
+    {"", "QLinearMatMul", 8, 8, 1, 1, qlinear_matmul_infer, qlinear_matmul_kernel, 0, .id = KILN_OP_QLinearMatMul,
+     .op_class = KILN_OPCLASS_CONTRACTION, .flops = kiln_flops_matmul},
 };
 
 const kiln_op_def *kiln_ops_quant(int *out_n) {

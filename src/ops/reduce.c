@@ -465,25 +465,28 @@ static kiln_status_t same_as_input0(kiln_infer_ctx *ctx) { return kiln_infer_sam
 
 /* ---- table --------------------------------------------------------------- */
 
+#define RD_OP(name, min_in, max_in, min_out, max_out, infer_fn, kernel_fn, cls) \
+  {"", #name, min_in, max_in, min_out, max_out, infer_fn, kernel_fn, 0, .id = KILN_OP_##name, .op_class = cls}
+
 static const kiln_op_def reduce_ops[] = {
-    {"", "ArgMax", 1, 1, 1, 1, arg_infer, argmax_kernel, 0},
-    {"", "ArgMin", 1, 1, 1, 1, arg_infer, argmin_kernel, 0},
-    {"", "ReduceL1", 1, 2, 1, 1, reduce_infer, reduce_l1_kernel, 0},
-    {"", "ReduceL2", 1, 2, 1, 1, reduce_infer, reduce_l2_kernel, 0},
-    {"", "ReduceLogSum", 1, 2, 1, 1, reduce_infer, reduce_log_sum_kernel, 0},
-    {"", "ReduceLogSumExp", 1, 2, 1, 1, reduce_infer, reduce_log_sum_exp_kernel, 0},
-    {"", "ReduceMax", 1, 2, 1, 1, reduce_infer, reduce_max_kernel, 0},
-    {"", "ReduceMin", 1, 2, 1, 1, reduce_infer, reduce_min_kernel, 0},
-    {"", "ReduceMean", 1, 2, 1, 1, reduce_infer, reduce_mean_kernel, 0},
-    {"", "ReduceProd", 1, 2, 1, 1, reduce_infer, reduce_prod_kernel, 0},
-    {"", "ReduceSum", 1, 2, 1, 1, reduce_infer, reduce_sum_kernel, 0},
-    {"", "ReduceSumSquare", 1, 2, 1, 1, reduce_infer, reduce_sum_square_kernel, 0},
-    {"", "Softmax", 1, 1, 1, 1, same_as_input0, kiln_reduce_softmax_kernel, 0},
-    {"", "LogSoftmax", 1, 1, 1, 1, same_as_input0, kiln_reduce_logsoftmax_kernel, 0},
-    {"", "Hardmax", 1, 1, 1, 1, same_as_input0, kiln_reduce_hardmax_kernel, 0},
-    {"", "LpNormalization", 1, 1, 1, 1, same_as_input0, kiln_reduce_lpnorm_kernel, 0},
-    {"", "CumSum", 2, 2, 1, 1, same_as_input0, kiln_reduce_cumsum_kernel, 0},
-    {"", "TopK", 1, 2, 2, 2, kiln_reduce_topk_infer, kiln_reduce_topk_kernel, 0},
+    RD_OP(ArgMax, 1, 1, 1, 1, arg_infer, argmax_kernel, KILN_OPCLASS_NONE),
+    RD_OP(ArgMin, 1, 1, 1, 1, arg_infer, argmin_kernel, KILN_OPCLASS_NONE),
+    RD_OP(ReduceL1, 1, 2, 1, 1, reduce_infer, reduce_l1_kernel, KILN_OPCLASS_REDUCTION),
+    RD_OP(ReduceL2, 1, 2, 1, 1, reduce_infer, reduce_l2_kernel, KILN_OPCLASS_REDUCTION),
+    RD_OP(ReduceLogSum, 1, 2, 1, 1, reduce_infer, reduce_log_sum_kernel, KILN_OPCLASS_REDUCTION),
+    RD_OP(ReduceLogSumExp, 1, 2, 1, 1, reduce_infer, reduce_log_sum_exp_kernel, KILN_OPCLASS_REDUCTION),
+    RD_OP(ReduceMax, 1, 2, 1, 1, reduce_infer, reduce_max_kernel, KILN_OPCLASS_REDUCTION),
+    RD_OP(ReduceMin, 1, 2, 1, 1, reduce_infer, reduce_min_kernel, KILN_OPCLASS_REDUCTION),
+    RD_OP(ReduceMean, 1, 2, 1, 1, reduce_infer, reduce_mean_kernel, KILN_OPCLASS_REDUCTION),
+    RD_OP(ReduceProd, 1, 2, 1, 1, reduce_infer, reduce_prod_kernel, KILN_OPCLASS_REDUCTION),
+    RD_OP(ReduceSum, 1, 2, 1, 1, reduce_infer, reduce_sum_kernel, KILN_OPCLASS_REDUCTION),
+    RD_OP(ReduceSumSquare, 1, 2, 1, 1, reduce_infer, reduce_sum_square_kernel, KILN_OPCLASS_REDUCTION),
+    RD_OP(Softmax, 1, 1, 1, 1, same_as_input0, kiln_reduce_softmax_kernel, KILN_OPCLASS_REDUCTION),
+    RD_OP(LogSoftmax, 1, 1, 1, 1, same_as_input0, kiln_reduce_logsoftmax_kernel, KILN_OPCLASS_REDUCTION),
+    RD_OP(Hardmax, 1, 1, 1, 1, same_as_input0, kiln_reduce_hardmax_kernel, KILN_OPCLASS_NONE),
+    RD_OP(LpNormalization, 1, 1, 1, 1, same_as_input0, kiln_reduce_lpnorm_kernel, KILN_OPCLASS_NONE),
+    RD_OP(CumSum, 2, 2, 1, 1, same_as_input0, kiln_reduce_cumsum_kernel, KILN_OPCLASS_NONE),
+    RD_OP(TopK, 1, 2, 2, 2, kiln_reduce_topk_infer, kiln_reduce_topk_kernel, KILN_OPCLASS_NONE),
 };
 
 const kiln_op_def *kiln_ops_reduce(int *out_n) {

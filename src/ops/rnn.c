@@ -431,9 +431,9 @@ static kiln_status_t gru_infer(kiln_infer_ctx *ctx) { return rnn_infer(ctx, RNN_
 static kiln_status_t lstm_infer(kiln_infer_ctx *ctx) { return rnn_infer(ctx, RNN_LSTM); }
 
 static const kiln_op_def rnn_ops[] = {
-    {"", "RNN", 3, 6, 0, 2, simple_rnn_infer, simple_rnn_kernel, 0},
-    {"", "GRU", 3, 6, 0, 2, gru_infer, gru_kernel, 0},
-    {"", "LSTM", 3, 8, 0, 3, lstm_infer, lstm_kernel, 0},
+    {"", "RNN", 3, 6, 0, 2, simple_rnn_infer, simple_rnn_kernel, 0, .id = KILN_OP_RNN},
+    {"", "GRU", 3, 6, 0, 2, gru_infer, gru_kernel, 0, .id = KILN_OP_GRU},
+    {"", "LSTM", 3, 8, 0, 3, lstm_infer, lstm_kernel, 0, .id = KILN_OP_LSTM},
 };
 
 const kiln_op_def *kiln_ops_rnn(int *out_n) {

@@ -546,17 +546,17 @@ static kiln_status_t optional_get_element_kernel(kiln_kernel_ctx *ctx) {
 /* ---- table --------------------------------------------------------------- */
 
 static const kiln_op_def sequence_ops[] = {
-    {"", "SequenceEmpty", 0, 0, 1, 1, sequence_empty_infer, sequence_empty_kernel, 0},
-    {"", "SequenceConstruct", 1, -1, 1, 1, sequence_construct_infer, sequence_construct_kernel, 0},
-    {"", "SequenceInsert", 2, 3, 1, 1, sequence_insert_infer, sequence_insert_kernel, 0},
-    {"", "SequenceAt", 2, 2, 1, 1, sequence_at_infer, sequence_at_kernel, 0},
-    {"", "SequenceErase", 1, 2, 1, 1, sequence_same_infer, sequence_erase_kernel, 0},
-    {"", "SequenceLength", 1, 1, 1, 1, sequence_length_infer, sequence_length_kernel, 0},
-    {"", "SplitToSequence", 1, 2, 1, 1, split_to_sequence_infer, split_to_sequence_kernel, 0},
-    {"", "ConcatFromSequence", 1, 1, 1, 1, concat_from_sequence_infer, concat_from_sequence_kernel, 0},
-    {"", "Optional", 0, 1, 1, 1, optional_infer, optional_kernel, 0},
-    {"", "OptionalHasElement", 0, 1, 1, 1, optional_has_element_infer, optional_has_element_kernel, 0},
-    {"", "OptionalGetElement", 1, 1, 1, 1, optional_get_element_infer, optional_get_element_kernel, 0},
+    {"", "SequenceEmpty", 0, 0, 1, 1, sequence_empty_infer, sequence_empty_kernel, 0, .id = KILN_OP_SequenceEmpty},
+    {"", "SequenceConstruct", 1, -1, 1, 1, sequence_construct_infer, sequence_construct_kernel, 0, .id = KILN_OP_SequenceConstruct},
+    {"", "SequenceInsert", 2, 3, 1, 1, sequence_insert_infer, sequence_insert_kernel, 0, .id = KILN_OP_SequenceInsert},
+    {"", "SequenceAt", 2, 2, 1, 1, sequence_at_infer, sequence_at_kernel, 0, .id = KILN_OP_SequenceAt},
+    {"", "SequenceErase", 1, 2, 1, 1, sequence_same_infer, sequence_erase_kernel, 0, .id = KILN_OP_SequenceErase},
+    {"", "SequenceLength", 1, 1, 1, 1, sequence_length_infer, sequence_length_kernel, 0, .id = KILN_OP_SequenceLength},
+    {"", "SplitToSequence", 1, 2, 1, 1, split_to_sequence_infer, split_to_sequence_kernel, 0, .id = KILN_OP_SplitToSequence},
+    {"", "ConcatFromSequence", 1, 1, 1, 1, concat_from_sequence_infer, concat_from_sequence_kernel, 0, .id = KILN_OP_ConcatFromSequence},
+    {"", "Optional", 0, 1, 1, 1, optional_infer, optional_kernel, 0, .id = KILN_OP_Optional},
+    {"", "OptionalHasElement", 0, 1, 1, 1, optional_has_element_infer, optional_has_element_kernel, 0, .id = KILN_OP_OptionalHasElement},
+    {"", "OptionalGetElement", 1, 1, 1, 1, optional_get_element_infer, optional_get_element_kernel, 0, .id = KILN_OP_OptionalGetElement},
 };
 
 const kiln_op_def *kiln_ops_sequence(int *out_n) {

@@ -385,12 +385,12 @@ static kiln_status_t mel_infer(kiln_infer_ctx *ctx) {
 }
 
 static const kiln_op_def signal_ops[] = {
-    {"", "DFT", 1, 2, 1, 1, dft_infer, dft_kernel, 0},
-    {"", "STFT", 2, 4, 1, 1, stft_infer, stft_kernel, 0},
-    {"", "HannWindow", 1, 1, 1, 1, window_infer, hann_kernel, 0},
-    {"", "HammingWindow", 1, 1, 1, 1, window_infer, hamming_kernel, 0},
-    {"", "BlackmanWindow", 1, 1, 1, 1, window_infer, blackman_kernel, 0},
-    {"", "MelWeightMatrix", 5, 5, 1, 1, mel_infer, mel_kernel, 0},
+    {"", "DFT", 1, 2, 1, 1, dft_infer, dft_kernel, 0, .id = KILN_OP_DFT},
+    {"", "STFT", 2, 4, 1, 1, stft_infer, stft_kernel, 0, .id = KILN_OP_STFT},
+    {"", "HannWindow", 1, 1, 1, 1, window_infer, hann_kernel, 0, .id = KILN_OP_HannWindow},
+    {"", "HammingWindow", 1, 1, 1, 1, window_infer, hamming_kernel, 0, .id = KILN_OP_HammingWindow},
+    {"", "BlackmanWindow", 1, 1, 1, 1, window_infer, blackman_kernel, 0, .id = KILN_OP_BlackmanWindow},
+    {"", "MelWeightMatrix", 5, 5, 1, 1, mel_infer, mel_kernel, 0, .id = KILN_OP_MelWeightMatrix},
 };
 
 const kiln_op_def *kiln_ops_signal(int *out_n) {

@@ -220,9 +220,9 @@ static kiln_status_t adam_kernel(kiln_kernel_ctx *ctx) { return optimizer_kernel
 /* ---- table --------------------------------------------------------------- */
 
 static const kiln_op_def training_ops[] = {
-    {TRAINING_DOMAIN, "Adagrad", 5, -1, 2, -1, adagrad_infer, adagrad_kernel, 0},
-    {TRAINING_DOMAIN, "Momentum", 5, -1, 2, -1, momentum_infer, momentum_kernel, 0},
-    {TRAINING_DOMAIN, "Adam", 6, -1, 3, -1, adam_infer, adam_kernel, 0},
+    {TRAINING_DOMAIN, "Adagrad", 5, -1, 2, -1, adagrad_infer, adagrad_kernel, 0, .id = KILN_OP_training_Adagrad},
+    {TRAINING_DOMAIN, "Momentum", 5, -1, 2, -1, momentum_infer, momentum_kernel, 0, .id = KILN_OP_training_Momentum},
+    {TRAINING_DOMAIN, "Adam", 6, -1, 3, -1, adam_infer, adam_kernel, 0, .id = KILN_OP_training_Adam},
 };
 
 const kiln_op_def *kiln_ops_training(int *out_n) {

@@ -19,10 +19,6 @@
 
 #include <math.h>
 
-static bool is_op(const kiln_node *n, const char *op) {
-  return (!n->domain[0] || !strcmp(n->domain, "ai.onnx")) && !strcmp(n->op_type, op);
-}
-
 static bool float_const_vector(const kiln_graph *g, int id, int64_t c) {
   const kiln_tensor *t = kiln_opt_const(g, id);
   return t && kiln_dtype_is_float(t->dtype) && t->rank == 1 && t->dims[0] == c;
@@ -102,7 +98,7 @@ static kiln_status_t rewrite_conv(kiln_graph *g, int conv, const double *s, cons
 
 /* Conv with constant float weights (and constant or absent bias) whose output has M channels. */
 static bool conv_foldable(const kiln_graph *g, const kiln_node *n, int64_t m) {
-  if (!is_op(n, "Conv") || n->n_inputs < 2 || n->n_outputs != 1) return false;
+  if (!kiln_node_is(n, KILN_OP_Conv) || n->n_inputs < 2 || n->n_outputs != 1) return false;
   const kiln_tensor *w = kiln_opt_const(g, n->inputs[1]);
   if (!w || !kiln_dtype_is_float(w->dtype) || w->rank < 3 || (m >= 0 && w->dims[0] != m)) return false;
   int bid = n->n_inputs > 2 ? n->inputs[2] : -1;
@@ -133,7 +129,7 @@ static kiln_status_t fold_bn(kiln_graph *g, const kiln_opt_uses *u, int bi, bool
     dead[bi] = *changed = true;
     return NULL;
   }
-  if (is_op(pn, "Gemm") && pn->opset >= 7 && pn->n_inputs >= 2 && pn->n_outputs == 1) {
+  if (kiln_node_is(pn, KILN_OP_Gemm) && pn->opset >= 7 && pn->n_inputs >= 2 && pn->n_outputs == 1) {
     const kiln_tensor *b = kiln_opt_const(g, pn->inputs[1]);
     if (!b || !kiln_dtype_is_float(b->dtype) || b->rank != 2) return NULL;
     bool trans_b = kiln_attr_int(pn, "transB", 0) != 0;
@@ -188,7 +184,7 @@ static kiln_status_t fold_bn(kiln_graph *g, const kiln_opt_uses *u, int bi, bool
     return NULL;
   }
   /* The channel is the column only for 2-D outputs; trust inferred ranks only where shapes are exact. */
-  if (kiln_opt_shapes_trusted(g) && is_op(pn, "MatMul") && pn->n_inputs == 2 && pn->n_outputs == 1 &&
+  if (kiln_opt_shapes_trusted(g) && kiln_node_is(pn, KILN_OP_MatMul) && pn->n_inputs == 2 && pn->n_outputs == 1 &&
       g->values[x].type.rank == 2) {
     const kiln_tensor *w = kiln_opt_const(g, pn->inputs[1]);
     if (!w || !kiln_dtype_is_float(w->dtype) || w->rank != 2 || w->dims[1] != c) return NULL;
@@ -223,7 +219,7 @@ static kiln_status_t fold_bn(kiln_graph *g, const kiln_opt_uses *u, int bi, bool
 /* Conv output times / plus a per-channel constant. */
 static kiln_status_t fold_channel_const(kiln_graph *g, const kiln_opt_uses *u, int ni, bool *dead, bool *changed) {
   kiln_node *n = &g->nodes[ni];
-  bool mul = is_op(n, "Mul"), add = is_op(n, "Add"), sub = is_op(n, "Sub");
+  bool mul = kiln_node_is(n, KILN_OP_Mul), add = kiln_node_is(n, KILN_OP_Add), sub = kiln_node_is(n, KILN_OP_Sub);
   if ((!mul && !add && !sub) || n->n_inputs != 2 || n->n_outputs != 1 || n->outputs[0] < 0) return NULL;
   for (int side = 0; side < 2; side++) {
     if (sub && side == 1) break; /* c - conv would negate the weights too; not worth it */
@@ -267,7 +263,7 @@ static kiln_status_t fold_graph(kiln_graph *g) {
   kiln_status_t st = dead ? NULL : KILN_OOM();
   for (int ni = 0; ni < g->n_nodes && !st;) {
     bool changed = false;
-    if (is_op(&g->nodes[ni], "BatchNormalization")) st = fold_bn(g, &u, ni, dead, &changed);
+    if (kiln_node_is(&g->nodes[ni], KILN_OP_BatchNormalization)) st = fold_bn(g, &u, ni, dead, &changed);
     else st = fold_channel_const(g, &u, ni, dead, &changed);
     if (!st && changed) {
       /* Uses changed: drop what died, rebuild, and look at this slot again. */

@@ -76,7 +76,7 @@ static bool evaluate(const kiln_graph *g, const kiln_node *n, kiln_tensor **outs
 
 /* Whether node n's outputs are all known values that may become constants. */
 static bool known_outputs(const kiln_graph *g, const kiln_node *n, bool inputs_const) {
-  bool shape_op = (!strcmp(n->op_type, "Shape") || !strcmp(n->op_type, "Size")) && !n->domain[0];
+  bool shape_op = kiln_node_is(n, KILN_OP_Shape) || kiln_node_is(n, KILN_OP_Size);
   /* Shape/Size depend only on the input's (specialized) type; anything else
    * only on its inputs, which must be constants themselves. */
   if (!inputs_const && !(shape_op && kiln_opt_shapes_trusted(g))) return false;

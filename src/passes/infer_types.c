@@ -64,7 +64,7 @@ static kiln_status_t shape_only_value(kiln_graph *g, const kiln_node *n) {
   const kiln_type *t = &g->values[n->inputs[0]].type;
   if (!type_fully_known(t)) return NULL;
   kiln_tensor *out;
-  if (!strcmp(n->op_type, "Size")) {
+  if (kiln_node_is(n, KILN_OP_Size)) {
     KILN_TRY(kiln_tensor_new(KILN_DTYPE_I64, 0, NULL, &out));
     int64_t numel = kiln_shape_numel(t->rank, t->dims);
     ((int64_t *)out->data)[0] = numel;
@@ -87,7 +87,7 @@ static kiln_status_t shape_only_value(kiln_graph *g, const kiln_node *n) {
 static void evaluate_known(kiln_graph *g, const kiln_node *n) {
   const kiln_op_def *op = n->op;
   if (!op || !op->ref_kernel || (op->flags & (KILN_OP_NONDETERMINISTIC | KILN_OP_CONTROL_FLOW))) return;
-  if (!strcmp(n->op_type, "Shape") || !strcmp(n->op_type, "Size")) {
+  if (kiln_node_is(n, KILN_OP_Shape) || kiln_node_is(n, KILN_OP_Size)) {
     kiln_status_free(shape_only_value(g, n));
     return;
   }

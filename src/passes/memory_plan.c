@@ -395,27 +395,12 @@ kiln_status_t kiln_memory_plan_verify(const kiln_mem_buffer *b, int n, const kil
 
 /* ---- graph level ---------------------------------------------------------------- */
 
-/* Ops whose output element k is computed from input elements k only (inputs
- * of the output's shape; broadcast inputs are other buffers), in ai.onnx. */
-static const char *const inplace_elementwise_ops[] = {
-    /* unary math */
-    "Abs", "Neg", "Floor", "Ceil", "Round", "Sqrt", "Reciprocal", "Exp", "Log", "Sin", "Cos", "Tan", "Asin", "Acos",
-    "Atan", "Sinh", "Cosh", "Tanh", "Asinh", "Acosh", "Atanh", "Erf", "Sign", "Not", "BitwiseNot", "Identity",
-    /* activations */
-    "Relu", "LeakyRelu", "PRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Elu", "Selu", "Celu", "Softplus",
-    "Softsign", "ThresholdedRelu", "Gelu", "Mish", "Clip", "Shrink",
-    /* binary (and variadic) arithmetic and logic, with broadcasting */
-    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "And", "Or", "Xor", "BitwiseAnd",
-    "BitwiseOr", "BitwiseXor", "BitShift", "Where",
-    /* per-channel affine in inference mode (one output) */
-    "BatchNormalization",
-};
-
-bool kiln_op_is_inplace_elementwise(const char *domain, const char *op_type) {
-  if (!op_type || (domain && domain[0] && strcmp(domain, "ai.onnx"))) return false;
-  for (size_t i = 0; i < KILN_ARRAY_SIZE(inplace_elementwise_ops); i++)
-    if (!strcmp(op_type, inplace_elementwise_ops[i])) return true;
-  return false;
+bool kiln_op_is_inplace_elementwise(const kiln_node *node) {
+  if (!node->op) return false;
+  /* BatchNormalization with one output is the inference-mode per-channel
+   * affine: elementwise over X, its other inputs broadcast. */
+  return node->op->op_class == KILN_OPCLASS_ELEMENTWISE || node->op->op_class == KILN_OPCLASS_BROADCAST ||
+         node->op->id == KILN_OP_BatchNormalization;
 }
 
 /* Bytes of a tensor value with a fully known type, or -1. */
@@ -468,8 +453,7 @@ static bool has_subgraph(const kiln_node *node) {
 static bool computes_constant(const kiln_node *node, const bool *fixed, int n_values) {
   if (has_subgraph(node)) return false;
   if (node->op && (node->op->flags & KILN_OP_NONDETERMINISTIC)) return false;
-  bool onnx_domain = !node->domain || !node->domain[0] || !strcmp(node->domain, "ai.onnx");
-  if (onnx_domain && !strcmp(node->op_type, "Constant")) return true;
+  if (kiln_node_is(node, KILN_OP_Constant)) return true;
   int n_present = 0;
   for (int k = 0; k < node->n_inputs; k++) {
     int id = node->inputs[k];
@@ -531,7 +515,7 @@ kiln_status_t kiln_graph_memory_buffers(const kiln_graph *g, kiln_mem_buffer **o
     int n_present = 0;
     for (int k = 0; k < node->n_outputs; k++) n_present += node->outputs[k] >= 0;
     bool elementwise = n_present == 1 && node->n_outputs >= 1 && node->outputs[0] >= 0 &&
-                       kiln_op_is_inplace_elementwise(node->domain, node->op_type);
+                       kiln_op_is_inplace_elementwise(node);
     for (int k = 0; k < node->n_outputs; k++) {
       int id = node->outputs[k];
       if (id < 0 || id >= g->n_values) continue;

@@ -79,10 +79,10 @@ kiln_status_t kiln_memory_plan_verify(const kiln_mem_buffer *buffers, int n, con
 
 /* ---- graph level ------------------------------------------------------------ */
 
-/* True for ops (ai.onnx domain "" or "ai.onnx") whose output element k depends
- * only on input elements k: unary math, activations, binary arithmetic. With
- * equal input and output sizes they can write over a dying input. */
-bool kiln_op_is_inplace_elementwise(const char *domain, const char *op_type);
+/* True for nodes whose output element k depends only on input elements k
+ * (op class elementwise or broadcast, and inference BatchNormalization).
+ * With equal input and output types they can write over a dying input. */
+bool kiln_op_is_inplace_elementwise(const kiln_node *node);
 
 /* The intermediate buffers of a graph whose types are inferred: every node
  * output that is neither a graph output nor a constant, sized from its type,

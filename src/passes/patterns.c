@@ -26,10 +26,6 @@ typedef struct matcher {
   bool *dead;
 } matcher;
 
-static bool is_op(const kiln_node *n, const char *op) {
-  return (!n->domain[0] || !strcmp(n->domain, "ai.onnx")) && !strcmp(n->op_type, op) && n->op;
-}
-
 static kiln_node *producer(const matcher *m, int v) {
   if (v < 0) return NULL;
   int p = m->g->values[v].producer;
@@ -97,14 +93,14 @@ static kiln_status_t replace_last(matcher *m, kiln_node *last, const char *op_ty
 static kiln_node *gelu_tail(const matcher *m, int x, int a, kiln_node **tail, int *n_tail) {
   *n_tail = 0;
   kiln_node *m1 = sole(m, a);
-  if (!m1 || !is_op(m1, "Mul")) return NULL;
+  if (!m1 || !kiln_node_is(m1, KILN_OP_Mul)) return NULL;
   int o = other_input(m1, a);
   if (o < 0) return NULL;
   tail[(*n_tail)++] = m1;
   if (o == x || scalar_near(m, o, x, 0.5)) {
     /* (x * A) * 0.5  or  (A * 0.5) * x */
     kiln_node *m2 = sole(m, out0(m1));
-    if (!m2 || !is_op(m2, "Mul")) return NULL;
+    if (!m2 || !kiln_node_is(m2, KILN_OP_Mul)) return NULL;
     int o2 = other_input(m2, out0(m1));
     bool ok = o == x ? scalar_near(m, o2, x, 0.5) : o2 == x;
     if (!ok) return NULL;
@@ -113,7 +109,7 @@ static kiln_node *gelu_tail(const matcher *m, int x, int a, kiln_node **tail, in
   }
   /* (x * 0.5) * A */
   kiln_node *h = producer(m, o);
-  if (!h || !is_op(h, "Mul")) return NULL;
+  if (!h || !kiln_node_is(h, KILN_OP_Mul)) return NULL;
   int hx = other_input(h, x);
   if (hx < 0 || !scalar_near(m, hx, x, 0.5)) return NULL;
   if (kiln_opt_sole_consumer(&m->u, o) == node_index(m, m1)) tail[(*n_tail)++] = h;
@@ -131,19 +127,19 @@ static kiln_status_t make_gelu(matcher *m, int x, kiln_node *last, const char *a
 /* 1 + t, with t = out of the erf/tanh node: returns the Add or NULL. */
 static kiln_node *plus_one(const matcher *m, int t, int x) {
   kiln_node *a = sole(m, t);
-  if (!a || !is_op(a, "Add")) return NULL;
+  if (!a || !kiln_node_is(a, KILN_OP_Add)) return NULL;
   int o = other_input(a, t);
   return o >= 0 && scalar_near(m, o, x, 1.0) ? a : NULL;
 }
 
 static kiln_status_t match_gelu_erf(matcher *m, kiln_node *e, bool *found) {
-  if (!is_op(e, "Erf") || e->n_inputs != 1 || out0(e) < 0) return NULL;
+  if (!kiln_node_is(e, KILN_OP_Erf) || e->n_inputs != 1 || out0(e) < 0) return NULL;
   int t = e->inputs[0];
   kiln_node *sc = producer(m, t);
   if (!sc || sole(m, t) != e) return NULL;
   int x = -1;
-  if (is_op(sc, "Div") && binary(sc) && scalar_near(m, sc->inputs[1], sc->inputs[0], M_SQRT2)) x = sc->inputs[0];
-  else if (is_op(sc, "Mul") && binary(sc)) {
+  if (kiln_node_is(sc, KILN_OP_Div) && binary(sc) && scalar_near(m, sc->inputs[1], sc->inputs[0], M_SQRT2)) x = sc->inputs[0];
+  else if (kiln_node_is(sc, KILN_OP_Mul) && binary(sc)) {
     for (int s = 0; s < 2 && x < 0; s++)
       if (scalar_near(m, sc->inputs[1 - s], sc->inputs[s], M_SQRT1_2)) x = sc->inputs[s];
   }
@@ -167,38 +163,38 @@ static kiln_status_t match_gelu_erf(matcher *m, kiln_node *e, bool *found) {
 static bool cube_of(const matcher *m, int c, int x, kiln_node **nodes, int *n) {
   kiln_node *p = producer(m, c);
   if (!p || !binary(p)) return false;
-  if (is_op(p, "Pow")) {
+  if (kiln_node_is(p, KILN_OP_Pow)) {
     double e;
     if (p->inputs[0] != x || !neutral_scalar(m, p->inputs[1], x, &e) || e != 3.0) return false;
     nodes[(*n)++] = p;
     return true;
   }
-  if (!is_op(p, "Mul")) return false;
+  if (!kiln_node_is(p, KILN_OP_Mul)) return false;
   int o = other_input(p, x);
   if (o < 0) return false;
   kiln_node *q = producer(m, o);
-  if (!q || !is_op(q, "Mul") || !binary(q) || q->inputs[0] != x || q->inputs[1] != x || sole(m, o) != p) return false;
+  if (!q || !kiln_node_is(q, KILN_OP_Mul) || !binary(q) || q->inputs[0] != x || q->inputs[1] != x || sole(m, o) != p) return false;
   nodes[(*n)++] = p;
   nodes[(*n)++] = q;
   return true;
 }
 
 static kiln_status_t match_gelu_tanh(matcher *m, kiln_node *th, bool *found) {
-  if (!is_op(th, "Tanh") || th->n_inputs != 1 || out0(th) < 0) return NULL;
+  if (!kiln_node_is(th, KILN_OP_Tanh) || th->n_inputs != 1 || out0(th) < 0) return NULL;
   int t1 = th->inputs[0];
   kiln_node *k1 = producer(m, t1);
-  if (!k1 || sole(m, t1) != th || !is_op(k1, "Mul") || !binary(k1)) return NULL;
+  if (!k1 || sole(m, t1) != th || !kiln_node_is(k1, KILN_OP_Mul) || !binary(k1)) return NULL;
   kiln_node *nodes[8];
   int nn = 0;
   for (int s = 0; s < 2; s++) {
     int inner = k1->inputs[s], c = k1->inputs[1 - s];
     kiln_node *ad = producer(m, inner);
-    if (!ad || !is_op(ad, "Add") || !binary(ad) || sole(m, inner) != k1) continue;
+    if (!ad || !kiln_node_is(ad, KILN_OP_Add) || !binary(ad) || sole(m, inner) != k1) continue;
     if (!scalar_near(m, c, inner, 0.7978845608028654)) continue;
     for (int s2 = 0; s2 < 2; s2++) {
       int x = ad->inputs[s2], w = ad->inputs[1 - s2];
       kiln_node *wm = producer(m, w);
-      if (!wm || !is_op(wm, "Mul") || !binary(wm) || sole(m, w) != ad || !is_float_type(&m->g->values[x].type))
+      if (!wm || !kiln_node_is(wm, KILN_OP_Mul) || !binary(wm) || sole(m, w) != ad || !is_float_type(&m->g->values[x].type))
         continue;
       for (int s3 = 0; s3 < 2; s3++) {
         int cube = wm->inputs[s3];
@@ -286,7 +282,7 @@ static bool fits_shape(const matcher *m, int c, int x) {
 }
 
 static kiln_status_t match_layer_norm(matcher *m, kiln_node *r1, bool *found) {
-  if (!is_op(r1, "ReduceMean") || r1->n_inputs != 1) return NULL;
+  if (!kiln_node_is(r1, KILN_OP_ReduceMean) || r1->n_inputs != 1) return NULL;
   int x = r1->inputs[0];
   const kiln_type *tx = &m->g->values[x].type;
   if (x < 0 || !is_float_type(tx)) return NULL;
@@ -296,41 +292,41 @@ static kiln_status_t match_layer_norm(matcher *m, kiln_node *r1, bool *found) {
   for (int i = 0; i < n1; i++) /* a contiguous run of trailing axes */
     if (ax1[i] != -n1 + i) return NULL;
   kiln_node *sub = sole(m, out0(r1));
-  if (!sub || !is_op(sub, "Sub") || !binary(sub) || sub->inputs[0] != x || sub->inputs[1] != out0(r1)) return NULL;
+  if (!sub || !kiln_node_is(sub, KILN_OP_Sub) || !binary(sub) || sub->inputs[0] != x || sub->inputs[1] != out0(r1)) return NULL;
   int d = out0(sub);
   /* d feeds the square and the division, nothing else. */
   if (m->u.pinned[d]) return NULL;
   kiln_node *sq = NULL, *div = NULL;
   for (int k = m->u.start[d]; k < m->u.start[d + 1]; k++) {
     kiln_node *c = &m->g->nodes[m->u.cons[k]];
-    if (is_op(c, "Div") && binary(c) && c->inputs[0] == d && c->inputs[1] != d && (!div || div == c)) div = c;
-    else if ((is_op(c, "Pow") || is_op(c, "Mul")) && (!sq || sq == c)) sq = c;
+    if (kiln_node_is(c, KILN_OP_Div) && binary(c) && c->inputs[0] == d && c->inputs[1] != d && (!div || div == c)) div = c;
+    else if ((kiln_node_is(c, KILN_OP_Pow) || kiln_node_is(c, KILN_OP_Mul)) && (!sq || sq == c)) sq = c;
     else return NULL;
   }
   if (!sq || !div || m->u.count[d] != m->u.start[d + 1] - m->u.start[d]) return NULL;
   double e;
-  if (is_op(sq, "Pow")) {
+  if (kiln_node_is(sq, KILN_OP_Pow)) {
     if (!binary(sq) || sq->inputs[0] != d || !neutral_scalar(m, sq->inputs[1], d, &e) || e != 2.0) return NULL;
   } else if (!binary(sq) || sq->inputs[0] != d || sq->inputs[1] != d) {
     return NULL;
   }
   kiln_node *r2 = sole(m, out0(sq));
-  if (!r2 || !is_op(r2, "ReduceMean") || r2->n_inputs != 1 || !reduce_axes(m, r2, ax2, &n2) ||
+  if (!r2 || !kiln_node_is(r2, KILN_OP_ReduceMean) || r2->n_inputs != 1 || !reduce_axes(m, r2, ax2, &n2) ||
       !negative_axes(ax2, n2, tx->rank) || n2 != n1 || memcmp(ax1, ax2, (size_t)n1 * sizeof(int64_t)))
     return NULL;
   kiln_node *add = sole(m, out0(r2));
-  if (!add || !is_op(add, "Add")) return NULL;
+  if (!add || !kiln_node_is(add, KILN_OP_Add)) return NULL;
   int epsv = other_input(add, out0(r2));
   double eps;
   if (epsv < 0 || !neutral_scalar(m, epsv, x, &eps)) return NULL;
   kiln_node *sqrt_n = sole(m, out0(add));
-  if (!sqrt_n || !is_op(sqrt_n, "Sqrt") || sqrt_n->n_inputs != 1 || out0(sqrt_n) < 0) return NULL;
+  if (!sqrt_n || !kiln_node_is(sqrt_n, KILN_OP_Sqrt) || sqrt_n->n_inputs != 1 || out0(sqrt_n) < 0) return NULL;
   if (sole(m, out0(sqrt_n)) != div || div->inputs[1] != out0(sqrt_n)) return NULL;
   /* Optional scale and bias: constants or values shaped to broadcast into x. */
   kiln_node *last = div, *mul = NULL;
   int gamma = -1, beta = -1;
   kiln_node *c = sole(m, out0(div));
-  if (c && is_op(c, "Mul")) {
+  if (c && kiln_node_is(c, KILN_OP_Mul)) {
     int o = other_input(c, out0(div));
     if (o >= 0 && o != out0(div) && fits_shape(m, o, x)) {
       mul = c;
@@ -339,7 +335,7 @@ static kiln_status_t match_layer_norm(matcher *m, kiln_node *r1, bool *found) {
       c = sole(m, out0(c));
     }
   }
-  if (c && is_op(c, "Add")) {
+  if (c && kiln_node_is(c, KILN_OP_Add)) {
     int o = other_input(c, out0(last));
     if (o >= 0 && o != out0(last) && fits_shape(m, o, x)) {
       beta = o;
@@ -377,7 +373,7 @@ static kiln_status_t match_layer_norm(matcher *m, kiln_node *r1, bool *found) {
 /* ---- Softmax ---------------------------------------------------------------------------- */
 
 static kiln_status_t match_softmax(matcher *m, kiln_node *rmax, bool *found) {
-  if (!is_op(rmax, "ReduceMax") || rmax->n_inputs != 1) return NULL;
+  if (!kiln_node_is(rmax, KILN_OP_ReduceMax) || rmax->n_inputs != 1) return NULL;
   int x = rmax->inputs[0];
   const kiln_type *tx = &m->g->values[x].type;
   if (x < 0 || !is_float_type(tx)) return NULL;
@@ -385,16 +381,16 @@ static kiln_status_t match_softmax(matcher *m, kiln_node *rmax, bool *found) {
   int n1, n2;
   if (!reduce_axes(m, rmax, a1, &n1) || n1 != 1 || !negative_axes(a1, 1, tx->rank)) return NULL;
   kiln_node *sub = sole(m, out0(rmax));
-  if (!sub || !is_op(sub, "Sub") || !binary(sub) || sub->inputs[0] != x || sub->inputs[1] != out0(rmax)) return NULL;
+  if (!sub || !kiln_node_is(sub, KILN_OP_Sub) || !binary(sub) || sub->inputs[0] != x || sub->inputs[1] != out0(rmax)) return NULL;
   kiln_node *ex = sole(m, out0(sub));
-  if (!ex || !is_op(ex, "Exp") || ex->n_inputs != 1 || out0(ex) < 0) return NULL;
+  if (!ex || !kiln_node_is(ex, KILN_OP_Exp) || ex->n_inputs != 1 || out0(ex) < 0) return NULL;
   int e = out0(ex);
   if (m->u.pinned[e] || m->u.count[e] != 2 || m->u.start[e + 1] - m->u.start[e] != 2) return NULL;
   kiln_node *rsum = NULL, *div = NULL;
   for (int k = m->u.start[e]; k < m->u.start[e + 1]; k++) {
     kiln_node *c = &m->g->nodes[m->u.cons[k]];
-    if (is_op(c, "ReduceSum") && c->inputs[0] == e) rsum = c;
-    else if (is_op(c, "Div") && binary(c) && c->inputs[0] == e) div = c;
+    if (kiln_node_is(c, KILN_OP_ReduceSum) && c->inputs[0] == e) rsum = c;
+    else if (kiln_node_is(c, KILN_OP_Div) && binary(c) && c->inputs[0] == e) div = c;
   }
   if (!rsum || !div || !reduce_axes(m, rsum, a2, &n2) || n2 != 1 || !negative_axes(a2, 1, tx->rank) || a2[0] != a1[0])
     return NULL;
@@ -418,12 +414,12 @@ static kiln_node *scaled_by_const(const matcher *m, int v, int *x, double *facto
   kiln_node *p = producer(m, v);
   if (!p || !binary(p)) return NULL;
   double c;
-  if (is_op(p, "Div") && neutral_scalar(m, p->inputs[1], p->inputs[0], &c) && c != 0) {
+  if (kiln_node_is(p, KILN_OP_Div) && neutral_scalar(m, p->inputs[1], p->inputs[0], &c) && c != 0) {
     *x = p->inputs[0];
     *factor = 1.0 / c;
     return p;
   }
-  if (is_op(p, "Mul"))
+  if (kiln_node_is(p, KILN_OP_Mul))
     for (int s = 0; s < 2; s++)
       if (neutral_scalar(m, p->inputs[1 - s], p->inputs[s], &c)) {
         *x = p->inputs[s];
@@ -459,7 +455,7 @@ static bool attention_scores(const matcher *m, int s, attn_match *a) {
     mmv = x;
   }
   kiln_node *mm = producer(m, mmv);
-  if (!mm || !is_op(mm, "MatMul") || !binary(mm)) return false;
+  if (!mm || !kiln_node_is(mm, KILN_OP_MatMul) || !binary(mm)) return false;
   if (sc && sole(m, mmv) != sc) return false;
   a->nodes[a->n_nodes++] = mm;
   int q = mm->inputs[0], kt = mm->inputs[1];
@@ -479,19 +475,19 @@ static bool attention_scores(const matcher *m, int s, attn_match *a) {
   a->q = q;
   a->kt = kt;
   kiln_node *tr = producer(m, kt);
-  a->k_transpose = tr && is_op(tr, "Transpose") && tr->n_inputs == 1 && tr->inputs[0] >= 0 ? tr : NULL;
+  a->k_transpose = tr && kiln_node_is(tr, KILN_OP_Transpose) && tr->n_inputs == 1 && tr->inputs[0] >= 0 ? tr : NULL;
   return true;
 }
 
 static kiln_status_t match_attention(matcher *m, kiln_node *sm, bool *found) {
-  if (!is_op(sm, "Softmax") || sm->n_inputs != 1 || sm->n_outputs != 1 || out0(sm) < 0) return NULL;
+  if (!kiln_node_is(sm, KILN_OP_Softmax) || sm->n_inputs != 1 || sm->n_outputs != 1 || out0(sm) < 0) return NULL;
   int si = sm->inputs[0];
   const kiln_type *ts = &m->g->values[si].type;
   if (!kiln_opt_shape_known(ts) || ts->rank < 2 || !kiln_dtype_is_float(ts->dtype)) return NULL;
   int64_t axis = kiln_attr_int(sm, "axis", sm->opset < 13 ? 1 : -1);
   if (axis != -1 && axis != ts->rank - 1) return NULL;
   kiln_node *fin = sole(m, out0(sm));
-  if (!fin || !is_op(fin, "MatMul") || !binary(fin) || fin->inputs[0] != out0(sm) || fin->inputs[1] == out0(sm))
+  if (!fin || !kiln_node_is(fin, KILN_OP_MatMul) || !binary(fin) || fin->inputs[0] != out0(sm) || fin->inputs[1] == out0(sm))
     return NULL;
   int v = fin->inputs[1];
   if (!rank_at_least_2(m, v)) return NULL;
@@ -500,7 +496,7 @@ static kiln_status_t match_attention(matcher *m, kiln_node *sm, bool *found) {
   a.nodes[a.n_nodes++] = sm;
   kiln_node *add = producer(m, si);
   bool ok = false;
-  if (add && is_op(add, "Add") && binary(add) && sole(m, si) == sm) {
+  if (add && kiln_node_is(add, KILN_OP_Add) && binary(add) && sole(m, si) == sm) {
     for (int s = 0; s < 2 && !ok; s++) {
       int chain = add->inputs[s], mask = add->inputs[1 - s];
       if (chain == mask || sole(m, chain) != add) continue;

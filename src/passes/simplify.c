@@ -17,12 +17,9 @@
  * stays (input is a graph input or another output). */
 #include "passes/passes_opt.h"
 
-static bool is_op(const kiln_node *n, const char *op) {
-  return (!n->domain[0] || !strcmp(n->domain, "ai.onnx")) && !strcmp(n->op_type, op);
-}
-
 static bool is_reshape_like(const kiln_node *n) {
-  return is_op(n, "Reshape") || is_op(n, "Flatten") || is_op(n, "Squeeze") || is_op(n, "Unsqueeze");
+  kiln_op_id id = kiln_node_op_id(n);
+  return id == KILN_OP_Reshape || id == KILN_OP_Flatten || id == KILN_OP_Squeeze || id == KILN_OP_Unsqueeze;
 }
 
 static int in0(const kiln_node *n) { return n->n_inputs > 0 ? n->inputs[0] : -1; }
@@ -102,27 +99,27 @@ static kiln_status_t simplify_node(kiln_graph *g, const kiln_opt_uses *u, int id
   bool top = kiln_opt_shapes_trusted(g);
   const kiln_type *tx = &g->values[x].type, *ty = &g->values[y].type;
 
-  if (is_op(n, "Identity")) {
+  if (kiln_node_is(n, KILN_OP_Identity)) {
     *changed = kiln_opt_bypass(g, u, idx, x, y, dead);
     return NULL;
   }
-  if (is_op(n, "Dropout")) {
+  if (kiln_node_is(n, KILN_OP_Dropout)) {
     if (dropout_is_identity(g, n) && only_first_output(u, n)) *changed = kiln_opt_bypass(g, u, idx, x, y, dead);
     return NULL;
   }
-  if (is_op(n, "Cast")) {
+  if (kiln_node_is(n, KILN_OP_Cast)) {
     int64_t to = kiln_attr_int(n, "to", 0);
     if (tx->kind == KILN_TYPE_TENSOR && tx->dtype && (int64_t)tx->dtype == to)
       *changed = kiln_opt_bypass(g, u, idx, x, y, dead);
     return NULL;
   }
-  if (is_op(n, "CastLike")) {
+  if (kiln_node_is(n, KILN_OP_CastLike)) {
     int like = n->n_inputs > 1 ? n->inputs[1] : -1;
     if (like >= 0 && tx->kind == KILN_TYPE_TENSOR && tx->dtype && tx->dtype == g->values[like].type.dtype)
       *changed = kiln_opt_bypass(g, u, idx, x, y, dead);
     return NULL;
   }
-  if (is_op(n, "Transpose")) {
+  if (kiln_node_is(n, KILN_OP_Transpose)) {
     int r2;
     int64_t p2[KILN_MAX_RANK];
     if (!transpose_perm(g, n, &r2, p2)) return NULL;
@@ -133,7 +130,7 @@ static kiln_status_t simplify_node(kiln_graph *g, const kiln_opt_uses *u, int id
       return NULL;
     }
     int p = g->values[x].producer;
-    if (p < 0 || !is_op(&g->nodes[p], "Transpose") || !g->nodes[p].op) return NULL;
+    if (p < 0 || !kiln_node_is(&g->nodes[p], KILN_OP_Transpose) || !g->nodes[p].op) return NULL;
     int r1;
     int64_t p1[KILN_MAX_RANK], pc[KILN_MAX_RANK];
     if (!transpose_perm(g, &g->nodes[p], &r1, p1) || r1 != r2) return NULL;
@@ -154,7 +151,7 @@ static kiln_status_t simplify_node(kiln_graph *g, const kiln_opt_uses *u, int id
     *changed = true;
     return NULL;
   }
-  bool shape_op = is_reshape_like(n) || is_op(n, "Expand");
+  bool shape_op = is_reshape_like(n) || kiln_node_is(n, KILN_OP_Expand);
   if (!shape_op) return NULL;
   /* Top level: a shape op that changes nothing, or a chain of reshapes back
    * to the original shape, is the identity. */
@@ -170,7 +167,7 @@ static kiln_status_t simplify_node(kiln_graph *g, const kiln_opt_uses *u, int id
       return NULL;
     }
   }
-  if (!is_op(n, "Reshape") || n->opset < 5 || n->n_inputs < 2) return NULL;
+  if (!kiln_node_is(n, KILN_OP_Reshape) || n->opset < 5 || n->n_inputs < 2) return NULL;
   if (top && !kiln_opt_const(g, n->inputs[1]) && kiln_opt_shape_known(ty)) {
     /* Inference knows the result: the shape computation is not needed. */
     bool zero = false;

@@ -1,5 +1,7 @@
 /* Every registered op has a reference kernel and an inference rule, and no
- * (domain, op) is registered twice. */
+ * (domain, op) is registered twice. The op ids (ops/op_ids.h) and the
+ * tables agree: every definition carries an id whose domain and name are
+ * its own, and every id has exactly one definition (the count check). */
 #include <stdio.h>
 
 #include "ops/op.h"
@@ -17,7 +19,19 @@ int main(void) {
         printf("FAIL %s: registered twice\n", op->op_type), fails++;
     if (kiln_op_find(op->domain, op->op_type) != op && !fails)
       printf("FAIL %s: lookup finds another definition\n", op->op_type), fails++;
+    if (op->id <= KILN_OP_UNKNOWN || op->id >= KILN_OP_COUNT) {
+      printf("FAIL %s: no op id (add it to ops/op_ids.h and its table entry)\n", op->op_type), fails++;
+      continue;
+    }
+    if (strcmp(kiln_op_id_name(op->id), op->op_type) || strcmp(kiln_op_id_domain(op->id), op->domain))
+      printf("FAIL %s.%s: carries the id of %s.%s\n", op->domain, op->op_type, kiln_op_id_domain(op->id),
+             kiln_op_id_name(op->id)), fails++;
+    if (kiln_op_by_id(op->id) != op) printf("FAIL %s: its id belongs to another definition too\n", op->op_type), fails++;
   }
+  for (int id = KILN_OP_UNKNOWN + 1; id < KILN_OP_COUNT; id++)
+    if (!kiln_op_by_id((kiln_op_id)id))
+      printf("FAIL op id %s.%s: no definition carries it\n", kiln_op_id_domain(id), kiln_op_id_name(id)), fails++;
+  if (n != KILN_OP_COUNT - 1) printf("FAIL %d definitions for %d op ids\n", n, KILN_OP_COUNT - 1), fails++;
   printf("%d ops registered, %d problems\n", n, fails);
   return fails != 0;
 }

@@ -291,12 +291,12 @@ static bool const_scalar(const kiln_graph *g, const kiln_node *n, int i, float d
 
 /* Relu or Clip with constant bounds: lo/hi. */
 static bool as_clip(const kiln_graph *g, const kiln_node *n, float *lo, float *hi) {
-  if (!strcmp(n->op_type, "Relu") && !strcmp(n->domain, "")) {
+  if (kiln_node_is(n, KILN_OP_Relu)) {
     *lo = 0.0f;
     *hi = INFINITY;
     return true;
   }
-  if (strcmp(n->op_type, "Clip") || strcmp(n->domain, "")) return false;
+  if (!kiln_node_is(n, KILN_OP_Clip)) return false;
   if (n->opset < 11) {
     *lo = kiln_attr_float(n, "min", -INFINITY);
     *hi = kiln_attr_float(n, "max", INFINITY);
@@ -307,7 +307,7 @@ static bool as_clip(const kiln_graph *g, const kiln_node *n, float *lo, float *h
 
 /* An f32 Add of two same-shape operands, one of them `raw`: the other one. */
 static int as_residual_add(const kiln_graph *g, const kiln_node *n, int raw) {
-  if (strcmp(n->op_type, "Add") || strcmp(n->domain, "") || n->n_inputs != 2 || n->n_outputs != 1) return -1;
+  if (!kiln_node_is(n, KILN_OP_Add) || n->n_inputs != 2 || n->n_outputs != 1) return -1;
   int a = n->inputs[0], b = n->inputs[1];
   if (a < 0 || b < 0 || (a != raw && b != raw) || a == b) return -1;
   int other = a == raw ? b : a;

@@ -77,7 +77,7 @@ static int find_col_bias(const struct kiln_executable *x, const kiln_fusion *f, 
   for (int n = 0; n <= root; n++) {
     if (f->group_of[n] != root) continue;
     const kiln_node *an = &g->nodes[n];
-    if (strcmp(an->op_type, "Add") || strcmp(an->domain, "") || an->n_inputs != 2 || an->n_outputs != 1) continue;
+    if (!kiln_node_is(an, KILN_OP_Add) || an->n_inputs != 2 || an->n_outputs != 1) continue;
     if (an->opset < 7) continue; /* legacy broadcast (axis attribute): not numpy's */
     for (int i = 0; i < 2; i++) {
       int v = an->inputs[i], b = an->inputs[1 - i];
@@ -133,6 +133,7 @@ static void fuse_col_bias(struct kiln_executable *x, const kiln_fusion *f, const
   static char identity[] = "Identity";
   int in[1] = {raw};
   nodes[an].op_type = identity;
+  nodes[an].op = kiln_op_by_id(KILN_OP_Identity); /* lowering reads the op id */
   nodes[an].inputs = in;
   nodes[an].n_inputs = 1;
   nodes[an].n_attrs = 0;
@@ -353,11 +354,13 @@ kiln_status_t kiln_cpu_prepare(kiln_device *dev, const kiln_graph *g, const kiln
       continue;
     }
     if (cls[n] == KILN_OPCLASS_CONTRACTION) {
-      s->kind = !strcmp(node->op_type, "MatMul")           ? CPU_STEP_MATMUL
-                : !strcmp(node->op_type, "Gemm")           ? CPU_STEP_GEMM
-                : !strcmp(node->op_type, "FusedAttention") ? CPU_STEP_ATTENTION
-                : !strcmp(node->op_type, "MaxPool")        ? CPU_STEP_MAXPOOL
-                                                           : CPU_STEP_CONV;
+      switch (kiln_node_op_id(node)) {
+        case KILN_OP_MatMul: s->kind = CPU_STEP_MATMUL; break;
+        case KILN_OP_Gemm: s->kind = CPU_STEP_GEMM; break;
+        case KILN_OP_kiln_FusedAttention: s->kind = CPU_STEP_ATTENTION; break;
+        case KILN_OP_MaxPool: s->kind = CPU_STEP_MAXPOOL; break;
+        default: s->kind = CPU_STEP_CONV; break;
+      }
       snprintf(s->name, sizeof s->name, "%s", node->op_type);
       x->kinds[node->outputs[0]] = CPU_VALUE_BUFFER;
       x->n_steps++;

@@ -229,7 +229,7 @@ static kiln_status_t pool_desc(const kiln_graph *g, const kiln_node *node, vk_po
   kiln_window win;
   KILN_TRY(kiln_window_init(node, nsp, x->dims + 2, NULL, true, kiln_attr_int(node, "ceil_mode", 0) != 0, &win));
   memset(d, 0, sizeof *d);
-  d->kind = !strcmp(node->op_type, "MaxPool") ? VK_POOL_MAX : VK_POOL_AVG;
+  d->kind = kiln_node_is(node, KILN_OP_MaxPool) ? VK_POOL_MAX : VK_POOL_AVG;
   d->n_spatial = nsp;
   d->batch = x->dims[0];
   d->channels = x->dims[1];
@@ -281,12 +281,13 @@ static kiln_status_t attention_desc(const kiln_graph *g, const kiln_node *node, 
 }
 
 static vs_kind contraction_kind(const kiln_node *node) {
-  const char *op = node->op_type;
-  return !strcmp(op, "MatMul")           ? VS_MATMUL
-         : !strcmp(op, "Gemm")           ? VS_GEMM
-         : !strcmp(op, "FusedAttention") ? VS_ATTENTION
-         : !strcmp(op, "MaxPool")        ? VS_MAXPOOL
-                                         : VS_CONV;
+  switch (kiln_node_op_id(node)) {
+    case KILN_OP_MatMul: return VS_MATMUL;
+    case KILN_OP_Gemm: return VS_GEMM;
+    case KILN_OP_kiln_FusedAttention: return VS_ATTENTION;
+    case KILN_OP_MaxPool: return VS_MAXPOOL;
+    default: return VS_CONV;
+  }
 }
 
 /* Half arithmetic in the tiled contraction (fp16 precision): on GPUs, whose
@@ -305,7 +306,7 @@ static kiln_status_t gen_contraction(const vk_device_props *props, const kiln_gr
     case VS_MATMUL:
     case VS_GEMM: {
       vk_matmul_desc d;
-      KILN_TRY(!strcmp(node->op_type, "Gemm") ? gemm_desc(g, node, &d) : matmul_desc(g, node, &d));
+      KILN_TRY(kiln_node_is(node, KILN_OP_Gemm) ? gemm_desc(g, node, &d) : matmul_desc(g, node, &d));
       d.fp16 = fp16;
       d.fp16_arith = fp16 && half_arith_pays(props);
       return vk_gen_matmul(&d, props, epi, out);
