@@ -115,6 +115,11 @@ void kiln_device_buffer_free(kiln_device *dev, kiln_device_buffer *buf) {
   else free(buf);
 }
 
+void *kiln_device_buffer_host_address(kiln_device *dev, kiln_device_buffer *buf) {
+  if (dev->vt->buffer_alloc || !buf) return NULL; /* the device's own buffers */
+  return ((host_buffer *)buf)->data;
+}
+
 kiln_status_t kiln_device_upload(kiln_device *dev, kiln_device_buffer *dst, size_t offset, const void *src,
                                  size_t bytes) {
   if (dev->vt->upload) return dev->vt->upload(dev, dst, offset, src, bytes);

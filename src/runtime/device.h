@@ -79,6 +79,9 @@ typedef struct kiln_program_desc {
 
 struct kiln_prepare_options;
 struct kiln_executable; /* a device's compiled graph */
+struct kiln_plan;          /* runtime/plan.h */
+struct kiln_plan_target;
+struct kiln_plan_bindings;
 
 /* Per-step callbacks for profilers and `kiln verify`. outputs[i] are the
  * node's output values (borrowed; NULL for outputs not materialized). */
@@ -130,6 +133,24 @@ typedef struct kiln_device_vtable {
   /* What the last execute did on the device (queue submissions, command
    * buffers, dispatches), for `kiln bench --profile`. May be NULL. */
   void (*run_stats)(kiln_device *dev, const struct kiln_executable *exec, FILE *out);
+
+  /* Devices compiled through the shared plan (runtime/plan.h) set
+   * prepare/execute/executable_free/describe to kiln_plan_* and supply:
+   *   plan_begin     the plan target (claims, schedule and epilogue hooks,
+   *                  memory rules) and the device's state for one plan;
+   *   plan_compile   compiles every device step once the plan is built and
+   *                  its values bound (may be NULL);
+   *   launch_step    runs (or enqueues) one device step over the bindings;
+   *   plan_end       releases the state and what it compiled;
+   *   plan_describe  the device's own lines for `kiln info` (may be NULL). */
+  kiln_status_t (*plan_begin)(kiln_device *dev, const kiln_graph *g, const struct kiln_prepare_options *opts,
+                              struct kiln_plan_target *out_target, void **out_state);
+  kiln_status_t (*plan_compile)(kiln_device *dev, void *state, struct kiln_plan *plan,
+                                const struct kiln_plan_bindings *bind);
+  kiln_status_t (*launch_step)(kiln_device *dev, void *state, const struct kiln_plan *plan, int step,
+                               const struct kiln_plan_bindings *bind);
+  void (*plan_end)(kiln_device *dev, void *state, struct kiln_plan *plan);
+  void (*plan_describe)(kiln_device *dev, void *state, const struct kiln_plan *plan, FILE *out);
 } kiln_device_vtable;
 
 typedef struct kiln_prepare_options {
@@ -170,6 +191,8 @@ const char *kiln_device_vulkan_absent_reason(void);
 /* The asynchronous runtime with its defaults (see the top of this file). */
 kiln_status_t kiln_device_buffer_alloc(kiln_device *dev, size_t bytes, kiln_device_buffer **out);
 void kiln_device_buffer_free(kiln_device *dev, kiln_device_buffer *buf);
+/* The first byte of buf on a host-memory device (info.host_memory), else NULL. */
+void *kiln_device_buffer_host_address(kiln_device *dev, kiln_device_buffer *buf);
 kiln_status_t kiln_device_upload(kiln_device *dev, kiln_device_buffer *dst, size_t offset, const void *src,
                                  size_t bytes);
 kiln_status_t kiln_device_readback(kiln_device *dev, void *dst, kiln_device_buffer *src, size_t offset,

@@ -39,7 +39,7 @@
 #include <unistd.h>
 
 #include "codegen/lower.h"
-#include "devices/cpu/cpu_internal.h"
+#include "runtime/plan.h"
 #include "onnx/onnx.h"
 #include "runtime/session.h"
 
@@ -200,12 +200,6 @@ static kiln_status_t run(kiln_session *s, const kiln_graph *g, int n_in, const c
   return kiln_session_run_values(s, n_in, names, ins, g->n_outputs, outs);
 }
 
-static const char *device_name(kiln_device *d) {
-  kiln_device_info info;
-  d->vt->query(d, &info);
-  return info.name ? info.name : "";
-}
-
 /* Nodes of the graph the device compiled that it does not claim. */
 static int report_fallbacks(const options *o, const char *name, const kiln_session *s) {
   const kiln_graph *g = s->specialized;
@@ -224,15 +218,16 @@ static int report_fallbacks(const options *o, const char *name, const kiln_sessi
   return n;
 }
 
-/* -v: the cpu executable's steps (kernels, contractions, ref nodes). */
+/* -v: the plan's steps (kernels, contractions, ref nodes), on devices
+ * compiled through the shared plan. */
 static void print_steps(const kiln_session *s) {
-  const struct kiln_executable *x = s->exec;
-  if (!x || strcmp(s->devices[0]->vt->query ? device_name(s->devices[0]) : "", "cpu")) return;
-  for (int i = 0; i < x->n_steps; i++) {
-    const cpu_step *st = &x->steps[i];
-    const char *kind = st->kind == CPU_STEP_KERNEL ? "kernel" : st->kind == CPU_STEP_REF ? "ref" : "contraction";
+  if (!s->exec || !s->devices[0]->vt->plan_begin) return;
+  const kiln_plan *p = kiln_plan_of(s->exec);
+  for (int i = 0; i < p->n_steps; i++) {
+    const kiln_plan_step *st = &p->steps[i];
+    const char *kind = st->kind == KILN_STEP_KERNEL ? "kernel" : st->kind == KILN_STEP_HOST ? "ref" : "contraction";
     printf("  step %d: %s %s (node '%s', %d fused)", i, kind, st->name, st->node ? st->node->name : "?", st->n_fused);
-    if (st->kind == CPU_STEP_KERNEL && st->fused_into >= 0) printf(", runs as the epilogue of step %d", st->fused_into);
+    if (st->kind == KILN_STEP_KERNEL && st->fused_into >= 0) printf(", runs as the epilogue of step %d", st->fused_into);
     printf("\n");
   }
 }

@@ -150,6 +150,7 @@ static int node(tgraph *t, const char *op, int opset, int n_in, const int *ins, 
   int idx;
   if (kiln_graph_add_node(t->g, out_name, op, "", n_in, ins, 1, &out, &idx)) abort();
   t->g->nodes[idx].opset = opset;
+  t->g->nodes[idx].op = kiln_op_find("", op); /* resolved, as a session's graph is */
   t->last_node = idx;
   return out;
 }

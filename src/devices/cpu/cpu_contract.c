@@ -268,7 +268,7 @@ struct epilogue_binding {
 typedef struct epilogue_binding epilogue_binding;
 
 /* Binds the fused kernel's buffers; false when the step has no epilogue. */
-static bool bind_epilogue(struct kiln_executable *x, const cpu_step *s, void *const *ptr, epilogue_binding *e) {
+static bool bind_epilogue(cpu_exec *x, const cpu_step *s, void *const *ptr, epilogue_binding *e) {
   if (s->epilogue_step < 0) return false;
   const cpu_step *k = &x->steps[s->epilogue_step];
   for (int a = 0; a < k->n_args && a < 64; a++) e->args[a] = ptr[k->args[a]];
@@ -322,7 +322,7 @@ static int as_residual_add(const kiln_graph *g, const kiln_node *n, int raw) {
  * as y = clip(y + add, lo, hi): Relu/Clip, Add of a same-shape tensor, or
  * Add then Relu/Clip. The kernel's buffers must be exactly its output, the
  * contraction's raw result and the added tensor, so nothing else is lost. */
-static void recognize_epilogue(struct kiln_executable *x, cpu_step *s) {
+static void recognize_epilogue(cpu_exec *x, cpu_step *s) {
   s->epi_native = false;
   if (s->epilogue_step < 0) return;
   const kiln_graph *g = x->g;
@@ -365,7 +365,7 @@ static void recognize_epilogue(struct kiln_executable *x, cpu_step *s) {
 
 /* ---- prepare / run ---------------------------------------------------------------- */
 
-kiln_status_t kiln_cpu_contract_prepare(struct kiln_executable *x, cpu_step *s) {
+kiln_status_t kiln_cpu_contract_prepare(cpu_exec *x, cpu_step *s) {
   const kiln_graph *g = x->g;
   const kiln_node *n = s->node;
   if (s->kind == CPU_STEP_MATMUL) {
@@ -416,7 +416,7 @@ kiln_status_t kiln_cpu_contract_prepare(struct kiln_executable *x, cpu_step *s) 
   return NULL;
 }
 
-kiln_status_t kiln_cpu_contract_run(struct kiln_executable *x, const cpu_step *s, void *const *ptr) {
+kiln_status_t kiln_cpu_contract_run(cpu_exec *x, const cpu_step *s, void *const *ptr) {
   const kiln_graph *g = x->g;
   const kiln_node *n = s->node;
   float *out = ptr[s->out_value];

@@ -33,40 +33,24 @@ static bool cpu_supports(const kiln_device *dev, const kiln_graph *g, const kiln
   return kiln_lower_class(g, node, reason) != KILN_OPCLASS_NONE;
 }
 
-static void cpu_describe(kiln_device *dev, const struct kiln_executable *x, FILE *out) {
-  const kiln_graph *g = x->g;
-  int n_contract = 0, n_epilogues = 0;
-  for (int i = 0; i < x->n_steps; i++) {
-    n_contract += x->steps[i].kind != CPU_STEP_KERNEL && x->steps[i].kind != CPU_STEP_REF;
-    n_epilogues += x->steps[i].kind == CPU_STEP_KERNEL && x->steps[i].fused_into >= 0;
-  }
-  fprintf(out,
-          "compiled: %d nodes after optimization -> %d generated kernels (fusing %d nodes; %d of them run as GEMM/conv "
-          "epilogues), %d contractions on SGEMM micro-kernels (%s), %d nodes on ref\n",
-          g->n_nodes, x->n_kernels, x->n_fused_nodes, n_epilogues, n_contract, kiln_sgemm_kernel_name(), x->n_ref);
-  if (x->n_ref) {
-    fprintf(out, "fell back to ref:\n");
-    for (int i = 0; i < x->n_steps; i++) {
-      const cpu_step *s = &x->steps[i];
-      if (s->kind != CPU_STEP_REF) continue;
-      const char *why = NULL;
-      kiln_lower_class(g, s->node, &why);
-      fprintf(out, "  %-24s %-28s %s\n", s->node->op_type, s->node->name, why ? why : "?");
-    }
-  }
-  fprintf(out, "memory: intermediates %.2f MiB in total, planned arena %.2f MiB (%.1f%%); im2col scratch %.2f MiB\n",
-          (double)x->intermediate_bytes / (1 << 20), (double)x->arena_bytes / (1 << 20),
-          x->intermediate_bytes ? 100.0 * (double)x->arena_bytes / (double)x->intermediate_bytes : 0.0,
+static void cpu_plan_describe(kiln_device *dev, void *state, const kiln_plan *p, FILE *out) {
+  const cpu_exec *x = state;
+  fprintf(out, "cpu: contractions on the %s SGEMM micro-kernel; im2col scratch %.2f MiB\n", kiln_sgemm_kernel_name(),
           (double)x->scratch_bytes / (1 << 20));
 }
 
 static const kiln_device_vtable cpu_vtable = {
-    .describe = cpu_describe,
     .query = cpu_query,
     .supports = cpu_supports,
-    .prepare = kiln_cpu_prepare,
-    .execute = kiln_cpu_execute,
-    .executable_free = kiln_cpu_executable_free,
+    .prepare = kiln_plan_prepare,
+    .execute = kiln_plan_execute,
+    .executable_free = kiln_plan_executable_free,
+    .describe = kiln_plan_describe_executable,
+    .plan_begin = kiln_cpu_plan_begin,
+    .plan_compile = kiln_cpu_plan_compile,
+    .launch_step = kiln_cpu_launch_step,
+    .plan_end = kiln_cpu_plan_end,
+    .plan_describe = cpu_plan_describe,
 };
 
 static kiln_device cpu_device = {&cpu_vtable, NULL};

@@ -1,0 +1,401 @@
+/* Building the shared plan (see plan.h): steps, epilogues, memory, flushes. */
+#include "runtime/plan.h"
+
+#include "passes/memory_plan.h"
+#include "passes/passes.h"
+#include "tensor/dtype.h"
+
+int64_t kiln_plan_value_bytes(const kiln_plan *p, int v) {
+  const kiln_type *t = &p->g->values[v].type;
+  int64_t n = kiln_type_numel(t);
+  if (n < 0) return -1;
+  int64_t elem = p->target.f32_as_half && t->dtype == KILN_DTYPE_F32 ? 2 : (int64_t)kiln_dtype_size(t->dtype);
+  int64_t r = p->target.size_rounding > 1 ? p->target.size_rounding : 1;
+  return (n * elem + r - 1) / r * r;
+}
+
+int kiln_plan_producer(const kiln_plan *p, int v) {
+  for (int i = 0; i < p->n_steps; i++) {
+    const kiln_plan_step *s = &p->steps[i];
+    if (s->kind == KILN_STEP_KERNEL) {
+      if (s->args[0] == v) return i;
+      continue;
+    }
+    for (int k = 0; k < s->node->n_outputs; k++)
+      if (s->node->outputs[k] == v) return i;
+  }
+  return -1;
+}
+
+/* ---- steps ----------------------------------------------------------------------- */
+
+static kiln_status_t contraction_args(const kiln_node *node, kiln_plan_step *s) {
+  s->args = malloc(((size_t)node->n_inputs + 2) * sizeof(int));
+  if (!s->args) return KILN_OOM();
+  s->n_args = 0;
+  for (int i = 0; i < node->n_inputs; i++)
+    if (node->inputs[i] >= 0) s->args[s->n_args++] = node->inputs[i];
+  s->args[s->n_args++] = node->outputs[0];
+  return NULL;
+}
+
+static kiln_status_t kernel_step(kiln_plan *p, int root, kiln_plan_step *s) {
+  const kiln_graph *g = p->g;
+  KILN_TRY(kiln_fusion_build(g, &p->fusion, root, true, &s->fk));
+  s->flat = s->fk.flat;
+  s->elementwise_only = s->fk.elementwise_only;
+  s->n_fused = p->fusion.n_members[root];
+  s->args = malloc((size_t)s->fk.n_args * sizeof(int));
+  if (!s->args) return KILN_OOM();
+  memcpy(s->args, s->fk.args, (size_t)s->fk.n_args * sizeof(int));
+  s->n_args = s->fk.n_args;
+  for (int k = 0; k < root; k++)
+    if (p->fusion.group_of[k] == root) s->flops += kiln_node_flops(g, &g->nodes[k]);
+  snprintf(s->name, sizeof s->name, "%s%s", s->node->op_type, s->n_fused > 1 ? "+fused" : "");
+  return NULL;
+}
+
+static kiln_status_t build_steps(kiln_plan *p, const kiln_op_class *cls) {
+  const kiln_graph *g = p->g;
+  for (int n = 0; n < g->n_nodes; n++) {
+    const kiln_node *node = &g->nodes[n];
+    if (cls[n] != KILN_OPCLASS_NONE && cls[n] != KILN_OPCLASS_CONTRACTION && p->fusion.group_of[n] != n)
+      continue; /* inlined into a later kernel */
+    kiln_plan_step *s = &p->steps[p->n_steps++];
+    s->node = node;
+    s->flops = kiln_node_flops(g, node);
+    s->out_value = node->outputs[0];
+    s->epilogue_step = -1;
+    s->fused_into = -1;
+    if (cls[n] == KILN_OPCLASS_NONE) {
+      s->kind = KILN_STEP_HOST;
+      snprintf(s->name, sizeof s->name, "ref:%s", node->op_type);
+      for (int k = 0; k < node->n_outputs; k++)
+        if (node->outputs[k] >= 0) p->kinds[node->outputs[k]] = KILN_VALUE_HOST;
+      p->n_host++;
+    } else if (cls[n] == KILN_OPCLASS_CONTRACTION) {
+      s->kind = KILN_STEP_CONTRACTION;
+      snprintf(s->name, sizeof s->name, "%s", node->op_type);
+      KILN_TRY(contraction_args(node, s));
+      p->kinds[node->outputs[0]] = KILN_VALUE_ARENA;
+      p->n_contractions++;
+    } else {
+      s->kind = KILN_STEP_KERNEL;
+      KILN_TRY(kernel_step(p, n, s));
+      p->kinds[node->outputs[0]] = KILN_VALUE_ARENA;
+      p->n_kernels++;
+      p->n_fused_nodes += s->n_fused;
+      if (p->target.schedule) KILN_TRY(p->target.schedule(p->target.user, p, p->n_steps - 1));
+    }
+  }
+  return NULL;
+}
+
+/* ---- epilogues --------------------------------------------------------------------- */
+
+/* The step writing each value (-1: constants, inputs). */
+static int *steps_of_values(const kiln_plan *p) {
+  int *step_of = malloc(((size_t)p->g->n_values + 1) * sizeof(int));
+  if (!step_of) return NULL;
+  for (int v = 0; v < p->g->n_values; v++) step_of[v] = -1;
+  for (int i = 0; i < p->n_steps; i++) {
+    const kiln_plan_step *s = &p->steps[i];
+    if (s->kind == KILN_STEP_KERNEL) step_of[s->args[0]] = i;
+    else
+      for (int k = 0; k < s->node->n_outputs; k++)
+        if (s->node->outputs[k] >= 0) step_of[s->node->outputs[k]] = i;
+  }
+  return step_of;
+}
+
+int kiln_plan_epilogue_candidates(const kiln_plan *p, int ki, int *out_c, int *out_a, int max) {
+  const kiln_graph *g = p->g;
+  const kiln_plan_step *k = &p->steps[ki];
+  if (k->kind != KILN_STEP_KERNEL || !k->elementwise_only || k->fused_into >= 0) return 0;
+  int *step_of = steps_of_values(p);
+  if (!step_of) return 0; /* an optimization: skip it */
+  int n = 0;
+  for (int a = 1; a < k->n_args && n < max; a++) {
+    int v = k->args[a], ci = step_of[v];
+    if (ci < 0 || p->steps[ci].kind != KILN_STEP_CONTRACTION) continue;
+    const kiln_plan_step *c = &p->steps[ci];
+    if (c->epilogue_step >= 0 || c->out_value != v || p->fusion.uses[v] != 1 || g->values[v].is_graph_output) continue;
+    if (kiln_type_numel(&g->values[v].type) != kiln_type_numel(&g->values[k->args[0]].type)) continue;
+    bool ready = true;
+    for (int b = 1; b < k->n_args && ready; b++)
+      if (b != a) ready = k->args[b] != v && step_of[k->args[b]] < ci;
+    if (!ready) continue;
+    out_c[n] = ci;
+    out_a[n++] = a;
+  }
+  free(step_of);
+  return n;
+}
+
+kiln_status_t kiln_plan_fuse_epilogue(kiln_plan *p, int ci, int ki, int a) {
+  kiln_plan_step *c = &p->steps[ci], *k = &p->steps[ki];
+  int raw = k->args[a];
+  int *args = realloc(c->args, ((size_t)c->n_args + (size_t)k->n_args) * sizeof(int));
+  if (!args) return KILN_OOM();
+  c->args = args;
+  c->args[c->n_args - 1] = k->args[0]; /* the contraction writes the epilogue's output */
+  memcpy(c->args + c->n_args, k->args, (size_t)k->n_args * sizeof(int));
+  c->n_args += k->n_args;
+  c->epilogue_step = ki;
+  c->out_value = k->args[0];
+  k->fused_into = ci;
+  p->kinds[raw] = KILN_VALUE_ALIAS;
+  p->alias_of[raw] = k->args[0];
+  return NULL;
+}
+
+/* ---- memory ---------------------------------------------------------------------- */
+
+static bool in_arena(kiln_plan_value_kind k) { return k == KILN_VALUE_ARENA || k == KILN_VALUE_HOST_ARENA; }
+
+/* Host-step results device steps read: on a device without host memory they
+ * are uploaded into the arena. */
+static void mark_host_arena(kiln_plan *p) {
+  if (p->target.host_memory) return;
+  for (int i = 0; i < p->n_steps; i++) {
+    const kiln_plan_step *s = &p->steps[i];
+    if (s->kind == KILN_STEP_HOST || (s->kind == KILN_STEP_KERNEL && s->fused_into >= 0)) continue;
+    for (int a = 0; a < s->n_args; a++) {
+      int v = s->args[a];
+      if (v >= 0 && p->kinds[v] == KILN_VALUE_HOST && v != s->out_value) p->kinds[v] = KILN_VALUE_HOST_ARENA;
+    }
+  }
+}
+
+static kiln_status_t plan_memory(kiln_plan *p) {
+  const kiln_graph *g = p->g;
+  int nv = g->n_values;
+  int *buf_of = malloc(((size_t)nv + 1) * sizeof(int));
+  int *value_of = malloc(((size_t)nv + 1) * sizeof(int));
+  kiln_mem_buffer *bufs = calloc((size_t)nv + 1, sizeof *bufs);
+  kiln_plan_step_io *io = calloc((size_t)p->n_steps + 1, sizeof *io);
+  char *host_read = calloc((size_t)nv + 1, 1);
+  kiln_memory_plan mp = {0};
+  kiln_status_t st = NULL;
+  if (!buf_of || !value_of || !bufs || !io || !host_read) {
+    st = KILN_OOM();
+    goto out;
+  }
+  int64_t align = p->target.alignment > 64 ? p->target.alignment : 64;
+  int nb = 0;
+  for (int v = 0; v < nv; v++) {
+    buf_of[v] = -1;
+    if (!in_arena(p->kinds[v])) continue;
+    value_of[nb] = v;
+    bufs[nb] = (kiln_mem_buffer){kiln_plan_value_bytes(p, v), align, -1, -1, -1};
+    buf_of[v] = nb++;
+  }
+  for (int i = 0; i < p->n_steps; i++) {
+    const kiln_plan_step *s = &p->steps[i];
+    if (s->kind == KILN_STEP_KERNEL && s->fused_into >= 0) continue;
+    if (s->kind == KILN_STEP_HOST) {
+      for (int k = 0; k < s->node->n_outputs; k++) {
+        int v = s->node->outputs[k];
+        if (v >= 0 && buf_of[v] >= 0 && bufs[buf_of[v]].first_use < 0) bufs[buf_of[v]].first_use = i;
+      }
+      /* A host step reads arena values in place (host memory), or from the
+       * readback that precedes its flush: then the first host read is the
+       * last one that needs the arena bytes. */
+      for (int k = 0; k < s->node->n_inputs; k++) {
+        int v = s->node->inputs[k];
+        if (v < 0 || buf_of[v] < 0 || (host_read[v] && !p->target.host_memory)) continue;
+        host_read[v] = 1;
+        if (bufs[buf_of[v]].last_use < i) bufs[buf_of[v]].last_use = i;
+      }
+      continue;
+    }
+    int out = s->out_value;
+    if (out >= 0 && buf_of[out] >= 0 && bufs[buf_of[out]].first_use < 0) bufs[buf_of[out]].first_use = i;
+    for (int k = 0; k < s->n_args; k++) {
+      int v = s->args[k];
+      if (v >= 0 && v != out && buf_of[v] >= 0 && bufs[buf_of[v]].last_use < i) bufs[buf_of[v]].last_use = i;
+    }
+  }
+  /* In place: an elementwise kernel over an input of its own shape that
+   * dies there (each element is read before it is written). */
+  for (int i = 0; i < p->n_steps; i++) {
+    const kiln_plan_step *s = &p->steps[i];
+    io[i] = (kiln_plan_step_io){s->args, s->n_args,
+                                s->kind == KILN_STEP_KERNEL && s->elementwise_only && s->fused_into < 0};
+  }
+  kiln_memory_plan_finish_steps(g, buf_of, bufs, nb, io, p->n_steps);
+  if ((st = kiln_memory_plan_compute(bufs, nb, &mp))) goto out;
+  p->intermediate_bytes = mp.total_size;
+  p->arena_bytes = mp.arena_size;
+  for (int b = 0; b < nb; b++) p->offset[value_of[b]] = mp.offsets[b];
+out:
+  kiln_memory_plan_free(&mp);
+  free(buf_of);
+  free(value_of);
+  free(bufs);
+  free(io);
+  free(host_read);
+  return st;
+}
+
+/* ---- flushes --------------------------------------------------------------------- */
+
+static bool is_device_step(const kiln_plan_step *s) { return s->kind != KILN_STEP_HOST; }
+
+static kiln_status_t int_list_add(int **list, int *n, int v) {
+  for (int i = 0; i < *n; i++)
+    if ((*list)[i] == v) return NULL;
+  int *l = realloc(*list, ((size_t)*n + 1) * sizeof(int));
+  if (!l) return KILN_OOM();
+  l[(*n)++] = v;
+  *list = l;
+  return NULL;
+}
+
+/* Splits the steps into flushes: device steps, then the host steps after
+ * them; uploads are inputs and host results a segment reads first, readbacks
+ * device values the host steps (or, after the last, the caller) read. */
+static kiln_status_t build_flushes(kiln_plan *p) {
+  const kiln_graph *g = p->g;
+  bool transfers = !p->target.host_memory;
+  char *uploaded = calloc((size_t)g->n_values + 1, 1), *on_host = calloc((size_t)g->n_values + 1, 1);
+  p->flushes = calloc((size_t)p->n_steps + 2, sizeof *p->flushes);
+  kiln_status_t st = (!uploaded || !on_host || !p->flushes) ? KILN_OOM() : NULL;
+  for (int v = 0; v < g->n_values && !st; v++) {
+    kiln_plan_value_kind k = p->kinds[v];
+    on_host[v] = k == KILN_VALUE_CONSTANT || k == KILN_VALUE_INPUT || k == KILN_VALUE_HOST || k == KILN_VALUE_UNUSED ||
+                 g->values[v].constant != NULL;
+  }
+  int i = 0;
+  while (!st) {
+    kiln_plan_flush *f = &p->flushes[p->n_flushes++];
+    f->device_begin = i;
+    while (i < p->n_steps && is_device_step(&p->steps[i])) {
+      const kiln_plan_step *s = &p->steps[i++];
+      if (!transfers || (s->kind == KILN_STEP_KERNEL && s->fused_into >= 0)) continue;
+      for (int a = 0; a < s->n_args && !st; a++) {
+        int v = s->args[a];
+        if (v < 0 || v == s->out_value || uploaded[v]) continue;
+        if (p->kinds[v] == KILN_VALUE_INPUT || p->kinds[v] == KILN_VALUE_HOST_ARENA) {
+          uploaded[v] = 1;
+          st = int_list_add(&f->up, &f->n_up, v);
+        }
+      }
+    }
+    f->device_end = f->host_begin = i;
+    while (i < p->n_steps && !is_device_step(&p->steps[i])) i++;
+    f->host_end = i;
+    for (int k = f->host_begin; k < f->host_end && !st; k++) {
+      const kiln_node *node = p->steps[k].node;
+      for (int a = 0; a < node->n_inputs && !st; a++) {
+        int v = node->inputs[a];
+        if (v >= 0 && !on_host[v]) {
+          on_host[v] = 1;
+          if (transfers) st = int_list_add(&f->down, &f->n_down, v);
+        }
+      }
+      for (int a = 0; a < node->n_outputs; a++)
+        if (node->outputs[a] >= 0) on_host[node->outputs[a]] = 1;
+    }
+    if (i >= p->n_steps) {
+      for (int o = 0; o < g->n_outputs && !st; o++) {
+        int v = g->outputs[o];
+        if (!on_host[v]) {
+          on_host[v] = 1;
+          if (transfers) st = int_list_add(&f->down, &f->n_down, v);
+        }
+      }
+      break;
+    }
+  }
+  free(uploaded);
+  free(on_host);
+  return st;
+}
+
+/* ---- build ----------------------------------------------------------------------- */
+
+kiln_status_t kiln_plan_build(const kiln_graph *g, const kiln_plan_target *target, kiln_plan **out) {
+  *out = NULL;
+  const char *why = NULL;
+  if (kiln_fusion_needs_interpreter(g, &why))
+    return kiln_error(KILN_UNSUPPORTED, "the compiler does not handle graphs with %s yet", why);
+  kiln_plan *p = calloc(1, sizeof *p);
+  if (!p) return KILN_OOM();
+  p->g = g;
+  p->target = *target;
+  int nn = g->n_nodes, nv = g->n_values;
+  kiln_op_class *cls = calloc((size_t)nn + 1, sizeof *cls);
+  p->steps = calloc((size_t)nn + 1, sizeof *p->steps);
+  p->kinds = calloc((size_t)nv + 1, sizeof *p->kinds);
+  p->alias_of = malloc(((size_t)nv + 1) * sizeof *p->alias_of);
+  p->offset = malloc(((size_t)nv + 1) * sizeof *p->offset);
+  kiln_status_t st = (!cls || !p->steps || !p->kinds || !p->alias_of || !p->offset) ? KILN_OOM() : NULL;
+  for (int v = 0; v < nv && !st; v++) {
+    p->alias_of[v] = -1;
+    p->offset[v] = -1;
+    if (g->values[v].constant) p->kinds[v] = KILN_VALUE_CONSTANT;
+  }
+  for (int i = 0; i < g->n_inputs && !st; i++)
+    if (!g->values[g->inputs[i]].constant) p->kinds[g->inputs[i]] = KILN_VALUE_INPUT;
+  for (int n = 0; n < nn && !st; n++) cls[n] = target->claim(target->user, g, &g->nodes[n], NULL);
+  if (!st) st = kiln_fusion_plan(g, cls, &p->fusion);
+  if (!st) st = build_steps(p, cls);
+  if (!st && target->fuse_epilogues) st = target->fuse_epilogues(target->user, p);
+  if (!st) {
+    mark_host_arena(p);
+    st = plan_memory(p);
+  }
+  if (!st) st = build_flushes(p);
+  free(cls);
+  if (st) {
+    kiln_plan_free(p);
+    return st;
+  }
+  *out = p;
+  return NULL;
+}
+
+void kiln_plan_free(kiln_plan *p) {
+  if (!p) return;
+  for (int i = 0; p->steps && i < p->n_steps; i++) {
+    free(p->steps[i].args);
+    kiln_fused_kernel_free(&p->steps[i].fk);
+  }
+  for (int i = 0; p->flushes && i < p->n_flushes; i++) {
+    free(p->flushes[i].up);
+    free(p->flushes[i].down);
+  }
+  free(p->flushes);
+  free(p->steps);
+  free(p->kinds);
+  free(p->alias_of);
+  free(p->offset);
+  kiln_fusion_free(&p->fusion);
+  free(p);
+}
+
+/* ---- describe -------------------------------------------------------------------- */
+
+void kiln_plan_describe(const kiln_plan *p, FILE *out) {
+  int n_epilogues = 0, n_segments = 0;
+  for (int i = 0; i < p->n_steps; i++) n_epilogues += p->steps[i].kind == KILN_STEP_KERNEL && p->steps[i].fused_into >= 0;
+  for (int f = 0; f < p->n_flushes; f++) n_segments += p->flushes[f].device_end > p->flushes[f].device_begin;
+  fprintf(out,
+          "plan: %d nodes after optimization -> %d generated kernels (fusing %d nodes; %d of them run as contraction "
+          "epilogues), %d contractions, %d nodes on ref; %d device segments\n",
+          p->g->n_nodes, p->n_kernels, p->n_fused_nodes, n_epilogues, p->n_contractions, p->n_host, n_segments);
+  if (p->n_host) {
+    fprintf(out, "fell back to ref:\n");
+    for (int i = 0; i < p->n_steps; i++) {
+      const kiln_plan_step *s = &p->steps[i];
+      if (s->kind != KILN_STEP_HOST) continue;
+      const char *why = NULL;
+      p->target.claim(p->target.user, p->g, s->node, &why);
+      fprintf(out, "  %-24s %-28s %s\n", s->node->op_type, s->node->name, why ? why : "?");
+    }
+  }
+  fprintf(out, "memory: intermediates %.2f MiB in total, planned arena %.2f MiB (%.1f%%)\n",
+          (double)p->intermediate_bytes / (1 << 20), (double)p->arena_bytes / (1 << 20),
+          p->intermediate_bytes ? 100.0 * (double)p->arena_bytes / (double)p->intermediate_bytes : 0.0);
+}
