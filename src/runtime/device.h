@@ -151,6 +151,17 @@ typedef struct kiln_device_vtable {
                                const struct kiln_plan_bindings *bind);
   void (*plan_end)(kiln_device *dev, void *state, struct kiln_plan *plan);
   void (*plan_describe)(kiln_device *dev, void *state, const struct kiln_plan *plan, FILE *out);
+  /* What the last run did on the device, for `kiln bench --profile` (may be
+   * NULL); plan_run_begin (may be NULL) is called as each run starts. */
+  void (*plan_run_stats)(kiln_device *dev, void *state, const struct kiln_plan *plan, FILE *out);
+  void (*plan_run_begin)(kiln_device *dev, void *state);
+  /* Optional, for devices that record command buffers: records flush f's
+   * device steps once at prepare (stores plan->flushes[f].recorded), and
+   * enqueues that recording into the open batch, in order with the
+   * uploads and readbacks around it, at each run. */
+  kiln_status_t (*record)(kiln_device *dev, void *state, struct kiln_plan *plan, int flush,
+                          const struct kiln_plan_bindings *bind);
+  kiln_status_t (*enqueue_recorded)(kiln_device *dev, void *state, const struct kiln_plan *plan, int flush);
 } kiln_device_vtable;
 
 typedef struct kiln_prepare_options {

@@ -315,11 +315,8 @@ static kiln_status_t build_flushes(kiln_plan *p) {
 
 /* ---- build ----------------------------------------------------------------------- */
 
-kiln_status_t kiln_plan_build(const kiln_graph *g, const kiln_plan_target *target, kiln_plan **out) {
+static kiln_status_t build_once(const kiln_graph *g, const kiln_plan_target *target, kiln_plan **out) {
   *out = NULL;
-  const char *why = NULL;
-  if (kiln_fusion_needs_interpreter(g, &why))
-    return kiln_error(KILN_UNSUPPORTED, "the compiler does not handle graphs with %s yet", why);
   kiln_plan *p = calloc(1, sizeof *p);
   if (!p) return KILN_OOM();
   p->g = g;
@@ -354,6 +351,20 @@ kiln_status_t kiln_plan_build(const kiln_graph *g, const kiln_plan_target *targe
   }
   *out = p;
   return NULL;
+}
+
+kiln_status_t kiln_plan_build(const kiln_graph *g, const kiln_plan_target *target, kiln_plan **out) {
+  *out = NULL;
+  const char *why = NULL;
+  if (kiln_fusion_needs_interpreter(g, &why))
+    return kiln_error(KILN_UNSUPPORTED, "the compiler does not handle graphs with %s yet", why);
+  kiln_status_t st = NULL;
+  for (int attempt = 0; attempt < 16; attempt++) {
+    st = build_once(g, target, out);
+    if (!st || !target->retry || !target->retry(target->user)) break;
+    kiln_status_free(st); /* the device narrowed its claims: plan again */
+  }
+  return st;
 }
 
 void kiln_plan_free(kiln_plan *p) {

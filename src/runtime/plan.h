@@ -102,6 +102,9 @@ typedef struct kiln_plan_target {
   kiln_status_t (*schedule)(void *user, kiln_plan *plan, int step);
   /* Chooses epilogues (may be NULL): calls kiln_plan_fuse_epilogue for each it takes. */
   kiln_status_t (*fuse_epilogues)(void *user, kiln_plan *plan);
+  /* After a failed build: true to build again (the device has narrowed its
+   * claims, e.g. denied a group its dialect could not render). May be NULL. */
+  bool (*retry)(void *user);
   void *user;
 } kiln_plan_target;
 
@@ -162,6 +165,8 @@ kiln_status_t kiln_plan_execute(kiln_device *dev, struct kiln_executable *exec, 
                                 int n_outputs, kiln_value **outs, const kiln_step_observer *observe);
 void kiln_plan_executable_free(kiln_device *dev, struct kiln_executable *exec);
 void kiln_plan_describe_executable(kiln_device *dev, const struct kiln_executable *exec, FILE *out);
+/* The vtable's run_stats for such a device (its plan_run_stats). */
+void kiln_plan_run_stats(kiln_device *dev, const struct kiln_executable *exec, FILE *out);
 /* The plan inside an executable that kiln_plan_prepare made (borrowed). */
 const kiln_plan *kiln_plan_of(const struct kiln_executable *exec);
 

@@ -4,6 +4,7 @@
  * everything else (steps in order, reference steps on host values,
  * observers, outputs) happens here. */
 #include "base/limits.h"
+#include "tensor/dtype.h"
 #include "runtime/executor.h"
 #include "runtime/plan.h"
 
@@ -13,6 +14,9 @@ struct kiln_executable {
   void *state;               /* the device's state for this plan; released by plan_end */
   kiln_device_buffer *arena; /* owned; NULL when nothing lives in it */
   kiln_plan_bindings bind;   /* per value id: the bindings fixed at prepare (arena, constants); owned */
+  kiln_device_buffer **own;  /* per value id (devices without host memory): the buffer of a constant or
+                                input device steps read; owned */
+  int64_t weight_bytes;      /* constants uploaded at prepare */
 };
 
 static void bindings_free(kiln_plan_bindings *b) {
@@ -41,23 +45,94 @@ static kiln_status_t bindings_copy(int nv, const kiln_plan_bindings *from, kiln_
 
 /* ---- prepare ------------------------------------------------------------------- */
 
-/* Arena values, constants and aliases. Only host-memory devices run plans
- * so far: their values are addressed directly. */
+/* Values device steps read (their bindings other than the output). */
+static bool *device_reads(const kiln_plan *p) {
+  bool *r = calloc((size_t)p->g->n_values + 1, sizeof *r);
+  if (!r) return NULL;
+  for (int i = 0; i < p->n_steps; i++) {
+    const kiln_plan_step *s = &p->steps[i];
+    if (s->kind == KILN_STEP_HOST || (s->kind == KILN_STEP_KERNEL && s->fused_into >= 0)) continue;
+    for (int a = 0; a < s->n_args; a++)
+      if (s->args[a] >= 0 && s->args[a] != s->out_value) r[s->args[a]] = true;
+  }
+  return r;
+}
+
+/* The bytes of an f32 value as the device holds it: half when the target
+ * keeps f32 as half (a converted copy in *tmp, freed by the caller). */
+static kiln_status_t device_image(const kiln_plan *p, int v, const void *src, const void **out, void **tmp) {
+  *tmp = NULL;
+  *out = src;
+  const kiln_type *t = &p->g->values[v].type;
+  if (!p->target.f32_as_half || t->dtype != KILN_DTYPE_F32) return NULL;
+  int64_t n = kiln_type_numel(t);
+  uint16_t *h = calloc(1, (size_t)kiln_plan_value_bytes(p, v) + 1);
+  if (!h) return KILN_OOM();
+  for (int64_t i = 0; i < n; i++) h[i] = kiln_f32_to_f16(((const float *)src)[i]);
+  *out = h;
+  *tmp = h;
+  return NULL;
+}
+
+static kiln_status_t upload_value(struct kiln_executable *x, int v, const void *src) {
+  const kiln_plan *p = x->plan;
+  int64_t bytes = kiln_plan_value_bytes(p, v);
+  if (bytes <= 0 || !x->bind.buffer[v]) return NULL;
+  if (!src) return kiln_error(KILN_INTERNAL, "no host data to upload for value '%s'", p->g->values[v].name);
+  const void *img;
+  void *tmp;
+  KILN_TRY(device_image(p, v, src, &img, &tmp));
+  kiln_status_t st = kiln_device_upload(x->dev, x->bind.buffer[v], x->bind.offset[v], img, (size_t)bytes);
+  free(tmp);
+  return st;
+}
+
+/* Arena values, constants and aliases. On a host-memory device values are
+ * addressed directly; otherwise every constant a device step reads gets a
+ * buffer, uploaded here once, and every such input a buffer uploaded per
+ * run. */
 static kiln_status_t bind_static(struct kiln_executable *x) {
   const kiln_plan *p = x->plan;
   const kiln_graph *g = p->g;
   int nv = g->n_values;
+  bool host_memory = p->target.host_memory;
   KILN_TRY(bindings_alloc(nv, &x->bind));
   if (p->arena_bytes) KILN_TRY(kiln_device_buffer_alloc(x->dev, (size_t)p->arena_bytes, &x->arena));
-  char *base = x->arena ? kiln_device_buffer_host_address(x->dev, x->arena) : NULL;
+  char *base = x->arena && host_memory ? kiln_device_buffer_host_address(x->dev, x->arena) : NULL;
   for (int v = 0; v < nv; v++) {
     if (p->offset[v] >= 0) {
       x->bind.buffer[v] = x->arena;
       x->bind.offset[v] = (size_t)p->offset[v];
-      x->bind.host[v] = base + p->offset[v];
+      x->bind.host[v] = base ? base + p->offset[v] : NULL;
     } else if (p->kinds[v] == KILN_VALUE_CONSTANT) {
       x->bind.host[v] = g->values[v].constant->data;
     }
+  }
+  if (!host_memory) {
+    bool *reads = device_reads(p);
+    x->own = calloc((size_t)nv + 1, sizeof *x->own);
+    kiln_status_t st = reads && x->own ? NULL : KILN_OOM();
+    bool uploads = false;
+    for (int v = 0; v < nv && !st; v++) {
+      kiln_plan_value_kind k = p->kinds[v];
+      int64_t bytes = kiln_plan_value_bytes(p, v);
+      if (!reads[v] || (k != KILN_VALUE_CONSTANT && k != KILN_VALUE_INPUT) || bytes <= 0) continue;
+      st = kiln_device_buffer_alloc(x->dev, (size_t)bytes, &x->own[v]);
+      if (st) break;
+      x->bind.buffer[v] = x->own[v];
+      x->bind.offset[v] = 0;
+      if (k == KILN_VALUE_CONSTANT) {
+        x->weight_bytes += bytes;
+        st = upload_value(x, v, g->values[v].constant->data);
+        uploads = true;
+      }
+    }
+    free(reads);
+    kiln_device_event done;
+    if (!st && uploads) st = kiln_device_submit(x->dev);
+    if (!st && uploads) st = kiln_device_event_record(x->dev, &done);
+    if (!st && uploads) st = kiln_device_event_wait(x->dev, done);
+    KILN_TRY(st);
   }
   for (int v = 0; v < nv; v++)
     if (p->kinds[v] == KILN_VALUE_ALIAS) {
@@ -79,11 +154,10 @@ kiln_status_t kiln_plan_prepare(kiln_device *dev, const kiln_graph *g, const kil
   x->dev = dev;
   kiln_plan_target target;
   kiln_status_t st = dev->vt->plan_begin(dev, g, opts, &target, &x->state);
-  if (!st && !target.host_memory)
-    st = kiln_error(KILN_INTERNAL, "the shared plan runs host-memory devices only so far");
   if (!st) st = kiln_plan_build(g, &target, &x->plan);
   if (!st) st = bind_static(x);
   if (!st && dev->vt->plan_compile) st = dev->vt->plan_compile(dev, x->state, x->plan, &x->bind);
+  for (int f = 0; f < x->plan->n_flushes && !st && dev->vt->record; f++) st = dev->vt->record(dev, x->state, x->plan, f, &x->bind);
   if (st) {
     kiln_plan_executable_free(dev, x);
     return st;
@@ -96,6 +170,9 @@ void kiln_plan_executable_free(kiln_device *dev, struct kiln_executable *x) {
   if (!x) return;
   if (dev->vt->plan_end) dev->vt->plan_end(dev, x->state, x->plan);
   if (x->arena) kiln_device_buffer_free(dev, x->arena);
+  for (int v = 0; x->own && v < x->plan->g->n_values; v++)
+    if (x->own[v]) kiln_device_buffer_free(dev, x->own[v]);
+  free(x->own);
   bindings_free(&x->bind);
   kiln_plan_free(x->plan);
   free(x);
@@ -103,7 +180,12 @@ void kiln_plan_executable_free(kiln_device *dev, struct kiln_executable *x) {
 
 void kiln_plan_describe_executable(kiln_device *dev, const struct kiln_executable *x, FILE *out) {
   kiln_plan_describe(x->plan, out);
+  if (!x->plan->target.host_memory) fprintf(out, "weights on the device: %.2f MiB\n", (double)x->weight_bytes / (1 << 20));
   if (dev->vt->plan_describe) dev->vt->plan_describe(dev, x->state, x->plan, out);
+}
+
+void kiln_plan_run_stats(kiln_device *dev, const struct kiln_executable *x, FILE *out) {
+  if (dev->vt->plan_run_stats) dev->vt->plan_run_stats(dev, x->state, x->plan, out);
 }
 
 const kiln_plan *kiln_plan_of(const struct kiln_executable *x) { return x->plan; }
@@ -131,6 +213,7 @@ static kiln_status_t run_host_step(const kiln_plan *p, const kiln_plan_step *s, 
     int v = node->inputs[i];
     if (v < 0) continue;
     if (host[v]) ins[i] = host[v];
+    else if (!b->host[v]) st = kiln_error(KILN_INTERNAL, "value '%s' is not on the host", g->values[v].name);
     else if ((st = wrap_value(g, v, b->host[v], &owned[i])) == NULL) ins[i] = owned[i];
   }
   if (!st) st = kiln_run_ref_node(g, node, ins, outs);
@@ -194,33 +277,196 @@ static kiln_status_t copy_outputs(const kiln_plan *p, const kiln_plan_bindings *
   return st;
 }
 
+/* ---- devices without host memory -------------------------------------------------- */
+
+/* A readback into a half buffer, converted into dst after the wait. */
+typedef struct pending_half {
+  uint16_t *half; /* owned */
+  float *dst;
+  int64_t n;
+} pending_half;
+
+typedef struct run_state {
+  kiln_plan_bindings b;
+  kiln_value **host;  /* per value id: host values (inputs, host-step results, readbacks); owned */
+  char *uploaded;     /* per value id: uploaded this run */
+  pending_half *pending;
+  int n_pending, cap_pending;
+  bool queued;        /* device work recorded since the last wait */
+} run_state;
+
+/* Reads value v back into a fresh host tensor (host[v]). */
+static kiln_status_t readback_value(struct kiln_executable *x, run_state *r, int v) {
+  const kiln_plan *p = x->plan;
+  const kiln_type *t = &p->g->values[v].type;
+  kiln_tensor *tt;
+  KILN_TRY(kiln_tensor_new_uninit(t->dtype, t->rank, t->dims, &tt));
+  kiln_value_free(r->host[v]);
+  r->host[v] = NULL;
+  KILN_TRY(kiln_value_from_tensor(tt, &r->host[v]));
+  size_t bytes = kiln_tensor_nbytes(tt);
+  if (!bytes || !r->b.buffer[v]) return NULL;
+  r->queued = true;
+  if (!p->target.f32_as_half || t->dtype != KILN_DTYPE_F32)
+    return kiln_device_readback(x->dev, tt->data, r->b.buffer[v], r->b.offset[v], bytes);
+  if (r->n_pending == r->cap_pending) {
+    int cap = r->cap_pending ? 2 * r->cap_pending : 16;
+    pending_half *np = realloc(r->pending, (size_t)cap * sizeof *np);
+    if (!np) return KILN_OOM();
+    r->pending = np;
+    r->cap_pending = cap;
+  }
+  size_t hb = (size_t)kiln_plan_value_bytes(p, v);
+  uint16_t *half = malloc(hb);
+  if (!half) return KILN_OOM();
+  r->pending[r->n_pending++] = (pending_half){half, tt->data, tt->numel};
+  return kiln_device_readback(x->dev, half, r->b.buffer[v], r->b.offset[v], hb);
+}
+
+/* Submits what was recorded and waits for it; then the half readbacks are
+ * converted. */
+static kiln_status_t wait_device(struct kiln_executable *x, run_state *r) {
+  kiln_status_t st = NULL;
+  if (r->queued) {
+    kiln_device_event done;
+    st = kiln_device_submit(x->dev);
+    if (!st) st = kiln_device_event_record(x->dev, &done);
+    if (!st) st = kiln_device_event_wait(x->dev, done);
+    r->queued = false;
+  }
+  for (int i = 0; i < r->n_pending; i++) {
+    pending_half *ph = &r->pending[i];
+    if (!st)
+      for (int64_t k = 0; k < ph->n; k++) ph->dst[k] = kiln_f16_to_f32(ph->half[k]);
+    free(ph->half);
+  }
+  r->n_pending = 0;
+  return st;
+}
+
+static kiln_status_t upload_once(struct kiln_executable *x, run_state *r, int v) {
+  if (r->uploaded[v]) return NULL;
+  r->uploaded[v] = 1;
+  const kiln_value *hv = r->host[v];
+  r->queued = true;
+  return upload_value(x, v, hv && hv->kind == KILN_VALUE_TENSOR ? hv->tensor->data : NULL);
+}
+
+static kiln_status_t launch(struct kiln_executable *x, run_state *r, int i) {
+  r->queued = true;
+  return x->dev->vt->launch_step(x->dev, x->state, x->plan, i, &r->b);
+}
+
+/* Flush by flush: uploads, the segment (recorded once, or launched step by
+ * step), readbacks, one submission and wait, then the host steps. */
+static kiln_status_t execute_flushes(struct kiln_executable *x, run_state *r) {
+  const kiln_plan *p = x->plan;
+  kiln_status_t st = NULL;
+  for (int f = 0; f < p->n_flushes && !st; f++) {
+    const kiln_plan_flush *fl = &p->flushes[f];
+    for (int k = 0; k < fl->n_up && !st; k++) st = upload_once(x, r, fl->up[k]);
+    if (!st && fl->recorded && x->dev->vt->enqueue_recorded) {
+      r->queued = true;
+      st = x->dev->vt->enqueue_recorded(x->dev, x->state, p, f);
+    } else {
+      for (int i = fl->device_begin; i < fl->device_end && !st; i++) {
+        const kiln_plan_step *s = &p->steps[i];
+        if (s->kind == KILN_STEP_KERNEL && s->fused_into >= 0) continue;
+        st = launch(x, r, i);
+        if (st) st = kiln_status_annotate(st, "node '%s' (%s)", s->node->name, s->node->op_type);
+      }
+    }
+    for (int k = 0; k < fl->n_down && !st; k++) st = readback_value(x, r, fl->down[k]);
+    kiln_status_t ws = wait_device(x, r);
+    if (!st) st = ws;
+    else kiln_status_free(ws);
+    for (int i = fl->host_begin; i < fl->host_end && !st; i++) {
+      const kiln_plan_step *s = &p->steps[i];
+      st = kiln_run_deadline_check();
+      if (!st) st = run_host_step(p, s, &r->b, r->host);
+      if (st) st = kiln_status_annotate(st, "node '%s' (%s)", s->node->name, s->node->op_type);
+    }
+  }
+  return st;
+}
+
+/* One submission per device step, its output read back and observed: what
+ * `kiln verify` and profilers need (values are read before the arena
+ * reuses their bytes). */
+static kiln_status_t execute_stepwise(struct kiln_executable *x, run_state *r, const kiln_step_observer *observe) {
+  const kiln_plan *p = x->plan;
+  kiln_status_t st = NULL;
+  for (int i = 0; i < p->n_steps && !st; i++) {
+    const kiln_plan_step *s = &p->steps[i];
+    if (s->kind == KILN_STEP_KERNEL && s->fused_into >= 0) continue;
+    if (observe->before) observe->before(observe->user, p->g, s->node);
+    st = kiln_run_deadline_check();
+    if (!st && s->kind == KILN_STEP_HOST) {
+      st = run_host_step(p, s, &r->b, r->host);
+    } else if (!st) {
+      for (int a = 0; a < s->n_args && !st; a++) {
+        int v = s->args[a];
+        if (v >= 0 && v != s->out_value && (p->kinds[v] == KILN_VALUE_INPUT || p->kinds[v] == KILN_VALUE_HOST_ARENA))
+          st = upload_once(x, r, v);
+      }
+      if (!st) st = launch(x, r, i);
+      if (!st) st = readback_value(x, r, s->out_value);
+      kiln_status_t ws = wait_device(x, r);
+      if (!st) st = ws;
+      else kiln_status_free(ws);
+    }
+    if (st) st = kiln_status_annotate(st, "node '%s' (%s)", s->node->name, s->node->op_type);
+    if (!st && observe->after) st = observe_step(p, s, &r->b, r->host, observe);
+  }
+  return st;
+}
+
+/* ---- execute --------------------------------------------------------------------- */
+
+static kiln_status_t execute_host_memory(struct kiln_executable *x, kiln_plan_bindings *b, kiln_value **host,
+                                         const kiln_step_observer *observe) {
+  const kiln_plan *p = x->plan;
+  kiln_status_t st = NULL;
+  for (int i = 0; i < p->n_steps && !st; i++) {
+    const kiln_plan_step *s = &p->steps[i];
+    if (s->kind == KILN_STEP_KERNEL && s->fused_into >= 0) continue; /* runs as its contraction's epilogue */
+    if (observe && observe->before) observe->before(observe->user, p->g, s->node);
+    st = kiln_run_deadline_check();
+    if (!st) st = s->kind == KILN_STEP_HOST ? run_host_step(p, s, b, host) : x->dev->vt->launch_step(x->dev, x->state, p, i, b);
+    if (st) st = kiln_status_annotate(st, "node '%s' (%s)", s->node->name, s->node->op_type);
+    if (!st && observe && observe->after) st = observe_step(p, s, b, host, observe);
+  }
+  if (!st) st = kiln_device_synchronize(x->dev);
+  return st;
+}
+
 kiln_status_t kiln_plan_execute(kiln_device *dev, struct kiln_executable *x, kiln_value *const *inputs, int n_outputs,
                                 kiln_value **outs, const kiln_step_observer *observe) {
   const kiln_plan *p = x->plan;
   const kiln_graph *g = p->g;
   int nv = g->n_values;
-  kiln_plan_bindings b = {0};
-  kiln_value **host = calloc((size_t)nv + 1, sizeof *host);
-  kiln_status_t st = host ? bindings_copy(nv, &x->bind, &b) : KILN_OOM();
+  run_state r = {0};
+  r.host = calloc((size_t)nv + 1, sizeof *r.host);
+  r.uploaded = calloc((size_t)nv + 1, 1);
+  kiln_status_t st = r.host && r.uploaded ? bindings_copy(nv, &x->bind, &r.b) : KILN_OOM();
   for (int k = 0; k < g->n_inputs && !st; k++) {
     int id = g->inputs[k];
     if (!inputs[k]) continue; /* initializer default */
-    st = kiln_value_share(inputs[k], &host[id]);
-    if (!st && host[id]->kind == KILN_VALUE_TENSOR) b.host[id] = host[id]->tensor->data;
+    st = kiln_value_share(inputs[k], &r.host[id]);
+    if (!st && r.host[id]->kind == KILN_VALUE_TENSOR && p->target.host_memory) r.b.host[id] = r.host[id]->tensor->data;
   }
-  for (int i = 0; i < p->n_steps && !st; i++) {
-    const kiln_plan_step *s = &p->steps[i];
-    if (s->kind == KILN_STEP_KERNEL && s->fused_into >= 0) continue; /* runs as its contraction's epilogue */
-    if (observe && observe->before) observe->before(observe->user, g, s->node);
-    st = kiln_run_deadline_check();
-    if (!st) st = s->kind == KILN_STEP_HOST ? run_host_step(p, s, &b, host) : dev->vt->launch_step(dev, x->state, p, i, &b);
-    if (st) st = kiln_status_annotate(st, "node '%s' (%s)", s->node->name, s->node->op_type);
-    if (!st && observe && observe->after) st = observe_step(p, s, &b, host, observe);
+  if (!st && dev->vt->plan_run_begin) dev->vt->plan_run_begin(dev, x->state);
+  if (!st) {
+    if (p->target.host_memory) st = execute_host_memory(x, &r.b, r.host, observe);
+    else if (observe) st = execute_stepwise(x, &r, observe);
+    else st = execute_flushes(x, &r);
   }
-  if (!st) st = kiln_device_synchronize(dev);
-  if (!st) st = copy_outputs(p, &b, host, n_outputs, outs);
-  for (int i = 0; host && i < nv; i++) kiln_value_free(host[i]);
-  free(host);
-  bindings_free(&b);
+  if (r.n_pending) kiln_status_free(wait_device(x, &r)); /* an error left readbacks in flight */
+  if (!st) st = copy_outputs(p, &r.b, r.host, n_outputs, outs);
+  for (int i = 0; r.host && i < nv; i++) kiln_value_free(r.host[i]);
+  free(r.host);
+  free(r.uploaded);
+  free(r.pending);
+  bindings_free(&r.b);
   return st;
 }

@@ -22,6 +22,7 @@
 
 #include "devices/vulkan/vk_internal.h"
 #include "devices/vulkan/vk_plan.h"
+#include "runtime/plan.h"
 
 #define VK_MAX_DEVICES 8
 
@@ -54,8 +55,11 @@ static void destroy_contexts(void) {
     vk_device_state *d = &states[i];
     if (!d->ctx) continue;
     if (d->adhoc) vk_stream_destroy(d->ctx, d->adhoc);
-    if (d->done_stream) vk_stream_destroy(d->ctx, d->done_stream);
-    d->adhoc = d->done_stream = NULL;
+    d->adhoc = NULL;
+    for (int k = 0; k < d->n_batch; k++)
+      if (d->batch_owned[k]) vk_stream_destroy(d->ctx, d->batch[k]);
+    for (int k = 0; k < d->n_done; k++) vk_stream_destroy(d->ctx, d->done[k]);
+    d->n_batch = d->n_done = 0;
     vk_context_destroy(d->ctx); /* also saves the pipeline cache */
     d->ctx = NULL;
   }
@@ -114,10 +118,14 @@ static bool vk_supports(const kiln_device *dev, const kiln_graph *g, const kiln_
   return why == NULL;
 }
 
-/* The generic runtime records into one open stream per device. */
+static kiln_status_t submit_locked(vk_device_state *d);
+
+/* The generic runtime records into one open stream per device
+ * (d->adhoc_lock held). */
 static kiln_status_t adhoc_stream(vk_device_state *d, vk_stream **out) {
   vk_context *ctx;
   KILN_TRY(vk_device_context(d, &ctx));
+  if (!d->adhoc && d->n_batch >= VK_MAX_BATCH - 1) KILN_TRY(submit_locked(d)); /* room for it */
   if (!d->adhoc) {
     KILN_TRY(vk_stream_create(ctx, &d->adhoc));
     kiln_status_t st = vk_stream_begin(d->adhoc);
@@ -203,21 +211,65 @@ static kiln_status_t vk_dev_launch(kiln_device *dev, kiln_device_program *progra
                                       grid[1], grid[2]));
 }
 
+/* Closes the stream being recorded into the batch (d->adhoc_lock held). */
+static kiln_status_t close_adhoc(vk_device_state *d) {
+  if (!d->adhoc) return NULL;
+  vk_stream *s = d->adhoc;
+  d->adhoc = NULL; /* the next command opens a new stream */
+  kiln_status_t st = vk_stream_end(s);
+  if (st) {
+    vk_stream_destroy(d->ctx, s);
+    return st;
+  }
+  d->batch[d->n_batch] = s;
+  d->batch_owned[d->n_batch++] = true;
+  return NULL;
+}
+
+/* Hands the batch to the queue as one submission (d->adhoc_lock held). */
+static kiln_status_t submit_locked(vk_device_state *d) {
+  kiln_status_t st = close_adhoc(d);
+  if (st || !d->n_batch) return st;
+  uint64_t value;
+  st = vk_submit(d->ctx, d->batch, d->n_batch, &value);
+  if (!st) {
+    d->last_value = value;
+    d->stat_submits++;
+    d->stat_command_buffers += (uint64_t)d->n_batch;
+    for (int k = 0; k < d->n_batch; k++) d->stat_dispatches += (uint64_t)vk_stream_dispatch_count(d->batch[k]);
+  }
+  /* Destroying a stream waits for its batch, so submitted streams are kept
+   * until the next submit, when they are most likely done. */
+  for (int k = 0; k < d->n_done; k++) vk_stream_destroy(d->ctx, d->done[k]);
+  d->n_done = 0;
+  for (int k = 0; k < d->n_batch; k++)
+    if (d->batch_owned[k]) d->done[d->n_done++] = d->batch[k];
+  d->n_batch = 0;
+  return st;
+}
+
 static kiln_status_t vk_dev_submit(kiln_device *dev) {
   vk_device_state *d = dev->impl;
   pthread_mutex_lock(&d->adhoc_lock);
-  kiln_status_t st = NULL;
-  if (d->adhoc) {
-    vk_stream *s = d->adhoc;
-    d->adhoc = NULL; /* the next command opens a new batch */
-    uint64_t value;
-    st = vk_stream_end(s);
-    if (!st) st = vk_submit(d->ctx, &s, 1, &value);
-    if (!st) d->last_value = value;
-    /* Destroying a stream waits for its batch, so finished streams are
-     * kept until the next submit finds them done. */
-    if (d->done_stream) vk_stream_destroy(d->ctx, d->done_stream);
-    d->done_stream = s;
+  kiln_status_t st = d->ctx ? submit_locked(d) : NULL;
+  pthread_mutex_unlock(&d->adhoc_lock);
+  return st;
+}
+
+kiln_status_t vk_adhoc_dispatch(vk_device_state *d, const vk_kernel *k, vk_buffer *const *buffers,
+                                const uint32_t groups[3]) {
+  WITH_ADHOC(d, s, vk_stream_dispatch(s, k, buffers, NULL, groups[0], groups[1], groups[2]));
+}
+
+kiln_status_t vk_adhoc_enqueue(vk_device_state *d, vk_stream *recorded) {
+  pthread_mutex_lock(&d->adhoc_lock);
+  vk_context *ctx;
+  kiln_status_t st = vk_device_context(d, &ctx);
+  if (!st) st = close_adhoc(d);
+  if (!st && d->n_batch + 1 >= VK_MAX_BATCH) st = submit_locked(d); /* keep room for the stream after it */
+  if (!st) {
+    d->batch[d->n_batch] = recorded;
+    d->batch_owned[d->n_batch++] = false;
   }
   pthread_mutex_unlock(&d->adhoc_lock);
   return st;
@@ -233,7 +285,10 @@ static kiln_status_t vk_dev_event_record(kiln_device *dev, kiln_device_event *ou
 
 static kiln_status_t vk_dev_event_wait(kiln_device *dev, kiln_device_event event) {
   vk_device_state *d = dev->impl;
-  return d->ctx ? vk_wait(d->ctx, event.value) : NULL;
+  kiln_status_t st = d->ctx ? vk_wait(d->ctx, event.value) : NULL;
+  /* The host buffers readbacks target may be freed on this error path. */
+  if (st) vk_cancel_readbacks(d->ctx, event.value);
+  return st;
 }
 
 static bool vk_dev_event_done(kiln_device *dev, kiln_device_event event) {
@@ -265,11 +320,20 @@ static const kiln_device_vtable vk_vtable = {
     .event_wait = vk_dev_event_wait,
     .event_done = vk_dev_event_done,
     .synchronize = vk_dev_synchronize,
-    .prepare = vk_plan_prepare,
-    .execute = vk_plan_execute,
-    .executable_free = vk_plan_free,
-    .describe = vk_plan_describe,
-    .run_stats = vk_plan_run_stats,
+    .prepare = kiln_plan_prepare,
+    .execute = kiln_plan_execute,
+    .executable_free = kiln_plan_executable_free,
+    .describe = kiln_plan_describe_executable,
+    .run_stats = kiln_plan_run_stats,
+    .plan_begin = vk_plan_begin,
+    .plan_compile = vk_plan_compile,
+    .launch_step = vk_launch_step,
+    .plan_end = vk_plan_end,
+    .plan_describe = vk_plan_describe,
+    .plan_run_stats = vk_plan_run_stats,
+    .plan_run_begin = vk_plan_run_begin,
+    .record = vk_record,
+    .enqueue_recorded = vk_enqueue_recorded,
 };
 
 static const char *type_name(int t) {

@@ -1,23 +1,19 @@
-/* vk_plan.h — the Vulkan device's compiled graph (executable).
+/* vk_plan.h — the Vulkan device's side of a plan (runtime/plan.h).
  *
- * prepare (vk_plan.c): the device claims what codegen/lower.c lowers and its
- * shaders support; claimed nodes are fused into groups exactly as on the
- * cpu device (codegen/fusion.c); each group is scheduled for the GPU and
- * rendered as GLSL (codegen/render_glsl.c); MatMul, Gemm, Conv, MaxPool and
- * FusedAttention get hand-scheduled shaders (vk_kernels.c) with an
- * elementwise consumer fused in as their epilogue. All shaders are compiled
- * in one batch (SPIR-V and pipelines cached on disk). Intermediates live in
- * one device arena planned by liveness (passes/memory_plan.c); weights are
- * uploaded once. The device steps between two host (ref) steps form a
- * segment, recorded once into a command buffer (a vk_stream) with its
- * descriptor sets.
+ * The shared plan claims, fuses, plans the arena and the flushes, uploads
+ * the weights once and runs the steps; the Vulkan device supplies the hooks
+ * (vk_plan.c): claims narrowed by what its shaders take, each fused group
+ * scheduled for the GPU and rendered as GLSL (codegen/render_glsl.c);
+ * MatMul, Gemm, Conv, MaxPool and FusedAttention as hand-scheduled shaders
+ * (vk_kernels.c) with an elementwise consumer fused in as their epilogue;
+ * all shaders compiled in one batch (SPIR-V and pipelines cached on disk);
+ * the device steps between two host (ref) steps recorded once into a
+ * command buffer (a vk_stream) with its descriptor sets.
  *
- * execute: per segment, one queue submission of [uploads of host values the
+ * Each run: per flush, one queue submission of [uploads of host values the
  * segment reads, the recorded segment, readbacks of values the next host
- * steps or the caller read]; the host waits only before a host step and at
- * the end. A graph with no host step runs as one submission.
- *
- * An executable is used by one thread at a time (its arena is reused).
+ * steps or the caller read], through the device's open batch
+ * (vk_device.c); the host waits only before a host step and at the end.
  */
 #ifndef KILN_DEVICES_VULKAN_VK_PLAN_H
 #define KILN_DEVICES_VULKAN_VK_PLAN_H
@@ -26,6 +22,8 @@
 
 #include "devices/vulkan/vk_runtime.h"
 #include "runtime/device.h"
+
+#define VK_MAX_BATCH 16
 
 /* The device's state (kiln_device.impl). */
 typedef struct vk_device_state {
@@ -39,11 +37,25 @@ typedef struct vk_device_state {
   vk_context *ctx;         /* created on first use; owned, lives until exit */
   pthread_mutex_t lock;    /* guards ctx creation */
   kiln_status_t ctx_error; /* why ctx could not be created (owned), or NULL */
-  vk_stream *adhoc;        /* the open batch of the generic interface's commands (device.h slots); owned */
-  vk_stream *done_stream;  /* the last submitted batch, destroyed at the next submit; owned */
+  /* The open batch of the runtime slots' commands (device.h): the stream
+   * being recorded, then the closed streams the next submit hands to the
+   * queue in order (adhoc ones owned, recorded plan segments borrowed). */
+  vk_stream *adhoc;        /* owned */
+  vk_stream *batch[VK_MAX_BATCH];
+  bool batch_owned[VK_MAX_BATCH];
+  int n_batch;
+  vk_stream *done[VK_MAX_BATCH]; /* owned streams of the last submission, destroyed at the next */
+  int n_done;
   uint64_t last_value;     /* timeline value of the last submitted batch */
+  uint64_t stat_submits, stat_command_buffers, stat_dispatches; /* for `kiln bench --profile` */
   pthread_mutex_t adhoc_lock;
 } vk_device_state;
+
+/* Records a dispatch into the device's open batch. */
+kiln_status_t vk_adhoc_dispatch(vk_device_state *d, const vk_kernel *k, vk_buffer *const *buffers, const uint32_t groups[3]);
+/* Appends a recorded stream (borrowed: it must live until its submission
+ * completes) to the open batch, after what was recorded so far. */
+kiln_status_t vk_adhoc_enqueue(vk_device_state *d, vk_stream *recorded);
 
 /* A view of bytes [offset, offset + bytes) of `parent` (no allocation; the
  * parent must outlive it): how arena-planned values are bound whole.
@@ -57,13 +69,22 @@ kiln_status_t vk_device_context(vk_device_state *d, vk_context **out);
 /* Why this node is not claimed (static string), or NULL if it is. */
 const char *vk_plan_unsupported(const vk_device_state *d, const kiln_graph *g, const kiln_node *node);
 
-kiln_status_t vk_plan_prepare(kiln_device *dev, const kiln_graph *g, const kiln_prepare_options *opts,
-                              struct kiln_executable **out);
-kiln_status_t vk_plan_execute(kiln_device *dev, struct kiln_executable *x, kiln_value *const *inputs, int n_outputs,
-                              kiln_value **outs, const kiln_step_observer *observe);
-void vk_plan_free(kiln_device *dev, struct kiln_executable *x);
-void vk_plan_describe(kiln_device *dev, const struct kiln_executable *x, FILE *out);
-void vk_plan_run_stats(kiln_device *dev, const struct kiln_executable *x, FILE *out);
+/* The plan hooks (runtime/plan.h; device.h's plan slots). */
+struct kiln_plan;
+struct kiln_plan_target;
+struct kiln_plan_bindings;
+kiln_status_t vk_plan_begin(kiln_device *dev, const kiln_graph *g, const kiln_prepare_options *opts,
+                            struct kiln_plan_target *out_target, void **out_state);
+kiln_status_t vk_plan_compile(kiln_device *dev, void *state, struct kiln_plan *p, const struct kiln_plan_bindings *bind);
+kiln_status_t vk_launch_step(kiln_device *dev, void *state, const struct kiln_plan *p, int step,
+                             const struct kiln_plan_bindings *bind);
+kiln_status_t vk_record(kiln_device *dev, void *state, struct kiln_plan *p, int flush,
+                        const struct kiln_plan_bindings *bind);
+kiln_status_t vk_enqueue_recorded(kiln_device *dev, void *state, const struct kiln_plan *p, int flush);
+void vk_plan_run_begin(kiln_device *dev, void *state);
+void vk_plan_end(kiln_device *dev, void *state, struct kiln_plan *p);
+void vk_plan_describe(kiln_device *dev, void *state, const struct kiln_plan *p, FILE *out);
+void vk_plan_run_stats(kiln_device *dev, void *state, const struct kiln_plan *p, FILE *out);
 
 #endif
 #endif
