@@ -260,7 +260,14 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
       return kiln_attr_int(n, "storage_order", 0) ? "storage_order" : NULL;
     case KILN_OP_LayerNormalization:
       if (!is_f32(in0) || !is_f32(input_def(g, n, 1))) return "dtype other than f32";
-      return n->n_inputs > 2 && n->inputs[2] >= 0 && !is_f32(input_def(g, n, 2)) ? "dtype other than f32" : NULL;
+      if (n->n_inputs > 2 && n->inputs[2] >= 0 && !is_f32(input_def(g, n, 2))) return "dtype other than f32";
+      /* Scale and bias are read broadcast over X's shape, which the output
+       * has (a declared output or scale that says otherwise stays on ref,
+       * which reports it). */
+      const kiln_type *to = &g->values[n->outputs[0]].type;
+      if (!kiln_shape_equal(in0->type.rank, in0->type.dims, to->rank, to->dims) || !inputs_broadcast_to_output(g, n))
+        return "scale or bias that does not broadcast to the input";
+      return NULL;
     case KILN_OP_MatMul:
     case KILN_OP_Gemm:
     case KILN_OP_Conv:
