@@ -157,7 +157,8 @@ kiln_status_t kiln_plan_prepare(kiln_device *dev, const kiln_graph *g, const kil
   if (!st) st = kiln_plan_build(g, &target, &x->plan);
   if (!st) st = bind_static(x);
   if (!st && dev->vt->plan_compile) st = dev->vt->plan_compile(dev, x->state, x->plan, &x->bind);
-  for (int f = 0; f < x->plan->n_flushes && !st && dev->vt->record; f++) st = dev->vt->record(dev, x->state, x->plan, f, &x->bind);
+  for (int f = 0; !st && dev->vt->record && f < x->plan->n_flushes; f++)
+    st = dev->vt->record(dev, x->state, x->plan, f, &x->bind);
   if (st) {
     kiln_plan_executable_free(dev, x);
     return st;
