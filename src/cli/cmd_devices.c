@@ -22,7 +22,8 @@ int kiln_cmd_devices(int argc, char **argv) {
            info.features & KILN_DEVICE_FEATURE_INT8_DOT ? " int8-dot" : "",
            info.features & KILN_DEVICE_FEATURE_COOPERATIVE_MATRIX ? " cooperative-matrix" : "");
   }
-  const char *why = kiln_device_vulkan_absent_reason();
-  if (why) printf("%-10s absent: %s\n", "vulkan", why);
+  const char *names[16], *reasons[16];
+  int n_absent = kiln_device_absent_list(names, reasons, 16);
+  for (int i = 0; i < n_absent; i++) printf("%-10s absent: %s\n", names[i], reasons[i]);
   return 0;
 }

@@ -196,6 +196,40 @@ static bool trailing(const bool *mask, int r) {
   return true;
 }
 
+/* The op's own inference over the node's current input types agrees with
+ * its output type. A declared output that says otherwise (a model error
+ * that optimization can expose after inference ran: a folded shape, a
+ * dropped node) would make a compute definition index its operands with
+ * the wrong shape; ref runs such a node and reports it. */
+static bool inference_agrees(const kiln_graph *g, const kiln_node *n) {
+  if (!n->op->infer || n->n_inputs > 64 || n->n_outputs > 8) return false;
+  const kiln_type *in_types[64];
+  const kiln_tensor *consts[64];
+  kiln_type outs[8];
+  for (int i = 0; i < n->n_inputs; i++) {
+    const kiln_value_def *v = input_def(g, n, i);
+    in_types[i] = v ? &v->type : NULL;
+    consts[i] = const_input(g, n, i);
+  }
+  memset(outs, 0, sizeof outs);
+  for (int i = 0; i < n->n_outputs; i++) {
+    outs[i].rank = -1;
+    for (int d = 0; d < KILN_MAX_RANK; d++) outs[i].dims[d] = -1;
+  }
+  kiln_infer_ctx ctx = {n, n->opset, n->n_inputs, in_types, consts, n->n_outputs, outs};
+  kiln_status_t st = n->op->infer(&ctx);
+  bool ok = st == NULL;
+  kiln_status_free(st);
+  const kiln_type *inf = &outs[0], *decl = &g->values[n->outputs[0]].type;
+  if (ok && inf->kind == KILN_TYPE_TENSOR) {
+    if (inf->dtype && inf->dtype != decl->dtype) ok = false;
+    if (inf->rank >= 0 && inf->rank != decl->rank) ok = false;
+    for (int d = 0; ok && d < inf->rank; d++) ok = inf->dims[d] < 0 || inf->dims[d] == decl->dims[d];
+  }
+  for (int i = 0; i < n->n_outputs; i++) kiln_type_clear(&outs[i]);
+  return ok;
+}
+
 /* Checks the dtypes and constant parameters a compute definition of this
  * op needs; NULL if they hold, else why not. */
 static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_op_id id) {
@@ -322,6 +356,10 @@ kiln_op_class kiln_lower_class(const kiln_graph *g, const kiln_node *n, const ch
     goto out;
   }
   if ((why = claim_problem(g, n, id))) goto out;
+  if (!inference_agrees(g, n)) {
+    why = "an output type its inference does not give";
+    goto out;
+  }
   /* The op's own class (its definition), except 2-D max pooling, which
    * devices run as a direct kernel (devices/cpu) rather than a
    * tensor-expression reduction. */

@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "base/strbuf.h"
+#include "codegen/fusion.h"
 #include "codegen/render_internal.h"
 #include "kiln_rt_text.h" /* generated from kiln_rt.h at configure time */
 
@@ -262,4 +263,22 @@ kiln_status_t kiln_render_c(const te_builder *b, const kiln_loop_nest *nest, con
   render_free(&r);
   if (bad) return kiln_error(KILN_UNSUPPORTED, "C renderer: expression it cannot express in kernel %s", name);
   return kiln_strbuf_status(src);
+}
+
+kiln_status_t kiln_fused_kernel_c_source(const kiln_fused_kernel *k, char **out_src) {
+  kiln_strbuf src = {0};
+  kiln_loop_nest nest = {0};
+  kiln_loop_schedule sched = kiln_loop_schedule_default();
+  kiln_status_t st = kiln_schedule_kernel(k->b, k->root, 0, &sched, &nest);
+  if (!st) {
+    kiln_strbuf_puts(&src, kiln_c_preamble());
+    st = kiln_render_c(k->b, &nest, "kiln_kernel", &src);
+    /* A flat elementwise kernel can also run as a contraction's epilogue. */
+    if (!st && k->flat && nest.n_sites == 0) st = kiln_render_c_epilogue(k->b, &nest, "kiln_epilogue", &src);
+  }
+  if (!st) st = kiln_strbuf_status(&src);
+  if (!st) *out_src = kiln_strbuf_take(&src);
+  kiln_loop_nest_free(&nest);
+  kiln_strbuf_free(&src);
+  return st;
 }

@@ -1,73 +1,143 @@
-/* The process-wide device registry. */
+/* The process-wide device registry over the providers
+ * (devices/providers.c); it names no device itself. */
 #include "runtime/device.h"
 
 #include <pthread.h>
 
-#define MAX_DEVICES 16
-/* Core devices (cpu, ref, null) first, then the Vulkan devices, which are
- * enumerated only when something asks for them: loading the Vulkan loader
- * and its drivers costs start-up time every other run should not pay. */
+#define MAX_DEVICES 32
+#define MAX_PROVIDERS 16
+
+/* Devices in provider order; eager providers are enumerated on first use,
+ * lazy ones (drivers to load: start-up time every other run should not
+ * pay) when a device of theirs is asked for or all are listed. */
 static kiln_device *devices[MAX_DEVICES];
-static int n_core, n_devices;
-static pthread_once_t core_once = PTHREAD_ONCE_INIT, vulkan_once = PTHREAD_ONCE_INIT;
-static const char *vulkan_absent;
+static int n_devices;
+static int provider_of[MAX_DEVICES];
+static bool enumerated[MAX_PROVIDERS];
+static const char *absent[MAX_PROVIDERS];
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void core_init(void) {
-  /* The first listed is the default device. */
-  kiln_device *(*constructors[])(void) = {kiln_cpu_device_create, kiln_ref_device_create, kiln_null_device_create};
-  for (size_t i = 0; i < KILN_ARRAY_SIZE(constructors) && n_core < MAX_DEVICES; i++) {
-    kiln_device *d = constructors[i]();
-    if (d) devices[n_core++] = d;
+/* Enumerates provider i (registry_lock held); keeps devices in provider order. */
+static void enumerate_locked(int i) {
+  int n_prov;
+  const kiln_device_provider *const *prov = kiln_device_providers(&n_prov);
+  if (i >= n_prov || i >= MAX_PROVIDERS || enumerated[i]) return;
+  enumerated[i] = true;
+  kiln_device *found[MAX_DEVICES];
+  const char *why = NULL;
+  int n = prov[i]->enumerate(found, MAX_DEVICES - n_devices, &why);
+  if (n <= 0) {
+    absent[i] = why ? why : "no device found";
+    return;
   }
-  n_devices = n_core;
+  int at = 0; /* after every device of an earlier provider */
+  while (at < n_devices && provider_of[at] < i) at++;
+  memmove(devices + at + n, devices + at, (size_t)(n_devices - at) * sizeof *devices);
+  memmove(provider_of + at + n, provider_of + at, (size_t)(n_devices - at) * sizeof *provider_of);
+  for (int k = 0; k < n; k++) {
+    devices[at + k] = found[k];
+    provider_of[at + k] = i;
+  }
+  n_devices += n;
 }
 
-static void vulkan_init(void) {
-  pthread_once(&core_once, core_init);
-  n_devices += kiln_vulkan_devices_create(devices + n_core, MAX_DEVICES - n_core, &vulkan_absent);
+/* Enumerates the eager providers, and the lazy ones too when all is set or
+ * their name prefixes `name`. */
+static void ensure(bool all, const char *name) {
+  int n_prov;
+  const kiln_device_provider *const *prov = kiln_device_providers(&n_prov);
+  pthread_mutex_lock(&registry_lock);
+  for (int i = 0; i < n_prov && i < MAX_PROVIDERS; i++) {
+    size_t len = strlen(prov[i]->name);
+    bool named = name && !strncmp(name, prov[i]->name, len) && (name[len] == 0 || name[len] == ':');
+    if (!prov[i]->lazy || all || named) enumerate_locked(i);
+  }
+  pthread_mutex_unlock(&registry_lock);
 }
 
-static void all_init(void) {
-  pthread_once(&core_once, core_init);
-  pthread_once(&vulkan_once, vulkan_init);
-}
-
-const char *kiln_device_vulkan_absent_reason(void) {
-  all_init();
-  return vulkan_absent;
+static const char *device_name_of(kiln_device *d) {
+  kiln_device_info info;
+  d->vt->query(d, &info);
+  return info.name;
 }
 
 kiln_device *kiln_device_get(const char *name) {
-  if (!strncmp(name, "vulkan", 6)) all_init();
-  else pthread_once(&core_once, core_init);
-  for (int i = 0; i < n_devices; i++) {
-    kiln_device_info info;
-    devices[i]->vt->query(devices[i], &info);
-    if (!strcmp(info.name, name)) return devices[i];
+  ensure(false, name);
+  for (int i = 0; i < n_devices; i++)
+    if (!strcmp(device_name_of(devices[i]), name)) return devices[i];
+  /* A provider's plain name: its first device ("gpu" is "gpu:0"). */
+  if (!strchr(name, ':')) {
+    char first[128];
+    snprintf(first, sizeof first, "%s:0", name);
+    for (int i = 0; i < n_devices; i++)
+      if (!strcmp(device_name_of(devices[i]), first)) return devices[i];
   }
-  /* "vulkan" names the first Vulkan device (discrete GPUs come first). */
-  if (!strcmp(name, "vulkan")) return kiln_device_get("vulkan:0");
   return NULL;
 }
 
 int kiln_device_list(kiln_device **out, int max) {
-  all_init();
+  ensure(true, NULL);
   int n = n_devices < max ? n_devices : max;
   for (int i = 0; i < n; i++) out[i] = devices[i];
   return n_devices;
 }
 
+const char *kiln_device_absent_reason(const char *name) {
+  ensure(false, name);
+  int n_prov;
+  const kiln_device_provider *const *prov = kiln_device_providers(&n_prov);
+  for (int i = 0; i < n_prov && i < MAX_PROVIDERS; i++) {
+    size_t len = strlen(prov[i]->name);
+    if (!strncmp(name, prov[i]->name, len) && (name[len] == 0 || name[len] == ':')) return absent[i];
+  }
+  return NULL;
+}
+
+int kiln_device_absent_list(const char **names, const char **reasons, int max) {
+  ensure(true, NULL);
+  int n_prov, n = 0;
+  const kiln_device_provider *const *prov = kiln_device_providers(&n_prov);
+  for (int i = 0; i < n_prov && i < MAX_PROVIDERS && n < max; i++)
+    if (absent[i]) {
+      names[n] = prov[i]->name;
+      reasons[n++] = absent[i];
+    }
+  return n;
+}
+
+void kiln_device_shutdown_all(void) {
+  int n_prov;
+  const kiln_device_provider *const *prov = kiln_device_providers(&n_prov);
+  for (int i = 0; i < n_prov; i++)
+    if (prov[i]->shutdown && (i >= MAX_PROVIDERS || enumerated[i])) prov[i]->shutdown();
+}
+
+uint64_t kiln_device_debug_errors(void) {
+  int n_prov;
+  uint64_t n = 0;
+  const kiln_device_provider *const *prov = kiln_device_providers(&n_prov);
+  for (int i = 0; i < n_prov; i++)
+    if (prov[i]->debug_errors) n += prov[i]->debug_errors();
+  return n;
+}
+
 /* ---- public API -------------------------------------------------------- */
 
 int kiln_device_count(void) {
-  all_init();
+  ensure(true, NULL);
   return n_devices;
 }
 
+/* The eager providers' devices come first (kiln_device_name(0) is the
+ * default device, known without loading any driver). */
 static kiln_device *device_at(int index) {
-  pthread_once(&core_once, core_init);
-  if (index >= n_core) all_init();
-  return index >= 0 && index < n_devices ? devices[index] : NULL;
+  ensure(false, NULL);
+  if (index < 0) return NULL;
+  int n_prov, eager = 0;
+  const kiln_device_provider *const *prov = kiln_device_providers(&n_prov);
+  for (int i = 0; i < n_devices; i++) eager += !prov[provider_of[i]]->lazy;
+  if (index >= eager || index >= n_devices) ensure(true, NULL);
+  return index < n_devices ? devices[index] : NULL;
 }
 
 const char *kiln_device_name(int index) {
@@ -148,11 +218,7 @@ kiln_status_t kiln_device_copy(kiln_device *dev, kiln_device_buffer *dst, size_t
   return NULL;
 }
 
-static const char *device_name(kiln_device *dev) {
-  kiln_device_info info;
-  dev->vt->query(dev, &info);
-  return info.name;
-}
+static const char *device_name(kiln_device *dev) { return device_name_of(dev); }
 
 kiln_status_t kiln_device_compile(kiln_device *dev, const kiln_program_desc *desc, kiln_device_program **out) {
   if (dev->vt->compile) return dev->vt->compile(dev, desc, out);

@@ -7,7 +7,7 @@
  * Two levels, most slots optional:
  *
  * 1. Whole graphs (prepare / execute / executable_free / describe): a
- *    compiling device (cpu, vulkan) turns a graph into an executable: its
+ *    compiling device turns a graph into an executable: its
  *    claimed nodes fused and compiled, the rest run on ref inside it, with
  *    the copies between device and host memory it needs. NULL: the session
  *    interprets node by node with run_node.
@@ -46,7 +46,7 @@
 #include "ops/op.h"
 
 typedef struct kiln_device_info {
-  const char *name;        /* "ref", "cpu", "vulkan:0", ... */
+  const char *name;        /* "ref", or its provider's name, ":N" for one of several */
   const char *vendor;
   const char *description; /* one line for `kiln devices` */
   uint64_t memory_bytes;   /* 0 = host memory */
@@ -70,7 +70,7 @@ typedef struct kiln_device_event {
   uint64_t value; /* timeline value; complete when the queue's timeline reaches it */
 } kiln_device_event;
 
-/* A kernel to compile: source in the device's language (GLSL for vulkan). */
+/* A kernel to compile: source in the device's language. */
 typedef struct kiln_program_desc {
   const char *name;   /* for errors and profiles */
   const char *source;
@@ -115,7 +115,7 @@ typedef struct kiln_device_vtable {
   kiln_status_t (*synchronize)(kiln_device *dev);
   void (*destroy)(kiln_device *dev);
 
-  /* Whole-graph compilers (cpu): compile every node of `g` the device
+  /* Whole-graph compilers: compile every node of `g` the device
    * supports into one executable; the rest runs inside it on ref. `g` must
    * stay alive and unchanged while the executable exists. NULL slots: the
    * session interprets node by node with run_node. */
@@ -174,30 +174,42 @@ struct kiln_device {
   void *impl; /* device-specific state */
 };
 
+/* A device provider: what each devices/<name>/ folder registers
+ * (devices/providers.c lists them). The registry asks it for its devices
+ * the first time something needs them; a lazy provider (one that loads
+ * drivers) only when a device of its name is asked for or all are listed. */
+typedef struct kiln_device_provider {
+  const char *name; /* the devices' name, or their prefix ("gpu" for "gpu:0", "gpu:1", ...) */
+  bool lazy;
+  /* Creates its devices (at most max; process-wide, never freed before
+   * exit); returns how many. 0 with *why_absent (static) when none: no
+   * driver, no compiler, built without it. */
+  int (*enumerate)(kiln_device **out, int max, const char **why_absent);
+  /* Destroys the devices' contexts (all sessions on them must be gone);
+   * they are re-created on next use. May be NULL. */
+  void (*shutdown)(void);
+  /* Errors the driver's debug layers reported in this process. May be NULL. */
+  uint64_t (*debug_errors)(void);
+} kiln_device_provider;
+
+/* The providers, in priority order: the first device of the first is the
+ * default (devices/providers.c). */
+const kiln_device_provider *const *kiln_device_providers(int *out_n);
+
 /* Process-wide device list (created on first use; never freed before exit).
- * Returns NULL if no device of that name is available. "ref" always is. */
+ * Returns NULL if no device of that name is available. "ref" always is.
+ * A provider's plain name names its first device ("gpu" is "gpu:0"). */
 kiln_device *kiln_device_get(const char *name);
 int kiln_device_list(kiln_device **out_devices, int max);
-
-/* Each device folder defines its constructor; it returns NULL when the
- * device is absent on this machine (e.g. no driver). */
-kiln_device *kiln_ref_device_create(void);
-kiln_device *kiln_null_device_create(void);
-kiln_device *kiln_cpu_device_create(void);
-/* Vulkan: one device per usable physical device ("vulkan:0", ...; the
- * first is also "vulkan"). Writes at most max, returns how many; 0 when
- * kiln was built without Vulkan or the machine has no loader or device.
- * *why_absent (static or NULL) says why for `kiln devices`. */
-int kiln_vulkan_devices_create(kiln_device **out, int max, const char **why_absent);
-/* Destroys every Vulkan device context (all sessions on them must be gone),
- * so the validation layer reports leaked objects now; they are re-created
- * on next use. Called at exit anyway. No-op without Vulkan. */
-void kiln_vulkan_shutdown(void);
-/* Errors the Khronos validation layer reported in this process
- * (KILN_VULKAN_VALIDATION=1); 0 without Vulkan or validation. */
-uint64_t kiln_vulkan_validation_errors(void);
-/* Why no vulkan device exists (NULL if one does), for `kiln devices`. */
-const char *kiln_device_vulkan_absent_reason(void);
+/* Why the provider of `name` (a device or provider name) has no device, or
+ * NULL when it has one or no provider has that name. */
+const char *kiln_device_absent_reason(const char *name);
+/* The providers with no device and why, for `kiln devices`: writes up to
+ * max (name, reason) pairs, returns how many. */
+int kiln_device_absent_list(const char **names, const char **reasons, int max);
+/* Every provider's shutdown; the sum of their debug_errors. */
+void kiln_device_shutdown_all(void);
+uint64_t kiln_device_debug_errors(void);
 
 /* The asynchronous runtime with its defaults (see the top of this file). */
 kiln_status_t kiln_device_buffer_alloc(kiln_device *dev, size_t bytes, kiln_device_buffer **out);

@@ -2,14 +2,13 @@
 #include "runtime/session.h"
 
 #include "base/limits.h"
-#include "codegen/jit.h"
 #include "passes/passes.h"
 #include "passes/passes_opt.h"
 
 #include <stdio.h>
 
 kiln_session_options kiln_session_options_default(void) {
-  kiln_session_options o = {NULL, 0, KILN_PRECISION_FP32}; /* NULL: the default device (cpu if a C compiler exists, else ref) */
+  kiln_session_options o = {NULL, 0, KILN_PRECISION_FP32}; /* NULL: the default device (the registry's first) */
   return o;
 }
 
@@ -52,17 +51,11 @@ kiln_status_t kiln_session_create(const kiln_model *model, const kiln_session_op
       strncat(avail, i ? ", " : "", sizeof avail - strlen(avail) - 1);
       strncat(avail, kiln_device_name(i), sizeof avail - strlen(avail) - 1);
     }
-    if (!strcmp(dev_name, "cpu")) {
-      /* The cpu device compiles with the system C compiler: say why it is absent. */
-      kiln_status_t why = kiln_jit_available();
-      kiln_status_t st = kiln_error(KILN_NOT_FOUND, "the cpu device is not available (%s); available: %s",
-                                    why ? kiln_status_message(why) : "unknown reason", avail);
-      kiln_status_free(why);
-      return st;
-    }
-    if (!strncmp(dev_name, "vulkan", 6) && kiln_device_vulkan_absent_reason())
-      return kiln_error(KILN_NOT_FOUND, "the vulkan device '%s' is not available (%s); available: %s", dev_name,
-                        kiln_device_vulkan_absent_reason(), avail);
+    const char *why = kiln_device_absent_reason(dev_name);
+    int kind = (int)strcspn(dev_name, ":"); /* the provider's name */
+    if (why)
+      return kiln_error(KILN_NOT_FOUND, "the %.*s device '%s' is not available (%s); available: %s", kind, dev_name,
+                        dev_name, why, avail);
     return kiln_error(KILN_NOT_FOUND, "no device named '%s' (available: %s)", dev_name, avail);
   }
   kiln_ptr_vec unsupported = {0};

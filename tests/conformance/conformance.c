@@ -63,6 +63,7 @@ typedef struct options {
   const char *filters[32];
   int n_filters;
   bool verbose, no_fork;
+  bool compile_only; /* prepare the session on data set 0's inputs; run nothing (the null device) */
   int timeout_s;
 } options;
 
@@ -355,6 +356,24 @@ static kiln_status_t run_case(const options *o, const char *dir, const char *nam
       st = load_value(path, setdir, &g->values[g->outputs[k]].type, &wants[n_out++]);
     }
     if (!st && n_out == 0) st = kiln_error(KILN_INVALID_MODEL, "%s has no expected outputs", setdir);
+    if (!st && o->compile_only) {
+      /* Specialize (and so optimize and compile) for these inputs: a
+       * compiler error fails the case; a graph left to the interpreter is
+       * not one. */
+      kiln_value **bound = calloc((size_t)g->n_inputs + 1, sizeof *bound);
+      if (!bound) st = KILN_OOM();
+      for (int i = 0; i < n_in && !st; i++)
+        for (int k = 0; k < g->n_inputs; k++)
+          if (!strcmp(g->values[g->inputs[k]].name, names[i])) bound[k] = ins[i];
+      const kiln_graph *spec = NULL;
+      if (!st) st = kiln_session_specialize(sess, bound, &spec);
+      free(bound);
+      for (int k = 0; k < MAX_IO; k++) {
+        kiln_value_free(ins[k]);
+        kiln_value_free(wants[k]);
+      }
+      break;
+    }
     if (!st && o->via_cli) {
       snprintf(path, sizeof path, "%s/model.onnx", dir);
       st = run_via_cli(o, path, n_in, names, ins, n_out, outs);
@@ -427,8 +446,8 @@ static void run_isolated(const options *o, const char *dir, case_result *r) {
     kiln_status_t st = run_case(o, dir, r->name, &cr, &ic);
     /* Under KILN_VULKAN_VALIDATION=1 a validation error (or an object the
      * session left alive, reported when the context goes) fails the case. */
-    kiln_vulkan_shutdown();
-    uint64_t verrs = kiln_vulkan_validation_errors();
+    kiln_device_shutdown_all();
+    uint64_t verrs = kiln_device_debug_errors();
     if (!st && verrs)
       st = kiln_error(KILN_DEVICE_ERROR, "%llu Vulkan validation error(s) (printed on stderr)", (unsigned long long)verrs);
     char msg[1100];
@@ -473,7 +492,8 @@ static void run_isolated(const options *o, const char *dir, case_result *r) {
 static void usage(void) {
   fprintf(stderr,
           "usage: kiln_conformance --data DIR --suite NAME [--expect FILE] [--write-expect FILE]\n"
-          "                        [--filter SUBSTR]... [--device NAME] [--timeout S] [-v] [--no-fork]\n");
+          "                        [--filter SUBSTR]... [--device NAME] [--timeout S] [-v] [--no-fork]\n"
+          "                        [--compile-only]   (prepare every case, run none: the null device)\n");
 }
 
 int main(int argc, char **argv) {
@@ -490,6 +510,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--filter") && next && o.n_filters < 32) o.filters[o.n_filters++] = argv[++i];
     else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) o.verbose = true;
     else if (!strcmp(a, "--no-fork")) o.no_fork = true;
+    else if (!strcmp(a, "--compile-only")) o.compile_only = true;
     else if (!strcmp(a, "--via-cli") && next) o.via_cli = argv[++i];
     else {
       usage();

@@ -127,7 +127,7 @@ int main(void) {
     kiln_device_synchronize(devs[i]);
     tested++;
   }
-  const char *why = kiln_device_vulkan_absent_reason();
+  const char *why = kiln_device_absent_reason("vulkan");
   if (why) printf("no vulkan device: %s\n", why);
   CHECK(tested >= 2, "expected at least ref and cpu, tested %d devices", tested);
   printf("%s: %d devices, %d failures\n", failures ? "FAIL" : "PASS", tested, failures);

@@ -61,6 +61,7 @@
 #include <unistd.h>
 
 #include "kiln.h"
+#include "devices/vulkan/vk_public.h"
 #include "runtime/device.h"
 #include "runtime/session.h"
 
@@ -813,7 +814,7 @@ int main(int argc, char **argv) {
 static int run_parts(const char *parts, int runs, int thread_runs, bool leak_control) {
   if (!kiln_device_get(g_device)) {
     printf("SKIP: no device '%s': %s\n", g_device,
-           kiln_device_vulkan_absent_reason() ? kiln_device_vulkan_absent_reason() : "?");
+           kiln_device_absent_reason("vulkan") ? kiln_device_absent_reason("vulkan") : "?");
     return 77;
   }
   kiln_device_info info;

@@ -55,11 +55,20 @@ static const kiln_device_vtable cpu_vtable = {
 
 static kiln_device cpu_device = {&cpu_vtable, NULL};
 
-kiln_device *kiln_cpu_device_create(void) {
+/* The cpu device compiles with the system C compiler: without one it is
+ * absent, and says why. */
+static int cpu_enumerate(kiln_device **out, int max, const char **why_absent) {
+  static char why[512];
   kiln_status_t st = kiln_jit_available();
-  if (st) { /* no C compiler: the device is simply absent */
+  if (st) {
+    snprintf(why, sizeof why, "%s", kiln_status_message(st));
     kiln_status_free(st);
-    return NULL;
+    *why_absent = why;
+    return 0;
   }
-  return &cpu_device;
+  if (max < 1) return 0;
+  out[0] = &cpu_device;
+  return 1;
 }
+
+const kiln_device_provider kiln_cpu_provider = {.name = "cpu", .enumerate = cpu_enumerate};

@@ -26,30 +26,9 @@ static void rt_sgemm(void *pool, const kiln_rt_sgemm_args *a) {
 
 /* ---- kernel generation ------------------------------------------------------- */
 
-/* Schedules a lowered group and renders it as C: `kiln_kernel`, plus
- * `kiln_epilogue` when the kernel is flat and could run on a contraction's
- * tiles. */
-static kiln_status_t render_kernel(const kiln_fused_kernel *k, char **out_src) {
-  kiln_strbuf src = {0};
-  kiln_loop_nest nest = {0};
-  kiln_loop_schedule sched = kiln_loop_schedule_default();
-  kiln_status_t st = kiln_schedule_kernel(k->b, k->root, 0, &sched, &nest);
-  if (!st) {
-    kiln_strbuf_puts(&src, kiln_c_preamble());
-    st = kiln_render_c(k->b, &nest, "kiln_kernel", &src);
-    /* A flat elementwise kernel can also run as a GEMM epilogue. */
-    if (!st && k->flat && nest.n_sites == 0) st = kiln_render_c_epilogue(k->b, &nest, "kiln_epilogue", &src);
-  }
-  if (!st) st = kiln_strbuf_status(&src);
-  if (!st) *out_src = kiln_strbuf_take(&src);
-  kiln_loop_nest_free(&nest);
-  kiln_strbuf_free(&src);
-  return st;
-}
-
 static kiln_status_t cpu_schedule(void *user, kiln_plan *p, int i) {
   cpu_exec *x = user;
-  return render_kernel(&p->steps[i].fk, &x->steps[i].source);
+  return kiln_fused_kernel_c_source(&p->steps[i].fk, &x->steps[i].source);
 }
 
 static kiln_op_class cpu_claim(void *user, const kiln_graph *g, const kiln_node *node, const char **why) {
@@ -148,7 +127,7 @@ static kiln_status_t fuse_col_bias(cpu_exec *x, kiln_plan *p, int ki) {
   kiln_fused_kernel t = {0};
   char *source = NULL;
   kiln_status_t st = kiln_fusion_build(&gc, &p->fusion, (int)(k->node - g->nodes), true, &t);
-  if (!st) st = render_kernel(&t, &source);
+  if (!st) st = kiln_fused_kernel_c_source(&t, &source);
   free(nodes);
   if (st) {
     kiln_status_free(st);

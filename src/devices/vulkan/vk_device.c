@@ -14,6 +14,7 @@
  *   timeline values of the device's queue.
  */
 #include "runtime/device.h"
+#include "devices/vulkan/vk_public.h"
 
 #if KILN_HAVE_VULKAN
 
@@ -399,3 +400,14 @@ int kiln_vulkan_devices_create(kiln_device **out, int max, const char **why_abse
 }
 
 #endif
+
+/* Vulkan: one device per usable physical device ("vulkan:0", ...; the
+ * first is also "vulkan"); lazy, as loading the loader and its drivers
+ * costs start-up time. */
+const kiln_device_provider kiln_vulkan_provider = {
+    .name = "vulkan",
+    .lazy = true,
+    .enumerate = kiln_vulkan_devices_create,
+    .shutdown = kiln_vulkan_shutdown,
+    .debug_errors = kiln_vulkan_validation_errors,
+};
