@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "ops/window.h"
+#include "passes/passes.h"
 
 /* ---- helpers --------------------------------------------------------------- */
 
@@ -202,22 +203,9 @@ static bool trailing(const bool *mask, int r) {
  * dropped node) would make a compute definition index its operands with
  * the wrong shape; ref runs such a node and reports it. */
 static bool inference_agrees(const kiln_graph *g, const kiln_node *n) {
-  if (!n->op->infer || n->n_inputs > 64 || n->n_outputs > 8) return false;
-  const kiln_type *in_types[64];
-  const kiln_tensor *consts[64];
-  kiln_type outs[8];
-  for (int i = 0; i < n->n_inputs; i++) {
-    const kiln_value_def *v = input_def(g, n, i);
-    in_types[i] = v ? &v->type : NULL;
-    consts[i] = const_input(g, n, i);
-  }
-  memset(outs, 0, sizeof outs);
-  for (int i = 0; i < n->n_outputs; i++) {
-    outs[i].rank = -1;
-    for (int d = 0; d < KILN_MAX_RANK; d++) outs[i].dims[d] = -1;
-  }
-  kiln_infer_ctx ctx = {n, n->opset, n->n_inputs, in_types, consts, n->n_outputs, outs};
-  kiln_status_t st = n->op->infer(&ctx);
+  if (!n->op->infer || n->n_inputs > 64 || n->n_outputs > 64) return false;
+  kiln_type outs[64];
+  kiln_status_t st = kiln_infer_node_outputs(g, n, outs);
   bool ok = st == NULL;
   kiln_status_free(st);
   const kiln_type *inf = &outs[0], *decl = &g->values[n->outputs[0]].type;

@@ -123,6 +123,26 @@ static void evaluate_known(kiln_graph *g, const kiln_node *n) {
   }
 }
 
+kiln_status_t kiln_infer_node_outputs(const kiln_graph *g, const kiln_node *n, kiln_type *out) {
+  if (n->n_inputs > 64 || n->n_outputs > 64)
+    return kiln_error(KILN_UNSUPPORTED, "node with over 64 inputs or outputs");
+  const kiln_type *in_types[64];
+  const kiln_tensor *consts[64];
+  for (int i = 0; i < n->n_inputs; i++) {
+    int id = n->inputs[i];
+    in_types[i] = id >= 0 ? &g->values[id].type : NULL;
+    consts[i] = id >= 0 ? known(&g->values[id]) : NULL;
+  }
+  memset(out, 0, (size_t)n->n_outputs * sizeof *out);
+  for (int i = 0; i < n->n_outputs; i++) {
+    out[i].rank = -1;
+    for (int d = 0; d < KILN_MAX_RANK; d++) out[i].dims[d] = -1;
+  }
+  if (!n->op || !n->op->infer) return NULL;
+  kiln_infer_ctx ctx = {n, n->opset, n->n_inputs, in_types, consts, n->n_outputs, out};
+  return n->op->infer(&ctx);
+}
+
 kiln_status_t kiln_pass_infer_types(kiln_graph *g) {
   for (int i = 0; i < g->n_values; i++) {
     kiln_value_def *v = &g->values[i];
@@ -147,22 +167,9 @@ kiln_status_t kiln_pass_infer_types(kiln_graph *g) {
     }
     if (!n->op || !n->op->infer) continue;
     evaluate_known(g, n);
-    const kiln_type *in_types[64];
-    const kiln_tensor *consts[64];
     kiln_type out_types[64];
     if (n->n_inputs > 64 || n->n_outputs > 64) continue;
-    for (int i = 0; i < n->n_inputs; i++) {
-      int id = n->inputs[i];
-      in_types[i] = id >= 0 ? &g->values[id].type : NULL;
-      consts[i] = id >= 0 ? known(&g->values[id]) : NULL;
-    }
-    memset(out_types, 0, sizeof out_types);
-    for (int i = 0; i < n->n_outputs; i++) {
-      out_types[i].rank = -1;
-      for (int d = 0; d < KILN_MAX_RANK; d++) out_types[i].dims[d] = -1;
-    }
-    kiln_infer_ctx ctx = {n, n->opset, n->n_inputs, in_types, consts, n->n_outputs, out_types};
-    kiln_status_t st = n->op->infer(&ctx);
+    kiln_status_t st = kiln_infer_node_outputs(g, n, out_types);
     for (int i = 0; i < n->n_outputs && !st; i++) {
       int id = n->outputs[i];
       if (id < 0) continue;

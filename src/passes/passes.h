@@ -15,6 +15,10 @@ kiln_status_t kiln_pass_resolve_ops(kiln_graph *g);
  * (value_info) are kept where inference knows less; a definite conflict
  * between declared and inferred types is an error naming the node. */
 kiln_status_t kiln_pass_infer_types(kiln_graph *g);
+/* Runs node n's inference over the types (and constant or known values) of
+ * its inputs in g into out[0..n->n_outputs) (at most 64; each starts
+ * unknown; the caller kiln_type_clear()s them). Nothing in g changes. */
+kiln_status_t kiln_infer_node_outputs(const kiln_graph *g, const kiln_node *n, kiln_type *out);
 
 /* Structural checks: ids in range, every consumed value produced before its
  * use or an input/initializer/outer value, node names present. */
