@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "base/cpu_features.h"
+#include "runtime/plan.h"
 #include "passes/passes.h"
 #include "tensor/npy.h"
 
@@ -651,10 +652,10 @@ int kiln_cmd_bench(int argc, char **argv) {
   t_total = kiln_cli_now() - t_timed;
   /* What the device did in the last timed run (queue submissions and
    * command buffers on GPUs): asynchronous devices batch the whole plan. */
-  if (!st && o.profile && sess->exec && sess->devices[0]->vt->run_stats) {
+  if (!st && o.profile && sess->exec && sess->devices[0]->vt->plan_run_stats) {
     FILE *mf = open_memstream(&run_stats, &run_stats_len);
     if (mf) {
-      sess->devices[0]->vt->run_stats(sess->devices[0], sess->exec, mf);
+      kiln_plan_run_stats(sess->devices[0], sess->exec, mf);
       fclose(mf);
     }
   }

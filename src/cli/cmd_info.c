@@ -3,6 +3,7 @@
 #include "cli/cli.h"
 #include "ir/print.h"
 #include "passes/passes.h"
+#include "runtime/plan.h"
 
 typedef struct op_count {
   const char *op;
@@ -69,7 +70,7 @@ static kiln_status_t describe_on_device(const kiln_model *model, const char *dev
   if (!st) st = kiln_session_specialize(s, bound, &spec);
   if (!st) {
     printf("device %s:\n", device);
-    if (s->exec && s->devices[0]->vt->describe) s->devices[0]->vt->describe(s->devices[0], s->exec, stdout);
+    if (s->exec) kiln_plan_describe_executable(s->devices[0], s->exec, stdout);
     else if (s->fallback_reason[0]) printf("  every node runs on ref: %s\n", s->fallback_reason);
     else printf("  interpreted node by node\n");
   }

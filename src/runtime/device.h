@@ -6,11 +6,11 @@
  *
  * Two levels, most slots optional:
  *
- * 1. Whole graphs (prepare / execute / executable_free / describe): a
- *    compiling device turns a graph into an executable: its
+ * 1. Whole graphs: a compiling device (one with plan hooks) has the
+ *    shared plan (runtime/plan.h) turn a graph into an executable: its
  *    claimed nodes fused and compiled, the rest run on ref inside it, with
- *    the copies between device and host memory it needs. NULL: the session
- *    interprets node by node with run_node.
+ *    the copies between device and host memory it needs. Without plan
+ *    hooks the session interprets node by node with run_node.
  *
  * 2. The asynchronous device runtime (DESIGN.md "The device interface"),
  *    reached through the kiln_device_* functions below, which supply the
@@ -115,27 +115,9 @@ typedef struct kiln_device_vtable {
   kiln_status_t (*synchronize)(kiln_device *dev);
   void (*destroy)(kiln_device *dev);
 
-  /* Whole-graph compilers: compile every node of `g` the device
-   * supports into one executable; the rest runs inside it on ref. `g` must
-   * stay alive and unchanged while the executable exists. NULL slots: the
-   * session interprets node by node with run_node. */
-  kiln_status_t (*prepare)(kiln_device *dev, const kiln_graph *g, const struct kiln_prepare_options *opts,
-                           struct kiln_executable **out_exec);
-  /* inputs[i] binds g->inputs[i] (NULL: its initializer). Outputs owned by
-   * the caller. observe (may be NULL) is called after each step with the
-   * node whose output the step materialized (fused groups: their root). */
-  kiln_status_t (*execute)(kiln_device *dev, struct kiln_executable *exec, kiln_value *const *inputs,
-                           int n_outputs, kiln_value **out_outputs, const struct kiln_step_observer *observe);
-  void (*executable_free)(kiln_device *dev, struct kiln_executable *exec);
-  /* Human-readable summary of an executable for `kiln info --device`:
-   * steps, fused groups, nodes left to ref and why, memory plan. */
-  void (*describe)(kiln_device *dev, const struct kiln_executable *exec, FILE *out);
-  /* What the last execute did on the device (queue submissions, command
-   * buffers, dispatches), for `kiln bench --profile`. May be NULL. */
-  void (*run_stats)(kiln_device *dev, const struct kiln_executable *exec, FILE *out);
-
-  /* Devices compiled through the shared plan (runtime/plan.h) set
-   * prepare/execute/executable_free/describe to kiln_plan_* and supply:
+  /* Compiling devices: the session prepares and runs a graph on them
+   * through the shared plan (runtime/plan.h: kiln_plan_prepare / execute),
+   * which drives them through these hooks and the runtime slots above:
    *   plan_begin     the plan target (claims, schedule and epilogue hooks,
    *                  memory rules) and the device's state for one plan;
    *   plan_compile   compiles every device step once the plan is built and

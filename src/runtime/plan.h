@@ -24,7 +24,8 @@
  *      followed by host steps, each with the uploads its device steps need
  *      first and the readbacks its host steps (or the caller) need after.
  *
- * The plan executor (kiln_plan_execute) drives the device through the
+ * The session prepares and runs compiling devices only through the plan
+ * executor (kiln_plan_prepare / kiln_plan_execute), which drives the device through the
  * vtable's runtime slots: buffers, upload / readback, launch_step,
  * submit, events. A device with a `record` slot records each segment once
  * and the executor submits it once per run.
@@ -157,15 +158,15 @@ typedef struct kiln_plan_bindings {
   void **host;
 } kiln_plan_bindings;
 
-/* The vtable's prepare / execute / executable_free / describe for a device
- * with plan hooks (plan_begin, launch_step, ...): a device sets these. */
+/* A graph on a device with plan hooks (plan_begin, launch_step, ...): what
+ * the session calls. */
 kiln_status_t kiln_plan_prepare(kiln_device *dev, const kiln_graph *g, const kiln_prepare_options *opts,
                                 struct kiln_executable **out);
 kiln_status_t kiln_plan_execute(kiln_device *dev, struct kiln_executable *exec, kiln_value *const *inputs,
                                 int n_outputs, kiln_value **outs, const kiln_step_observer *observe);
 void kiln_plan_executable_free(kiln_device *dev, struct kiln_executable *exec);
 void kiln_plan_describe_executable(kiln_device *dev, const struct kiln_executable *exec, FILE *out);
-/* The vtable's run_stats for such a device (its plan_run_stats). */
+/* What the last run did on the device (its plan_run_stats), for `kiln bench --profile`. */
 void kiln_plan_run_stats(kiln_device *dev, const struct kiln_executable *exec, FILE *out);
 /* The plan inside an executable that kiln_plan_prepare made (borrowed). */
 const kiln_plan *kiln_plan_of(const struct kiln_executable *exec);

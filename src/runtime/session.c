@@ -1,6 +1,8 @@
 /* Public session API (include/kiln.h) over the executor. */
 #include "runtime/session.h"
 
+#include "runtime/plan.h"
+
 #include "base/limits.h"
 #include "passes/passes.h"
 #include "passes/passes_opt.h"
@@ -82,7 +84,7 @@ kiln_status_t kiln_session_create(const kiln_model *model, const kiln_session_op
 }
 
 static void drop_exec(kiln_session *s) {
-  if (s->exec) s->devices[0]->vt->executable_free(s->devices[0], s->exec);
+  if (s->exec) kiln_plan_executable_free(s->devices[0], s->exec);
   s->exec = NULL;
 }
 
@@ -164,7 +166,7 @@ kiln_status_t kiln_session_specialize(kiln_session *s, kiln_value *const *bound,
    * input shapes. The reference device runs the graph as written: it is the
    * oracle the others are checked against. */
   kiln_device *dev = s->devices[0];
-  if (dev->vt->prepare) {
+  if (dev->vt->plan_begin) {
     const char *lvl = getenv("KILN_OPT_LEVEL");
     int level = lvl ? atoi(lvl) : 1;
     st = kiln_optimize_graph(spec, level);
@@ -173,7 +175,7 @@ kiln_status_t kiln_session_specialize(kiln_session *s, kiln_value *const *bound,
       return kiln_status_annotate(st, "optimizing the graph");
     }
     kiln_prepare_options po = {s->threads, s->precision == KILN_PRECISION_FP16};
-    st = dev->vt->prepare(dev, spec, &po, &s->exec);
+    st = kiln_plan_prepare(dev, spec, &po, &s->exec);
     if (st && kiln_status_code_of(st) == KILN_UNSUPPORTED) {
       /* The whole graph runs on the interpreter (ref kernels) instead. */
       snprintf(s->fallback_reason, sizeof s->fallback_reason, "%s", kiln_status_message(st));
@@ -265,7 +267,7 @@ kiln_status_t kiln_session_run_values(kiln_session *s, int n_inputs, const char 
   if (!st) st = kiln_session_specialize(s, bound, &run_graph);
   if (!st && s->exec) {
     kiln_step_observer obs = {s->before_node, s->observer, s->observer_user};
-    st = s->devices[0]->vt->execute(s->devices[0], s->exec, bound, n_outputs, out_outputs,
+    st = kiln_plan_execute(s->devices[0], s->exec, bound, n_outputs, out_outputs,
                                     s->observer || s->before_node ? &obs : NULL);
   } else if (!st) {
     /* Interpreting: nodes run on the first device with run_node (ref). */

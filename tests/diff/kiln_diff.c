@@ -305,8 +305,8 @@ static void test_model(const options *o, const char *path, counts *c) {
     if (msg[0]) break;
   }
   kiln_device *dev = sa->devices[0];
-  bool interpreted = dev->vt->prepare && !sa->exec;
-  int nfb = dev->vt->prepare ? report_fallbacks(o, name, sa) : 0;
+  bool interpreted = dev->vt->plan_begin && !sa->exec;
+  int nfb = dev->vt->plan_begin ? report_fallbacks(o, name, sa) : 0;
   c->fallbacks += nfb;
   if (o->verbose) print_steps(sa);
   if (!ok) {

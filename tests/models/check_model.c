@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
   const char *names[1] = {info.name};
   if ((st = kiln_session_run(sess, 1, names, (const kiln_tensor *const *)&input, 1, &got))) return fail(st);
   kiln_device *dev = sess->devices[0];
-  if (dev->vt->prepare) {
+  if (dev->vt->plan_begin) {
     if (!sess->exec) {
       printf("FAIL: %s interpreted the graph instead of compiling it: %s\n", device, sess->fallback_reason);
       return 1;

@@ -63,6 +63,7 @@
 #include "kiln.h"
 #include "devices/vulkan/vk_public.h"
 #include "runtime/device.h"
+#include "runtime/plan.h"
 #include "runtime/session.h"
 
 #if !KILN_HAVE_VULKAN
@@ -379,14 +380,14 @@ static void part_memory(int runs) {
            runs, subs, cbs, disp);
     if (subs != 1.0) FAILF("%.2f queue submissions per run, expected exactly 1", subs);
     if (cbs > MAX_COMMAND_BUFFERS) FAILF("%.2f command buffers per run, expected at most %d", cbs, MAX_COMMAND_BUFFERS);
-    if (!s->devices[0]->vt->run_stats) {
+    if (!s->devices[0]->vt->plan_run_stats) {
       FAILF("%s has no run_stats slot (kiln bench --profile prints nothing)", g_device);
     } else {
       char *text = NULL;
       size_t len = 0;
       FILE *f = open_memstream(&text, &len);
       if (f) {
-        s->devices[0]->vt->run_stats(s->devices[0], s->exec, f);
+        kiln_plan_run_stats(s->devices[0], s->exec, f);
         fclose(f);
       }
       printf("  run_stats: %s", text ? text : "(none)\n");

@@ -6,10 +6,10 @@
  * conformance models and the big models on it); running fails with a clear
  * error rather than producing garbage.
  *
- * It is also the template for a new device: a provider (enumerate), a
- * vtable whose prepare/execute are the shared plan's, and the plan hooks
- * (plan_begin with the target's claim/schedule/epilogue hooks and memory
- * rules, plan_compile, launch_step, plan_end). */
+ * It is also the template for a new device: a provider (enumerate) and a
+ * vtable with query, supports and the plan hooks (plan_begin with the
+ * target's claim/schedule/epilogue hooks and memory rules, plan_compile,
+ * launch_step, plan_end). */
 #include "codegen/fusion.h"
 #include "runtime/plan.h"
 
@@ -83,10 +83,6 @@ static const kiln_device_vtable null_vtable = {
     .query = null_query,
     .supports = null_supports,
     .run_node = null_run_node,
-    .prepare = kiln_plan_prepare,
-    .execute = kiln_plan_execute,
-    .executable_free = kiln_plan_executable_free,
-    .describe = kiln_plan_describe_executable,
     .plan_begin = null_plan_begin,
     .launch_step = null_launch_step,
     .plan_end = null_plan_end,
