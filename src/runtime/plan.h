@@ -25,10 +25,11 @@
  *      first and the readbacks its host steps (or the caller) need after.
  *
  * The session prepares and runs compiling devices only through the plan
- * executor (kiln_plan_prepare / kiln_plan_execute), which drives the device through the
- * vtable's runtime slots: buffers, upload / readback, launch_step,
- * submit, events. A device with a `record` slot records each segment once
- * and the executor submits it once per run.
+ * executor (kiln_plan_prepare / kiln_plan_execute), which drives the
+ * device through its plan hooks and the vtable's runtime slots: buffers,
+ * upload / readback, launch_step, submit, events. A device with a
+ * `record` slot records each segment once and the executor enqueues the
+ * recording once per run.
  *
  * A plan borrows its graph, which must outlive it unchanged. It is used by
  * one thread at a time (its arena is reused by every run).
