@@ -673,6 +673,134 @@ static te_expr *compute_pool(te_builder *b, const te_tensor *t, te_expr *const *
   return te_binary(b, TE_DIV, acc, count);
 }
 
+/* ---- contractions ---------------------------------------------------------------
+ *
+ * MatMul, Gemm, Conv and FusedAttention as reductions: what a device that
+ * has no kernel template for them renders (the null device; a new dialect's
+ * first version), and what KILN_CPU_CONTRACTIONS=te checks against ref on
+ * the cpu device. The cpu and vulkan devices run their own tiled kernels. */
+
+/* Batch indices of operand t (its last mat_rank axes are the matrix), read
+ * from the output's nb batch indices with numpy broadcasting. */
+static void batch_sub(te_builder *b, const te_tensor *t, int mat_rank, te_expr *const *batch, int nb, te_expr **sub) {
+  int tb = t->rank - mat_rank;
+  for (int d = 0; d < tb; d++) sub[d] = t->dims[d] == 1 ? te_idx(b, 0) : batch[nb - tb + d];
+}
+
+/* p[0]: rank of A's matrix part (1 or 2), p[1]: of B's. */
+static te_expr *compute_matmul(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *A = t->in[0], *B = t->in[1];
+  int ma = (int)t->p[0], mb = (int)t->p[1];
+  int nb = t->rank - (ma == 2) - (mb == 2); /* output batch axes */
+  te_expr *i = ma == 2 ? idx[nb] : NULL, *j = mb == 2 ? idx[t->rank - 1] : NULL;
+  int64_t kdim = A->dims[A->rank - 1];
+  int k = te_new_var(b);
+  te_expr *sa[KILN_MAX_RANK], *sb[KILN_MAX_RANK];
+  batch_sub(b, A, ma, idx, nb, sa);
+  batch_sub(b, B, mb, idx, nb, sb);
+  int ra = A->rank, rb = B->rank;
+  if (ma == 2) sa[ra - 2] = i;
+  sa[ra - 1] = te_var(b, k);
+  if (mb == 2) {
+    sb[rb - 2] = te_var(b, k);
+    sb[rb - 1] = j;
+  } else {
+    sb[rb - 1] = te_var(b, k);
+  }
+  return te_reduce(b, TE_RSUM, k, kdim, te_binary(b, TE_MUL, te_at(b, A, sa), te_at(b, B, sb)));
+}
+
+/* alpha * op(A) op(B) + beta * C; p[0]: transA, p[1]: transB; fp[0]: alpha, fp[1]: beta. */
+static te_expr *compute_gemm(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *A = t->in[0], *B = t->in[1];
+  bool ta = t->p[0] != 0, tb = t->p[1] != 0;
+  int64_t kdim = ta ? A->dims[0] : A->dims[1];
+  int k = te_new_var(b);
+  te_expr *kv = te_var(b, k);
+  te_expr *sa[2] = {ta ? kv : idx[0], ta ? idx[0] : kv}, *sb[2] = {tb ? idx[1] : kv, tb ? kv : idx[1]};
+  te_expr *acc = te_reduce(b, TE_RSUM, k, kdim, te_binary(b, TE_MUL, te_at(b, A, sa), te_at(b, B, sb)));
+  if (t->fp[0] != 1.0) acc = te_binary(b, TE_MUL, acc, f32c(b, t->fp[0]));
+  if (t->n_in > 2 && t->fp[1] != 0.0) {
+    te_expr *c = te_at_broadcast(b, t->in[2], 2, idx);
+    if (t->fp[1] != 1.0) c = te_binary(b, TE_MUL, c, f32c(b, t->fp[1]));
+    acc = te_binary(b, TE_ADD, acc, c);
+  }
+  return acc;
+}
+
+/* X [N, C, spatial...], W [Co, C/group, k...], bias [Co]; p[0..3): kernel,
+ * p[4..): strides, p[8..): dilations, p[12..): pad begin, p[16]: group. */
+static te_expr *compute_conv(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *X = t->in[0], *W = t->in[1];
+  int ns = X->rank - 2;
+  int64_t cig = W->dims[1], co_per_group = t->dims[1] / t->p[16];
+  int vc = te_new_var(b), vk[3];
+  te_expr *ci = te_iadd(b, te_imul(b, te_idiv(b, idx[1], co_per_group), cig), te_var(b, vc));
+  te_expr *sx[KILN_MAX_RANK] = {idx[0], ci}, *sw[KILN_MAX_RANK] = {idx[1], te_var(b, vc)};
+  te_expr *valid = NULL;
+  for (int i = 0; i < ns; i++) {
+    vk[i] = te_new_var(b);
+    te_expr *pos = te_iadd(b, te_imul(b, idx[2 + i], t->p[4 + i]),
+                           te_iadd(b, te_imul(b, te_var(b, vk[i]), t->p[8 + i]), te_idx(b, -t->p[12 + i])));
+    te_expr *ok = te_binary(b, TE_AND, te_binary(b, TE_LE, te_idx(b, 0), pos), te_binary(b, TE_LT, pos, te_idx(b, X->dims[2 + i])));
+    valid = valid ? te_binary(b, TE_AND, valid, ok) : ok;
+    /* clamped: every load is computed, the select keeps the padding's zero */
+    sx[2 + i] = te_binary(b, TE_MIN, te_binary(b, TE_MAX, pos, te_idx(b, 0)), te_idx(b, X->dims[2 + i] - 1));
+    sw[2 + i] = te_var(b, vk[i]);
+  }
+  te_expr *x = te_select(b, valid, te_at(b, X, sx), f32c(b, 0));
+  te_expr *acc = te_binary(b, TE_MUL, x, te_at(b, W, sw));
+  for (int i = ns - 1; i >= 0; i--) acc = te_reduce(b, TE_RSUM, vk[i], t->p[i], acc);
+  acc = te_reduce(b, TE_RSUM, vc, cig, acc);
+  if (t->n_in > 2) acc = te_binary(b, TE_ADD, acc, te_at(b, t->in[2], (te_expr *[]){idx[1]}));
+  return acc;
+}
+
+/* One attention score s[i, j] for the output's batch and row: scale * q.k
+ * (+ mask), with a fresh reduction variable for the dot product. p[0]:
+ * transpose_k; fp[0]: scale. */
+static te_expr *attn_score(te_builder *b, const te_tensor *t, te_expr *const *idx, int nb, te_expr *j) {
+  const te_tensor *Q = t->in[0], *K = t->in[1];
+  int64_t d = Q->dims[Q->rank - 1];
+  int k = te_new_var(b);
+  te_expr *sq[KILN_MAX_RANK], *sk[KILN_MAX_RANK];
+  batch_sub(b, Q, 2, idx, nb, sq);
+  batch_sub(b, K, 2, idx, nb, sk);
+  sq[Q->rank - 2] = idx[nb];
+  sq[Q->rank - 1] = te_var(b, k);
+  sk[K->rank - 2] = t->p[0] ? j : te_var(b, k);
+  sk[K->rank - 1] = t->p[0] ? te_var(b, k) : j;
+  te_expr *sc = te_binary(b, TE_MUL, te_reduce(b, TE_RSUM, k, d, te_binary(b, TE_MUL, te_at(b, Q, sq), te_at(b, K, sk))),
+                          f32c(b, t->fp[0]));
+  if (t->n_in > 3) {
+    const te_tensor *M = t->in[3];
+    te_expr *full[KILN_MAX_RANK];
+    for (int a = 0; a < nb; a++) full[a] = idx[a];
+    full[nb] = idx[nb];
+    full[nb + 1] = j;
+    sc = te_binary(b, TE_ADD, sc, te_at_broadcast(b, M, nb + 2, full));
+  }
+  return sc;
+}
+
+/* kiln.FusedAttention: softmax over the keys of the scores, times V. */
+static te_expr *compute_attention(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *V = t->in[2];
+  int nb = t->rank - 2;
+  int64_t n = V->dims[V->rank - 2];
+  int jm = te_new_var(b), js = te_new_var(b), jv = te_new_var(b);
+  te_expr *mx = te_reduce(b, TE_RMAX, jm, n, attn_score(b, t, idx, nb, te_var(b, jm)));
+  te_expr *den = te_reduce(b, TE_RSUM, js, n,
+                           te_call1(b, "kiln_expf", te_binary(b, TE_SUB, attn_score(b, t, idx, nb, te_var(b, js)), mx)));
+  te_expr *sv[KILN_MAX_RANK];
+  batch_sub(b, V, 2, idx, nb, sv);
+  sv[V->rank - 2] = te_var(b, jv);
+  sv[V->rank - 1] = idx[nb + 1];
+  te_expr *w = te_call1(b, "kiln_expf", te_binary(b, TE_SUB, attn_score(b, t, idx, nb, te_var(b, jv)), mx));
+  te_expr *num = te_reduce(b, TE_RSUM, jv, n, te_binary(b, TE_MUL, w, te_at(b, V, sv)));
+  return te_binary(b, TE_DIV, num, den);
+}
+
 /* LayerNormalization over axes >= p[0]: (x - mean) / sqrt(var + eps) * scale + bias. */
 static te_expr *map_sq_diff(te_builder *b, te_expr *x, te_expr *m) {
   te_expr *d = te_binary(b, TE_SUB, x, m);
@@ -879,6 +1007,51 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     t->p[0] = axis < 0 ? axis + rank : axis;
     t->n_in = n->n_inputs;
     for (int i = 0; i < n->n_inputs; i++) t->in[i] = inputs[i];
+  } else if (id == KILN_OP_MatMul) {
+    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_matmul);
+    if (!t) return te_builder_status(b);
+    t->p[0] = inputs[0]->rank >= 2 ? 2 : 1;
+    t->p[1] = inputs[1]->rank >= 2 ? 2 : 1;
+    t->in[0] = inputs[0];
+    t->in[1] = inputs[1];
+    t->n_in = 2;
+  } else if (id == KILN_OP_Gemm) {
+    if (inputs[0]->rank != 2 || inputs[1]->rank != 2 || rank != 2) return kiln_error(KILN_UNSUPPORTED, "Gemm of rank other than 2");
+    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_gemm);
+    if (!t) return te_builder_status(b);
+    t->p[0] = kiln_attr_int(n, "transA", 0) != 0;
+    t->p[1] = kiln_attr_int(n, "transB", 0) != 0;
+    t->fp[0] = kiln_attr_float(n, "alpha", 1.0f);
+    t->fp[1] = kiln_attr_float(n, "beta", 1.0f);
+    t->n_in = n->n_inputs > 2 && n->inputs[2] >= 0 ? 3 : 2;
+    for (int i = 0; i < t->n_in; i++) t->in[i] = inputs[i];
+  } else if (id == KILN_OP_Conv) {
+    const te_tensor *x = inputs[0], *w = inputs[1];
+    int ns = x->rank - 2;
+    if (ns < 1 || ns > 3) return kiln_error(KILN_UNSUPPORTED, "Conv with %d spatial dims", ns);
+    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_conv);
+    if (!t) return te_builder_status(b);
+    kiln_window win;
+    KILN_TRY(kiln_window_init(n, ns, x->dims + 2, w->dims + 2, true, false, &win));
+    int64_t group = kiln_attr_int(n, "group", 1);
+    if (group < 1 || dims[1] % group || w->dims[1] * group != x->dims[1])
+      return kiln_error(KILN_UNSUPPORTED, "Conv group %lld does not divide the channels", (long long)group);
+    for (int i = 0; i < ns; i++) {
+      t->p[i] = win.kernel[i];
+      t->p[4 + i] = win.stride[i];
+      t->p[8 + i] = win.dilation[i];
+      t->p[12 + i] = win.pad_begin[i];
+    }
+    t->p[16] = group;
+    t->n_in = n->n_inputs > 2 && n->inputs[2] >= 0 ? 3 : 2;
+    for (int i = 0; i < t->n_in; i++) t->in[i] = inputs[i];
+  } else if (id == KILN_OP_kiln_FusedAttention) {
+    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_attention);
+    if (!t) return te_builder_status(b);
+    t->p[0] = kiln_attr_int(n, "transpose_k", 1) != 0;
+    t->fp[0] = kiln_attr_float(n, "scale", 1.0f);
+    t->n_in = n->n_inputs > 3 && n->inputs[3] >= 0 ? 4 : 3;
+    for (int i = 0; i < t->n_in; i++) t->in[i] = inputs[i];
   } else {
     return kiln_error(KILN_UNSUPPORTED, "no compute definition for %s", op);
   }

@@ -73,7 +73,7 @@ static kiln_status_t build_steps(kiln_plan *p, const kiln_op_class *cls) {
       for (int k = 0; k < node->n_outputs; k++)
         if (node->outputs[k] >= 0) p->kinds[node->outputs[k]] = KILN_VALUE_HOST;
       p->n_host++;
-    } else if (cls[n] == KILN_OPCLASS_CONTRACTION) {
+    } else if (cls[n] == KILN_OPCLASS_CONTRACTION && !p->target.contractions_as_kernels) {
       s->kind = KILN_STEP_CONTRACTION;
       snprintf(s->name, sizeof s->name, "%s", node->op_type);
       KILN_TRY(contraction_args(node, s));

@@ -98,6 +98,9 @@ typedef struct kiln_plan_target {
   int64_t alignment;      /* arena offsets (>= 1) */
   bool f32_as_half;       /* f32 values live on the device as IEEE half */
   int64_t size_rounding;  /* value sizes round up to this (>= 1) */
+  bool contractions_as_kernels; /* contractions become KERNEL steps of their compute definitions
+                                   (codegen/lower.c) instead of CONTRACTION steps: a device with
+                                   no kernel templates of its own */
   /* The class of node on this device (NONE: ref runs it), *why (static) saying why not. */
   kiln_op_class (*claim)(void *user, const kiln_graph *g, const kiln_node *node, const char **why);
   /* Schedules a KERNEL step right after it is lowered (may be NULL). */

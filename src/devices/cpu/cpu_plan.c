@@ -200,11 +200,16 @@ kiln_status_t kiln_cpu_plan_begin(kiln_device *dev, const kiln_graph *g, const k
     return st;
   }
   x->rt = (kiln_rt){KILN_RT_ABI_VERSION, x->pool, threads, rt_parallel_for, rt_sgemm};
+  /* KILN_CPU_CONTRACTIONS=te: contractions as generated kernels of their
+   * compute definitions instead of SGEMM/conv (slow; checks those
+   * definitions against ref). */
+  const char *cc = getenv("KILN_CPU_CONTRACTIONS");
   *out_target = (kiln_plan_target){
       .dev = dev,
       .host_memory = true,
       .alignment = 64,
       .size_rounding = 1,
+      .contractions_as_kernels = cc && !strcmp(cc, "te"),
       .claim = cpu_claim,
       .schedule = cpu_schedule,
       .fuse_epilogues = cpu_fuse_epilogues,

@@ -1,7 +1,7 @@
 /* The null device: runs the whole compiler and executes nothing. It claims
  * what the compute definitions lower (codegen/lower.c), and the shared plan
- * fuses, lowers and plans memory; every fused kernel is scheduled and
- * rendered in the C dialect; contractions are counted. Preparing a session
+ * fuses, lowers and plans memory; every kernel, contractions included
+ * (their compute definitions), is scheduled and rendered in the C dialect. Preparing a session
  * on it is a compiler test without a backend (the suite compiles the
  * conformance models and the big models on it); running fails with a clear
  * error rather than producing garbage.
@@ -55,6 +55,7 @@ static kiln_status_t null_plan_begin(kiln_device *dev, const kiln_graph *g, cons
       .host_memory = true,
       .alignment = 64,
       .size_rounding = 1,
+      .contractions_as_kernels = true, /* every kernel rendered, contractions included */
       .claim = null_claim,
       .schedule = null_schedule,
       .user = x,
