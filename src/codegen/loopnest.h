@@ -66,6 +66,14 @@ kiln_status_t kiln_render_c_epilogue(const te_builder *b, const kiln_loop_nest *
 /* kiln_rt.h and the math helpers every generated source starts with. */
 const char *kiln_c_preamble(void);
 
+/* CUDA C: the C dialect with one thread per element of the flattened
+ * parallel dims (`extern "C" __global__ void NAME(T *b0, const T *b1, ...)`,
+ * launched with at least that many threads; serial loops and reductions
+ * inside each thread). A source starts with kiln_cuda_preamble() once (the
+ * types and math helpers, no system headers: what NVRTC compiles). */
+kiln_status_t kiln_render_cuda(const te_builder *b, const kiln_loop_nest *nest, const char *name, kiln_strbuf *src);
+const char *kiln_cuda_preamble(void);
+
 /* ---- GLSL (Vulkan compute shaders) -------------------------------------------
  *
  * Usage (the vulkan device):

@@ -15,13 +15,16 @@
 #include "codegen/render_internal.h"
 #include "kiln_rt_text.h" /* generated from kiln_rt.h at configure time */
 
+/* Shared by the C and CUDA dialects: under NVRTC (__CUDACC_RTC__) there
+ * are no system headers (the CUDA prelude defines what they would) and the
+ * helpers are device functions (KILN_HELPER). */
 static const char math_helpers[] =
-    "#include <math.h>\n"
-    "#include <string.h>\n"
+    "#ifndef __CUDACC_RTC__\n#include <math.h>\n#include <string.h>\n#endif\n"
+    "#ifndef KILN_HELPER\n#define KILN_HELPER static inline\n#endif\n"
     "#ifndef KILN_EXPORT\n#define KILN_EXPORT __attribute__((visibility(\"default\")))\n#endif\n"
     "/* exp with Cody-Waite range reduction and a degree-6 polynomial (Cephes):\n"
     " * about 1 ulp, branch-free so loops over it vectorize. */\n"
-    "static inline float kiln_expf(float x) {\n"
+    "KILN_HELPER float kiln_expf(float x) {\n"
     "  x = fminf(fmaxf(x, -87.3365f), 88.7228f);\n"
     "  float fi = floorf(x * 1.44269504088896341f + 0.5f);\n"
     "  float r = x - fi * 0.693359375f;\n"
@@ -39,8 +42,8 @@ static const char math_helpers[] =
     "  memcpy(&s, &bits, 4);\n"
     "  return p * s;\n"
     "}\n"
-    "static inline float kiln_sigmoidf(float x) { return 1.0f / (1.0f + kiln_expf(-x)); }\n"
-    "static inline float kiln_tanhf(float x) {\n"
+    "KILN_HELPER float kiln_sigmoidf(float x) { return 1.0f / (1.0f + kiln_expf(-x)); }\n"
+    "KILN_HELPER float kiln_tanhf(float x) {\n"
     "  /* tanh(x) = sign(x) (1 - 2 / (exp(2|x|) + 1)); small |x| uses x - x^3/3 + 2x^5/15. */\n"
     "  float a = fabsf(x);\n"
     "  float big = 1.0f - 2.0f / (kiln_expf(2.0f * a) + 1.0f);\n"
@@ -49,7 +52,7 @@ static const char math_helpers[] =
     "  return copysignf(a < 0.125f ? small : big, x);\n"
     "}\n"
     "/* erf: Abramowitz & Stegun 7.1.26 refined (max abs error ~1.2e-7). */\n"
-    "static inline float kiln_erff(float x) {\n"
+    "KILN_HELPER float kiln_erff(float x) {\n"
     "  float a = fabsf(x);\n"
     "  float t = 1.0f / (1.0f + 0.3275911f * a);\n"
     "  float y = 1.0f - (((((1.061405429f * t - 1.453152027f) * t) + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f) * t * kiln_expf(-a * a);\n"
@@ -58,9 +61,9 @@ static const char math_helpers[] =
     "  float small = a * (1.1283791671f + x2 * (-0.3761263890f + x2 * (0.1128379167f + x2 * -0.0268661706f)));\n"
     "  return copysignf(a < 0.25f ? small : y, x);\n"
     "}\n"
-    "static inline float kiln_softplusf(float x) { return fmaxf(x, 0.0f) + log1pf(kiln_expf(-fabsf(x))); }\n"
-    "static inline float kiln_geluf(float x) { return 0.5f * x * (1.0f + kiln_erff(x * 0.70710678118654752f)); }\n"
-    "static inline float kiln_gelu_tanhf(float x) {\n"
+    "KILN_HELPER float kiln_softplusf(float x) { return fmaxf(x, 0.0f) + log1pf(kiln_expf(-fabsf(x))); }\n"
+    "KILN_HELPER float kiln_geluf(float x) { return 0.5f * x * (1.0f + kiln_erff(x * 0.70710678118654752f)); }\n"
+    "KILN_HELPER float kiln_gelu_tanhf(float x) {\n"
     "  return 0.5f * x * (1.0f + kiln_tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));\n"
     "}\n";
 
@@ -206,6 +209,46 @@ kiln_status_t kiln_render_c_epilogue(const te_builder *b, const kiln_loop_nest *
   return kiln_strbuf_status(src);
 }
 
+/* The element of a C-family kernel at flat parallel index `f` (a local in
+ * scope): the parallel dims unflattened from f, the reductions each level
+ * needs, the serial loops, the element and its store, in a scope of its
+ * own. */
+void render_c_element(render_ctx *r, const kiln_loop_nest *nest) {
+  kiln_strbuf *src = r->s;
+  int pd = nest->parallel_dims;
+  render_open_scope(r);
+  /* Unflatten the parallel loop's index into its dims. */
+  for (int i = pd - 1; i >= 0; i--) {
+    int64_t inner = 1;
+    for (int k = i + 1; k < pd; k++) inner *= nest->extents[k];
+    render_indent(r);
+    if (i == 0) kiln_strbuf_printf(src, "const int64_t v%d = f / INT64_C(%lld);\n", nest->vars[i], (long long)inner);
+    else
+      kiln_strbuf_printf(src, "const int64_t v%d = (f / INT64_C(%lld)) %% INT64_C(%lld);\n", nest->vars[i],
+                         (long long)inner, (long long)nest->extents[i]);
+  }
+  for (int l = 0; l < pd; l++) render_emit_sites(r, nest, l, NULL);
+  for (int l = pd; l < nest->rank; l++) {
+    if (l == nest->rank - 1 && nest->unroll_inner) render_indent(r), kiln_strbuf_puts(src, "#pragma GCC unroll 4\n");
+    render_loop_open(r, nest->vars[l], nest->extents[l]);
+    render_emit_sites(r, nest, l, NULL);
+  }
+  /* The element. */
+  render_ensure(r, nest->value);
+  char val[96];
+  render_name_of(r, nest->value, val, sizeof val);
+  render_indent(r);
+  kiln_strbuf_printf(src, "b%d[", nest->out_buf);
+  /* Row-major linear index of the output. */
+  for (int l = 0; l < nest->rank; l++) kiln_strbuf_puts(src, "(");
+  kiln_strbuf_puts(src, "INT64_C(0)");
+  for (int l = 0; l < nest->rank; l++)
+    kiln_strbuf_printf(src, " * INT64_C(%lld) + v%d)", (long long)nest->extents[l], nest->vars[l]);
+  kiln_strbuf_printf(src, "] = %s;\n", val);
+  for (int l = nest->rank - 1; l >= pd; l--) render_loop_close(r);
+  render_close_scope(r);
+}
+
 kiln_status_t kiln_render_c(const te_builder *b, const kiln_loop_nest *nest, const char *name, kiln_strbuf *src) {
   render_ctx r;
   KILN_TRY(render_init(&r, &c_dialect, b, src));
@@ -223,37 +266,7 @@ kiln_status_t kiln_render_c(const te_builder *b, const kiln_loop_nest *nest, con
   r.indent = 1;
   render_emit_sites(&r, nest, -1, NULL);
   kiln_strbuf_puts(src, "  for (int64_t f = begin; f < end; f++) {\n");
-  render_open_scope(&r);
-  /* Unflatten the parallel loop's index into its dims. */
-  for (int i = pd - 1; i >= 0; i--) {
-    int64_t inner = 1;
-    for (int k = i + 1; k < pd; k++) inner *= nest->extents[k];
-    render_indent(&r);
-    if (i == 0) kiln_strbuf_printf(src, "const int64_t v%d = f / INT64_C(%lld);\n", nest->vars[i], (long long)inner);
-    else
-      kiln_strbuf_printf(src, "const int64_t v%d = (f / INT64_C(%lld)) %% INT64_C(%lld);\n", nest->vars[i],
-                         (long long)inner, (long long)nest->extents[i]);
-  }
-  for (int l = 0; l < pd; l++) render_emit_sites(&r, nest, l, NULL);
-  for (int l = pd; l < nest->rank; l++) {
-    if (l == nest->rank - 1 && nest->unroll_inner) render_indent(&r), kiln_strbuf_puts(src, "#pragma GCC unroll 4\n");
-    render_loop_open(&r, nest->vars[l], nest->extents[l]);
-    render_emit_sites(&r, nest, l, NULL);
-  }
-  /* The element. */
-  render_ensure(&r, nest->value);
-  char val[96];
-  render_name_of(&r, nest->value, val, sizeof val);
-  render_indent(&r);
-  kiln_strbuf_printf(src, "b%d[", nest->out_buf);
-  /* Row-major linear index of the output. */
-  for (int l = 0; l < nest->rank; l++) kiln_strbuf_puts(src, "(");
-  kiln_strbuf_puts(src, "INT64_C(0)");
-  for (int l = 0; l < nest->rank; l++)
-    kiln_strbuf_printf(src, " * INT64_C(%lld) + v%d)", (long long)nest->extents[l], nest->vars[l]);
-  kiln_strbuf_printf(src, "] = %s;\n", val);
-  for (int l = nest->rank - 1; l >= pd; l--) render_loop_close(&r);
-  render_close_scope(&r);
+  render_c_element(&r, nest);
   kiln_strbuf_puts(src, "  }\n}\n");
   kiln_strbuf_printf(src,
                      "KILN_EXPORT void %s(const kiln_rt *rt, void *const *buffers) {\n"
@@ -281,4 +294,53 @@ kiln_status_t kiln_fused_kernel_c_source(const kiln_fused_kernel *k, char **out_
   kiln_loop_nest_free(&nest);
   kiln_strbuf_free(&src);
   return st;
+}
+
+/* ---- CUDA C: the same dialect, one thread per element ------------------------ */
+
+/* What <stdint.h> and <math.h> would give; NVRTC compiles without system
+ * headers. */
+static const char cuda_prelude[] =
+    "typedef long long int64_t;\ntypedef int int32_t;\ntypedef short int16_t;\ntypedef signed char int8_t;\n"
+    "typedef unsigned long long uint64_t;\ntypedef unsigned int uint32_t;\ntypedef unsigned short uint16_t;\n"
+    "typedef unsigned char uint8_t;\n#define INT64_C(x) x##LL\n"
+    "#define INFINITY __int_as_float(0x7f800000)\n#define NAN __int_as_float(0x7fffffff)\n"
+    "#define KILN_HELPER static __device__ inline\n";
+
+const char *kiln_cuda_preamble(void) {
+  static char *text;
+  static int once;
+  if (!once) {
+    once = 1;
+    text = kiln_strfmt("/* generated by kiln (CUDA C) */\n%s\n%s\n", cuda_prelude, math_helpers);
+  }
+  return text ? text : "";
+}
+
+kiln_status_t kiln_render_cuda(const te_builder *b, const kiln_loop_nest *nest, const char *name, kiln_strbuf *src) {
+  render_ctx r;
+  KILN_TRY(render_init(&r, &c_dialect, b, src));
+  int pd = nest->parallel_dims;
+  int64_t total = 1;
+  for (int i = 0; i < pd; i++) total *= nest->extents[i];
+  kiln_strbuf_printf(src, "extern \"C\" __global__ void %s(", name);
+  for (int i = 0; i < te_buffer_count(b); i++) {
+    const te_buffer *buf = te_get_buffer(b, i);
+    const char *ty = ctype(buf->dtype);
+    if (!ty) {
+      render_free(&r);
+      return kiln_error(KILN_UNSUPPORTED, "CUDA renderer: buffer of dtype %s", kiln_dtype_name(buf->dtype));
+    }
+    kiln_strbuf_printf(src, "%s%s%s *b%d", i ? ", " : "", i == nest->out_buf ? "" : "const ", ty, i);
+  }
+  kiln_strbuf_printf(src, ") {\n  const int64_t f = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;\n"
+                          "  if (f >= INT64_C(%lld)) return;\n", (long long)total);
+  r.indent = 1;
+  render_emit_sites(&r, nest, -1, NULL);
+  render_c_element(&r, nest);
+  kiln_strbuf_puts(src, "}\n\n");
+  bool bad = r.bad;
+  render_free(&r);
+  if (bad) return kiln_error(KILN_UNSUPPORTED, "CUDA renderer: expression it cannot express in kernel %s", name);
+  return kiln_strbuf_status(src);
 }

@@ -84,6 +84,9 @@ void render_loop_close(render_ctx *r);
 /* Emits the reductions placed at output level `level` (owner NULL) or inside
  * reduction `owner`, in dependency order. */
 void render_emit_sites(render_ctx *r, const kiln_loop_nest *nest, int level, const te_expr *owner);
+/* The element of a C-family kernel at flat parallel index `f` (render_c.c):
+ * shared by the C and CUDA renderers. */
+void render_c_element(render_ctx *r, const kiln_loop_nest *nest);
 /* Emits one reduction: accumulator, loop, nested sites, combine. */
 void render_emit_reduce(render_ctx *r, const kiln_loop_nest *nest, const te_expr *red);
 
