@@ -615,22 +615,39 @@ static te_expr *compute_global_pool(te_builder *b, const te_tensor *t, te_expr *
 /* Windowed pools. p: [0..s) kernel, [4..) strides, [8..) dilations, [12..)
  * pad begin (s = spatial dims); ip: 1 max, 0 average; fp[0]: count_include_pad.
  * Padding is never read: the index is clamped and the element masked. */
+/* Input position of window element k (a variable) along spatial axis i for
+ * output position idx[2 + i]: o * stride - pad_begin + k * dilation, with
+ * t->p[4..) strides, p[8..) dilations, p[12..) pad begin (pools and Conv). */
+static te_expr *window_pos(te_builder *b, const te_tensor *t, te_expr *const *idx, int i, int k) {
+  return te_iadd(b, te_imul(b, idx[2 + i], t->p[4 + i]),
+                 te_iadd(b, te_imul(b, te_var(b, k), t->p[8 + i]), te_idx(b, -t->p[12 + i])));
+}
+
+/* The window of output position idx over input `in` (spatial axes 2..):
+ * fresh variables vars[i] for the window elements, sub[2 + i] their input
+ * positions clamped into the input (every load is computed), and the
+ * condition that all of them are inside it (else: padding). */
+static te_expr *window_sub(te_builder *b, const te_tensor *t, const te_tensor *in, te_expr *const *idx, int *vars,
+                           te_expr **sub) {
+  te_expr *valid = NULL;
+  for (int i = 0; i < in->rank - 2; i++) {
+    vars[i] = te_new_var(b);
+    te_expr *pos = window_pos(b, t, idx, i, vars[i]);
+    te_expr *ok = te_binary(b, TE_AND, te_binary(b, TE_LE, te_idx(b, 0), pos), te_binary(b, TE_LT, pos, te_idx(b, in->dims[2 + i])));
+    valid = valid ? te_binary(b, TE_AND, valid, ok) : ok;
+    sub[2 + i] = te_binary(b, TE_MIN, te_binary(b, TE_MAX, pos, te_idx(b, 0)), te_idx(b, in->dims[2 + i] - 1));
+  }
+  return valid;
+}
+
 static te_expr *compute_pool(te_builder *b, const te_tensor *t, te_expr *const *idx) {
   const te_tensor *in = t->in[0];
   int ns = in->rank - 2;
   te_expr *sub[KILN_MAX_RANK];
   sub[0] = idx[0];
   sub[1] = idx[1];
-  te_expr *valid = NULL;
   int vars[3];
-  for (int i = 0; i < ns; i++) {
-    vars[i] = te_new_var(b);
-    te_expr *pos = te_iadd(b, te_imul(b, idx[2 + i], t->p[4 + i]),
-                           te_iadd(b, te_imul(b, te_var(b, vars[i]), t->p[8 + i]), te_idx(b, -t->p[12 + i])));
-    te_expr *ok = te_binary(b, TE_AND, te_binary(b, TE_LE, te_idx(b, 0), pos), te_binary(b, TE_LT, pos, te_idx(b, in->dims[2 + i])));
-    valid = valid ? te_binary(b, TE_AND, valid, ok) : ok;
-    sub[2 + i] = te_binary(b, TE_MIN, te_binary(b, TE_MAX, pos, te_idx(b, 0)), te_idx(b, in->dims[2 + i] - 1));
-  }
+  te_expr *valid = window_sub(b, t, in, idx, vars, sub);
   te_expr *x = te_at(b, in, sub);
   te_expr *val = te_select(b, valid, x, t->ip ? f32c(b, -INFINITY) : f32c(b, 0));
   te_expr *acc = val;
@@ -646,8 +663,7 @@ static te_expr *compute_pool(te_builder *b, const te_tensor *t, te_expr *const *
     te_expr *cnt = NULL;
     for (int i = 0; i < ns; i++) {
       int v = te_new_var(b);
-      te_expr *pos = te_iadd(b, te_imul(b, idx[2 + i], t->p[4 + i]),
-                             te_iadd(b, te_imul(b, te_var(b, v), t->p[8 + i]), te_idx(b, -t->p[12 + i])));
+      te_expr *pos = window_pos(b, t, idx, i, v);
       te_expr *ok = te_binary(b, TE_LT, pos, te_idx(b, in->dims[2 + i] + t->p[16 + i]));
       te_expr *r = te_reduce(b, TE_RSUM, v, t->p[i], te_select(b, ok, f32c(b, 1), f32c(b, 0)));
       cnt = cnt ? te_binary(b, TE_MUL, cnt, r) : r;
@@ -660,8 +676,7 @@ static te_expr *compute_pool(te_builder *b, const te_tensor *t, te_expr *const *
     int cvars[3];
     for (int i = 0; i < ns; i++) {
       cvars[i] = te_new_var(b);
-      te_expr *pos = te_iadd(b, te_imul(b, idx[2 + i], t->p[4 + i]),
-                             te_iadd(b, te_imul(b, te_var(b, cvars[i]), t->p[8 + i]), te_idx(b, -t->p[12 + i])));
+      te_expr *pos = window_pos(b, t, idx, i, cvars[i]);
       te_expr *ok = te_binary(b, TE_AND, te_binary(b, TE_LE, te_idx(b, 0), pos),
                               te_binary(b, TE_LT, pos, te_idx(b, in->dims[2 + i])));
       cvalid = cvalid ? te_binary(b, TE_AND, cvalid, ok) : ok;
@@ -737,17 +752,8 @@ static te_expr *compute_conv(te_builder *b, const te_tensor *t, te_expr *const *
   int vc = te_new_var(b), vk[3];
   te_expr *ci = te_iadd(b, te_imul(b, te_idiv(b, idx[1], co_per_group), cig), te_var(b, vc));
   te_expr *sx[KILN_MAX_RANK] = {idx[0], ci}, *sw[KILN_MAX_RANK] = {idx[1], te_var(b, vc)};
-  te_expr *valid = NULL;
-  for (int i = 0; i < ns; i++) {
-    vk[i] = te_new_var(b);
-    te_expr *pos = te_iadd(b, te_imul(b, idx[2 + i], t->p[4 + i]),
-                           te_iadd(b, te_imul(b, te_var(b, vk[i]), t->p[8 + i]), te_idx(b, -t->p[12 + i])));
-    te_expr *ok = te_binary(b, TE_AND, te_binary(b, TE_LE, te_idx(b, 0), pos), te_binary(b, TE_LT, pos, te_idx(b, X->dims[2 + i])));
-    valid = valid ? te_binary(b, TE_AND, valid, ok) : ok;
-    /* clamped: every load is computed, the select keeps the padding's zero */
-    sx[2 + i] = te_binary(b, TE_MIN, te_binary(b, TE_MAX, pos, te_idx(b, 0)), te_idx(b, X->dims[2 + i] - 1));
-    sw[2 + i] = te_var(b, vk[i]);
-  }
+  te_expr *valid = window_sub(b, t, X, idx, vk, sx); /* the select below keeps the padding's zero */
+  for (int i = 0; i < ns; i++) sw[2 + i] = te_var(b, vk[i]);
   te_expr *x = te_select(b, valid, te_at(b, X, sx), f32c(b, 0));
   te_expr *acc = te_binary(b, TE_MUL, x, te_at(b, W, sw));
   for (int i = ns - 1; i >= 0; i--) acc = te_reduce(b, TE_RSUM, vk[i], t->p[i], acc);

@@ -249,13 +249,17 @@ void render_c_element(render_ctx *r, const kiln_loop_nest *nest) {
   render_close_scope(r);
 }
 
+/* Elements of the flattened parallel dims: the parallel loop's trip count. */
+static int64_t parallel_total(const kiln_loop_nest *nest) {
+  int64_t total = 1;
+  for (int i = 0; i < nest->parallel_dims; i++) total *= nest->extents[i];
+  return total;
+}
+
 kiln_status_t kiln_render_c(const te_builder *b, const kiln_loop_nest *nest, const char *name, kiln_strbuf *src) {
   render_ctx r;
   KILN_TRY(render_init(&r, &c_dialect, b, src));
-
-  int pd = nest->parallel_dims;
-  int64_t total = 1;
-  for (int i = 0; i < pd; i++) total *= nest->extents[i];
+  int64_t total = parallel_total(nest);
   kiln_strbuf_printf(src, "static void %s_body(void *ctx, int64_t begin, int64_t end, int thread) {\n", name);
   kiln_strbuf_puts(src, "  void *const *buffers = (void *const *)ctx;\n  (void)thread;\n");
   kiln_status_t bst = declare_buffers(b, nest, src);
@@ -320,9 +324,7 @@ const char *kiln_cuda_preamble(void) {
 kiln_status_t kiln_render_cuda(const te_builder *b, const kiln_loop_nest *nest, const char *name, kiln_strbuf *src) {
   render_ctx r;
   KILN_TRY(render_init(&r, &c_dialect, b, src));
-  int pd = nest->parallel_dims;
-  int64_t total = 1;
-  for (int i = 0; i < pd; i++) total *= nest->extents[i];
+  int64_t total = parallel_total(nest);
   kiln_strbuf_printf(src, "extern \"C\" __global__ void %s(", name);
   for (int i = 0; i < te_buffer_count(b); i++) {
     const te_buffer *buf = te_get_buffer(b, i);

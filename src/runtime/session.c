@@ -311,3 +311,22 @@ kiln_status_t kiln_session_run(kiln_session *s, int n_inputs, const char *const 
   free(outs);
   return st;
 }
+
+kiln_status_t kiln_session_specialize_declared(kiln_session *s, const kiln_graph **out_spec) {
+  const kiln_graph *g = s->model->ir->graph;
+  kiln_value **bound = calloc((size_t)g->n_inputs + 1, sizeof *bound);
+  kiln_status_t st = bound ? NULL : KILN_OOM();
+  for (int k = 0; k < g->n_inputs && !st; k++) {
+    const kiln_value_def *v = &g->values[g->inputs[k]];
+    if (v->constant || v->type.kind != KILN_TYPE_TENSOR || v->type.rank < 0) continue;
+    int64_t dims[KILN_MAX_RANK];
+    for (int d = 0; d < v->type.rank; d++) dims[d] = v->type.dims[d] >= 0 ? v->type.dims[d] : 1;
+    kiln_tensor *t;
+    st = kiln_tensor_new(v->type.dtype ? v->type.dtype : KILN_DTYPE_F32, v->type.rank, dims, &t);
+    if (!st) st = kiln_value_from_tensor(t, &bound[k]);
+  }
+  if (!st) st = kiln_session_specialize(s, bound, out_spec);
+  for (int k = 0; bound && k < g->n_inputs; k++) kiln_value_free(bound[k]);
+  free(bound);
+  return st;
+}

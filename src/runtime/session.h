@@ -27,8 +27,8 @@ struct kiln_session {
    * Rebuilt when the input shapes change. Owned. */
   kiln_graph *specialized;
   int64_t *spec_signature; /* per graph input: kind, dtype, rank, dims[KILN_MAX_RANK]; owned */
-  /* The primary device's compiled form of `specialized` (devices with a
-   * prepare slot), or NULL when the session interprets node by node. */
+  /* The primary device's compiled form of `specialized` (devices with plan
+   * hooks), or NULL when the session interprets node by node. */
   struct kiln_executable *exec;
   char fallback_reason[256]; /* why a compiling device interprets instead, or "" */
   int threads;
@@ -38,6 +38,10 @@ struct kiln_session {
 /* The specialized graph for these bound inputs (one per graph input, NULL
  * where the initializer default applies). Borrowed from the session. */
 kiln_status_t kiln_session_specialize(kiln_session *s, kiln_value *const *bound, const kiln_graph **out);
+/* Specializes (and on a compiling device, compiles) for the graph's
+ * declared input types, symbolic dims taken as 1, with zero-filled inputs:
+ * what `kiln info --device` describes and compile-only tests check. */
+kiln_status_t kiln_session_specialize_declared(kiln_session *s, const kiln_graph **out_spec);
 
 /* Wraps an imported model: resolves ops and infers types. Takes `ir`. */
 kiln_status_t kiln_model_from_ir(kiln_model_ir *ir, kiln_model **out);

@@ -29,23 +29,9 @@ static kiln_status_t plan_of(const kiln_model *model, kiln_session **out_s, cons
   so.device = "null";
   kiln_session *s;
   KILN_TRY(kiln_session_create(model, &so, &s));
-  const kiln_graph *g = model->ir->graph;
-  kiln_value **bound = calloc((size_t)g->n_inputs + 1, sizeof *bound);
-  kiln_status_t st = bound ? NULL : KILN_OOM();
-  for (int k = 0; k < g->n_inputs && !st; k++) {
-    const kiln_value_def *v = &g->values[g->inputs[k]];
-    if (v->constant || v->type.kind != KILN_TYPE_TENSOR || v->type.rank < 0) continue;
-    int64_t dims[KILN_MAX_RANK];
-    for (int d = 0; d < v->type.rank; d++) dims[d] = v->type.dims[d] >= 0 ? v->type.dims[d] : 1;
-    kiln_tensor *t;
-    st = kiln_tensor_new(v->type.dtype ? v->type.dtype : KILN_DTYPE_F32, v->type.rank, dims, &t);
-    if (!st) st = kiln_value_from_tensor(t, &bound[k]);
-  }
   const kiln_graph *spec = NULL;
-  if (!st) st = kiln_session_specialize(s, bound, &spec);
+  kiln_status_t st = kiln_session_specialize_declared(s, &spec);
   if (!st && !s->exec) st = kiln_error(KILN_INTERNAL, "the null device did not compile it: %s", s->fallback_reason);
-  for (int k = 0; bound && k < g->n_inputs; k++) kiln_value_free(bound[k]);
-  free(bound);
   if (st) {
     kiln_session_destroy(s);
     return st;
