@@ -158,15 +158,19 @@ static bool is_injective_view(kiln_op_id id) {
 static bool reduce_axes(const kiln_graph *g, const kiln_node *n, int r, bool *mask) {
   int64_t axes[KILN_MAX_RANK];
   int na = 0;
+  /* As the reference kernel reads them: ReduceSum takes axes as an input
+   * from opset 13, the others from 18; before, the attribute (an extra
+   * input is ignored), and noop_with_empty_axes does not exist. */
+  bool from_input = kiln_node_is(n, KILN_OP_ReduceSum) ? n->opset >= 13 : n->opset >= 18;
   const kiln_attr *a = kiln_node_attr(n, "axes");
-  if (a && a->type == KILN_ATTR_INTS) {
+  if (!from_input && a && a->type == KILN_ATTR_INTS) {
     if (a->n > KILN_MAX_RANK) return false;
     for (int i = 0; i < a->n; i++) axes[i] = a->ints[i];
     na = a->n;
-  } else if (n->n_inputs > 1 && n->inputs[1] >= 0) {
+  } else if (from_input && n->n_inputs > 1 && n->inputs[1] >= 0) {
     if (!const_ints(const_input(g, n, 1), axes, KILN_MAX_RANK, &na)) return false;
   }
-  bool noop = kiln_attr_int(n, "noop_with_empty_axes", 0) != 0;
+  bool noop = from_input && kiln_attr_int(n, "noop_with_empty_axes", 0) != 0;
   for (int i = 0; i < r; i++) mask[i] = na == 0 && !noop;
   for (int i = 0; i < na; i++) {
     int64_t ax = axes[i] < 0 ? axes[i] + r : axes[i];
@@ -246,6 +250,15 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
     bool ok = is_softmax(id) ? softmax_axes(n, in0->type.rank, mask) : reduce_axes(g, n, in0->type.rank, mask);
     if (!ok) return "axes that are not constants";
     if (is_softmax(id) && !trailing(mask, in0->type.rank)) return "softmax over a non-trailing axis";
+    /* The output's shape must be the one these axes give (the compute
+     * definition indexes the input from it). */
+    const kiln_type *to = &g->values[n->outputs[0]].type;
+    bool keep = is_softmax(id) || kiln_attr_int(n, "keepdims", 1) != 0;
+    int64_t want[KILN_MAX_RANK];
+    int wr = 0;
+    for (int d = 0; d < in0->type.rank; d++)
+      if (!mask[d] || keep) want[wr++] = mask[d] && !is_softmax(id) ? 1 : in0->type.dims[d];
+    if (!kiln_shape_equal(wr, want, to->rank, to->dims)) return "an output shape its axes do not give";
     return NULL;
   }
   if (is_injective_view(id)) {
