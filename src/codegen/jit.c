@@ -547,16 +547,6 @@ static kiln_status_t get_cache_dir(char **out_dir) {
 
 typedef enum entry_state { ENTRY_MISSING, ENTRY_VALID, ENTRY_CORRUPT } entry_state;
 
-static void put_le64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-  return v;
-}
-
 /* An entry is valid if its footer's size and SHA-256 match the bytes before
  * it. *out_id identifies the file checked (see remove_entry). */
 typedef struct file_id {
@@ -577,7 +567,7 @@ static entry_state check_entry(const char *path, file_id *out_id) {
   buf = malloc(size);
   if (!buf || !read_whole_fd(fd, size, buf)) goto done;
   const uint8_t *footer = buf + size - FOOTER_SIZE;
-  if (memcmp(footer, FOOTER_MAGIC, 8) || get_le64(footer + 8) != size - FOOTER_SIZE) goto done;
+  if (memcmp(footer, FOOTER_MAGIC, 8) || kiln_get_le64(footer + 8) != size - FOOTER_SIZE) goto done;
   uint8_t digest[KILN_SHA256_SIZE];
   kiln_sha256(buf, size - FOOTER_SIZE, digest);
   if (!memcmp(digest, footer + 16, KILN_SHA256_SIZE)) state = ENTRY_VALID;
@@ -607,7 +597,7 @@ static bool seal_entry(const char *path) {
   if (!buf || !read_whole_fd(fd, size, buf)) goto done;
   uint8_t footer[FOOTER_SIZE];
   memcpy(footer, FOOTER_MAGIC, 8);
-  put_le64(footer + 8, size);
+  kiln_put_le64(footer + 8, size);
   kiln_sha256(buf, size, footer + 16);
   ok = lseek(fd, 0, SEEK_END) == (off_t)size && write_all(fd, footer, sizeof footer);
 done:
@@ -758,7 +748,7 @@ static void dump_source(const char *dir, const char *name, const char *key, cons
 static void hash_field(kiln_sha256_ctx *h, const char *s) {
   uint8_t len[8];
   size_t n = strlen(s);
-  put_le64(len, n);
+  kiln_put_le64(len, n);
   kiln_sha256_update(h, len, sizeof len);
   kiln_sha256_update(h, s, n);
 }

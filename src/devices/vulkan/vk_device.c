@@ -108,6 +108,7 @@ static void vk_query(const kiln_device *dev, kiln_device_info *out) {
   out->description = d->description;
   out->memory_bytes = d->props.device_local_bytes;
   out->subgroup_size = (int)d->props.subgroup_size;
+  out->driver = d->props.driver;
   out->host_memory = false;
   out->features = (d->props.fp16 ? KILN_DEVICE_FEATURE_FP16 : 0) | (d->props.int8_dot ? KILN_DEVICE_FEATURE_INT8_DOT : 0) |
                   (d->props.coop_matrix ? KILN_DEVICE_FEATURE_COOPERATIVE_MATRIX : 0);

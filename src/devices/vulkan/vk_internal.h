@@ -21,6 +21,7 @@
 
 #include "base/common.h"
 #include "devices/vulkan/vk_runtime.h"
+#include "runtime/device_memory.h"
 
 /* ---- function tables ------------------------------------------------------ */
 
@@ -179,7 +180,6 @@ const char *vk_result_name(VkResult r);
  * "vulkan: <what> failed: VK_ERROR_... (-N)" with a fitting kiln code. */
 kiln_status_t vk_check(VkResult r, const char *what);
 /* "1.2 GiB" style sizes for messages, into buf (returns buf). */
-const char *vk_format_bytes(uint64_t bytes, char buf[32]);
 
 /* ---- physical devices -------------------------------------------------------- */
 
@@ -206,10 +206,6 @@ int vk_list_physical(const vk_fns *fns, VkInstance instance, vk_physical_info **
 
 /* ---- memory -------------------------------------------------------------------- */
 
-typedef struct vk_free_range {
-  VkDeviceSize offset, size;
-} vk_free_range;
-
 typedef struct vk_block {
   VkDeviceMemory memory;
   VkBuffer buffer;              /* spans the whole block: storage | transfer src/dst */
@@ -218,8 +214,7 @@ typedef struct vk_block {
   uint8_t *mapped;              /* persistent map, NULL if not host-visible */
   bool dedicated;               /* made for one big request; freed with it */
   vk_mem_kind kind;
-  vk_free_range *free;          /* owned; sorted by offset, never adjacent */
-  int n_free, cap_free;
+  kiln_free_ranges free;         /* owned */
   struct vk_block *next;
 } vk_block;
 

@@ -86,19 +86,6 @@ kiln_status_t vk_check(VkResult r, const char *what) {
   return kiln_error(code, "vulkan: %s failed: %s (%d)", what, vk_result_name(r), (int)r);
 }
 
-const char *vk_format_bytes(uint64_t bytes, char buf[32]) {
-  static const char *units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
-  if (bytes < 1024) {
-    snprintf(buf, 32, "%" PRIu64 " bytes", bytes);
-    return buf;
-  }
-  double v = (double)bytes;
-  int u = 0;
-  while (v >= 1024.0 && u < 4) v /= 1024.0, u++;
-  snprintf(buf, 32, "%.1f %s", v, units[u]);
-  return buf;
-}
-
 /* ---- loading ------------------------------------------------------------------ */
 
 const char *vk_no_driver_reason(VkResult r, char *buf, size_t size) {

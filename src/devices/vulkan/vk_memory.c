@@ -23,7 +23,6 @@
 
 #include "devices/vulkan/vk_internal.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 
@@ -32,47 +31,12 @@
 static VkDeviceSize align_up(VkDeviceSize v, VkDeviceSize a) { return (v + a - 1) / a * a; }
 
 /* KILN_VULKAN_MEMORY_LIMIT: process-wide, because the cap is on what this
- * process takes from the device(s). g_device_bytes counts VK_MEM_DEVICE
- * block bytes of all contexts; both are changed only under g_limit_lock
- * (block creation is rare and slow anyway). */
-static pthread_mutex_t g_limit_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t g_limit_bytes;  /* 0: no cap */
-static uint64_t g_device_bytes; /* VK_MEM_DEVICE block bytes allocated now */
-
-/* Parses "N", "NK", "NM", "NG" (optionally "KB"/"KiB" ...); false if malformed. */
-static bool parse_bytes(const char *s, uint64_t *out) {
-  errno = 0;
-  char *end = NULL;
-  while (isspace((unsigned char)*s)) s++;
-  if (!isdigit((unsigned char)*s)) return false;
-  double v = strtod(s, &end);
-  if (errno || end == s || v < 0) return false;
-  double mult = 1;
-  switch (toupper((unsigned char)*end)) {
-    case 'K': mult = 1024.0, end++; break;
-    case 'M': mult = 1024.0 * 1024, end++; break;
-    case 'G': mult = 1024.0 * 1024 * 1024, end++; break;
-    case 'T': mult = 1024.0 * 1024 * 1024 * 1024, end++; break;
-    default: break;
-  }
-  if (mult > 1 && (*end == 'i' || *end == 'I')) end++;
-  if (mult > 1 && (*end == 'b' || *end == 'B')) end++;
-  while (isspace((unsigned char)*end)) end++;
-  if (*end || v * mult >= 18446744073709551615.0) return false;
-  *out = (uint64_t)(v * mult);
-  return true;
-}
+ * process takes from the device(s): VK_MEM_DEVICE block bytes of all
+ * contexts. */
+static kiln_memory_cap g_cap = KILN_MEMORY_CAP("vulkan", "KILN_VULKAN_MEMORY_LIMIT");
 
 kiln_status_t vk_mem_init(vk_context *ctx) {
-  const char *lim = getenv("KILN_VULKAN_MEMORY_LIMIT");
-  uint64_t limit = 0;
-  if (lim && *lim && !parse_bytes(lim, &limit))
-    return kiln_error(KILN_INVALID_ARGUMENT,
-                      "vulkan: KILN_VULKAN_MEMORY_LIMIT=%.100s is not a byte count (N, or N with a K, M, G or T suffix)",
-                      lim);
-  pthread_mutex_lock(&g_limit_lock);
-  g_limit_bytes = limit;
-  pthread_mutex_unlock(&g_limit_lock);
+  KILN_TRY(kiln_memory_cap_init(&g_cap));
   const VkPhysicalDeviceLimits *l = &ctx->info.limits;
   /* Offsets must suit storage-buffer binding; 16 bytes keeps vec4 loads and
    * vkCmdFillBuffer's 4-byte rule happy; nonCoherentAtomSize covers any
@@ -85,42 +49,13 @@ kiln_status_t vk_mem_init(vk_context *ctx) {
   return NULL;
 }
 
-/* Takes *size bytes of device memory from the process's budget, before the
- * block is allocated (so two contexts cannot both pass the cap). Under a cap,
- * a shared block shrinks to what is left when that still holds `requested`.
- * Error: KILN_OUT_OF_MEMORY, worded as for a real out-of-memory. */
-static kiln_status_t limit_reserve(VkDeviceSize *size, VkDeviceSize requested, bool dedicated, VkDeviceSize align) {
-  pthread_mutex_lock(&g_limit_lock);
-  uint64_t limit = g_limit_bytes, in_use = g_device_bytes;
-  if (limit) {
-    uint64_t left = limit > in_use ? limit - in_use : 0;
-    if (*size > left && !dedicated && requested <= left) *size = left / align * align; /* >= requested: both aligned */
-    if (*size > left) {
-      pthread_mutex_unlock(&g_limit_lock);
-      char want[32], lim[32], used[32];
-      return kiln_error(KILN_OUT_OF_MEMORY,
-                        "vulkan: out of device memory allocating %s (limit %s set by KILN_VULKAN_MEMORY_LIMIT, %s in use)",
-                        vk_format_bytes(requested, want), vk_format_bytes(limit, lim), vk_format_bytes(in_use, used));
-    }
-  }
-  g_device_bytes += *size;
-  pthread_mutex_unlock(&g_limit_lock);
-  return NULL;
-}
-
-static void limit_release(VkDeviceSize size) {
-  pthread_mutex_lock(&g_limit_lock);
-  g_device_bytes -= KILN_MIN(g_device_bytes, size);
-  pthread_mutex_unlock(&g_limit_lock);
-}
-
 static void destroy_block(vk_context *ctx, vk_block *b) {
   if (b->mapped) ctx->fn.vkUnmapMemory(ctx->device, b->memory);
   if (b->buffer) ctx->fn.vkDestroyBuffer(ctx->device, b->buffer, NULL);
   if (b->memory) ctx->fn.vkFreeMemory(ctx->device, b->memory, NULL);
   if (b->memory && ctx->mem.heap_used[b->heap_index] >= b->size) ctx->mem.heap_used[b->heap_index] -= b->size;
-  if (b->kind == VK_MEM_DEVICE) limit_release(b->size); /* b->size: what limit_reserve took */
-  free(b->free);
+  if (b->kind == VK_MEM_DEVICE) kiln_memory_cap_release(&g_cap, b->size); /* b->size: what limit_reserve took */
+  kiln_free_ranges_free(&b->free);
   free(b);
 }
 
@@ -178,7 +113,7 @@ static kiln_status_t create_block(vk_context *ctx, vk_mem_kind kind, VkDeviceSiz
   b->kind = kind;
   b->dedicated = dedicated;
   if (kind == VK_MEM_DEVICE) {
-    kiln_status_t st = limit_reserve(&size, requested, dedicated, ctx->mem.align);
+    kiln_status_t st = kiln_memory_cap_reserve(&g_cap, &size, requested, dedicated, ctx->mem.align);
     if (st) {
       free(b);
       return st;
@@ -193,12 +128,12 @@ static kiln_status_t create_block(vk_context *ctx, vk_mem_kind kind, VkDeviceSiz
                             .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
   VkResult r = fn->vkCreateBuffer(ctx->device, &bci, NULL, &b->buffer);
   if (r != VK_SUCCESS) {
-    if (kind == VK_MEM_DEVICE) limit_release(size);
+    if (kind == VK_MEM_DEVICE) kiln_memory_cap_release(&g_cap, size);
     free(b);
     char req[32];
     if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY)
       return kiln_error(KILN_OUT_OF_MEMORY, "vulkan: out of memory creating a %s buffer of %s", kind_name(kind),
-                        vk_format_bytes(requested, req));
+                        kiln_format_bytes(requested, req));
     return vk_check(r, "vkCreateBuffer");
   }
   VkMemoryRequirements req;
@@ -233,7 +168,7 @@ static kiln_status_t create_block(vk_context *ctx, vk_mem_kind kind, VkDeviceSiz
     if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) continue;
     if (r != VK_SUCCESS) {
       fn->vkDestroyBuffer(ctx->device, b->buffer, NULL);
-      if (kind == VK_MEM_DEVICE) limit_release(size);
+      if (kind == VK_MEM_DEVICE) kiln_memory_cap_release(&g_cap, size);
       free(b);
       return vk_check(r, "vkAllocateMemory");
     }
@@ -243,19 +178,19 @@ static kiln_status_t create_block(vk_context *ctx, vk_mem_kind kind, VkDeviceSiz
   }
   if (!b->memory) {
     fn->vkDestroyBuffer(ctx->device, b->buffer, NULL);
-    if (kind == VK_MEM_DEVICE) limit_release(size);
+    if (kind == VK_MEM_DEVICE) kiln_memory_cap_release(&g_cap, size);
     free(b);
     char want[32], hs[32], used[32], lim[32];
     if (first_heap < 0)
       return kiln_error(KILN_UNSUPPORTED, "vulkan: no memory type suits %s buffers", kind_name(kind));
     if (ctx->info.max_alloc_bytes && req.size > ctx->info.max_alloc_bytes)
       return kiln_error(KILN_OUT_OF_MEMORY, "vulkan: out of %s memory allocating %s (the device's largest allocation is %s)",
-                        kind == VK_MEM_DEVICE ? "device" : "host-visible", vk_format_bytes(requested, want),
-                        vk_format_bytes(ctx->info.max_alloc_bytes, lim));
+                        kind == VK_MEM_DEVICE ? "device" : "host-visible", kiln_format_bytes(requested, want),
+                        kiln_format_bytes(ctx->info.max_alloc_bytes, lim));
     return kiln_error(KILN_OUT_OF_MEMORY, "vulkan: out of %s memory allocating %s (heap %d: %s, %s in use)",
-                      kind == VK_MEM_DEVICE ? "device" : "host-visible", vk_format_bytes(requested, want), first_heap,
-                      vk_format_bytes(mp->memoryHeaps[first_heap].size, hs),
-                      vk_format_bytes(ctx->mem.heap_used[first_heap], used));
+                      kind == VK_MEM_DEVICE ? "device" : "host-visible", kiln_format_bytes(requested, want), first_heap,
+                      kiln_format_bytes(mp->memoryHeaps[first_heap].size, hs),
+                      kiln_format_bytes(ctx->mem.heap_used[first_heap], used));
   }
   r = fn->vkBindBufferMemory(ctx->device, b->buffer, b->memory, 0);
   if (r == VK_SUCCESS && (mp->memoryTypes[b->type_index].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)) {
@@ -268,66 +203,12 @@ static kiln_status_t create_block(vk_context *ctx, vk_mem_kind kind, VkDeviceSiz
     destroy_block(ctx, b);
     return vk_check(r, "binding/mapping device memory");
   }
-  b->free = malloc(sizeof *b->free);
-  if (!b->free) {
+  if (!kiln_free_ranges_init(&b->free, size)) {
     destroy_block(ctx, b);
     return KILN_OOM();
   }
-  b->free[0] = (vk_free_range){0, size};
-  b->n_free = 1;
-  b->cap_free = 1;
   *out = b;
   return NULL;
-}
-
-/* Best-fit index of a free range holding `size`, or -1. */
-static int best_fit(const vk_block *b, VkDeviceSize size) {
-  int best = -1;
-  for (int i = 0; i < b->n_free; i++)
-    if (b->free[i].size >= size && (best < 0 || b->free[i].size < b->free[best].size)) best = i;
-  return best;
-}
-
-static void take_range(vk_block *b, int i, VkDeviceSize size, VkDeviceSize *out_offset) {
-  *out_offset = b->free[i].offset;
-  b->free[i].offset += size;
-  b->free[i].size -= size;
-  if (b->free[i].size == 0) {
-    memmove(&b->free[i], &b->free[i + 1], (size_t)(b->n_free - i - 1) * sizeof *b->free);
-    b->n_free--;
-  }
-  b->used += size;
-}
-
-/* Returns [offset, offset+size) to b's free list, merging neighbours. */
-static bool give_range(vk_block *b, VkDeviceSize offset, VkDeviceSize size) {
-  int i = 0;
-  while (i < b->n_free && b->free[i].offset < offset) i++;
-  bool merge_prev = i > 0 && b->free[i - 1].offset + b->free[i - 1].size == offset;
-  bool merge_next = i < b->n_free && offset + size == b->free[i].offset;
-  b->used -= size;
-  if (merge_prev && merge_next) {
-    b->free[i - 1].size += size + b->free[i].size;
-    memmove(&b->free[i], &b->free[i + 1], (size_t)(b->n_free - i - 1) * sizeof *b->free);
-    b->n_free--;
-  } else if (merge_prev) {
-    b->free[i - 1].size += size;
-  } else if (merge_next) {
-    b->free[i].offset = offset;
-    b->free[i].size += size;
-  } else {
-    if (b->n_free == b->cap_free) {
-      int cap = b->cap_free * 2;
-      vk_free_range *nf = realloc(b->free, (size_t)cap * sizeof *nf);
-      if (!nf) return false; /* the range leaks until the block dies; harmless */
-      b->free = nf;
-      b->cap_free = cap;
-    }
-    memmove(&b->free[i + 1], &b->free[i], (size_t)(b->n_free - i) * sizeof *b->free);
-    b->free[i] = (vk_free_range){offset, size};
-    b->n_free++;
-  }
-  return true;
 }
 
 kiln_status_t vk_mem_alloc(vk_context *ctx, vk_mem_kind kind, size_t bytes, unsigned flags, vk_buffer **out) {
@@ -336,7 +217,7 @@ kiln_status_t vk_mem_alloc(vk_context *ctx, vk_mem_kind kind, size_t bytes, unsi
   if (bytes > ((size_t)1 << 46)) {
     char b[32];
     return kiln_error(KILN_OUT_OF_MEMORY, "vulkan: out of device memory: refusing to allocate %s (more than any device has)",
-                      vk_format_bytes(bytes, b));
+                      kiln_format_bytes(bytes, b));
   }
   vk_allocator *m = &ctx->mem;
   VkDeviceSize size = align_up(bytes ? bytes : 1, m->align);
@@ -354,12 +235,13 @@ kiln_status_t vk_mem_alloc(vk_context *ctx, vk_mem_kind kind, size_t bytes, unsi
     int best_i = -1;
     for (vk_block *b = m->blocks[kind]; b; b = b->next) {
       if (b->dedicated) continue;
-      int i = best_fit(b, size);
-      if (i >= 0 && (!best_b || b->free[i].size < best_b->free[best_i].size)) best_b = b, best_i = i;
+      int i = kiln_free_ranges_best_fit(&b->free, size);
+      if (i >= 0 && (!best_b || b->free.r[i].size < best_b->free.r[best_i].size)) best_b = b, best_i = i;
     }
     if (best_b) {
       block = best_b;
-      take_range(block, best_i, size, &offset);
+      offset = kiln_free_ranges_take(&block->free, best_i, size);
+      block->used += size;
     }
   }
   if (!block) {
@@ -367,7 +249,8 @@ kiln_status_t vk_mem_alloc(vk_context *ctx, vk_mem_kind kind, size_t bytes, unsi
     if (!st) {
       block->next = m->blocks[kind];
       m->blocks[kind] = block;
-      take_range(block, 0, size, &offset);
+      offset = kiln_free_ranges_take(&block->free, 0, size);
+      block->used += size;
     }
   }
   if (!st && internal) m->internal_used[kind] += size;
@@ -395,7 +278,8 @@ void vk_buffer_free(vk_context *ctx, vk_buffer *buf) {
   vk_allocator *m = &ctx->mem;
   pthread_mutex_lock(&m->lock);
   vk_block *b = buf->block;
-  give_range(b, buf->offset, buf->alloc);
+  kiln_free_ranges_give(&b->free, buf->offset, buf->alloc);
+  b->used -= buf->alloc;
   if (buf->internal) m->internal_used[b->kind] -= buf->alloc;
   else m->n_live_buffers--;
   if (b->used == 0) {

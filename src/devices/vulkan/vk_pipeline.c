@@ -3,12 +3,9 @@
  *
  * Cache layout, beside the C JIT's entries (same directory rules: see
  * codegen/jit.h): <cache>/vulkan/<sha256>.spv and
- * <cache>/vulkan/pipeline-<pipelineCacheUUID hex>.bin. Each file is the
- * payload followed by a 48-byte footer (8-byte magic, little-endian payload
- * size, SHA-256 of the payload), checked before use; a bad entry is deleted
- * and rebuilt silently. Files are written to a temporary name in the same
- * folder and rename()d into place, so concurrent processes never see a
- * partial file.
+ * <cache>/vulkan/pipeline-<pipelineCacheUUID hex>.bin, each a checked cache
+ * file (base/files.h: payload, footer with magic, size and SHA-256); a bad
+ * entry is deleted and rebuilt silently.
  *
  * shaderc compilers are not shared between threads: each compile thread
  * makes its own. */
@@ -30,10 +27,8 @@
 #include "base/threadpool.h"
 #include "codegen/jit.h"
 
-#define FOOTER_SIZE 48
 #define SPV_MAGIC "KILNSPV1"
 #define PLC_MAGIC "KILNPLC1"
-#define MAX_CACHE_FILE ((size_t)256 << 20)
 #define SPIRV_MAGIC_WORD 0x07230203u
 /* Bump when the options below change in a way the key does not capture. */
 #define SPV_KEY_VERSION "kiln-vulkan-spirv-1"
@@ -51,90 +46,6 @@ char *vk_cache_dir(void) {
     return NULL;
   }
   return dir;
-}
-
-static void put_le64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-  return v;
-}
-
-/* Reads a cache file and checks its footer. Returns the payload (malloc'd,
- * caller frees) and its size, or NULL: *out_corrupt tells "bad file" from
- * "no file". */
-static uint8_t *read_entry(const char *path, const char *magic, size_t *out_size, bool *out_corrupt) {
-  *out_size = 0;
-  *out_corrupt = false;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    *out_corrupt = errno != ENOENT;
-    return NULL;
-  }
-  uint8_t *buf = NULL;
-  struct stat st;
-  *out_corrupt = true;
-  if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size < FOOTER_SIZE || (size_t)st.st_size > MAX_CACHE_FILE) goto fail;
-  size_t size = (size_t)st.st_size;
-  buf = malloc(size);
-  if (!buf) goto fail;
-  size_t got = 0;
-  while (got < size) {
-    ssize_t n = read(fd, buf + got, size - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) goto fail;
-    got += (size_t)n;
-  }
-  const uint8_t *footer = buf + size - FOOTER_SIZE;
-  if (memcmp(footer, magic, 8) || get_le64(footer + 8) != size - FOOTER_SIZE) goto fail;
-  uint8_t digest[KILN_SHA256_SIZE];
-  kiln_sha256(buf, size - FOOTER_SIZE, digest);
-  if (memcmp(digest, footer + 16, KILN_SHA256_SIZE)) goto fail;
-  close(fd);
-  *out_corrupt = false;
-  *out_size = size - FOOTER_SIZE;
-  return buf;
-fail:
-  free(buf);
-  close(fd);
-  return NULL;
-}
-
-/* Best effort: a cache that cannot be written only costs a recompile. */
-static void write_entry(const char *path, const char *magic, const void *data, size_t size) {
-  static _Atomic unsigned g_counter;
-  char *tmp = kiln_strfmt("%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&g_counter, 1));
-  if (!tmp) return;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    free(tmp);
-    return;
-  }
-  uint8_t footer[FOOTER_SIZE];
-  memcpy(footer, magic, 8);
-  put_le64(footer + 8, size);
-  kiln_sha256(data, size, footer + 16);
-  bool ok = true;
-  const uint8_t *parts[2] = {data, footer};
-  size_t lens[2] = {size, FOOTER_SIZE};
-  for (int p = 0; p < 2 && ok; p++) {
-    size_t done = 0;
-    while (done < lens[p]) {
-      ssize_t n = write(fd, parts[p] + done, lens[p] - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        ok = false;
-        break;
-      }
-      done += (size_t)n;
-    }
-  }
-  if (close(fd)) ok = false;
-  if (!ok || rename(tmp, path)) unlink(tmp);
-  free(tmp);
 }
 
 /* ---- shaderc ----------------------------------------------------------------------- */
@@ -217,7 +128,7 @@ static kiln_status_t get_spirv(const vk_shaderc_fns *sc, const char *cache_dir, 
   if (path) {
     size_t size = 0;
     bool corrupt = false;
-    uint8_t *data = read_entry(path, SPV_MAGIC, &size, &corrupt);
+    uint8_t *data = kiln_cache_file_read(path, SPV_MAGIC, &size, &corrupt);
     if (data && spirv_ok(data, size)) {
       free(path);
       *out_words = (uint32_t *)data; /* malloc'd, so suitably aligned */
@@ -237,7 +148,7 @@ static kiln_status_t get_spirv(const vk_shaderc_fns *sc, const char *cache_dir, 
     kiln_status_t st = NULL;
     if (vk_glslc_compile(sc, name, glsl, &words, &size, &msg, &tool_failed) &&
         spirv_ok((const uint8_t *)words, size)) {
-      if (path) write_entry(path, SPV_MAGIC, words, size);
+      if (path) kiln_cache_file_write(path, SPV_MAGIC, words, size);
       *out_words = words;
       *out_bytes = size;
     } else if (tool_failed) {
@@ -281,7 +192,7 @@ static kiln_status_t get_spirv(const vk_shaderc_fns *sc, const char *cache_dir, 
     else if (!spirv_ok(bytes, size)) st = kiln_error(KILN_INTERNAL, "vulkan: shaderc produced invalid SPIR-V for '%s'", name);
     if (!st) {
       memcpy(words, bytes, size);
-      if (path) write_entry(path, SPV_MAGIC, words, size);
+      if (path) kiln_cache_file_write(path, SPV_MAGIC, words, size);
       *out_words = words;
       *out_bytes = size;
     } else {
@@ -688,7 +599,7 @@ kiln_status_t vk_pipeline_cache_init(vk_context *ctx) {
   char *path = pipeline_cache_path(ctx);
   size_t size = 0;
   bool corrupt = false;
-  uint8_t *data = path ? read_entry(path, PLC_MAGIC, &size, &corrupt) : NULL;
+  uint8_t *data = path ? kiln_cache_file_read(path, PLC_MAGIC, &size, &corrupt) : NULL;
   /* The driver checks the header too, but a stale file from another driver
    * version must never reach it. Header: length, version, vendor, device, uuid. */
   if (data) {
@@ -724,10 +635,10 @@ void vk_pipeline_cache_save_destroy(vk_context *ctx) {
   char *path = pipeline_cache_path(ctx);
   size_t size = 0;
   if (path && ctx->fn.vkGetPipelineCacheData(ctx->device, ctx->pipeline_cache, &size, NULL) == VK_SUCCESS && size &&
-      size <= MAX_CACHE_FILE) {
+      size <= KILN_CACHE_FILE_MAX) {
     void *data = malloc(size);
     if (data && ctx->fn.vkGetPipelineCacheData(ctx->device, ctx->pipeline_cache, &size, data) == VK_SUCCESS)
-      write_entry(path, PLC_MAGIC, data, size);
+      kiln_cache_file_write(path, PLC_MAGIC, data, size);
     free(data);
   }
   free(path);
