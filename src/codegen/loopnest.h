@@ -20,10 +20,15 @@
 #include "codegen/te.h"
 
 typedef struct kiln_loop_schedule {
-  int parallel_dims;     /* outer loops flattened into the parallel loop; -1 = choose */
+  int parallel_dims;     /* outer loops flattened into the parallel loop; -1 = choose for threads;
+                            KILN_PARALLEL_UNTIL_REDUCTION = every loop outside the first one a
+                            reduction depends on (GPU mapping: one work item per element, no
+                            reduction computed twice) */
   int64_t min_chunk_elems; /* elements of work per parallel chunk at least */
   int unroll_inner;      /* 0/1: ask the compiler to unroll the inner loop */
 } kiln_loop_schedule;
+
+#define KILN_PARALLEL_UNTIL_REDUCTION (-2)
 
 kiln_loop_schedule kiln_loop_schedule_default(void);
 
@@ -73,6 +78,13 @@ const char *kiln_c_preamble(void);
  * types and math helpers, no system headers: what NVRTC compiles). */
 kiln_status_t kiln_render_cuda(const te_builder *b, const kiln_loop_nest *nest, const char *name, kiln_strbuf *src);
 const char *kiln_cuda_preamble(void);
+
+/* OpenCL C: the same mapping as CUDA (`__kernel void NAME(__global uchar
+ * *p0, ulong o0, ...)`: each buffer a byte pointer and a byte offset,
+ * launched with at least as many work items as the flattened parallel dims
+ * have elements). A source starts with kiln_opencl_preamble() once. */
+kiln_status_t kiln_render_opencl(const te_builder *b, const kiln_loop_nest *nest, const char *name, kiln_strbuf *src);
+const char *kiln_opencl_preamble(void);
 
 /* ---- GLSL (Vulkan compute shaders) -------------------------------------------
  *

@@ -15,13 +15,18 @@
 #include "codegen/render_internal.h"
 #include "kiln_rt_text.h" /* generated from kiln_rt.h at configure time */
 
-/* Shared by the C and CUDA dialects: under NVRTC (__CUDACC_RTC__) there
- * are no system headers (the CUDA prelude defines what they would) and the
- * helpers are device functions (KILN_HELPER). */
+/* Shared by the C, CUDA and OpenCL C dialects: under NVRTC and OpenCL
+ * (KILN_NO_LIBC, set by their preludes) there are no system headers (the
+ * prelude defines what they would), the helpers are device functions
+ * (KILN_HELPER) and float bits are reinterpreted by a builtin
+ * (KILN_AS_FLOAT). */
 static const char math_helpers[] =
-    "#ifndef __CUDACC_RTC__\n#include <math.h>\n#include <string.h>\n#endif\n"
+    "#ifndef KILN_NO_LIBC\n#include <math.h>\n#include <string.h>\n#endif\n"
     "#ifndef KILN_HELPER\n#define KILN_HELPER static inline\n#endif\n"
     "#ifndef KILN_EXPORT\n#define KILN_EXPORT __attribute__((visibility(\"default\")))\n#endif\n"
+    "#ifndef KILN_AS_FLOAT\n"
+    "KILN_HELPER float kiln_as_float(uint32_t u) {\n  float f;\n  memcpy(&f, &u, 4);\n  return f;\n}\n"
+    "#define KILN_AS_FLOAT kiln_as_float\n#endif\n"
     "/* exp with Cody-Waite range reduction and a degree-6 polynomial (Cephes):\n"
     " * about 1 ulp, branch-free so loops over it vectorize. */\n"
     "KILN_HELPER float kiln_expf(float x) {\n"
@@ -37,10 +42,7 @@ static const char math_helpers[] =
     "  p = p * r + 5.0000001201e-1f;\n"
     "  p = p * r * r + r + 1.0f;\n"
     "  int32_t e = (int32_t)fi + 127;\n"
-    "  uint32_t bits = (uint32_t)e << 23;\n"
-    "  float s;\n"
-    "  memcpy(&s, &bits, 4);\n"
-    "  return p * s;\n"
+    "  return p * KILN_AS_FLOAT((uint32_t)e << 23);\n"
     "}\n"
     "KILN_HELPER float kiln_sigmoidf(float x) { return 1.0f / (1.0f + kiln_expf(-x)); }\n"
     "KILN_HELPER float kiln_tanhf(float x) {\n"
@@ -309,7 +311,7 @@ static const char cuda_prelude[] =
     "typedef unsigned long long uint64_t;\ntypedef unsigned int uint32_t;\ntypedef unsigned short uint16_t;\n"
     "typedef unsigned char uint8_t;\n#define INT64_C(x) x##LL\n"
     "#define INFINITY __int_as_float(0x7f800000)\n#define NAN __int_as_float(0x7fffffff)\n"
-    "#define KILN_HELPER static __device__ inline\n";
+    "#define KILN_HELPER static __device__ inline\n#define KILN_NO_LIBC 1\n#define KILN_AS_FLOAT __uint_as_float\n";
 
 const char *kiln_cuda_preamble(void) {
   static char *text;
@@ -321,28 +323,82 @@ const char *kiln_cuda_preamble(void) {
   return text ? text : "";
 }
 
-kiln_status_t kiln_render_cuda(const te_builder *b, const kiln_loop_nest *nest, const char *name, kiln_strbuf *src) {
+/* A GPU kernel of the C dialect: `head` (the signature up to its first
+ * buffer), each buffer as `param` formats it (type, index), `")"`, `{`,
+ * then each buffer's local as `local` formats it (const, type, index; NULL
+ * for none), the flat index from `index`, and the element. */
+static kiln_status_t render_gpu_kernel(const te_builder *b, const kiln_loop_nest *nest, const char *what,
+                                       const char *head, const char *param, const char *local, const char *index,
+                                       kiln_strbuf *src) {
   render_ctx r;
   KILN_TRY(render_init(&r, &c_dialect, b, src));
-  int64_t total = parallel_total(nest);
-  kiln_strbuf_printf(src, "extern \"C\" __global__ void %s(", name);
-  for (int i = 0; i < te_buffer_count(b); i++) {
-    const te_buffer *buf = te_get_buffer(b, i);
-    const char *ty = ctype(buf->dtype);
-    if (!ty) {
-      render_free(&r);
-      return kiln_error(KILN_UNSUPPORTED, "CUDA renderer: buffer of dtype %s", kiln_dtype_name(buf->dtype));
+  kiln_strbuf_puts(src, head);
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass == 1) kiln_strbuf_puts(src, ") {\n");
+    if (pass == 1 && !local) break;
+    for (int i = 0; i < te_buffer_count(b); i++) {
+      const char *ty = ctype(te_get_buffer(b, i)->dtype);
+      if (!ty) {
+        render_free(&r);
+        return kiln_error(KILN_UNSUPPORTED, "%s: buffer of dtype %s", what, kiln_dtype_name(te_get_buffer(b, i)->dtype));
+      }
+      const char *c = i == nest->out_buf ? "" : "const ";
+      if (pass == 0) kiln_strbuf_printf(src, param, i ? ", " : "", c, ty, i, i);
+      else kiln_strbuf_printf(src, local, c, ty, i, c, ty, i, i);
     }
-    kiln_strbuf_printf(src, "%s%s%s *b%d", i ? ", " : "", i == nest->out_buf ? "" : "const ", ty, i);
   }
-  kiln_strbuf_printf(src, ") {\n  const int64_t f = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;\n"
-                          "  if (f >= INT64_C(%lld)) return;\n", (long long)total);
+  kiln_strbuf_printf(src, "  const int64_t f = %s;\n  if (f >= INT64_C(%lld)) return;\n", index,
+                     (long long)parallel_total(nest));
   r.indent = 1;
   render_emit_sites(&r, nest, -1, NULL);
   render_c_element(&r, nest);
   kiln_strbuf_puts(src, "}\n\n");
   bool bad = r.bad;
   render_free(&r);
-  if (bad) return kiln_error(KILN_UNSUPPORTED, "CUDA renderer: expression it cannot express in kernel %s", name);
+  if (bad) return kiln_error(KILN_UNSUPPORTED, "%s: expression it cannot express", what);
   return kiln_strbuf_status(src);
+}
+
+kiln_status_t kiln_render_cuda(const te_builder *b, const kiln_loop_nest *nest, const char *name, kiln_strbuf *src) {
+  char head[160];
+  snprintf(head, sizeof head, "extern \"C\" __global__ void %s(", name);
+  return kiln_status_annotate(render_gpu_kernel(b, nest, "CUDA renderer", head, "%s%s%s *b%d", NULL,
+                                                "(int64_t)blockIdx.x * blockDim.x + threadIdx.x", src),
+                              "kernel %s", name);
+}
+
+/* ---- OpenCL C: the same dialect, one work item per element --------------------- */
+
+/* The C names the helpers and lower.c call are OpenCL C's overloaded
+ * builtins; the fixed-width types are its scalar types. */
+static const char opencl_prelude[] =
+    "#ifdef cl_khr_fp64\n#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n#endif\n"
+    "typedef long int64_t;\ntypedef int int32_t;\ntypedef short int16_t;\ntypedef char int8_t;\n"
+    "typedef ulong uint64_t;\ntypedef uint uint32_t;\ntypedef ushort uint16_t;\ntypedef uchar uint8_t;\n"
+    "#define INT64_C(x) x##L\n#define KILN_NO_LIBC 1\n#define KILN_HELPER static inline\n"
+    "#define KILN_AS_FLOAT as_float\n"
+    "#define fminf fmin\n#define fmaxf fmax\n#define fabsf fabs\n#define floorf floor\n#define ceilf ceil\n"
+    "#define nearbyintf rint\n#define copysignf copysign\n#define log1pf log1p\n#define logf log\n"
+    "#define expf exp\n#define sqrtf sqrt\n#define powf pow\n#define sinf sin\n#define cosf cos\n"
+    "#define tanhf tanh\n";
+
+const char *kiln_opencl_preamble(void) {
+  static char *text;
+  static int once;
+  if (!once) {
+    once = 1;
+    text = kiln_strfmt("/* generated by kiln (OpenCL C) */\n%s\n%s\n", opencl_prelude, math_helpers);
+  }
+  return text ? text : "";
+}
+
+/* Each buffer arrives as a byte pointer and a byte offset (values live at
+ * offsets inside pooled allocations), cast to its element type here. */
+kiln_status_t kiln_render_opencl(const te_builder *b, const kiln_loop_nest *nest, const char *name, kiln_strbuf *src) {
+  char head[160];
+  snprintf(head, sizeof head, "__kernel void %s(", name);
+  return kiln_status_annotate(
+      render_gpu_kernel(b, nest, "OpenCL renderer", head, "%s__global uchar *p%.0s%.0s%d, ulong o%d",
+                        "  __global %s%s *b%d = (__global %s%s *)(p%d + o%d);\n", "(int64_t)get_global_id(0)", src),
+      "kernel %s", name);
 }

@@ -63,18 +63,12 @@ kiln_status_t kiln_schedule_kernel(te_builder *b, const te_tensor *root, int out
   /* Parallel loop: enough outer dims that there is work for every thread,
    * but never the innermost (it is the vectorized one) unless rank is 1. */
   int pd = s.parallel_dims;
-  if (pd < 0) {
+  if (pd == -1) {
     pd = 0;
     int64_t outer = 1;
     while (pd < root->rank - 1 && outer < 64) outer *= root->dims[pd++];
     if (root->rank == 1) pd = 1;
   }
-  out->parallel_dims = pd;
-  int64_t inner = 1;
-  for (int i = pd; i < root->rank; i++) inner *= root->dims[i];
-  out->grain = inner > 0 ? (s.min_chunk_elems + inner - 1) / inner : 1;
-  if (out->grain < 1) out->grain = 1;
-
   int n_exprs = te_expr_count(b), n_vars = te_var_count(b);
   var_sets vs = {(n_vars + 63) / 64, NULL, NULL, NULL, 0};
   vs.bits = calloc((size_t)n_exprs * (size_t)vs.words + 1, sizeof(uint64_t));
@@ -110,10 +104,25 @@ kiln_status_t kiln_schedule_kernel(te_builder *b, const te_tensor *root, int out
         if (!site.owner || owner_of_var[v]->id < site.owner->id) site.owner = owner_of_var[v];
       }
     }
-    /* Reductions computed inside the flattened parallel loop cannot sit
-     * between its dims: put them at the start of its body. */
-    if (!site.owner && site.level >= 0 && site.level < pd) site.level = pd - 1;
     out->sites[out->n_sites++] = site;
+  }
+  /* GPU mapping: every outer loop up to the first a reduction depends on,
+   * so no reduction is computed twice. */
+  if (pd == KILN_PARALLEL_UNTIL_REDUCTION) {
+    pd = root->rank;
+    for (int r = 0; r < out->n_sites; r++)
+      if (!out->sites[r].owner && out->sites[r].level + 1 < pd) pd = out->sites[r].level + 1;
+  }
+  out->parallel_dims = pd;
+  int64_t inner = 1;
+  for (int i = pd; i < root->rank; i++) inner *= root->dims[i];
+  out->grain = inner > 0 ? (s.min_chunk_elems + inner - 1) / inner : 1;
+  if (out->grain < 1) out->grain = 1;
+  /* Reductions computed inside the flattened parallel loop cannot sit
+   * between its dims: put them at the start of its body. */
+  for (int r = 0; r < out->n_sites; r++) {
+    kiln_reduce_site *site = &out->sites[r];
+    if (!site->owner && site->level >= 0 && site->level < pd) site->level = pd - 1;
   }
 done:
   free(vs.bits);
