@@ -11,12 +11,16 @@
 #            time; kiln dlopens both), Mesa's lavapipe driver (Vulkan on the
 #            CPU, so the tests exercise the real Vulkan path), the Khronos
 #            validation layer and glslc (the renderer test checks shaders with it).
+#   opencl:  CL/cl.h (the OpenCL device builds against it; kiln dlopens the
+#            ICD loader), the ICD loader, PoCL (OpenCL on the CPU, so the
+#            tests run the real OpenCL path) and clinfo (the machine report).
 set -euo pipefail
 
 packages=(
   build-essential cmake clang libclang-rt-14-dev zlib1g-dev time
   libonnx-testdata python3-onnx python3-numpy python3-torch python3-torchvision
   libvulkan-dev libvulkan1 libshaderc-dev mesa-vulkan-drivers vulkan-validationlayers glslc
+  opencl-c-headers ocl-icd-libopencl1 pocl-opencl-icd clinfo
 )
 
 missing=()

@@ -16,7 +16,9 @@ int kiln_cmd_devices(int argc, char **argv) {
     printf("%-10s %s\n", info.name, info.description);
     printf("%-10s vendor: %s; memory: %s", "", info.vendor, info.host_memory ? "host" : "device");
     if (info.memory_bytes) printf(" (%.1f GiB)", (double)info.memory_bytes / (1 << 30));
+    if (info.compute_units) printf("; compute units: %d", info.compute_units);
     if (info.subgroup_size) printf("; subgroup size: %d", info.subgroup_size);
+    if (info.driver) printf("; driver: %s", info.driver);
     printf("; features:%s%s%s%s\n", info.features & KILN_DEVICE_FEATURE_ALL_DTYPES ? " all-dtypes" : "",
            info.features & KILN_DEVICE_FEATURE_FP16 ? " fp16" : "",
            info.features & KILN_DEVICE_FEATURE_INT8_DOT ? " int8-dot" : "",

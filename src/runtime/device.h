@@ -49,8 +49,10 @@ typedef struct kiln_device_info {
   const char *name;        /* "ref", or its provider's name, ":N" for one of several */
   const char *vendor;
   const char *description; /* one line for `kiln devices` */
+  const char *driver;      /* driver name and version, or NULL */
   uint64_t memory_bytes;   /* 0 = host memory */
-  int subgroup_size;       /* 0 when not applicable */
+  int compute_units;       /* SMs, CUs, cores the driver reports; 0 when unknown */
+  int subgroup_size;       /* subgroup / warp / wavefront width; 0 when not applicable or unknown */
   bool host_memory;        /* buffers are plain host memory */
   unsigned features;       /* KILN_DEVICE_FEATURE_* */
 } kiln_device_info;

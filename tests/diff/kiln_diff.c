@@ -30,6 +30,7 @@
  * Exit status: 0 when every model passed, 1 when any failed, 2 on usage
  * errors.
  */
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -402,6 +403,21 @@ static void usage(FILE *f) {
           "is a FAIL); --no-fork runs them in this process (for a debugger).\n");
 }
 
+/* Whether both devices exist. With forking, asked in a child: a driver
+ * initialized before fork() is unusable in the children (PoCL's worker
+ * threads do not survive it, and a child using it hangs). */
+static bool devices_available(const options *o) {
+  if (o->no_fork) return kiln_device_get(o->dev_a) && kiln_device_get(o->dev_b);
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) return false;
+  if (pid == 0) _exit(kiln_device_get(o->dev_a) && kiln_device_get(o->dev_b) ? 0 : 1);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 int main(int argc, char **argv) {
   options o = {"cpu", "ref", 1, 0, 1e-3, 1e-4, false, false, false, false, false, 300};
   static char devs[256];
@@ -461,7 +477,7 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  if (!kiln_device_get(o.dev_a) || !kiln_device_get(o.dev_b)) {
+  if (!devices_available(&o)) {
     fprintf(stderr, "kiln_diff: device '%s' or '%s' is not available\n", o.dev_a, o.dev_b);
     return 2;
   }

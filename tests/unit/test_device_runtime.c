@@ -66,8 +66,18 @@ static void test_copies(kiln_device *dev, const char *name) {
   }
 }
 
-/* A GLSL program through compile/launch (devices that compile kernels). */
+/* A program through compile/launch (devices that compile kernels): GLSL,
+ * or OpenCL C in the ABI of the OpenCL C dialect (each buffer a byte
+ * pointer and a byte offset). */
 static void test_launch(kiln_device *dev, const char *name) {
+  bool opencl = !strncmp(name, "opencl", 6);
+  const char *ocl =
+      "__kernel void axpb(__global uchar *p0, ulong o0, __global uchar *p1, ulong o1) {\n"
+      "  __global const float *x = (__global const float *)(p0 + o0);\n"
+      "  __global float *y = (__global float *)(p1 + o1);\n"
+      "  size_t i = get_global_id(0);\n"
+      "  if (i < 1000) y[i] = 2.0f * x[i] + 1.0f;\n"
+      "}\n";
   const char *glsl =
       "#version 450\n"
       "layout(local_size_x = 64) in;\n"
@@ -77,7 +87,7 @@ static void test_launch(kiln_device *dev, const char *name) {
       "  uint i = gl_GlobalInvocationID.x;\n"
       "  if (i < 1000u) y[i] = 2.0 * x[i] + 1.0;\n"
       "}\n";
-  kiln_program_desc desc = {"axpb", glsl, 2};
+  kiln_program_desc desc = {"axpb", opencl ? ocl : glsl, 2};
   kiln_device_program *prog = NULL;
   kiln_status_t st = kiln_device_compile(dev, &desc, &prog);
   if (st) {
@@ -92,7 +102,7 @@ static void test_launch(kiln_device *dev, const char *name) {
   kiln_device_buffer *bx = NULL, *by = NULL;
   if (ok(kiln_device_buffer_alloc(dev, sizeof x, &bx), "alloc x") && ok(kiln_device_buffer_alloc(dev, sizeof y, &by), "alloc y")) {
     kiln_device_buffer *bufs[2] = {bx, by};
-    uint32_t grid[3] = {(1000 + 63) / 64, 1, 1};
+    uint32_t grid[3] = {opencl ? 1000 : (1000 + 63) / 64, 1, 1}; /* OpenCL: work items; GLSL: groups of 64 */
     kiln_device_event ev;
     if (ok(kiln_device_upload(dev, bx, 0, x, sizeof x), "upload") && ok(kiln_device_launch(dev, prog, 2, bufs, grid), "launch") &&
         ok(kiln_device_readback(dev, y, by, 0, sizeof y), "readback") && ok(kiln_device_submit(dev), "submit") &&
@@ -106,11 +116,37 @@ static void test_launch(kiln_device *dev, const char *name) {
   if (by) kiln_device_buffer_free(dev, by);
   kiln_device_program_free(dev, prog);
   /* A shader that does not compile is a clear error naming it. */
-  kiln_program_desc bad = {"broken_kernel", "#version 450\nvoid main() { nope(); }\n", 0};
+  kiln_program_desc bad = {"broken_kernel",
+                           opencl ? "__kernel void broken_kernel(__global float *y) { y[0] = nope(); }\n"
+                                  : "#version 450\nvoid main() { nope(); }\n",
+                           0};
   st = kiln_device_compile(dev, &bad, &prog);
   CHECK(st && strstr(kiln_status_message(st), "broken_kernel"), "%s: bad shader: %s", name,
         st ? kiln_status_message(st) : "accepted");
+  /* OpenCL: the driver's build log, naming what is wrong, is in the message. */
+  if (opencl)
+    CHECK(st && strstr(kiln_status_message(st), "build log") && strstr(kiln_status_message(st), "nope"),
+          "%s: the build error carries no build log: %s", name, st ? kiln_status_message(st) : "accepted");
   kiln_status_free(st);
+}
+
+/* Device memory the device cannot have is a clear out-of-memory error. */
+static void test_out_of_memory(kiln_device *dev, const char *name) {
+  kiln_device_info info;
+  dev->vt->query(dev, &info);
+  if (info.host_memory) return;
+  kiln_device_buffer *huge = NULL;
+  kiln_status_t st = kiln_device_buffer_alloc(dev, (size_t)1 << 50, &huge);
+  CHECK(st && kiln_status_code_of(st) == KILN_OUT_OF_MEMORY && strstr(kiln_status_message(st), "out of device memory"),
+        "%s: a 1 PiB buffer: %s", name, st ? kiln_status_message(st) : "allocated");
+  kiln_status_free(st);
+  if (huge) kiln_device_buffer_free(dev, huge);
+  /* Many small buffers come from few driver allocations and are all usable. */
+  kiln_device_buffer *small[300] = {0};
+  for (int i = 0; i < 300; i++)
+    if (!ok(kiln_device_buffer_alloc(dev, (size_t)(1 + i * 37), &small[i]), "small alloc")) break;
+  for (int i = 0; i < 300; i++)
+    if (small[i]) kiln_device_buffer_free(dev, small[i]);
 }
 
 int main(void) {
@@ -124,11 +160,15 @@ int main(void) {
     printf("device %s\n", info.name);
     test_copies(devs[i], info.name);
     test_launch(devs[i], info.name);
+    test_out_of_memory(devs[i], info.name);
     kiln_device_synchronize(devs[i]);
     tested++;
   }
-  const char *why = kiln_device_absent_reason("vulkan");
-  if (why) printf("no vulkan device: %s\n", why);
+  const char *names[] = {"vulkan", "opencl"};
+  for (int i = 0; i < 2; i++) {
+    const char *why = kiln_device_absent_reason(names[i]);
+    if (why) printf("no %s device: %s\n", names[i], why);
+  }
   CHECK(tested >= 2, "expected at least ref and cpu, tested %d devices", tested);
   printf("%s: %d devices, %d failures\n", failures ? "FAIL" : "PASS", tested, failures);
   return failures ? 1 : 0;

@@ -1,0 +1,215 @@
+/* cl_plan.c — the OpenCL device's plan hooks.
+ *
+ * The device has no kernel templates of its own: it claims what the
+ * compute definitions lower (codegen/lower.c), contractions included, and
+ * the shared plan fuses them. Every kernel is scheduled with the GPU
+ * mapping (one work item per element of the outer loops up to the first a
+ * reduction depends on) and rendered in the OpenCL C dialect; the kernels
+ * of a plan form one program, built once (its binary cached by
+ * cl_build_program) at prepare. A launch binds each value as (block,
+ * byte offset) and enqueues the kernel; the executor flushes once per
+ * segment. */
+#if KILN_HAVE_OPENCL
+
+#include "devices/opencl/cl_internal.h"
+
+#include <stdio.h>
+#include <time.h>
+
+#include "base/strbuf.h"
+#include "codegen/fusion.h"
+#include "codegen/loopnest.h"
+#include "codegen/lower.h"
+#include "runtime/plan.h"
+
+typedef struct cl_step {
+  cl_kernel kernel; /* owned */
+  size_t items;     /* work items: the elements of the kernel's parallel dims */
+  size_t local;     /* work-group size */
+} cl_step;
+
+typedef struct cl_plan_state {
+  cl_dev *d;
+  cl_program program; /* owned */
+  cl_step *steps;     /* per plan step (KERNEL steps that launch); owned */
+  int n_steps;
+  int n_kernels;
+  size_t source_bytes;
+  bool from_cache;
+  double build_ms;
+  kiln_device_buffer *dummy; /* bound for operands of no bytes; owned */
+  kiln_device *dev;
+} cl_plan_state;
+
+/* Dtypes the OpenCL C dialect stores. */
+static bool dtype_ok(const cl_dev *d, kiln_dtype dt) {
+  switch (dt) {
+    case KILN_DTYPE_F32: case KILN_DTYPE_I64: case KILN_DTYPE_I32: case KILN_DTYPE_I16: case KILN_DTYPE_I8:
+    case KILN_DTYPE_U8: case KILN_DTYPE_U16: case KILN_DTYPE_U32: case KILN_DTYPE_U64: case KILN_DTYPE_BOOL:
+      return true;
+    case KILN_DTYPE_F64: return d->props.fp64;
+    default: return false;
+  }
+}
+
+static kiln_op_class claim(const cl_dev *d, const kiln_graph *g, const kiln_node *node, const char **why) {
+  for (int side = 0; side < 2; side++) {
+    int n = side ? node->n_outputs : node->n_inputs;
+    const int *ids = side ? node->outputs : node->inputs;
+    for (int i = 0; i < n; i++) {
+      if (ids[i] < 0) continue;
+      kiln_dtype dt = g->values[ids[i]].type.dtype;
+      if (!dtype_ok(d, dt)) {
+        if (why) *why = dt == KILN_DTYPE_F64 ? "the OpenCL device has no fp64" : "a dtype the OpenCL C dialect does not store";
+        return KILN_OPCLASS_NONE;
+      }
+    }
+  }
+  return kiln_lower_class(g, node, why);
+}
+
+bool cl_supports(const kiln_device *dev, const kiln_graph *g, const kiln_node *node, const char **reason) {
+  return claim(dev->impl, g, node, reason) != KILN_OPCLASS_NONE;
+}
+
+static kiln_op_class plan_claim(void *user, const kiln_graph *g, const kiln_node *node, const char **why) {
+  const cl_plan_state *x = user;
+  return claim(x->d, g, node, why);
+}
+
+kiln_status_t cl_plan_begin(kiln_device *dev, const kiln_graph *g, const kiln_prepare_options *opts,
+                            kiln_plan_target *out_target, void **out_state) {
+  cl_plan_state *x = calloc(1, sizeof *x);
+  if (!x) return KILN_OOM();
+  x->d = dev->impl;
+  x->dev = dev;
+  *out_target = (kiln_plan_target){
+      .dev = dev,
+      .host_memory = false,
+      .alignment = x->d->props.mem_align,
+      .size_rounding = 4,
+      .contractions_as_kernels = true,
+      .claim = plan_claim,
+      .user = x,
+  };
+  *out_state = x;
+  return NULL;
+}
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+/* Schedules and renders KERNEL step i as kernel "k<i>" into src; its work
+ * items into *items. */
+static kiln_status_t render_step(const kiln_plan *p, int i, kiln_strbuf *src, size_t *items) {
+  const kiln_plan_step *s = &p->steps[i];
+  kiln_loop_nest nest = {0};
+  kiln_loop_schedule sched = kiln_loop_schedule_default();
+  sched.parallel_dims = KILN_PARALLEL_UNTIL_REDUCTION;
+  char name[32];
+  snprintf(name, sizeof name, "k%d", i);
+  kiln_status_t st = kiln_schedule_kernel(s->fk.b, s->fk.root, 0, &sched, &nest);
+  if (!st && te_buffer_count(s->fk.b) != s->n_args)
+    st = kiln_error(KILN_INTERNAL, "kernel with %d buffers for %d arguments", te_buffer_count(s->fk.b), s->n_args);
+  if (!st) st = kiln_render_opencl(s->fk.b, &nest, name, src);
+  if (!st) {
+    int64_t total = 1;
+    for (int d = 0; d < nest.parallel_dims; d++) total *= nest.extents[d];
+    *items = (size_t)total;
+  }
+  kiln_loop_nest_free(&nest);
+  if (st) st = kiln_status_annotate(st, "rendering the kernel of node '%s'", s->node->name);
+  return st;
+}
+
+kiln_status_t cl_plan_compile(kiln_device *dev, void *state, kiln_plan *p, const kiln_plan_bindings *bind) {
+  cl_plan_state *x = state;
+  const cl_fns *fn = cl_api();
+  x->steps = calloc((size_t)p->n_steps + 1, sizeof *x->steps);
+  if (!x->steps) return KILN_OOM();
+  x->n_steps = p->n_steps;
+  kiln_strbuf src = {0};
+  kiln_strbuf_puts(&src, kiln_opencl_preamble());
+  kiln_status_t st = NULL;
+  for (int i = 0; i < p->n_steps && !st; i++) {
+    const kiln_plan_step *s = &p->steps[i];
+    if (s->kind == KILN_STEP_CONTRACTION)
+      st = kiln_error(KILN_INTERNAL, "opencl: contraction step for node '%s' (contractions are kernels here)", s->node->name);
+    if (s->kind != KILN_STEP_KERNEL || s->fused_into >= 0) continue;
+    if (!st) st = render_step(p, i, &src, &x->steps[i].items);
+    x->n_kernels++;
+  }
+  if (!st) st = kiln_strbuf_status(&src);
+  if (!st && x->n_kernels) {
+    x->source_bytes = src.len;
+    double t0 = now_ms();
+    char what[160];
+    snprintf(what, sizeof what, "the %d kernels of graph '%.80s'", x->n_kernels, p->g->name ? p->g->name : "");
+    st = cl_build_program(x->d, src.data, what, &x->program, &x->from_cache);
+    x->build_ms = now_ms() - t0;
+  }
+  kiln_strbuf_free(&src);
+  for (int i = 0; i < p->n_steps && !st; i++) {
+    const kiln_plan_step *s = &p->steps[i];
+    if (s->kind != KILN_STEP_KERNEL || s->fused_into >= 0) continue;
+    char name[32];
+    snprintf(name, sizeof name, "k%d", i);
+    cl_int err = CL_SUCCESS;
+    cl_step *cs = &x->steps[i];
+    cs->kernel = fn->CreateKernel(x->program, name, &err);
+    if (!cs->kernel || err) {
+      cs->kernel = NULL;
+      st = cl_check(err ? err : CL_INVALID_KERNEL, "clCreateKernel");
+      break;
+    }
+    size_t wg = 0;
+    fn->GetKernelWorkGroupInfo(cs->kernel, x->d->props.id, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL);
+    cs->local = KILN_MIN((size_t)64, KILN_MIN(wg ? wg : 1, x->d->props.max_work_group));
+  }
+  if (!st) st = kiln_device_buffer_alloc(dev, 4, &x->dummy);
+  return st;
+}
+
+kiln_status_t cl_launch_step(kiln_device *dev, void *state, const kiln_plan *p, int i, const kiln_plan_bindings *bind) {
+  cl_plan_state *x = state;
+  const kiln_plan_step *s = &p->steps[i];
+  const cl_step *cs = i < x->n_steps ? &x->steps[i] : NULL;
+  if (!cs || !cs->kernel) return kiln_error(KILN_INTERNAL, "opencl: step %d of the plan was not compiled", i);
+  if (!cs->items) return NULL;
+  const cl_fns *fn = cl_api();
+  for (int a = 0; a < s->n_args; a++) {
+    int v = s->args[a];
+    kiln_device_buffer *buf = v >= 0 ? bind->buffer[v] : NULL;
+    cl_ulong off = buf ? buf->offset + bind->offset[v] : 0;
+    if (!buf) buf = x->dummy; /* a value of no bytes: never read */
+    cl_int err = fn->SetKernelArg(cs->kernel, (cl_uint)(2 * a), sizeof(cl_mem), &buf->block->mem);
+    if (!err) err = fn->SetKernelArg(cs->kernel, (cl_uint)(2 * a + 1), sizeof off, &off);
+    KILN_TRY(cl_check(err, "clSetKernelArg"));
+  }
+  return cl_enqueue_kernel(x->d, cs->kernel, cs->items, cs->local);
+}
+
+void cl_plan_end(kiln_device *dev, void *state, kiln_plan *p) {
+  cl_plan_state *x = state;
+  if (!x) return;
+  const cl_fns *fn = cl_api();
+  for (int i = 0; x->steps && i < x->n_steps; i++)
+    if (x->steps[i].kernel) fn->ReleaseKernel(x->steps[i].kernel);
+  if (x->program) fn->ReleaseProgram(x->program);
+  if (x->dummy) kiln_device_buffer_free(dev, x->dummy);
+  free(x->steps);
+  free(x);
+}
+
+void cl_plan_describe(kiln_device *dev, void *state, const kiln_plan *p, FILE *out) {
+  const cl_plan_state *x = state;
+  fprintf(out, "opencl: %d kernels in one program (%zu bytes of OpenCL C), %s in %.0f ms, on %s\n", x->n_kernels,
+          x->source_bytes, x->from_cache ? "loaded from the binary cache" : "built", x->build_ms, x->d->props.name);
+}
+
+#else
+typedef int kiln_cl_plan_disabled; /* ISO C forbids an empty translation unit */
+#endif /* KILN_HAVE_OPENCL */
