@@ -431,9 +431,12 @@ static kiln_status_t decode_data(const npy_header *h, const uint8_t *raw, const 
   fortran_iter it;
   fortran_iter_init(&it, h);
   if (h->dtype == KILN_DTYPE_STRING) {
-    /* UTF-32 -> UTF-8 is at most 4 bytes per 4-byte unit: item_size bytes suffice. */
-    char *scratch = malloc(h->item_size ? h->item_size : 1);
-    if (!scratch) st = KILN_OOM();
+    /* UTF-32 -> UTF-8 is at most 4 bytes per 4-byte unit: item_size bytes
+     * suffice. Only with elements: then the file holds item_size bytes, while
+     * an empty array may declare any width (fuzz finding: '<U26666666666'
+     * of shape (0,) asked for 99 GiB of scratch). */
+    char *scratch = h->numel > 0 ? malloc(h->item_size ? h->item_size : 1) : NULL;
+    if (h->numel > 0 && !scratch) st = KILN_OOM();
     for (int64_t i = 0; !st && i < h->numel; i++) {
       int64_t s = h->fortran ? fortran_iter_next(&it) : i;
       st = decode_string(h, raw + (size_t)s * h->item_size, t, i, scratch, what);
