@@ -121,16 +121,22 @@ static void c_float_literal(const render_ctx *r, kiln_dtype dt, double v, char *
 /* lower.c names the C functions and preamble helpers directly. */
 static const char *c_call_name(const char *fn) { return fn; }
 
+static bool is_float(kiln_dtype dt) { return dt == KILN_DTYPE_F32 || dt == KILN_DTYPE_F64; }
+
 static bool c_special(render_ctx *r, const te_expr *e, const char *a, const char *b) {
   kiln_strbuf *s = r->s;
   switch (e->op) {
     case TE_LOAD: kiln_strbuf_printf(s, "b%d[%s]", e->buf, a); return true;
     case TE_ABS: kiln_strbuf_printf(s, e->dtype == KILN_DTYPE_F32 ? "fabsf(%s)" : "fabs(%s)", a); return true;
     case TE_CAST: kiln_strbuf_printf(s, "(%s)(%s)", c_value_type(r, e->dtype), a); return true;
-    case TE_MAX: /* NaN propagates, as numpy's maximum does */
-      kiln_strbuf_printf(s, "(%s != %s || %s > %s) ? %s : %s", a, a, a, b, a, b);
+    case TE_MAX: /* NaN propagates, as numpy's maximum does (integers have no NaN to test for) */
+      if (!is_float(e->dtype)) kiln_strbuf_printf(s, "(%s > %s) ? %s : %s", a, b, a, b);
+      else kiln_strbuf_printf(s, "(%s != %s || %s > %s) ? %s : %s", a, a, a, b, a, b);
       return true;
-    case TE_MIN: kiln_strbuf_printf(s, "(%s != %s || %s < %s) ? %s : %s", a, a, a, b, a, b); return true;
+    case TE_MIN:
+      if (!is_float(e->dtype)) kiln_strbuf_printf(s, "(%s < %s) ? %s : %s", a, b, a, b);
+      else kiln_strbuf_printf(s, "(%s != %s || %s < %s) ? %s : %s", a, a, a, b, a, b);
+      return true;
     default: return false;
   }
 }
@@ -145,8 +151,14 @@ static void c_reduce_combine(render_ctx *r, const te_expr *red, const char *acc,
   switch (red->rop) {
     case TE_RSUM: kiln_strbuf_printf(r->s, "%s += %s;\n", acc, x); break;
     case TE_RPROD: kiln_strbuf_printf(r->s, "%s *= %s;\n", acc, x); break;
-    case TE_RMAX: kiln_strbuf_printf(r->s, "%s = (%s != %s || %s > %s) ? %s : %s;\n", acc, x, x, x, acc, x, acc); break;
-    case TE_RMIN: kiln_strbuf_printf(r->s, "%s = (%s != %s || %s < %s) ? %s : %s;\n", acc, x, x, x, acc, x, acc); break;
+    case TE_RMAX:
+      if (!is_float(red->dtype)) kiln_strbuf_printf(r->s, "%s = (%s > %s) ? %s : %s;\n", acc, x, acc, x, acc);
+      else kiln_strbuf_printf(r->s, "%s = (%s != %s || %s > %s) ? %s : %s;\n", acc, x, x, x, acc, x, acc);
+      break;
+    case TE_RMIN:
+      if (!is_float(red->dtype)) kiln_strbuf_printf(r->s, "%s = (%s < %s) ? %s : %s;\n", acc, x, acc, x, acc);
+      else kiln_strbuf_printf(r->s, "%s = (%s != %s || %s < %s) ? %s : %s;\n", acc, x, x, x, acc, x, acc);
+      break;
   }
 }
 
