@@ -24,7 +24,6 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/files.h"
@@ -248,6 +247,13 @@ static kiln_status_t cl_synchronize(kiln_device *dev) {
   return cl_event_wait(dev, e);
 }
 
+kiln_status_t cl_set_buffer_arg(cl_kernel k, int i, const kiln_device_buffer *buf, uint64_t byte_offset) {
+  cl_ulong off = byte_offset;
+  cl_int err = cl_api()->SetKernelArg(k, (cl_uint)(2 * i), sizeof(cl_mem), &buf->block->mem);
+  if (!err) err = cl_api()->SetKernelArg(k, (cl_uint)(2 * i + 1), sizeof off, &off);
+  return cl_check(err, "clSetKernelArg");
+}
+
 kiln_status_t cl_enqueue_kernel(cl_dev *d, cl_kernel k, size_t n_items, size_t local) {
   if (!n_items) return NULL;
   if (!local) local = 1;
@@ -404,13 +410,7 @@ static kiln_status_t cl_launch(kiln_device *dev, kiln_device_program *p, int n_b
                                const uint32_t grid[3]) {
   if (n_buffers != p->n_buffers)
     return kiln_error(KILN_INVALID_ARGUMENT, "opencl: the kernel takes %d buffers, %d given", p->n_buffers, n_buffers);
-  const cl_fns *fn = cl_api();
-  for (int i = 0; i < n_buffers; i++) {
-    cl_ulong off = bufs[i]->offset;
-    cl_int err = fn->SetKernelArg(p->kernel, (cl_uint)(2 * i), sizeof(cl_mem), &bufs[i]->block->mem);
-    if (!err) err = fn->SetKernelArg(p->kernel, (cl_uint)(2 * i + 1), sizeof off, &off);
-    KILN_TRY(cl_check(err, "clSetKernelArg"));
-  }
+  for (int i = 0; i < n_buffers; i++) KILN_TRY(cl_set_buffer_arg(p->kernel, i, bufs[i], bufs[i]->offset));
   size_t items = (size_t)grid[0] * (grid[1] ? grid[1] : 1) * (grid[2] ? grid[2] : 1);
   return cl_enqueue_kernel(dev_of(dev), p->kernel, items, KILN_MIN((size_t)64, dev_of(dev)->props.max_work_group));
 }

@@ -141,7 +141,10 @@ kiln_status_t cl_launch_step(kiln_device *dev, void *state, const struct kiln_pl
 void cl_plan_end(kiln_device *dev, void *state, struct kiln_plan *plan);
 void cl_plan_describe(kiln_device *dev, void *state, const struct kiln_plan *plan, FILE *out);
 bool cl_supports(const kiln_device *dev, const kiln_graph *g, const kiln_node *node, const char **reason);
-/* Enqueues a kernel over n_items work items (cl_device.c; takes the lock). */
+/* Binds buffer argument i of a kernel in the OpenCL C dialect's ABI: its
+ * block as argument 2i, byte_offset (in the block) as 2i + 1. */
+kiln_status_t cl_set_buffer_arg(cl_kernel k, int i, const kiln_device_buffer *buf, uint64_t byte_offset);
+/* Enqueues a kernel over n_items work items (cl_device.c). */
 kiln_status_t cl_enqueue_kernel(cl_dev *d, cl_kernel k, size_t n_items, size_t local);
 
 #endif /* KILN_HAVE_OPENCL */

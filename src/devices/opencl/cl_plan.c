@@ -38,7 +38,6 @@ typedef struct cl_plan_state {
   bool from_cache;
   double build_ms;
   kiln_device_buffer *dummy; /* bound for operands of no bytes; owned */
-  kiln_device *dev;
 } cl_plan_state;
 
 /* Dtypes the OpenCL C dialect stores. */
@@ -82,7 +81,6 @@ kiln_status_t cl_plan_begin(kiln_device *dev, const kiln_graph *g, const kiln_pr
   cl_plan_state *x = calloc(1, sizeof *x);
   if (!x) return KILN_OOM();
   x->d = dev->impl;
-  x->dev = dev;
   *out_target = (kiln_plan_target){
       .dev = dev,
       .host_memory = false,
@@ -179,15 +177,12 @@ kiln_status_t cl_launch_step(kiln_device *dev, void *state, const kiln_plan *p, 
   const cl_step *cs = i < x->n_steps ? &x->steps[i] : NULL;
   if (!cs || !cs->kernel) return kiln_error(KILN_INTERNAL, "opencl: step %d of the plan was not compiled", i);
   if (!cs->items) return NULL;
-  const cl_fns *fn = cl_api();
   for (int a = 0; a < s->n_args; a++) {
     int v = s->args[a];
     kiln_device_buffer *buf = v >= 0 ? bind->buffer[v] : NULL;
     cl_ulong off = buf ? buf->offset + bind->offset[v] : 0;
     if (!buf) buf = x->dummy; /* a value of no bytes: never read */
-    cl_int err = fn->SetKernelArg(cs->kernel, (cl_uint)(2 * a), sizeof(cl_mem), &buf->block->mem);
-    if (!err) err = fn->SetKernelArg(cs->kernel, (cl_uint)(2 * a + 1), sizeof off, &off);
-    KILN_TRY(cl_check(err, "clSetKernelArg"));
+    KILN_TRY(cl_set_buffer_arg(cs->kernel, a, buf, off));
   }
   return cl_enqueue_kernel(x->d, cs->kernel, cs->items, cs->local);
 }
