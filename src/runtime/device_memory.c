@@ -152,3 +152,83 @@ void kiln_memory_cap_release(kiln_memory_cap *cap, uint64_t size) {
   cap->used -= KILN_MIN(cap->used, size);
   pthread_mutex_unlock(&cap->lock);
 }
+
+/* ---- the block pool ------------------------------------------------------------------ */
+
+static void pool_block_destroy(kiln_block_pool *pool, kiln_pool_block *b) {
+  if (b->handle) pool->destroy(pool->user, b->handle);
+  kiln_memory_cap_release(pool->cap, b->size);
+  kiln_free_ranges_free(&b->free);
+  free(b);
+}
+
+static kiln_status_t pool_block_create(kiln_block_pool *pool, uint64_t size, uint64_t requested, bool dedicated,
+                                       kiln_pool_block **out) {
+  char want[32], most[32];
+  if (pool->max_alloc && requested > pool->max_alloc)
+    return kiln_error(KILN_OUT_OF_MEMORY, "%s: out of device memory allocating %s (the device's largest allocation is %s)",
+                      pool->cap->device, kiln_format_bytes(requested, want), kiln_format_bytes(pool->max_alloc, most));
+  if (pool->max_alloc && size > pool->max_alloc) size = pool->max_alloc / pool->align * pool->align;
+  KILN_TRY(kiln_memory_cap_reserve(pool->cap, &size, requested, dedicated, pool->align));
+  kiln_pool_block *b = calloc(1, sizeof *b);
+  if (!b || !kiln_free_ranges_init(&b->free, size)) {
+    kiln_memory_cap_release(pool->cap, size);
+    free(b);
+    return KILN_OOM();
+  }
+  b->size = size;
+  b->dedicated = dedicated;
+  kiln_status_t st = pool->create(pool->user, size, requested, &b->handle);
+  if (st) {
+    b->handle = NULL;
+    pool_block_destroy(pool, b);
+    return st;
+  }
+  *out = b;
+  return NULL;
+}
+
+kiln_status_t kiln_block_pool_take(kiln_block_pool *pool, uint64_t bytes, kiln_pool_block **out_block,
+                                   uint64_t *out_offset, uint64_t *out_size) {
+  uint64_t a = pool->align;
+  uint64_t size = ((bytes ? bytes : 1) + a - 1) / a * a;
+  bool dedicated = size > pool->block_bytes / 2;
+  kiln_pool_block *best = NULL;
+  int best_i = -1;
+  for (kiln_pool_block *b = pool->blocks; b && !dedicated; b = b->next) {
+    if (b->dedicated) continue;
+    int i = kiln_free_ranges_best_fit(&b->free, size);
+    if (i >= 0 && (!best || b->free.r[i].size < best->free.r[best_i].size)) best = b, best_i = i;
+  }
+  if (!best) {
+    KILN_TRY(pool_block_create(pool, dedicated ? size : pool->block_bytes, size, dedicated, &best));
+    best->next = pool->blocks;
+    pool->blocks = best;
+    best_i = 0;
+  }
+  *out_block = best;
+  *out_offset = kiln_free_ranges_take(&best->free, best_i, size);
+  *out_size = size;
+  return NULL;
+}
+
+void kiln_block_pool_give(kiln_block_pool *pool, kiln_pool_block *b, uint64_t offset, uint64_t size) {
+  kiln_free_ranges_give(&b->free, offset, size);
+  if (!kiln_free_ranges_empty(&b->free, b->size)) return;
+  bool release = b->dedicated;
+  for (kiln_pool_block *o = pool->blocks; o && !release; o = o->next) /* keep one empty shared block as a spare */
+    if (o != b && !o->dedicated && kiln_free_ranges_empty(&o->free, o->size)) release = true;
+  if (!release) return;
+  kiln_pool_block **pp = &pool->blocks;
+  while (*pp != b) pp = &(*pp)->next;
+  *pp = b->next;
+  pool_block_destroy(pool, b);
+}
+
+void kiln_block_pool_release_all(kiln_block_pool *pool) {
+  while (pool->blocks) {
+    kiln_pool_block *b = pool->blocks;
+    pool->blocks = b->next;
+    pool_block_destroy(pool, b);
+  }
+}

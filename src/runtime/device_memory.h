@@ -69,4 +69,39 @@ kiln_status_t kiln_memory_cap_reserve(kiln_memory_cap *cap, uint64_t *size, uint
                                       uint64_t align);
 void kiln_memory_cap_release(kiln_memory_cap *cap, uint64_t size);
 
+/* A pool of driver allocations ("blocks") of block_bytes each, handed out
+ * best-fit in `align`-sized ranges; a request over half a block gets a
+ * dedicated block, freed with it; one empty shared block is kept as a
+ * spare. Blocks count against `cap`. The device supplies how a block is
+ * made and destroyed; the caller serializes every call (the device's lock).
+ * A device buffer is then (block, offset). */
+typedef struct kiln_pool_block {
+  void *handle;  /* the driver's allocation (a cl_mem, a CUdeviceptr...): the device's */
+  uint64_t size;
+  bool dedicated;
+  kiln_free_ranges free;  /* owned */
+  struct kiln_pool_block *next;
+} kiln_pool_block;
+
+typedef struct kiln_block_pool {
+  kiln_memory_cap *cap;       /* borrowed; static in the device */
+  uint64_t block_bytes;       /* the size of a shared block */
+  uint64_t align;             /* every range's alignment and size rounding */
+  uint64_t max_alloc;         /* the driver's largest allocation (0: no limit) */
+  /* Makes a block of `size` bytes (`requested` is what the caller asked
+   * for, for the message) into *out_handle; an error is the driver's
+   * out-of-memory worded for the user. */
+  kiln_status_t (*create)(void *user, uint64_t size, uint64_t requested, void **out_handle);
+  void (*destroy)(void *user, void *handle);
+  void *user;
+  kiln_pool_block *blocks;    /* owned */
+} kiln_block_pool;
+
+/* Takes `bytes` (rounded up to align; 0 counts as 1). */
+kiln_status_t kiln_block_pool_take(kiln_block_pool *pool, uint64_t bytes, kiln_pool_block **out_block,
+                                   uint64_t *out_offset, uint64_t *out_size);
+void kiln_block_pool_give(kiln_block_pool *pool, kiln_pool_block *block, uint64_t offset, uint64_t size);
+/* Destroys every block (the device is shutting down). */
+void kiln_block_pool_release_all(kiln_block_pool *pool);
+
 #endif

@@ -44,73 +44,32 @@ static cl_dev *dev_of(const kiln_device *dev) { return dev->impl; }
 
 /* ---- memory ------------------------------------------------------------------------ */
 
-static void block_destroy(cl_block *b) {
-  if (b->mem) cl_api()->ReleaseMemObject(b->mem);
-  kiln_memory_cap_release(&g_cap, b->size);
-  kiln_free_ranges_free(&b->free);
-  free(b);
-}
-
-/* A new block of `size` (>= requested) bytes; caller holds the lock. */
-static kiln_status_t block_create(cl_dev *d, uint64_t size, uint64_t requested, bool dedicated, cl_block **out) {
-  char want[32], most[32];
-  if (requested > d->props.max_alloc_bytes)
-    return kiln_error(KILN_OUT_OF_MEMORY, "opencl: out of device memory allocating %s (the device's largest allocation is %s)",
-                      kiln_format_bytes(requested, want), kiln_format_bytes(d->props.max_alloc_bytes, most));
-  if (size > d->props.max_alloc_bytes) size = d->props.max_alloc_bytes / d->props.mem_align * d->props.mem_align;
-  KILN_TRY(kiln_memory_cap_reserve(&g_cap, &size, requested, dedicated, d->props.mem_align));
-  cl_block *b = calloc(1, sizeof *b);
-  if (!b || !kiln_free_ranges_init(&b->free, size)) {
-    kiln_memory_cap_release(&g_cap, size);
-    free(b);
-    return KILN_OOM();
-  }
-  b->size = size;
-  b->dedicated = dedicated;
+static kiln_status_t block_create(void *user, uint64_t size, uint64_t requested, void **out) {
+  cl_dev *d = user;
   cl_int err = CL_SUCCESS;
-  b->mem = cl_api()->CreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)size, NULL, &err);
-  if (!b->mem || err != CL_SUCCESS) {
-    b->mem = NULL;
-    block_destroy(b);
-    char have[32];
+  cl_mem mem = cl_api()->CreateBuffer(d->context, CL_MEM_READ_WRITE, (size_t)size, NULL, &err);
+  if (!mem || err != CL_SUCCESS) {
+    char want[32], have[32];
     return kiln_error(KILN_OUT_OF_MEMORY, "opencl: out of device memory allocating %s (clCreateBuffer: %s; the device has %s)",
                       kiln_format_bytes(requested, want), cl_error_name(err),
                       kiln_format_bytes(d->props.global_bytes, have));
   }
-  *out = b;
+  *out = mem;
   return NULL;
+}
+
+static void block_destroy(void *user, void *mem) {
+  (void)user;
+  cl_api()->ReleaseMemObject(mem);
 }
 
 static kiln_status_t cl_buffer_alloc(kiln_device *dev, size_t bytes, kiln_device_buffer **out) {
   cl_dev *d = dev_of(dev);
   *out = NULL;
-  uint64_t a = d->props.mem_align;
-  uint64_t size = ((uint64_t)(bytes ? bytes : 1) + a - 1) / a * a;
   kiln_device_buffer *buf = calloc(1, sizeof *buf);
   if (!buf) return KILN_OOM();
-  bool dedicated = size > CL_BLOCK_BYTES / 2;
-  kiln_status_t st = NULL;
   pthread_mutex_lock(&d->lock);
-  cl_block *best = NULL;
-  int best_i = -1;
-  for (cl_block *b = d->blocks; b && !dedicated; b = b->next) {
-    if (b->dedicated) continue;
-    int i = kiln_free_ranges_best_fit(&b->free, size);
-    if (i >= 0 && (!best || b->free.r[i].size < best->free.r[best_i].size)) best = b, best_i = i;
-  }
-  if (!best) {
-    st = block_create(d, dedicated ? size : CL_BLOCK_BYTES, size, dedicated, &best);
-    if (!st) {
-      best->next = d->blocks;
-      d->blocks = best;
-      best_i = 0;
-    }
-  }
-  if (!st) {
-    buf->block = best;
-    buf->offset = kiln_free_ranges_take(&best->free, best_i, size);
-    buf->alloc = size;
-  }
+  kiln_status_t st = kiln_block_pool_take(&d->pool, bytes, &buf->block, &buf->offset, &buf->alloc);
   pthread_mutex_unlock(&d->lock);
   if (st) {
     free(buf);
@@ -124,19 +83,7 @@ static void cl_buffer_free(kiln_device *dev, kiln_device_buffer *buf) {
   if (!buf) return;
   cl_dev *d = dev_of(dev);
   pthread_mutex_lock(&d->lock);
-  cl_block *b = buf->block;
-  kiln_free_ranges_give(&b->free, buf->offset, buf->alloc);
-  if (kiln_free_ranges_empty(&b->free, b->size)) {
-    bool release = b->dedicated;
-    for (cl_block *o = d->blocks; o && !release; o = o->next) /* keep one empty shared block as a spare */
-      if (o != b && !o->dedicated && kiln_free_ranges_empty(&o->free, o->size)) release = true;
-    if (release) {
-      cl_block **pp = &d->blocks;
-      while (*pp != b) pp = &(*pp)->next;
-      *pp = b->next;
-      block_destroy(b);
-    }
-  }
+  kiln_block_pool_give(&d->pool, buf->block, buf->offset, buf->alloc);
   pthread_mutex_unlock(&d->lock);
   free(buf);
 }
@@ -171,7 +118,7 @@ static kiln_status_t cl_upload(kiln_device *dev, kiln_device_buffer *dst, size_t
   }
   memcpy(copy, src, bytes);
   pthread_mutex_lock(&d->lock);
-  cl_int err = cl_api()->EnqueueWriteBuffer(d->queue, dst->block->mem, CL_FALSE, (size_t)(dst->offset + offset), bytes,
+  cl_int err = cl_api()->EnqueueWriteBuffer(d->queue, cl_mem_of(dst), CL_FALSE, (size_t)(dst->offset + offset), bytes,
                                             copy, 0, NULL, NULL);
   if (err == CL_SUCCESS) {
     *s = (cl_staging){copy, d->enqueued + 1, d->staging}; /* free once the next marker is passed */
@@ -189,7 +136,7 @@ static kiln_status_t cl_readback(kiln_device *dev, void *dst, kiln_device_buffer
   cl_dev *d = dev_of(dev);
   if (!bytes) return NULL;
   if (offset + bytes > src->alloc) return kiln_error(KILN_INTERNAL, "opencl: readback past the end of a buffer");
-  return cl_check(cl_api()->EnqueueReadBuffer(d->queue, src->block->mem, CL_FALSE, (size_t)(src->offset + offset),
+  return cl_check(cl_api()->EnqueueReadBuffer(d->queue, cl_mem_of(src), CL_FALSE, (size_t)(src->offset + offset),
                                               bytes, dst, 0, NULL, NULL),
                   "clEnqueueReadBuffer");
 }
@@ -198,7 +145,7 @@ static kiln_status_t cl_copy(kiln_device *dev, kiln_device_buffer *dst, size_t d
                              size_t src_offset, size_t bytes) {
   cl_dev *d = dev_of(dev);
   if (!bytes) return NULL;
-  return cl_check(cl_api()->EnqueueCopyBuffer(d->queue, src->block->mem, dst->block->mem,
+  return cl_check(cl_api()->EnqueueCopyBuffer(d->queue, cl_mem_of(src), cl_mem_of(dst),
                                               (size_t)(src->offset + src_offset), (size_t)(dst->offset + dst_offset),
                                               bytes, 0, NULL, NULL),
                   "clEnqueueCopyBuffer");
@@ -249,7 +196,8 @@ static kiln_status_t cl_synchronize(kiln_device *dev) {
 
 kiln_status_t cl_set_buffer_arg(cl_kernel k, int i, const kiln_device_buffer *buf, uint64_t byte_offset) {
   cl_ulong off = byte_offset;
-  cl_int err = cl_api()->SetKernelArg(k, (cl_uint)(2 * i), sizeof(cl_mem), &buf->block->mem);
+  cl_mem mem = cl_mem_of(buf);
+  cl_int err = cl_api()->SetKernelArg(k, (cl_uint)(2 * i), sizeof(cl_mem), &mem);
   if (!err) err = cl_api()->SetKernelArg(k, (cl_uint)(2 * i + 1), sizeof off, &off);
   return cl_check(err, "clSetKernelArg");
 }
@@ -485,6 +433,8 @@ static int cl_enumerate(kiln_device **out, int max, const char **why_absent) {
       continue;
     }
     pthread_mutex_init(&d->lock, NULL);
+    d->pool = (kiln_block_pool){&g_cap, CL_BLOCK_BYTES, d->props.mem_align, d->props.max_alloc_bytes, block_create,
+                                block_destroy, d, NULL};
     snprintf(d->name, sizeof d->name, "opencl:%d", n);
     const cl_props *p = &props[i]; /* not d->props: snprintf must not read what it writes beside */
     char mem[32];

@@ -80,19 +80,13 @@ typedef struct cl_props {
   bool fp64, fp16;
 } cl_props;
 
-/* A block of device memory: one cl_mem, suballocated. */
-typedef struct cl_block {
-  cl_mem mem;
-  uint64_t size;
-  bool dedicated;         /* made for one big request; freed with it */
-  kiln_free_ranges free;  /* owned */
-  struct cl_block *next;
-} cl_block;
-
+/* A buffer: a range of a pooled cl_mem block. */
 struct kiln_device_buffer {
-  cl_block *block; /* borrowed from the device's pool */
+  kiln_pool_block *block; /* borrowed from the device's pool; its handle is the cl_mem */
   uint64_t offset, alloc;
 };
+
+static inline cl_mem cl_mem_of(const kiln_device_buffer *b) { return (cl_mem)b->block->handle; }
 
 /* A staging copy an asynchronous upload reads, freed once the queue has
  * passed it. */
@@ -111,7 +105,7 @@ typedef struct cl_dev {
   cl_context context;
   cl_command_queue queue;
   pthread_mutex_t lock;   /* queue, pool, staging, timeline */
-  cl_block *blocks;
+  kiln_block_pool pool;   /* cl_mem blocks */
   uint64_t enqueued;      /* commands enqueued so far: the timeline */
   uint64_t completed;     /* the timeline value the host has seen finished */
   cl_staging *staging;

@@ -16,11 +16,7 @@
 #include <stdio.h>
 #include <time.h>
 
-#include "base/strbuf.h"
-#include "codegen/fusion.h"
-#include "codegen/loopnest.h"
-#include "codegen/lower.h"
-#include "runtime/plan.h"
+#include "runtime/plan_kernels.h"
 
 typedef struct cl_step {
   cl_kernel kernel; /* owned */
@@ -41,30 +37,23 @@ typedef struct cl_plan_state {
 } cl_plan_state;
 
 /* Dtypes the OpenCL C dialect stores. */
-static bool dtype_ok(const cl_dev *d, kiln_dtype dt) {
+static bool dtype_ok(const void *user, kiln_dtype dt, const char **why) {
+  const cl_dev *d = user;
   switch (dt) {
     case KILN_DTYPE_F32: case KILN_DTYPE_I64: case KILN_DTYPE_I32: case KILN_DTYPE_I16: case KILN_DTYPE_I8:
     case KILN_DTYPE_U8: case KILN_DTYPE_U16: case KILN_DTYPE_U32: case KILN_DTYPE_U64: case KILN_DTYPE_BOOL:
       return true;
-    case KILN_DTYPE_F64: return d->props.fp64;
-    default: return false;
+    case KILN_DTYPE_F64:
+      if (!d->props.fp64 && why) *why = "the OpenCL device has no fp64";
+      return d->props.fp64;
+    default:
+      if (why) *why = "a dtype the OpenCL C dialect does not store";
+      return false;
   }
 }
 
 static kiln_op_class claim(const cl_dev *d, const kiln_graph *g, const kiln_node *node, const char **why) {
-  for (int side = 0; side < 2; side++) {
-    int n = side ? node->n_outputs : node->n_inputs;
-    const int *ids = side ? node->outputs : node->inputs;
-    for (int i = 0; i < n; i++) {
-      if (ids[i] < 0) continue;
-      kiln_dtype dt = g->values[ids[i]].type.dtype;
-      if (!dtype_ok(d, dt)) {
-        if (why) *why = dt == KILN_DTYPE_F64 ? "the OpenCL device has no fp64" : "a dtype the OpenCL C dialect does not store";
-        return KILN_OPCLASS_NONE;
-      }
-    }
-  }
-  return kiln_lower_class(g, node, why);
+  return kiln_plan_claim_stored(g, node, dtype_ok, d, why);
 }
 
 bool cl_supports(const kiln_device *dev, const kiln_graph *g, const kiln_node *node, const char **reason) {
@@ -100,63 +89,31 @@ static double now_ms(void) {
   return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
-/* Schedules and renders KERNEL step i as kernel "k<i>" into src; its work
- * items into *items. */
-static kiln_status_t render_step(const kiln_plan *p, int i, kiln_strbuf *src, size_t *items) {
-  const kiln_plan_step *s = &p->steps[i];
-  kiln_loop_nest nest = {0};
-  kiln_loop_schedule sched = kiln_loop_schedule_default();
-  sched.parallel_dims = KILN_PARALLEL_UNTIL_REDUCTION;
-  char name[32];
-  snprintf(name, sizeof name, "k%d", i);
-  kiln_status_t st = kiln_schedule_kernel(s->fk.b, s->fk.root, 0, &sched, &nest);
-  if (!st && te_buffer_count(s->fk.b) != s->n_args)
-    st = kiln_error(KILN_INTERNAL, "kernel with %d buffers for %d arguments", te_buffer_count(s->fk.b), s->n_args);
-  if (!st) st = kiln_render_opencl(s->fk.b, &nest, name, src);
-  if (!st) {
-    int64_t total = 1;
-    for (int d = 0; d < nest.parallel_dims; d++) total *= nest.extents[d];
-    *items = (size_t)total;
-  }
-  kiln_loop_nest_free(&nest);
-  if (st) st = kiln_status_annotate(st, "rendering the kernel of node '%s'", s->node->name);
-  return st;
-}
-
 kiln_status_t cl_plan_compile(kiln_device *dev, void *state, kiln_plan *p, const kiln_plan_bindings *bind) {
   cl_plan_state *x = state;
   const cl_fns *fn = cl_api();
   x->steps = calloc((size_t)p->n_steps + 1, sizeof *x->steps);
   if (!x->steps) return KILN_OOM();
   x->n_steps = p->n_steps;
-  kiln_strbuf src = {0};
-  kiln_strbuf_puts(&src, kiln_opencl_preamble());
-  kiln_status_t st = NULL;
-  for (int i = 0; i < p->n_steps && !st; i++) {
-    const kiln_plan_step *s = &p->steps[i];
-    if (s->kind == KILN_STEP_CONTRACTION)
-      st = kiln_error(KILN_INTERNAL, "opencl: contraction step for node '%s' (contractions are kernels here)", s->node->name);
-    if (s->kind != KILN_STEP_KERNEL || s->fused_into >= 0) continue;
-    if (!st) st = render_step(p, i, &src, &x->steps[i].items);
-    x->n_kernels++;
-  }
-  if (!st) st = kiln_strbuf_status(&src);
-  if (!st && x->n_kernels) {
-    x->source_bytes = src.len;
+  kiln_plan_kernels ks;
+  kiln_status_t st = kiln_plan_render_kernels(p, kiln_opencl_preamble(), kiln_render_opencl, &ks);
+  if (st) return kiln_status_annotate(st, "opencl");
+  x->n_kernels = ks.n_kernels;
+  x->source_bytes = ks.source_bytes;
+  if (x->n_kernels) {
     double t0 = now_ms();
     char what[160];
     snprintf(what, sizeof what, "the %d kernels of graph '%.80s'", x->n_kernels, p->g->name ? p->g->name : "");
-    st = cl_build_program(x->d, src.data, what, &x->program, &x->from_cache);
+    st = cl_build_program(x->d, ks.source, what, &x->program, &x->from_cache);
     x->build_ms = now_ms() - t0;
   }
-  kiln_strbuf_free(&src);
   for (int i = 0; i < p->n_steps && !st; i++) {
-    const kiln_plan_step *s = &p->steps[i];
-    if (s->kind != KILN_STEP_KERNEL || s->fused_into >= 0) continue;
+    if (!kiln_plan_step_launches(p, i)) continue;
     char name[32];
-    snprintf(name, sizeof name, "k%d", i);
+    kiln_plan_kernel_name(i, name);
     cl_int err = CL_SUCCESS;
     cl_step *cs = &x->steps[i];
+    cs->items = (size_t)ks.threads[i];
     cs->kernel = fn->CreateKernel(x->program, name, &err);
     if (!cs->kernel || err) {
       cs->kernel = NULL;
@@ -167,6 +124,7 @@ kiln_status_t cl_plan_compile(kiln_device *dev, void *state, kiln_plan *p, const
     fn->GetKernelWorkGroupInfo(cs->kernel, x->d->props.id, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL);
     cs->local = KILN_MIN((size_t)64, KILN_MIN(wg ? wg : 1, x->d->props.max_work_group));
   }
+  kiln_plan_kernels_free(&ks);
   if (!st) st = kiln_device_buffer_alloc(dev, 4, &x->dummy);
   return st;
 }

@@ -1,0 +1,79 @@
+/* Claims and kernel sources for GPU-dialect devices (see plan_kernels.h). */
+#include "runtime/plan_kernels.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/strbuf.h"
+#include "codegen/lower.h"
+
+kiln_op_class kiln_plan_claim_stored(const kiln_graph *g, const kiln_node *node, kiln_dtype_filter stores,
+                                     const void *user, const char **why) {
+  for (int side = 0; side < 2; side++) {
+    int n = side ? node->n_outputs : node->n_inputs;
+    const int *ids = side ? node->outputs : node->inputs;
+    for (int i = 0; i < n; i++)
+      if (ids[i] >= 0 && !stores(user, g->values[ids[i]].type.dtype, why)) return KILN_OPCLASS_NONE;
+  }
+  return kiln_lower_class(g, node, why);
+}
+
+bool kiln_plan_step_launches(const kiln_plan *p, int i) {
+  return p->steps[i].kind == KILN_STEP_KERNEL && p->steps[i].fused_into < 0;
+}
+
+void kiln_plan_kernel_name(int step, char name[32]) { snprintf(name, 32, "k%d", step); }
+
+static kiln_status_t render_step(const kiln_plan *p, int i, kiln_kernel_renderer render, kiln_strbuf *src,
+                                 int64_t *threads) {
+  const kiln_plan_step *s = &p->steps[i];
+  kiln_loop_nest nest = {0};
+  kiln_loop_schedule sched = kiln_loop_schedule_default();
+  sched.parallel_dims = KILN_PARALLEL_UNTIL_REDUCTION;
+  char name[32];
+  kiln_plan_kernel_name(i, name);
+  kiln_status_t st = kiln_schedule_kernel(s->fk.b, s->fk.root, 0, &sched, &nest);
+  if (!st && te_buffer_count(s->fk.b) != s->n_args)
+    st = kiln_error(KILN_INTERNAL, "kernel with %d buffers for %d arguments", te_buffer_count(s->fk.b), s->n_args);
+  if (!st) st = render(s->fk.b, &nest, name, src);
+  if (!st) {
+    int64_t total = 1;
+    for (int d = 0; d < nest.parallel_dims; d++) total *= nest.extents[d];
+    *threads = total;
+  }
+  kiln_loop_nest_free(&nest);
+  if (st) st = kiln_status_annotate(st, "rendering the kernel of node '%s'", s->node->name);
+  return st;
+}
+
+kiln_status_t kiln_plan_render_kernels(const kiln_plan *p, const char *preamble, kiln_kernel_renderer render,
+                                       kiln_plan_kernels *out) {
+  *out = (kiln_plan_kernels){0};
+  out->threads = calloc((size_t)p->n_steps + 1, sizeof *out->threads);
+  if (!out->threads) return KILN_OOM();
+  kiln_strbuf src = {0};
+  kiln_strbuf_puts(&src, preamble);
+  kiln_status_t st = NULL;
+  for (int i = 0; i < p->n_steps && !st; i++) {
+    const kiln_plan_step *s = &p->steps[i];
+    if (s->kind == KILN_STEP_CONTRACTION)
+      st = kiln_error(KILN_INTERNAL, "contraction step for node '%s' on a device that renders contractions as kernels",
+                      s->node->name);
+    else if (kiln_plan_step_launches(p, i) && !(st = render_step(p, i, render, &src, &out->threads[i])))
+      out->n_kernels++;
+  }
+  if (!st) st = kiln_strbuf_status(&src);
+  if (!st) {
+    out->source_bytes = src.len;
+    out->source = kiln_strbuf_take(&src);
+  }
+  kiln_strbuf_free(&src);
+  if (st) kiln_plan_kernels_free(out);
+  return st;
+}
+
+void kiln_plan_kernels_free(kiln_plan_kernels *k) {
+  free(k->source);
+  free(k->threads);
+  *k = (kiln_plan_kernels){0};
+}
