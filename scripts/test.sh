@@ -22,7 +22,7 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_WERROR=ON \
 cmake --build build -j"$jobs" >/dev/null
 
 echo "== test models (PyTorch export, /usr/bin/python3)"
-/usr/bin/python3 tests/models/export_models.py build/models --big
+/usr/bin/python3 tests/models/export_models.py build/models --big --bert
 
 # What this run is on, so a failure report from another machine says so.
 # Nothing here may fail the script: each probe's failure prints a note.

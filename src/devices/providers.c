@@ -9,6 +9,7 @@ extern const kiln_device_provider kiln_ref_provider;
 extern const kiln_device_provider kiln_null_provider;
 extern const kiln_device_provider kiln_vulkan_provider;
 extern const kiln_device_provider kiln_opencl_provider;
+extern const kiln_device_provider kiln_cuda_provider;
 
 static const kiln_device_provider *const providers[] = {
     &kiln_cpu_provider,    /* compiled C (a C compiler at run time) */
@@ -16,6 +17,7 @@ static const kiln_device_provider *const providers[] = {
     &kiln_null_provider,   /* compiles everything, runs nothing */
     &kiln_vulkan_provider, /* lazy: loads the Vulkan loader and drivers */
     &kiln_opencl_provider, /* lazy: loads the OpenCL ICD loader and drivers */
+    &kiln_cuda_provider,   /* lazy: loads the CUDA driver and NVRTC */
 };
 
 const kiln_device_provider *const *kiln_device_providers(int *out_n) {

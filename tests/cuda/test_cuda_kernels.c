@@ -2,18 +2,18 @@
  * compiles with NVRTC to a cubin for sm_90 (the H100/H200 class), on a
  * machine with the CUDA toolkit and no GPU. The kernels are the null
  * device's plan (the whole compiler, contractions as kernels of their
- * compute definitions), scheduled one thread per output element and
- * rendered by kiln_render_cuda; one NVRTC program per model.
+ * compute definitions), rendered into one module by
+ * kiln_plan_render_kernels in the CUDA C dialect exactly as the CUDA
+ * device builds it at prepare; one NVRTC program per model.
  *   test_cuda_kernels MODEL.onnx...
  * Exit 0 pass, 1 a kernel failed to render or compile (NVRTC's log is
  * printed), 2 usage or a model that does not load, 77 no NVRTC. */
 #include <stdio.h>
 #include <time.h>
 
-#include "codegen/loopnest.h"
 #include "devices/cuda/cuda_nvrtc.h"
 #include "onnx/onnx.h"
-#include "runtime/plan.h"
+#include "runtime/plan_kernels.h"
 #include "runtime/session.h"
 
 static double now_s(void) {
@@ -52,30 +52,15 @@ static int test_model(const char *path) {
   kiln_session *s = NULL;
   const kiln_plan *p = NULL;
   st = plan_of(model, &s, &p);
-  kiln_strbuf src = {0};
-  int n_kernels = 0, n_host = 0;
-  if (!st) kiln_strbuf_puts(&src, kiln_cuda_preamble());
-  for (int i = 0; p && i < p->n_steps && !st; i++) {
-    const kiln_plan_step *ps = &p->steps[i];
-    if (ps->kind == KILN_STEP_HOST) {
-      n_host++;
-      continue;
-    }
-    kiln_loop_nest nest = {0};
-    kiln_loop_schedule sched = kiln_loop_schedule_default();
-    char name[64];
-    snprintf(name, sizeof name, "k%d_%s", i, ps->node->op_type);
-    st = kiln_schedule_kernel(ps->fk.b, ps->fk.root, 0, &sched, &nest);
-    if (!st) st = kiln_render_cuda(ps->fk.b, &nest, name, &src);
-    if (st) st = kiln_status_annotate(st, "kernel %s (node '%s')", name, ps->node->name);
-    kiln_loop_nest_free(&nest);
-    n_kernels++;
-  }
-  if (!st) st = kiln_strbuf_status(&src);
+  kiln_plan_kernels ks = {0};
+  int n_host = 0;
+  for (int i = 0; p && i < p->n_steps; i++) n_host += p->steps[i].kind == KILN_STEP_HOST;
+  /* Exactly what the CUDA device builds at prepare: one module of every kernel. */
+  if (!st) st = kiln_plan_render_kernels(p, kiln_cuda_preamble(), kiln_render_cuda, &ks);
   void *cubin = NULL;
   size_t cubin_bytes = 0;
   double t0 = now_s();
-  if (!st) st = kiln_nvrtc_compile(src.data, path, 90, &cubin, &cubin_bytes);
+  if (!st) st = kiln_nvrtc_compile(ks.source, path, 90, &cubin, &cubin_bytes);
   double t1 = now_s();
   int rc = 0;
   if (st) {
@@ -84,14 +69,14 @@ static int test_model(const char *path) {
     rc = 1;
   } else {
     printf("ok   %s: %d kernels (%d nodes on ref), %zu bytes of CUDA C -> %zu-byte cubin for sm_90 in %.2f s\n", path,
-           n_kernels, n_host, src.len, cubin_bytes, t1 - t0);
+           ks.n_kernels, n_host, ks.source_bytes, cubin_bytes, t1 - t0);
     if (n_host) {
       printf("FAIL %s: %d nodes left to ref: not every node was compiled\n", path, n_host);
       rc = 1;
     }
   }
   free(cubin);
-  kiln_strbuf_free(&src);
+  kiln_plan_kernels_free(&ks);
   kiln_session_destroy(s);
   kiln_model_destroy(model);
   return rc;

@@ -10,7 +10,7 @@ KILN=${1:?usage: $0 KILN MODELS_DIR}
 DIR=${2:?usage: $0 KILN MODELS_DIR}
 fail=0
 n=0
-for m in mlp small_cnn small_cnn_dyn mobilenet_v2 resnet50 transformer_encoder big_mlp; do
+for m in mlp small_cnn small_cnn_dyn mobilenet_v2 resnet50 transformer_encoder bert_encoder big_mlp; do
   f=$DIR/$m.onnx
   if [ ! -f "$f" ]; then echo "FAIL: $f is missing (export the models first)"; exit 2; fi
   out=$("$KILN" info "$f" --device null 2>&1)

@@ -9,6 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/common.h"
+
+#define KILN_NVRTC_MAX_EXTRA 16
+
 typedef struct nvrtc_program *nvrtc_program; /* nvrtcProgram */
 typedef int nvrtc_result;                    /* nvrtcResult: 0 is NVRTC_SUCCESS */
 
@@ -94,6 +98,11 @@ kiln_status_t kiln_nvrtc_available(char *version, size_t n) {
   return NULL;
 }
 
+const char *kiln_nvrtc_options(void) {
+  const char *o = getenv("KILN_NVRTC_OPTIONS");
+  return o ? o : "";
+}
+
 kiln_status_t kiln_nvrtc_compile(const char *source, const char *name, int arch, void **out_cubin, size_t *out_size) {
   *out_cubin = NULL;
   *out_size = 0;
@@ -103,15 +112,23 @@ kiln_status_t kiln_nvrtc_compile(const char *source, const char *name, int arch,
   if (r) return kiln_error(KILN_DEVICE_ERROR, "NVRTC: creating program '%s': %s", name, fns.error_string(r));
   char arch_opt[48];
   snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=sm_%d", arch);
-  const char *opts[] = {arch_opt, "--std=c++17", "-default-device"};
-  r = fns.compile(prog, 3, opts);
+  const char *opts[3 + KILN_NVRTC_MAX_EXTRA] = {arch_opt, "--std=c++17", "-default-device"};
+  int n_opts = 3;
+  /* KILN_NVRTC_OPTIONS: more options, split at spaces (e.g. -lineinfo). */
+  char extra[1024];
+  snprintf(extra, sizeof extra, "%s", kiln_nvrtc_options());
+  for (char *save = NULL, *tok = strtok_r(extra, " \t", &save); tok && n_opts < (int)KILN_ARRAY_SIZE(opts);
+       tok = strtok_r(NULL, " \t", &save))
+    opts[n_opts++] = tok;
+  r = fns.compile(prog, n_opts, opts);
   kiln_status_t st = NULL;
   if (r) {
     size_t ls = 0;
     char *log = NULL;
     if (!fns.log_size(prog, &ls) && ls && (log = malloc(ls + 1)) && !fns.log(prog, log)) log[ls] = 0;
-    st = kiln_error(KILN_DEVICE_ERROR, "NVRTC: compiling '%s' for sm_%d: %s\n%s", name, arch, fns.error_string(r),
-                    log ? log : "(no log)");
+    /* The log's start names the first errors; a broken prelude can make thousands. */
+    st = kiln_error(KILN_DEVICE_ERROR, "NVRTC: compiling '%s' for sm_%d: %s\n%.3000s%s", name, arch,
+                    fns.error_string(r), log ? log : "(no log)", log && strlen(log) > 3000 ? "\n..." : "");
     free(log);
   } else {
     size_t cs = 0;

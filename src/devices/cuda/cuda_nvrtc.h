@@ -16,6 +16,10 @@
  * (may be NULL) gets "major.minor". */
 kiln_status_t kiln_nvrtc_available(char *version, size_t n);
 
+/* KILN_NVRTC_OPTIONS: options added to every compile (split at spaces,
+ * at most 16), "" when unset; part of the CUDA device's cubin cache key. */
+const char *kiln_nvrtc_options(void);
+
 /* Compiles a CUDA C source for sm_<arch> (90 for an H100/H200). On
  * success *out_cubin (malloc'd; free) holds *out_size bytes. A compile
  * error returns KILN_DEVICE_ERROR whose message carries NVRTC's log. */
