@@ -26,9 +26,23 @@ typedef struct kiln_loop_schedule {
                             reduction computed twice) */
   int64_t min_chunk_elems; /* elements of work per parallel chunk at least */
   int unroll_inner;      /* 0/1: ask the compiler to unroll the inner loop */
+  int thread_tile;       /* GPU mapping: each thread computes this many consecutive elements of the
+                            innermost thread dim (0/1: one), when a reduction reads that dim and the
+                            tile divides its extent; their reductions run in one loop, so what they
+                            share (MatMul's row of A, Conv's weights) is loaded once per step */
 } kiln_loop_schedule;
 
 #define KILN_PARALLEL_UNTIL_REDUCTION (-2)
+#define KILN_MAX_THREAD_TILE 8
+
+/* What a loop of the nest becomes. */
+typedef enum kiln_loop_kind {
+  KILN_LOOP_SERIAL,     /* a plain loop */
+  KILN_LOOP_PARALLEL,   /* flattened into the thread pool's parallel loop (cpu) */
+  KILN_LOOP_VECTOR,     /* the innermost, contiguous loop, left to the C compiler to vectorize */
+  KILN_LOOP_UNROLL,     /* the innermost loop, unrolled (unroll_inner) */
+  KILN_LOOP_GPU_THREAD, /* flattened over GPU threads / work items (KILN_PARALLEL_UNTIL_REDUCTION) */
+} kiln_loop_kind;
 
 kiln_loop_schedule kiln_loop_schedule_default(void);
 
@@ -50,7 +64,19 @@ typedef struct kiln_loop_nest {
   kiln_reduce_site *sites;        /* in dependency (creation) order; owned */
   int n_sites;
   bool unroll_inner;
+  kiln_loop_kind kinds[KILN_MAX_RANK]; /* per output loop */
+  /* Thread tiling (thread_tile > 1, GPU mapping only): thread t computes
+   * elements base + j (j < thread_tile) of loop parallel_dims - 1, base =
+   * its index in that loop times thread_tile; tile_values[j] is the element
+   * with that loop's variable v replaced by v + j (tile_values[0] = value),
+   * and every site of all of them is in `sites`. */
+  int thread_tile;
+  const te_expr *tile_values[KILN_MAX_THREAD_TILE];
 } kiln_loop_nest;
+
+/* Threads (GPU) or parallel iterations (cpu) of a nest: the elements of
+ * its parallel dims, divided by the thread tile. */
+int64_t kiln_loop_nest_threads(const kiln_loop_nest *nest);
 
 /* Builds the loop nest that stores `root` into buffer out_buf. */
 kiln_status_t kiln_schedule_kernel(te_builder *b, const te_tensor *root, int out_buf, const kiln_loop_schedule *s,

@@ -226,7 +226,78 @@ void render_emit_reduce(render_ctx *r, const kiln_loop_nest *nest, const te_expr
   render_loop_close(r);
 }
 
+/* ---- thread tiles: sibling reductions in one loop ------------------------------- */
+
+static bool site_matches(const kiln_reduce_site *s, int level, const te_expr *const *owners, int n_owners) {
+  if (!n_owners) return !s->owner && s->level == level;
+  for (int i = 0; i < n_owners; i++)
+    if (s->owner == owners[i]) return true;
+  return false;
+}
+
+static bool same_loop(const te_expr *x, const te_expr *y) {
+  return x->var == y->var && x->extent == y->extent && x->rop == y->rop && x->dtype == y->dtype;
+}
+
+static void emit_grouped(render_ctx *r, const kiln_loop_nest *nest, int level, const te_expr *const *owners,
+                         int n_owners);
+
+/* The copies of one reduction a thread tile made (the same variable,
+ * extent and combine): one accumulator each, one loop; what their bodies
+ * share is emitted once per iteration. */
+static void emit_reduce_group(render_ctx *r, const kiln_loop_nest *nest, const te_expr *const *reds, int n) {
+  const char *ty = r->d->value_type(r, reds[0]->dtype);
+  if (!ty) {
+    render_fail(r, "reduction of dtype %s", kiln_dtype_name(reds[0]->dtype));
+    return;
+  }
+  for (int i = 0; i < n; i++) {
+    char init[96];
+    r->d->reduce_init(r, reds[i], init, sizeof init);
+    render_indent(r);
+    kiln_strbuf_printf(r->s, "%s r%d = %s;\n", ty, reds[i]->id, init);
+  }
+  render_loop_open(r, reds[0]->var, reds[0]->extent);
+  emit_grouped(r, nest, -99, reds, n);
+  for (int i = 0; i < n; i++) render_ensure(r, reds[i]->a);
+  for (int i = 0; i < n; i++) {
+    char acc[32], x[96];
+    snprintf(acc, sizeof acc, "r%d", reds[i]->id);
+    operand(r, reds[i]->a, reds[i]->dtype, x, sizeof x);
+    render_indent(r);
+    r->d->reduce_combine(r, reds[i], acc, x);
+  }
+  render_loop_close(r);
+}
+
+static void emit_grouped(render_ctx *r, const kiln_loop_nest *nest, int level, const te_expr *const *owners,
+                         int n_owners) {
+  bool *done = calloc((size_t)nest->n_sites + 1, 1);
+  const te_expr **group = calloc((size_t)nest->n_sites + 1, sizeof *group);
+  if (!done || !group) {
+    render_fail(r, "out of memory");
+  } else {
+    for (int i = 0; i < nest->n_sites; i++) {
+      if (done[i] || !site_matches(&nest->sites[i], level, owners, n_owners)) continue;
+      int n = 0;
+      for (int j = i; j < nest->n_sites; j++)
+        if (!done[j] && site_matches(&nest->sites[j], level, owners, n_owners) &&
+            same_loop(nest->sites[j].reduce, nest->sites[i].reduce)) {
+          done[j] = true;
+          group[n++] = nest->sites[j].reduce;
+        }
+      emit_reduce_group(r, nest, group, n);
+    }
+  }
+  free(done);
+  free(group);
+}
+
 void render_emit_sites(render_ctx *r, const kiln_loop_nest *nest, int level, const te_expr *owner) {
+  if (nest->thread_tile > 1) {
+    emit_grouped(r, nest, level, owner ? &owner : NULL, owner ? 1 : 0);
+    return;
+  }
   for (int i = 0; i < nest->n_sites; i++) {
     const kiln_reduce_site *s = &nest->sites[i];
     if (owner ? s->owner == owner : (!s->owner && s->level == level)) render_emit_reduce(r, nest, s->reduce);

@@ -229,51 +229,58 @@ kiln_status_t kiln_render_c_epilogue(const te_builder *b, const kiln_loop_nest *
  * own. */
 void render_c_element(render_ctx *r, const kiln_loop_nest *nest) {
   kiln_strbuf *src = r->s;
-  int pd = nest->parallel_dims;
+  int pd = nest->parallel_dims, tile = nest->thread_tile > 1 ? nest->thread_tile : 1;
   render_open_scope(r);
-  /* Unflatten the parallel loop's index into its dims. */
+  /* Unflatten the parallel loop's index into its dims; with a thread tile
+   * the innermost parallel dim steps by the tile (the thread's first
+   * element). */
   for (int i = pd - 1; i >= 0; i--) {
     int64_t inner = 1;
-    for (int k = i + 1; k < pd; k++) inner *= nest->extents[k];
+    for (int k = i + 1; k < pd; k++) inner *= k == pd - 1 ? nest->extents[k] / tile : nest->extents[k];
+    int64_t extent = i == pd - 1 ? nest->extents[i] / tile : nest->extents[i];
+    char step[48] = "";
+    if (i == pd - 1 && tile > 1) snprintf(step, sizeof step, " * INT64_C(%d)", tile);
     render_indent(r);
-    if (i == 0) kiln_strbuf_printf(src, "const int64_t v%d = f / INT64_C(%lld);\n", nest->vars[i], (long long)inner);
-    else
+    if (i == 0) kiln_strbuf_printf(src, "const int64_t v%d = f / INT64_C(%lld)%s;\n", nest->vars[i], (long long)inner, step);
+    else if (!step[0])
       kiln_strbuf_printf(src, "const int64_t v%d = (f / INT64_C(%lld)) %% INT64_C(%lld);\n", nest->vars[i],
-                         (long long)inner, (long long)nest->extents[i]);
+                         (long long)inner, (long long)extent);
+    else
+      kiln_strbuf_printf(src, "const int64_t v%d = ((f / INT64_C(%lld)) %% INT64_C(%lld))%s;\n", nest->vars[i],
+                         (long long)inner, (long long)extent, step);
   }
   for (int l = 0; l < pd; l++) render_emit_sites(r, nest, l, NULL);
   for (int l = pd; l < nest->rank; l++) {
-    if (l == nest->rank - 1 && nest->unroll_inner) render_indent(r), kiln_strbuf_puts(src, "#pragma GCC unroll 4\n");
+    if (nest->kinds[l] == KILN_LOOP_UNROLL) render_indent(r), kiln_strbuf_puts(src, "#pragma GCC unroll 4\n");
     render_loop_open(r, nest->vars[l], nest->extents[l]);
     render_emit_sites(r, nest, l, NULL);
   }
-  /* The element. */
-  render_ensure(r, nest->value);
-  char val[96];
-  render_name_of(r, nest->value, val, sizeof val);
-  render_indent(r);
-  kiln_strbuf_printf(src, "b%d[", nest->out_buf);
-  /* Row-major linear index of the output. */
-  for (int l = 0; l < nest->rank; l++) kiln_strbuf_puts(src, "(");
-  kiln_strbuf_puts(src, "INT64_C(0)");
-  for (int l = 0; l < nest->rank; l++)
-    kiln_strbuf_printf(src, " * INT64_C(%lld) + v%d)", (long long)nest->extents[l], nest->vars[l]);
-  kiln_strbuf_printf(src, "] = %s;\n", val);
+  /* The element, or the thread tile's elements. */
+  for (int j = 0; j < tile; j++) {
+    const te_expr *value = tile > 1 ? nest->tile_values[j] : nest->value;
+    render_ensure(r, value);
+    char val[96];
+    render_name_of(r, value, val, sizeof val);
+    render_indent(r);
+    kiln_strbuf_printf(src, "b%d[", nest->out_buf);
+    /* Row-major linear index of the output. */
+    for (int l = 0; l < nest->rank; l++) kiln_strbuf_puts(src, "(");
+    kiln_strbuf_puts(src, "INT64_C(0)");
+    for (int l = 0; l < nest->rank; l++) {
+      kiln_strbuf_printf(src, " * INT64_C(%lld) + v%d", (long long)nest->extents[l], nest->vars[l]);
+      if (l == pd - 1 && j) kiln_strbuf_printf(src, " + INT64_C(%d)", j);
+      kiln_strbuf_puts(src, ")");
+    }
+    kiln_strbuf_printf(src, "] = %s;\n", val);
+  }
   for (int l = nest->rank - 1; l >= pd; l--) render_loop_close(r);
   render_close_scope(r);
-}
-
-/* Elements of the flattened parallel dims: the parallel loop's trip count. */
-static int64_t parallel_total(const kiln_loop_nest *nest) {
-  int64_t total = 1;
-  for (int i = 0; i < nest->parallel_dims; i++) total *= nest->extents[i];
-  return total;
 }
 
 kiln_status_t kiln_render_c(const te_builder *b, const kiln_loop_nest *nest, const char *name, kiln_strbuf *src) {
   render_ctx r;
   KILN_TRY(render_init(&r, &c_dialect, b, src));
-  int64_t total = parallel_total(nest);
+  int64_t total = kiln_loop_nest_threads(nest);
   kiln_strbuf_printf(src, "static void %s_body(void *ctx, int64_t begin, int64_t end, int thread) {\n", name);
   kiln_strbuf_puts(src, "  void *const *buffers = (void *const *)ctx;\n  (void)thread;\n");
   kiln_status_t bst = declare_buffers(b, nest, src);
@@ -360,7 +367,7 @@ static kiln_status_t render_gpu_kernel(const te_builder *b, const kiln_loop_nest
     }
   }
   kiln_strbuf_printf(src, "  const int64_t f = %s;\n  if (f >= INT64_C(%lld)) return;\n", index,
-                     (long long)parallel_total(nest));
+                     (long long)kiln_loop_nest_threads(nest));
   r.indent = 1;
   render_emit_sites(&r, nest, -1, NULL);
   render_c_element(&r, nest);

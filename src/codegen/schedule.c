@@ -2,7 +2,7 @@
 #include "codegen/loopnest.h"
 
 kiln_loop_schedule kiln_loop_schedule_default(void) {
-  kiln_loop_schedule s = {-1, 16384, 0};
+  kiln_loop_schedule s = {-1, 16384, 0, 0};
   return s;
 }
 
@@ -43,31 +43,20 @@ static int cmp_id(const void *a, const void *b) {
   return x->id - y->id;
 }
 
-kiln_status_t kiln_schedule_kernel(te_builder *b, const te_tensor *root, int out_buf, const kiln_loop_schedule *sched,
-                                   kiln_loop_nest *out) {
-  memset(out, 0, sizeof *out);
-  kiln_loop_schedule s = sched ? *sched : kiln_loop_schedule_default();
-  out->rank = root->rank;
-  out->out_buf = out_buf;
-  out->unroll_inner = s.unroll_inner;
-  te_expr *idx[KILN_MAX_RANK];
-  for (int i = 0; i < root->rank; i++) {
-    out->extents[i] = root->dims[i];
-    out->vars[i] = te_new_var(b);
-    idx[i] = te_var(b, out->vars[i]);
-  }
-  out->value = te_at(b, root, idx);
-  KILN_TRY(te_builder_status(b));
-  if (!out->value) return kiln_error(KILN_INTERNAL, "kernel body could not be built");
-
+/* Places every reduction of the nest's values (out->tile_values[0..n)) and
+ * sets parallel_dims, grain and the loop kinds. *reads_tile_dim: whether a
+ * reduction reads the innermost parallel loop's variable. */
+static kiln_status_t place(te_builder *b, const kiln_loop_schedule *s, int n_values, kiln_loop_nest *out,
+                           bool *reads_tile_dim) {
+  int rank = out->rank;
   /* Parallel loop: enough outer dims that there is work for every thread,
    * but never the innermost (it is the vectorized one) unless rank is 1. */
-  int pd = s.parallel_dims;
+  int pd = s->parallel_dims;
   if (pd == -1) {
     pd = 0;
     int64_t outer = 1;
-    while (pd < root->rank - 1 && outer < 64) outer *= root->dims[pd++];
-    if (root->rank == 1) pd = 1;
+    while (pd < rank - 1 && outer < 64) outer *= out->extents[pd++];
+    if (rank == 1) pd = 1;
   }
   int n_exprs = te_expr_count(b), n_vars = te_var_count(b);
   var_sets vs = {(n_vars + 63) / 64, NULL, NULL, NULL, 0};
@@ -81,11 +70,13 @@ kiln_status_t kiln_schedule_kernel(te_builder *b, const te_tensor *root, int out
     st = KILN_OOM();
     goto done;
   }
-  collect(&vs, out->value);
+  for (int t = 0; t < n_values; t++) collect(&vs, out->tile_values[t]);
   qsort(vs.reduces, (size_t)vs.n_reduces, sizeof *vs.reduces, cmp_id);
   for (int v = 0; v < n_vars; v++) level_of_var[v] = -2;
-  for (int i = 0; i < root->rank; i++) level_of_var[out->vars[i]] = i;
+  for (int i = 0; i < rank; i++) level_of_var[out->vars[i]] = i;
   for (int r = 0; r < vs.n_reduces; r++) owner_of_var[vs.reduces[r]->var] = vs.reduces[r];
+  free(out->sites);
+  out->n_sites = 0;
   out->sites = calloc((size_t)vs.n_reduces + 1, sizeof *out->sites);
   if (!out->sites) {
     st = KILN_OOM();
@@ -108,15 +99,19 @@ kiln_status_t kiln_schedule_kernel(te_builder *b, const te_tensor *root, int out
   }
   /* GPU mapping: every outer loop up to the first a reduction depends on,
    * so no reduction is computed twice. */
-  if (pd == KILN_PARALLEL_UNTIL_REDUCTION) {
-    pd = root->rank;
+  bool gpu = pd == KILN_PARALLEL_UNTIL_REDUCTION;
+  if (gpu) {
+    pd = rank;
     for (int r = 0; r < out->n_sites; r++)
       if (!out->sites[r].owner && out->sites[r].level + 1 < pd) pd = out->sites[r].level + 1;
   }
   out->parallel_dims = pd;
+  *reads_tile_dim = false;
+  for (int r = 0; r < out->n_sites && pd > 0; r++)
+    if (has(set_of(&vs, out->sites[r].reduce), out->vars[pd - 1])) *reads_tile_dim = true;
   int64_t inner = 1;
-  for (int i = pd; i < root->rank; i++) inner *= root->dims[i];
-  out->grain = inner > 0 ? (s.min_chunk_elems + inner - 1) / inner : 1;
+  for (int i = pd; i < rank; i++) inner *= out->extents[i];
+  out->grain = inner > 0 ? (s->min_chunk_elems + inner - 1) / inner : 1;
   if (out->grain < 1) out->grain = 1;
   /* Reductions computed inside the flattened parallel loop cannot sit
    * between its dims: put them at the start of its body. */
@@ -124,14 +119,63 @@ kiln_status_t kiln_schedule_kernel(te_builder *b, const te_tensor *root, int out
     kiln_reduce_site *site = &out->sites[r];
     if (!site->owner && site->level >= 0 && site->level < pd) site->level = pd - 1;
   }
+  for (int l = 0; l < rank; l++)
+    out->kinds[l] = l < pd ? (gpu ? KILN_LOOP_GPU_THREAD : KILN_LOOP_PARALLEL)
+                    : l < rank - 1 ? KILN_LOOP_SERIAL
+                    : out->unroll_inner ? KILN_LOOP_UNROLL
+                                        : KILN_LOOP_VECTOR;
 done:
   free(vs.bits);
   free(vs.done);
   free(vs.reduces);
   free(level_of_var);
   free(owner_of_var);
+  return st;
+}
+
+kiln_status_t kiln_schedule_kernel(te_builder *b, const te_tensor *root, int out_buf, const kiln_loop_schedule *sched,
+                                   kiln_loop_nest *out) {
+  memset(out, 0, sizeof *out);
+  kiln_loop_schedule s = sched ? *sched : kiln_loop_schedule_default();
+  out->rank = root->rank;
+  out->out_buf = out_buf;
+  out->unroll_inner = s.unroll_inner;
+  out->thread_tile = 1;
+  te_expr *idx[KILN_MAX_RANK];
+  for (int i = 0; i < root->rank; i++) {
+    out->extents[i] = root->dims[i];
+    out->vars[i] = te_new_var(b);
+    idx[i] = te_var(b, out->vars[i]);
+  }
+  te_expr *value = te_at(b, root, idx);
+  KILN_TRY(te_builder_status(b));
+  if (!value) return kiln_error(KILN_INTERNAL, "kernel body could not be built");
+  out->value = out->tile_values[0] = value;
+  bool reads_tile_dim = false;
+  kiln_status_t st = place(b, &s, 1, out, &reads_tile_dim);
+  /* Thread tiling: copies of the element at v + j, placed together (their
+   * reductions loop over the same variables, so they run as one loop). */
+  int tile = KILN_MIN(s.thread_tile, KILN_MAX_THREAD_TILE), pd = out->parallel_dims;
+  if (!st && tile > 1 && s.parallel_dims == KILN_PARALLEL_UNTIL_REDUCTION && pd > 0 && reads_tile_dim &&
+      out->extents[pd - 1] % tile == 0 && out->extents[pd - 1] > tile) {
+    int v = out->vars[pd - 1];
+    for (int j = 1; j < tile; j++)
+      out->tile_values[j] = te_substitute(b, value, v, te_iadd(b, te_var(b, v), te_idx(b, j)));
+    st = te_builder_status(b);
+    if (!st) {
+      out->thread_tile = tile;
+      st = place(b, &s, tile, out, &reads_tile_dim);
+    }
+    if (!st && out->parallel_dims != pd) st = kiln_error(KILN_INTERNAL, "thread tiling moved the parallel loops");
+  }
   if (st) kiln_loop_nest_free(out);
   return st;
+}
+
+int64_t kiln_loop_nest_threads(const kiln_loop_nest *nest) {
+  int64_t total = 1;
+  for (int i = 0; i < nest->parallel_dims; i++) total *= nest->extents[i];
+  return nest->thread_tile > 1 ? total / nest->thread_tile : total;
 }
 
 void kiln_loop_nest_free(kiln_loop_nest *n) {

@@ -277,6 +277,44 @@ te_expr *te_imul(te_builder *b, te_expr *a, int64_t c) { return te_binary(b, TE_
 te_expr *te_idiv(te_builder *b, te_expr *a, int64_t c) { return te_binary(b, TE_DIV, a, te_idx(b, c)); }
 te_expr *te_imod(te_builder *b, te_expr *a, int64_t c) { return te_binary(b, TE_MOD, a, te_idx(b, c)); }
 
+/* memo[id]: the substituted node of original node id (n: the node count at the start). */
+static te_expr *substitute(te_builder *b, te_expr *e, int var, te_expr *with, te_expr **memo, int n) {
+  if (!e || b->oom) return NULL;
+  if (e->id < n && memo[e->id]) return memo[e->id];
+  te_expr *r = e;
+  if (e->op == TE_VAR) {
+    if (e->var == var) r = with;
+  } else if (e->op != TE_CONST) {
+    te_expr *a = substitute(b, e->a, var, with, memo, n);
+    te_expr *x = substitute(b, e->b, var, with, memo, n);
+    te_expr *c = substitute(b, e->c, var, with, memo, n);
+    if (b->oom) return NULL;
+    if (a != e->a || x != e->b || c != e->c) {
+      te_expr p = *e; /* the same op, dtype and attributes over the new operands */
+      p.a = a;
+      p.b = x;
+      p.c = c;
+      p.next_in_bucket = NULL;
+      r = intern(b, &p);
+    }
+  }
+  if (r && e->id < n) memo[e->id] = r;
+  return r;
+}
+
+te_expr *te_substitute(te_builder *b, te_expr *e, int var, te_expr *with) {
+  if (!e || !with) return NULL;
+  int n = b->n_exprs;
+  te_expr **memo = calloc((size_t)n + 1, sizeof *memo);
+  if (!memo) {
+    b->oom = true;
+    return NULL;
+  }
+  te_expr *r = substitute(b, e, var, with, memo, n);
+  free(memo);
+  return r;
+}
+
 bool te_uses_var(const te_expr *e, int var) {
   if (!e) return false;
   if (e->op == TE_VAR) return e->var == var;

@@ -102,6 +102,12 @@ te_expr *te_imul(te_builder *b, te_expr *a, int64_t c);
 te_expr *te_idiv(te_builder *b, te_expr *a, int64_t c);
 te_expr *te_imod(te_builder *b, te_expr *a, int64_t c);
 
+/* e with every use of index variable `var` replaced by `with` (reduction
+ * variables are kept, so a substituted reduction still loops over the same
+ * variable as the original: renderers can run both in one loop). What does
+ * not read `var` is returned as is, so copies share it by construction. */
+te_expr *te_substitute(te_builder *b, te_expr *e, int var, te_expr *with);
+
 /* True if `e` reads index variable `var` (outside reductions binding it). */
 bool te_uses_var(const te_expr *e, int var);
 

@@ -24,30 +24,27 @@ bool kiln_plan_step_launches(const kiln_plan *p, int i) {
 
 void kiln_plan_kernel_name(int step, char name[32]) { snprintf(name, 32, "k%d", step); }
 
-static kiln_status_t render_step(const kiln_plan *p, int i, kiln_kernel_renderer render, kiln_strbuf *src,
-                                 int64_t *threads) {
+static kiln_status_t render_step(const kiln_plan *p, int i, kiln_kernel_renderer render, int thread_tile,
+                                 kiln_strbuf *src, int64_t *threads) {
   const kiln_plan_step *s = &p->steps[i];
   kiln_loop_nest nest = {0};
   kiln_loop_schedule sched = kiln_loop_schedule_default();
   sched.parallel_dims = KILN_PARALLEL_UNTIL_REDUCTION;
+  sched.thread_tile = thread_tile;
   char name[32];
   kiln_plan_kernel_name(i, name);
   kiln_status_t st = kiln_schedule_kernel(s->fk.b, s->fk.root, 0, &sched, &nest);
   if (!st && te_buffer_count(s->fk.b) != s->n_args)
     st = kiln_error(KILN_INTERNAL, "kernel with %d buffers for %d arguments", te_buffer_count(s->fk.b), s->n_args);
   if (!st) st = render(s->fk.b, &nest, name, src);
-  if (!st) {
-    int64_t total = 1;
-    for (int d = 0; d < nest.parallel_dims; d++) total *= nest.extents[d];
-    *threads = total;
-  }
+  if (!st) *threads = kiln_loop_nest_threads(&nest);
   kiln_loop_nest_free(&nest);
   if (st) st = kiln_status_annotate(st, "rendering the kernel of node '%s'", s->node->name);
   return st;
 }
 
 kiln_status_t kiln_plan_render_kernels(const kiln_plan *p, const char *preamble, kiln_kernel_renderer render,
-                                       kiln_plan_kernels *out) {
+                                       int thread_tile, kiln_plan_kernels *out) {
   *out = (kiln_plan_kernels){0};
   out->threads = calloc((size_t)p->n_steps + 1, sizeof *out->threads);
   if (!out->threads) return KILN_OOM();
@@ -59,7 +56,7 @@ kiln_status_t kiln_plan_render_kernels(const kiln_plan *p, const char *preamble,
     if (s->kind == KILN_STEP_CONTRACTION)
       st = kiln_error(KILN_INTERNAL, "contraction step for node '%s' on a device that renders contractions as kernels",
                       s->node->name);
-    else if (kiln_plan_step_launches(p, i) && !(st = render_step(p, i, render, &src, &out->threads[i])))
+    else if (kiln_plan_step_launches(p, i) && !(st = render_step(p, i, render, thread_tile, &src, &out->threads[i])))
       out->n_kernels++;
   }
   if (!st) st = kiln_strbuf_status(&src);

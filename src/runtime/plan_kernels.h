@@ -28,11 +28,12 @@ typedef struct kiln_plan_kernels {
   int n_kernels;
 } kiln_plan_kernels;
 
-/* Renders every launched KERNEL step (not fused into another) of the plan.
- * A CONTRACTION step is an error: the device must set
+/* Renders every launched KERNEL step (not fused into another) of the plan,
+ * with the schedule's thread_tile (0/1: one element per thread). A
+ * CONTRACTION step is an error: the device must set
  * contractions_as_kernels. Errors name the node. */
 kiln_status_t kiln_plan_render_kernels(const kiln_plan *plan, const char *preamble, kiln_kernel_renderer render,
-                                       kiln_plan_kernels *out);
+                                       int thread_tile, kiln_plan_kernels *out);
 void kiln_plan_kernels_free(kiln_plan_kernels *k);
 /* Whether step i is a kernel the plan launches (what was rendered). */
 bool kiln_plan_step_launches(const kiln_plan *plan, int i);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "devices/cuda/cu_internal.h"
 #include "devices/cuda/cuda_nvrtc.h"
 #include "onnx/onnx.h"
 #include "runtime/plan_kernels.h"
@@ -56,7 +57,7 @@ static int test_model(const char *path) {
   int n_host = 0;
   for (int i = 0; p && i < p->n_steps; i++) n_host += p->steps[i].kind == KILN_STEP_HOST;
   /* Exactly what the CUDA device builds at prepare: one module of every kernel. */
-  if (!st) st = kiln_plan_render_kernels(p, kiln_cuda_preamble(), kiln_render_cuda, &ks);
+  if (!st) st = kiln_plan_render_kernels(p, kiln_cuda_preamble(), kiln_render_cuda, cu_thread_tile(), &ks);
   void *cubin = NULL;
   size_t cubin_bytes = 0;
   double t0 = now_s();

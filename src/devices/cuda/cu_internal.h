@@ -163,6 +163,13 @@ kiln_status_t cu_build_module(cu_dev *d, const char *source, const char *what, C
  * only user (capture). */
 kiln_status_t cu_launch_threads(cu_dev *d, CUfunction f, int64_t threads, unsigned block, void **params);
 
+/* Elements each thread computes along the innermost parallel loop of a
+ * kernel with reductions (codegen/loopnest.h's thread_tile): MatMul's row
+ * of A and Conv's weights are loaded once for all of them.
+ * KILN_CUDA_THREAD_TILE overrides it. */
+#define CU_THREAD_TILE 4
+int cu_thread_tile(void);
+
 extern const kiln_device_vtable cu_vtable;
 kiln_status_t cu_plan_begin(kiln_device *dev, const kiln_graph *g, const kiln_prepare_options *opts,
                             struct kiln_plan_target *out_target, void **out_state);

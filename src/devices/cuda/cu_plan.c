@@ -89,6 +89,11 @@ static double now_ms(void) {
   return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
+int cu_thread_tile(void) {
+  const char *e = getenv("KILN_CUDA_THREAD_TILE");
+  return e && *e ? atoi(e) : CU_THREAD_TILE;
+}
+
 kiln_status_t cu_plan_compile(kiln_device *dev, void *state, kiln_plan *p, const kiln_plan_bindings *bind) {
   (void)bind;
   cu_plan_state *x = state;
@@ -98,7 +103,7 @@ kiln_status_t cu_plan_compile(kiln_device *dev, void *state, kiln_plan *p, const
   x->n_steps = p->n_steps;
   x->n_flushes = p->n_flushes;
   kiln_plan_kernels ks;
-  kiln_status_t st = kiln_plan_render_kernels(p, kiln_cuda_preamble(), kiln_render_cuda, &ks);
+  kiln_status_t st = kiln_plan_render_kernels(p, kiln_cuda_preamble(), kiln_render_cuda, cu_thread_tile(), &ks);
   if (st) return kiln_status_annotate(st, "cuda");
   x->n_kernels = ks.n_kernels;
   x->source_bytes = ks.source_bytes;
