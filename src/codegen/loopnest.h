@@ -30,6 +30,12 @@ typedef struct kiln_loop_schedule {
                             innermost thread dim (0/1: one), when a reduction reads that dim and the
                             tile divides its extent; their reductions run in one loop, so what they
                             share (MatMul's row of A, Conv's weights) is loaded once per step */
+  int group_threads;     /* GPU mapping: threads per group for the contraction template (64 or 256; 0: no
+                            template): a nest that is a sum of products (MatMul, Gemm, Conv) is computed in
+                            output tiles per group through local memory (kiln_contraction_tiles) */
+  int min_groups;        /* the template shrinks its tiles until it has this many groups (the device's compute
+                            units, a few times over), and leaves a nest too small for half of them to one
+                            thread per output */
 } kiln_loop_schedule;
 
 #define KILN_PARALLEL_UNTIL_REDUCTION (-2)
@@ -42,7 +48,33 @@ typedef enum kiln_loop_kind {
   KILN_LOOP_VECTOR,     /* the innermost, contiguous loop, left to the C compiler to vectorize */
   KILN_LOOP_UNROLL,     /* the innermost loop, unrolled (unroll_inner) */
   KILN_LOOP_GPU_THREAD, /* flattened over GPU threads / work items (KILN_PARALLEL_UNTIL_REDUCTION) */
+  KILN_LOOP_GPU_BLOCK,  /* split over GPU groups and the threads of each (the contraction template) */
 } kiln_loop_kind;
+
+/* The contraction template (TVM's shared-memory GEMM schedule, CUTLASS's
+ * threadblock tile): a nest whose element is f(sum_k a * b) (nested sums,
+ * outermost first, flattened row-major into one k) with every output loop
+ * read by a alone (an M loop), by b alone (an N loop) or by both or neither
+ * (a batch loop). Group g computes a tile_m x tile_n block of (M, N) for
+ * one batch index; in steps of tile_k over k, its threads first copy a's
+ * tile_k x tile_m values and b's tile_k x tile_n values into the two local
+ * buffers (zero outside M, N, K), wait at a barrier, then each thread
+ * accumulates its (tile_m / threads_m) x (tile_n / threads_n) outputs from
+ * local memory, and wait again. The epilogue f and the store run per
+ * output once the sums are done. Rows of a thread's block are threads_m
+ * apart and columns threads_n apart, so a group's stores and its reads of
+ * b's local tile are contiguous across neighbouring threads. */
+typedef struct kiln_contraction_tiles {
+  int n_red;                          /* 0: not tiled */
+  const te_expr *red[KILN_MAX_RANK];  /* the nested sums, outermost first */
+  const te_expr *a, *b;               /* the product's factors (a reads the M loops, b the N loops) */
+  int n_m, n_n, n_batch;
+  int m_loops[KILN_MAX_RANK], n_loops[KILN_MAX_RANK], batch_loops[KILN_MAX_RANK]; /* output loop levels */
+  int64_t m, n, k, batch;             /* extents (products of their loops'; k: of the sums') */
+  int tile_m, tile_n, tile_k;
+  int threads_m, threads_n;
+  int64_t groups_m, groups_n;         /* tiles along M and N: groups = batch * groups_m * groups_n */
+} kiln_contraction_tiles;
 
 kiln_loop_schedule kiln_loop_schedule_default(void);
 
@@ -72,11 +104,20 @@ typedef struct kiln_loop_nest {
    * and every site of all of them is in `sites`. */
   int thread_tile;
   const te_expr *tile_values[KILN_MAX_THREAD_TILE];
+  kiln_contraction_tiles tiles;   /* tiles.n_red > 0: rendered by the contraction template */
 } kiln_loop_nest;
 
 /* Threads (GPU) or parallel iterations (cpu) of a nest: the elements of
- * its parallel dims, divided by the thread tile. */
+ * its parallel dims, divided by the thread tile; with the contraction
+ * template, groups times threads per group. */
 int64_t kiln_loop_nest_threads(const kiln_loop_nest *nest);
+/* Threads per group the launch must use (the contraction template's), or 0
+ * when any group size does. */
+int kiln_loop_nest_group_size(const kiln_loop_nest *nest);
+/* The schedule step of the contraction template: fills nest->tiles (and
+ * sets the loop kinds to GPU_BLOCK) when the nest matches and is big
+ * enough to be worth it; leaves the nest as it is otherwise. */
+void kiln_schedule_contraction_tiles(kiln_loop_nest *nest, int group_threads, int min_groups);
 
 /* Builds the loop nest that stores `root` into buffer out_buf. */
 kiln_status_t kiln_schedule_kernel(te_builder *b, const te_tensor *root, int out_buf, const kiln_loop_schedule *s,

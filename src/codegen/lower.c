@@ -763,7 +763,11 @@ static te_expr *compute_conv(te_builder *b, const te_tensor *t, te_expr *const *
   int ns = X->rank - 2;
   int64_t cig = W->dims[1], co_per_group = t->dims[1] / t->p[16];
   int vc = te_new_var(b), vk[3];
-  te_expr *ci = te_iadd(b, te_imul(b, te_idiv(b, idx[1], co_per_group), cig), te_var(b, vc));
+  /* With one group the input channel is the reduction's alone: x then does
+   * not read the output channel, which the contraction template needs to
+   * see (loopnest.h) and index arithmetic does not fold (co / Co). */
+  te_expr *ci = t->p[16] == 1 ? te_var(b, vc)
+                              : te_iadd(b, te_imul(b, te_idiv(b, idx[1], co_per_group), cig), te_var(b, vc));
   te_expr *sx[KILN_MAX_RANK] = {idx[0], ci}, *sw[KILN_MAX_RANK] = {idx[1], te_var(b, vc)};
   te_expr *valid = window_sub(b, t, X, idx, vk, sx); /* the select below keeps the padding's zero */
   for (int i = 0; i < ns; i++) sw[2 + i] = te_var(b, vk[i]);

@@ -348,7 +348,7 @@ const char *kiln_cuda_preamble(void) {
  * for none), the flat index from `index`, and the element. */
 static kiln_status_t render_gpu_kernel(const te_builder *b, const kiln_loop_nest *nest, const char *what,
                                        const char *head, const char *param, const char *local, const char *index,
-                                       kiln_strbuf *src) {
+                                       const render_gpu_dialect *gpu, kiln_strbuf *src) {
   render_ctx r;
   KILN_TRY(render_init(&r, &c_dialect, b, src));
   kiln_strbuf_puts(src, head);
@@ -366,11 +366,15 @@ static kiln_status_t render_gpu_kernel(const te_builder *b, const kiln_loop_nest
       else kiln_strbuf_printf(src, local, c, ty, i, c, ty, i, i);
     }
   }
-  kiln_strbuf_printf(src, "  const int64_t f = %s;\n  if (f >= INT64_C(%lld)) return;\n", index,
-                     (long long)kiln_loop_nest_threads(nest));
   r.indent = 1;
-  render_emit_sites(&r, nest, -1, NULL);
-  render_c_element(&r, nest);
+  if (nest->tiles.n_red) {
+    render_contraction_tiles(&r, nest, gpu);
+  } else {
+    kiln_strbuf_printf(src, "  const int64_t f = %s;\n  if (f >= INT64_C(%lld)) return;\n", index,
+                       (long long)kiln_loop_nest_threads(nest));
+    render_emit_sites(&r, nest, -1, NULL);
+    render_c_element(&r, nest);
+  }
   kiln_strbuf_puts(src, "}\n\n");
   bool bad = r.bad;
   render_free(&r);
@@ -381,8 +385,9 @@ static kiln_status_t render_gpu_kernel(const te_builder *b, const kiln_loop_nest
 kiln_status_t kiln_render_cuda(const te_builder *b, const kiln_loop_nest *nest, const char *name, kiln_strbuf *src) {
   char head[160];
   snprintf(head, sizeof head, "extern \"C\" __global__ void %s(", name);
+  static const render_gpu_dialect cuda = {"(int64_t)blockIdx.x", "(int)threadIdx.x", "__shared__", "__syncthreads();"};
   return kiln_status_annotate(render_gpu_kernel(b, nest, "CUDA renderer", head, "%s%s%s *b%d", NULL,
-                                                "(int64_t)blockIdx.x * blockDim.x + threadIdx.x", src),
+                                                "(int64_t)blockIdx.x * blockDim.x + threadIdx.x", &cuda, src),
                               "kernel %s", name);
 }
 
@@ -416,8 +421,11 @@ const char *kiln_opencl_preamble(void) {
 kiln_status_t kiln_render_opencl(const te_builder *b, const kiln_loop_nest *nest, const char *name, kiln_strbuf *src) {
   char head[160];
   snprintf(head, sizeof head, "__kernel void %s(", name);
+  static const render_gpu_dialect opencl = {"(int64_t)get_group_id(0)", "(int)get_local_id(0)", "__local",
+                                            "barrier(CLK_LOCAL_MEM_FENCE);"};
   return kiln_status_annotate(
       render_gpu_kernel(b, nest, "OpenCL renderer", head, "%s__global uchar *p%.0s%.0s%d, ulong o%d",
-                        "  __global %s%s *b%d = (__global %s%s *)(p%d + o%d);\n", "(int64_t)get_global_id(0)", src),
+                        "  __global %s%s *b%d = (__global %s%s *)(p%d + o%d);\n", "(int64_t)get_global_id(0)", &opencl,
+                        src),
       "kernel %s", name);
 }

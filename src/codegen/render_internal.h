@@ -90,4 +90,17 @@ void render_c_element(render_ctx *r, const kiln_loop_nest *nest);
 /* Emits one reduction: accumulator, loop, nested sites, combine. */
 void render_emit_reduce(render_ctx *r, const kiln_loop_nest *nest, const te_expr *red);
 
+/* What a GPU language spells its own way in the contraction template. */
+typedef struct render_gpu_dialect {
+  const char *group_id;   /* expression: the group's index, 64-bit */
+  const char *local_id;   /* expression: the thread's index in its group, int */
+  const char *local_decl; /* qualifier of an array in the group's local memory */
+  const char *barrier;    /* statement: every thread of the group waits, local writes visible */
+} render_gpu_dialect;
+/* The body of a nest with tiles.n_red > 0 (render_tiles.c): declares the
+ * local buffers first (OpenCL wants them at kernel scope), so call it at
+ * the top of the kernel body, after the buffer locals. Every thread of the
+ * launch must run it (no early return: it has barriers). */
+void render_contraction_tiles(render_ctx *r, const kiln_loop_nest *nest, const render_gpu_dialect *g);
+
 #endif

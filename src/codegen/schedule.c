@@ -2,7 +2,7 @@
 #include "codegen/loopnest.h"
 
 kiln_loop_schedule kiln_loop_schedule_default(void) {
-  kiln_loop_schedule s = {-1, 16384, 0, 0};
+  kiln_loop_schedule s = {-1, 16384, 0, 0, 0, 0};
   return s;
 }
 
@@ -153,6 +153,12 @@ kiln_status_t kiln_schedule_kernel(te_builder *b, const te_tensor *root, int out
   out->value = out->tile_values[0] = value;
   bool reads_tile_dim = false;
   kiln_status_t st = place(b, &s, 1, out, &reads_tile_dim);
+  /* The contraction template comes first: it tiles both output sides, so a
+   * thread tile on top would only repeat what its local buffers share. */
+  if (!st && s.group_threads && s.parallel_dims == KILN_PARALLEL_UNTIL_REDUCTION) {
+    kiln_schedule_contraction_tiles(out, s.group_threads, s.min_groups);
+    if (out->tiles.n_red) return NULL;
+  }
   /* Thread tiling: copies of the element at v + j, placed together (their
    * reductions loop over the same variables, so they run as one loop). */
   int tile = KILN_MIN(s.thread_tile, KILN_MAX_THREAD_TILE), pd = out->parallel_dims;
@@ -173,6 +179,8 @@ kiln_status_t kiln_schedule_kernel(te_builder *b, const te_tensor *root, int out
 }
 
 int64_t kiln_loop_nest_threads(const kiln_loop_nest *nest) {
+  const kiln_contraction_tiles *t = &nest->tiles;
+  if (t->n_red) return t->batch * t->groups_m * t->groups_n * t->threads_m * t->threads_n;
   int64_t total = 1;
   for (int i = 0; i < nest->parallel_dims; i++) total *= nest->extents[i];
   return nest->thread_tile > 1 ? total / nest->thread_tile : total;

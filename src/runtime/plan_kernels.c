@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "base/files.h"
+#include "base/hash.h"
 #include "base/strbuf.h"
 #include "codegen/lower.h"
 
@@ -24,30 +26,36 @@ bool kiln_plan_step_launches(const kiln_plan *p, int i) {
 
 void kiln_plan_kernel_name(int step, char name[32]) { snprintf(name, 32, "k%d", step); }
 
-static kiln_status_t render_step(const kiln_plan *p, int i, kiln_kernel_renderer render, int thread_tile,
-                                 kiln_strbuf *src, int64_t *threads) {
+static kiln_status_t render_step(const kiln_plan *p, int i, kiln_kernel_renderer render,
+                                 const kiln_loop_schedule *gpu, kiln_strbuf *src, kiln_plan_kernels *out) {
   const kiln_plan_step *s = &p->steps[i];
   kiln_loop_nest nest = {0};
-  kiln_loop_schedule sched = kiln_loop_schedule_default();
+  kiln_loop_schedule sched = gpu ? *gpu : kiln_loop_schedule_default();
   sched.parallel_dims = KILN_PARALLEL_UNTIL_REDUCTION;
-  sched.thread_tile = thread_tile;
   char name[32];
   kiln_plan_kernel_name(i, name);
   kiln_status_t st = kiln_schedule_kernel(s->fk.b, s->fk.root, 0, &sched, &nest);
   if (!st && te_buffer_count(s->fk.b) != s->n_args)
     st = kiln_error(KILN_INTERNAL, "kernel with %d buffers for %d arguments", te_buffer_count(s->fk.b), s->n_args);
   if (!st) st = render(s->fk.b, &nest, name, src);
-  if (!st) *threads = kiln_loop_nest_threads(&nest);
+  if (!st) {
+    out->threads[i] = kiln_loop_nest_threads(&nest);
+    out->group_size[i] = kiln_loop_nest_group_size(&nest);
+  }
   kiln_loop_nest_free(&nest);
   if (st) st = kiln_status_annotate(st, "rendering the kernel of node '%s'", s->node->name);
   return st;
 }
 
 kiln_status_t kiln_plan_render_kernels(const kiln_plan *p, const char *preamble, kiln_kernel_renderer render,
-                                       int thread_tile, kiln_plan_kernels *out) {
+                                       const kiln_loop_schedule *gpu, kiln_plan_kernels *out) {
   *out = (kiln_plan_kernels){0};
   out->threads = calloc((size_t)p->n_steps + 1, sizeof *out->threads);
-  if (!out->threads) return KILN_OOM();
+  out->group_size = calloc((size_t)p->n_steps + 1, sizeof *out->group_size);
+  if (!out->threads || !out->group_size) {
+    kiln_plan_kernels_free(out);
+    return KILN_OOM();
+  }
   kiln_strbuf src = {0};
   kiln_strbuf_puts(&src, preamble);
   kiln_status_t st = NULL;
@@ -56,7 +64,7 @@ kiln_status_t kiln_plan_render_kernels(const kiln_plan *p, const char *preamble,
     if (s->kind == KILN_STEP_CONTRACTION)
       st = kiln_error(KILN_INTERNAL, "contraction step for node '%s' on a device that renders contractions as kernels",
                       s->node->name);
-    else if (kiln_plan_step_launches(p, i) && !(st = render_step(p, i, render, thread_tile, &src, &out->threads[i])))
+    else if (kiln_plan_step_launches(p, i) && !(st = render_step(p, i, render, gpu, &src, out)))
       out->n_kernels++;
   }
   if (!st) st = kiln_strbuf_status(&src);
@@ -72,5 +80,25 @@ kiln_status_t kiln_plan_render_kernels(const kiln_plan *p, const char *preamble,
 void kiln_plan_kernels_free(kiln_plan_kernels *k) {
   free(k->source);
   free(k->threads);
+  free(k->group_size);
   *k = (kiln_plan_kernels){0};
+}
+
+void kiln_plan_kernels_dump(const kiln_plan_kernels *k, const char *kind, const char *ext) {
+  const char *dir = k->source ? kiln_dump_dir(kind) : NULL;
+  if (!dir) return;
+  kiln_sha256_ctx h;
+  kiln_sha256_init(&h);
+  kiln_sha256_update(&h, k->source, k->source_bytes);
+  uint8_t digest[KILN_SHA256_SIZE];
+  kiln_sha256_final(&h, digest);
+  char key[KILN_SHA256_HEX_SIZE];
+  kiln_hex_encode(digest, sizeof digest, key);
+  char *path = kiln_strfmt("%s/%s_%.16s.%s", dir, kind, key, ext);
+  FILE *f = path && !kiln_make_dirs(dir) ? fopen(path, "we") : NULL;
+  bool ok = f && fwrite(k->source, 1, k->source_bytes, f) == k->source_bytes;
+  if (f && fclose(f)) ok = false;
+  /* A dump is a debugging aid: say it failed, do not fail the session. */
+  if (!ok) fprintf(stderr, "kiln: warning: cannot write the %s source dump %s\n", kind, path ? path : dir);
+  free(path);
 }

@@ -824,6 +824,27 @@ def large_cases():
                          strides=[1, 2]))
     m = case('large_conv_1x1')
     m.out(m.node('Conv', [m.source([1, 32, 29, 31]), m.randc([24, 32, 1, 1]), m.randc([24])]))
+    # The GPU contraction template (codegen/schedule_tiles.c): M, N >= 16, K >= 8 and a million
+    # multiply-adds at least (group2 stays on the plain mapping: x reads the output channel), with tiles cut at
+    # every edge (M, N, K not multiples of 16/64), batch axes read by both operands or broadcast, operands
+    # that are fused producers, and epilogues.
+    m = case('tiles_matmul_edges')
+    m.out(m.node('MatMul', [m.source([129, 70]), m.source([70, 130])]))
+    m = case('tiles_matmul_bcast_batch')
+    m.out(m.node('MatMul', [m.source([2, 1, 40, 100]), m.source([3, 100, 50])]))
+    m = case('tiles_matmul_nc_operands')
+    m.out(m.node('MatMul', [m.source([90, 150], 'T'), m.node('Tanh', [m.source([150, 100], 'S')])]))
+    m = case('tiles_gemm_cmn')
+    m.out(m.node('Gemm', [m.source([60, 100]), m.source([180, 60]), m.source([100, 180])], transA=1, transB=1,
+                         alpha=-0.75, beta=0.5))
+    m = case('tiles_conv_s2_residual_relu')
+    y = m.node('Conv', [m.source([2, 12, 33, 35]), m.randc([40, 12, 3, 3]), m.randc([40])], pads=[1, 0, 1, 2],
+               strides=[2, 2])
+    m.out(m.node('Relu', [m.node('Add', [y, m.source([2, 40, 17, 18])])]))
+    m = case('tiles_conv_1d_dilated')
+    m.out(m.node('Conv', [m.source([3, 24, 100]), m.randc([64, 24, 3])], dilations=[2], pads=[2, 2]))
+    m = case('tiles_conv_group2')
+    m.out(m.node('Conv', [m.source([1, 16, 13, 13]), m.randc([32, 8, 3, 3])], group=2, pads=[1, 1, 1, 1]))
 
 
 def main(argv):

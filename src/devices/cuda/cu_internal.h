@@ -21,6 +21,7 @@
 #include <pthread.h>
 
 #include "runtime/device.h"
+#include "codegen/loopnest.h"
 #include "runtime/device_memory.h"
 
 typedef int CUresult; /* 0 is CUDA_SUCCESS */
@@ -163,12 +164,14 @@ kiln_status_t cu_build_module(cu_dev *d, const char *source, const char *what, C
  * only user (capture). */
 kiln_status_t cu_launch_threads(cu_dev *d, CUfunction f, int64_t threads, unsigned block, void **params);
 
-/* Elements each thread computes along the innermost parallel loop of a
- * kernel with reductions (codegen/loopnest.h's thread_tile): MatMul's row
- * of A and Conv's weights are loaded once for all of them.
- * KILN_CUDA_THREAD_TILE overrides it. */
+/* The GPU schedule (codegen/loopnest.h) for a device of `multiprocessors`
+ * SMs: CU_THREAD_TILE elements per thread along the innermost parallel
+ * loop of a kernel with reductions (KILN_CUDA_THREAD_TILE overrides it),
+ * and contractions in the template's blocks of CU_TILE_THREADS threads
+ * (KILN_CUDA_TILES=64 or 256; 0: none), at least two blocks per SM. */
 #define CU_THREAD_TILE 4
-int cu_thread_tile(void);
+#define CU_TILE_THREADS 256
+kiln_loop_schedule cu_gpu_schedule(int multiprocessors);
 
 extern const kiln_device_vtable cu_vtable;
 kiln_status_t cu_plan_begin(kiln_device *dev, const kiln_graph *g, const kiln_prepare_options *opts,

@@ -25,6 +25,7 @@
 typedef struct cu_step {
   CUfunction fn;   /* from the plan's module; NULL: not launched */
   int64_t threads; /* one per element of the kernel's parallel loops */
+  unsigned block;  /* threads per block: the contraction template's, else CU_STEP_THREADS */
 } cu_step;
 
 typedef struct cu_plan_state {
@@ -89,9 +90,18 @@ static double now_ms(void) {
   return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
-int cu_thread_tile(void) {
-  const char *e = getenv("KILN_CUDA_THREAD_TILE");
-  return e && *e ? atoi(e) : CU_THREAD_TILE;
+static int env_int(const char *name, int fallback) {
+  const char *e = getenv(name);
+  return e && *e ? atoi(e) : fallback;
+}
+
+kiln_loop_schedule cu_gpu_schedule(int multiprocessors) {
+  kiln_loop_schedule s = kiln_loop_schedule_default();
+  s.thread_tile = env_int("KILN_CUDA_THREAD_TILE", CU_THREAD_TILE);
+  int group = env_int("KILN_CUDA_TILES", CU_TILE_THREADS);
+  s.group_threads = group == 64 || group == 256 ? group : 0;
+  s.min_groups = 2 * multiprocessors;
+  return s;
 }
 
 kiln_status_t cu_plan_compile(kiln_device *dev, void *state, kiln_plan *p, const kiln_plan_bindings *bind) {
@@ -103,8 +113,10 @@ kiln_status_t cu_plan_compile(kiln_device *dev, void *state, kiln_plan *p, const
   x->n_steps = p->n_steps;
   x->n_flushes = p->n_flushes;
   kiln_plan_kernels ks;
-  kiln_status_t st = kiln_plan_render_kernels(p, kiln_cuda_preamble(), kiln_render_cuda, cu_thread_tile(), &ks);
+  kiln_loop_schedule sched = cu_gpu_schedule(x->d->props.multiprocessors);
+  kiln_status_t st = kiln_plan_render_kernels(p, kiln_cuda_preamble(), kiln_render_cuda, &sched, &ks);
   if (st) return kiln_status_annotate(st, "cuda");
+  kiln_plan_kernels_dump(&ks, "cuda", "cu");
   x->n_kernels = ks.n_kernels;
   x->source_bytes = ks.source_bytes;
   if (x->n_kernels) {
@@ -119,6 +131,7 @@ kiln_status_t cu_plan_compile(kiln_device *dev, void *state, kiln_plan *p, const
     char name[32];
     kiln_plan_kernel_name(i, name);
     x->steps[i].threads = ks.threads[i];
+    x->steps[i].block = ks.group_size[i] ? (unsigned)ks.group_size[i] : CU_STEP_THREADS;
     st = cu_check(cu_api()->ModuleGetFunction(&x->steps[i].fn, x->module, name), "cuModuleGetFunction");
     if (st) st = kiln_status_annotate(st, "kernel %s of node '%s'", name, p->steps[i].node->name);
   }
@@ -142,7 +155,7 @@ static kiln_status_t launch_locked(cu_plan_state *x, const kiln_plan *p, int i, 
     addr[a] = buf ? cu_address(buf, bind->offset[v]) : cu_address(x->dummy, 0); /* no bytes: never read */
     params[a] = &addr[a];
   }
-  return cu_launch_threads(x->d, cs->fn, cs->threads, CU_STEP_THREADS, params);
+  return cu_launch_threads(x->d, cs->fn, cs->threads, cs->block, params);
 }
 
 kiln_status_t cu_launch_step(kiln_device *dev, void *state, const kiln_plan *p, int i, const kiln_plan_bindings *bind) {
