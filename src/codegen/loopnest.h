@@ -33,6 +33,8 @@ typedef struct kiln_loop_schedule {
   int group_threads;     /* GPU mapping: threads per group for the contraction template (64 or 256; 0: no
                             template): a nest that is a sum of products (MatMul, Gemm, Conv) is computed in
                             output tiles per group through local memory (kiln_contraction_tiles) */
+  bool narrow_indices;   /* GPU mapping (C-family dialects): index arithmetic in 32-bit ints where
+                            kiln_loop_nest_fits_int32 holds (int64 buffers keep 64-bit) */
   int min_groups;        /* the template shrinks its tiles until it has this many groups (the device's compute
                             units, a few times over), and leaves a nest too small for half of them to one
                             thread per output */
@@ -105,12 +107,20 @@ typedef struct kiln_loop_nest {
   int thread_tile;
   const te_expr *tile_values[KILN_MAX_THREAD_TILE];
   kiln_contraction_tiles tiles;   /* tiles.n_red > 0: rendered by the contraction template */
+  bool index32;                   /* narrow_indices held: render int64 index values as 32-bit ints */
 } kiln_loop_nest;
 
 /* Threads (GPU) or parallel iterations (cpu) of a nest: the elements of
  * its parallel dims, divided by the thread tile; with the contraction
  * template, groups times threads per group. */
 int64_t kiln_loop_nest_threads(const kiln_loop_nest *nest);
+/* The GPU mapping's index width: whether 32-bit signed arithmetic holds
+ * every index of the nest (its extents and their product, every buffer's
+ * element count, index constants, reduction extents). int64 buffers count
+ * twice their elements when i64_as_pairs (GLSL reads them as int pairs),
+ * and otherwise make the answer false (their values are data, not
+ * indices). *oom on allocation failure (then false). */
+bool kiln_loop_nest_fits_int32(const te_builder *b, const kiln_loop_nest *nest, bool i64_as_pairs, bool *oom);
 /* Threads per group the launch must use (the contraction template's), or 0
  * when any group size does. */
 int kiln_loop_nest_group_size(const kiln_loop_nest *nest);

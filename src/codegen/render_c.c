@@ -100,14 +100,12 @@ static const char *ctype(kiln_dtype dt) {
 
 /* Locals: bools (comparisons) are ints, buffers' bools are bytes. */
 static const char *c_value_type(const render_ctx *r, kiln_dtype dt) {
-  (void)r;
-  return dt == KILN_DTYPE_BOOL ? "int" : ctype(dt);
+  return dt == KILN_DTYPE_BOOL || (dt == KILN_DTYPE_I64 && r->idx32) ? "int" : ctype(dt);
 }
 
 static void c_int_literal(const render_ctx *r, kiln_dtype dt, int64_t v, char *buf, size_t n) {
-  (void)r;
-  (void)dt;
-  snprintf(buf, n, "INT64_C(%lld)", (long long)v);
+  if (dt == KILN_DTYPE_I64 && r->idx32) snprintf(buf, n, "%lld", (long long)v);
+  else snprintf(buf, n, "INT64_C(%lld)", (long long)v);
 }
 
 static void c_float_literal(const render_ctx *r, kiln_dtype dt, double v, char *buf, size_t n) {
@@ -230,6 +228,8 @@ kiln_status_t kiln_render_c_epilogue(const te_builder *b, const kiln_loop_nest *
 void render_c_element(render_ctx *r, const kiln_loop_nest *nest) {
   kiln_strbuf *src = r->s;
   int pd = nest->parallel_dims, tile = nest->thread_tile > 1 ? nest->thread_tile : 1;
+  const char *ity = r->d->value_type(r, KILN_DTYPE_I64);
+  char in[40], ex[40], step[48] = "";
   render_open_scope(r);
   /* Unflatten the parallel loop's index into its dims; with a thread tile
    * the innermost parallel dim steps by the tile (the thread's first
@@ -238,16 +238,18 @@ void render_c_element(render_ctx *r, const kiln_loop_nest *nest) {
     int64_t inner = 1;
     for (int k = i + 1; k < pd; k++) inner *= k == pd - 1 ? nest->extents[k] / tile : nest->extents[k];
     int64_t extent = i == pd - 1 ? nest->extents[i] / tile : nest->extents[i];
-    char step[48] = "";
-    if (i == pd - 1 && tile > 1) snprintf(step, sizeof step, " * INT64_C(%d)", tile);
+    r->d->int_literal(r, KILN_DTYPE_I64, inner, in, sizeof in);
+    r->d->int_literal(r, KILN_DTYPE_I64, extent, ex, sizeof ex);
+    step[0] = 0;
+    if (i == pd - 1 && tile > 1) {
+      char t[40];
+      r->d->int_literal(r, KILN_DTYPE_I64, tile, t, sizeof t);
+      snprintf(step, sizeof step, " * %s", t);
+    }
     render_indent(r);
-    if (i == 0) kiln_strbuf_printf(src, "const int64_t v%d = f / INT64_C(%lld)%s;\n", nest->vars[i], (long long)inner, step);
-    else if (!step[0])
-      kiln_strbuf_printf(src, "const int64_t v%d = (f / INT64_C(%lld)) %% INT64_C(%lld);\n", nest->vars[i],
-                         (long long)inner, (long long)extent);
-    else
-      kiln_strbuf_printf(src, "const int64_t v%d = ((f / INT64_C(%lld)) %% INT64_C(%lld))%s;\n", nest->vars[i],
-                         (long long)inner, (long long)extent, step);
+    if (i == 0) kiln_strbuf_printf(src, "const %s v%d = f / %s%s;\n", ity, nest->vars[i], in, step);
+    else if (!step[0]) kiln_strbuf_printf(src, "const %s v%d = (f / %s) %% %s;\n", ity, nest->vars[i], in, ex);
+    else kiln_strbuf_printf(src, "const %s v%d = ((f / %s) %% %s)%s;\n", ity, nest->vars[i], in, ex, step);
   }
   for (int l = 0; l < pd; l++) render_emit_sites(r, nest, l, NULL);
   for (int l = pd; l < nest->rank; l++) {
@@ -265,10 +267,15 @@ void render_c_element(render_ctx *r, const kiln_loop_nest *nest) {
     kiln_strbuf_printf(src, "b%d[", nest->out_buf);
     /* Row-major linear index of the output. */
     for (int l = 0; l < nest->rank; l++) kiln_strbuf_puts(src, "(");
-    kiln_strbuf_puts(src, "INT64_C(0)");
+    r->d->int_literal(r, KILN_DTYPE_I64, 0, in, sizeof in);
+    kiln_strbuf_puts(src, in);
     for (int l = 0; l < nest->rank; l++) {
-      kiln_strbuf_printf(src, " * INT64_C(%lld) + v%d", (long long)nest->extents[l], nest->vars[l]);
-      if (l == pd - 1 && j) kiln_strbuf_printf(src, " + INT64_C(%d)", j);
+      r->d->int_literal(r, KILN_DTYPE_I64, nest->extents[l], ex, sizeof ex);
+      kiln_strbuf_printf(src, " * %s + v%d", ex, nest->vars[l]);
+      if (l == pd - 1 && j) {
+        r->d->int_literal(r, KILN_DTYPE_I64, j, in, sizeof in);
+        kiln_strbuf_printf(src, " + %s", in);
+      }
       kiln_strbuf_puts(src, ")");
     }
     kiln_strbuf_printf(src, "] = %s;\n", val);
@@ -351,6 +358,7 @@ static kiln_status_t render_gpu_kernel(const te_builder *b, const kiln_loop_nest
                                        const render_gpu_dialect *gpu, kiln_strbuf *src) {
   render_ctx r;
   KILN_TRY(render_init(&r, &c_dialect, b, src));
+  r.idx32 = nest->index32; /* the schedule's index width */
   kiln_strbuf_puts(src, head);
   for (int pass = 0; pass < 2; pass++) {
     if (pass == 1) kiln_strbuf_puts(src, ") {\n");
@@ -370,8 +378,10 @@ static kiln_status_t render_gpu_kernel(const te_builder *b, const kiln_loop_nest
   if (nest->tiles.n_red) {
     render_contraction_tiles(&r, nest, gpu);
   } else {
-    kiln_strbuf_printf(src, "  const int64_t f = %s;\n  if (f >= INT64_C(%lld)) return;\n", index,
-                       (long long)kiln_loop_nest_threads(nest));
+    char total[40];
+    c_int_literal(&r, KILN_DTYPE_I64, kiln_loop_nest_threads(nest), total, sizeof total);
+    kiln_strbuf_printf(src, "  const %s f = %s;\n  if (f >= %s) return;\n", c_value_type(&r, KILN_DTYPE_I64), index,
+                       total);
     render_emit_sites(&r, nest, -1, NULL);
     render_c_element(&r, nest);
   }

@@ -493,47 +493,12 @@ kiln_status_t kiln_schedule_glsl(te_builder *b, const te_tensor *root, int out_b
   return NULL;
 }
 
-#define GLSL_INT_MAX INT64_C(2147483647)
-
-static bool fits32(int64_t v) { return v >= -GLSL_INT_MAX && v <= GLSL_INT_MAX; }
-
-/* Does 32-bit index arithmetic hold every index of the kernel? */
-static bool scan_fits32(const te_expr *e, char *seen) {
-  if (!e || seen[e->id]) return true;
-  seen[e->id] = 1;
-  if (e->op == TE_CONST && (e->dtype == KILN_DTYPE_I64 || e->dtype == KILN_DTYPE_U64) && !fits32(e->i)) return false;
-  if (e->op == TE_REDUCE && !fits32(e->extent)) return false;
-  return scan_fits32(e->a, seen) && scan_fits32(e->b, seen) && scan_fits32(e->c, seen);
-}
-
-static int64_t buffer_numel(const te_buffer *buf) {
-  int64_t n = 1;
-  for (int i = 0; i < buf->rank; i++) {
-    if (buf->dims[i] != 0 && n > INT64_MAX / buf->dims[i]) return INT64_MAX;
-    n *= buf->dims[i];
-  }
-  return n;
-}
+static bool fits32(int64_t v) { return v >= -INT32_MAX && v <= INT32_MAX; }
 
 static kiln_status_t choose_index_width(const te_builder *b, const kiln_loop_nest *nest, bool allow64, bool *out64) {
-  bool ok = true;
-  int64_t total = 1;
-  for (int i = 0; i < nest->rank; i++) {
-    total = nest->extents[i] && total > INT64_MAX / nest->extents[i] ? INT64_MAX : total * nest->extents[i];
-    ok = ok && fits32(nest->extents[i]);
-  }
-  ok = ok && fits32(total);
-  for (int i = 0; i < te_buffer_count(b) && ok; i++) {
-    const te_buffer *buf = te_get_buffer(b, i);
-    int64_t n = buffer_numel(buf);
-    ok = fits32(buf->dtype == KILN_DTYPE_I64 && n < INT64_MAX / 2 ? 2 * n : n);
-  }
-  if (ok) {
-    char *seen = calloc((size_t)te_expr_count(b) + 1, 1);
-    if (!seen) return KILN_OOM();
-    ok = scan_fits32(nest->value, seen);
-    free(seen);
-  }
+  bool oom = false;
+  bool ok = kiln_loop_nest_fits_int32(b, nest, true, &oom);
+  if (oom) return KILN_OOM();
   *out64 = !ok;
   if (!ok && !allow64)
     return kiln_error(KILN_UNSUPPORTED, "GLSL renderer: indices beyond 2^31-1 need 64-bit integers (shaderInt64)");

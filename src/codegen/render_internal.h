@@ -60,6 +60,7 @@ struct render_ctx {
   char why[160];       /* what it was (first one), for the error message */
   /* Dialect state (GLSL). */
   bool idx64;          /* index arithmetic in 64-bit integers */
+  bool idx32;          /* C dialect on a GPU: int64 (index) values as int (kiln_loop_nest_fits_int32 said so) */
   const char *buf_prefix; /* buffer names: prefix + index ("b") */
   int raw_buf, raw_var;   /* epilogue: loads of raw_buf at index variable raw_var read `raw`; -1 none */
 };

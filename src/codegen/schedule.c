@@ -2,7 +2,7 @@
 #include "codegen/loopnest.h"
 
 kiln_loop_schedule kiln_loop_schedule_default(void) {
-  kiln_loop_schedule s = {-1, 16384, 0, 0, 0, 0};
+  kiln_loop_schedule s = {-1, 16384, 0, 0, 0, false, 0};
   return s;
 }
 
@@ -155,15 +155,14 @@ kiln_status_t kiln_schedule_kernel(te_builder *b, const te_tensor *root, int out
   kiln_status_t st = place(b, &s, 1, out, &reads_tile_dim);
   /* The contraction template comes first: it tiles both output sides, so a
    * thread tile on top would only repeat what its local buffers share. */
-  if (!st && s.group_threads && s.parallel_dims == KILN_PARALLEL_UNTIL_REDUCTION) {
+  if (!st && s.group_threads && s.parallel_dims == KILN_PARALLEL_UNTIL_REDUCTION)
     kiln_schedule_contraction_tiles(out, s.group_threads, s.min_groups);
-    if (out->tiles.n_red) return NULL;
-  }
-  /* Thread tiling: copies of the element at v + j, placed together (their
-   * reductions loop over the same variables, so they run as one loop). */
+  /* Thread tiling (not with the template): copies of the element at v + j,
+   * placed together (their reductions loop over the same variables, so
+   * they run as one loop). */
   int tile = KILN_MIN(s.thread_tile, KILN_MAX_THREAD_TILE), pd = out->parallel_dims;
-  if (!st && tile > 1 && s.parallel_dims == KILN_PARALLEL_UNTIL_REDUCTION && pd > 0 && reads_tile_dim &&
-      out->extents[pd - 1] % tile == 0 && out->extents[pd - 1] > tile) {
+  if (!st && !out->tiles.n_red && tile > 1 && s.parallel_dims == KILN_PARALLEL_UNTIL_REDUCTION && pd > 0 &&
+      reads_tile_dim && out->extents[pd - 1] % tile == 0 && out->extents[pd - 1] > tile) {
     int v = out->vars[pd - 1];
     for (int j = 1; j < tile; j++)
       out->tile_values[j] = te_substitute(b, value, v, te_iadd(b, te_var(b, v), te_idx(b, j)));
@@ -173,6 +172,12 @@ kiln_status_t kiln_schedule_kernel(te_builder *b, const te_tensor *root, int out
       st = place(b, &s, tile, out, &reads_tile_dim);
     }
     if (!st && out->parallel_dims != pd) st = kiln_error(KILN_INTERNAL, "thread tiling moved the parallel loops");
+  }
+  /* The index width: 32-bit where every index fits. */
+  if (!st && s.narrow_indices) {
+    bool oom = false;
+    out->index32 = kiln_loop_nest_fits_int32(b, out, false, &oom);
+    if (oom) st = KILN_OOM();
   }
   if (st) kiln_loop_nest_free(out);
   return st;
@@ -190,4 +195,43 @@ void kiln_loop_nest_free(kiln_loop_nest *n) {
   free(n->sites);
   n->sites = NULL;
   n->n_sites = 0;
+}
+
+static bool fits32(int64_t v) { return v >= -INT32_MAX && v <= INT32_MAX; }
+
+static bool scan_fits32(const te_expr *e, char *seen) {
+  if (!e || seen[e->id]) return true;
+  seen[e->id] = 1;
+  if (e->op == TE_CONST && (e->dtype == KILN_DTYPE_I64 || e->dtype == KILN_DTYPE_U64) && !fits32(e->i)) return false;
+  if (e->op == TE_REDUCE && !fits32(e->extent)) return false;
+  return scan_fits32(e->a, seen) && scan_fits32(e->b, seen) && scan_fits32(e->c, seen);
+}
+
+bool kiln_loop_nest_fits_int32(const te_builder *b, const kiln_loop_nest *nest, bool i64_as_pairs, bool *oom) {
+  *oom = false;
+  int64_t total = 1;
+  for (int i = 0; i < nest->rank; i++) {
+    total = nest->extents[i] && total > INT64_MAX / nest->extents[i] ? INT64_MAX : total * nest->extents[i];
+    if (!fits32(nest->extents[i])) return false;
+  }
+  if (!fits32(total)) return false;
+  for (int i = 0; i < te_buffer_count(b); i++) {
+    const te_buffer *buf = te_get_buffer(b, i);
+    bool wide = buf->dtype == KILN_DTYPE_I64 || buf->dtype == KILN_DTYPE_U64;
+    if (wide && !i64_as_pairs) return false;
+    int64_t n = 1;
+    for (int d = 0; d < buf->rank; d++) n = buf->dims[d] && n > INT64_MAX / buf->dims[d] ? INT64_MAX : n * buf->dims[d];
+    bool pairs = buf->dtype == KILN_DTYPE_I64; /* GLSL has no 64-bit unsigned pairs: u64 needs int64 anyway */
+    if (!fits32(pairs && n < INT64_MAX / 2 ? 2 * n : n)) return false;
+  }
+  char *seen = calloc((size_t)te_expr_count(b) + 1, 1);
+  if (!seen) {
+    *oom = true;
+    return false;
+  }
+  /* Every value the nest stores (the thread tile's copies add at most 7 to
+   * one index, within the extents checked above). */
+  bool ok = scan_fits32(nest->value, seen);
+  free(seen);
+  return ok;
 }

@@ -26,6 +26,8 @@ bool kiln_plan_step_launches(const kiln_plan *p, int i) {
 
 void kiln_plan_kernel_name(int step, char name[32]) { snprintf(name, 32, "k%d", step); }
 
+static void dump_source(const kiln_plan_kernels *k, const char *kind, const char *ext);
+
 static kiln_status_t render_step(const kiln_plan *p, int i, kiln_kernel_renderer render,
                                  const kiln_loop_schedule *gpu, kiln_strbuf *src, kiln_plan_kernels *out) {
   const kiln_plan_step *s = &p->steps[i];
@@ -47,8 +49,9 @@ static kiln_status_t render_step(const kiln_plan *p, int i, kiln_kernel_renderer
   return st;
 }
 
-kiln_status_t kiln_plan_render_kernels(const kiln_plan *p, const char *preamble, kiln_kernel_renderer render,
+kiln_status_t kiln_plan_render_kernels(const kiln_plan *p, const kiln_plan_dialect *dialect,
                                        const kiln_loop_schedule *gpu, kiln_plan_kernels *out) {
+  kiln_kernel_renderer render = dialect->render;
   *out = (kiln_plan_kernels){0};
   out->threads = calloc((size_t)p->n_steps + 1, sizeof *out->threads);
   out->group_size = calloc((size_t)p->n_steps + 1, sizeof *out->group_size);
@@ -57,7 +60,7 @@ kiln_status_t kiln_plan_render_kernels(const kiln_plan *p, const char *preamble,
     return KILN_OOM();
   }
   kiln_strbuf src = {0};
-  kiln_strbuf_puts(&src, preamble);
+  kiln_strbuf_puts(&src, dialect->preamble);
   kiln_status_t st = NULL;
   for (int i = 0; i < p->n_steps && !st; i++) {
     const kiln_plan_step *s = &p->steps[i];
@@ -73,8 +76,13 @@ kiln_status_t kiln_plan_render_kernels(const kiln_plan *p, const char *preamble,
     out->source = kiln_strbuf_take(&src);
   }
   kiln_strbuf_free(&src);
-  if (st) kiln_plan_kernels_free(out);
-  return st;
+  if (st) {
+    kiln_plan_kernels_free(out);
+    return kiln_status_annotate(st, "%s", dialect->name);
+  }
+  snprintf(out->what, sizeof out->what, "the %d kernels of graph '%.80s'", out->n_kernels, p->g->name ? p->g->name : "");
+  dump_source(out, dialect->name, dialect->dump_ext);
+  return NULL;
 }
 
 void kiln_plan_kernels_free(kiln_plan_kernels *k) {
@@ -84,7 +92,9 @@ void kiln_plan_kernels_free(kiln_plan_kernels *k) {
   *k = (kiln_plan_kernels){0};
 }
 
-void kiln_plan_kernels_dump(const kiln_plan_kernels *k, const char *kind, const char *ext) {
+/* Writes the source to <dump dir>/<kind>_<hash>.<ext> when dumps of `kind`
+ * are on (KILN_DUMP=kind or all, KILN_DUMP_DIR; base/files.h). */
+static void dump_source(const kiln_plan_kernels *k, const char *kind, const char *ext) {
   const char *dir = k->source ? kiln_dump_dir(kind) : NULL;
   if (!dir) return;
   kiln_sha256_ctx h;

@@ -21,25 +21,33 @@ kiln_op_class kiln_plan_claim_stored(const kiln_graph *g, const kiln_node *node,
 typedef kiln_status_t (*kiln_kernel_renderer)(const te_builder *b, const kiln_loop_nest *nest, const char *name,
                                               kiln_strbuf *src);
 
+/* A GPU dialect as the plan's devices name it. */
+typedef struct kiln_plan_dialect {
+  const char *name;        /* "opencl": prefixes errors; the dump kind (KILN_DUMP=opencl) */
+  const char *dump_ext;    /* file extension of the dumped source ("cl") */
+  const char *preamble;    /* what the source starts with (kiln_opencl_preamble()) */
+  kiln_kernel_renderer render;
+} kiln_plan_dialect;
+
 typedef struct kiln_plan_kernels {
   char *source;     /* owned: the preamble, then every kernel */
   size_t source_bytes;
   int64_t *threads; /* per plan step: the threads its launch covers (0: none or no launch); owned */
   int *group_size;  /* per plan step: the threads per group its launch must use (0: any); owned */
   int n_kernels;
+  char what[160];   /* "the N kernels of graph 'G'": for build errors */
 } kiln_plan_kernels;
 
 /* Renders every launched KERNEL step (not fused into another) of the plan
  * with the device's GPU schedule (its thread_tile and group_threads; NULL:
- * the defaults; parallel_dims is always KILN_PARALLEL_UNTIL_REDUCTION). A
+ * the defaults; parallel_dims is always KILN_PARALLEL_UNTIL_REDUCTION),
+ * and dumps the source when dumps of dialect->name are on. A
  * CONTRACTION step is an error: the device must set
  * contractions_as_kernels. Errors name the node. */
-kiln_status_t kiln_plan_render_kernels(const kiln_plan *plan, const char *preamble, kiln_kernel_renderer render,
+kiln_status_t kiln_plan_render_kernels(const kiln_plan *plan, const kiln_plan_dialect *dialect,
                                        const kiln_loop_schedule *gpu, kiln_plan_kernels *out);
 void kiln_plan_kernels_free(kiln_plan_kernels *k);
-/* Writes the source to <dump dir>/<kind>_<hash>.<ext> when dumps of `kind`
- * are on (KILN_DUMP=kind or all, KILN_DUMP_DIR; base/files.h). */
-void kiln_plan_kernels_dump(const kiln_plan_kernels *k, const char *kind, const char *ext);
+
 /* Whether step i is a kernel the plan launches (what was rendered). */
 bool kiln_plan_step_launches(const kiln_plan *plan, int i);
 /* The rendered name of step i's kernel: "k<i>". */

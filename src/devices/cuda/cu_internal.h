@@ -168,7 +168,8 @@ kiln_status_t cu_launch_threads(cu_dev *d, CUfunction f, int64_t threads, unsign
  * SMs: CU_THREAD_TILE elements per thread along the innermost parallel
  * loop of a kernel with reductions (KILN_CUDA_THREAD_TILE overrides it),
  * and contractions in the template's blocks of CU_TILE_THREADS threads
- * (KILN_CUDA_TILES=64 or 256; 0: none), at least two blocks per SM. */
+ * (KILN_CUDA_TILES=64 or 256; 0: none), at least two blocks per SM;
+ * 32-bit indices where they fit (KILN_CUDA_INDEX64=1: always 64-bit). */
 #define CU_THREAD_TILE 4
 #define CU_TILE_THREADS 256
 kiln_loop_schedule cu_gpu_schedule(int multiprocessors);

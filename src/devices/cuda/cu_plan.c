@@ -98,6 +98,7 @@ static int env_int(const char *name, int fallback) {
 kiln_loop_schedule cu_gpu_schedule(int multiprocessors) {
   kiln_loop_schedule s = kiln_loop_schedule_default();
   s.thread_tile = env_int("KILN_CUDA_THREAD_TILE", CU_THREAD_TILE);
+  s.narrow_indices = !env_int("KILN_CUDA_INDEX64", 0);
   int group = env_int("KILN_CUDA_TILES", CU_TILE_THREADS);
   s.group_threads = group == 64 || group == 256 ? group : 0;
   s.min_groups = 2 * multiprocessors;
@@ -114,16 +115,14 @@ kiln_status_t cu_plan_compile(kiln_device *dev, void *state, kiln_plan *p, const
   x->n_flushes = p->n_flushes;
   kiln_plan_kernels ks;
   kiln_loop_schedule sched = cu_gpu_schedule(x->d->props.multiprocessors);
-  kiln_status_t st = kiln_plan_render_kernels(p, kiln_cuda_preamble(), kiln_render_cuda, &sched, &ks);
-  if (st) return kiln_status_annotate(st, "cuda");
-  kiln_plan_kernels_dump(&ks, "cuda", "cu");
+  kiln_plan_dialect dialect = {"cuda", "cu", kiln_cuda_preamble(), kiln_render_cuda};
+  KILN_TRY(kiln_plan_render_kernels(p, &dialect, &sched, &ks));
+  kiln_status_t st = NULL;
   x->n_kernels = ks.n_kernels;
   x->source_bytes = ks.source_bytes;
   if (x->n_kernels) {
     double t0 = now_ms();
-    char what[160];
-    snprintf(what, sizeof what, "the %d kernels of graph '%.80s'", x->n_kernels, p->g->name ? p->g->name : "");
-    st = cu_build_module(x->d, ks.source, what, &x->module, &x->from_cache);
+    st = cu_build_module(x->d, ks.source, ks.what, &x->module, &x->from_cache);
     x->build_ms = now_ms() - t0;
   }
   for (int i = 0; i < p->n_steps && !st; i++) {

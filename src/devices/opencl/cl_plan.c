@@ -102,10 +102,13 @@ static int env_int(const char *name, int fallback) {
  * reductions; contractions in the template's groups of
  * KILN_OPENCL_TILES=256 work items on GPUs, 64 on other devices (PoCL on 2
  * EPYC cores: ResNet-50 1.13x, MobileNetV2 1.27x faster than 256), 0 for
- * no template; at least two groups per compute unit. */
+ * no template; at least two groups per compute unit; on GPUs 32-bit indices
+ * where they fit (GPUs emulate 64-bit integer multiplies and divides; on
+ * PoCL they measured 3% slower: KILN_OPENCL_INDEX64=0/1 chooses). */
 static kiln_loop_schedule cl_gpu_schedule(const cl_dev *d) {
   kiln_loop_schedule s = kiln_loop_schedule_default();
   s.thread_tile = env_int("KILN_OPENCL_THREAD_TILE", CL_THREAD_TILE);
+  s.narrow_indices = !env_int("KILN_OPENCL_INDEX64", (d->props.type & CL_DEVICE_TYPE_GPU) ? 0 : 1);
   int group = env_int("KILN_OPENCL_TILES", (d->props.type & CL_DEVICE_TYPE_GPU) ? 256 : 64);
   if (group > 64 && d->props.max_work_group < 256) group = 64;
   s.group_threads = (group == 64 || group == 256) && d->props.max_work_group >= (size_t)group ? group : 0;
@@ -121,16 +124,14 @@ kiln_status_t cl_plan_compile(kiln_device *dev, void *state, kiln_plan *p, const
   x->n_steps = p->n_steps;
   kiln_plan_kernels ks;
   kiln_loop_schedule sched = cl_gpu_schedule(x->d);
-  kiln_status_t st = kiln_plan_render_kernels(p, kiln_opencl_preamble(), kiln_render_opencl, &sched, &ks);
-  if (st) return kiln_status_annotate(st, "opencl");
-  kiln_plan_kernels_dump(&ks, "opencl", "cl");
+  kiln_plan_dialect dialect = {"opencl", "cl", kiln_opencl_preamble(), kiln_render_opencl};
+  KILN_TRY(kiln_plan_render_kernels(p, &dialect, &sched, &ks));
+  kiln_status_t st = NULL;
   x->n_kernels = ks.n_kernels;
   x->source_bytes = ks.source_bytes;
   if (x->n_kernels) {
     double t0 = now_ms();
-    char what[160];
-    snprintf(what, sizeof what, "the %d kernels of graph '%.80s'", x->n_kernels, p->g->name ? p->g->name : "");
-    st = cl_build_program(x->d, ks.source, what, &x->program, &x->from_cache);
+    st = cl_build_program(x->d, ks.source, ks.what, &x->program, &x->from_cache);
     x->build_ms = now_ms() - t0;
   }
   for (int i = 0; i < p->n_steps && !st; i++) {
