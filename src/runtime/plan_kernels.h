@@ -23,9 +23,9 @@ typedef kiln_status_t (*kiln_kernel_renderer)(const te_builder *b, const kiln_lo
 
 /* A GPU dialect as the plan's devices name it. */
 typedef struct kiln_plan_dialect {
-  const char *name;        /* "opencl": prefixes errors; the dump kind (KILN_DUMP=opencl) */
-  const char *dump_ext;    /* file extension of the dumped source ("cl") */
-  const char *preamble;    /* what the source starts with (kiln_opencl_preamble()) */
+  const char *name;        /* the device's name: prefixes errors; the dump kind (KILN_DUMP=<name>) */
+  const char *dump_ext;    /* file extension of the dumped source */
+  const char *preamble;    /* what the source starts with (the dialect's kiln_*_preamble()) */
   kiln_kernel_renderer render;
 } kiln_plan_dialect;
 

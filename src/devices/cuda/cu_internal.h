@@ -133,7 +133,7 @@ typedef struct cu_dev {
   cu_props props;
   char name[32];          /* "cuda:N" */
   char description[512];
-  char driver[32];        /* "13.0" */
+  char driver[48];        /* "CUDA driver 13.0" */
   CUcontext context;
   CUstream stream;
   pthread_mutex_t lock;   /* stream order, pool, staging, timeline */
