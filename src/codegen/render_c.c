@@ -221,6 +221,26 @@ kiln_status_t kiln_render_c_epilogue(const te_builder *b, const kiln_loop_nest *
   return kiln_strbuf_status(src);
 }
 
+void render_c_store(render_ctx *r, const kiln_loop_nest *nest, int offset_loop, int offset, const char *val) {
+  char lit[40];
+  render_indent(r);
+  kiln_strbuf_printf(r->s, "%s%d[", r->buf_prefix, nest->out_buf);
+  /* Row-major linear index of the output. */
+  for (int l = 0; l < nest->rank; l++) kiln_strbuf_puts(r->s, "(");
+  r->d->int_literal(r, KILN_DTYPE_I64, 0, lit, sizeof lit);
+  kiln_strbuf_puts(r->s, lit);
+  for (int l = 0; l < nest->rank; l++) {
+    r->d->int_literal(r, KILN_DTYPE_I64, nest->extents[l], lit, sizeof lit);
+    kiln_strbuf_printf(r->s, " * %s + v%d", lit, nest->vars[l]);
+    if (l == offset_loop && offset) {
+      r->d->int_literal(r, KILN_DTYPE_I64, offset, lit, sizeof lit);
+      kiln_strbuf_printf(r->s, " + %s", lit);
+    }
+    kiln_strbuf_puts(r->s, ")");
+  }
+  kiln_strbuf_printf(r->s, "] = %s;\n", val);
+}
+
 /* The element of a C-family kernel at flat parallel index `f` (a local in
  * scope): the parallel dims unflattened from f, the reductions each level
  * needs, the serial loops, the element and its store, in a scope of its
@@ -263,22 +283,7 @@ void render_c_element(render_ctx *r, const kiln_loop_nest *nest) {
     render_ensure(r, value);
     char val[96];
     render_name_of(r, value, val, sizeof val);
-    render_indent(r);
-    kiln_strbuf_printf(src, "b%d[", nest->out_buf);
-    /* Row-major linear index of the output. */
-    for (int l = 0; l < nest->rank; l++) kiln_strbuf_puts(src, "(");
-    r->d->int_literal(r, KILN_DTYPE_I64, 0, in, sizeof in);
-    kiln_strbuf_puts(src, in);
-    for (int l = 0; l < nest->rank; l++) {
-      r->d->int_literal(r, KILN_DTYPE_I64, nest->extents[l], ex, sizeof ex);
-      kiln_strbuf_printf(src, " * %s + v%d", ex, nest->vars[l]);
-      if (l == pd - 1 && j) {
-        r->d->int_literal(r, KILN_DTYPE_I64, j, in, sizeof in);
-        kiln_strbuf_printf(src, " + %s", in);
-      }
-      kiln_strbuf_puts(src, ")");
-    }
-    kiln_strbuf_printf(src, "] = %s;\n", val);
+    render_c_store(r, nest, pd - 1, j, val);
   }
   for (int l = nest->rank - 1; l >= pd; l--) render_loop_close(r);
   render_close_scope(r);

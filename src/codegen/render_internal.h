@@ -88,6 +88,9 @@ void render_emit_sites(render_ctx *r, const kiln_loop_nest *nest, int level, con
 /* The element of a C-family kernel at flat parallel index `f` (render_c.c):
  * shared by the C and CUDA renderers. */
 void render_c_element(render_ctx *r, const kiln_loop_nest *nest);
+/* `<buf_prefix><out_buf>[row-major index of the output loops' v<var>] = val;`,
+ * with `offset` added to loop offset_loop's index (a thread tile's copy). */
+void render_c_store(render_ctx *r, const kiln_loop_nest *nest, int offset_loop, int offset, const char *val);
 /* Emits one reduction: accumulator, loop, nested sites, combine. */
 void render_emit_reduce(render_ctx *r, const kiln_loop_nest *nest, const te_expr *red);
 

@@ -146,17 +146,7 @@ void render_contraction_tiles(render_ctx *r, const kiln_loop_nest *nest, const r
       render_ensure(r, nest->value);
       char val[48];
       render_name_of(r, nest->value, val, sizeof val);
-      render_indent(r);
-      kiln_strbuf_printf(r->s, "%s%d[", r->buf_prefix, nest->out_buf);
-      for (int l = 0; l < nest->rank; l++) kiln_strbuf_puts(r->s, "(");
-      char lim[40];
-      lit(r, 0, lim, sizeof lim);
-      kiln_strbuf_puts(r->s, lim);
-      for (int l = 0; l < nest->rank; l++) {
-        lit(r, nest->extents[l], lim, sizeof lim);
-        kiln_strbuf_printf(r->s, " * %s + v%d)", lim, nest->vars[l]);
-      }
-      kiln_strbuf_printf(r->s, "] = %s;\n", val);
+      render_c_store(r, nest, -1, 0, val);
       render_close_scope(r);
       line(r, "}");
       render_close_scope(r);
