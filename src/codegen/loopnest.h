@@ -38,6 +38,13 @@ typedef struct kiln_loop_schedule {
   int min_groups;        /* the template shrinks its tiles until it has this many groups (the device's compute
                             units, a few times over), and leaves a nest too small for half of them to one
                             thread per output */
+  int row_threads;       /* GPU mapping: threads per group for cooperative rows (a power of two unless
+                            row_subgroups; 0: none): a nest whose reductions all sit at its innermost
+                            parallel loop (Softmax, LayerNorm, ReduceMean over trailing axes) computes each
+                            row in one group (kiln_cooperative_rows), halved down to 32 for short rows */
+  bool row_subgroups;    /* cooperative rows combine their partial results with the dialect's subgroup
+                            operations first (GLSL: GL_KHR_shader_subgroup_arithmetic) */
+  bool tensorize_gemm;   /* C dialect: contractions over strided matrices become GEMM calls (kiln_gemm_call) */
 } kiln_loop_schedule;
 
 #define KILN_PARALLEL_UNTIL_REDUCTION (-2)
@@ -78,6 +85,50 @@ typedef struct kiln_contraction_tiles {
   int64_t groups_m, groups_n;         /* tiles along M and N: groups = batch * groups_m * groups_n */
 } kiln_contraction_tiles;
 
+/* Cooperative rows (the GPU mapping of row reductions): group g computes
+ * row g of the nest's parallel loops. Each reduction placed at the row's
+ * level, with the reductions directly inside it that combine the same way
+ * (ReduceSum over several axes: one flattened loop), is split over the
+ * group's threads, thread t folding elements t, t + threads, ...; the
+ * partial results meet in local memory (a halving tree, or the subgroups'
+ * own arithmetic first), and every thread then reads the row's value. The
+ * row's elements are stored strided over the threads the same way. */
+typedef struct kiln_cooperative_rows {
+  int threads;      /* 0: not cooperative */
+  bool subgroups;   /* combine within each subgroup first (the dialect's subgroup operations) */
+  int64_t rows;     /* groups: the product of the parallel loops' extents */
+} kiln_cooperative_rows;
+
+/* A reduction and the reductions directly inside it with the same combine,
+ * iterated as one flattened loop of `extent` (cooperative rows). */
+typedef struct kiln_reduce_chain {
+  const te_expr *red[KILN_MAX_RANK]; /* outermost first */
+  int n;
+  int64_t extent;                    /* the product of their extents (INT64_MAX past it) */
+} kiln_reduce_chain;
+void kiln_reduce_chain_of(const te_expr *red, kiln_reduce_chain *out);
+
+/* Tensorization (TVM's tensorize) onto a GEMM primitive, the cpu's packed
+ * SGEMM micro-kernels behind kiln_rt.sgemm: a nest whose element is
+ * f(sum over k of a * b) with a and b direct f32 loads at affine indices,
+ * each a strided matrix per batch index (its M or N run and its K run
+ * one stride each, one of them 1), and the output loops ordered batch,
+ * M, N. The C dialect renders one call per batch index, C row-major in
+ * the output (ldc = n), and f, when it is more than the sum, as the call's
+ * per-tile epilogue reading the product where the sum was. */
+typedef struct kiln_gemm_call {
+  bool ok;                       /* false: not tensorized */
+  const te_expr *sum;            /* the outermost sum: the epilogue's raw product */
+  int a_buf, b_buf;              /* te buffers of A (M x K) and B (K x N) */
+  bool trans_a, trans_b;         /* stored K x M / N x K */
+  int64_t m, n, k, batch;
+  int64_t lda, ldb;
+  int64_t a_off, b_off;          /* elements to the first matrix */
+  int n_m, n_n, n_batch;
+  int m_loops[KILN_MAX_RANK], n_loops[KILN_MAX_RANK], batch_loops[KILN_MAX_RANK]; /* output loop levels */
+  int64_t a_stride[KILN_MAX_RANK], b_stride[KILN_MAX_RANK]; /* elements per step of each batch loop (0: broadcast) */
+} kiln_gemm_call;
+
 kiln_loop_schedule kiln_loop_schedule_default(void);
 
 /* Where each reduction is computed. */
@@ -107,13 +158,22 @@ typedef struct kiln_loop_nest {
   int thread_tile;
   const te_expr *tile_values[KILN_MAX_THREAD_TILE];
   kiln_contraction_tiles tiles;   /* tiles.n_red > 0: rendered by the contraction template */
+  kiln_cooperative_rows rows;     /* rows.threads > 0: one group per row (not with tiles or thread tiles) */
+  kiln_gemm_call gemm;            /* gemm.ok: rendered as GEMM calls (C dialect) */
   bool index32;                   /* narrow_indices held: render int64 index values as 32-bit ints */
 } kiln_loop_nest;
 
 /* Threads (GPU) or parallel iterations (cpu) of a nest: the elements of
  * its parallel dims, divided by the thread tile; with the contraction
- * template, groups times threads per group. */
+ * template or cooperative rows, groups times threads per group. */
 int64_t kiln_loop_nest_threads(const kiln_loop_nest *nest);
+/* The dispatch of a GPU-mapped nest: groups of kiln_loop_nest_group_size
+ * threads, or of `group` when any size does (one thread per element then,
+ * the last group partly idle), laid out over x and, past max_per_dim
+ * groups in x, over y (out[2] = 1). Every kernel checks its flattened
+ * group or thread index against its count, so the rounding is harmless.
+ * KILN_UNSUPPORTED when max_per_dim squared is not enough. */
+kiln_status_t kiln_loop_nest_dispatch(const kiln_loop_nest *nest, int group, int64_t max_per_dim, uint32_t out[3]);
 /* The GPU mapping's index width: whether 32-bit signed arithmetic holds
  * every index of the nest (its extents and their product, every buffer's
  * element count, index constants, reduction extents). int64 buffers count
@@ -124,10 +184,35 @@ bool kiln_loop_nest_fits_int32(const te_builder *b, const kiln_loop_nest *nest, 
 /* Threads per group the launch must use (the contraction template's), or 0
  * when any group size does. */
 int kiln_loop_nest_group_size(const kiln_loop_nest *nest);
+/* Whether the nest's element is f(sum of a * b) (nested f32 sums, the
+ * factors split into M, N and batch loops as kiln_contraction_tiles
+ * describes): fills out's red, a, b, loop lists and extents, no tiles. */
+bool kiln_contraction_match(const kiln_loop_nest *nest, kiln_contraction_tiles *out);
 /* The schedule step of the contraction template: fills nest->tiles (and
  * sets the loop kinds to GPU_BLOCK) when the nest matches and is big
  * enough to be worth it; leaves the nest as it is otherwise. */
 void kiln_schedule_contraction_tiles(kiln_loop_nest *nest, int group_threads, int min_groups);
+/* The schedule step of tensorization: fills nest->gemm when the nest is
+ * a GEMM over strided matrices of at least 8192 multiply-adds (4 or more
+ * along each of M, N and K). */
+void kiln_schedule_gemm(const te_builder *b, kiln_loop_nest *nest);
+/* The schedule step of cooperative rows: fills nest->rows (and sets the
+ * row loops to GPU_BLOCK, the rest to GPU_THREAD) when every top-level
+ * reduction is an f32 one at the innermost parallel loop, each flattened
+ * chain fits 32-bit counters, and the rows are either few (at most 256:
+ * one thread per row would leave the device idle) or long (16 or more)
+ * with some load reading consecutive elements along the chain's innermost
+ * loop (so the threads' reads coalesce) and no load that neighbouring rows
+ * share (MatMul-like sums: thread tiles reuse those). threads: a power of two unless
+ * subgroups, halved (not below min_threads) while half of it still covers
+ * the longest row (a fixed size keeps the sources of two shapes equal,
+ * which GLSL's specialization constants want). A reduction chain longer
+ * than long_chain (when > 0) makes the nest cooperative whatever the rows
+ * (a driver that limits loop trips per thread: one thread per row would
+ * run past it). Leaves a nest with tiles or thread tiles as it is. KILN_OOM
+ * on allocation failure. */
+kiln_status_t kiln_schedule_cooperative_rows(const te_builder *b, kiln_loop_nest *nest, int threads, int min_threads,
+                                             bool subgroups, int64_t long_chain);
 
 /* Builds the loop nest that stores `root` into buffer out_buf. */
 kiln_status_t kiln_schedule_kernel(te_builder *b, const te_tensor *root, int out_buf, const kiln_loop_schedule *s,
@@ -169,7 +254,8 @@ const char *kiln_opencl_preamble(void);
  *   kiln_loop_nest nest;
  *   kiln_schedule_glsl(b, root, 0, &nest);          // GPU parallel dims
  *   kiln_glsl_options o = kiln_glsl_options_default();
- *   o.int64 = props->int64; o.cooperative_rows = true; ...
+ *   kiln_schedule_cooperative_rows(b, &nest, 64, 64, props->subgroup_arithmetic, 0); // optional
+ *   o.int64 = props->int64; ...
  *   uint32_t groups[3];
  *   kiln_render_glsl(b, &nest, "k12_softmax", &o, &src, groups);
  *   // vk_kernel_desc{name, src.data, te_buffer_count(b), 0}; binding i = te buffer i;
@@ -194,11 +280,8 @@ int kiln_glsl_spec_intern(kiln_glsl_spec *s, int32_t v);
 void kiln_glsl_spec_free(kiln_glsl_spec *s); /* frees values; keeps first_id; NULL ok */
 
 typedef struct kiln_glsl_options {
-  uint32_t workgroup_size;  /* invocations per workgroup (local_size_x); 0 = 64 */
-  bool cooperative_rows;    /* one workgroup per row when every reduction sits at the innermost parallel level
-                               (softmax, layernorm, reductions over trailing axes) and the rows are long and
-                               contiguous or few; needs a power-of-two workgroup_size unless subgroup_arithmetic */
-  bool subgroup_arithmetic; /* cooperative rows combine with subgroupAdd/Max (GL_KHR_shader_subgroup_arithmetic) */
+  uint32_t workgroup_size;  /* invocations per workgroup (local_size_x) of a nest that takes any group size
+                               (no tiles, no cooperative rows: those bring their own); 0 = 64 */
   bool int64;               /* device has shaderInt64: kernels with indices past 2^31-1 use int64 arithmetic
                                (else they are KILN_UNSUPPORTED) */
   uint32_t max_groups;      /* workgroups per dispatch dimension at most; 0 = 65535 */
@@ -211,9 +294,11 @@ typedef struct kiln_glsl_options {
   kiln_glsl_spec *spec;     /* NULL: sizes are literals in the source (byte-identical to before). Else
                                shape-dependent integers are specialization constants interned here (ids
                                from spec->first_id; borrowed; the caller frees it): see kiln_render_glsl */
+  int64_t max_loop_trips;   /* the driver ends any loop after this many iterations per invocation (llvmpipe:
+                               65535, with no error): a kernel that needs more is KILN_UNSUPPORTED. 0: none */
 } kiln_glsl_options;
 
-kiln_glsl_options kiln_glsl_options_default(void); /* 64, no cooperative rows, no subgroups, no int64, 65535, f32 */
+kiln_glsl_options kiln_glsl_options_default(void); /* 64, no int64, 65535, f32, no spec, no trip limit */
 
 /* Parallel dims for a GPU: every loop down to the outermost level a
  * reduction is hoisted to (so no reduction is recomputed per element), all

@@ -639,13 +639,22 @@ static te_expr *window_pos(te_builder *b, const te_tensor *t, te_expr *const *id
 /* The window of output position idx over input `in` (spatial axes 2..):
  * fresh variables vars[i] for the window elements, sub[2 + i] their input
  * positions clamped into the input (every load is computed), and the
- * condition that all of them are inside it (else: padding). */
+ * condition that all of them are inside it (else: padding). An axis whose
+ * windows never leave the input (no padding reached: 1x1 and unpadded
+ * convolutions) keeps its plain position and adds no condition, so the
+ * index stays affine (what tensorization and the GPU templates read);
+ * NULL when no axis needs one. */
 static te_expr *window_sub(te_builder *b, const te_tensor *t, const te_tensor *in, te_expr *const *idx, int *vars,
                            te_expr **sub) {
   te_expr *valid = NULL;
   for (int i = 0; i < in->rank - 2; i++) {
     vars[i] = te_new_var(b);
     te_expr *pos = window_pos(b, t, idx, i, vars[i]);
+    int64_t last = (t->dims[2 + i] - 1) * t->p[4 + i] - t->p[12 + i] + (t->p[i] - 1) * t->p[8 + i];
+    if (t->p[12 + i] <= 0 && t->dims[2 + i] >= 1 && last <= in->dims[2 + i] - 1) {
+      sub[2 + i] = pos;
+      continue;
+    }
     te_expr *ok = te_binary(b, TE_AND, te_binary(b, TE_LE, te_idx(b, 0), pos), te_binary(b, TE_LT, pos, te_idx(b, in->dims[2 + i])));
     valid = valid ? te_binary(b, TE_AND, valid, ok) : ok;
     sub[2 + i] = te_binary(b, TE_MIN, te_binary(b, TE_MAX, pos, te_idx(b, 0)), te_idx(b, in->dims[2 + i] - 1));
@@ -662,7 +671,7 @@ static te_expr *compute_pool(te_builder *b, const te_tensor *t, te_expr *const *
   int vars[3];
   te_expr *valid = window_sub(b, t, in, idx, vars, sub);
   te_expr *x = te_at(b, in, sub);
-  te_expr *val = te_select(b, valid, x, t->ip ? f32c(b, -INFINITY) : f32c(b, 0));
+  te_expr *val = valid ? te_select(b, valid, x, t->ip ? f32c(b, -INFINITY) : f32c(b, 0)) : x;
   te_expr *acc = val;
   for (int i = ns - 1; i >= 0; i--) acc = te_reduce(b, t->ip ? TE_RMAX : TE_RSUM, vars[i], t->p[i], acc);
   if (t->ip) return acc;
@@ -771,7 +780,7 @@ static te_expr *compute_conv(te_builder *b, const te_tensor *t, te_expr *const *
   te_expr *sx[KILN_MAX_RANK] = {idx[0], ci}, *sw[KILN_MAX_RANK] = {idx[1], te_var(b, vc)};
   te_expr *valid = window_sub(b, t, X, idx, vk, sx); /* the select below keeps the padding's zero */
   for (int i = 0; i < ns; i++) sw[2 + i] = te_var(b, vk[i]);
-  te_expr *x = te_select(b, valid, te_at(b, X, sx), f32c(b, 0));
+  te_expr *x = valid ? te_select(b, valid, te_at(b, X, sx), f32c(b, 0)) : te_at(b, X, sx);
   te_expr *acc = te_binary(b, TE_MUL, x, te_at(b, W, sw));
   for (int i = ns - 1; i >= 0; i--) acc = te_reduce(b, TE_RSUM, vk[i], t->p[i], acc);
   acc = te_reduce(b, TE_RSUM, vc, cig, acc);

@@ -14,6 +14,7 @@ kiln_status_t render_init(render_ctx *r, const render_dialect *d, const te_build
   r->buf_prefix = "b";
   r->raw_buf = -1;
   r->raw_var = -1;
+  r->trips = 1;
   int n_exprs = te_expr_count(b);
   r->emitted = malloc(((size_t)n_exprs + 1) * sizeof(int));
   if (!r->emitted) return KILN_OOM();
@@ -53,9 +54,7 @@ void render_name_of(render_ctx *r, const te_expr *e, char *buf, size_t n) {
   }
 }
 
-/* Name of e as an operand of type `want` (converted when the dialect needs
- * explicit conversions and the target types differ). */
-static void operand(render_ctx *r, const te_expr *e, kiln_dtype want, char *buf, size_t n) {
+void render_operand(render_ctx *r, const te_expr *e, kiln_dtype want, char *buf, size_t n) {
   if (!e) {
     buf[0] = 0;
     return;
@@ -153,9 +152,9 @@ void render_ensure(render_ctx *r, const te_expr *e) {
     default: break;
   }
   char a[96] = "", b[96] = "", c[96] = "";
-  operand(r, e->a, wa, a, sizeof a);
-  operand(r, e->b, wb, b, sizeof b);
-  operand(r, e->c, wc, c, sizeof c);
+  render_operand(r, e->a, wa, a, sizeof a);
+  render_operand(r, e->b, wb, b, sizeof b);
+  render_operand(r, e->c, wc, c, sizeof c);
   const char *ty = r->d->value_type(r, e->dtype);
   if (!ty) {
     render_fail(r, "value of dtype %s", kiln_dtype_name(e->dtype));
@@ -190,7 +189,23 @@ void render_ensure(render_ctx *r, const te_expr *e) {
   push_scope_entry(r, e->id);
 }
 
+void render_trips_enter(render_ctx *r, int64_t count) {
+  if (r->n_trips < (int)KILN_ARRAY_SIZE(r->trip_stack)) r->trip_stack[r->n_trips] = r->trips;
+  r->n_trips++;
+  int64_t t;
+  if (__builtin_mul_overflow(r->trips, count < 1 ? 1 : count, &t)) t = INT64_MAX;
+  r->trips = t;
+  if (r->max_trips && t > r->max_trips)
+    render_fail(r, "a loop of %lld iterations per thread (the driver stops loops after %lld)", (long long)t,
+                (long long)r->max_trips);
+}
+
+void render_trips_leave(render_ctx *r) {
+  if (r->n_trips > 0 && --r->n_trips < (int)KILN_ARRAY_SIZE(r->trip_stack)) r->trips = r->trip_stack[r->n_trips];
+}
+
 void render_loop_open(render_ctx *r, int var, int64_t extent) {
+  render_trips_enter(r, extent);
   char lim[64];
   r->d->int_literal(r, KILN_DTYPE_I64, extent, lim, sizeof lim);
   const char *ty = r->d->value_type(r, KILN_DTYPE_I64);
@@ -200,6 +215,7 @@ void render_loop_open(render_ctx *r, int var, int64_t extent) {
 }
 
 void render_loop_close(render_ctx *r) {
+  render_trips_leave(r);
   render_close_scope(r);
   render_indent(r);
   kiln_strbuf_puts(r->s, "}\n");
@@ -220,7 +236,7 @@ void render_emit_reduce(render_ctx *r, const kiln_loop_nest *nest, const te_expr
   render_emit_sites(r, nest, -99, red);
   render_ensure(r, red->a);
   char x[96];
-  operand(r, red->a, red->dtype, x, sizeof x);
+  render_operand(r, red->a, red->dtype, x, sizeof x);
   render_indent(r);
   r->d->reduce_combine(r, red, acc, x);
   render_loop_close(r);
@@ -263,7 +279,7 @@ static void emit_reduce_group(render_ctx *r, const kiln_loop_nest *nest, const t
   for (int i = 0; i < n; i++) {
     char acc[32], x[96];
     snprintf(acc, sizeof acc, "r%d", reds[i]->id);
-    operand(r, reds[i]->a, reds[i]->dtype, x, sizeof x);
+    render_operand(r, reds[i]->a, reds[i]->dtype, x, sizeof x);
     render_indent(r);
     r->d->reduce_combine(r, reds[i], acc, x);
   }
@@ -301,5 +317,37 @@ void render_emit_sites(render_ctx *r, const kiln_loop_nest *nest, int level, con
   for (int i = 0; i < nest->n_sites; i++) {
     const kiln_reduce_site *s = &nest->sites[i];
     if (owner ? s->owner == owner : (!s->owner && s->level == level)) render_emit_reduce(r, nest, s->reduce);
+  }
+}
+
+void render_line(render_ctx *r, const char *fmt, ...) {
+  render_indent(r);
+  va_list ap;
+  va_start(ap, fmt);
+  char buf[1024];
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  kiln_strbuf_puts(r->s, buf);
+  kiln_strbuf_puts(r->s, "\n");
+}
+
+void render_unflatten(render_ctx *r, const char *flat, const int *vars, const int64_t *extents, int n) {
+  const char *ity = r->d->value_type(r, KILN_DTYPE_I64);
+  int64_t inner = 1;
+  for (int i = n - 1; i >= 0; i--) {
+    /* Only the integers the text uses are rendered (in GLSL each may
+     * become a specialization constant the shader must declare). */
+    char in[40] = "", ex[40] = "";
+    bool need_in = extents[i] != 1 && inner != 1, need_ex = extents[i] != 1 && i != 0;
+    if (need_in) r->d->int_literal(r, KILN_DTYPE_I64, inner, in, sizeof in);
+    if (need_ex) r->d->int_literal(r, KILN_DTYPE_I64, extents[i], ex, sizeof ex);
+    render_indent(r);
+    kiln_strbuf_printf(r->s, "const %s v%d = ", ity, vars[i]);
+    if (extents[i] == 1) kiln_strbuf_puts(r->s, "0");
+    else if (inner == 1) kiln_strbuf_printf(r->s, i == 0 ? "%s" : "%s %% %s", flat, ex);
+    else if (i == 0) kiln_strbuf_printf(r->s, "%s / %s", flat, in);
+    else kiln_strbuf_printf(r->s, "(%s / %s) %% %s", flat, in, ex);
+    kiln_strbuf_puts(r->s, ";\n");
+    inner *= extents[i];
   }
 }

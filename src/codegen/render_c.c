@@ -160,6 +160,13 @@ static void c_reduce_combine(render_ctx *r, const te_expr *red, const char *acc,
   }
 }
 
+static void c_store(render_ctx *r, const kiln_loop_nest *nest, const char *index, const te_expr *value) {
+  char val[48];
+  render_name_of(r, value, val, sizeof val);
+  render_indent(r);
+  kiln_strbuf_printf(r->s, "%s%d[%s] = %s;\n", r->buf_prefix, nest->out_buf, index, val);
+}
+
 static const render_dialect c_dialect = {
     .what = "C renderer",
     .value_type = c_value_type,
@@ -169,6 +176,7 @@ static const render_dialect c_dialect = {
     .special = c_special,
     .reduce_init = c_reduce_init,
     .reduce_combine = c_reduce_combine,
+    .store = c_store,
     .convert_operands = false,
 };
 
@@ -184,6 +192,14 @@ static kiln_status_t declare_buffers(const te_builder *b, const kiln_loop_nest *
     kiln_strbuf_printf(src, "  (void)b%d;\n", i);
   }
   return NULL;
+}
+
+void render_c_declare_buffers(render_ctx *r, const kiln_loop_nest *nest) {
+  kiln_status_t st = declare_buffers(r->b, nest, r->s);
+  if (st) {
+    render_fail(r, "%s", kiln_status_message(st));
+    kiln_status_free(st);
+  }
 }
 
 kiln_status_t kiln_render_c_epilogue(const te_builder *b, const kiln_loop_nest *nest, const char *name,
@@ -221,24 +237,28 @@ kiln_status_t kiln_render_c_epilogue(const te_builder *b, const kiln_loop_nest *
   return kiln_strbuf_status(src);
 }
 
-void render_c_store(render_ctx *r, const kiln_loop_nest *nest, int offset_loop, int offset, const char *val) {
-  char lit[40];
-  render_indent(r);
-  kiln_strbuf_printf(r->s, "%s%d[", r->buf_prefix, nest->out_buf);
+void render_store(render_ctx *r, const kiln_loop_nest *nest, int offset_loop, int offset, const te_expr *value) {
+  char lit[40], idx[1024];
+  size_t len = 0;
   /* Row-major linear index of the output. */
-  for (int l = 0; l < nest->rank; l++) kiln_strbuf_puts(r->s, "(");
+  for (int l = 0; l < nest->rank && len < sizeof idx; l++) idx[len++] = '(';
   r->d->int_literal(r, KILN_DTYPE_I64, 0, lit, sizeof lit);
-  kiln_strbuf_puts(r->s, lit);
-  for (int l = 0; l < nest->rank; l++) {
+  len += (size_t)snprintf(idx + len, len < sizeof idx ? sizeof idx - len : 0, "%s", lit);
+  for (int l = 0; l < nest->rank && len < sizeof idx; l++) {
     r->d->int_literal(r, KILN_DTYPE_I64, nest->extents[l], lit, sizeof lit);
-    kiln_strbuf_printf(r->s, " * %s + v%d", lit, nest->vars[l]);
-    if (l == offset_loop && offset) {
+    len += (size_t)snprintf(idx + len, sizeof idx - len, " * %s + v%d", lit, nest->vars[l]);
+    if (l == offset_loop && offset && len < sizeof idx) {
       r->d->int_literal(r, KILN_DTYPE_I64, offset, lit, sizeof lit);
-      kiln_strbuf_printf(r->s, " + %s", lit);
+      len += (size_t)snprintf(idx + len, sizeof idx - len, " + %s", lit);
     }
-    kiln_strbuf_puts(r->s, ")");
+    if (len < sizeof idx - 1) idx[len++] = ')';
   }
-  kiln_strbuf_printf(r->s, "] = %s;\n", val);
+  if (len >= sizeof idx) {
+    render_fail(r, "an output index of rank %d", nest->rank);
+    return;
+  }
+  idx[len] = 0;
+  r->d->store(r, nest, idx, value);
 }
 
 /* The element of a C-family kernel at flat parallel index `f` (a local in
@@ -281,9 +301,7 @@ void render_c_element(render_ctx *r, const kiln_loop_nest *nest) {
   for (int j = 0; j < tile; j++) {
     const te_expr *value = tile > 1 ? nest->tile_values[j] : nest->value;
     render_ensure(r, value);
-    char val[96];
-    render_name_of(r, value, val, sizeof val);
-    render_c_store(r, nest, pd - 1, j, val);
+    render_store(r, nest, pd - 1, j, value);
   }
   for (int l = nest->rank - 1; l >= pd; l--) render_loop_close(r);
   render_close_scope(r);
@@ -292,6 +310,15 @@ void render_c_element(render_ctx *r, const kiln_loop_nest *nest) {
 kiln_status_t kiln_render_c(const te_builder *b, const kiln_loop_nest *nest, const char *name, kiln_strbuf *src) {
   render_ctx r;
   KILN_TRY(render_init(&r, &c_dialect, b, src));
+  if (nest->gemm.ok) {
+    render_c_gemm(&r, nest, name);
+    bool bad = r.bad;
+    char why[sizeof r.why];
+    memcpy(why, r.why, sizeof why);
+    render_free(&r);
+    if (bad) return kiln_error(KILN_UNSUPPORTED, "C renderer: cannot express %s in kernel %s", why, name);
+    return kiln_strbuf_status(src);
+  }
   int64_t total = kiln_loop_nest_threads(nest);
   kiln_strbuf_printf(src, "static void %s_body(void *ctx, int64_t begin, int64_t end, int thread) {\n", name);
   kiln_strbuf_puts(src, "  void *const *buffers = (void *const *)ctx;\n  (void)thread;\n");
@@ -319,6 +346,7 @@ kiln_status_t kiln_fused_kernel_c_source(const kiln_fused_kernel *k, char **out_
   kiln_strbuf src = {0};
   kiln_loop_nest nest = {0};
   kiln_loop_schedule sched = kiln_loop_schedule_default();
+  sched.tensorize_gemm = !k->flat; /* a flat kernel may also be rendered as an epilogue */
   kiln_status_t st = kiln_schedule_kernel(k->b, k->root, 0, &sched, &nest);
   if (!st) {
     kiln_strbuf_puts(&src, kiln_c_preamble());
@@ -380,8 +408,11 @@ static kiln_status_t render_gpu_kernel(const te_builder *b, const kiln_loop_nest
     }
   }
   r.indent = 1;
+  render_gpu_locals(&r, nest, gpu);
   if (nest->tiles.n_red) {
     render_contraction_tiles(&r, nest, gpu);
+  } else if (nest->rows.threads) {
+    render_cooperative_rows(&r, nest, gpu);
   } else {
     char total[40];
     c_int_literal(&r, KILN_DTYPE_I64, kiln_loop_nest_threads(nest), total, sizeof total);
@@ -400,7 +431,8 @@ static kiln_status_t render_gpu_kernel(const te_builder *b, const kiln_loop_nest
 kiln_status_t kiln_render_cuda(const te_builder *b, const kiln_loop_nest *nest, const char *name, kiln_strbuf *src) {
   char head[160];
   snprintf(head, sizeof head, "extern \"C\" __global__ void %s(", name);
-  static const render_gpu_dialect cuda = {"(int64_t)blockIdx.x", "(int)threadIdx.x", "__shared__", "__syncthreads();"};
+  static const render_gpu_dialect cuda = {"(int64_t)blockIdx.x", "(int)threadIdx.x", "__shared__", "__syncthreads();",
+                                          true, NULL};
   return kiln_status_annotate(render_gpu_kernel(b, nest, "CUDA renderer", head, "%s%s%s *b%d", NULL,
                                                 "(int64_t)blockIdx.x * blockDim.x + threadIdx.x", &cuda, src),
                               "kernel %s", name);
@@ -437,7 +469,7 @@ kiln_status_t kiln_render_opencl(const te_builder *b, const kiln_loop_nest *nest
   char head[160];
   snprintf(head, sizeof head, "__kernel void %s(", name);
   static const render_gpu_dialect opencl = {"(int64_t)get_group_id(0)", "(int)get_local_id(0)", "__local",
-                                            "barrier(CLK_LOCAL_MEM_FENCE);"};
+                                            "barrier(CLK_LOCAL_MEM_FENCE);", true, NULL};
   return kiln_status_annotate(
       render_gpu_kernel(b, nest, "OpenCL renderer", head, "%s__global uchar *p%.0s%.0s%d, ulong o%d",
                         "  __global %s%s *b%d = (__global %s%s *)(p%d + o%d);\n", "(int64_t)get_global_id(0)", &opencl,

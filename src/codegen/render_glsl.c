@@ -429,6 +429,8 @@ static void glsl_reduce_combine(render_ctx *r, const te_expr *red, const char *a
   }
 }
 
+static void glsl_store(render_ctx *r, const kiln_loop_nest *nest, const char *lin, const te_expr *value);
+
 static const render_dialect glsl_dialect = {
     .what = "GLSL renderer",
     .value_type = glsl_value_type,
@@ -438,6 +440,7 @@ static const render_dialect glsl_dialect = {
     .special = glsl_special,
     .reduce_init = glsl_reduce_init,
     .reduce_combine = glsl_reduce_combine,
+    .store = glsl_store,
     .convert_operands = true,
 };
 
@@ -473,7 +476,7 @@ void kiln_glsl_spec_free(kiln_glsl_spec *s) {
 }
 
 kiln_glsl_options kiln_glsl_options_default(void) {
-  kiln_glsl_options o = {64, false, false, false, 65535, false, NULL};
+  kiln_glsl_options o = {64, false, 65535, false, NULL, 0};
   return o;
 }
 
@@ -493,8 +496,6 @@ kiln_status_t kiln_schedule_glsl(te_builder *b, const te_tensor *root, int out_b
   return NULL;
 }
 
-static bool fits32(int64_t v) { return v >= -INT32_MAX && v <= INT32_MAX; }
-
 static kiln_status_t choose_index_width(const te_builder *b, const kiln_loop_nest *nest, bool allow64, bool *out64) {
   bool oom = false;
   bool ok = kiln_loop_nest_fits_int32(b, nest, true, &oom);
@@ -502,21 +503,6 @@ static kiln_status_t choose_index_width(const te_builder *b, const kiln_loop_nes
   *out64 = !ok;
   if (!ok && !allow64)
     return kiln_error(KILN_UNSUPPORTED, "GLSL renderer: indices beyond 2^31-1 need 64-bit integers (shaderInt64)");
-  return NULL;
-}
-
-/* Workgroups for n items of work: x, split over y past the per-dimension limit. */
-static kiln_status_t dispatch_size(int64_t groups, uint32_t max_groups, uint32_t out[3]) {
-  out[0] = (uint32_t)(groups < 1 ? 0 : groups);
-  out[1] = 1;
-  out[2] = 1;
-  if (groups <= (int64_t)max_groups) return NULL;
-  int64_t gy = (groups + max_groups - 1) / max_groups;
-  if (gy > (int64_t)max_groups)
-    return kiln_error(KILN_UNSUPPORTED, "GLSL renderer: %lld workgroups exceed a %u x %u dispatch", (long long)groups,
-                      max_groups, max_groups);
-  out[0] = (uint32_t)((groups + gy - 1) / gy);
-  out[1] = (uint32_t)gy;
   return NULL;
 }
 
@@ -535,10 +521,10 @@ static kiln_status_t declare_buffers(render_ctx *r, int out_buf, int binding_bas
   return NULL;
 }
 
-/* Stores value `val` (of dtype vdt) at linear index text `idx` of the output. */
-static void store(render_ctx *r, const kiln_loop_nest *nest, const char *lin, const te_expr *value) {
+/* The dialect's store: `value` at linear index text `lin` of the output. */
+static void glsl_store(render_ctx *r, const kiln_loop_nest *nest, const char *lin, const te_expr *value) {
   char idx[1100];
-  subscript(r, "%s", lin, idx, sizeof idx);
+  snprintf(idx, sizeof idx, r->idx64 ? "uint(%s)" : "%s", lin); /* as subscript() does: the index may be long */
   kiln_dtype odt = te_get_buffer(r->b, nest->out_buf)->dtype;
   char val[64];
   render_name_of(r, value, val, sizeof val);
@@ -626,214 +612,44 @@ static void header(render_ctx *r, const char *name, uint32_t wg, bool subgroups)
   kiln_strbuf_printf(r->s, "layout(local_size_x = %u) in;\n", wg);
 }
 
-/* ---- cooperative rows ------------------------------------------------------------------ */
+/* ---- the group templates' GLSL ------------------------------------------------------ */
 
-/* A reduction and the reductions directly inside it with the same combine
- * (ReduceSum over several axes) iterate as one flattened loop. */
-typedef struct coop_chain {
-  const te_expr *red[KILN_MAX_RANK];
-  int n;
-  int64_t extent; /* product of the chain's extents */
-} coop_chain;
-
-static void chain_of(const te_expr *red, coop_chain *c) {
-  c->n = 0;
-  c->extent = 1;
-  for (const te_expr *e = red; e && e->op == TE_REDUCE && c->n < KILN_MAX_RANK; e = e->a) {
-    if (c->n && e->rop != red->rop) break;
-    c->red[c->n++] = e;
-    c->extent = e->extent && c->extent > INT64_MAX / e->extent ? INT64_MAX : c->extent * e->extent;
-  }
+/* Cooperative rows with GL_KHR_shader_subgroup_arithmetic: each
+ * subgroup's combination, then the subgroups' through kiln_red. */
+static void glsl_subgroup_combine(render_ctx *r, const te_expr *red, const char *acc) {
+  static const char *const op[] = {"subgroupAdd", "subgroupMul", "subgroupMax", "subgroupMin"};
+  render_line(r, "float s%d = %s(%s);", red->id, op[red->rop], acc);
+  if (red->rop == TE_RMAX || red->rop == TE_RMIN) /* subgroupMax/Min leave NaN undefined; numpy propagates it */
+    render_line(r, "if (subgroupAny(isnan(%s))) s%d = uintBitsToFloat(0x7fc00000u);", acc, red->id);
+  render_line(r, "if (gl_SubgroupInvocationID == 0u) kiln_red[gl_SubgroupID] = s%d;", red->id);
+  render_line(r, "barrier();");
+  render_line(r, "float q%d = kiln_red[0];", red->id);
+  render_indent(r);
+  kiln_strbuf_puts(r->s, "for (uint k = 1u; k < gl_NumSubgroups; k++) ");
+  char q[32];
+  snprintf(q, sizeof q, "q%d", red->id);
+  glsl_reduce_combine(r, red, q, "kiln_red[k]");
+  render_line(r, "const float r%d = q%d;", red->id, red->id);
 }
 
-static bool in_chain(const coop_chain *c, const te_expr *e) {
-  for (int i = 0; i < c->n; i++)
-    if (c->red[i] == e) return true;
-  return false;
-}
-
-/* Does some load read consecutive elements as the chain's innermost
- * variable steps (index var or ... + var)? Then a workgroup splitting that
- * loop reads memory coalesced. */
-static bool reads_contiguous(const te_expr *e, int var, char *seen) {
-  if (!e || seen[e->id]) return false;
-  seen[e->id] = 1;
-  if (e->op == TE_LOAD) {
-    const te_expr *i = e->a;
-    if ((i->op == TE_VAR && i->var == var) || (i->op == TE_ADD && i->b->op == TE_VAR && i->b->var == var)) return true;
-  }
-  return reads_contiguous(e->a, var, seen) || reads_contiguous(e->b, var, seen) || reads_contiguous(e->c, var, seen);
-}
-
-/* Whether the nest suits one workgroup per row: every top-level reduction
- * at the innermost parallel level, and either few rows or long rows read
- * contiguously. */
-static bool coop_applies(const te_builder *b, const kiln_loop_nest *nest, int64_t rows, bool idx64, bool *oom) {
-  int pd = nest->parallel_dims, n_top = 0;
-  bool contiguous = true;
-  int64_t longest = 0;
-  char *seen = calloc((size_t)te_expr_count(b) + 1, 1);
-  if (!seen) {
-    *oom = true;
-    return false;
-  }
-  for (int i = 0; i < nest->n_sites; i++) {
-    const kiln_reduce_site *s = &nest->sites[i];
-    if (s->owner) continue;
-    if (s->level != pd - 1 || s->reduce->dtype != KILN_DTYPE_F32) {
-      free(seen);
-      return false;
-    }
-    n_top++;
-    coop_chain c;
-    chain_of(s->reduce, &c);
-    if (c.extent > longest) longest = c.extent;
-    if (!idx64 && !fits32(c.extent)) { /* the flattened loop's counter is an int */
-      free(seen);
-      return false;
-    }
-    memset(seen, 0, (size_t)te_expr_count(b) + 1);
-    if (!reads_contiguous(c.red[c.n - 1]->a, c.red[c.n - 1]->var, seen)) contiguous = false;
-  }
-  free(seen);
-  return n_top > 0 && (rows <= 256 || (contiguous && longest >= 16));
-}
-
-/* Emits one top-level reduction cooperatively: each invocation folds a
- * strided share of the (flattened) loop into pN, then the workgroup
- * combines the partials into the const rN every later expression reads. */
-static void coop_reduce(render_ctx *r, const kiln_loop_nest *nest, const te_expr *red, uint32_t wg, bool subgroups) {
-  coop_chain c;
-  chain_of(red, &c);
-  const te_expr *last = c.red[c.n - 1];
-  const char *ty = glsl_value_type(r, red->dtype);
-  const char *ity = glsl_value_type(r, KILN_DTYPE_I64);
-  if (!ty || strcmp(ty, "float")) {
-    render_fail(r, "cooperative reduction of dtype %s", kiln_dtype_name(red->dtype));
-    return;
-  }
-  char init[64], acc[32], ext[48], step[48];
-  glsl_reduce_init(r, red, init, sizeof init);
-  snprintf(acc, sizeof acc, "p%d", red->id);
-  index_text(r, c.extent, ext, sizeof ext);
-  glsl_int_literal(r, KILN_DTYPE_I64, (int64_t)wg, step, sizeof step); /* the workgroup size: structure */
-  render_indent(r);
-  kiln_strbuf_printf(r->s, "%s %s = %s;\n", ty, acc, init);
-  render_indent(r);
-  kiln_strbuf_printf(r->s, "for (%s t = %s(lid); t < %s; t += %s) {\n", ity, ity, ext, step);
-  render_open_scope(r);
-  /* The chain's variables from the flattened position. */
-  for (int k = 0; k < c.n; k++) {
-    int64_t inner = 1;
-    for (int j = k + 1; j < c.n; j++) inner *= c.red[j]->extent;
-    char in[48], e[48] = "";
-    index_text(r, inner, in, sizeof in);
-    if (k) index_text(r, c.red[k]->extent, e, sizeof e);
-    render_indent(r);
-    if (k == 0) kiln_strbuf_printf(r->s, "const %s v%d = t / %s;\n", ity, c.red[k]->var, in);
-    else kiln_strbuf_printf(r->s, "const %s v%d = (t / %s) %% %s;\n", ity, c.red[k]->var, in, e);
-  }
-  /* Reductions nested in the chain (not part of it), in dependency order. */
-  for (int i = 0; i < nest->n_sites; i++) {
-    const kiln_reduce_site *s = &nest->sites[i];
-    if (s->owner && in_chain(&c, s->owner) && !in_chain(&c, s->reduce)) render_emit_reduce(r, nest, s->reduce);
-  }
-  render_ensure(r, last->a);
-  char x[96];
-  char name[48];
-  render_name_of(r, last->a, name, sizeof name);
-  if (last->a->dtype != red->dtype) snprintf(x, sizeof x, "%s(%s)", ty, name);
-  else snprintf(x, sizeof x, "%s", name);
-  render_indent(r);
-  glsl_reduce_combine(r, red, acc, x);
-  render_loop_close(r);
-  /* Combine the partials. */
-  render_indent(r);
-  if (subgroups) {
-    static const char *const op[] = {"subgroupAdd", "subgroupMul", "subgroupMax", "subgroupMin"};
-    kiln_strbuf_printf(r->s, "%s s%d = %s(%s);\n", ty, red->id, op[red->rop], acc);
-    if (red->rop == TE_RMAX || red->rop == TE_RMIN) {
-      /* subgroupMax/Min leave NaN undefined; numpy propagates it */
-      render_indent(r);
-      kiln_strbuf_printf(r->s, "if (subgroupAny(isnan(%s))) s%d = uintBitsToFloat(0x7fc00000u);\n", acc, red->id);
-    }
-    render_indent(r);
-    kiln_strbuf_printf(r->s, "if (gl_SubgroupInvocationID == 0u) kiln_red[gl_SubgroupID] = s%d;\n", red->id);
-    render_indent(r);
-    kiln_strbuf_puts(r->s, "barrier();\n");
-    render_indent(r);
-    kiln_strbuf_printf(r->s, "%s q%d = kiln_red[0];\n", ty, red->id);
-    render_indent(r);
-    kiln_strbuf_printf(r->s, "for (uint k = 1u; k < gl_NumSubgroups; k++) ");
-    char q[32];
-    snprintf(q, sizeof q, "q%d", red->id);
-    glsl_reduce_combine(r, red, q, "kiln_red[k]");
-    render_indent(r);
-    kiln_strbuf_printf(r->s, "const %s r%d = q%d;\n", ty, red->id, red->id);
+/* main() of a nest with tiles or cooperative rows: the group's index is
+ * flattened from the x and y of the dispatch (gx groups wide). */
+static void template_main(render_ctx *r, const kiln_loop_nest *nest, uint32_t gx) {
+  char group_id[160], span[48];
+  if (r->idx64) {
+    snprintf(group_id, sizeof group_id, "int64_t(uint64_t(gl_WorkGroupID.y) * %uul + uint64_t(gl_WorkGroupID.x))", gx);
   } else {
-    kiln_strbuf_printf(r->s, "kiln_red[lid] = %s;\n", acc);
-    render_indent(r);
-    kiln_strbuf_puts(r->s, "barrier();\n");
-    render_indent(r);
-    kiln_strbuf_printf(r->s, "for (uint s = %uu; s > 0u; s >>= 1) {\n", wg / 2);
-    render_indent(r);
-    kiln_strbuf_puts(r->s, "  if (lid < s) ");
-    glsl_reduce_combine(r, red, "kiln_red[lid]", "kiln_red[lid + s]");
-    render_indent(r);
-    kiln_strbuf_puts(r->s, "  barrier();\n");
-    render_indent(r);
-    kiln_strbuf_puts(r->s, "}\n");
-    render_indent(r);
-    kiln_strbuf_printf(r->s, "const %s r%d = kiln_red[0];\n", ty, red->id);
-  }
-  /* Everyone has read kiln_red before the next reduction overwrites it. */
-  render_indent(r);
-  kiln_strbuf_puts(r->s, "barrier();\n");
-}
-
-static void coop_main(render_ctx *r, const kiln_loop_nest *nest, uint32_t wg, bool subgroups, int64_t rows,
-                      uint32_t gx) {
-  int pd = nest->parallel_dims;
-  const char *ity = glsl_value_type(r, KILN_DTYPE_I64);
-  kiln_strbuf_printf(r->s, "shared float kiln_red[%u];\n", wg);
-  kiln_strbuf_puts(r->s, "void main() {\n");
-  /* The row is uniform over the workgroup, so returning keeps barriers legal. */
-  if (r->idx64)
-    kiln_strbuf_printf(r->s,
-                       "  const uint64_t row = uint64_t(gl_WorkGroupID.y) * %uul + uint64_t(gl_WorkGroupID.x);\n"
-                       "  if (row >= %lldul) return;\n  const int64_t f = int64_t(row);\n",
-                       gx, (long long)rows);
-  else {
-    char span[48], lim[48];
     index_text_u(r, gx, span, sizeof span);
-    index_text_u(r, rows, lim, sizeof lim);
-    kiln_strbuf_printf(r->s,
-                       "  const uint row = gl_WorkGroupID.y * %s + gl_WorkGroupID.x;\n"
-                       "  if (row >= %s) return;\n  const int f = int(row);\n",
-                       span, lim);
+    snprintf(group_id, sizeof group_id, "int(gl_WorkGroupID.y * %s + gl_WorkGroupID.x)", span);
   }
-  kiln_strbuf_puts(r->s, "  const uint lid = gl_LocalInvocationID.x;\n");
+  /* The dispatch may be split over x and y with a few groups to spare. */
+  render_gpu_dialect g = {group_id, "int(gl_LocalInvocationID.x)", "shared", "barrier();", false, glsl_subgroup_combine};
   r->indent = 0;
-  render_open_scope(r);
-  unflatten(r, nest, 0, pd, "f");
-  for (int i = 0; i < nest->n_sites; i++)
-    if (!nest->sites[i].owner) coop_reduce(r, nest, nest->sites[i].reduce, wg, subgroups);
-  /* The row's elements, strided over the workgroup. */
-  int64_t inner = 1;
-  for (int l = pd; l < nest->rank; l++) inner *= nest->extents[l];
-  char lim[48], step[48];
-  index_text(r, inner, lim, sizeof lim);
-  glsl_int_literal(r, KILN_DTYPE_I64, (int64_t)wg, step, sizeof step); /* the workgroup size: structure */
-  render_indent(r);
-  kiln_strbuf_printf(r->s, "for (%s t = %s(lid); t < %s; t += %s) {\n", ity, ity, lim, step);
-  render_open_scope(r);
-  unflatten(r, nest, pd, nest->rank, "t");
-  render_ensure(r, nest->value);
-  char idx[1024];
-  output_index(r, nest, idx, sizeof idx);
-  store(r, nest, idx, nest->value);
-  render_loop_close(r);
-  render_close_scope(r);
+  render_gpu_locals(r, nest, &g);
+  kiln_strbuf_puts(r->s, "void main() {\n");
+  r->indent = 1;
+  if (nest->tiles.n_red) render_contraction_tiles(r, nest, &g);
+  else render_cooperative_rows(r, nest, &g);
   kiln_strbuf_puts(r->s, "}\n");
 }
 
@@ -869,7 +685,7 @@ static void plain_main(render_ctx *r, const kiln_loop_nest *nest, int64_t total,
   render_ensure(r, nest->value);
   char idx[1024];
   output_index(r, nest, idx, sizeof idx);
-  store(r, nest, idx, nest->value);
+  glsl_store(r, nest, idx, nest->value);
   for (int l = nest->rank - 1; l >= pd; l--) render_loop_close(r);
   render_close_scope(r);
   kiln_strbuf_puts(r->s, "}\n");
@@ -880,11 +696,14 @@ kiln_status_t kiln_render_glsl(const te_builder *b, const kiln_loop_nest *nest, 
   kiln_glsl_options o = opts ? *opts : kiln_glsl_options_default();
   if (!o.workgroup_size) o.workgroup_size = 64;
   if (!o.max_groups) o.max_groups = 65535;
-  uint32_t wg = o.workgroup_size;
   int pd = nest->parallel_dims;
   if (pd < 0 || pd > nest->rank) return kiln_error(KILN_INTERNAL, "GLSL renderer: %d parallel dims of %d", pd, nest->rank);
   if (nest->out_buf < 0 || nest->out_buf >= te_buffer_count(b))
     return kiln_error(KILN_INTERNAL, "GLSL renderer: output buffer %d of %d", nest->out_buf, te_buffer_count(b));
+  /* The group size: the template's (tiles, cooperative rows), else the option. */
+  bool templated = nest->tiles.n_red || nest->rows.threads;
+  uint32_t wg = templated ? (uint32_t)kiln_loop_nest_group_size(nest) : o.workgroup_size;
+  bool subgroups = nest->rows.threads && nest->rows.subgroups;
   glsl_ctx g;
   KILN_TRY(render_init(&g.r, &glsl_dialect, b, src));
   g.fp16 = o.fp16;
@@ -892,15 +711,11 @@ kiln_status_t kiln_render_glsl(const te_builder *b, const kiln_loop_nest *nest, 
   g.sp = o.spec ? &sp : NULL;
   g.epi_nest = NULL;
   render_ctx *r = &g.r;
+  r->max_trips = o.max_loop_trips;
   kiln_status_t st = choose_index_width(b, nest, o.int64, &r->idx64);
-  int64_t rows = 1;
-  for (int i = 0; i < pd; i++) rows *= nest->extents[i];
-  bool oom = false;
-  bool pow2 = wg && !(wg & (wg - 1));
-  bool coop = !st && o.cooperative_rows && (pow2 || o.subgroup_arithmetic) && coop_applies(b, nest, rows, r->idx64, &oom);
-  if (!st && oom) st = KILN_OOM();
-  bool subgroups = coop && o.subgroup_arithmetic;
-  if (!st) st = dispatch_size(coop ? rows : (rows + wg - 1) / wg, o.max_groups, out_groups);
+  if (!st && nest->tiles.n_red && r->idx64)
+    st = kiln_error(KILN_UNSUPPORTED, "GLSL renderer: the contraction template with 64-bit indices");
+  if (!st) st = kiln_status_annotate(kiln_loop_nest_dispatch(nest, (int)wg, o.max_groups, out_groups), "GLSL renderer");
   if (!st) {
     header(r, name, wg, subgroups);
     st = declare_buffers(r, nest->out_buf, 0, "");
@@ -911,8 +726,8 @@ kiln_status_t kiln_render_glsl(const te_builder *b, const kiln_loop_nest *nest, 
      * it name what it used. */
     kiln_strbuf body = {0};
     if (g.sp) r->s = &body;
-    if (coop) coop_main(r, nest, wg, subgroups, rows, out_groups[0]);
-    else plain_main(r, nest, rows, wg, out_groups[0]);
+    if (templated) template_main(r, nest, out_groups[0]);
+    else plain_main(r, nest, kiln_loop_nest_threads(nest), wg, out_groups[0]);
     r->s = src;
     if (r->bad) st = kiln_error(KILN_UNSUPPORTED, "GLSL renderer: cannot express %s in kernel %s", r->why, name);
     if (!st) st = spec_status(g.sp);

@@ -41,6 +41,9 @@ typedef struct render_dialect {
   void (*reduce_init)(const render_ctx *r, const te_expr *red, char *buf, size_t n);
   /* Appends the statement `acc = combine(acc, x);` (no indent, with "\n"). */
   void (*reduce_combine)(render_ctx *r, const te_expr *red, const char *acc, const char *x);
+  /* Emits the statement storing `value` at element `index` (text: the
+   * row-major linear index) of the nest's output buffer, indented. */
+  void (*store)(render_ctx *r, const kiln_loop_nest *nest, const char *index, const te_expr *value);
   /* Operands of a different type than an op computes in are converted with
    * a constructor, `T(x)` (GLSL has almost no implicit conversions); C
    * relies on its usual arithmetic conversions. */
@@ -63,6 +66,13 @@ struct render_ctx {
   bool idx32;          /* C dialect on a GPU: int64 (index) values as int (kiln_loop_nest_fits_int32 said so) */
   const char *buf_prefix; /* buffer names: prefix + index ("b") */
   int raw_buf, raw_var;   /* epilogue: loads of raw_buf at index variable raw_var read `raw`; -1 none */
+  /* Loop trips per thread: each loop statement runs trips * its own count
+   * times in one invocation; a driver that stops loops past max_trips
+   * (llvmpipe: 65535 per loop per invocation, silently) fails the render. */
+  int64_t max_trips;      /* 0: no limit */
+  int64_t trips;          /* product of the enclosing loops' counts */
+  int64_t trip_stack[3 * KILN_MAX_RANK + 8];
+  int n_trips;
 };
 
 /* Allocates the per-expression tables; r is fully initialized. */
@@ -78,6 +88,18 @@ void render_close_scope(render_ctx *r);
 void render_name_of(render_ctx *r, const te_expr *e, char *buf, size_t n);
 /* Emits e and everything it needs as locals of the current scope. */
 void render_ensure(render_ctx *r, const te_expr *e);
+/* Name of e as an operand of type `want` (converted when the dialect needs
+ * explicit conversions and the target types differ). */
+void render_operand(render_ctx *r, const te_expr *e, kiln_dtype want, char *buf, size_t n);
+/* One indented line of printf text (at most 1 KiB) and "\n". */
+void render_line(render_ctx *r, const char *fmt, ...) KILN_PRINTF(2, 3);
+/* `const T v<vars[i]> = ...` for each (var, extent), row-major from the
+ * index text `flat` (index type T). */
+void render_unflatten(render_ctx *r, const char *flat, const int *vars, const int64_t *extents, int n);
+/* Enters / leaves a loop of `count` iterations (render_loop_open and
+ * render_loop_close do it; templates call it around their own loops). */
+void render_trips_enter(render_ctx *r, int64_t count);
+void render_trips_leave(render_ctx *r);
 /* Emits `for (T vN = 0; vN < extent; vN++) {` (indented) and opens a scope. */
 void render_loop_open(render_ctx *r, int var, int64_t extent);
 /* Closes a scope opened by render_loop_open and emits `}`. */
@@ -88,23 +110,42 @@ void render_emit_sites(render_ctx *r, const kiln_loop_nest *nest, int level, con
 /* The element of a C-family kernel at flat parallel index `f` (render_c.c):
  * shared by the C and CUDA renderers. */
 void render_c_element(render_ctx *r, const kiln_loop_nest *nest);
-/* `<buf_prefix><out_buf>[row-major index of the output loops' v<var>] = val;`,
- * with `offset` added to loop offset_loop's index (a thread tile's copy). */
-void render_c_store(render_ctx *r, const kiln_loop_nest *nest, int offset_loop, int offset, const char *val);
+/* Stores `value` (emitted) at the row-major index of the output loops'
+ * v<var>, with `offset` added to loop offset_loop's index (a thread tile's
+ * copy), through the dialect's store. */
+void render_store(render_ctx *r, const kiln_loop_nest *nest, int offset_loop, int offset, const te_expr *value);
+/* `  T *b<i> = (T *)buffers[i];` for every te buffer (render_c.c). */
+void render_c_declare_buffers(render_ctx *r, const kiln_loop_nest *nest);
+/* The entry point NAME of a nest with gemm.ok and its helpers
+ * (render_gemm.c): GEMM calls through kiln_rt.sgemm. */
+void render_c_gemm(render_ctx *r, const kiln_loop_nest *nest, const char *name);
 /* Emits one reduction: accumulator, loop, nested sites, combine. */
 void render_emit_reduce(render_ctx *r, const kiln_loop_nest *nest, const te_expr *red);
 
-/* What a GPU language spells its own way in the contraction template. */
+/* What a GPU language spells its own way in the group templates
+ * (contraction tiles, cooperative rows). */
 typedef struct render_gpu_dialect {
-  const char *group_id;   /* expression: the group's index, 64-bit */
+  const char *group_id;   /* expression: the group's flattened index, of the dialect's index type */
   const char *local_id;   /* expression: the thread's index in its group, int */
   const char *local_decl; /* qualifier of an array in the group's local memory */
   const char *barrier;    /* statement: every thread of the group waits, local writes visible */
+  bool exact_groups;      /* the launch has exactly the nest's groups (else the templates check the bound) */
+  /* Cooperative rows with subgroups: emits statements that combine each
+   * subgroup's `acc` (of reduction red) into kiln_red[subgroup index],
+   * wait, and define `const float r<red id>` as the combination of them
+   * all. NULL: the dialect has none (the halving tree is used). */
+  void (*subgroup_combine)(render_ctx *r, const te_expr *red, const char *acc);
 } render_gpu_dialect;
-/* The body of a nest with tiles.n_red > 0 (render_tiles.c): declares the
- * local buffers first (OpenCL wants them at kernel scope), so call it at
- * the top of the kernel body, after the buffer locals. Every thread of the
- * launch must run it (no early return: it has barriers). */
+/* Declares the group's local arrays a templated nest uses (nothing for
+ * other nests), each `<local_decl> float name[n];`: at the top of an OpenCL
+ * or CUDA kernel body, before main in GLSL (shared variables are global). */
+void render_gpu_locals(render_ctx *r, const kiln_loop_nest *nest, const render_gpu_dialect *g);
+/* The body of a nest with tiles.n_red > 0 (render_tiles.c), after the
+ * buffer locals. Every thread of the launch must run it (no early return:
+ * it has barriers). */
 void render_contraction_tiles(render_ctx *r, const kiln_loop_nest *nest, const render_gpu_dialect *g);
+/* The body of a nest with rows.threads > 0 (render_rows.c), after the
+ * buffer locals: returns early only for a whole group past the last row. */
+void render_cooperative_rows(render_ctx *r, const kiln_loop_nest *nest, const render_gpu_dialect *g);
 
 #endif

@@ -11,25 +11,6 @@
 
 static void lit(render_ctx *r, int64_t v, char *buf, size_t n) { r->d->int_literal(r, KILN_DTYPE_I64, v, buf, n); }
 
-/* `const T v<var> = ...` for each (var, extent), row-major from `flat`. */
-static void unflatten(render_ctx *r, const char *flat, const int *vars, const int64_t *extents, int n) {
-  const char *ity = r->d->value_type(r, KILN_DTYPE_I64);
-  int64_t inner = 1;
-  for (int i = n - 1; i >= 0; i--) {
-    char in[40], ex[40];
-    lit(r, inner, in, sizeof in);
-    lit(r, extents[i], ex, sizeof ex);
-    render_indent(r);
-    kiln_strbuf_printf(r->s, "const %s v%d = ", ity, vars[i]);
-    if (extents[i] == 1) kiln_strbuf_puts(r->s, "0");
-    else if (inner == 1) kiln_strbuf_printf(r->s, i == 0 ? "%s" : "%s %% %s", flat, ex);
-    else if (i == 0) kiln_strbuf_printf(r->s, "%s / %s", flat, in);
-    else kiln_strbuf_printf(r->s, "(%s / %s) %% %s", flat, in, ex);
-    kiln_strbuf_puts(r->s, ";\n");
-    inner *= extents[i];
-  }
-}
-
 static void unflatten_loops(render_ctx *r, const kiln_loop_nest *nest, const char *flat, const int *loops, int n) {
   int vars[KILN_MAX_RANK];
   int64_t ext[KILN_MAX_RANK];
@@ -37,19 +18,7 @@ static void unflatten_loops(render_ctx *r, const kiln_loop_nest *nest, const cha
     vars[i] = nest->vars[loops[i]];
     ext[i] = nest->extents[loops[i]];
   }
-  unflatten(r, flat, vars, ext, n);
-}
-
-static void line(render_ctx *r, const char *fmt, ...) KILN_PRINTF(2, 3);
-static void line(render_ctx *r, const char *fmt, ...) {
-  render_indent(r);
-  va_list ap;
-  va_start(ap, fmt);
-  char buf[512];
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  kiln_strbuf_puts(r->s, buf);
-  kiln_strbuf_puts(r->s, "\n");
+  render_unflatten(r, flat, vars, ext, n);
 }
 
 /* Copies one operand's tile_k x width slab into local buffer `dst` (row
@@ -69,87 +38,103 @@ static void copy_tile(render_ctx *r, const kiln_loop_nest *nest, const te_expr *
   lit(r, extent, ext, sizeof ext);
   lit(r, t->k, kall, sizeof kall);
   r->d->float_literal(r, KILN_DTYPE_F32, 0.0, zero, sizeof zero);
-  line(r, "for (int kiln_e = kiln_t; kiln_e < %d; kiln_e += %d) {", t->tile_k * width, nt);
+  render_line(r, "for (int kiln_e = kiln_t; kiln_e < %d; kiln_e += %d) {", t->tile_k * width, nt);
   render_open_scope(r);
-  if (k_fastest) line(r, "const int kiln_kk = kiln_e %% %d, kiln_j = kiln_e / %d;", t->tile_k, t->tile_k);
-  else line(r, "const int kiln_j = kiln_e %% %d, kiln_kk = kiln_e / %d;", width, width);
-  line(r, "const %s kiln_i = %s * %d + kiln_j, kiln_k = kiln_k0 + kiln_kk;", ity, group, width);
-  line(r, "%s kiln_x = %s;", fty, zero);
-  line(r, "if (kiln_i < %s && kiln_k < %s) {", ext, kall);
+  render_trips_enter(r, (t->tile_k * width + nt - 1) / nt);
+  if (k_fastest) render_line(r, "const int kiln_kk = kiln_e %% %d, kiln_j = kiln_e / %d;", t->tile_k, t->tile_k);
+  else render_line(r, "const int kiln_j = kiln_e %% %d, kiln_kk = kiln_e / %d;", width, width);
+  render_line(r, "const %s kiln_i = %s * %d + kiln_j, kiln_k = kiln_k0 + kiln_kk;", ity, group, width);
+  render_line(r, "%s kiln_x = %s;", fty, zero);
+  render_line(r, "if (kiln_i < %s && kiln_k < %s) {", ext, kall);
   render_open_scope(r);
   unflatten_loops(r, nest, "kiln_i", loops, n_loops);
-  unflatten(r, "kiln_k", kvars, kext, t->n_red);
+  render_unflatten(r, "kiln_k", kvars, kext, t->n_red);
   render_ensure(r, factor);
   char name[48];
   render_name_of(r, factor, name, sizeof name);
-  line(r, "kiln_x = %s;", name);
+  render_line(r, "kiln_x = %s;", name);
   render_close_scope(r);
-  line(r, "}");
-  line(r, "%s[kiln_kk * %d + kiln_j] = kiln_x;", dst, stride);
+  render_line(r, "}");
+  render_line(r, "%s[kiln_kk * %d + kiln_j] = kiln_x;", dst, stride);
+  render_trips_leave(r);
   render_close_scope(r);
-  line(r, "}");
+  render_line(r, "}");
+}
+
+/* a's rows are padded by one so the copy's stores (k fastest) fall in
+ * different banks. */
+static int tile_stride_a(const kiln_contraction_tiles *t) { return t->tile_m + 1; }
+
+void render_gpu_locals(render_ctx *r, const kiln_loop_nest *nest, const render_gpu_dialect *g) {
+  const char *fty = r->d->value_type(r, KILN_DTYPE_F32);
+  const kiln_contraction_tiles *t = &nest->tiles;
+  if (t->n_red) {
+    render_line(r, "%s %s kiln_la[%d];", g->local_decl, fty, t->tile_k * tile_stride_a(t));
+    render_line(r, "%s %s kiln_lb[%d];", g->local_decl, fty, t->tile_k * t->tile_n);
+  }
+  if (nest->rows.threads) render_line(r, "%s %s kiln_red[%d];", g->local_decl, fty, nest->rows.threads);
 }
 
 void render_contraction_tiles(render_ctx *r, const kiln_loop_nest *nest, const render_gpu_dialect *g) {
   const kiln_contraction_tiles *t = &nest->tiles;
   const char *ity = r->d->value_type(r, KILN_DTYPE_I64), *fty = r->d->value_type(r, KILN_DTYPE_F32);
   int rm = t->tile_m / t->threads_m, rn = t->tile_n / t->threads_n;
-  /* a's rows are padded by one so the copy's stores (k fastest) fall in
-   * different banks. */
-  int stride_a = t->tile_m + 1, stride_b = t->tile_n;
+  int stride_a = tile_stride_a(t), stride_b = t->tile_n;
   char zero[40], kall[40], m[40], n[40];
   r->d->float_literal(r, KILN_DTYPE_F32, 0.0, zero, sizeof zero);
   lit(r, t->k, kall, sizeof kall);
   lit(r, t->m, m, sizeof m);
   lit(r, t->n, n, sizeof n);
-  line(r, "%s %s kiln_la[%d];", g->local_decl, fty, t->tile_k * stride_a);
-  line(r, "%s %s kiln_lb[%d];", g->local_decl, fty, t->tile_k * stride_b);
-  line(r, "const %s kiln_g = %s;", ity, g->group_id);
-  line(r, "const int kiln_t = %s;", g->local_id);
-  line(r, "const int kiln_tx = kiln_t %% %d, kiln_ty = kiln_t / %d;", t->threads_n, t->threads_n);
-  line(r, "const %s kiln_gn = kiln_g %% %lld, kiln_gm = (kiln_g / %lld) %% %lld, kiln_gb = kiln_g / %lld;", ity,
+  render_line(r, "const %s kiln_g = %s;", ity, g->group_id);
+  if (!g->exact_groups) /* uniform over the group: the barriers stay legal */
+    render_line(r, "if (kiln_g >= %lld) return;", (long long)(t->batch * t->groups_m * t->groups_n));
+  render_line(r, "const int kiln_t = %s;", g->local_id);
+  render_line(r, "const int kiln_tx = kiln_t %% %d, kiln_ty = kiln_t / %d;", t->threads_n, t->threads_n);
+  render_line(r, "const %s kiln_gn = kiln_g %% %lld, kiln_gm = (kiln_g / %lld) %% %lld, kiln_gb = kiln_g / %lld;", ity,
        (long long)t->groups_n, (long long)t->groups_n, (long long)t->groups_m, (long long)(t->groups_n * t->groups_m));
   unflatten_loops(r, nest, "kiln_gb", t->batch_loops, t->n_batch);
   for (int i = 0; i < rm; i++)
-    for (int j = 0; j < rn; j++) line(r, "%s kiln_c%d_%d = %s;", fty, i, j, zero);
-  line(r, "for (%s kiln_k0 = 0; kiln_k0 < %s; kiln_k0 += %d) {", ity, kall, t->tile_k);
+    for (int j = 0; j < rn; j++) render_line(r, "%s kiln_c%d_%d = %s;", fty, i, j, zero);
+  render_line(r, "for (%s kiln_k0 = 0; kiln_k0 < %s; kiln_k0 += %d) {", ity, kall, t->tile_k);
   render_open_scope(r);
+  render_trips_enter(r, (t->k + t->tile_k - 1) / t->tile_k);
   copy_tile(r, nest, t->a, t->m_loops, t->n_m, t->m, t->tile_m, stride_a, true, "kiln_gm", "kiln_la");
   copy_tile(r, nest, t->b, t->n_loops, t->n_n, t->n, t->tile_n, stride_b, false, "kiln_gn", "kiln_lb");
-  line(r, "%s", g->barrier);
-  line(r, "for (int kiln_kk = 0; kiln_kk < %d; kiln_kk++) {", t->tile_k);
+  render_line(r, "%s", g->barrier);
+  render_line(r, "for (int kiln_kk = 0; kiln_kk < %d; kiln_kk++) {", t->tile_k);
   render_open_scope(r);
+  render_trips_enter(r, t->tile_k);
   for (int i = 0; i < rm; i++)
-    line(r, "const %s kiln_a%d = kiln_la[kiln_kk * %d + kiln_ty + %d];", fty, i, stride_a, i * t->threads_m);
+    render_line(r, "const %s kiln_a%d = kiln_la[kiln_kk * %d + kiln_ty + %d];", fty, i, stride_a, i * t->threads_m);
   for (int j = 0; j < rn; j++)
-    line(r, "const %s kiln_b%d = kiln_lb[kiln_kk * %d + kiln_tx + %d];", fty, j, stride_b, j * t->threads_n);
+    render_line(r, "const %s kiln_b%d = kiln_lb[kiln_kk * %d + kiln_tx + %d];", fty, j, stride_b, j * t->threads_n);
   for (int i = 0; i < rm; i++)
-    for (int j = 0; j < rn; j++) line(r, "kiln_c%d_%d += kiln_a%d * kiln_b%d;", i, j, i, j);
+    for (int j = 0; j < rn; j++) render_line(r, "kiln_c%d_%d += kiln_a%d * kiln_b%d;", i, j, i, j);
+  render_trips_leave(r);
   render_close_scope(r);
-  line(r, "}");
-  line(r, "%s", g->barrier);
+  render_line(r, "}");
+  render_line(r, "%s", g->barrier);
+  render_trips_leave(r);
   render_close_scope(r);
-  line(r, "}");
+  render_line(r, "}");
   /* The element at each of the thread's outputs: the sum's accumulator in
    * place of the reduction, then the epilogue and the store. */
   for (int i = 0; i < rm; i++)
     for (int j = 0; j < rn; j++) {
-      line(r, "{");
+      render_line(r, "{");
       render_open_scope(r);
-      line(r, "const %s kiln_m = kiln_gm * %d + kiln_ty + %d, kiln_n = kiln_gn * %d + kiln_tx + %d;", ity, t->tile_m,
+      render_line(r, "const %s kiln_m = kiln_gm * %d + kiln_ty + %d, kiln_n = kiln_gn * %d + kiln_tx + %d;", ity, t->tile_m,
            i * t->threads_m, t->tile_n, j * t->threads_n);
-      line(r, "if (kiln_m < %s && kiln_n < %s) {", m, n);
+      render_line(r, "if (kiln_m < %s && kiln_n < %s) {", m, n);
       render_open_scope(r);
       unflatten_loops(r, nest, "kiln_m", t->m_loops, t->n_m);
       unflatten_loops(r, nest, "kiln_n", t->n_loops, t->n_n);
-      line(r, "const %s r%d = kiln_c%d_%d;", fty, t->red[0]->id, i, j);
+      render_line(r, "const %s r%d = kiln_c%d_%d;", fty, t->red[0]->id, i, j);
       render_ensure(r, nest->value);
-      char val[48];
-      render_name_of(r, nest->value, val, sizeof val);
-      render_c_store(r, nest, -1, 0, val);
+      render_store(r, nest, -1, 0, nest->value);
       render_close_scope(r);
-      line(r, "}");
+      render_line(r, "}");
       render_close_scope(r);
-      line(r, "}");
+      render_line(r, "}");
     }
 }

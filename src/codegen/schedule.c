@@ -2,7 +2,7 @@
 #include "codegen/loopnest.h"
 
 kiln_loop_schedule kiln_loop_schedule_default(void) {
-  kiln_loop_schedule s = {-1, 16384, 0, 0, 0, false, 0};
+  kiln_loop_schedule s = {-1, 16384, 0, 0, 0, false, 0, 0, false, false};
   return s;
 }
 
@@ -157,11 +157,16 @@ kiln_status_t kiln_schedule_kernel(te_builder *b, const te_tensor *root, int out
    * thread tile on top would only repeat what its local buffers share. */
   if (!st && s.group_threads && s.parallel_dims == KILN_PARALLEL_UNTIL_REDUCTION)
     kiln_schedule_contraction_tiles(out, s.group_threads, s.min_groups);
+  if (!st && s.tensorize_gemm) kiln_schedule_gemm(b, out);
+  /* Then cooperative rows: a row's reductions split over a group replace
+   * one thread per row (and any thread tile, which would copy them). */
+  if (!st && s.row_threads && s.parallel_dims == KILN_PARALLEL_UNTIL_REDUCTION)
+    st = kiln_schedule_cooperative_rows(b, out, s.row_threads, 32, s.row_subgroups, 0);
   /* Thread tiling (not with the template): copies of the element at v + j,
    * placed together (their reductions loop over the same variables, so
    * they run as one loop). */
   int tile = KILN_MIN(s.thread_tile, KILN_MAX_THREAD_TILE), pd = out->parallel_dims;
-  if (!st && !out->tiles.n_red && tile > 1 && s.parallel_dims == KILN_PARALLEL_UNTIL_REDUCTION && pd > 0 &&
+  if (!st && !out->tiles.n_red && !out->rows.threads && !out->gemm.ok && tile > 1 && s.parallel_dims == KILN_PARALLEL_UNTIL_REDUCTION && pd > 0 &&
       reads_tile_dim && out->extents[pd - 1] % tile == 0 && out->extents[pd - 1] > tile) {
     int v = out->vars[pd - 1];
     for (int j = 1; j < tile; j++)
@@ -186,9 +191,33 @@ kiln_status_t kiln_schedule_kernel(te_builder *b, const te_tensor *root, int out
 int64_t kiln_loop_nest_threads(const kiln_loop_nest *nest) {
   const kiln_contraction_tiles *t = &nest->tiles;
   if (t->n_red) return t->batch * t->groups_m * t->groups_n * t->threads_m * t->threads_n;
+  if (nest->rows.threads) return nest->rows.rows * nest->rows.threads;
   int64_t total = 1;
   for (int i = 0; i < nest->parallel_dims; i++) total *= nest->extents[i];
   return nest->thread_tile > 1 ? total / nest->thread_tile : total;
+}
+
+int kiln_loop_nest_group_size(const kiln_loop_nest *nest) {
+  if (nest->tiles.n_red) return nest->tiles.threads_m * nest->tiles.threads_n;
+  return nest->rows.threads;
+}
+
+kiln_status_t kiln_loop_nest_dispatch(const kiln_loop_nest *nest, int group, int64_t max_per_dim, uint32_t out[3]) {
+  int size = kiln_loop_nest_group_size(nest);
+  if (size) group = size;
+  if (group < 1 || max_per_dim < 1) return kiln_error(KILN_INTERNAL, "dispatch of groups of %d, %lld per dimension", group, (long long)max_per_dim);
+  int64_t threads = kiln_loop_nest_threads(nest);
+  int64_t groups = (threads + group - 1) / group;
+  out[0] = (uint32_t)(groups < 1 ? 0 : groups);
+  out[1] = out[2] = 1;
+  if (groups <= max_per_dim) return NULL;
+  int64_t gy = (groups + max_per_dim - 1) / max_per_dim;
+  if (gy > max_per_dim)
+    return kiln_error(KILN_UNSUPPORTED, "%lld groups exceed a %lld x %lld dispatch", (long long)groups,
+                      (long long)max_per_dim, (long long)max_per_dim);
+  out[0] = (uint32_t)((groups + gy - 1) / gy);
+  out[1] = (uint32_t)gy;
+  return NULL;
 }
 
 void kiln_loop_nest_free(kiln_loop_nest *n) {

@@ -10,14 +10,12 @@ static int tile_for(int64_t x, int lo, int hi) {
   return t;
 }
 
-void kiln_schedule_contraction_tiles(kiln_loop_nest *nest, int group_threads, int min_groups) {
+bool kiln_contraction_match(const kiln_loop_nest *nest, kiln_contraction_tiles *out) {
   kiln_contraction_tiles t = {0};
-  int side = group_threads == 64 ? 8 : group_threads == 256 ? 16 : 0;
+  memset(out, 0, sizeof *out);
   /* One chain of nested sums placed in the innermost output loop (every
    * output loop reads it) and nothing else: the element is f(sum). */
-  if (!side || nest->thread_tile > 1 || nest->n_sites < 1 || nest->n_sites > KILN_MAX_RANK ||
-      nest->parallel_dims != nest->rank || nest->rank < 1)
-    return;
+  if (nest->thread_tile > 1 || nest->n_sites < 1 || nest->n_sites > KILN_MAX_RANK || nest->rank < 1) return false;
   /* Sites are in creation order (inner sums first): follow the owners
    * from the one outside all others. */
   const te_expr *outer = NULL;
@@ -25,15 +23,15 @@ void kiln_schedule_contraction_tiles(kiln_loop_nest *nest, int group_threads, in
     const te_expr *next = NULL;
     for (int i = 0; i < nest->n_sites; i++)
       if (nest->sites[i].owner == outer) {
-        if (next) return; /* two reductions at one place */
+        if (next) return false; /* two reductions at one place */
         next = nest->sites[i].reduce;
       }
-    if (!next || next->rop != TE_RSUM || next->dtype != KILN_DTYPE_F32 || next->extent < 1) return;
-    if (outer && outer->a != next) return; /* the sum's body is more than the inner sum */
+    if (!next || next->rop != TE_RSUM || next->dtype != KILN_DTYPE_F32 || next->extent < 1) return false;
+    if (outer && outer->a != next) return false; /* the sum's body is more than the inner sum */
     t.red[t.n_red++] = outer = next;
   }
   const te_expr *body = t.red[t.n_red - 1]->a;
-  if (body->op != TE_MUL || body->a->dtype != KILN_DTYPE_F32 || body->b->dtype != KILN_DTYPE_F32) return;
+  if (body->op != TE_MUL || body->a->dtype != KILN_DTYPE_F32 || body->b->dtype != KILN_DTYPE_F32) return false;
   /* The factor that reads the innermost output loop is b (the N side), so
    * neighbouring threads store neighbouring outputs. */
   int last = nest->vars[nest->rank - 1];
@@ -55,6 +53,14 @@ void kiln_schedule_contraction_tiles(kiln_loop_nest *nest, int group_threads, in
     }
   }
   for (int i = 0; i < t.n_red; i++) t.k *= t.red[i]->extent;
+  *out = t;
+  return true;
+}
+
+void kiln_schedule_contraction_tiles(kiln_loop_nest *nest, int group_threads, int min_groups) {
+  kiln_contraction_tiles t;
+  int side = group_threads == 64 ? 8 : group_threads == 256 ? 16 : 0;
+  if (!side || nest->parallel_dims != nest->rank || !kiln_contraction_match(nest, &t)) return;
   /* Worth it when every tile is mostly full and the k loop long enough to
    * amortize the copies: below that, one thread per output (with thread
    * tiles) does as well. Extents past 2^31 keep the plain mapping. */
@@ -80,8 +86,4 @@ void kiln_schedule_contraction_tiles(kiln_loop_nest *nest, int group_threads, in
   if (groups > INT32_MAX || 2 * groups < min_groups) return;
   nest->tiles = t;
   for (int l = 0; l < nest->rank; l++) nest->kinds[l] = KILN_LOOP_GPU_BLOCK;
-}
-
-int kiln_loop_nest_group_size(const kiln_loop_nest *nest) {
-  return nest->tiles.n_red ? nest->tiles.threads_m * nest->tiles.threads_n : 0;
 }

@@ -845,6 +845,21 @@ def large_cases():
     m.out(m.node('Conv', [m.source([3, 24, 100]), m.randc([64, 24, 3])], dilations=[2], pads=[2, 2]))
     m = case('tiles_conv_group2')
     m.out(m.node('Conv', [m.source([1, 16, 13, 13]), m.randc([32, 8, 3, 3])], group=2, pads=[1, 1, 1, 1]))
+    # Cooperative rows (codegen/schedule_rows.c: a group per row, the row's reductions split over its threads):
+    # few long rows (lengths no multiple of the group), many short ones (the group shrinks to 32), sums over
+    # two axes (one flattened loop), max and min through the combine tree with NaN rows among clean ones.
+    m = case('rows_softmax_few_long')
+    m.out(m.node('Softmax', [m.source([3, 1000])], axis=-1))
+    m = case('rows_layernorm_short', 17)
+    m.out(m.node('LayerNormalization', [m.source([300, 20]), m.randc([20]), m.randc([20])], axis=-1))
+    m = case('rows_reducesum_two_axes')
+    m.out(m.node('ReduceSum', [m.source([5, 37, 29]), m.const(ints([1, 2]))], keepdims=0))
+    m = case('rows_reducemax_nan', 11)
+    m.out(m.node('ReduceMax', [m.node('Sqrt', [m.node('Add', [m.source([40, 300]), m.const(np.float32(2.5))])])],
+                 axes=[1], keepdims=1))
+    m = case('rows_reducemin_nan', 11)
+    m.out(m.node('ReduceMin', [m.node('Log', [m.node('Add', [m.source([4, 6, 70]), m.const(np.float32(2.5))])])],
+                 axes=[2], keepdims=1))
 
 
 def main(argv):

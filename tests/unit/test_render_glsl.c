@@ -398,6 +398,16 @@ static int count_of(const char *hay, const char *needle) {
   return n;
 }
 
+/* The schedule step of cooperative rows on k's nest, or (threads 0) its
+ * removal: the modes below render one nest several ways. */
+static void set_rows(kernel *k, int threads, bool subgroups) {
+  k->nest.rows = (kiln_cooperative_rows){0};
+  if (!threads) return;
+  kiln_status_t st = kiln_schedule_cooperative_rows(k->b, &k->nest, threads, threads, subgroups, 0);
+  CHECK(!st, "cooperative rows: %s", st ? kiln_status_message(st) : "");
+  kiln_status_free(st);
+}
+
 /* Renders, compiles and (with a device) runs one kernel, comparing with
  * the reference. spec non-NULL (empty, first_id 0): with specialization
  * constants, whose values the run passes to the pipeline. *src_out (if
@@ -416,7 +426,7 @@ static void render_one(const char *label, kernel *k, tgraph *t, const kiln_glsl_
           "%s: %d constants, declarations: %d", label, spec->n, count_of(src.data, "layout(constant_id = "));
   if (!st && compile_glsl(label, src.data)) {
 #if KILN_HAVE_VULKAN
-    bool subgroups_ok = !o.subgroup_arithmetic || vk_props.subgroup_arithmetic;
+    bool subgroups_ok = !(k->nest.rows.threads && k->nest.rows.subgroups) || vk_props.subgroup_arithmetic;
     if (vk && t && subgroups_ok) {
       float *got = NULL;
       st = vk_run(label, src.data, k, t, groups, o.fp16, spec, &got);
@@ -472,8 +482,7 @@ static void check_case(const char *name, tgraph *t, bool flat) {
     for (size_t m = 0; m < KILN_ARRAY_SIZE(modes); m++) {
       kiln_glsl_options o = kiln_glsl_options_default();
       o.workgroup_size = modes[m].wg;
-      o.cooperative_rows = modes[m].coop;
-      o.subgroup_arithmetic = modes[m].subgroups;
+      set_rows(&k, modes[m].coop ? (int)modes[m].wg : 0, modes[m].subgroups);
       char label[128];
       snprintf(label, sizeof label, "%s_%s", name, modes[m].suffix);
       render_and_check(label, &k, t, &o);
@@ -486,7 +495,7 @@ static void check_case(const char *name, tgraph *t, bool flat) {
       kiln_glsl_options o = kiln_glsl_options_default();
       o.fp16 = true;
       o.workgroup_size = m ? 128 : 64;
-      o.cooperative_rows = o.subgroup_arithmetic = m == 1;
+      set_rows(&k, m ? 128 : 0, m == 1);
       char label[128];
       snprintf(label, sizeof label, "%s_%s", name, m ? "coop128_sg_fp16" : "plain_fp16");
       render_and_check(label, &k, t, &o);
@@ -660,6 +669,95 @@ static void case_layernorm(void) {
   check_case("layernorm_2axes", &t, false);
 }
 
+/* The contraction template (codegen/render_tiles.c) in GLSL: MatMul with
+ * an epilogue, a padded strided Conv, in groups of 64 and 256, f32 and
+ * fp16 storage, against the reference. */
+static void tiles_case(const char *name, tgraph *t) {
+  kiln_status_t st = run_ref(t);
+  CHECK(!st, "%s: reference: %s", name, st ? kiln_status_message(st) : "");
+  kernel k;
+  bool built = false;
+  if (!st) {
+    st = build_kernel(t, false, &k);
+    CHECK(!st, "%s: building the kernel: %s", name, st ? kiln_status_message(st) : "");
+    built = !st;
+  }
+  kiln_status_free(st);
+  if (built) {
+    for (int threads = 64; threads <= 256; threads *= 4) {
+      k.nest.tiles = (kiln_contraction_tiles){0};
+      kiln_schedule_contraction_tiles(&k.nest, threads, 1);
+      CHECK(k.nest.tiles.n_red > 0, "%s: the template does not apply", name);
+      kiln_glsl_options o = kiln_glsl_options_default();
+      char label[128];
+      snprintf(label, sizeof label, "%s_tiles%d", name, threads);
+      render_and_check(label, &k, t, &o);
+    }
+    kernel_free(&k);
+  }
+  tgraph_free(t);
+}
+
+static void case_contraction_tiles(void) {
+  tgraph t = new_graph(40);
+  int64_t da[2] = {130, 200}, db[2] = {200, 70};
+  int a = input(&t, "a", KILN_DTYPE_F32, 2, da, -1, 1);
+  int b = input(&t, "b", KILN_DTYPE_F32, 2, db, -1, 1);
+  int mm = node(&t, "MatMul", 13, 2, (int[]){a, b}, "mm");
+  node(&t, "Tanh", 13, 1, &mm, "out");
+  tiles_case("tiles_matmul_tanh", &t);
+  tgraph c = new_graph(41);
+  int64_t dx[4] = {1, 8, 33, 35}, dw[4] = {32, 8, 3, 3};
+  int x = input(&c, "x", KILN_DTYPE_F32, 4, dx, -1, 1);
+  int w = input(&c, "w", KILN_DTYPE_F32, 4, dw, -1, 1);
+  node(&c, "Conv", 11, 2, (int[]){x, w}, "out");
+  attr_ints(&c, "pads", 4, (int64_t[]){1, 0, 1, 2});
+  attr_ints(&c, "strides", 2, (int64_t[]){1, 2});
+  tiles_case("tiles_conv", &c);
+}
+
+/* A driver that stops loops (llvmpipe: 65535 iterations per loop and
+ * invocation): a kernel whose thread would loop longer is unsupported, and
+ * the cooperative-rows step takes rows whose reduction runs past it even
+ * when the heuristics would not (many rows, strided reads). */
+static void case_loop_trips(void) {
+  tgraph t = new_graph(42);
+  int64_t d[2] = {300, 260};
+  int x = input(&t, "x", KILN_DTYPE_F32, 2, d, -1, 1);
+  int ax = node(&t, "ReduceSum", 11, 1, &x, "out");
+  (void)ax;
+  attr_ints(&t, "axes", 1, (int64_t[]){0});
+  attr_int(&t, "keepdims", 0);
+  kiln_status_t st = run_ref(&t);
+  CHECK(!st, "loop trips: reference: %s", st ? kiln_status_message(st) : "");
+  kiln_status_free(st);
+  kernel k;
+  st = build_kernel(&t, false, &k);
+  CHECK(!st, "loop trips: building: %s", st ? kiln_status_message(st) : "");
+  kiln_status_free(st);
+  if (!st) {
+    kiln_glsl_options o = kiln_glsl_options_default();
+    o.max_loop_trips = 200; /* the 300-long column sum of one thread is past it */
+    kiln_strbuf src = {0};
+    uint32_t groups[3];
+    set_rows(&k, 0, false);
+    st = kiln_render_glsl(k.b, &k.nest, "trips", &o, &src, groups);
+    CHECK(st && kiln_status_code_of(st) == KILN_UNSUPPORTED && strstr(kiln_status_message(st), "stops loops"),
+          "a loop past the driver's limit must be unsupported: %s", st ? kiln_status_message(st) : "rendered");
+    kiln_status_free(st);
+    kiln_strbuf_free(&src);
+    st = kiln_schedule_cooperative_rows(k.b, &k.nest, 64, 64, false, 0);
+    CHECK(!st && !k.nest.rows.threads, "260 strided rows are not cooperative by the heuristics");
+    kiln_status_free(st);
+    st = kiln_schedule_cooperative_rows(k.b, &k.nest, 64, 64, false, 200);
+    CHECK(!st && k.nest.rows.threads == 64, "rows past the trip limit must be cooperative");
+    kiln_status_free(st);
+    render_and_check("trips_coop", &k, &t, &o); /* 5 trips per thread: renders, runs, matches */
+    kernel_free(&k);
+  }
+  tgraph_free(&t);
+}
+
 static void case_reduce(void) {
   static const struct {
     const char *op;
@@ -737,8 +835,7 @@ static void same_source(const char *name, tgraph *ta, tgraph *tb) {
   for (size_t m = 0; m < KILN_ARRAY_SIZE(modes) && ok; m++) {
     kiln_glsl_options o = kiln_glsl_options_default();
     o.workgroup_size = modes[m].wg;
-    o.cooperative_rows = modes[m].coop;
-    o.subgroup_arithmetic = modes[m].subgroups;
+    for (int i = 0; i < 2; i++) set_rows(&ks[i], modes[m].coop ? (int)modes[m].wg : 0, modes[m].subgroups);
     char label[128];
     snprintf(label, sizeof label, "%s_m%zu", name, m);
     char *lit[2] = {0}, *spec_src[2] = {0};
@@ -884,7 +981,8 @@ static void case_int64(void) {
         groups[1]);
   if (src.data) compile_glsl("int64_plain", src.data);
   kiln_strbuf_free(&src);
-  o.cooperative_rows = true;
+  set_rows(&k, 64, false);
+  CHECK(k.nest.rows.threads == 64 && k.nest.rows.rows == INT64_C(3000000000), "int64 rows are cooperative");
   st = kiln_render_glsl(k.b, &k.nest, "big", &o, &src, groups);
   CHECK(!st, "int64 coop render");
   kiln_status_free(st);
@@ -893,7 +991,7 @@ static void case_int64(void) {
   /* 64-bit indices keep their literals (a constant is an int), whatever opts.spec says. */
   for (int coop = 0; coop < 2; coop++) {
     kiln_glsl_spec spec = {0};
-    o.cooperative_rows = coop;
+    set_rows(&k, coop ? 64 : 0, false);
     o.spec = &spec;
     st = kiln_render_glsl(k.b, &k.nest, "big", &o, &src, groups);
     CHECK(!st && spec.n == 0 && !strstr(src.data, "constant_id"), "int64 with spec: %d constants", spec.n);
@@ -1301,6 +1399,8 @@ int main(void) {
   case_softmax();
   case_layernorm();
   case_reduce();
+  case_contraction_tiles();
+  case_loop_trips();
   case_pool();
   case_gather(KILN_DTYPE_I64);
   case_gather(KILN_DTYPE_I32);

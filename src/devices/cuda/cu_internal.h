@@ -169,9 +169,13 @@ kiln_status_t cu_launch_threads(cu_dev *d, CUfunction f, int64_t threads, unsign
  * loop of a kernel with reductions (KILN_CUDA_THREAD_TILE overrides it),
  * and contractions in the template's blocks of CU_TILE_THREADS threads
  * (KILN_CUDA_TILES=64 or 256; 0: none), at least two blocks per SM;
- * 32-bit indices where they fit (KILN_CUDA_INDEX64=1: always 64-bit). */
+ * 32-bit indices where they fit (KILN_CUDA_INDEX64=1: always 64-bit);
+ * row reductions (Softmax, LayerNorm) in cooperative rows of
+ * CU_ROW_THREADS threads per block (KILN_CUDA_ROWS, a power of two; 0:
+ * one thread per row). */
 #define CU_THREAD_TILE 4
 #define CU_TILE_THREADS 256
+#define CU_ROW_THREADS 256
 kiln_loop_schedule cu_gpu_schedule(int multiprocessors);
 
 extern const kiln_device_vtable cu_vtable;

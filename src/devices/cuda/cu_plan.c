@@ -102,6 +102,8 @@ kiln_loop_schedule cu_gpu_schedule(int multiprocessors) {
   int group = env_int("KILN_CUDA_TILES", CU_TILE_THREADS);
   s.group_threads = group == 64 || group == 256 ? group : 0;
   s.min_groups = 2 * multiprocessors;
+  int rows = env_int("KILN_CUDA_ROWS", CU_ROW_THREADS);
+  s.row_threads = rows > 0 && rows <= 1024 && !(rows & (rows - 1)) ? rows : 0;
   return s;
 }
 

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #define CL_THREAD_TILE 4 /* PoCL, AMD EPYC: transformer 2.3x, MobileNetV2 1.26x, ResNet-50 1.16x over 1 */
+#define CL_ROW_THREADS_CPU 0
 
 #include "runtime/plan_kernels.h"
 
@@ -113,6 +114,8 @@ static kiln_loop_schedule cl_gpu_schedule(const cl_dev *d) {
   if (group > 64 && d->props.max_work_group < 256) group = 64;
   s.group_threads = (group == 64 || group == 256) && d->props.max_work_group >= (size_t)group ? group : 0;
   s.min_groups = 2 * (int)d->props.compute_units;
+  int rows = env_int("KILN_OPENCL_ROWS", (d->props.type & CL_DEVICE_TYPE_GPU) ? 256 : CL_ROW_THREADS_CPU);
+  s.row_threads = rows > 0 && !(rows & (rows - 1)) && d->props.max_work_group >= (size_t)rows ? rows : 0;
   return s;
 }
 

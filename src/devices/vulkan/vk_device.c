@@ -115,7 +115,7 @@ static void vk_query(const kiln_device *dev, kiln_device_info *out) {
 }
 
 static bool vk_supports(const kiln_device *dev, const kiln_graph *g, const kiln_node *node, const char **reason) {
-  const char *why = vk_plan_unsupported(dev->impl, g, node);
+  const char *why = vk_plan_unsupported(dev->impl, g, node, vk_contractions_as_kernels());
   if (why && reason) *reason = why;
   return why == NULL;
 }

@@ -39,6 +39,7 @@ typedef struct vk_plan_state {
   vk_context *ctx;        /* borrowed from dev */
   const kiln_graph *g;    /* borrowed */
   bool fp16;              /* f32 values live on the device as IEEE half (KILN_PRECISION_FP16) */
+  bool contractions_as_kernels; /* KILN_VULKAN_CONTRACTIONS=te: contractions as the shared templates, not vk_kernels */
   vs_step *steps;         /* one per plan step (allocated for every node); owned */
   int n_steps;
   bool *denied;           /* per node: its group did not render; the plan is rebuilt without it */
@@ -295,14 +296,28 @@ static kiln_status_t gen_contraction(const vk_device_props *props, const kiln_gr
   }
 }
 
-const char *vk_plan_unsupported(const vk_device_state *d, const kiln_graph *g, const kiln_node *node) {
+int64_t vk_max_loop_trips(const vk_device_props *p) {
+  /* llvmpipe (lavapipe) ends every loop of a shader invocation after
+   * 65535 iterations, counted over the whole invocation and with no error
+   * (gallivm's loop limiter): a reduction of 100000 elements by one thread
+   * came back short. */
+  return strstr(p->name, "llvmpipe") ? 65535 : 0;
+}
+
+bool vk_contractions_as_kernels(void) {
+  const char *cc = getenv("KILN_VULKAN_CONTRACTIONS");
+  return cc && !strcmp(cc, "te");
+}
+
+const char *vk_plan_unsupported(const vk_device_state *d, const kiln_graph *g, const kiln_node *node,
+                                bool contractions_as_kernels) {
   const char *why = NULL;
   kiln_op_class c = kiln_lower_class(g, node, &why);
   if (c == KILN_OPCLASS_NONE) return why ? why : "no compute definition";
   if (input_too_big(g, node)) return "a tensor of 2^31 elements or more";
   for (int i = 1; i < node->n_outputs; i++)
     if (node->outputs[i] >= 0) return "a second output is used";
-  if (c == KILN_OPCLASS_CONTRACTION) {
+  if (c == KILN_OPCLASS_CONTRACTION && !contractions_as_kernels) {
     /* Ask the generator: it knows its limits (rank, shared memory, batch axes). */
     vk_kernel_src src = {0};
     kiln_status_t st = gen_contraction(&d->tune, g, node, NULL, false, &src);
@@ -331,7 +346,7 @@ static kiln_op_class vk_claim(void *user, const kiln_graph *g, const kiln_node *
     if (why) *why = "its fused group did not render";
     return KILN_OPCLASS_NONE;
   }
-  const char *no = vk_plan_unsupported(x->dev, g, node);
+  const char *no = vk_plan_unsupported(x->dev, g, node, x->contractions_as_kernels);
   if (no) {
     if (why) *why = no;
     return KILN_OPCLASS_NONE;
@@ -349,10 +364,16 @@ static kiln_status_t vk_schedule(void *user, kiln_plan *p, int i) {
   s->kind = VS_KERNEL;
   kiln_status_t st = kiln_schedule_glsl(ps->fk.b, ps->fk.root, 0, &s->nest);
   kiln_glsl_options o = kiln_glsl_options_default();
+  /* Contractions as kernels: the shared contraction template in groups of
+   * 64, enough of them for a few per core or compute unit; row
+   * reductions: one workgroup of the default size per row. */
+  if (!st && x->contractions_as_kernels) kiln_schedule_contraction_tiles(&s->nest, 64, VK_TILE_MIN_GROUPS);
+  o.max_loop_trips = vk_max_loop_trips(&x->dev->props);
+  if (!st)
+    st = kiln_schedule_cooperative_rows(ps->fk.b, &s->nest, (int)o.workgroup_size, (int)o.workgroup_size,
+                                        x->dev->props.subgroup_arithmetic, o.max_loop_trips);
   o.fp16 = x->fp16;
   o.int64 = x->dev->props.int64;
-  o.subgroup_arithmetic = x->dev->props.subgroup_arithmetic;
-  o.cooperative_rows = true;
   o.spec = &s->src.spec; /* sizes as specialization constants: one SPIR-V per kernel structure */
   kiln_strbuf src = {0};
   snprintf(s->src.name, sizeof s->src.name, "k%d_%s", i, ps->node->op_type);
@@ -447,6 +468,7 @@ kiln_status_t vk_plan_begin(kiln_device *dev, const kiln_graph *g, const kiln_pr
   x->ctx = ctx;
   x->g = g;
   x->fp16 = opts && opts->fp16 && d->props.fp16;
+  x->contractions_as_kernels = vk_contractions_as_kernels();
   x->steps = calloc((size_t)g->n_nodes + 1, sizeof *x->steps);
   x->denied = calloc((size_t)g->n_nodes + 1, sizeof *x->denied);
   x->view = calloc((size_t)g->n_values + 1, sizeof *x->view);
@@ -461,6 +483,7 @@ kiln_status_t vk_plan_begin(kiln_device *dev, const kiln_graph *g, const kiln_pr
       .alignment = align > 64 ? align : 64,
       .f32_as_half = x->fp16,
       .size_rounding = 4, /* shaders address 16-bit data through 32-bit words */
+      .contractions_as_kernels = x->contractions_as_kernels,
       .claim = vk_claim,
       .schedule = vk_schedule,
       .fuse_epilogues = vk_fuse_epilogues,

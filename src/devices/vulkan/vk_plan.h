@@ -66,8 +66,22 @@ void vk_buffer_view_free(vk_buffer *view);
 /* The context of a device state, created on first use. */
 kiln_status_t vk_device_context(vk_device_state *d, vk_context **out);
 
-/* Why this node is not claimed (static string), or NULL if it is. */
-const char *vk_plan_unsupported(const vk_device_state *d, const kiln_graph *g, const kiln_node *node);
+/* KILN_VULKAN_CONTRACTIONS=te: MatMul, Gemm, Conv, pools and attention
+ * as kernels of their compute definitions (the contraction template where
+ * it applies) instead of the vk_kernels generators. */
+bool vk_contractions_as_kernels(void);
+/* Iterations per loop per invocation past which the driver stops a loop
+ * (kiln_glsl_options.max_loop_trips), or 0 when it does not. */
+int64_t vk_max_loop_trips(const vk_device_props *p);
+/* Groups the contraction template asks for at least (the device reports
+ * no compute-unit count: enough for lavapipe's threads and a small GPU). */
+#define VK_TILE_MIN_GROUPS 32
+
+/* Why this node is not claimed (static string), or NULL if it is. With
+ * contractions_as_kernels a contraction is rendered from its compute
+ * definition (the shared templates), so its own generator is not asked. */
+const char *vk_plan_unsupported(const vk_device_state *d, const kiln_graph *g, const kiln_node *node,
+                                bool contractions_as_kernels);
 
 /* The plan hooks (runtime/plan.h; device.h's plan slots). */
 struct kiln_plan;

@@ -1,0 +1,119 @@
+/* Tensorized nests (loopnest.h, kiln_gemm_call) in the C dialect: one
+ * kiln_rt.sgemm call per batch index, the element's f as the call's
+ * per-tile epilogue. */
+#include <stdio.h>
+
+#include "codegen/render_internal.h"
+
+static void unflatten_loops(render_ctx *r, const kiln_loop_nest *nest, const char *flat, const int *loops, int n) {
+  int vars[KILN_MAX_RANK];
+  int64_t ext[KILN_MAX_RANK];
+  for (int i = 0; i < n; i++) {
+    vars[i] = nest->vars[loops[i]];
+    ext[i] = nest->extents[loops[i]];
+  }
+  render_unflatten(r, flat, vars, ext, n);
+}
+
+/* `NAME_epilogue`: the element of output (batch, m0 + i, n0 + j) from the
+ * product GEMM left there, in place. */
+static void epilogue(render_ctx *r, const kiln_loop_nest *nest, const char *name) {
+  const kiln_gemm_call *g = &nest->gemm;
+  kiln_strbuf_printf(r->s,
+                     "static void %s_epilogue(void *vctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, "
+                     "int64_t nb) {\n"
+                     "  const %s_gemm_ctx *gctx = (const %s_gemm_ctx *)vctx;\n  void *const *buffers = gctx->buffers;\n",
+                     name, name, name);
+  render_c_declare_buffers(r, nest);
+  r->indent = 0;
+  render_open_scope(r); /* indent 1 */
+  render_line(r, "const int64_t kiln_b = gctx->batch;");
+  render_line(r, "(void)kiln_b;");
+  unflatten_loops(r, nest, "kiln_b", g->batch_loops, g->n_batch);
+  render_line(r, "for (int64_t i = 0; i < mb; i++) {");
+  render_open_scope(r);
+  render_line(r, "const int64_t kiln_m = m0 + i;");
+  unflatten_loops(r, nest, "kiln_m", g->m_loops, g->n_m);
+  render_line(r, "for (int64_t j = 0; j < nb; j++) {");
+  render_open_scope(r);
+  render_line(r, "const int64_t kiln_n = n0 + j;");
+  unflatten_loops(r, nest, "kiln_n", g->n_loops, g->n_n);
+  render_line(r, "const float r%d = c[i * ldc + j];", g->sum->id);
+  render_ensure(r, nest->value);
+  char val[48];
+  render_name_of(r, nest->value, val, sizeof val);
+  render_line(r, "c[i * ldc + j] = %s;", val);
+  render_close_scope(r);
+  render_line(r, "}");
+  render_close_scope(r);
+  render_line(r, "}");
+  render_close_scope(r);
+  kiln_strbuf_puts(r->s, "}\n\n");
+}
+
+/* `base + off + sum stride * v` of one operand's matrix at the batch index. */
+static void operand_at(render_ctx *r, const kiln_loop_nest *nest, const char *field, int buf, int64_t off,
+                       const int64_t *stride) {
+  const kiln_gemm_call *g = &nest->gemm;
+  render_indent(r);
+  kiln_strbuf_printf(r->s, "g.%s = (const float *)buffers[%d] + INT64_C(%lld)", field, buf, (long long)off);
+  for (int i = 0; i < g->n_batch; i++)
+    if (stride[i] && nest->extents[g->batch_loops[i]] != 1)
+      kiln_strbuf_printf(r->s, " + INT64_C(%lld) * v%d", (long long)stride[i], nest->vars[g->batch_loops[i]]);
+  kiln_strbuf_puts(r->s, ";\n");
+}
+
+void render_c_gemm(render_ctx *r, const kiln_loop_nest *nest, const char *name) {
+  const kiln_gemm_call *g = &nest->gemm;
+  bool has_epilogue = nest->value != g->sum;
+  kiln_strbuf *s = r->s;
+  kiln_strbuf_printf(s, "typedef struct %s_gemm_ctx {\n  const kiln_rt *rt;\n  void *const *buffers;\n  int64_t batch;\n} %s_gemm_ctx;\n\n",
+                     name, name);
+  if (has_epilogue) epilogue(r, nest, name);
+  /* One batch index: its matrices' addresses, the call. */
+  kiln_strbuf_printf(s, "static void %s_one(const kiln_rt *rt, void *pool, void *const *buffers, int64_t kiln_b) {\n", name);
+  r->indent = 0;
+  render_open_scope(r); /* indent 1 */
+  unflatten_loops(r, nest, "kiln_b", g->batch_loops, g->n_batch);
+  render_line(r, "kiln_rt_sgemm_args g = {0};");
+  render_line(r, "g.trans_a = %s;", g->trans_a ? "true" : "false");
+  render_line(r, "g.trans_b = %s;", g->trans_b ? "true" : "false");
+  render_line(r, "g.m = INT64_C(%lld);", (long long)g->m);
+  render_line(r, "g.n = INT64_C(%lld);", (long long)g->n);
+  render_line(r, "g.k = INT64_C(%lld);", (long long)g->k);
+  render_line(r, "g.alpha = 1.0f;");
+  operand_at(r, nest, "a", g->a_buf, g->a_off, g->a_stride);
+  render_line(r, "g.lda = INT64_C(%lld);", (long long)g->lda);
+  operand_at(r, nest, "b", g->b_buf, g->b_off, g->b_stride);
+  render_line(r, "g.ldb = INT64_C(%lld);", (long long)g->ldb);
+  render_line(r, "g.c = (float *)buffers[%d] + kiln_b * INT64_C(%lld);", nest->out_buf, (long long)(g->m * g->n));
+  render_line(r, "g.ldc = INT64_C(%lld);", (long long)g->n);
+  render_line(r, "%s_gemm_ctx e = {rt, buffers, kiln_b};", name);
+  if (has_epilogue) {
+    render_line(r, "g.epilogue = %s_epilogue;", name);
+    render_line(r, "g.epilogue_ctx = &e;");
+  } else {
+    render_line(r, "(void)e;");
+  }
+  render_line(r, "rt->sgemm(pool, &g);");
+  render_close_scope(r);
+  kiln_strbuf_puts(s, "}\n\n");
+  kiln_strbuf_printf(s,
+                     "static void %s_batches(void *vctx, int64_t begin, int64_t end, int thread) {\n"
+                     "  const %s_gemm_ctx *gctx = (const %s_gemm_ctx *)vctx;\n  (void)thread;\n"
+                     "  for (int64_t b = begin; b < end; b++) %s_one(gctx->rt, NULL, gctx->buffers, b);\n}\n\n",
+                     name, name, name, name);
+  /* Many small products: a batch index per thread, each on one thread;
+   * else one after another, each split over the pool. */
+  double macs = (double)g->m * (double)g->n * (double)g->k;
+  kiln_strbuf_printf(s,
+                     "KILN_EXPORT void %s(const kiln_rt *rt, void *const *buffers) {\n"
+                     "  const int64_t batch = INT64_C(%lld);\n"
+                     "  if (batch > 1 && batch >= 2 * (int64_t)rt->n_threads && %d) {\n"
+                     "    %s_gemm_ctx c = {rt, buffers, 0};\n"
+                     "    rt->parallel_for(rt->pool, batch, 1, %s_batches, &c);\n"
+                     "  } else {\n"
+                     "    for (int64_t b = 0; b < batch; b++) %s_one(rt, rt->pool, buffers, b);\n"
+                     "  }\n}\n\n",
+                     name, (long long)g->batch, macs < (double)(1 << 20) ? 1 : 0, name, name, name);
+}

@@ -1,0 +1,194 @@
+/* Tensorization onto a GEMM primitive (loopnest.h, kiln_gemm_call): a
+ * contraction nest whose operands are strided matrices becomes one call
+ * per batch index. */
+#include "codegen/loopnest.h"
+
+/* An affine integer expression of a few variables: sum coef[i] * v<var[i]> + c0. */
+typedef struct affine {
+  int n;
+  int var[2 * KILN_MAX_RANK + 2];
+  int64_t coef[2 * KILN_MAX_RANK + 2];
+  int64_t c0;
+} affine;
+
+static bool add_term(affine *a, int var, int64_t coef) {
+  for (int i = 0; i < a->n; i++)
+    if (a->var[i] == var) return !__builtin_add_overflow(a->coef[i], coef, &a->coef[i]);
+  if (a->n == (int)KILN_ARRAY_SIZE(a->var)) return false;
+  a->var[a->n] = var;
+  a->coef[a->n++] = coef;
+  return true;
+}
+
+/* Adds scale * e to a; false when e is not affine in its variables. */
+static bool affine_of(const te_expr *e, int64_t scale, affine *a) {
+  int64_t t;
+  switch (e->op) {
+    case TE_CONST:
+      if (kiln_dtype_is_float(e->dtype) || __builtin_mul_overflow(scale, e->i, &t)) return false;
+      return !__builtin_add_overflow(a->c0, t, &a->c0);
+    case TE_VAR: return add_term(a, e->var, scale);
+    case TE_ADD: return affine_of(e->a, scale, a) && affine_of(e->b, scale, a);
+    case TE_SUB: return affine_of(e->a, scale, a) && !__builtin_mul_overflow(scale, -1, &t) && affine_of(e->b, t, a);
+    case TE_NEG: return !__builtin_mul_overflow(scale, -1, &t) && affine_of(e->a, t, a);
+    case TE_MUL:
+      if (e->b->op == TE_CONST && !kiln_dtype_is_float(e->b->dtype))
+        return !__builtin_mul_overflow(scale, e->b->i, &t) && affine_of(e->a, t, a);
+      if (e->a->op == TE_CONST && !kiln_dtype_is_float(e->a->dtype))
+        return !__builtin_mul_overflow(scale, e->a->i, &t) && affine_of(e->b, t, a);
+      return false;
+    default: return false;
+  }
+}
+
+static int64_t coef_of(const affine *a, int var) {
+  for (int i = 0; i < a->n; i++)
+    if (a->var[i] == var) return a->coef[i];
+  return 0;
+}
+
+/* The one stride of a run of loops (vars, extents; row-major, outermost
+ * first) in `a` when their flattened index i addresses `stride * i`; -1
+ * when the coefficients are not of that form. Extent-1 loops do not count. */
+static int64_t run_stride(const affine *a, const int *vars, const int64_t *extents, int n) {
+  int64_t stride = -1, inner = 1;
+  for (int i = n - 1; i >= 0; i--) {
+    if (extents[i] != 1) {
+      int64_t c = coef_of(a, vars[i]), want;
+      if (stride < 0) {
+        if (c < 0 || c % inner) return -1;
+        stride = c / inner;
+      } else if (__builtin_mul_overflow(stride, inner, &want) || c != want) {
+        return -1;
+      }
+    }
+    if (__builtin_mul_overflow(inner, extents[i], &inner)) return -1;
+  }
+  return stride < 0 ? 0 : stride;
+}
+
+/* Every variable of a is one of `vars`. */
+static bool only_vars(const affine *a, const int *vars, int n) {
+  for (int i = 0; i < a->n; i++) {
+    bool found = false;
+    for (int j = 0; j < n && !found; j++) found = vars[j] == a->var[i];
+    if (!found && a->coef[i]) return false;
+  }
+  return true;
+}
+
+/* A factor as a matrix: a direct f32 load at an affine index whose rows
+ * (the M or N run) and columns (the K run) each have one stride, one of
+ * them 1. *k_contiguous: the K run is the one of stride 1 (the matrix is
+ * stored rows x K; A untransposed, B transposed); *ld: the other stride. */
+static bool as_matrix(const te_builder *b, const kiln_loop_nest *nest, const te_expr *f, const int *loops, int n_loops,
+                      const kiln_contraction_tiles *t, affine *a, bool *k_contiguous, int64_t *ld, int64_t rows) {
+  if (f->op != TE_LOAD || f->dtype != KILN_DTYPE_F32 || f->buf == nest->out_buf) return false;
+  if (te_get_buffer(b, f->buf)->dtype != KILN_DTYPE_F32) return false;
+  memset(a, 0, sizeof *a);
+  if (!affine_of(f->a, 1, a) || a->c0 < 0) return false;
+  int vars[3 * KILN_MAX_RANK], rv[KILN_MAX_RANK], kv[KILN_MAX_RANK], n = 0;
+  int64_t re[KILN_MAX_RANK], ke[KILN_MAX_RANK];
+  for (int i = 0; i < n_loops; i++) {
+    vars[n++] = rv[i] = nest->vars[loops[i]];
+    re[i] = nest->extents[loops[i]];
+  }
+  for (int i = 0; i < t->n_red; i++) {
+    vars[n++] = kv[i] = t->red[i]->var;
+    ke[i] = t->red[i]->extent;
+  }
+  for (int i = 0; i < t->n_batch; i++) vars[n++] = nest->vars[t->batch_loops[i]];
+  if (!only_vars(a, vars, n)) return false;
+  int64_t sr = run_stride(a, rv, re, n_loops), sk = run_stride(a, kv, ke, t->n_red);
+  if (sr < 0 || sk < 0) return false;
+  /* A run of one element has any stride: take the one the layout needs. */
+  if (rows == 1) sr = t->k;
+  if (t->k == 1) sk = rows;
+  if (sk == 1 && sr >= t->k) {
+    *k_contiguous = true;
+    *ld = sr;
+  } else if (sr == 1 && sk >= rows) {
+    *k_contiguous = false;
+    *ld = sk;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+static void reverse(int *v, int n) {
+  for (int i = 0; i < n / 2; i++) {
+    int x = v[i];
+    v[i] = v[n - 1 - i];
+    v[n - 1 - i] = x;
+  }
+}
+
+void kiln_schedule_gemm(const te_builder *b, kiln_loop_nest *nest) {
+  kiln_contraction_tiles t;
+  if (nest->tiles.n_red || nest->rows.threads || !kiln_contraction_match(nest, &t)) return;
+  if (te_get_buffer(b, nest->out_buf)->dtype != KILN_DTYPE_F32 || nest->value->dtype != KILN_DTYPE_F32) return;
+  /* The output is batch x M x N, row-major: N loops innermost, M loops
+   * before them, and every loop outside those (whichever operands read
+   * it: a loop only A reads is a batch loop whose B stride is 0) a GEMM
+   * of its own. Extent-1 loops go anywhere (as batch loops). */
+  kiln_contraction_tiles runs = t;
+  runs.n_m = runs.n_n = runs.n_batch = 0;
+  runs.m = runs.n = runs.batch = 1;
+  int phase = 2;
+  for (int l = nest->rank - 1; l >= 0; l--) {
+    int kind = 0;
+    for (int i = 0; i < t.n_m; i++) kind = t.m_loops[i] == l ? 1 : kind;
+    for (int i = 0; i < t.n_n; i++) kind = t.n_loops[i] == l ? 2 : kind;
+    if (nest->extents[l] == 1) kind = -1;
+    else if (kind != phase) phase = phase == 2 && kind == 1 ? 1 : 0;
+    if (kind == phase && phase == 2) {
+      runs.n_loops[runs.n_n++] = l;
+      runs.n *= nest->extents[l];
+    } else if (kind == phase && phase == 1) {
+      runs.m_loops[runs.n_m++] = l;
+      runs.m *= nest->extents[l];
+    } else {
+      runs.batch_loops[runs.n_batch++] = l;
+      runs.batch *= nest->extents[l];
+    }
+  }
+  /* Collected innermost first: put each list in nest order. */
+  reverse(runs.m_loops, runs.n_m);
+  reverse(runs.n_loops, runs.n_n);
+  reverse(runs.batch_loops, runs.n_batch);
+  t = runs;
+  /* Worth a call: below this the generated loops run as fast as packing. */
+  if (t.m < 4 || t.n < 4 || t.k < 4 || (double)t.m * (double)t.n * (double)t.k < 8192.0) return;
+  kiln_gemm_call g = {0};
+  affine fa, fb;
+  bool a_k_contiguous, b_k_contiguous;
+  if (!as_matrix(b, nest, t.a, t.m_loops, t.n_m, &t, &fa, &a_k_contiguous, &g.lda, t.m) ||
+      !as_matrix(b, nest, t.b, t.n_loops, t.n_n, &t, &fb, &b_k_contiguous, &g.ldb, t.n))
+    return;
+  g.trans_a = !a_k_contiguous; /* A is M x K */
+  g.trans_b = b_k_contiguous;  /* B is K x N */
+  g.sum = t.red[0];
+  g.a_buf = t.a->buf;
+  g.b_buf = t.b->buf;
+  g.m = t.m;
+  g.n = t.n;
+  g.k = t.k;
+  g.batch = t.batch;
+  g.a_off = fa.c0;
+  g.b_off = fb.c0;
+  g.n_m = t.n_m;
+  g.n_n = t.n_n;
+  g.n_batch = t.n_batch;
+  memcpy(g.m_loops, t.m_loops, sizeof g.m_loops);
+  memcpy(g.n_loops, t.n_loops, sizeof g.n_loops);
+  memcpy(g.batch_loops, t.batch_loops, sizeof g.batch_loops);
+  for (int i = 0; i < t.n_batch; i++) {
+    int v = nest->vars[t.batch_loops[i]];
+    g.a_stride[i] = coef_of(&fa, v);
+    g.b_stride[i] = coef_of(&fb, v);
+    if (g.a_stride[i] < 0 || g.b_stride[i] < 0) return;
+  }
+  g.ok = true;
+  nest->gemm = g;
+}
