@@ -351,3 +351,13 @@ void render_unflatten(render_ctx *r, const char *flat, const int *vars, const in
     inner *= extents[i];
   }
 }
+
+void render_unflatten_loops(render_ctx *r, const kiln_loop_nest *nest, const char *flat, const int *loops, int n) {
+  int vars[KILN_MAX_RANK];
+  int64_t ext[KILN_MAX_RANK];
+  for (int i = 0; i < n; i++) {
+    vars[i] = nest->vars[loops[i]];
+    ext[i] = nest->extents[loops[i]];
+  }
+  render_unflatten(r, flat, vars, ext, n);
+}

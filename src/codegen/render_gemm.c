@@ -5,16 +5,6 @@
 
 #include "codegen/render_internal.h"
 
-static void unflatten_loops(render_ctx *r, const kiln_loop_nest *nest, const char *flat, const int *loops, int n) {
-  int vars[KILN_MAX_RANK];
-  int64_t ext[KILN_MAX_RANK];
-  for (int i = 0; i < n; i++) {
-    vars[i] = nest->vars[loops[i]];
-    ext[i] = nest->extents[loops[i]];
-  }
-  render_unflatten(r, flat, vars, ext, n);
-}
-
 /* `NAME_epilogue`: the element of output (batch, m0 + i, n0 + j) from the
  * product GEMM left there, in place. */
 static void epilogue(render_ctx *r, const kiln_loop_nest *nest, const char *name) {
@@ -29,15 +19,15 @@ static void epilogue(render_ctx *r, const kiln_loop_nest *nest, const char *name
   render_open_scope(r); /* indent 1 */
   render_line(r, "const int64_t kiln_b = gctx->batch;");
   render_line(r, "(void)kiln_b;");
-  unflatten_loops(r, nest, "kiln_b", g->batch_loops, g->n_batch);
+  render_unflatten_loops(r, nest, "kiln_b", g->batch_loops, g->n_batch);
   render_line(r, "for (int64_t i = 0; i < mb; i++) {");
   render_open_scope(r);
   render_line(r, "const int64_t kiln_m = m0 + i;");
-  unflatten_loops(r, nest, "kiln_m", g->m_loops, g->n_m);
+  render_unflatten_loops(r, nest, "kiln_m", g->m_loops, g->n_m);
   render_line(r, "for (int64_t j = 0; j < nb; j++) {");
   render_open_scope(r);
   render_line(r, "const int64_t kiln_n = n0 + j;");
-  unflatten_loops(r, nest, "kiln_n", g->n_loops, g->n_n);
+  render_unflatten_loops(r, nest, "kiln_n", g->n_loops, g->n_n);
   render_line(r, "const float r%d = c[i * ldc + j];", g->sum->id);
   render_ensure(r, nest->value);
   char val[48];
@@ -74,7 +64,7 @@ void render_c_gemm(render_ctx *r, const kiln_loop_nest *nest, const char *name) 
   kiln_strbuf_printf(s, "static void %s_one(const kiln_rt *rt, void *pool, void *const *buffers, int64_t kiln_b) {\n", name);
   r->indent = 0;
   render_open_scope(r); /* indent 1 */
-  unflatten_loops(r, nest, "kiln_b", g->batch_loops, g->n_batch);
+  render_unflatten_loops(r, nest, "kiln_b", g->batch_loops, g->n_batch);
   render_line(r, "kiln_rt_sgemm_args g = {0};");
   render_line(r, "g.trans_a = %s;", g->trans_a ? "true" : "false");
   render_line(r, "g.trans_b = %s;", g->trans_b ? "true" : "false");

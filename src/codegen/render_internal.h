@@ -96,6 +96,8 @@ void render_line(render_ctx *r, const char *fmt, ...) KILN_PRINTF(2, 3);
 /* `const T v<vars[i]> = ...` for each (var, extent), row-major from the
  * index text `flat` (index type T). */
 void render_unflatten(render_ctx *r, const char *flat, const int *vars, const int64_t *extents, int n);
+/* The same for the nest's output loops at levels loops[0..n). */
+void render_unflatten_loops(render_ctx *r, const kiln_loop_nest *nest, const char *flat, const int *loops, int n);
 /* Enters / leaves a loop of `count` iterations (render_loop_open and
  * render_loop_close do it; templates call it around their own loops). */
 void render_trips_enter(render_ctx *r, int64_t count);

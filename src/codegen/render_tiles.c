@@ -11,16 +11,6 @@
 
 static void lit(render_ctx *r, int64_t v, char *buf, size_t n) { r->d->int_literal(r, KILN_DTYPE_I64, v, buf, n); }
 
-static void unflatten_loops(render_ctx *r, const kiln_loop_nest *nest, const char *flat, const int *loops, int n) {
-  int vars[KILN_MAX_RANK];
-  int64_t ext[KILN_MAX_RANK];
-  for (int i = 0; i < n; i++) {
-    vars[i] = nest->vars[loops[i]];
-    ext[i] = nest->extents[loops[i]];
-  }
-  render_unflatten(r, flat, vars, ext, n);
-}
-
 /* Copies one operand's tile_k x width slab into local buffer `dst` (row
  * stride `stride`): element e of the slab is (kk, j) with the operand's
  * contiguous side fastest, zero outside its extent and k's. */
@@ -47,7 +37,7 @@ static void copy_tile(render_ctx *r, const kiln_loop_nest *nest, const te_expr *
   render_line(r, "%s kiln_x = %s;", fty, zero);
   render_line(r, "if (kiln_i < %s && kiln_k < %s) {", ext, kall);
   render_open_scope(r);
-  unflatten_loops(r, nest, "kiln_i", loops, n_loops);
+  render_unflatten_loops(r, nest, "kiln_i", loops, n_loops);
   render_unflatten(r, "kiln_k", kvars, kext, t->n_red);
   render_ensure(r, factor);
   char name[48];
@@ -92,7 +82,7 @@ void render_contraction_tiles(render_ctx *r, const kiln_loop_nest *nest, const r
   render_line(r, "const int kiln_tx = kiln_t %% %d, kiln_ty = kiln_t / %d;", t->threads_n, t->threads_n);
   render_line(r, "const %s kiln_gn = kiln_g %% %lld, kiln_gm = (kiln_g / %lld) %% %lld, kiln_gb = kiln_g / %lld;", ity,
        (long long)t->groups_n, (long long)t->groups_n, (long long)t->groups_m, (long long)(t->groups_n * t->groups_m));
-  unflatten_loops(r, nest, "kiln_gb", t->batch_loops, t->n_batch);
+  render_unflatten_loops(r, nest, "kiln_gb", t->batch_loops, t->n_batch);
   for (int i = 0; i < rm; i++)
     for (int j = 0; j < rn; j++) render_line(r, "%s kiln_c%d_%d = %s;", fty, i, j, zero);
   render_line(r, "for (%s kiln_k0 = 0; kiln_k0 < %s; kiln_k0 += %d) {", ity, kall, t->tile_k);
@@ -127,8 +117,8 @@ void render_contraction_tiles(render_ctx *r, const kiln_loop_nest *nest, const r
            i * t->threads_m, t->tile_n, j * t->threads_n);
       render_line(r, "if (kiln_m < %s && kiln_n < %s) {", m, n);
       render_open_scope(r);
-      unflatten_loops(r, nest, "kiln_m", t->m_loops, t->n_m);
-      unflatten_loops(r, nest, "kiln_n", t->n_loops, t->n_n);
+      render_unflatten_loops(r, nest, "kiln_m", t->m_loops, t->n_m);
+      render_unflatten_loops(r, nest, "kiln_n", t->n_loops, t->n_n);
       render_line(r, "const %s r%d = kiln_c%d_%d;", fty, t->red[0]->id, i, j);
       render_ensure(r, nest->value);
       render_store(r, nest, -1, 0, nest->value);
