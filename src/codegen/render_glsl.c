@@ -285,42 +285,21 @@ static void subscript(const render_ctx *r, const char *fmt, const char *i, char 
   else snprintf(buf, n, "%s", inner);
 }
 
-/* Adds scale * e to coef[] (one per nest level) and *c0 when e is an affine
- * integer expression of the nest's variables; false otherwise. */
-static bool affine_terms(const te_expr *e, int64_t scale, const kiln_loop_nest *nest, int64_t *coef, int64_t *c0) {
-  switch (e->op) {
-    case TE_CONST:
-      if (kiln_dtype_is_float(e->dtype)) return false;
-      *c0 += scale * e->i;
-      return true;
-    case TE_VAR:
-      for (int l = 0; l < nest->rank; l++)
-        if (nest->vars[l] == e->var) {
-          coef[l] += scale;
-          return true;
-        }
-      return false;
-    case TE_ADD: return affine_terms(e->a, scale, nest, coef, c0) && affine_terms(e->b, scale, nest, coef, c0);
-    case TE_SUB: return affine_terms(e->a, scale, nest, coef, c0) && affine_terms(e->b, -scale, nest, coef, c0);
-    case TE_MUL:
-      if (e->b->op == TE_CONST && !kiln_dtype_is_float(e->b->dtype))
-        return affine_terms(e->a, scale * e->b->i, nest, coef, c0);
-      if (e->a->op == TE_CONST && !kiln_dtype_is_float(e->a->dtype))
-        return affine_terms(e->b, scale * e->a->i, nest, coef, c0);
-      return false;
-    default: return false;
-  }
-}
-
 /* An epilogue reads its raw buffer only at the element it is computing:
  * `index` must be the row-major flat index of the nest's variables (what
  * `idx` is), whatever the nest's rank. */
 static bool is_element_index(const kiln_loop_nest *nest, const te_expr *index) {
-  int64_t coef[KILN_MAX_RANK + 1] = {0}, c0 = 0;
-  if (!nest || nest->rank > KILN_MAX_RANK || !affine_terms(index, 1, nest, coef, &c0) || c0) return false;
+  te_affine a;
+  if (!nest || nest->rank > KILN_MAX_RANK || !te_affine_of(index, &a) || a.c0) return false;
+  /* Every variable is one of the nest's loops. */
+  for (int i = 0; i < a.n; i++) {
+    bool loop = false;
+    for (int l = 0; l < nest->rank && !loop; l++) loop = nest->vars[l] == a.var[i];
+    if (!loop && a.coef[i]) return false;
+  }
   int64_t stride = 1;
   for (int l = nest->rank - 1; l >= 0; l--) {
-    if (nest->extents[l] != 1 && coef[l] != stride) return false;
+    if (nest->extents[l] != 1 && te_affine_coef(&a, nest->vars[l]) != stride) return false;
     stride *= nest->extents[l];
   }
   return true;

@@ -3,58 +3,14 @@
  * per batch index. */
 #include "codegen/loopnest.h"
 
-/* An affine integer expression of a few variables: sum coef[i] * v<var[i]> + c0. */
-typedef struct affine {
-  int n;
-  int var[2 * KILN_MAX_RANK + 2];
-  int64_t coef[2 * KILN_MAX_RANK + 2];
-  int64_t c0;
-} affine;
-
-static bool add_term(affine *a, int var, int64_t coef) {
-  for (int i = 0; i < a->n; i++)
-    if (a->var[i] == var) return !__builtin_add_overflow(a->coef[i], coef, &a->coef[i]);
-  if (a->n == (int)KILN_ARRAY_SIZE(a->var)) return false;
-  a->var[a->n] = var;
-  a->coef[a->n++] = coef;
-  return true;
-}
-
-/* Adds scale * e to a; false when e is not affine in its variables. */
-static bool affine_of(const te_expr *e, int64_t scale, affine *a) {
-  int64_t t;
-  switch (e->op) {
-    case TE_CONST:
-      if (kiln_dtype_is_float(e->dtype) || __builtin_mul_overflow(scale, e->i, &t)) return false;
-      return !__builtin_add_overflow(a->c0, t, &a->c0);
-    case TE_VAR: return add_term(a, e->var, scale);
-    case TE_ADD: return affine_of(e->a, scale, a) && affine_of(e->b, scale, a);
-    case TE_SUB: return affine_of(e->a, scale, a) && !__builtin_mul_overflow(scale, -1, &t) && affine_of(e->b, t, a);
-    case TE_NEG: return !__builtin_mul_overflow(scale, -1, &t) && affine_of(e->a, t, a);
-    case TE_MUL:
-      if (e->b->op == TE_CONST && !kiln_dtype_is_float(e->b->dtype))
-        return !__builtin_mul_overflow(scale, e->b->i, &t) && affine_of(e->a, t, a);
-      if (e->a->op == TE_CONST && !kiln_dtype_is_float(e->a->dtype))
-        return !__builtin_mul_overflow(scale, e->a->i, &t) && affine_of(e->b, t, a);
-      return false;
-    default: return false;
-  }
-}
-
-static int64_t coef_of(const affine *a, int var) {
-  for (int i = 0; i < a->n; i++)
-    if (a->var[i] == var) return a->coef[i];
-  return 0;
-}
-
 /* The one stride of a run of loops (vars, extents; row-major, outermost
  * first) in `a` when their flattened index i addresses `stride * i`; -1
  * when the coefficients are not of that form. Extent-1 loops do not count. */
-static int64_t run_stride(const affine *a, const int *vars, const int64_t *extents, int n) {
+static int64_t run_stride(const te_affine *a, const int *vars, const int64_t *extents, int n) {
   int64_t stride = -1, inner = 1;
   for (int i = n - 1; i >= 0; i--) {
     if (extents[i] != 1) {
-      int64_t c = coef_of(a, vars[i]), want;
+      int64_t c = te_affine_coef(a, vars[i]), want;
       if (stride < 0) {
         if (c < 0 || c % inner) return -1;
         stride = c / inner;
@@ -68,7 +24,7 @@ static int64_t run_stride(const affine *a, const int *vars, const int64_t *exten
 }
 
 /* Every variable of a is one of `vars`. */
-static bool only_vars(const affine *a, const int *vars, int n) {
+static bool only_vars(const te_affine *a, const int *vars, int n) {
   for (int i = 0; i < a->n; i++) {
     bool found = false;
     for (int j = 0; j < n && !found; j++) found = vars[j] == a->var[i];
@@ -82,11 +38,10 @@ static bool only_vars(const affine *a, const int *vars, int n) {
  * them 1. *k_contiguous: the K run is the one of stride 1 (the matrix is
  * stored rows x K; A untransposed, B transposed); *ld: the other stride. */
 static bool as_matrix(const te_builder *b, const kiln_loop_nest *nest, const te_expr *f, const int *loops, int n_loops,
-                      const kiln_contraction_tiles *t, affine *a, bool *k_contiguous, int64_t *ld, int64_t rows) {
+                      const kiln_contraction_tiles *t, te_affine *a, bool *k_contiguous, int64_t *ld, int64_t rows) {
   if (f->op != TE_LOAD || f->dtype != KILN_DTYPE_F32 || f->buf == nest->out_buf) return false;
   if (te_get_buffer(b, f->buf)->dtype != KILN_DTYPE_F32) return false;
-  memset(a, 0, sizeof *a);
-  if (!affine_of(f->a, 1, a) || a->c0 < 0) return false;
+  if (!te_affine_of(f->a, a) || a->c0 < 0) return false;
   int vars[3 * KILN_MAX_RANK], rv[KILN_MAX_RANK], kv[KILN_MAX_RANK], n = 0;
   int64_t re[KILN_MAX_RANK], ke[KILN_MAX_RANK];
   for (int i = 0; i < n_loops; i++) {
@@ -161,7 +116,7 @@ void kiln_schedule_gemm(const te_builder *b, kiln_loop_nest *nest) {
   /* Worth a call: below this the generated loops run as fast as packing. */
   if (t.m < 4 || t.n < 4 || t.k < 4 || (double)t.m * (double)t.n * (double)t.k < 8192.0) return;
   kiln_gemm_call g = {0};
-  affine fa, fb;
+  te_affine fa, fb;
   bool a_k_contiguous, b_k_contiguous;
   if (!as_matrix(b, nest, t.a, t.m_loops, t.n_m, &t, &fa, &a_k_contiguous, &g.lda, t.m) ||
       !as_matrix(b, nest, t.b, t.n_loops, t.n_n, &t, &fb, &b_k_contiguous, &g.ldb, t.n))
@@ -185,8 +140,8 @@ void kiln_schedule_gemm(const te_builder *b, kiln_loop_nest *nest) {
   memcpy(g.batch_loops, t.batch_loops, sizeof g.batch_loops);
   for (int i = 0; i < t.n_batch; i++) {
     int v = nest->vars[t.batch_loops[i]];
-    g.a_stride[i] = coef_of(&fa, v);
-    g.b_stride[i] = coef_of(&fb, v);
+    g.a_stride[i] = te_affine_coef(&fa, v);
+    g.b_stride[i] = te_affine_coef(&fb, v);
     if (g.a_stride[i] < 0 || g.b_stride[i] < 0) return;
   }
   g.ok = true;

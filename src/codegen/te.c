@@ -367,3 +367,44 @@ te_expr *te_at_broadcast(te_builder *b, const te_tensor *t, int out_rank, te_exp
   for (int i = 0; i < t->rank; i++) sub[i] = t->dims[i] == 1 ? te_idx(b, 0) : idx[off + i];
   return te_at(b, t, sub);
 }
+
+static bool affine_add_term(te_affine *a, int var, int64_t coef) {
+  for (int i = 0; i < a->n; i++)
+    if (a->var[i] == var) return !__builtin_add_overflow(a->coef[i], coef, &a->coef[i]);
+  if (a->n == (int)KILN_ARRAY_SIZE(a->var)) return false;
+  a->var[a->n] = var;
+  a->coef[a->n++] = coef;
+  return true;
+}
+
+/* Adds scale * e to a; false when e is not affine in its variables. */
+static bool affine_add(const te_expr *e, int64_t scale, te_affine *a) {
+  int64_t t;
+  switch (e->op) {
+    case TE_CONST:
+      if (kiln_dtype_is_float(e->dtype) || __builtin_mul_overflow(scale, e->i, &t)) return false;
+      return !__builtin_add_overflow(a->c0, t, &a->c0);
+    case TE_VAR: return affine_add_term(a, e->var, scale);
+    case TE_ADD: return affine_add(e->a, scale, a) && affine_add(e->b, scale, a);
+    case TE_SUB: return affine_add(e->a, scale, a) && !__builtin_mul_overflow(scale, -1, &t) && affine_add(e->b, t, a);
+    case TE_NEG: return !__builtin_mul_overflow(scale, -1, &t) && affine_add(e->a, t, a);
+    case TE_MUL:
+      if (e->b->op == TE_CONST && !kiln_dtype_is_float(e->b->dtype))
+        return !__builtin_mul_overflow(scale, e->b->i, &t) && affine_add(e->a, t, a);
+      if (e->a->op == TE_CONST && !kiln_dtype_is_float(e->a->dtype))
+        return !__builtin_mul_overflow(scale, e->a->i, &t) && affine_add(e->b, t, a);
+      return false;
+    default: return false;
+  }
+}
+
+bool te_affine_of(const te_expr *e, te_affine *out) {
+  memset(out, 0, sizeof *out);
+  return affine_add(e, 1, out);
+}
+
+int64_t te_affine_coef(const te_affine *a, int var) {
+  for (int i = 0; i < a->n; i++)
+    if (a->var[i] == var) return a->coef[i];
+  return 0;
+}

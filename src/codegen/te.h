@@ -111,6 +111,20 @@ te_expr *te_substitute(te_builder *b, te_expr *e, int var, te_expr *with);
 /* True if `e` reads index variable `var` (outside reductions binding it). */
 bool te_uses_var(const te_expr *e, int var);
 
+/* An integer index expression as sum coef[i] * v<var[i]> + c0 (at most
+ * 2 * KILN_MAX_RANK + 2 variables). */
+typedef struct te_affine {
+  int n;
+  int var[2 * KILN_MAX_RANK + 2];
+  int64_t coef[2 * KILN_MAX_RANK + 2];
+  int64_t c0;
+} te_affine;
+/* Whether e is affine in its variables (sums, differences, negations and
+ * products with integer constants, without overflow); fills out. */
+bool te_affine_of(const te_expr *e, te_affine *out);
+/* The coefficient of `var` (0 when absent). */
+int64_t te_affine_coef(const te_affine *a, int var);
+
 /* ---- tensor views ---------------------------------------------------------- */
 
 typedef enum te_view_kind {
