@@ -481,6 +481,43 @@ static kiln_status_t prof_after(void *user, const kiln_graph *g, const kiln_node
   return NULL;
 }
 
+/* For each node that ran inside another node's kernel (no clock of its
+ * own, not a contraction's fused epilogue): the timed node whose kernel
+ * computed it, found down the chain of single consumers a fused group is
+ * made of; -1 elsewhere. NULL when out of memory (the FLOPs then count the
+ * timed nodes only). Quadratic in the nodes: profiling only. */
+static int *fused_members(const node_prof *p, const kiln_graph *g) {
+  int n = p->n_nodes;
+  int *top = malloc(((size_t)n + 1) * sizeof *top);
+  bool *is_last = calloc((size_t)n + 1, sizeof *is_last);
+  if (!top || !is_last) {
+    free(top);
+    free(is_last);
+    return NULL;
+  }
+  for (int i = 0; i < n; i++)
+    if (p->count[i] && p->last[i] >= 0) is_last[p->last[i]] = true;
+  for (int i = 0; i < n; i++) {
+    top[i] = -1;
+    if (p->count[i] || is_last[i] || g->nodes[i].n_outputs < 1) continue;
+    int at = i;
+    for (int hops = 0; hops < n && top[i] < 0; hops++) {
+      int v = g->nodes[at].outputs[0], next = -1, uses = 0;
+      for (int c = 0; c < n; c++)
+        for (int k = 0; k < g->nodes[c].n_inputs; k++)
+          if (g->nodes[c].inputs[k] == v && v >= 0) {
+            next = c;
+            uses++;
+          }
+      if (uses != 1 || next <= at) break;
+      if (p->count[next]) top[i] = next;
+      at = next;
+    }
+  }
+  free(is_last);
+  return top;
+}
+
 typedef struct prof_row {
   int node, last; /* last: see node_prof, -1 if none */
   char op[64];    /* "Conv", or "Gemm+Relu" for a fused kernel */
@@ -700,6 +737,7 @@ int kiln_cmd_bench(int argc, char **argv) {
   int n_rows = 0;
   if (o.profile) {
     const kiln_graph *g = prof.g;
+    int *inner_top = fused_members(&prof, g);
     for (int i = 0; i < prof.n_nodes; i++) {
       if (!prof.count[i]) continue; /* ran inside another node's kernel (or did not run) */
       prof_row *r = &rows[n_rows++];
@@ -707,12 +745,25 @@ int kiln_cmd_bench(int argc, char **argv) {
       r->last = prof.last[i];
       r->ms = prof.seconds[i] / K * 1e3;
       r->flops = kiln_node_flops(g, &g->nodes[i]) + (r->last >= 0 ? kiln_node_flops(g, &g->nodes[r->last]) : 0);
+      /* A fused kernel's members (a contraction compiled with its
+       * elementwise consumers: the kernel is the last consumer's): their
+       * FLOPs, and the costliest one's op first in the name. */
+      int top = -1;
+      for (int j = 0; inner_top && j < prof.n_nodes; j++) {
+        if (inner_top[j] != i) continue;
+        int64_t fj = kiln_node_flops(g, &g->nodes[j]);
+        r->flops += fj;
+        if (top < 0 || fj > kiln_node_flops(g, &g->nodes[top])) top = j;
+      }
+      if (top >= 0 && kiln_node_flops(g, &g->nodes[top]) <= kiln_node_flops(g, &g->nodes[i])) top = -1;
       r->gflops = r->ms > 0 ? (double)r->flops / (r->ms * 1e-3) * 1e-9 : 0;
       if (r->last >= 0) snprintf(r->op, sizeof r->op, "%s+%s", g->nodes[i].op_type, g->nodes[r->last].op_type);
+      else if (top >= 0) snprintf(r->op, sizeof r->op, "%s+%s", g->nodes[top].op_type, g->nodes[i].op_type);
       else snprintf(r->op, sizeof r->op, "%s", g->nodes[i].op_type);
       prof_total += r->ms;
       total_flops += r->flops;
     }
+    free(inner_top);
     qsort(rows, (size_t)n_rows, sizeof *rows, cmp_row);
     for (int i = 0; i < n_rows; i++) { /* after the sort: ops point into rows */
       int k = 0;

@@ -13,9 +13,14 @@ static bool fusable_class(kiln_op_class c) {
  * into a consumer that reads each of their elements at most once; a
  * reduction over trailing axes inlines into an elementwise/broadcast
  * consumer over its input's shape (the reduction is then computed once per
- * row by the scheduler). A value read by several nodes, or that is a graph
- * output, is materialized. */
-kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, kiln_fusion *f) {
+ * row by the scheduler). With contraction_epilogues, a contraction (TVM's
+ * out-elementwise-fusable class) inlines into an elementwise/broadcast
+ * consumer of its output's shape whose group has no reduction yet, so that
+ * the kernel's element is f(sum) (the contraction template's epilogue);
+ * such a group then takes no other reduction. A value read by several
+ * nodes, or that is a graph output, is materialized. */
+kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bool contraction_epilogues,
+                               kiln_fusion *f) {
   memset(f, 0, sizeof *f);
   int nn = g->n_nodes;
   f->n_nodes = nn;
@@ -24,8 +29,10 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, ki
   f->group_of = malloc(((size_t)nn + 1) * sizeof *f->group_of);
   f->n_members = malloc(((size_t)nn + 1) * sizeof *f->n_members);
   bool *has_reduce = malloc(((size_t)nn + 1) * sizeof *has_reduce);
-  if (!f->cls || !f->uses || !f->group_of || !f->n_members || !has_reduce) {
+  bool *has_contraction = malloc(((size_t)nn + 1) * sizeof *has_contraction);
+  if (!f->cls || !f->uses || !f->group_of || !f->n_members || !has_reduce || !has_contraction) {
     free(has_reduce);
+    free(has_contraction);
     kiln_fusion_free(f);
     return KILN_OOM();
   }
@@ -36,7 +43,8 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, ki
     f->cls[n] = cls[n];
     f->group_of[n] = n;
     f->n_members[n] = 1;
-    has_reduce[n] = cls[n] == KILN_OPCLASS_REDUCTION;
+    has_contraction[n] = contraction_epilogues && cls[n] == KILN_OPCLASS_CONTRACTION;
+    has_reduce[n] = cls[n] == KILN_OPCLASS_REDUCTION || has_contraction[n];
   }
   for (int n = 0; n < nn; n++) {
     const kiln_node *node = &g->nodes[n];
@@ -47,11 +55,15 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, ki
       int v = node->inputs[i];
       if (v < 0) continue;
       int p = g->values[v].producer;
-      if (p < 0 || !fusable_class(cls[p]) || f->group_of[p] != p) continue;
+      if (p < 0 || !(fusable_class(cls[p]) || has_contraction[p]) || f->group_of[p] != p) continue;
       if (f->uses[v] != 1 || g->values[v].is_graph_output) continue;
+      /* A contraction's group computes one sum per element and nothing else. */
+      if ((has_contraction[p] || has_contraction[n]) && has_reduce[p] && has_reduce[n]) continue;
       const kiln_type *vt = &g->values[v].type;
       bool ok;
-      if (has_reduce[p]) {
+      if (has_contraction[p]) {
+        ok = consumer_elementwise && kiln_type_same_shape(out, vt);
+      } else if (has_reduce[p]) {
         /* The reduction's loops must line up with the consumer's: only
          * elementwise consumers over the reduction input's shape. */
         const kiln_node *pn = &g->nodes[p];
@@ -76,11 +88,13 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, ki
       for (int k = 0; k < n; k++)
         if (f->group_of[k] == p) f->group_of[k] = n;
       has_reduce[n] |= has_reduce[p];
+      has_contraction[n] |= has_contraction[p];
       f->n_members[n] += f->n_members[p];
       f->n_members[p] = 0;
     }
   }
   free(has_reduce);
+  free(has_contraction);
   return NULL;
 }
 

@@ -5,7 +5,8 @@
  * lowered to one tensor expression whose root view is the group's output.
  * Devices differ only in what they do next: the cpu device schedules and
  * renders it as C, the vulkan device as GLSL. Contractions (MatMul, Gemm,
- * Conv, ...) are never inside a group; a device may still run a flat
+ * Conv, ...) are inside a group only where the device compiles them as
+ * kernels; a device with hand-written contractions may still run a flat
  * elementwise group as a contraction's epilogue.
  */
 #ifndef KILN_CODEGEN_FUSION_H
@@ -22,8 +23,11 @@ typedef struct kiln_fusion {
 } kiln_fusion;
 
 /* Groups the nodes of g whose class (cls[n], from the device) is
- * elementwise, broadcast, injective or reduction. */
-kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, kiln_fusion *out);
+ * elementwise, broadcast, injective or reduction; contraction_epilogues
+ * (contractions compiled as kernels): contractions too, each with the
+ * elementwise consumers that follow it. */
+kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bool contraction_epilogues,
+                               kiln_fusion *out);
 void kiln_fusion_free(kiln_fusion *f);
 
 /* A group lowered to one tensor expression. Buffer i of `b` holds graph

@@ -59,8 +59,8 @@ static kiln_status_t build_steps(kiln_plan *p, const kiln_op_class *cls) {
   const kiln_graph *g = p->g;
   for (int n = 0; n < g->n_nodes; n++) {
     const kiln_node *node = &g->nodes[n];
-    if (cls[n] != KILN_OPCLASS_NONE && cls[n] != KILN_OPCLASS_CONTRACTION && p->fusion.group_of[n] != n)
-      continue; /* inlined into a later kernel */
+    bool own_step = cls[n] == KILN_OPCLASS_NONE || (cls[n] == KILN_OPCLASS_CONTRACTION && !p->target.contractions_as_kernels);
+    if (!own_step && p->fusion.group_of[n] != n) continue; /* inlined into a later kernel */
     kiln_plan_step *s = &p->steps[p->n_steps++];
     s->node = node;
     s->flops = kiln_node_flops(g, node);
@@ -336,7 +336,7 @@ static kiln_status_t build_once(const kiln_graph *g, const kiln_plan_target *tar
   for (int i = 0; i < g->n_inputs && !st; i++)
     if (!g->values[g->inputs[i]].constant) p->kinds[g->inputs[i]] = KILN_VALUE_INPUT;
   for (int n = 0; n < nn && !st; n++) cls[n] = target->claim(target->user, g, &g->nodes[n], NULL);
-  if (!st) st = kiln_fusion_plan(g, cls, &p->fusion);
+  if (!st) st = kiln_fusion_plan(g, cls, target->contractions_as_kernels, &p->fusion);
   if (!st) st = build_steps(p, cls);
   if (!st && target->fuse_epilogues) st = target->fuse_epilogues(target->user, p);
   if (!st) {
