@@ -45,10 +45,13 @@ typedef struct kiln_loop_schedule {
   bool row_subgroups;    /* cooperative rows combine their partial results with the dialect's subgroup
                             operations first (GLSL: GL_KHR_shader_subgroup_arithmetic) */
   bool tensorize_gemm;   /* C dialect: contractions over strided matrices become GEMM calls (kiln_gemm_call) */
+  int jam_inner;         /* GPU mapping: the innermost loop, when it is the one serial loop and at most this
+                            long, is jammed (kiln_schedule_jam_inner); 0: never */
 } kiln_loop_schedule;
 
 #define KILN_PARALLEL_UNTIL_REDUCTION (-2)
 #define KILN_MAX_THREAD_TILE 8
+#define KILN_MAX_JAM 64 /* the longest innermost loop kiln_schedule_jam_inner unrolls */
 
 /* What a loop of the nest becomes. */
 typedef enum kiln_loop_kind {
@@ -156,7 +159,14 @@ typedef struct kiln_loop_nest {
    * with that loop's variable v replaced by v + j (tile_values[0] = value),
    * and every site of all of them is in `sites`. */
   int thread_tile;
-  const te_expr *tile_values[KILN_MAX_THREAD_TILE];
+  /* Jam (jam_inner > 1, GPU mapping only): the innermost loop, serial
+   * after the parallel dims, is not a loop: tile_values[j] is the element
+   * at its index j (the variable replaced by the constant), and every
+   * site of all of them is in `sites`, so the copies' reductions run as
+   * one loop and what their bodies share (attention's scores, which do
+   * not depend on the head dim) is computed once per iteration. */
+  int jam_inner;
+  const te_expr *tile_values[KILN_MAX_JAM];
   kiln_contraction_tiles tiles;   /* tiles.n_red > 0: rendered by the contraction template */
   kiln_cooperative_rows rows;     /* rows.threads > 0: one group per row (not with tiles or thread tiles) */
   kiln_gemm_call gemm;            /* gemm.ok: rendered as GEMM calls (C dialect) */
@@ -190,8 +200,18 @@ int kiln_loop_nest_group_size(const kiln_loop_nest *nest);
 bool kiln_contraction_match(const kiln_loop_nest *nest, kiln_contraction_tiles *out);
 /* The schedule step of the contraction template: fills nest->tiles (and
  * sets the loop kinds to GPU_BLOCK) when the nest matches and is big
- * enough to be worth it; leaves the nest as it is otherwise. */
+ * enough to be worth it; leaves the nest as it is otherwise.
+ * group_threads: 64 or 256 (square thread grids, for GPUs) or 32 (8 x 4
+ * threads of up to 8 x 16 outputs, for drivers running a group as SIMD
+ * lanes on one CPU core); other values leave the nest. */
 void kiln_schedule_contraction_tiles(kiln_loop_nest *nest, int group_threads, int min_groups);
+/* The schedule step of jamming (unroll-and-jam of the innermost loop into
+ * the thread): a nest with one serial loop, the innermost, of 2 to
+ * max_extent (<= KILN_MAX_JAM) iterations, where a reduction reading that
+ * loop owns a reduction that does not read it (work each iteration would
+ * repeat), gets jam_inner and tile_values; other nests stay as they are.
+ * Not with tiles, rows, thread tiles or GEMM calls. KILN_OOM. */
+kiln_status_t kiln_schedule_jam_inner(te_builder *b, kiln_loop_nest *nest, int max_extent);
 /* The schedule step of tensorization: fills nest->gemm when the nest is
  * a GEMM over strided matrices of at least 8192 multiply-adds (4 or more
  * along each of M, N and K). */

@@ -310,7 +310,7 @@ static void emit_grouped(render_ctx *r, const kiln_loop_nest *nest, int level, c
 }
 
 void render_emit_sites(render_ctx *r, const kiln_loop_nest *nest, int level, const te_expr *owner) {
-  if (nest->thread_tile > 1) {
+  if (nest->thread_tile > 1 || nest->jam_inner > 1) {
     emit_grouped(r, nest, level, owner ? &owner : NULL, owner ? 1 : 0);
     return;
   }

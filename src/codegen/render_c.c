@@ -292,6 +292,19 @@ void render_c_element(render_ctx *r, const kiln_loop_nest *nest) {
     else kiln_strbuf_printf(src, "const %s v%d = ((f / %s) %% %s)%s;\n", ity, nest->vars[i], in, ex, step);
   }
   for (int l = 0; l < pd; l++) render_emit_sites(r, nest, l, NULL);
+  if (nest->jam_inner > 1) { /* the innermost loop's copies, each stored at its index */
+    for (int j = 0; j < nest->jam_inner; j++) {
+      render_ensure(r, nest->tile_values[j]);
+      render_line(r, "{");
+      render_open_scope(r);
+      render_line(r, "const %s v%d = %d;", ity, nest->vars[nest->rank - 1], j);
+      render_store(r, nest, -1, 0, nest->tile_values[j]);
+      render_close_scope(r);
+      render_line(r, "}");
+    }
+    render_close_scope(r);
+    return;
+  }
   for (int l = pd; l < nest->rank; l++) {
     if (nest->kinds[l] == KILN_LOOP_UNROLL) render_indent(r), kiln_strbuf_puts(src, "#pragma GCC unroll 4\n");
     render_loop_open(r, nest->vars[l], nest->extents[l]);
@@ -432,7 +445,7 @@ kiln_status_t kiln_render_cuda(const te_builder *b, const kiln_loop_nest *nest, 
   char head[160];
   snprintf(head, sizeof head, "extern \"C\" __global__ void %s(", name);
   static const render_gpu_dialect cuda = {"(int64_t)blockIdx.x", "(int)threadIdx.x", "__shared__", "__syncthreads();",
-                                          true, NULL};
+                                          true, "float4", "((float *)%s)[(%s) * 4 + (%s)]", NULL};
   return kiln_status_annotate(render_gpu_kernel(b, nest, "CUDA renderer", head, "%s%s%s *b%d", NULL,
                                                 "(int64_t)blockIdx.x * blockDim.x + threadIdx.x", &cuda, src),
                               "kernel %s", name);
@@ -469,7 +482,8 @@ kiln_status_t kiln_render_opencl(const te_builder *b, const kiln_loop_nest *nest
   char head[160];
   snprintf(head, sizeof head, "__kernel void %s(", name);
   static const render_gpu_dialect opencl = {"(int64_t)get_group_id(0)", "(int)get_local_id(0)", "__local",
-                                            "barrier(CLK_LOCAL_MEM_FENCE);", true, NULL};
+                                            "barrier(CLK_LOCAL_MEM_FENCE);", true, "float4",
+                                            "((__local float *)%s)[(%s) * 4 + (%s)]", NULL};
   return kiln_status_annotate(
       render_gpu_kernel(b, nest, "OpenCL renderer", head, "%s__global uchar *p%.0s%.0s%d, ulong o%d",
                         "  __global %s%s *b%d = (__global %s%s *)(p%d + o%d);\n", "(int64_t)get_global_id(0)", &opencl,

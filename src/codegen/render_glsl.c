@@ -622,7 +622,8 @@ static void template_main(render_ctx *r, const kiln_loop_nest *nest, uint32_t gx
     snprintf(group_id, sizeof group_id, "int(gl_WorkGroupID.y * %s + gl_WorkGroupID.x)", span);
   }
   /* The dispatch may be split over x and y with a few groups to spare. */
-  render_gpu_dialect g = {group_id, "int(gl_LocalInvocationID.x)", "shared", "barrier();", false, glsl_subgroup_combine};
+  render_gpu_dialect g = {group_id, "int(gl_LocalInvocationID.x)", "shared", "barrier();", false, "vec4", "%s[%s][%s]",
+                          glsl_subgroup_combine};
   r->indent = 0;
   render_gpu_locals(r, nest, &g);
   kiln_strbuf_puts(r->s, "void main() {\n");
@@ -657,15 +658,27 @@ static void plain_main(render_ctx *r, const kiln_loop_nest *nest, int64_t total,
   render_emit_sites(r, nest, -1, NULL);
   unflatten(r, nest, 0, pd, "f");
   for (int l = 0; l < pd; l++) render_emit_sites(r, nest, l, NULL);
-  for (int l = pd; l < nest->rank; l++) {
-    render_loop_open(r, nest->vars[l], nest->extents[l]);
-    render_emit_sites(r, nest, l, NULL);
-  }
-  render_ensure(r, nest->value);
   char idx[1024];
   output_index(r, nest, idx, sizeof idx);
-  glsl_store(r, nest, idx, nest->value);
-  for (int l = nest->rank - 1; l >= pd; l--) render_loop_close(r);
+  if (nest->jam_inner > 1) { /* the innermost loop's copies, each stored at its index */
+    for (int j = 0; j < nest->jam_inner; j++) {
+      render_ensure(r, nest->tile_values[j]);
+      render_line(r, "{");
+      render_open_scope(r);
+      render_line(r, "const %s v%d = %d;", glsl_value_type(r, KILN_DTYPE_I64), nest->vars[nest->rank - 1], j);
+      glsl_store(r, nest, idx, nest->tile_values[j]);
+      render_close_scope(r);
+      render_line(r, "}");
+    }
+  } else {
+    for (int l = pd; l < nest->rank; l++) {
+      render_loop_open(r, nest->vars[l], nest->extents[l]);
+      render_emit_sites(r, nest, l, NULL);
+    }
+    render_ensure(r, nest->value);
+    glsl_store(r, nest, idx, nest->value);
+    for (int l = nest->rank - 1; l >= pd; l--) render_loop_close(r);
+  }
   render_close_scope(r);
   kiln_strbuf_puts(r->s, "}\n");
 }

@@ -132,6 +132,10 @@ typedef struct render_gpu_dialect {
   const char *local_decl; /* qualifier of an array in the group's local memory */
   const char *barrier;    /* statement: every thread of the group waits, local writes visible */
   bool exact_groups;      /* the launch has exactly the nest's groups (else the templates check the bound) */
+  const char *vec4_type;  /* four floats (vec4, float4): the contraction template's local tiles hold them when
+                             each thread's block is a multiple of 4 both ways; NULL: scalar tiles */
+  const char *vec4_lane;  /* printf format, arguments (array, element, lane): an lvalue naming one float of a
+                             local array of vec4_type (GLSL indexes the vector; C dialects cast the array) */
   /* Cooperative rows with subgroups: emits statements that combine each
    * subgroup's `acc` (of reduction red) into kiln_red[subgroup index],
    * wait, and define `const float r<red id>` as the combination of them

@@ -2,7 +2,7 @@
 #include "codegen/loopnest.h"
 
 kiln_loop_schedule kiln_loop_schedule_default(void) {
-  kiln_loop_schedule s = {-1, 16384, 0, 0, 0, false, 0, 0, false, false};
+  kiln_loop_schedule s = {-1, 16384, 0, 0, 0, false, 0, 0, false, false, 0};
   return s;
 }
 
@@ -162,11 +162,15 @@ kiln_status_t kiln_schedule_kernel(te_builder *b, const te_tensor *root, int out
    * one thread per row (and any thread tile, which would copy them). */
   if (!st && s.row_threads && s.parallel_dims == KILN_PARALLEL_UNTIL_REDUCTION)
     st = kiln_schedule_cooperative_rows(b, out, s.row_threads, 32, s.row_subgroups, 0);
+  /* Jamming the innermost loop (before thread tiles: it saves the work a
+   * thread tile would only share the loads of). */
+  if (!st && s.jam_inner && s.parallel_dims == KILN_PARALLEL_UNTIL_REDUCTION)
+    st = kiln_schedule_jam_inner(b, out, s.jam_inner);
   /* Thread tiling (not with the template): copies of the element at v + j,
    * placed together (their reductions loop over the same variables, so
    * they run as one loop). */
   int tile = KILN_MIN(s.thread_tile, KILN_MAX_THREAD_TILE), pd = out->parallel_dims;
-  if (!st && !out->tiles.n_red && !out->rows.threads && !out->gemm.ok && tile > 1 && s.parallel_dims == KILN_PARALLEL_UNTIL_REDUCTION && pd > 0 &&
+  if (!st && !out->tiles.n_red && !out->rows.threads && !out->gemm.ok && out->jam_inner <= 1 && tile > 1 && s.parallel_dims == KILN_PARALLEL_UNTIL_REDUCTION && pd > 0 &&
       reads_tile_dim && out->extents[pd - 1] % tile == 0 && out->extents[pd - 1] > tile) {
     int v = out->vars[pd - 1];
     for (int j = 1; j < tile; j++)
@@ -186,6 +190,42 @@ kiln_status_t kiln_schedule_kernel(te_builder *b, const te_tensor *root, int out
   }
   if (st) kiln_loop_nest_free(out);
   return st;
+}
+
+/* Whether e holds a reduction not reading var whose enclosing reduction
+ * chain (up to e) reads it: each iteration of var's loop would repeat it. */
+static bool repeats_invariant_sum(const te_expr *e, int var, bool inside_variant) {
+  if (!e) return false;
+  if (e->op == TE_REDUCE) {
+    bool reads = te_uses_var(e, var);
+    if (inside_variant && !reads) return true;
+    if (reads) inside_variant = true;
+  }
+  return repeats_invariant_sum(e->a, var, inside_variant) || repeats_invariant_sum(e->b, var, inside_variant) ||
+         repeats_invariant_sum(e->c, var, inside_variant);
+}
+
+kiln_status_t kiln_schedule_jam_inner(te_builder *b, kiln_loop_nest *nest, int max_extent) {
+  int rank = nest->rank, pd = nest->parallel_dims;
+  if (nest->tiles.n_red || nest->rows.threads || nest->thread_tile > 1 || nest->gemm.ok || nest->jam_inner > 1) return NULL;
+  if (rank < 1 || pd != rank - 1 || max_extent > KILN_MAX_JAM) return NULL;
+  int64_t e = nest->extents[rank - 1];
+  int v = nest->vars[rank - 1];
+  if (e < 2 || e > max_extent || !repeats_invariant_sum(nest->value, v, false)) return NULL;
+  for (int j = 0; j < e; j++) nest->tile_values[j] = te_substitute(b, (te_expr *)nest->value, v, te_idx(b, j));
+  KILN_TRY(te_builder_status(b));
+  /* Re-place the copies' reductions with the parallel dims kept. */
+  kiln_loop_schedule s = kiln_loop_schedule_default();
+  s.parallel_dims = pd;
+  kiln_loop_kind kinds[KILN_MAX_RANK];
+  memcpy(kinds, nest->kinds, sizeof kinds);
+  int64_t grain = nest->grain;
+  bool reads_tile_dim;
+  KILN_TRY(place(b, &s, (int)e, nest, &reads_tile_dim));
+  memcpy(nest->kinds, kinds, sizeof kinds);
+  nest->grain = grain;
+  nest->jam_inner = (int)e;
+  return NULL;
 }
 
 int64_t kiln_loop_nest_threads(const kiln_loop_nest *nest) {

@@ -104,6 +104,7 @@ kiln_loop_schedule cu_gpu_schedule(int multiprocessors) {
   s.min_groups = 2 * multiprocessors;
   int rows = env_int("KILN_CUDA_ROWS", CU_ROW_THREADS);
   s.row_threads = rows > 0 && rows <= 1024 && !(rows & (rows - 1)) ? rows : 0;
+  s.jam_inner = KILN_MAX_JAM; /* attention's head dim: the scores once per row */
   return s;
 }
 

@@ -116,6 +116,7 @@ static kiln_loop_schedule cl_gpu_schedule(const cl_dev *d) {
   s.min_groups = 2 * (int)d->props.compute_units;
   int rows = env_int("KILN_OPENCL_ROWS", (d->props.type & CL_DEVICE_TYPE_GPU) ? 256 : CL_ROW_THREADS_CPU);
   s.row_threads = rows > 0 && !(rows & (rows - 1)) && d->props.max_work_group >= (size_t)rows ? rows : 0;
+  s.jam_inner = KILN_MAX_JAM; /* attention's head dim: the scores once per row */
   return s;
 }
 

@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "codegen/fusion.h"
 #include "codegen/loopnest.h"
@@ -365,13 +366,23 @@ static kiln_status_t vk_schedule(void *user, kiln_plan *p, int i) {
   kiln_status_t st = kiln_schedule_glsl(ps->fk.b, ps->fk.root, 0, &s->nest);
   kiln_glsl_options o = kiln_glsl_options_default();
   /* Contractions as kernels: the shared contraction template in groups of
-   * 64, enough of them for a few per core or compute unit; row
+   * 64, enough of them for a few per compute unit; on a CPU
+   * implementation (lavapipe) groups of 32 with big register blocks,
+   * two per core (MobileNetV2 on lavapipe: 2518 ms in groups of 64, 32
+   * groups at least; 1087 ms in groups of 32, 4 at least, 2 cores); row
    * reductions: one workgroup of the default size per row. */
-  if (!st && x->contractions_as_kernels) kiln_schedule_contraction_tiles(&s->nest, 64, VK_TILE_MIN_GROUPS);
+  if (!st && x->contractions_as_kernels) {
+    bool cpu = x->dev->tune.type == 4; /* VK_PHYSICAL_DEVICE_TYPE_CPU */
+    long cores = cpu ? sysconf(_SC_NPROCESSORS_ONLN) : 0;
+    kiln_schedule_contraction_tiles(&s->nest, cpu ? 32 : 64, cpu ? (int)KILN_MAX(2 * cores, 2) : VK_TILE_MIN_GROUPS);
+  }
   o.max_loop_trips = vk_max_loop_trips(&x->dev->props);
   if (!st)
     st = kiln_schedule_cooperative_rows(ps->fk.b, &s->nest, (int)o.workgroup_size, (int)o.workgroup_size,
                                         x->dev->props.subgroup_arithmetic, o.max_loop_trips);
+  /* One thread per row with a short innermost loop (attention's head dim):
+   * that loop jammed, so the row's scores are computed once. */
+  if (!st) st = kiln_schedule_jam_inner(ps->fk.b, &s->nest, KILN_MAX_JAM);
   o.fp16 = x->fp16;
   o.int64 = x->dev->props.int64;
   o.spec = &s->src.spec; /* sizes as specialization constants: one SPIR-V per kernel structure */
