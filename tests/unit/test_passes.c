@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "codegen/fusion.h"
+#include "ops/op.h"
 #include "passes/passes_opt.h"
 #include "runtime/executor.h"
 #include "runtime/session.h"
@@ -798,6 +800,58 @@ static void test_softmax(void) {
 }
 
 /* Attention as exporters write it: Q [B, H, T, D] / sqrt(D) · Transpose(K) + mask -> Softmax -> · V. */
+/* Fusion grouping with contractions compiled as kernels: a Conv takes the
+ * elementwise chain after it (Relu, then the residual Add) into one group;
+ * of an Add of two Convs only one is inlined (a group holds one sum); a
+ * Conv read by a Reshape stays its own kernel. Without
+ * contraction_epilogues every Conv is its own root. */
+static void test_fusion_contractions(void) {
+  kiln_graph *g = new_graph("fusion_contractions");
+  int64_t xd[4] = {1, 4, 6, 6}, wd[4] = {4, 4, 1, 1}, shape[2] = {1, 144};
+  input(g, "x", KILN_DTYPE_F32, 4, xd);
+  random_const(g, "w1", 4, wd, -1, 1);
+  random_const(g, "w2", 4, wd, -1, 1);
+  random_const(g, "w3", 4, wd, -1, 1);
+  random_const(g, "w4", 4, wd, -1, 1);
+  ints(g, "shape", 2, shape);
+  int c1 = node(g, "Conv", 13, "x,w1", "c1");
+  int r1 = node(g, "Relu", 13, "c1", "r1");
+  int a1 = node(g, "Add", 13, "r1,x", "y1");
+  int c2 = node(g, "Conv", 13, "x,w2", "c2");
+  int c3 = node(g, "Conv", 13, "x,w3", "c3");
+  int a2 = node(g, "Add", 13, "c2,c3", "y2");
+  int c4 = node(g, "Conv", 13, "x,w4", "c4");
+  int rs = node(g, "Reshape", 13, "c4,shape", "y3");
+  output(g, "y1");
+  output(g, "y2");
+  output(g, "y3");
+  prepare(g);
+  kiln_op_class *cls = calloc((size_t)g->n_nodes, sizeof *cls);
+  for (int n = 0; n < g->n_nodes; n++) cls[n] = g->nodes[n].op->op_class;
+  /* prepare() may reorder: find the nodes by their outputs. */
+  int at[8] = {c1, r1, a1, c2, c3, a2, c4, rs};
+  const char *outs[8] = {"c1", "r1", "y1", "c2", "c3", "y2", "c4", "y3"};
+  for (int k = 0; k < 8; k++) {
+    int v = val(g, outs[k]);
+    at[k] = g->values[v].producer;
+  }
+  c1 = at[0], r1 = at[1], a1 = at[2], c2 = at[3], c3 = at[4], a2 = at[5], c4 = at[6], rs = at[7];
+  kiln_fusion f;
+  MUST(kiln_fusion_plan(g, cls, true, &f));
+  CHECK(f.group_of[c1] == a1 && f.group_of[r1] == a1 && f.group_of[a1] == a1, "Conv+Relu+Add: groups %d %d %d, want %d",
+        f.group_of[c1], f.group_of[r1], f.group_of[a1], a1);
+  CHECK((f.group_of[c2] == a2) != (f.group_of[c3] == a2), "Add of two Convs: %d and %d in the Add's group %d",
+        f.group_of[c2], f.group_of[c3], a2);
+  CHECK(f.group_of[c4] == c4 && f.group_of[rs] == rs, "Conv before Reshape: groups %d %d", f.group_of[c4], f.group_of[rs]);
+  kiln_fusion_free(&f);
+  MUST(kiln_fusion_plan(g, cls, false, &f));
+  CHECK(f.group_of[c1] == c1 && f.group_of[c2] == c2 && f.group_of[c3] == c3 && f.group_of[r1] == a1,
+        "without contraction epilogues: groups %d %d %d %d", f.group_of[c1], f.group_of[c2], f.group_of[c3], f.group_of[r1]);
+  kiln_fusion_free(&f);
+  free(cls);
+  kiln_graph_free(g);
+}
+
 static void test_attention(void) {
   for (int variant = 0; variant < 3; variant++) {
     kiln_graph *g = new_graph("attention");
@@ -1109,6 +1163,7 @@ int main(void) {
   test_layer_norm();
   test_softmax();
   test_attention();
+  test_fusion_contractions();
   test_pattern_misses();
   test_pipeline();
   test_torch_models();
