@@ -49,6 +49,11 @@ kiln_status_t kiln_opt_run_on_subgraphs(kiln_graph *g, kiln_status_t (*fn)(kiln_
 
 /* Runs the passes above to a fixed point. level 0: nothing; >= 1: all. */
 kiln_status_t kiln_optimize_graph(kiln_graph *g, int level);
+/* The same; fuse_attention false: the patterns pass leaves attention as
+ * MatMul, Softmax, MatMul (for a device without a fused attention kernel). */
+kiln_status_t kiln_optimize_graph_for(kiln_graph *g, int level, bool fuse_attention);
+/* The patterns pass without the attention rewrite. */
+kiln_status_t kiln_pass_patterns_unfused_attention(kiln_graph *g);
 
 /* ---- helpers shared by the passes (pipeline.c) ----------------------------- */
 

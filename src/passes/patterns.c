@@ -624,12 +624,16 @@ static kiln_status_t run_matcher(kiln_graph *g, match_fn fn) {
   return st;
 }
 
-kiln_status_t kiln_pass_patterns(kiln_graph *g) {
+static kiln_status_t run_patterns(kiln_graph *g, bool attention) {
   if (!kiln_opt_shapes_trusted(g)) return NULL;
   /* The fused ops' family may be absent from the registry: then there is nothing to create. */
   if (!kiln_op_find(KILN_FUSED_DOMAIN, "Gelu") || !kiln_op_find(KILN_FUSED_DOMAIN, "FusedAttention")) return NULL;
   static const match_fn matchers[] = {match_gelu_erf, match_gelu_tanh, match_layer_norm, match_softmax,
                                       match_attention};
-  for (size_t k = 0; k < KILN_ARRAY_SIZE(matchers); k++) KILN_TRY(run_matcher(g, matchers[k]));
+  size_t n = KILN_ARRAY_SIZE(matchers) - (attention ? 0 : 1); /* match_attention is last */
+  for (size_t k = 0; k < n; k++) KILN_TRY(run_matcher(g, matchers[k]));
   return NULL;
 }
+
+kiln_status_t kiln_pass_patterns(kiln_graph *g) { return run_patterns(g, true); }
+kiln_status_t kiln_pass_patterns_unfused_attention(kiln_graph *g) { return run_patterns(g, false); }

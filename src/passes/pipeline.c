@@ -396,14 +396,19 @@ static const named_pass pipeline[] = {
 
 #define MAX_ROUNDS 8
 
-kiln_status_t kiln_optimize_graph(kiln_graph *g, int level) {
+kiln_status_t kiln_optimize_graph_for(kiln_graph *g, int level, bool fuse_attention) {
   if (!g) return kiln_error(KILN_INVALID_ARGUMENT, "NULL graph");
   if (level <= 0) return NULL;
   for (int round = 0; round < MAX_ROUNDS; round++) {
     uint64_t before = graph_fingerprint(g);
-    for (size_t p = 0; p < KILN_ARRAY_SIZE(pipeline); p++)
-      KILN_RETURN_IF_ERROR(kiln_run_pass(g, pipeline[p].name, pipeline[p].fn), "optimize round %d", round + 1);
+    for (size_t p = 0; p < KILN_ARRAY_SIZE(pipeline); p++) {
+      kiln_pass_fn fn = pipeline[p].fn;
+      if (fn == kiln_pass_patterns && !fuse_attention) fn = kiln_pass_patterns_unfused_attention;
+      KILN_RETURN_IF_ERROR(kiln_run_pass(g, pipeline[p].name, fn), "optimize round %d", round + 1);
+    }
     if (graph_fingerprint(g) == before) break;
   }
   return NULL;
 }
+
+kiln_status_t kiln_optimize_graph(kiln_graph *g, int level) { return kiln_optimize_graph_for(g, level, true); }

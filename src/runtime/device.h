@@ -62,6 +62,11 @@ enum {
   KILN_DEVICE_FEATURE_INT8_DOT = 1 << 1,
   KILN_DEVICE_FEATURE_COOPERATIVE_MATRIX = 1 << 2,
   KILN_DEVICE_FEATURE_ALL_DTYPES = 1 << 3, /* every dtype of every op it supports */
+  /* It runs kiln.FusedAttention as one fast kernel (a flash-style one), so
+   * the optimizer fuses attention for it; devices without it get attention
+   * as MatMul, Softmax, MatMul, which their contraction templates run
+   * (KILN_FUSED_ATTENTION=0/1 overrides, for tests and comparisons). */
+  KILN_DEVICE_FEATURE_FUSED_ATTENTION = 1 << 4,
 };
 
 typedef struct kiln_device kiln_device;

@@ -887,6 +887,19 @@ static void test_attention(void) {
     node(g, "MatMul", 13, "p,v", "y");
     output(g, "y");
     prepare(g);
+    /* For a device without a fused attention kernel the softmax is fused
+     * and the MatMuls stay. */
+    kiln_graph *unfused;
+    MUST(kiln_graph_clone(g, NULL, &unfused));
+    MUST(kiln_optimize_graph_for(unfused, 1, false));
+    CHECK(!find_op(unfused, "FusedAttention") && count_op(unfused, "Softmax") == 1 && count_op(unfused, "MatMul") == 2,
+          "attention variant %d unfused: %d FusedAttention, %d Softmax, %d MatMul", variant,
+          count_op(unfused, "FusedAttention"), count_op(unfused, "Softmax"), count_op(unfused, "MatMul"));
+    kiln_graph_free(unfused);
+    MUST(kiln_graph_clone(g, NULL, &unfused));
+    MUST(kiln_optimize_graph_for(unfused, 1, true));
+    CHECK(find_op(unfused, "FusedAttention"), "attention variant %d: the clone fused with fuse_attention", variant);
+    kiln_graph_free(unfused);
     check_passes("attention", g, PASSES(P_PATTERNS, P_SIMPLIFY, P_DCE));
     const kiln_node *n = find_op(g, "FusedAttention");
     CHECK(n && !count_op(g, "Softmax") && !count_op(g, "MatMul"), "attention variant %d: not fused (%d nodes)", variant,

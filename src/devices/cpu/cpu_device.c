@@ -3,6 +3,8 @@
  * cannot compile on the reference kernels inside the same executable. It is
  * absent when no C compiler is found at run time. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "base/cpu_features.h"
 #include "codegen/jit.h"
@@ -27,6 +29,8 @@ static void cpu_query(const kiln_device *dev, kiln_device_info *out) {
   }
   out->description = description;
   out->host_memory = true;
+  const char *cc = getenv("KILN_CPU_CONTRACTIONS"); /* te: attention from its compute definition, not cpu_contract.c */
+  out->features = cc && !strcmp(cc, "te") ? 0 : KILN_DEVICE_FEATURE_FUSED_ATTENTION;
 }
 
 static bool cpu_supports(const kiln_device *dev, const kiln_graph *g, const kiln_node *node, const char **reason) {
