@@ -487,8 +487,13 @@ static kiln_status_t choose_index_width(const te_builder *b, const kiln_loop_nes
 
 /* ---- declarations and stores --------------------------------------------------------- */
 
-static kiln_status_t declare_buffers(render_ctx *r, int out_buf, int binding_base, const char *block_prefix) {
+/* nest (NULL for an epilogue function): a templated nest whose copies
+ * load vec4s gets a vec4 view of those buffers on the same binding. */
+static kiln_status_t declare_buffers(render_ctx *r, const kiln_loop_nest *nest, int out_buf, int binding_base,
+                                     const char *block_prefix) {
   const te_builder *b = r->b;
+  int vec4_bufs[2] = {-1, -1};
+  for (int w = 0; w < 2 && nest && nest->tiles.n_red && !is_fp16(r); w++) vec4_bufs[w] = render_tiles_vec4_buffer(nest, w);
   for (int i = 0; i < te_buffer_count(b); i++) {
     const te_buffer *buf = te_get_buffer(b, i);
     const char *ty = glsl_array_type(r, buf->dtype);
@@ -496,6 +501,9 @@ static kiln_status_t declare_buffers(render_ctx *r, int out_buf, int binding_bas
     /* No `restrict`: an elementwise kernel may write over an input that dies with it. */
     kiln_strbuf_printf(r->s, "layout(std430, set = 0, binding = %d) %sbuffer %sB%d { %s %s%d[]; };\n", binding_base + i,
                        i == out_buf ? "" : "readonly ", block_prefix, i, ty, r->buf_prefix, i);
+    if (i != out_buf && (vec4_bufs[0] == i || vec4_bufs[1] == i))
+      kiln_strbuf_printf(r->s, "layout(std430, set = 0, binding = %d) readonly buffer %sB%dv { vec4 %s%dv[]; };\n",
+                         binding_base + i, block_prefix, i, r->buf_prefix, i);
   }
   return NULL;
 }
@@ -593,6 +601,14 @@ static void header(render_ctx *r, const char *name, uint32_t wg, bool subgroups)
 
 /* ---- the group templates' GLSL ------------------------------------------------------ */
 
+/* Four f32s through the buffer's vec4 view (declared beside it by
+ * declare_buffers for the template's copies); not with half storage. */
+static bool glsl_vec4_load(render_ctx *r, int buf, const char *index, char *out, size_t n) {
+  if (is_fp16(r)) return false;
+  snprintf(out, n, "%s%dv[(%s) >> 2]", r->buf_prefix, buf, index);
+  return true;
+}
+
 /* Cooperative rows with GL_KHR_shader_subgroup_arithmetic: each
  * subgroup's combination, then the subgroups' through kiln_red. */
 static void glsl_subgroup_combine(render_ctx *r, const te_expr *red, const char *acc) {
@@ -623,7 +639,7 @@ static void template_main(render_ctx *r, const kiln_loop_nest *nest, uint32_t gx
   }
   /* The dispatch may be split over x and y with a few groups to spare. */
   render_gpu_dialect g = {group_id, "int(gl_LocalInvocationID.x)", "shared", "barrier();", false, "vec4", "%s[%s][%s]",
-                          glsl_subgroup_combine};
+                          glsl_vec4_load, glsl_subgroup_combine};
   r->indent = 0;
   render_gpu_locals(r, nest, &g);
   kiln_strbuf_puts(r->s, "void main() {\n");
@@ -710,7 +726,7 @@ kiln_status_t kiln_render_glsl(const te_builder *b, const kiln_loop_nest *nest, 
   if (!st) st = kiln_status_annotate(kiln_loop_nest_dispatch(nest, (int)wg, o.max_groups, out_groups), "GLSL renderer");
   if (!st) {
     header(r, name, wg, subgroups);
-    st = declare_buffers(r, nest->out_buf, 0, "");
+    st = declare_buffers(r, nest, nest->out_buf, 0, "");
   }
   if (!st) {
     kiln_strbuf_puts(src, glsl_helpers);
@@ -767,7 +783,7 @@ kiln_status_t kiln_render_glsl_epilogue_opts(const te_builder *b, const kiln_loo
     char block[140];
     snprintf(block, sizeof block, "%s_", fn_name);
     r->s = decls;
-    st = declare_buffers(r, nest->out_buf, binding_base, block);
+    st = declare_buffers(r, NULL, nest->out_buf, binding_base, block);
     r->s = func;
   }
   if (!st) {

@@ -136,6 +136,10 @@ typedef struct render_gpu_dialect {
                              each thread's block is a multiple of 4 both ways; NULL: scalar tiles */
   const char *vec4_lane;  /* printf format, arguments (array, element, lane): an lvalue naming one float of a
                              local array of vec4_type (GLSL indexes the vector; C dialects cast the array) */
+  /* Writes the expression of the four f32s of buffer `buf` from element
+   * `index` on (a multiple of 4) as one vec4_type load; false where the
+   * dialect cannot (GLSL with half storage). NULL: never. */
+  bool (*vec4_load)(render_ctx *r, int buf, const char *index, char *out, size_t n);
   /* Cooperative rows with subgroups: emits statements that combine each
    * subgroup's `acc` (of reduction red) into kiln_red[subgroup index],
    * wait, and define `const float r<red id>` as the combination of them
@@ -150,6 +154,13 @@ void render_gpu_locals(render_ctx *r, const kiln_loop_nest *nest, const render_g
  * buffer locals. Every thread of the launch must run it (no early return:
  * it has barriers). */
 void render_contraction_tiles(render_ctx *r, const kiln_loop_nest *nest, const render_gpu_dialect *g);
+/* The buffer the contraction template's copy of factor a (which = 0) or b
+ * (1) reads four elements at a time, or -1: the factor is an f32 load at an
+ * affine index with unit stride along the copy's contiguous run (a: the k
+ * loops, b: the N loops), whose extent is a multiple of 4, and every
+ * other coefficient and the offset multiples of 4, so that four
+ * consecutive elements of the slab are one aligned vec4. */
+int render_tiles_vec4_buffer(const kiln_loop_nest *nest, int which);
 /* The body of a nest with rows.threads > 0 (render_rows.c), after the
  * buffer locals: returns early only for a whole group past the last row. */
 void render_cooperative_rows(render_ctx *r, const kiln_loop_nest *nest, const render_gpu_dialect *g);

@@ -11,13 +11,112 @@
 
 static void lit(render_ctx *r, int64_t v, char *buf, size_t n) { r->d->int_literal(r, KILN_DTYPE_I64, v, buf, n); }
 
+/* copy_tile four elements at a time: each thread loads a vec4 along the
+ * contiguous side (the guard on its first element covers all four: that
+ * side's extent is a multiple of 4) and stores its lanes, or the whole
+ * vec4 where the local tile's vectors run the same way (b). */
+static void copy_tile4(render_ctx *r, const kiln_loop_nest *nest, const render_gpu_dialect *g, bool vec, int buf4,
+                       const te_expr *factor, const int *loops, int n_loops, int64_t extent, int width, int stride,
+                       bool k_fastest, const char *group, const char *dst) {
+  const kiln_contraction_tiles *t = &nest->tiles;
+  const char *ity = r->d->value_type(r, KILN_DTYPE_I64), *vty = g->vec4_type;
+  int nt = t->threads_m * t->threads_n, kvars[KILN_MAX_RANK], count = t->tile_k * width / 4;
+  int64_t kext[KILN_MAX_RANK];
+  for (int i = 0; i < t->n_red; i++) {
+    kvars[i] = t->red[i]->var;
+    kext[i] = t->red[i]->extent;
+  }
+  char ext[40], kall[40], zero[40];
+  lit(r, extent, ext, sizeof ext);
+  lit(r, t->k, kall, sizeof kall);
+  r->d->float_literal(r, KILN_DTYPE_F32, 0.0, zero, sizeof zero);
+  render_line(r, "for (int kiln_e = kiln_t; kiln_e < %d; kiln_e += %d) {", count, nt);
+  render_open_scope(r);
+  render_trips_enter(r, (count + nt - 1) / nt);
+  if (k_fastest) render_line(r, "const int kiln_kk = (kiln_e %% %d) * 4, kiln_j = kiln_e / %d;", t->tile_k / 4, t->tile_k / 4);
+  else render_line(r, "const int kiln_j = (kiln_e %% %d) * 4, kiln_kk = kiln_e / %d;", width / 4, width / 4);
+  render_line(r, "const %s kiln_i = %s * %d + kiln_j, kiln_k = kiln_k0 + kiln_kk;", ity, group, width);
+  /* Zeroed lane by lane: the dialects spell a vector constructor differently. */
+  render_line(r, "%s kiln_x;", vty);
+  render_line(r, "kiln_x.x = kiln_x.y = kiln_x.z = kiln_x.w = %s;", zero);
+  render_line(r, "if (kiln_i < %s && kiln_k < %s) {", ext, kall);
+  render_open_scope(r);
+  render_unflatten_loops(r, nest, "kiln_i", loops, n_loops);
+  render_unflatten(r, "kiln_k", kvars, kext, t->n_red);
+  render_ensure(r, factor->a);
+  char index[48], load[256];
+  render_name_of(r, factor->a, index, sizeof index);
+  g->vec4_load(r, buf4, index, load, sizeof load);
+  render_line(r, "kiln_x = %s;", load);
+  render_close_scope(r);
+  render_line(r, "}");
+  static const char lanes[] = "xyzw";
+  if (!k_fastest && vec) {
+    render_line(r, "%s[kiln_kk * %d + (kiln_j >> 2)] = kiln_x;", dst, stride);
+  } else {
+    for (int c = 0; c < 4; c++) {
+      char elem[64], lane[512];
+      const char *kk = k_fastest ? " + " : "", *jj = k_fastest ? "" : " + ";
+      char kc[8] = "", jc[8] = "";
+      snprintf(k_fastest ? kc : jc, 8, "%d", c);
+      if (vec) {
+        snprintf(elem, sizeof elem, "(kiln_kk%s%s) * %d + ((kiln_j%s%s) >> 2)", kk, kc, stride, jj, jc);
+        char lidx[32];
+        snprintf(lidx, sizeof lidx, "(kiln_j%s%s) & 3", jj, jc);
+        snprintf(lane, sizeof lane, g->vec4_lane, dst, elem, lidx);
+        render_line(r, "%s = kiln_x.%c;", lane, lanes[c]);
+      } else {
+        render_line(r, "%s[(kiln_kk%s%s) * %d + kiln_j%s%s] = kiln_x.%c;", dst, kk, kc, stride, jj, jc, lanes[c]);
+      }
+    }
+  }
+  render_trips_leave(r);
+  render_close_scope(r);
+  render_line(r, "}");
+}
+
+int render_tiles_vec4_buffer(const kiln_loop_nest *nest, int which) {
+  const kiln_contraction_tiles *t = &nest->tiles;
+  const te_expr *f = which ? t->b : t->a;
+  te_affine af;
+  if (!t->n_red || !f || f->op != TE_LOAD || f->dtype != KILN_DTYPE_F32 || !te_affine_of(f->a, &af) || af.c0 % 4) return -1;
+  int run[KILN_MAX_RANK], n_run = which ? t->n_n : t->n_red;
+  int64_t ext[KILN_MAX_RANK], total = 1;
+  for (int i = 0; i < n_run; i++) {
+    run[i] = which ? nest->vars[t->n_loops[i]] : t->red[i]->var;
+    ext[i] = which ? nest->extents[t->n_loops[i]] : t->red[i]->extent;
+    total *= ext[i];
+  }
+  if (total % 4) return -1;
+  int64_t stride = 1;
+  for (int i = n_run - 1; i >= 0; i--) {
+    if (ext[i] != 1 && te_affine_coef(&af, run[i]) != stride) return -1;
+    stride *= ext[i];
+  }
+  /* Every other variable: a loop of the nest or a sum of the template, at a multiple of 4. */
+  for (int i = 0; i < af.n; i++) {
+    bool in_run = false, known = false;
+    for (int k = 0; k < n_run; k++) in_run |= run[k] == af.var[i];
+    for (int l = 0; l < nest->rank; l++) known |= nest->vars[l] == af.var[i];
+    for (int k = 0; k < t->n_red; k++) known |= t->red[k]->var == af.var[i];
+    if (!known || (!in_run && af.coef[i] % 4)) return -1;
+  }
+  return f->buf;
+}
+
 /* Copies one operand's tile_k x width slab into local buffer `dst` (row
  * stride `stride`): element e of the slab is (kk, j) with the operand's
- * contiguous side fastest, zero outside its extent and k's. */
-static void copy_tile(render_ctx *r, const kiln_loop_nest *nest, const render_gpu_dialect *g, bool vec,
+ * contiguous side fastest, zero outside its extent and k's; with buf4 >= 0
+ * (render_tiles_vec4_buffer) four consecutive elements of that side per
+ * load. */
+static void copy_tile(render_ctx *r, const kiln_loop_nest *nest, const render_gpu_dialect *g, bool vec, int buf4,
                       const te_expr *factor, const int *loops, int n_loops, int64_t extent, int width, int stride,
                       bool k_fastest, const char *group, const char *dst) {
   const kiln_contraction_tiles *t = &nest->tiles;
+  if (buf4 >= 0) {
+    copy_tile4(r, nest, g, vec, buf4, factor, loops, n_loops, extent, width, stride, k_fastest, group, dst);
+    return;
+  }
   const char *ity = r->d->value_type(r, KILN_DTYPE_I64), *fty = r->d->value_type(r, KILN_DTYPE_F32);
   int nt = t->threads_m * t->threads_n, kvars[KILN_MAX_RANK];
   int64_t kext[KILN_MAX_RANK];
@@ -111,8 +210,15 @@ void render_contraction_tiles(render_ctx *r, const kiln_loop_nest *nest, const r
   render_line(r, "for (%s kiln_k0 = 0; kiln_k0 < %s; kiln_k0 += %d) {", ity, kall, t->tile_k);
   render_open_scope(r);
   render_trips_enter(r, (t->k + t->tile_k - 1) / t->tile_k);
-  copy_tile(r, nest, g, vec, t->a, t->m_loops, t->n_m, t->m, t->tile_m, stride_a, true, "kiln_gm", "kiln_la");
-  copy_tile(r, nest, g, vec, t->b, t->n_loops, t->n_n, t->n, t->tile_n, stride_b, false, "kiln_gn", "kiln_lb");
+  /* Vector loads where the dialect has them and the copies' runs allow. */
+  int buf4[2] = {-1, -1};
+  for (int w = 0; w < 2 && g->vec4_load; w++) {
+    char probe[256];
+    buf4[w] = render_tiles_vec4_buffer(nest, w);
+    if (buf4[w] >= 0 && !g->vec4_load(r, buf4[w], "0", probe, sizeof probe)) buf4[w] = -1;
+  }
+  copy_tile(r, nest, g, vec, buf4[0], t->a, t->m_loops, t->n_m, t->m, t->tile_m, stride_a, true, "kiln_gm", "kiln_la");
+  copy_tile(r, nest, g, vec, buf4[1], t->b, t->n_loops, t->n_n, t->n, t->tile_n, stride_b, false, "kiln_gn", "kiln_lb");
   render_line(r, "%s", g->barrier);
   render_line(r, "for (int kiln_kk = 0; kiln_kk < %d; kiln_kk++) {", t->tile_k);
   render_open_scope(r);
