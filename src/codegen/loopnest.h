@@ -311,6 +311,9 @@ typedef struct kiln_glsl_options {
                                float16_t (the device's f32->f16 conversion: round to nearest even on lavapipe
                                and the desktop GPUs). Element indices are unchanged (2 bytes each); a binding's
                                size must be rounded up to 4 bytes. false: f32 buffers, byte-identical source. */
+  bool fp16_arith;          /* with fp16: the contraction template's local tiles hold half and it multiplies and
+                               sums runs of 4 k's in half, each run's sum added to an f32 accumulator (GPUs: half
+                               FMA at twice the rate, half the shared memory); false: f32 arithmetic */
   kiln_glsl_spec *spec;     /* NULL: sizes are literals in the source (byte-identical to before). Else
                                shape-dependent integers are specialization constants interned here (ids
                                from spec->first_id; borrowed; the caller frees it): see kiln_render_glsl */
@@ -359,33 +362,4 @@ kiln_status_t kiln_schedule_glsl(te_builder *b, const te_tensor *root, int out_b
  * values[i]). Out of memory growing the list: KILN_OOM. */
 kiln_status_t kiln_render_glsl(const te_builder *b, const kiln_loop_nest *nest, const char *name,
                                const kiln_glsl_options *opts, kiln_strbuf *src, uint32_t out_groups[3]);
-/* The elementwise tail of a GPU contraction. For a reduction-free nest of
- * any rank (idx is unflattened over its extents, so broadcast operands such
- * as a per-column bias index by axis) whose buffer raw_buf is the
- * contraction's result: appends to `decls` the
- * declarations of every te buffer i at binding binding_base + i (names
- * FN_b<i>, blocks FN_B<i>; the output too, so bindings are contiguous), and
- * to `func` the (include-guarded) helpers and `float FN(int idx, float raw)`
- * returning output element idx with raw_buf's element idx replaced by `raw`.
- * KILN_UNSUPPORTED if the nest reads raw_buf at any other index than the
- * element's row-major one (then do not fuse) or needs 64-bit indices. */
-kiln_status_t kiln_render_glsl_epilogue(const te_builder *b, const kiln_loop_nest *nest, const char *fn_name,
-                                        int raw_buf, int binding_base, kiln_strbuf *decls, kiln_strbuf *func);
-/* The same with options: only opts->fp16 is used (NULL = f32). With fp16
- * the f32 buffers are declared float16_t[] (read as float); `raw` and the
- * returned value stay float, and the host kernel (generated with the same
- * fp16 setting) converts the result when it stores it. The host shader
- * must enable GL_EXT_shader_16bit_storage (the vk_kernels generators do
- * when their desc's fp16 is set). With opts->spec the index constants
- * become specialization constants as in kiln_render_glsl, declared at the
- * end of `decls` (the vulkan device numbers an epilogue's from
- * VK_EPILOGUE_SPEC_BASE = 1000 through spec->first_id, so they cannot
- * collide with the host kernel's own, numbered from 0). One spec list per
- * host shader: `decls` declares every constant `func` uses. */
-kiln_status_t kiln_render_glsl_epilogue_opts(const te_builder *b, const kiln_loop_nest *nest, const char *fn_name,
-                                             int raw_buf, int binding_base, const kiln_glsl_options *opts,
-                                             kiln_strbuf *decls, kiln_strbuf *func);
-/* The include-guarded GLSL math helpers (kiln_erff, kiln_tanhf, ...). */
-const char *kiln_glsl_helpers(void);
-
 #endif

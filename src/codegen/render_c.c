@@ -458,7 +458,8 @@ kiln_status_t kiln_render_cuda(const te_builder *b, const kiln_loop_nest *nest, 
   char head[160];
   snprintf(head, sizeof head, "extern \"C\" __global__ void %s(", name);
   static const render_gpu_dialect cuda = {"(int64_t)blockIdx.x", "(int)threadIdx.x", "__shared__", "__syncthreads();",
-                                          true, "float4", "((float *)%s)[(%s) * 4 + (%s)]", cuda_vec4_load, NULL};
+                                          true, "float4", "((float *)%s)[(%s) * 4 + (%s)]", NULL, NULL,
+                                          cuda_vec4_load, NULL};
   return kiln_status_annotate(render_gpu_kernel(b, nest, "CUDA renderer", head, "%s%s%s *b%d", NULL,
                                                 "(int64_t)blockIdx.x * blockDim.x + threadIdx.x", &cuda, src),
                               "kernel %s", name);
@@ -496,7 +497,7 @@ kiln_status_t kiln_render_opencl(const te_builder *b, const kiln_loop_nest *nest
   snprintf(head, sizeof head, "__kernel void %s(", name);
   static const render_gpu_dialect opencl = {"(int64_t)get_group_id(0)", "(int)get_local_id(0)", "__local",
                                             "barrier(CLK_LOCAL_MEM_FENCE);", true, "float4",
-                                            "((__local float *)%s)[(%s) * 4 + (%s)]", opencl_vec4_load, NULL};
+                                            "((__local float *)%s)[(%s) * 4 + (%s)]", NULL, NULL, opencl_vec4_load, NULL};
   return kiln_status_annotate(
       render_gpu_kernel(b, nest, "OpenCL renderer", head, "%s__global uchar *p%.0s%.0s%d, ulong o%d",
                         "  __global %s%s *b%d = (__global %s%s *)(p%d + o%d);\n", "(int64_t)get_global_id(0)", &opencl,

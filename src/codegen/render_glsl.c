@@ -53,18 +53,15 @@ typedef struct glsl_spec_use {
 typedef struct glsl_ctx {
   render_ctx r;
   bool fp16;          /* f32 buffers are float16_t[] */
+  bool fp16_arith;    /* and the contraction template computes in half (kiln_glsl_options.fp16_arith) */
   glsl_spec_use *sp;  /* NULL: sizes are literals; borrowed (the entry point's) */
-  const kiln_loop_nest *epi_nest; /* epilogue: its nest (the raw buffer is read at its row-major index); borrowed */
 } glsl_ctx;
 
 static const glsl_ctx *glsl_of(const render_ctx *r) { return (const glsl_ctx *)(const void *)r; }
 static bool is_fp16(const render_ctx *r) { return glsl_of(r)->fp16; }
 
-/* Helpers every shader may call; guarded so that several pasted epilogues
- * and the host shader can all include them. */
+/* Helpers every shader may call. */
 static const char glsl_helpers[] =
-    "#ifndef KILN_GLSL_HELPERS\n"
-    "#define KILN_GLSL_HELPERS\n"
     "float kiln_logf(float x) { return x < 0.0 ? uintBitsToFloat(0x7fc00000u) : x == 0.0 ? uintBitsToFloat(0xff800000u) : log(x); }\n"
     "float kiln_sqrtf(float x) { return x < 0.0 ? uintBitsToFloat(0x7fc00000u) : sqrt(x); }\n"
     "float kiln_sigmoidf(float x) { return 1.0 / (1.0 + exp(-x)); }\n"
@@ -126,10 +123,7 @@ static const char glsl_helpers[] =
     "  else if (isinf(y)) r = (ax > 1.0) == (y > 0.0) ? uintBitsToFloat(0x7f800000u) : 0.0;\n"
     "  else r = pow(ax, y);\n"
     "  return odd ? -r : r;\n"
-    "}\n"
-    "#endif\n";
-
-const char *kiln_glsl_helpers(void) { return glsl_helpers; }
+    "}\n";
 
 /* ---- the GLSL dialect ------------------------------------------------------------ */
 
@@ -285,26 +279,6 @@ static void subscript(const render_ctx *r, const char *fmt, const char *i, char 
   else snprintf(buf, n, "%s", inner);
 }
 
-/* An epilogue reads its raw buffer only at the element it is computing:
- * `index` must be the row-major flat index of the nest's variables (what
- * `idx` is), whatever the nest's rank. */
-static bool is_element_index(const kiln_loop_nest *nest, const te_expr *index) {
-  te_affine a;
-  if (!nest || nest->rank > KILN_MAX_RANK || !te_affine_of(index, &a) || a.c0) return false;
-  /* Every variable is one of the nest's loops. */
-  for (int i = 0; i < a.n; i++) {
-    bool loop = false;
-    for (int l = 0; l < nest->rank && !loop; l++) loop = nest->vars[l] == a.var[i];
-    if (!loop && a.coef[i]) return false;
-  }
-  int64_t stride = 1;
-  for (int l = nest->rank - 1; l >= 0; l--) {
-    if (nest->extents[l] != 1 && te_affine_coef(&a, nest->vars[l]) != stride) return false;
-    stride *= nest->extents[l];
-  }
-  return true;
-}
-
 /* An 8- or 16-bit element: four or two to a uint word (the buffer is
  * declared uint[]); the word, then the element's lane within it. */
 static void packed_load(render_ctx *r, kiln_dtype dt, int k, const char *i) {
@@ -326,11 +300,6 @@ static void glsl_load(render_ctx *r, const te_expr *e, const char *i) {
   kiln_strbuf *s = r->s;
   const char *p = r->buf_prefix;
   int k = e->buf;
-  if (k == r->raw_buf) {
-    if (is_element_index(glsl_of(r)->epi_nest, e->a)) kiln_strbuf_puts(s, "raw");
-    else render_fail(r, "raw buffer %d read at another index than the element's", k);
-    return;
-  }
   char w[160];
   switch (te_get_buffer(r->b, k)->dtype) {
     case KILN_DTYPE_F32:
@@ -487,23 +456,22 @@ static kiln_status_t choose_index_width(const te_builder *b, const kiln_loop_nes
 
 /* ---- declarations and stores --------------------------------------------------------- */
 
-/* nest (NULL for an epilogue function): a templated nest whose copies
- * load vec4s gets a vec4 view of those buffers on the same binding. */
-static kiln_status_t declare_buffers(render_ctx *r, const kiln_loop_nest *nest, int out_buf, int binding_base,
-                                     const char *block_prefix) {
+/* Buffer i at binding i; a templated nest whose copies load vec4s gets a
+ * vec4 view of those buffers on the same binding. */
+static kiln_status_t declare_buffers(render_ctx *r, const kiln_loop_nest *nest, int out_buf) {
   const te_builder *b = r->b;
   int vec4_bufs[2] = {-1, -1};
-  for (int w = 0; w < 2 && nest && nest->tiles.n_red && !is_fp16(r); w++) vec4_bufs[w] = render_tiles_vec4_buffer(nest, w);
+  for (int w = 0; w < 2 && nest->tiles.n_red && !is_fp16(r); w++) vec4_bufs[w] = render_tiles_vec4_buffer(nest, w);
   for (int i = 0; i < te_buffer_count(b); i++) {
     const te_buffer *buf = te_get_buffer(b, i);
     const char *ty = glsl_array_type(r, buf->dtype);
     if (!ty) return kiln_error(KILN_UNSUPPORTED, "GLSL renderer: buffer of dtype %s", kiln_dtype_name(buf->dtype));
     /* No `restrict`: an elementwise kernel may write over an input that dies with it. */
-    kiln_strbuf_printf(r->s, "layout(std430, set = 0, binding = %d) %sbuffer %sB%d { %s %s%d[]; };\n", binding_base + i,
-                       i == out_buf ? "" : "readonly ", block_prefix, i, ty, r->buf_prefix, i);
+    kiln_strbuf_printf(r->s, "layout(std430, set = 0, binding = %d) %sbuffer B%d { %s %s%d[]; };\n", i,
+                       i == out_buf ? "" : "readonly ", i, ty, r->buf_prefix, i);
     if (i != out_buf && (vec4_bufs[0] == i || vec4_bufs[1] == i))
-      kiln_strbuf_printf(r->s, "layout(std430, set = 0, binding = %d) readonly buffer %sB%dv { vec4 %s%dv[]; };\n",
-                         binding_base + i, block_prefix, i, r->buf_prefix, i);
+      kiln_strbuf_printf(r->s, "layout(std430, set = 0, binding = %d) readonly buffer B%dv { vec4 %s%dv[]; };\n", i, i,
+                         r->buf_prefix, i);
   }
   return NULL;
 }
@@ -639,7 +607,11 @@ static void template_main(render_ctx *r, const kiln_loop_nest *nest, uint32_t gx
   }
   /* The dispatch may be split over x and y with a few groups to spare. */
   render_gpu_dialect g = {group_id, "int(gl_LocalInvocationID.x)", "shared", "barrier();", false, "vec4", "%s[%s][%s]",
-                          glsl_vec4_load, glsl_subgroup_combine};
+                          NULL, NULL, glsl_vec4_load, glsl_subgroup_combine};
+  if (is_fp16(r) && glsl_of(r)->fp16_arith) {
+    g.half_type = "float16_t";
+    g.half4_type = "f16vec4";
+  }
   r->indent = 0;
   render_gpu_locals(r, nest, &g);
   kiln_strbuf_puts(r->s, "void main() {\n");
@@ -715,9 +687,9 @@ kiln_status_t kiln_render_glsl(const te_builder *b, const kiln_loop_nest *nest, 
   glsl_ctx g;
   KILN_TRY(render_init(&g.r, &glsl_dialect, b, src));
   g.fp16 = o.fp16;
+  g.fp16_arith = o.fp16 && o.fp16_arith;
   glsl_spec_use sp = {o.spec, NULL, 0, 0, false};
   g.sp = o.spec ? &sp : NULL;
-  g.epi_nest = NULL;
   render_ctx *r = &g.r;
   r->max_trips = o.max_loop_trips;
   kiln_status_t st = choose_index_width(b, nest, o.int64, &r->idx64);
@@ -726,7 +698,7 @@ kiln_status_t kiln_render_glsl(const te_builder *b, const kiln_loop_nest *nest, 
   if (!st) st = kiln_status_annotate(kiln_loop_nest_dispatch(nest, (int)wg, o.max_groups, out_groups), "GLSL renderer");
   if (!st) {
     header(r, name, wg, subgroups);
-    st = declare_buffers(r, nest, nest->out_buf, 0, "");
+    st = declare_buffers(r, nest, nest->out_buf);
   }
   if (!st) {
     kiln_strbuf_puts(src, glsl_helpers);
@@ -749,69 +721,4 @@ kiln_status_t kiln_render_glsl(const te_builder *b, const kiln_loop_nest *nest, 
   free(sp.ids);
   render_free(r);
   return st ? st : kiln_strbuf_status(src);
-}
-
-kiln_status_t kiln_render_glsl_epilogue(const te_builder *b, const kiln_loop_nest *nest, const char *fn_name,
-                                        int raw_buf, int binding_base, kiln_strbuf *decls, kiln_strbuf *func) {
-  return kiln_render_glsl_epilogue_opts(b, nest, fn_name, raw_buf, binding_base, NULL, decls, func);
-}
-
-kiln_status_t kiln_render_glsl_epilogue_opts(const te_builder *b, const kiln_loop_nest *nest, const char *fn_name,
-                                             int raw_buf, int binding_base, const kiln_glsl_options *opts,
-                                             kiln_strbuf *decls, kiln_strbuf *func) {
-  if (nest->rank < 1 || nest->n_sites)
-    return kiln_error(KILN_INTERNAL, "epilogues need a reduction-free kernel");
-  if (raw_buf < 0 || raw_buf >= te_buffer_count(b) || raw_buf == nest->out_buf)
-    return kiln_error(KILN_INTERNAL, "GLSL epilogue: raw buffer %d is not an input of the kernel", raw_buf);
-  if (te_get_buffer(b, raw_buf)->dtype != KILN_DTYPE_F32 || te_get_buffer(b, nest->out_buf)->dtype != KILN_DTYPE_F32)
-    return kiln_error(KILN_UNSUPPORTED, "GLSL epilogue: raw and output buffers must be f32");
-  glsl_ctx g;
-  KILN_TRY(render_init(&g.r, &glsl_dialect, b, func));
-  g.fp16 = opts && opts->fp16;
-  glsl_spec_use sp = {opts ? opts->spec : NULL, NULL, 0, 0, false};
-  g.sp = sp.spec ? &sp : NULL;
-  g.epi_nest = nest;
-  render_ctx *r = &g.r;
-  char prefix[128];
-  snprintf(prefix, sizeof prefix, "%s_b", fn_name);
-  r->buf_prefix = prefix;
-  r->raw_buf = raw_buf;
-  r->raw_var = nest->vars[0];
-  /* idx is an int: everything must fit 32 bits. */
-  kiln_status_t st = choose_index_width(b, nest, false, &r->idx64);
-  if (!st) {
-    char block[140];
-    snprintf(block, sizeof block, "%s_", fn_name);
-    r->s = decls;
-    st = declare_buffers(r, NULL, nest->out_buf, binding_base, block);
-    r->s = func;
-  }
-  if (!st) {
-    kiln_strbuf_puts(func, glsl_helpers);
-    kiln_strbuf_printf(func, "float %s(int idx, float raw) {\n", fn_name);
-    r->indent = 0;
-    render_open_scope(r);
-    if (nest->rank == 1) {
-      render_indent(r);
-      kiln_strbuf_printf(func, "const int v%d = idx;\n", nest->vars[0]);
-    } else {
-      unflatten(r, nest, 0, nest->rank, "idx"); /* broadcast operands index by axis */
-    }
-    render_ensure(r, nest->value);
-    char val[64];
-    render_name_of(r, nest->value, val, sizeof val);
-    render_indent(r);
-    if (nest->value->dtype == KILN_DTYPE_F32) kiln_strbuf_printf(func, "return %s;\n", val);
-    else kiln_strbuf_printf(func, "return float(%s);\n", val);
-    render_close_scope(r);
-    kiln_strbuf_puts(func, "}\n");
-    if (r->bad) st = kiln_error(KILN_UNSUPPORTED, "GLSL renderer: cannot express %s in epilogue %s", r->why, fn_name);
-    if (!st) st = spec_status(g.sp);
-    if (!st && g.sp) declare_spec(g.sp, decls); /* after the buffers: the host pastes decls before func */
-  }
-  free(sp.ids);
-  render_free(r);
-  if (st) return st;
-  KILN_TRY(kiln_strbuf_status(decls));
-  return kiln_strbuf_status(func);
 }

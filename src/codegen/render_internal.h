@@ -136,6 +136,11 @@ typedef struct render_gpu_dialect {
                              each thread's block is a multiple of 4 both ways; NULL: scalar tiles */
   const char *vec4_lane;  /* printf format, arguments (array, element, lane): an lvalue naming one float of a
                              local array of vec4_type (GLSL indexes the vector; C dialects cast the array) */
+  /* Half tiles (NULL: f32): the local tiles hold half_type (half4_type
+   * where they hold vectors) and each run of 4 k's is multiplied and summed
+   * in half, the run's sum added to the f32 accumulator; a dialect setting
+   * them spells conversions as constructors (`float(x)`, GLSL). */
+  const char *half_type, *half4_type;
   /* Writes the expression of the four f32s of buffer `buf` from element
    * `index` on (a multiple of 4) as one vec4_type load; false where the
    * dialect cannot (GLSL with half storage). NULL: never. */

@@ -145,13 +145,15 @@ static void copy_tile(render_ctx *r, const kiln_loop_nest *nest, const render_gp
   render_line(r, "kiln_x = %s;", name);
   render_close_scope(r);
   render_line(r, "}");
+  char value[64] = "kiln_x";
+  if (g->half_type) snprintf(value, sizeof value, "%s(kiln_x)", g->half_type);
   if (vec) {
     char elem[48], lane[512];
     snprintf(elem, sizeof elem, "kiln_kk * %d + (kiln_j >> 2)", stride);
     snprintf(lane, sizeof lane, g->vec4_lane, dst, elem, "kiln_j & 3");
-    render_line(r, "%s = kiln_x;", lane);
+    render_line(r, "%s = %s;", lane, value);
   } else {
-    render_line(r, "%s[kiln_kk * %d + kiln_j] = kiln_x;", dst, stride);
+    render_line(r, "%s[kiln_kk * %d + kiln_j] = %s;", dst, stride, value);
   }
   render_trips_leave(r);
   render_close_scope(r);
@@ -179,11 +181,50 @@ void render_gpu_locals(render_ctx *r, const kiln_loop_nest *nest, const render_g
   const kiln_contraction_tiles *t = &nest->tiles;
   if (t->n_red) {
     bool vec = tiles_vec4(t, g);
-    const char *ety = vec ? g->vec4_type : fty;
+    const char *ety = vec ? (g->half_type ? g->half4_type : g->vec4_type) : (g->half_type ? g->half_type : fty);
     render_line(r, "%s %s kiln_la[%d];", g->local_decl, ety, t->tile_k * tile_stride_a(t, vec));
     render_line(r, "%s %s kiln_lb[%d];", g->local_decl, ety, t->tile_k * tile_stride_b(t, vec));
   }
   if (nest->rows.threads) render_line(r, "%s %s kiln_red[%d];", g->local_decl, fty, nest->rows.threads);
+}
+
+/* One step of 4 k's with half tiles: the thread's a and b values of each
+ * k (kiln_a<i>_<q>, kiln_b<j>_<q>), then per output the four products
+ * summed in half and the sum added in f32, so the rounding error is about
+ * 4 * 2^-11 of sum |a||b| whatever K is. */
+static void render_half_products(render_ctx *r, const kiln_contraction_tiles *t, const render_gpu_dialect *g, bool vec,
+                                 int stride_a, int stride_b) {
+  static const char lanes[] = "xyzw";
+  const char *fty = r->d->value_type(r, KILN_DTYPE_F32);
+  int rm = t->tile_m / t->threads_m, rn = t->tile_n / t->threads_n;
+  for (int q = 0; q < 4; q++) {
+    if (vec) {
+      for (int i = 0; i < rm / 4; i++)
+        render_line(r, "const %s kiln_a%d_%d = kiln_la[(kiln_kk + %d) * %d + kiln_ty * %d + %d];", g->half4_type, i, q, q,
+                    stride_a, rm / 4, i);
+      for (int j = 0; j < rn / 4; j++)
+        render_line(r, "const %s kiln_b%d_%d = kiln_lb[(kiln_kk + %d) * %d + kiln_tx * %d + %d];", g->half4_type, j, q, q,
+                    stride_b, rn / 4, j);
+    } else {
+      for (int i = 0; i < rm; i++)
+        render_line(r, "const %s kiln_a%d_%d = kiln_la[(kiln_kk + %d) * %d + kiln_ty + %d];", g->half_type, i, q, q,
+                    stride_a, i * t->threads_m);
+      for (int j = 0; j < rn; j++)
+        render_line(r, "const %s kiln_b%d_%d = kiln_lb[(kiln_kk + %d) * %d + kiln_tx + %d];", g->half_type, j, q, q,
+                    stride_b, j * t->threads_n);
+    }
+  }
+  for (int i = 0; i < rm; i++)
+    for (int j = 0; j < rn; j++) {
+      char term[4][64];
+      for (int q = 0; q < 4; q++) {
+        if (vec)
+          snprintf(term[q], sizeof term[q], "kiln_a%d_%d.%c * kiln_b%d_%d.%c", i / 4, q, lanes[i % 4], j / 4, q, lanes[j % 4]);
+        else
+          snprintf(term[q], sizeof term[q], "kiln_a%d_%d * kiln_b%d_%d", i, q, j, q);
+      }
+      render_line(r, "kiln_c%d_%d += %s(%s + %s + %s + %s);", i, j, fty, term[0], term[1], term[2], term[3]);
+    }
 }
 
 void render_contraction_tiles(render_ctx *r, const kiln_loop_nest *nest, const render_gpu_dialect *g) {
@@ -212,7 +253,7 @@ void render_contraction_tiles(render_ctx *r, const kiln_loop_nest *nest, const r
   render_trips_enter(r, (t->k + t->tile_k - 1) / t->tile_k);
   /* Vector loads where the dialect has them and the copies' runs allow. */
   int buf4[2] = {-1, -1};
-  for (int w = 0; w < 2 && g->vec4_load; w++) {
+  for (int w = 0; w < 2 && g->vec4_load && !g->half_type; w++) {
     char probe[256];
     buf4[w] = render_tiles_vec4_buffer(nest, w);
     if (buf4[w] >= 0 && !g->vec4_load(r, buf4[w], "0", probe, sizeof probe)) buf4[w] = -1;
@@ -220,10 +261,14 @@ void render_contraction_tiles(render_ctx *r, const kiln_loop_nest *nest, const r
   copy_tile(r, nest, g, vec, buf4[0], t->a, t->m_loops, t->n_m, t->m, t->tile_m, stride_a, true, "kiln_gm", "kiln_la");
   copy_tile(r, nest, g, vec, buf4[1], t->b, t->n_loops, t->n_n, t->n, t->tile_n, stride_b, false, "kiln_gn", "kiln_lb");
   render_line(r, "%s", g->barrier);
-  render_line(r, "for (int kiln_kk = 0; kiln_kk < %d; kiln_kk++) {", t->tile_k);
+  bool half = g->half_type != NULL;
+  int run = half ? 4 : 1; /* k's per step of the local loop: tile_k (16) is a multiple of 4 */
+  render_line(r, "for (int kiln_kk = 0; kiln_kk < %d; kiln_kk += %d) {", t->tile_k, run);
   render_open_scope(r);
-  render_trips_enter(r, t->tile_k);
-  if (vec) {
+  render_trips_enter(r, t->tile_k / run);
+  if (half) {
+    render_half_products(r, t, g, vec, stride_a, stride_b);
+  } else if (vec) {
     static const char lanes[] = "xyzw";
     for (int i = 0; i < rm / 4; i++)
       render_line(r, "const %s kiln_a%d = kiln_la[kiln_kk * %d + kiln_ty * %d + %d];", g->vec4_type, i, stride_a, rm / 4, i);

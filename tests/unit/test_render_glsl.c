@@ -1,8 +1,8 @@
 /* The GLSL renderer: real kernels (graph nodes through kiln_lower_node and
  * the GPU schedule) rendered as compute shaders in every mode (one
  * invocation per element or row, cooperative rows with shared memory or
- * subgroups, 32- and 64-bit indices, epilogues pasted into a host shader),
- * each compiled by glslc. Exits 77 (skip) when glslc is not installed:
+ * subgroups, 32- and 64-bit indices, the contraction template), each
+ * compiled by glslc. Exits 77 (skip) when glslc is not installed:
  * nothing here is checked without the compiler.
  *
  * With the Vulkan runtime (KILN_HAVE_VULKAN and a device, e.g. lavapipe)
@@ -15,15 +15,13 @@
  * kiln_f32_to_f16 / kiln_f16_to_f32) and compared with the reference
  * recomputed on those rounded inputs: since everything in between is f32,
  * the f32 tolerance plus the one rounding of the stored result (2^-11 |ref|)
- * must hold. Also: stores round to nearest even (ties, bit for bit), and an
- * fp16 epilogue pasted into an fp16 host shader runs.
+ * must hold. Also: stores round to nearest even (ties, bit for bit), and
+ * the template's half tiles stay within their bound.
  *
  * Specialization constants (kiln_glsl_options.spec): every render is done
  * again with them (label_spec) and run with their values in the pipeline's
  * VkSpecializationInfo; the same op on two shapes must render to one
- * source with them and two without; an epilogue's constants (ids from
- * 1000) are declared in its decls and run in a host shader; 64-bit indices
- * keep literals. */
+ * source with them and two without; 64-bit indices keep literals. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -373,6 +371,10 @@ static kiln_status_t vk_run(const char *label, const char *src, const kernel *k,
 }
 #endif
 
+/* Per output element, the error a mode may add on top (the template's half
+ * arithmetic), or NULL. */
+static const double *extra_tol;
+
 #if KILN_HAVE_VULKAN
 /* Compares the device result with the reference (rtol 1e-3, atol 1e-4, NaN = NaN;
  * fp16: plus 2^-11 |ref|, the rounding of the stored result to half). */
@@ -382,6 +384,7 @@ static void compare(const char *label, const float *got, const kiln_tensor *want
   for (int64_t i = 0; i < want->numel; i++) {
     float a = got[i], b = w[i];
     double tol = 1e-4 + 1e-3 * fabs((double)b) + (fp16 ? 1.001 * ldexp(fabs((double)b), -11) : 0.0);
+    if (extra_tol) tol += extra_tol[i];
     bool ok = (isnan(a) && isnan(b)) || a == b || fabs((double)a - (double)b) <= tol;
     if (!ok && bad++ < 5) CHECK(false, "%s: element %lld: got %.9g, want %.9g", label, (long long)i, a, b);
   }
@@ -672,7 +675,43 @@ static void case_layernorm(void) {
 /* The contraction template (codegen/render_tiles.c) in GLSL: MatMul with
  * an epilogue, a padded strided Conv, in groups of 64 and 256, f32 and
  * fp16 storage, against the reference. */
-static void tiles_case(const char *name, tgraph *t) {
+/* The template with half tiles (fp16_arith) on the MatMul [m,k] x [k,n]
+ * of inputs a and b (then a 1-Lipschitz epilogue): inputs rounded to half,
+ * each output allowed 4.5 * 2^-11 of sum_k |a||b| more (runs of 4 k's
+ * summed in half). */
+static void tiles_half_case(const char *name, kernel *k, tgraph *t, int a, int b, int64_t m, int64_t kd, int64_t n) {
+  kiln_status_t st = round_inputs_to_half(t);
+  CHECK(!st, "%s: fp16 reference: %s", name, st ? kiln_status_message(st) : "");
+  kiln_status_free(st);
+  double *tol = calloc((size_t)(m * n), sizeof *tol);
+  if (st || !tol) {
+    free(tol);
+    return;
+  }
+  const float *av = t->val[a]->data, *bv = t->val[b]->data;
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) {
+      double sum = 0;
+      for (int64_t q = 0; q < kd; q++) sum += fabs((double)av[i * kd + q] * (double)bv[q * n + j]);
+      tol[i * n + j] = 4.5 * ldexp(sum, -11);
+    }
+  k->nest.tiles = (kiln_contraction_tiles){0};
+  kiln_schedule_contraction_tiles(&k->nest, 64, 1);
+  kiln_glsl_options o = kiln_glsl_options_default();
+  o.fp16 = o.fp16_arith = true;
+  char label[128], *src = NULL;
+  snprintf(label, sizeof label, "%s_half_tiles", name);
+  extra_tol = tol;
+  render_one(label, k, t, &o, NULL, &src);
+  extra_tol = NULL;
+  CHECK(src && (strstr(src, "shared float16_t kiln_la") || strstr(src, "shared f16vec4 kiln_la")) &&
+            strstr(src, "float(kiln_a0_0"),
+        "%s: the local tiles and products are not half", label);
+  free(src);
+  free(tol);
+}
+
+static void tiles_case(const char *name, tgraph *t, const int *half_mnk) {
   kiln_status_t st = run_ref(t);
   CHECK(!st, "%s: reference: %s", name, st ? kiln_status_message(st) : "");
   kernel k;
@@ -693,6 +732,7 @@ static void tiles_case(const char *name, tgraph *t) {
       snprintf(label, sizeof label, "%s_tiles%d", name, threads);
       render_and_check(label, &k, t, &o);
     }
+    if (half_mnk) tiles_half_case(name, &k, t, half_mnk[0], half_mnk[1], half_mnk[2], half_mnk[3], half_mnk[4]);
     kernel_free(&k);
   }
   tgraph_free(t);
@@ -705,7 +745,7 @@ static void case_contraction_tiles(void) {
   int b = input(&t, "b", KILN_DTYPE_F32, 2, db, -1, 1);
   int mm = node(&t, "MatMul", 13, 2, (int[]){a, b}, "mm");
   node(&t, "Tanh", 13, 1, &mm, "out");
-  tiles_case("tiles_matmul_tanh", &t);
+  tiles_case("tiles_matmul_tanh", &t, (int[]){a, b, 130, 200, 70});
   tgraph c = new_graph(41);
   int64_t dx[4] = {1, 8, 33, 35}, dw[4] = {32, 8, 3, 3};
   int x = input(&c, "x", KILN_DTYPE_F32, 4, dx, -1, 1);
@@ -713,7 +753,7 @@ static void case_contraction_tiles(void) {
   node(&c, "Conv", 11, 2, (int[]){x, w}, "out");
   attr_ints(&c, "pads", 4, (int64_t[]){1, 0, 1, 2});
   attr_ints(&c, "strides", 2, (int64_t[]){1, 2});
-  tiles_case("tiles_conv", &c);
+  tiles_case("tiles_conv", &c, NULL);
 }
 
 /* A driver that stops loops (llvmpipe: 65535 iterations per loop and
@@ -1058,327 +1098,6 @@ static void case_fp16_rounding(void) {
   tgraph_free(&t);
 }
 
-/* ---- epilogues ---- */
-
-/* The epilogue in fp16: declared float16_t, pasted into an fp16 host
- * shader whose raw value is a[i] * b[i] with b = 1 (so raw is the graph's
- * raw input), run, and compared with the reference on half inputs. */
-static void epilogue_fp16(tgraph *t, kernel *k, int raw) {
-  kiln_status_t st = round_inputs_to_half(t);
-  CHECK(!st, "fp16 epilogue reference: %s", st ? kiln_status_message(st) : "");
-  kiln_status_free(st);
-  if (st) return;
-  kiln_glsl_options o = kiln_glsl_options_default();
-  o.fp16 = true;
-  kiln_strbuf decls = {0}, func = {0}, host = {0};
-  st = kiln_render_glsl_epilogue_opts(k->b, &k->nest, "ep", 1, 3, &o, &decls, &func);
-  CHECK(!st, "fp16 epilogue: %s", st ? kiln_status_message(st) : "");
-  kiln_status_free(st);
-  CHECK(st || (strstr(decls.data, "float16_t") && !strstr(decls.data, "{ float ")), "fp16 epilogue declares f32 buffers: %s",
-        decls.data);
-  int64_t n = t->val[raw]->numel;
-  kiln_strbuf_printf(&host,
-                     "#version 450\n#extension GL_EXT_shader_16bit_storage : require\nlayout(local_size_x = 64) in;\n"
-                     "layout(std430, set = 0, binding = 0) buffer C { float16_t c[]; };\n"
-                     "layout(std430, set = 0, binding = 1) readonly buffer A { float16_t a[]; };\n"
-                     "layout(std430, set = 0, binding = 2) readonly buffer B { float16_t b[]; };\n%s%s%s"
-                     "void main() {\n  int i = int(gl_GlobalInvocationID.x);\n  if (i >= %lld) return;\n"
-                     "  float acc = float(a[i]) * float(b[i]);\n  c[i] = float16_t(ep(i, acc));\n}\n",
-                     decls.data ? decls.data : "", kiln_glsl_helpers(), func.data ? func.data : "", (long long)n);
-  if (!st && compile_glsl("epilogue_host_fp16", host.data)) {
-#if KILN_HAVE_VULKAN
-    if (vk) {
-      /* bindings: 0 out, 1 a = raw, 2 b = ones, 3 + i the epilogue's te buffer i */
-      kiln_tensor *ones = NULL;
-      if (kiln_tensor_new(KILN_DTYPE_F32, 1, &n, &ones)) abort();
-      for (int64_t i = 0; i < n; i++) ((float *)ones->data)[i] = 1.0f;
-      kernel hk;
-      memset(&hk, 0, sizeof hk);
-      tgraph ht = *t; /* the host kernel's buffers as values of a copy of the table */
-      int spare = 63;   /* a value slot no test graph uses */
-      ht.val[spare] = ones;
-      hk.arg_values[0] = k->arg_values[0];
-      hk.arg_values[1] = raw;
-      hk.arg_values[2] = spare;
-      /* The flat kernel reads every non-scalar input at the element's index
-       * (bias [10] as [60]): bind such inputs tiled to n elements. */
-      kiln_tensor *tiled[16] = {0};
-      for (int i = 0; i < k->n_args; i++) {
-        const kiln_tensor *x = t->val[k->arg_values[i]];
-        hk.arg_values[3 + i] = k->arg_values[i];
-        if (x->numel == 1 || x->numel == n || spare - 1 - i <= 0) continue;
-        if (kiln_tensor_new(KILN_DTYPE_F32, 1, &n, &tiled[i])) abort();
-        for (int64_t e = 0; e < n; e++) ((float *)tiled[i]->data)[e] = ((const float *)x->data)[e % x->numel];
-        ht.val[spare - 1 - i] = tiled[i];
-        hk.arg_values[3 + i] = spare - 1 - i;
-      }
-      hk.n_args = 3 + k->n_args;
-      uint32_t groups[3] = {(uint32_t)((n + 63) / 64), 1, 1};
-      float *got = NULL;
-      st = vk_run("epilogue_host_fp16", host.data, &hk, &ht, groups, true, NULL, &got);
-      CHECK(!st, "fp16 epilogue run: %s", st ? kiln_status_message(st) : "");
-      kiln_status_free(st);
-      if (!st) {
-        compare("epilogue_host_fp16", got, t->val[k->arg_values[0]], true);
-        ran++;
-      }
-      free(got);
-      kiln_tensor_release(ones);
-      for (int i = 0; i < 16; i++)
-        if (tiled[i]) kiln_tensor_release(tiled[i]);
-    }
-#endif
-  }
-  kiln_strbuf_free(&host);
-  kiln_strbuf_free(&decls);
-  kiln_strbuf_free(&func);
-}
-
-/* A host shader for an f32 epilogue FN: c[i] = FN(i, a[i] * b[i]) over n
- * elements, bindings 0 c, 1 a, 2 b, then the epilogue's from 3. */
-static void host_shader(kiln_strbuf *host, const kiln_strbuf *decls, const kiln_strbuf *func, const char *fn,
-                        int64_t n) {
-  kiln_strbuf_printf(host,
-                     "#version 450\nlayout(local_size_x = 64) in;\n"
-                     "layout(std430, set = 0, binding = 0) buffer C { float c[]; };\n"
-                     "layout(std430, set = 0, binding = 1) readonly buffer A { float a[]; };\n"
-                     "layout(std430, set = 0, binding = 2) readonly buffer B { float b[]; };\n%s%s%s"
-                     "void main() {\n  int i = int(gl_GlobalInvocationID.x);\n  if (i >= %lld) return;\n"
-                     "  float acc = a[i] * b[i];\n  c[i] = %s(i, acc);\n}\n",
-                     decls->data ? decls->data : "", kiln_glsl_helpers(), func->data ? func->data : "", (long long)n, fn);
-}
-
-static void case_epilogue(void) {
-  tgraph t = new_graph(80);
-  int64_t d[2] = {6, 10}, db[1] = {10}, ds[1] = {1};
-  int raw = input(&t, "raw", KILN_DTYPE_F32, 2, d, -2, 2);
-  int bias = input(&t, "bias", KILN_DTYPE_F32, 1, db, -1, 1);
-  int a = node(&t, "Add", 14, 2, (int[]){raw, bias}, "a");
-  int g = node(&t, "Erf", 13, 1, &a, "g");
-  int sc = input(&t, "sc", KILN_DTYPE_F32, 0, ds, 0.5f, 1);
-  node(&t, "Mul", 14, 2, (int[]){g, sc}, "out");
-  kiln_status_t st = run_ref(&t);
-  kiln_status_free(st);
-  kernel k;
-  st = build_kernel(&t, true, &k);
-  CHECK(!st, "epilogue kernel: %s", st ? kiln_status_message(st) : "");
-  kiln_status_free(st);
-  if (!st) {
-    /* Buffers: 0 out, 1 raw, 2 bias (flat: read at v0, so not the raw index... */
-    kiln_strbuf decls = {0}, func = {0};
-    st = kiln_render_glsl_epilogue(k.b, &k.nest, "ep", 1, 3, &decls, &func);
-    CHECK(!st, "epilogue: %s", st ? kiln_status_message(st) : "");
-    kiln_status_free(st);
-    kiln_strbuf host = {0};
-    host_shader(&host, &decls, &func, "ep", t.val[raw]->numel);
-    compile_glsl("epilogue_host", host.data); /* pasting the helpers twice is fine */
-    kiln_strbuf_free(&host);
-    kiln_strbuf_free(&decls);
-    kiln_strbuf_free(&func);
-    /* The scalar buffer read at index 0 cannot be the raw element. */
-    int scalar_buf = -1;
-    for (int i = 0; i < k.n_args; i++)
-      if (k.arg_values[i] == sc) scalar_buf = i;
-    st = kiln_render_glsl_epilogue(k.b, &k.nest, "ep2", scalar_buf, 0, &decls, &func);
-    CHECK(st && kiln_status_code_of(st) == KILN_UNSUPPORTED, "raw read at another index must be unsupported");
-    kiln_status_free(st);
-    kiln_strbuf_free(&decls);
-    kiln_strbuf_free(&func);
-    epilogue_fp16(&t, &k, raw);
-    kernel_free(&k);
-  }
-  (void)bias;
-  tgraph_free(&t);
-}
-
-/* An epilogue over a rank-2 nest (not flattened): raw [6, 10] + bias [10]
- * broadcast per column, then Erf and a scalar scale. idx is unflattened, so
- * bias is bound as its own 10 elements; the raw buffer is recognized at its
- * row-major index. Run with literals and with specialization constants, and
- * a kernel reading the raw buffer transposed must be refused. */
-static void case_epilogue_broadcast(void) {
-  tgraph t = new_graph(82);
-  int64_t d[2] = {6, 10}, db[1] = {10}, ds[1] = {1}, n = 60;
-  int raw = input(&t, "raw", KILN_DTYPE_F32, 2, d, -2, 2);
-  int bias = input(&t, "bias", KILN_DTYPE_F32, 1, db, -1, 1);
-  int ones = input(&t, "ones", KILN_DTYPE_F32, 2, d, 1, 1);
-  int a = node(&t, "Add", 14, 2, (int[]){raw, bias}, "a");
-  int g = node(&t, "Erf", 13, 1, &a, "g");
-  int sc = input(&t, "sc", KILN_DTYPE_F32, 0, ds, 0.5f, 1);
-  int out = node(&t, "Mul", 14, 2, (int[]){g, sc}, "out");
-  kiln_status_t st = run_ref(&t);
-  CHECK(!st, "broadcast epilogue reference: %s", st ? kiln_status_message(st) : "");
-  kiln_status_free(st);
-  for (int64_t i = 0; i < n; i++) ((float *)t.val[ones]->data)[i] = 1.0f;
-  kernel k;
-  st = build_kernel(&t, false, &k);
-  CHECK(!st && k.nest.rank == 2, "broadcast epilogue kernel: %s (rank %d)", st ? kiln_status_message(st) : "",
-        st ? -1 : k.nest.rank);
-  kiln_status_free(st);
-  int raw_buf = -1;
-  for (int i = 0; !st && i < k.n_args; i++)
-    if (k.arg_values[i] == raw) raw_buf = i;
-  for (int use_spec = 0; use_spec < 2 && !st && raw_buf >= 0; use_spec++) {
-    kiln_glsl_spec spec = {.first_id = 1000};
-    kiln_glsl_options o = kiln_glsl_options_default();
-    o.spec = use_spec ? &spec : NULL;
-    kiln_strbuf decls = {0}, func = {0}, host = {0};
-    kiln_status_t rs = kiln_render_glsl_epilogue_opts(k.b, &k.nest, "epb", raw_buf, 3, &o, &decls, &func);
-    CHECK(!rs, "broadcast epilogue: %s", rs ? kiln_status_message(rs) : "");
-    const char *label = use_spec ? "epilogue_bcast_spec" : "epilogue_bcast";
-    host_shader(&host, &decls, &func, "epb", n);
-    if (!rs && compile_glsl(label, host.data)) {
-#if KILN_HAVE_VULKAN
-      if (vk) {
-        /* bindings: 0 out, 1 a = raw, 2 b = ones, 3 + i the epilogue's te buffer i (bias as its 10 values) */
-        kernel hk;
-        memset(&hk, 0, sizeof hk);
-        hk.arg_values[0] = out;
-        hk.arg_values[1] = raw;
-        hk.arg_values[2] = ones;
-        for (int i = 0; i < k.n_args; i++) hk.arg_values[3 + i] = k.arg_values[i];
-        hk.n_args = 3 + k.n_args;
-        uint32_t groups[3] = {(uint32_t)((n + 63) / 64), 1, 1};
-        float *got = NULL;
-        rs = vk_run(label, host.data, &hk, &t, groups, false, use_spec ? &spec : NULL, &got);
-        CHECK(!rs, "%s run: %s", label, rs ? kiln_status_message(rs) : "");
-        if (!rs) {
-          compare(label, got, t.val[out], false);
-          ran++;
-        }
-        free(got);
-      }
-#endif
-    }
-    kiln_status_free(rs);
-    kiln_glsl_spec_free(&spec);
-    kiln_strbuf_free(&host);
-    kiln_strbuf_free(&decls);
-    kiln_strbuf_free(&func);
-  }
-  if (!st) kernel_free(&k);
-  tgraph_free(&t);
-  (void)bias;
-
-  /* raw read transposed: out = Transpose(raw) + 1 over a [10, 6] nest. */
-  tgraph u = new_graph(83);
-  int64_t du[2] = {6, 10}, d1[1] = {1};
-  int rw = input(&u, "raw", KILN_DTYPE_F32, 2, du, -2, 2);
-  int tr = node(&u, "Transpose", 13, 1, &rw, "tr");
-  int one = input(&u, "one", KILN_DTYPE_F32, 0, d1, 1, 1);
-  node(&u, "Add", 14, 2, (int[]){tr, one}, "out");
-  st = run_ref(&u);
-  kiln_status_free(st);
-  st = build_kernel(&u, false, &k);
-  CHECK(!st, "transposed epilogue kernel: %s", st ? kiln_status_message(st) : "");
-  kiln_status_free(st);
-  if (!st) {
-    int rb = -1;
-    for (int i = 0; i < k.n_args; i++)
-      if (k.arg_values[i] == rw) rb = i;
-    kiln_strbuf decls = {0}, func = {0};
-    kiln_status_t rs = kiln_render_glsl_epilogue(k.b, &k.nest, "ept", rb, 3, &decls, &func);
-    CHECK(rs && kiln_status_code_of(rs) == KILN_UNSUPPORTED, "raw read transposed must be unsupported");
-    kiln_status_free(rs);
-    kiln_strbuf_free(&decls);
-    kiln_strbuf_free(&func);
-    kernel_free(&k);
-  }
-  tgraph_free(&u);
-}
-
-/* An epilogue with index constants (a bias repeating every 10 elements, a
- * scale per row of 10 read at an offset): out[i] = raw[i] + bias[i % 10] *
- * tab[i / 10 + 3]. */
-static te_expr *compute_epi_spec(te_builder *b, const te_tensor *t, te_expr *const *idx) {
-  int64_t row = t->in[1]->dims[0];
-  te_expr *i_bias = te_imod(b, idx[0], row);
-  te_expr *i_tab = te_iadd(b, te_idiv(b, idx[0], row), te_idx(b, 3));
-  te_expr *prod = te_binary(b, TE_MUL, te_at(b, t->in[1], &i_bias), te_at(b, t->in[2], &i_tab));
-  return te_binary(b, TE_ADD, te_at(b, t->in[0], idx), prod);
-}
-
-/* The epilogue with specialization constants (ids from 1000, as the vulkan
- * device numbers them) declared in `decls`, pasted into a host shader that
- * has none of its own, run with the epilogue's values. */
-static void case_epilogue_spec(void) {
-  tgraph t = new_graph(81);
-  int64_t n = 60, dn[1] = {60}, db[1] = {10}, dt[1] = {9};
-  int raw = input(&t, "raw", KILN_DTYPE_F32, 1, dn, -2, 2);
-  int bias = input(&t, "bias", KILN_DTYPE_F32, 1, db, -1, 1);
-  int tab = input(&t, "tab", KILN_DTYPE_F32, 1, dt, -1, 1);
-  int ones = input(&t, "ones", KILN_DTYPE_F32, 1, dn, 1, 1);
-  int out = value_of(&t, "out");
-  if (kiln_tensor_new(KILN_DTYPE_F32, 1, dn, &t.val[out])) abort();
-  const float *rv = t.val[raw]->data, *bv = t.val[bias]->data, *tv = t.val[tab]->data;
-  for (int64_t i = 0; i < n; i++) {
-    ((float *)t.val[ones]->data)[i] = 1.0f;
-    ((float *)t.val[out]->data)[i] = rv[i] + bv[i % 10] * tv[i / 10 + 3];
-  }
-  kernel k;
-  memset(&k, 0, sizeof k);
-  te_builder_create(&k.b);
-  te_add_buffer(k.b, KILN_DTYPE_F32, 1, dn, out);
-  int br = te_add_buffer(k.b, KILN_DTYPE_F32, 1, dn, raw), bb = te_add_buffer(k.b, KILN_DTYPE_F32, 1, db, bias),
-      bt = te_add_buffer(k.b, KILN_DTYPE_F32, 1, dt, tab);
-  te_tensor *g = te_view_compute(k.b, KILN_DTYPE_F32, 1, dn, compute_epi_spec);
-  g->in[0] = te_view_buffer(k.b, br);
-  g->in[1] = te_view_buffer(k.b, bb);
-  g->in[2] = te_view_buffer(k.b, bt);
-  g->n_in = 3;
-  kiln_status_t st = kiln_schedule_glsl(k.b, g, 0, &k.nest);
-  CHECK(!st, "epilogue spec schedule: %s", st ? kiln_status_message(st) : "");
-  kiln_status_free(st);
-  for (int use_spec = 0; use_spec < 2 && !st; use_spec++) {
-    kiln_glsl_spec spec = {.first_id = 1000};
-    kiln_glsl_options o = kiln_glsl_options_default();
-    o.spec = use_spec ? &spec : NULL;
-    kiln_strbuf decls = {0}, func = {0}, host = {0};
-    st = kiln_render_glsl_epilogue_opts(k.b, &k.nest, "eps", br, 3, &o, &decls, &func);
-    CHECK(!st, "epilogue spec: %s", st ? kiln_status_message(st) : "");
-    kiln_status_free(st);
-    const char *label = use_spec ? "epilogue_host_spec" : "epilogue_host_literal";
-    if (!st && use_spec) { /* 10 and 3 (interned: 10 is the divisor and the modulus) */
-      bool vals = spec.n == 2 && spec.values[0] + spec.values[1] == 13 && spec.values[0] * spec.values[1] == 30;
-      const char *fn = func.data ? strstr(func.data, "float eps(") : NULL; /* after the helpers */
-      CHECK(vals && fn && strstr(decls.data, "layout(constant_id = 1000) const int KS1000 = 1;") &&
-                strstr(decls.data, "layout(constant_id = 1001) const int KS1001 = 1;") && strstr(fn, "KS1000") &&
-                strstr(fn, "KS1001") && !strstr(func.data, "constant_id") && !strstr(fn, " 10") && !strstr(fn, " 3"),
-            "epilogue spec: %d constants; decls:\n%s\nfunc:\n%s", spec.n, decls.data, fn ? fn : "");
-    }
-    host_shader(&host, &decls, &func, "eps", n);
-    if (!st && compile_glsl(label, host.data)) {
-#if KILN_HAVE_VULKAN
-      if (vk) {
-        /* bindings: 0 out, 1 a = raw, 2 b = ones, 3 + i the epilogue's te buffer i */
-        kernel hk;
-        memset(&hk, 0, sizeof hk);
-        int args[7] = {out, raw, ones, out, raw, bias, tab};
-        memcpy(hk.arg_values, args, sizeof args);
-        hk.n_args = 7;
-        uint32_t groups[3] = {(uint32_t)((n + 63) / 64), 1, 1};
-        float *got = NULL;
-        st = vk_run(label, host.data, &hk, &t, groups, false, use_spec ? &spec : NULL, &got);
-        CHECK(!st, "%s run: %s", label, st ? kiln_status_message(st) : "");
-        kiln_status_free(st);
-        if (!st) {
-          compare(label, got, t.val[out], false);
-          ran++;
-        }
-        st = NULL;
-        free(got);
-      }
-#endif
-    }
-    kiln_strbuf_free(&host);
-    kiln_strbuf_free(&decls);
-    kiln_strbuf_free(&func);
-    kiln_glsl_spec_free(&spec);
-  }
-  kernel_free(&k);
-  tgraph_free(&t);
-}
-
 int main(void) {
   if (!find_glslc()) {
     printf("SKIP: glslc not found (set GLSLC or install glslc)\n");
@@ -1406,9 +1125,6 @@ int main(void) {
   case_gather(KILN_DTYPE_I32);
   case_int64();
   case_same_source();
-  case_epilogue();
-  case_epilogue_broadcast();
-  case_epilogue_spec();
   case_fp16_rounding();
 #if KILN_HAVE_VULKAN
   if (vk) vk_context_destroy(vk);

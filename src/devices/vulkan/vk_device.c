@@ -111,12 +111,11 @@ static void vk_query(const kiln_device *dev, kiln_device_info *out) {
   out->driver = d->props.driver;
   out->host_memory = false;
   out->features = (d->props.fp16 ? KILN_DEVICE_FEATURE_FP16 : 0) | (d->props.int8_dot ? KILN_DEVICE_FEATURE_INT8_DOT : 0) |
-                  (d->props.coop_matrix ? KILN_DEVICE_FEATURE_COOPERATIVE_MATRIX : 0) |
-                  (vk_contractions_as_kernels() ? 0 : KILN_DEVICE_FEATURE_FUSED_ATTENTION); /* vk_kernels_attn.c */
+                  (d->props.coop_matrix ? KILN_DEVICE_FEATURE_COOPERATIVE_MATRIX : 0);
 }
 
 static bool vk_supports(const kiln_device *dev, const kiln_graph *g, const kiln_node *node, const char **reason) {
-  const char *why = vk_plan_unsupported(dev->impl, g, node, vk_contractions_as_kernels());
+  const char *why = vk_plan_unsupported(g, node);
   if (why && reason) *reason = why;
   return why == NULL;
 }

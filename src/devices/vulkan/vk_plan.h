@@ -3,10 +3,10 @@
  * The shared plan claims, fuses, plans the arena and the flushes, uploads
  * the weights once and runs the steps; the Vulkan device supplies the hooks
  * (vk_plan.c): claims narrowed by what its shaders take, each fused group
- * scheduled for the GPU and rendered as GLSL (codegen/render_glsl.c);
- * MatMul, Gemm, Conv, MaxPool and FusedAttention as hand-scheduled shaders
- * (vk_kernels.c) with an elementwise consumer fused in as their epilogue;
- * all shaders compiled in one batch (SPIR-V and pipelines cached on disk);
+ * scheduled for the GPU and rendered as GLSL (codegen/render_glsl.c), the
+ * contractions (MatMul, Gemm, Conv with their elementwise consumers) as the
+ * shared contraction template, row reductions as cooperative rows; all
+ * shaders compiled in one batch (SPIR-V and pipelines cached on disk);
  * the device steps between two host (ref) steps recorded once into a
  * command buffer (a vk_stream) with its descriptor sets.
  *
@@ -66,10 +66,6 @@ void vk_buffer_view_free(vk_buffer *view);
 /* The context of a device state, created on first use. */
 kiln_status_t vk_device_context(vk_device_state *d, vk_context **out);
 
-/* KILN_VULKAN_CONTRACTIONS=te: MatMul, Gemm, Conv, pools and attention
- * as kernels of their compute definitions (the contraction template where
- * it applies) instead of the vk_kernels generators. */
-bool vk_contractions_as_kernels(void);
 /* Iterations per loop per invocation past which the driver stops a loop
  * (kiln_glsl_options.max_loop_trips), or 0 when it does not. */
 int64_t vk_max_loop_trips(const vk_device_props *p);
@@ -77,11 +73,8 @@ int64_t vk_max_loop_trips(const vk_device_props *p);
  * no compute-unit count: enough for lavapipe's threads and a small GPU). */
 #define VK_TILE_MIN_GROUPS 32
 
-/* Why this node is not claimed (static string), or NULL if it is. With
- * contractions_as_kernels a contraction is rendered from its compute
- * definition (the shared templates), so its own generator is not asked. */
-const char *vk_plan_unsupported(const vk_device_state *d, const kiln_graph *g, const kiln_node *node,
-                                bool contractions_as_kernels);
+/* Why this node is not claimed (static string), or NULL if it is. */
+const char *vk_plan_unsupported(const kiln_graph *g, const kiln_node *node);
 
 /* The plan hooks (runtime/plan.h; device.h's plan slots). */
 struct kiln_plan;
