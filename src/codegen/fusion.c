@@ -162,6 +162,7 @@ kiln_status_t kiln_fusion_build(const kiln_graph *g, const kiln_fusion *f, int r
         bool scalar = kiln_type_numel(&vd->type) == 1;
         int buf = flat ? te_add_buffer(b, vd->type.dtype, scalar ? 0 : 1, &numel, v)
                        : te_add_buffer(b, vd->type.dtype, vd->type.rank, vd->type.dims, v);
+        if (vd->constant) te_buffer_set_constant(b, buf);
         args[n_args++] = v;
         views[v] = te_view_buffer(b, buf);
       }

@@ -9,7 +9,13 @@
  *
  * Entry points are `void NAME(const kiln_rt *rt, void *const *buffers)`:
  * buffers[i] is the base pointer of the kernel's i-th tensor argument, in
- * the order the kernel's signature lists them.
+ * the order the kernel's signature lists them, and buffers[n] (n: the
+ * kernel's tensor count) its launch's state slot, a `kiln_rt_state **`:
+ * what a runtime call prepares once for this launch (constant weights
+ * packed or transformed, an algorithm chosen) lives there; it starts
+ * NULL, and whoever owns the launch calls its destroy when done with it.
+ * Runtime calls report failures (out of memory) to the device through
+ * kiln_rt.fail; the kernel itself returns normally.
  */
 #ifndef KILN_RT_H
 #define KILN_RT_H
@@ -18,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_RT_ABI_VERSION 2
+#define KILN_RT_ABI_VERSION 3
 
 typedef void (*kiln_rt_parallel_fn)(void *ctx, int64_t begin, int64_t end, int thread);
 typedef void (*kiln_rt_epilogue_fn)(void *ctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, int64_t nb);
@@ -50,6 +56,33 @@ typedef struct kiln_rt_sgemm_args {
   void *epilogue_ctx;
 } kiln_rt_sgemm_args;
 
+/* A runtime call's prepared state for one launch (see the top). */
+typedef struct kiln_rt_state {
+  void (*destroy)(struct kiln_rt_state *self); /* frees it, self included */
+} kiln_rt_state;
+
+/* An ONNX Conv (NCHW, f32) computed by the runtime: y = conv(x, w)
+ * (+ bias[channel]), then, when set, epilogue over every element of y in
+ * place (tiles of rows = channels of one image, columns = pixels; the
+ * kiln_rt_epilogue_ctx it gets has buffers = epilogue_buffers, and the
+ * flat index of a tile's element as that struct says). With add or clip
+ * set, the epilogue is exactly y += add[i] (flat output index i), then y
+ * clipped to [lo, hi] (max and min keeping NaN), which a routine may apply
+ * in registers instead of calling it. */
+typedef struct kiln_rt_conv_args {
+  int nsp; /* spatial dims, 1-3 */
+  int64_t n, ci, co, group;
+  int64_t in[3], out[3], kernel[3], stride[3], dilation[3], pad_begin[3];
+  const float *x, *w;
+  float *y;
+  bool w_constant; /* w holds the same data at every launch: it may be transformed once */
+  const float *bias, *add; /* each may be NULL */
+  bool clip;
+  float lo, hi;
+  kiln_rt_epilogue_fn epilogue;
+  void *const *epilogue_buffers;
+} kiln_rt_conv_args;
+
 typedef struct kiln_rt {
   int abi_version;
   void *pool; /* the session's thread pool */
@@ -58,6 +91,16 @@ typedef struct kiln_rt {
   void (*parallel_for)(void *pool, int64_t n, int64_t grain, kiln_rt_parallel_fn fn, void *ctx);
   /* f32 GEMM with bias and a per-tile epilogue (kiln's packed micro-kernels). */
   void (*sgemm)(void *pool, const kiln_rt_sgemm_args *args);
+  /* args' op(B) packed for sgemm's packed_b, once per launch (*slot); only
+   * for a B that holds the same data at every launch. NULL when it could
+   * not be packed (out of memory, reported through fail): pass B as is. */
+  const void *(*sgemm_packed_b)(const struct kiln_rt *rt, const kiln_rt_sgemm_args *args, kiln_rt_state **slot);
+  /* A convolution; its plan (algorithm, transformed weights) is kept in
+   * *slot. Out of memory: reported through fail, y left unwritten. */
+  void (*conv)(const struct kiln_rt *rt, const kiln_rt_conv_args *args, kiln_rt_state **slot);
+  /* Records that a runtime call failed (message printf-style); the device
+   * turns it into the launch's error. */
+  void (*fail)(const struct kiln_rt *rt, const char *message);
 } kiln_rt;
 
 #endif

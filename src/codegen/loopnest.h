@@ -44,7 +44,8 @@ typedef struct kiln_loop_schedule {
                             row in one group (kiln_cooperative_rows), halved down to 32 for short rows */
   bool row_subgroups;    /* cooperative rows combine their partial results with the dialect's subgroup
                             operations first (GLSL: GL_KHR_shader_subgroup_arithmetic) */
-  bool tensorize_gemm;   /* C dialect: contractions over strided matrices become GEMM calls (kiln_gemm_call) */
+  bool tensorize_gemm;   /* C dialect: contractions over strided matrices become GEMM calls (kiln_gemm_call),
+                            tagged convolutions kiln_rt.conv calls (kiln_conv_call) */
   int jam_inner;         /* GPU mapping: the innermost loop, when it is the one serial loop and at most this
                             long, is jammed (kiln_schedule_jam_inner); 0: never */
 } kiln_loop_schedule;
@@ -132,6 +133,25 @@ typedef struct kiln_gemm_call {
   int64_t a_stride[KILN_MAX_RANK], b_stride[KILN_MAX_RANK]; /* elements per step of each batch loop (0: broadcast) */
 } kiln_gemm_call;
 
+/* Tensorization onto the runtime's convolution (kiln_rt.conv, the cpu's
+ * measured conv algorithms): a nest whose element is f(the sum of a
+ * te_conv_tag) for the output index the tag was built for, f reading no
+ * other reduction. The C dialect renders one call, f (when it is more
+ * than the sum) as its per-tile epilogue. */
+typedef struct kiln_conv_call {
+  bool ok;              /* false: not tensorized */
+  const te_conv_tag *tag; /* borrowed from the builder */
+  bool w_constant;      /* the weights' buffer is a graph constant */
+  /* f as the call's own epilogue, when it is clip?(sum + bias[co]? +
+   * add[i]?) in any order of the sum's terms (Conv's bias, a residual Add
+   * at the output's index, Relu or Clip): the buffers (-1: none) and the
+   * bounds; then the call needs no generated epilogue. */
+  bool native;
+  int bias_buf, add_buf;
+  bool clip;
+  float lo, hi;
+} kiln_conv_call;
+
 kiln_loop_schedule kiln_loop_schedule_default(void);
 
 /* Where each reduction is computed. */
@@ -170,6 +190,7 @@ typedef struct kiln_loop_nest {
   kiln_contraction_tiles tiles;   /* tiles.n_red > 0: rendered by the contraction template */
   kiln_cooperative_rows rows;     /* rows.threads > 0: one group per row (not with tiles or thread tiles) */
   kiln_gemm_call gemm;            /* gemm.ok: rendered as GEMM calls (C dialect) */
+  kiln_conv_call conv;            /* conv.ok: rendered as a kiln_rt.conv call (C dialect) */
   bool index32;                   /* narrow_indices held: render int64 index values as 32-bit ints */
 } kiln_loop_nest;
 
@@ -216,6 +237,9 @@ kiln_status_t kiln_schedule_jam_inner(te_builder *b, kiln_loop_nest *nest, int m
  * a GEMM over strided matrices of at least 8192 multiply-adds (4 or more
  * along each of M, N and K). */
 void kiln_schedule_gemm(const te_builder *b, kiln_loop_nest *nest);
+/* The schedule step of tensorized convolutions: fills nest->conv (see
+ * kiln_conv_call). */
+void kiln_schedule_conv(const te_builder *b, kiln_loop_nest *nest);
 /* The schedule step of cooperative rows: fills nest->rows (and sets the
  * row loops to GPU_BLOCK, the rest to GPU_THREAD) when every top-level
  * reduction is an f32 one at the innermost parallel loop, each flattened

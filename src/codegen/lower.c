@@ -784,6 +784,21 @@ static te_expr *compute_conv(te_builder *b, const te_tensor *t, te_expr *const *
   te_expr *acc = te_binary(b, TE_MUL, x, te_at(b, W, sw));
   for (int i = ns - 1; i >= 0; i--) acc = te_reduce(b, TE_RSUM, vk[i], t->p[i], acc);
   acc = te_reduce(b, TE_RSUM, vc, cig, acc);
+  /* Read straight from buffers: a library convolution can compute it. */
+  if (X->kind == TE_VIEW_BUFFER && W->kind == TE_VIEW_BUFFER && acc) {
+    te_conv_tag tag = {.reduce = acc, .x_buf = X->buf, .w_buf = W->buf, .nsp = ns, .n = X->dims[0],
+                       .ci = X->dims[1], .co = t->dims[1], .group = t->p[16]};
+    for (int i = 0; i < 2 + ns; i++) tag.idx[i] = idx[i];
+    for (int i = 0; i < ns; i++) {
+      tag.in[i] = X->dims[2 + i];
+      tag.out[i] = t->dims[2 + i];
+      tag.kernel[i] = t->p[i];
+      tag.stride[i] = t->p[4 + i];
+      tag.dilation[i] = t->p[8 + i];
+      tag.pad_begin[i] = t->p[12 + i];
+    }
+    te_tag_conv(b, &tag);
+  }
   if (t->n_in > 2) acc = te_binary(b, TE_ADD, acc, te_at(b, t->in[2], (te_expr *[]){idx[1]}));
   return acc;
 }

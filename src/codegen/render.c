@@ -221,6 +221,53 @@ void render_loop_close(render_ctx *r) {
   kiln_strbuf_puts(r->s, "}\n");
 }
 
+/* A reduction over reduce_lanes partial accumulators (render_ctx): the
+ * loop in steps of that many, each lane's element combined into its own
+ * accumulator (a loop the compiler vectorizes), the remainder into the
+ * result, then the lanes into the result. */
+static void emit_reduce_lanes(render_ctx *r, const te_expr *red, const char *ty, const char *init, const char *acc) {
+  int lanes = r->reduce_lanes, v = red->var;
+  char lim[64], x[96], lane[48];
+  r->d->int_literal(r, KILN_DTYPE_I64, red->extent, lim, sizeof lim);
+  render_line(r, "%s %s = %s;", ty, acc, init);
+  render_line(r, "{");
+  render_open_scope(r);
+  render_line(r, "%s %s_l[%d];", ty, acc, lanes);
+  render_line(r, "for (int kiln_u = 0; kiln_u < %d; kiln_u++) %s_l[kiln_u] = %s;", lanes, acc, init);
+  render_line(r, "int64_t kiln_k%d = 0;", v);
+  render_line(r, "for (; kiln_k%d + %d <= %s; kiln_k%d += %d) {", v, lanes, lim, v, lanes);
+  render_open_scope(r);
+  render_line(r, "for (int kiln_u = 0; kiln_u < %d; kiln_u++) {", lanes);
+  render_open_scope(r);
+  render_line(r, "const int64_t v%d = kiln_k%d + kiln_u;", v, v);
+  render_ensure(r, red->a);
+  render_operand(r, red->a, red->dtype, x, sizeof x);
+  snprintf(lane, sizeof lane, "%s_l[kiln_u]", acc);
+  render_indent(r);
+  r->d->reduce_combine(r, red, lane, x);
+  render_close_scope(r);
+  render_line(r, "}");
+  render_close_scope(r);
+  render_line(r, "}");
+  render_line(r, "for (; kiln_k%d < %s; kiln_k%d++) {", v, lim, v);
+  render_open_scope(r);
+  render_line(r, "const int64_t v%d = kiln_k%d;", v, v);
+  render_ensure(r, red->a);
+  render_operand(r, red->a, red->dtype, x, sizeof x);
+  render_indent(r);
+  r->d->reduce_combine(r, red, acc, x);
+  render_close_scope(r);
+  render_line(r, "}");
+  render_line(r, "for (int kiln_u = 0; kiln_u < %d; kiln_u++) {", lanes);
+  render_open_scope(r);
+  render_indent(r);
+  r->d->reduce_combine(r, red, acc, lane);
+  render_close_scope(r);
+  render_line(r, "}");
+  render_close_scope(r);
+  render_line(r, "}");
+}
+
 void render_emit_reduce(render_ctx *r, const kiln_loop_nest *nest, const te_expr *red) {
   const char *ty = r->d->value_type(r, red->dtype);
   if (!ty) {
@@ -230,6 +277,13 @@ void render_emit_reduce(render_ctx *r, const kiln_loop_nest *nest, const te_expr
   char init[96], acc[32];
   r->d->reduce_init(r, red, init, sizeof init);
   snprintf(acc, sizeof acc, "r%d", red->id);
+  bool leaf = true;
+  for (int i = 0; i < nest->n_sites && leaf; i++) leaf = nest->sites[i].owner != red;
+  if (leaf && r->reduce_lanes > 1 && red->extent >= 4 * (int64_t)r->reduce_lanes &&
+      (red->dtype == KILN_DTYPE_F32 || red->dtype == KILN_DTYPE_F64)) {
+    emit_reduce_lanes(r, red, ty, init, acc);
+    return;
+  }
   render_indent(r);
   kiln_strbuf_printf(r->s, "%s %s = %s;\n", ty, acc, init);
   render_loop_open(r, red->var, red->extent);

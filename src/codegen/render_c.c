@@ -28,9 +28,12 @@ static const char math_helpers[] =
     "KILN_HELPER float kiln_as_float(uint32_t u) {\n  float f;\n  memcpy(&f, &u, 4);\n  return f;\n}\n"
     "#define KILN_AS_FLOAT kiln_as_float\n#endif\n"
     "/* exp with Cody-Waite range reduction and a degree-6 polynomial (Cephes):\n"
-    " * about 1 ulp, branch-free so loops over it vectorize. */\n"
+    " * about 1 ulp, branch-free so loops over it vectorize (the clamps are\n"
+    " * selects: GCC does not vectorize fminf/fmaxf; NaN passes through them\n"
+    " * and comes out NaN, its exponent taken as 0). */\n"
     "KILN_HELPER float kiln_expf(float x) {\n"
-    "  x = fminf(fmaxf(x, -87.3365f), 88.7228f);\n"
+    "  x = x < -87.3365f ? -87.3365f : x;\n"
+    "  x = x > 88.7228f ? 88.7228f : x;\n"
     "  float fi = floorf(x * 1.44269504088896341f + 0.5f);\n"
     "  float r = x - fi * 0.693359375f;\n"
     "  r = r - fi * -2.12194440e-4f;\n"
@@ -41,7 +44,7 @@ static const char math_helpers[] =
     "  p = p * r + 1.6666665459e-1f;\n"
     "  p = p * r + 5.0000001201e-1f;\n"
     "  p = p * r * r + r + 1.0f;\n"
-    "  int32_t e = (int32_t)fi + 127;\n"
+    "  int32_t e = (int32_t)(fi == fi ? fi : 0.0f) + 127;\n"
     "  return p * KILN_AS_FLOAT((uint32_t)e << 23);\n"
     "}\n"
     "KILN_HELPER float kiln_sigmoidf(float x) { return 1.0f / (1.0f + kiln_expf(-x)); }\n"
@@ -323,8 +326,9 @@ void render_c_element(render_ctx *r, const kiln_loop_nest *nest) {
 kiln_status_t kiln_render_c(const te_builder *b, const kiln_loop_nest *nest, const char *name, kiln_strbuf *src) {
   render_ctx r;
   KILN_TRY(render_init(&r, &c_dialect, b, src));
-  if (nest->gemm.ok) {
-    render_c_gemm(&r, nest, name);
+  if (nest->gemm.ok || nest->conv.ok) {
+    if (nest->gemm.ok) render_c_gemm(&r, nest, name);
+    else render_c_conv(&r, nest, name);
     bool bad = r.bad;
     char why[sizeof r.why];
     memcpy(why, r.why, sizeof why);
@@ -333,6 +337,7 @@ kiln_status_t kiln_render_c(const te_builder *b, const kiln_loop_nest *nest, con
     return kiln_strbuf_status(src);
   }
   int64_t total = kiln_loop_nest_threads(nest);
+  r.reduce_lanes = 8; /* two AVX vectors of f32 (one AVX-512 vector: the compiler merges them) */
   kiln_strbuf_printf(src, "static void %s_body(void *ctx, int64_t begin, int64_t end, int thread) {\n", name);
   kiln_strbuf_puts(src, "  void *const *buffers = (void *const *)ctx;\n  (void)thread;\n");
   kiln_status_t bst = declare_buffers(b, nest, src);

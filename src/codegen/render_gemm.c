@@ -1,6 +1,6 @@
 /* Tensorized nests (loopnest.h, kiln_gemm_call) in the C dialect: one
  * kiln_rt.sgemm call per batch index, the element's f as the call's
- * per-tile epilogue. */
+ * per-tile epilogue, a constant B packed once per launch. */
 #include <stdio.h>
 
 #include "codegen/render_internal.h"
@@ -57,11 +57,20 @@ void render_c_gemm(render_ctx *r, const kiln_loop_nest *nest, const char *name) 
   const kiln_gemm_call *g = &nest->gemm;
   bool has_epilogue = nest->value != g->sum;
   kiln_strbuf *s = r->s;
-  kiln_strbuf_printf(s, "typedef struct %s_gemm_ctx {\n  const kiln_rt *rt;\n  void *const *buffers;\n  int64_t batch;\n} %s_gemm_ctx;\n\n",
+  kiln_strbuf_printf(s,
+                     "typedef struct %s_gemm_ctx {\n  const kiln_rt *rt;\n  void *const *buffers;\n  int64_t batch;\n"
+                     "  const void *packed_b;\n} %s_gemm_ctx;\n\n",
                      name, name);
+  /* A constant B that every batch index shares is packed once, at the
+   * first launch (kept in the launch's state slot). */
+  bool pack = te_get_buffer(r->b, g->b_buf)->constant;
+  for (int i = 0; i < g->n_batch; i++) pack &= g->b_stride[i] == 0 || nest->extents[g->batch_loops[i]] == 1;
   if (has_epilogue) epilogue(r, nest, name);
   /* One batch index: its matrices' addresses, the call. */
-  kiln_strbuf_printf(s, "static void %s_one(const kiln_rt *rt, void *pool, void *const *buffers, int64_t kiln_b) {\n", name);
+  kiln_strbuf_printf(s,
+                     "static void %s_one(const kiln_rt *rt, void *pool, void *const *buffers, int64_t kiln_b, "
+                     "const void *packed_b) {\n",
+                     name);
   r->indent = 0;
   render_open_scope(r); /* indent 1 */
   render_unflatten_loops(r, nest, "kiln_b", g->batch_loops, g->n_batch);
@@ -76,9 +85,10 @@ void render_c_gemm(render_ctx *r, const kiln_loop_nest *nest, const char *name) 
   render_line(r, "g.lda = INT64_C(%lld);", (long long)g->lda);
   operand_at(r, nest, "b", g->b_buf, g->b_off, g->b_stride);
   render_line(r, "g.ldb = INT64_C(%lld);", (long long)g->ldb);
+  render_line(r, "g.packed_b = packed_b;");
   render_line(r, "g.c = (float *)buffers[%d] + kiln_b * INT64_C(%lld);", nest->out_buf, (long long)(g->m * g->n));
   render_line(r, "g.ldc = INT64_C(%lld);", (long long)g->n);
-  render_line(r, "%s_gemm_ctx e = {rt, buffers, kiln_b};", name);
+  render_line(r, "%s_gemm_ctx e = {rt, buffers, kiln_b, packed_b};", name);
   if (has_epilogue) {
     render_line(r, "g.epilogue = %s_epilogue;", name);
     render_line(r, "g.epilogue_ctx = &e;");
@@ -91,7 +101,7 @@ void render_c_gemm(render_ctx *r, const kiln_loop_nest *nest, const char *name) 
   kiln_strbuf_printf(s,
                      "static void %s_batches(void *vctx, int64_t begin, int64_t end, int thread) {\n"
                      "  const %s_gemm_ctx *gctx = (const %s_gemm_ctx *)vctx;\n  (void)thread;\n"
-                     "  for (int64_t b = begin; b < end; b++) %s_one(gctx->rt, NULL, gctx->buffers, b);\n}\n\n",
+                     "  for (int64_t b = begin; b < end; b++) %s_one(gctx->rt, NULL, gctx->buffers, b, gctx->packed_b);\n}\n\n",
                      name, name, name, name);
   /* Many small products: a batch index per thread, each on one thread;
    * else one after another, each split over the pool. */
@@ -99,11 +109,23 @@ void render_c_gemm(render_ctx *r, const kiln_loop_nest *nest, const char *name) 
   kiln_strbuf_printf(s,
                      "KILN_EXPORT void %s(const kiln_rt *rt, void *const *buffers) {\n"
                      "  const int64_t batch = INT64_C(%lld);\n"
+                     "  const void *packed_b = NULL;\n",
+                     name, (long long)g->batch);
+  if (pack) {
+    kiln_strbuf_printf(s,
+                       "  {\n    kiln_rt_sgemm_args p = {0};\n    p.trans_b = %s;\n    p.k = INT64_C(%lld);\n"
+                       "    p.n = INT64_C(%lld);\n    p.b = (const float *)buffers[%d] + INT64_C(%lld);\n"
+                       "    p.ldb = INT64_C(%lld);\n"
+                       "    packed_b = rt->sgemm_packed_b(rt, &p, (kiln_rt_state **)buffers[%d]);\n  }\n",
+                       g->trans_b ? "true" : "false", (long long)g->k, (long long)g->n, g->b_buf, (long long)g->b_off,
+                       (long long)g->ldb, te_buffer_count(r->b));
+  }
+  kiln_strbuf_printf(s,
                      "  if (batch > 1 && batch >= 2 * (int64_t)rt->n_threads && %d) {\n"
-                     "    %s_gemm_ctx c = {rt, buffers, 0};\n"
+                     "    %s_gemm_ctx c = {rt, buffers, 0, packed_b};\n"
                      "    rt->parallel_for(rt->pool, batch, 1, %s_batches, &c);\n"
                      "  } else {\n"
-                     "    for (int64_t b = 0; b < batch; b++) %s_one(rt, rt->pool, buffers, b);\n"
+                     "    for (int64_t b = 0; b < batch; b++) %s_one(rt, rt->pool, buffers, b, packed_b);\n"
                      "  }\n}\n\n",
-                     name, (long long)g->batch, macs < (double)(1 << 20) ? 1 : 0, name, name, name);
+                     macs < (double)(1 << 20) ? 1 : 0, name, name, name);
 }

@@ -70,6 +70,11 @@ struct render_ctx {
    * times in one invocation; a driver that stops loops past max_trips
    * (llvmpipe: 65535 per loop per invocation, silently) fails the render. */
   int64_t max_trips;      /* 0: no limit */
+  /* C on CPUs: a leaf f32/f64 reduction of at least 4 * reduce_lanes
+   * elements keeps reduce_lanes partial accumulators, combined at the
+   * end, so the compiler can vectorize it (a single accumulator is a
+   * serial chain it may not reorder); 0/1: one accumulator. */
+  int reduce_lanes;
   int64_t trips;          /* product of the enclosing loops' counts */
   int64_t trip_stack[3 * KILN_MAX_RANK + 8];
   int n_trips;
@@ -121,6 +126,9 @@ void render_c_declare_buffers(render_ctx *r, const kiln_loop_nest *nest);
 /* The entry point NAME of a nest with gemm.ok and its helpers
  * (render_gemm.c): GEMM calls through kiln_rt.sgemm. */
 void render_c_gemm(render_ctx *r, const kiln_loop_nest *nest, const char *name);
+/* The entry point NAME of a nest with conv.ok and its epilogue
+ * (render_conv.c): one kiln_rt.conv call. */
+void render_c_conv(render_ctx *r, const kiln_loop_nest *nest, const char *name);
 /* Emits one reduction: accumulator, loop, nested sites, combine. */
 void render_emit_reduce(render_ctx *r, const kiln_loop_nest *nest, const te_expr *red);
 

@@ -1,6 +1,9 @@
-/* Tensorization onto a GEMM primitive (loopnest.h, kiln_gemm_call): a
- * contraction nest whose operands are strided matrices becomes one call
- * per batch index. */
+/* Tensorization onto the runtime's contraction routines: a contraction
+ * nest whose operands are strided matrices becomes one GEMM call per batch
+ * index (loopnest.h, kiln_gemm_call), a tagged convolution one conv call
+ * (kiln_conv_call). */
+#include <math.h>
+
 #include "codegen/loopnest.h"
 
 /* The one stride of a run of loops (vars, extents; row-major, outermost
@@ -81,7 +84,7 @@ static void reverse(int *v, int n) {
 
 void kiln_schedule_gemm(const te_builder *b, kiln_loop_nest *nest) {
   kiln_contraction_tiles t;
-  if (nest->tiles.n_red || nest->rows.threads || !kiln_contraction_match(nest, &t)) return;
+  if (nest->tiles.n_red || nest->rows.threads || nest->conv.ok || !kiln_contraction_match(nest, &t)) return;
   if (te_get_buffer(b, nest->out_buf)->dtype != KILN_DTYPE_F32 || nest->value->dtype != KILN_DTYPE_F32) return;
   /* The output is batch x M x N, row-major: N loops innermost, M loops
    * before them, and every loop outside those (whichever operands read
@@ -113,8 +116,12 @@ void kiln_schedule_gemm(const te_builder *b, kiln_loop_nest *nest) {
   reverse(runs.n_loops, runs.n_n);
   reverse(runs.batch_loops, runs.n_batch);
   t = runs;
-  /* Worth a call: below this the generated loops run as fast as packing. */
-  if (t.m < 4 || t.n < 4 || t.k < 4 || (double)t.m * (double)t.n * (double)t.k < 8192.0) return;
+  /* Worth a call: below this the generated loops run as fast as packing;
+   * a product by a constant B (packed once) is worth it from one row on
+   * (a classifier's GEMV: MobileNetV2's 1280 x 1000 ran 1.17 ms as loops,
+   * 0.16 through the packed SGEMM). */
+  bool b_packed_once = t.b->op == TE_LOAD && te_get_buffer(b, t.b->buf)->constant;
+  if ((t.m < 4 && !b_packed_once) || t.n < 4 || t.k < 4 || (double)t.m * (double)t.n * (double)t.k < 8192.0) return;
   kiln_gemm_call g = {0};
   te_affine fa, fb;
   bool a_k_contiguous, b_k_contiguous;
@@ -146,4 +153,114 @@ void kiln_schedule_gemm(const te_builder *b, kiln_loop_nest *nest) {
   }
   g.ok = true;
   nest->gemm = g;
+}
+
+/* Whether e reads a reduction other than `allowed` (whose inside is not
+ * looked at) or loads from buffer `buf`. */
+static bool reads_other(const te_expr *e, const te_expr *allowed, int buf) {
+  if (!e || e == allowed) return false;
+  if (e->op == TE_REDUCE || (e->op == TE_LOAD && e->buf == buf)) return true;
+  return reads_other(e->a, allowed, buf) || reads_other(e->b, allowed, buf) || reads_other(e->c, allowed, buf);
+}
+
+/* The tagged convolution the element is f of, or NULL. */
+static const te_conv_tag *find_conv(const te_builder *b, const te_expr *e) {
+  if (!e) return NULL;
+  if (e->op == TE_REDUCE) return te_conv_tag_of(b, e);
+  const te_conv_tag *t = find_conv(b, e->a);
+  if (!t) t = find_conv(b, e->b);
+  if (!t) t = find_conv(b, e->c);
+  return t;
+}
+
+/* Whether `index` is the row-major flat index of the nest's output
+ * (extent-1 loops read as 0). */
+static bool is_output_index(const kiln_loop_nest *nest, const te_expr *index) {
+  te_affine a;
+  if (!te_affine_of(index, &a) || a.c0) return false;
+  for (int i = 0; i < a.n; i++) {
+    bool loop = false;
+    for (int l = 0; l < nest->rank && !loop; l++) loop = nest->vars[l] == a.var[i];
+    if (!loop && a.coef[i]) return false;
+  }
+  int64_t stride = 1;
+  for (int l = nest->rank - 1; l >= 0; l--) {
+    if (nest->extents[l] != 1 && te_affine_coef(&a, nest->vars[l]) != stride) return false;
+    stride *= nest->extents[l];
+  }
+  return true;
+}
+
+/* The terms of a sum of f32 adds into terms[] (at most 3); false past that. */
+static bool add_terms(const te_expr *e, const te_expr **terms, int *n) {
+  if (e->op == TE_ADD && e->dtype == KILN_DTYPE_F32) return add_terms(e->a, terms, n) && add_terms(e->b, terms, n);
+  if (*n == 3) return false;
+  terms[(*n)++] = e;
+  return true;
+}
+
+/* Fills c's native epilogue when the element is clip?(sum + bias? + add?). */
+static void native_epilogue(const te_builder *b, const kiln_loop_nest *nest, kiln_conv_call *c) {
+  const te_conv_tag *t = c->tag;
+  const te_expr *e = nest->value;
+  float lo = -INFINITY, hi = INFINITY;
+  bool clip = false;
+  if (e->op == TE_MIN && e->b->op == TE_CONST && e->b->dtype == KILN_DTYPE_F32) {
+    hi = (float)e->b->f;
+    e = e->a;
+    clip = true;
+  }
+  if (e->op == TE_MAX && e->b->op == TE_CONST && e->b->dtype == KILN_DTYPE_F32) {
+    lo = (float)e->b->f;
+    e = e->a;
+    clip = true;
+  }
+  const te_expr *terms[3];
+  int n = 0;
+  if (!add_terms(e, terms, &n)) return;
+  int bias = -1, add = -1;
+  bool sum = false;
+  for (int i = 0; i < n; i++) {
+    const te_expr *x = terms[i];
+    if (x == t->reduce && !sum) {
+      sum = true;
+    } else if (x->op == TE_LOAD && x->dtype == KILN_DTYPE_F32 && x->buf != nest->out_buf && bias < 0 &&
+               x->a == t->idx[1] && te_get_buffer(b, x->buf)->dtype == KILN_DTYPE_F32) {
+      bias = x->buf; /* read at the output channel */
+    } else if (x->op == TE_LOAD && x->dtype == KILN_DTYPE_F32 && x->buf != nest->out_buf && add < 0 &&
+               te_get_buffer(b, x->buf)->dtype == KILN_DTYPE_F32 && is_output_index(nest, x->a)) {
+      add = x->buf;
+    } else {
+      return;
+    }
+  }
+  if (!sum) return;
+  c->native = true;
+  c->bias_buf = bias;
+  c->add_buf = add;
+  c->clip = clip;
+  c->lo = lo;
+  c->hi = hi;
+}
+
+void kiln_schedule_conv(const te_builder *b, kiln_loop_nest *nest) {
+  if (nest->tiles.n_red || nest->rows.threads || nest->gemm.ok) return;
+  if (te_get_buffer(b, nest->out_buf)->dtype != KILN_DTYPE_F32 || nest->value->dtype != KILN_DTYPE_F32) return;
+  const te_conv_tag *t = find_conv(b, nest->value);
+  if (!t || nest->rank != 2 + t->nsp || reads_other(nest->value, t->reduce, nest->out_buf)) return;
+  if (t->x_buf == nest->out_buf || t->w_buf == nest->out_buf) return;
+  /* Built for this nest's output index, in order (an axis of one element
+   * reads index 0): then the nest's row-major output is the convolution's
+   * NCHW output. */
+  int64_t want[2 + 3] = {t->n, t->co};
+  for (int i = 0; i < t->nsp; i++) want[2 + i] = t->out[i];
+  for (int l = 0; l < nest->rank; l++) {
+    const te_expr *i = t->idx[l];
+    bool own = i->op == TE_VAR ? i->var == nest->vars[l] : want[l] == 1 && i->op == TE_CONST && i->i == 0;
+    if (nest->extents[l] != want[l] || !own) return;
+  }
+  kiln_conv_call c = {.ok = true, .tag = t, .w_constant = te_get_buffer(b, t->w_buf)->constant, .bias_buf = -1,
+                      .add_buf = -1};
+  native_epilogue(b, nest, &c);
+  nest->conv = c;
 }

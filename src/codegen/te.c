@@ -17,6 +17,8 @@ struct te_builder {
   int n_exprs, n_vars;
   te_buffer *buffers;
   int n_buffers, cap_buffers;
+  te_conv_tag *conv_tags;
+  int n_conv_tags, cap_conv_tags;
   bool oom;
 };
 
@@ -55,6 +57,7 @@ void te_builder_destroy(te_builder *b) {
     free(c);
   }
   free(b->buffers);
+  free(b->conv_tags);
   free(b);
 }
 
@@ -80,6 +83,31 @@ int te_add_buffer(te_builder *b, kiln_dtype dtype, int rank, const int64_t *dims
   for (int i = 0; i < rank; i++) buf->dims[i] = dims[i];
   buf->value_id = value_id;
   return b->n_buffers++;
+}
+
+void te_buffer_set_constant(te_builder *b, int i) {
+  if (i >= 0 && i < b->n_buffers) b->buffers[i].constant = true;
+}
+
+void te_tag_conv(te_builder *b, const te_conv_tag *tag) {
+  if (!tag->reduce || te_conv_tag_of(b, tag->reduce)) return;
+  if (b->n_conv_tags == b->cap_conv_tags) {
+    int cap = b->cap_conv_tags ? b->cap_conv_tags * 2 : 4;
+    te_conv_tag *n = realloc(b->conv_tags, (size_t)cap * sizeof *n);
+    if (!n) {
+      b->oom = true;
+      return;
+    }
+    b->conv_tags = n;
+    b->cap_conv_tags = cap;
+  }
+  b->conv_tags[b->n_conv_tags++] = *tag;
+}
+
+const te_conv_tag *te_conv_tag_of(const te_builder *b, const te_expr *reduce) {
+  for (int i = 0; i < b->n_conv_tags; i++)
+    if (b->conv_tags[i].reduce == reduce) return &b->conv_tags[i];
+  return NULL;
 }
 
 int te_buffer_count(const te_builder *b) { return b->n_buffers; }

@@ -63,6 +63,7 @@ typedef struct te_buffer {
   int rank;
   int64_t dims[KILN_MAX_RANK];
   int value_id; /* the graph value it holds, or -1 for scratch */
+  bool constant; /* a graph constant: the same data at every launch (a runtime call may prepare it once) */
 } te_buffer;
 
 typedef struct te_builder te_builder;
@@ -77,6 +78,8 @@ kiln_status_t te_builder_status(const te_builder *b);
 int te_add_buffer(te_builder *b, kiln_dtype dtype, int rank, const int64_t *dims, int value_id);
 int te_buffer_count(const te_builder *b);
 const te_buffer *te_get_buffer(const te_builder *b, int i);
+/* Marks buffer i as holding a graph constant (te_buffer.constant). */
+void te_buffer_set_constant(te_builder *b, int i);
 /* Fresh index variable. */
 int te_new_var(te_builder *b);
 int te_var_count(const te_builder *b);
@@ -150,6 +153,30 @@ struct te_tensor {
   int ip;                       /* COMPUTE: a small enum parameter (which unary op...) */
   const char *sp;               /* COMPUTE: a static string parameter (math fn) */
 };
+
+/* ---- op tags ---------------------------------------------------------------
+ *
+ * What a schedule may map onto a library routine instead of loops
+ * (TVM's compute tags): the definition that built a reduction records
+ * what it computes, and a target's schedule looks it up. A tag is a
+ * promise about the expression it names, so it is only recorded where the
+ * promise holds (operands read straight from buffers). */
+
+/* A convolution (ONNX Conv, NCHW, f32, no bias): `reduce` is the sum over
+ * input channels and window of x * w for output element idx[0..2+nsp). */
+typedef struct te_conv_tag {
+  const te_expr *reduce;
+  const te_expr *idx[2 + 3]; /* the output index the reduction was built for (hash-consed nodes) */
+  int x_buf, w_buf;
+  int nsp;
+  int64_t n, ci, co, group;
+  int64_t in[3], out[3], kernel[3], stride[3], dilation[3], pad_begin[3];
+} te_conv_tag;
+
+/* Records a tag (copied); out of memory is the builder's sticky error. */
+void te_tag_conv(te_builder *b, const te_conv_tag *tag);
+/* The tag recorded for this reduction, or NULL. */
+const te_conv_tag *te_conv_tag_of(const te_builder *b, const te_expr *reduce);
 
 te_tensor *te_view_buffer(te_builder *b, int buf);
 te_tensor *te_view_compute(te_builder *b, kiln_dtype dtype, int rank, const int64_t *dims, te_compute_fn fn);

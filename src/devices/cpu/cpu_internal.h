@@ -64,6 +64,7 @@ typedef struct cpu_step {
   bool has_col_bias;
   int col_bias_value;    /* has_col_bias: the constant's value id */
   bool epi_identity;     /* the rebuilt epilogue is the identity: not called */
+  kiln_rt_state *rt_state; /* KERNEL: what its runtime calls prepared (kiln_rt.h's state slot); owned */
 } cpu_step;
 
 typedef struct cpu_exec {
@@ -76,7 +77,12 @@ typedef struct cpu_exec {
   kiln_rt rt;
   float *scratch;      /* im2col buffer shared by every Conv step (steps run one at a time); owned */
   size_t scratch_bytes;
+  kiln_status_t rt_error; /* what a runtime call of the running launch reported (kiln_rt.fail); owned */
 } cpu_exec;
+
+/* The table generated code gets (cpu_rt.c); rt must then live inside a
+ * cpu_exec (cpu_exec.rt): its calls reach the exec's scratch and error. */
+kiln_rt kiln_cpu_rt(kiln_threadpool *pool, int threads);
 
 /* The cpu device's plan hooks (cpu_plan.c). */
 kiln_status_t kiln_cpu_plan_begin(kiln_device *dev, const kiln_graph *g, const kiln_prepare_options *opts,

@@ -11,19 +11,6 @@
 #include "passes/memory_plan.h"
 #include "passes/passes.h"
 
-/* ---- the runtime table generated code calls -------------------------------- */
-
-static void rt_parallel_for(void *pool, int64_t n, int64_t grain, kiln_rt_parallel_fn fn, void *ctx) {
-  kiln_parallel_for((kiln_threadpool *)pool, n, grain, (kiln_parallel_fn)fn, ctx);
-}
-
-static void rt_sgemm(void *pool, const kiln_rt_sgemm_args *a) {
-  kiln_sgemm_args g = {a->trans_a, a->trans_b, a->m, a->n, a->k, a->alpha, a->a, a->lda, a->b, a->ldb,
-                       a->packed_b, a->beta, a->c, a->ldc, a->bias, a->bias_axis,
-                       (kiln_gemm_epilogue_fn)a->epilogue, a->epilogue_ctx};
-  kiln_sgemm((kiln_threadpool *)pool, &g);
-}
-
 /* ---- kernel generation ------------------------------------------------------- */
 
 static kiln_status_t cpu_schedule(void *user, kiln_plan *p, int i) {
@@ -199,7 +186,7 @@ kiln_status_t kiln_cpu_plan_begin(kiln_device *dev, const kiln_graph *g, const k
     kiln_cpu_plan_end(dev, x, NULL);
     return st;
   }
-  x->rt = (kiln_rt){KILN_RT_ABI_VERSION, x->pool, threads, rt_parallel_for, rt_sgemm};
+  x->rt = kiln_cpu_rt(x->pool, threads);
   /* KILN_CPU_CONTRACTIONS=te: contractions as generated kernels of their
    * compute definitions instead of SGEMM/conv (slow; checks those
    * definitions against ref). */
@@ -290,11 +277,14 @@ kiln_status_t kiln_cpu_launch_step(kiln_device *dev, void *state, const kiln_pla
   cpu_exec *x = state;
   const cpu_step *s = &x->steps[i];
   if (s->kind != CPU_STEP_KERNEL) return kiln_cpu_contract_run(x, s, bind->host);
-  void *args[64];
+  void *args[65];
   if (s->n_args > 64) return kiln_error(KILN_UNSUPPORTED, "kernel with over 64 arguments");
   for (int a = 0; a < s->n_args; a++) args[a] = bind->host[s->args[a]];
+  args[s->n_args] = &x->steps[i].rt_state; /* the launch's state slot (codegen/kiln_rt.h) */
   s->fn(&x->rt, args);
-  return NULL;
+  kiln_status_t st = x->rt_error;
+  x->rt_error = NULL;
+  return st ? kiln_status_annotate(st, "kernel for node '%s'", s->node->name) : NULL;
 }
 
 void kiln_cpu_plan_end(kiln_device *dev, void *state, kiln_plan *p) {
@@ -304,11 +294,13 @@ void kiln_cpu_plan_end(kiln_device *dev, void *state, kiln_plan *p) {
     free(x->steps[i].source);
     free(x->steps[i].packed_b);
     free(x->steps[i].work);
+    if (x->steps[i].rt_state) x->steps[i].rt_state->destroy(x->steps[i].rt_state);
   }
   free(x->steps);
   for (int i = 0; i < x->n_modules; i++) kiln_jit_module_release((kiln_jit_module *)x->modules[i]);
   free(x->modules);
   free(x->scratch);
   kiln_threadpool_destroy(x->pool);
+  kiln_status_free(x->rt_error);
   free(x);
 }

@@ -1,0 +1,137 @@
+/* Tensorized convolutions (loopnest.h, kiln_conv_call) in the C dialect:
+ * one kiln_rt.conv call, the element's f as the call's own bias, residual
+ * and clip where it is one of those, else as its per-tile epilogue. */
+#include <stdio.h>
+
+#include "codegen/render_internal.h"
+
+/* `NAME_epilogue`: f of each element of a tile, in place, from the sum the
+ * convolution left there. The element's indices are unflattened once per
+ * row of the tile and then stepped with carries (no division per element). */
+static void epilogue(render_ctx *r, const kiln_loop_nest *nest, const char *name) {
+  kiln_strbuf_printf(r->s,
+                     "static void %s_epilogue(void *vctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, "
+                     "int64_t nb) {\n"
+                     "  const kiln_rt_epilogue_ctx *ectx = (const kiln_rt_epilogue_ctx *)vctx;\n"
+                     "  void *const *buffers = ectx->buffers;\n",
+                     name);
+  render_c_declare_buffers(r, nest);
+  r->indent = 0;
+  render_open_scope(r); /* indent 1 */
+  render_line(r, "for (int64_t i = 0; i < mb; i++) {");
+  render_open_scope(r);
+  render_line(r, "const int64_t kiln_f = ectx->base + (m0 + i) * ectx->row + n0;");
+  int64_t stride = 1;
+  for (int l = nest->rank - 1; l >= 0; l--) {
+    render_line(r, "int64_t v%d = (kiln_f / INT64_C(%lld)) %% INT64_C(%lld);", nest->vars[l], (long long)stride,
+                (long long)nest->extents[l]);
+    stride *= nest->extents[l];
+  }
+  render_line(r, "for (int64_t j = 0; j < nb; j++) {");
+  render_open_scope(r);
+  render_line(r, "{");
+  render_open_scope(r);
+  render_line(r, "const float r%d = c[i * ldc + j];", nest->conv.tag->reduce->id);
+  render_ensure(r, nest->value);
+  char val[48];
+  render_name_of(r, nest->value, val, sizeof val);
+  render_line(r, "c[i * ldc + j] = %s;", val);
+  render_close_scope(r);
+  render_line(r, "}");
+  /* The next element: the innermost index up one, carried outwards. */
+  for (int l = nest->rank - 1; l >= 0; l--) {
+    if (l == nest->rank - 1) render_line(r, "if (++v%d == INT64_C(%lld)) {", nest->vars[l], (long long)nest->extents[l]);
+    else render_line(r, "if (++v%d == INT64_C(%lld)) {", nest->vars[l], (long long)nest->extents[l]);
+    render_open_scope(r);
+    render_line(r, "v%d = 0;", nest->vars[l]);
+  }
+  for (int l = 0; l < nest->rank; l++) {
+    render_close_scope(r);
+    render_line(r, "}");
+  }
+  render_close_scope(r);
+  render_line(r, "}");
+  render_close_scope(r);
+  render_line(r, "}");
+  render_close_scope(r);
+  kiln_strbuf_puts(r->s, "}\n\n");
+}
+
+/* `NAME_epilogue` of a native call: y += add, then the clip, over a tile
+ * (what a routine that cannot apply them in registers calls). */
+static void native_epilogue(render_ctx *r, const kiln_loop_nest *nest, const char *name) {
+  const kiln_conv_call *cc = &nest->conv;
+  kiln_strbuf_printf(r->s,
+                     "static void %s_epilogue(void *vctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, "
+                     "int64_t nb) {\n"
+                     "  const kiln_rt_epilogue_ctx *ectx = (const kiln_rt_epilogue_ctx *)vctx;\n"
+                     "  for (int64_t i = 0; i < mb; i++) {\n    float *row = c + i * ldc;\n",
+                     name);
+  if (cc->add_buf >= 0)
+    kiln_strbuf_printf(r->s,
+                       "    const float *add = (const float *)ectx->buffers[%d] + ectx->base + (m0 + i) * ectx->row + n0;\n"
+                       "    for (int64_t j = 0; j < nb; j++) row[j] += add[j];\n",
+                       cc->add_buf);
+  else
+    kiln_strbuf_puts(r->s, "    (void)ectx;\n    (void)m0;\n    (void)n0;\n");
+  if (cc->clip) {
+    char lo[40], hi[40];
+    r->d->float_literal(r, KILN_DTYPE_F32, cc->lo, lo, sizeof lo);
+    r->d->float_literal(r, KILN_DTYPE_F32, cc->hi, hi, sizeof hi);
+    /* NaN compares false both times: kept, as TE_MAX/TE_MIN keep it. */
+    kiln_strbuf_printf(r->s,
+                       "    for (int64_t j = 0; j < nb; j++) {\n      const float v = row[j] < %s ? %s : row[j];\n"
+                       "      row[j] = v > %s ? %s : v;\n    }\n",
+                       lo, lo, hi, hi);
+  }
+  kiln_strbuf_puts(r->s, "  }\n}\n\n");
+}
+
+static void ints(render_ctx *r, const char *field, const int64_t *v, int n) {
+  for (int i = 0; i < n; i++) render_line(r, "a.%s[%d] = INT64_C(%lld);", field, i, (long long)v[i]);
+}
+
+void render_c_conv(render_ctx *r, const kiln_loop_nest *nest, const char *name) {
+  const te_conv_tag *t = nest->conv.tag;
+  const kiln_conv_call *cc = &nest->conv;
+  bool native = cc->native && (cc->add_buf >= 0 || cc->clip);
+  bool has_epilogue = nest->value != t->reduce && (!cc->native || native);
+  if (native) native_epilogue(r, nest, name);
+  else if (has_epilogue) epilogue(r, nest, name);
+  kiln_strbuf_printf(r->s, "KILN_EXPORT void %s(const kiln_rt *rt, void *const *buffers) {\n", name);
+  r->indent = 0;
+  render_open_scope(r); /* indent 1 */
+  render_line(r, "kiln_rt_conv_args a = {0};");
+  render_line(r, "a.nsp = %d;", t->nsp);
+  render_line(r, "a.n = INT64_C(%lld);", (long long)t->n);
+  render_line(r, "a.ci = INT64_C(%lld);", (long long)t->ci);
+  render_line(r, "a.co = INT64_C(%lld);", (long long)t->co);
+  render_line(r, "a.group = INT64_C(%lld);", (long long)t->group);
+  ints(r, "in", t->in, t->nsp);
+  ints(r, "out", t->out, t->nsp);
+  ints(r, "kernel", t->kernel, t->nsp);
+  ints(r, "stride", t->stride, t->nsp);
+  ints(r, "dilation", t->dilation, t->nsp);
+  ints(r, "pad_begin", t->pad_begin, t->nsp);
+  render_line(r, "a.x = (const float *)buffers[%d];", t->x_buf);
+  render_line(r, "a.w = (const float *)buffers[%d];", t->w_buf);
+  render_line(r, "a.y = (float *)buffers[%d];", nest->out_buf);
+  render_line(r, "a.w_constant = %s;", cc->w_constant ? "true" : "false");
+  if (cc->native && cc->bias_buf >= 0) render_line(r, "a.bias = (const float *)buffers[%d];", cc->bias_buf);
+  if (cc->native && cc->add_buf >= 0) render_line(r, "a.add = (const float *)buffers[%d];", cc->add_buf);
+  if (cc->native && cc->clip) {
+    char lo[40], hi[40];
+    r->d->float_literal(r, KILN_DTYPE_F32, cc->lo, lo, sizeof lo);
+    r->d->float_literal(r, KILN_DTYPE_F32, cc->hi, hi, sizeof hi);
+    render_line(r, "a.clip = true;");
+    render_line(r, "a.lo = %s;", lo);
+    render_line(r, "a.hi = %s;", hi);
+  }
+  if (has_epilogue) {
+    render_line(r, "a.epilogue = %s_epilogue;", name);
+    render_line(r, "a.epilogue_buffers = buffers;");
+  }
+  render_line(r, "rt->conv(rt, &a, (kiln_rt_state **)buffers[%d]);", te_buffer_count(r->b));
+  render_close_scope(r);
+  kiln_strbuf_puts(r->s, "}\n\n");
+}

@@ -1,0 +1,136 @@
+/* The runtime table generated C calls (codegen/kiln_rt.h) on the cpu
+ * device: the thread pool, the packed SGEMM, B packed once per launch, and
+ * convolutions by the measured algorithms of cpu_conv.c, each planned once
+ * per launch. */
+#include <stddef.h>
+#include <stdio.h>
+
+#include "devices/cpu/cpu_internal.h"
+#include "devices/cpu/gemm/gemm.h"
+
+/* The exec whose table rt is (cpu_exec.rt). */
+static cpu_exec *exec_of(const kiln_rt *rt) { return (cpu_exec *)(void *)((char *)rt - offsetof(cpu_exec, rt)); }
+
+static void rt_fail(const kiln_rt *rt, const char *message) {
+  cpu_exec *x = exec_of(rt);
+  if (!x->rt_error) x->rt_error = kiln_error(KILN_OUT_OF_MEMORY, "%s", message);
+}
+
+static void rt_parallel_for(void *pool, int64_t n, int64_t grain, kiln_rt_parallel_fn fn, void *ctx) {
+  kiln_parallel_for((kiln_threadpool *)pool, n, grain, (kiln_parallel_fn)fn, ctx);
+}
+
+static void rt_sgemm(void *pool, const kiln_rt_sgemm_args *a) {
+  kiln_sgemm_args g = {a->trans_a, a->trans_b, a->m, a->n, a->k, a->alpha, a->a, a->lda, a->b, a->ldb,
+                       a->packed_b, a->beta, a->c, a->ldc, a->bias, a->bias_axis,
+                       (kiln_gemm_epilogue_fn)a->epilogue, a->epilogue_ctx};
+  kiln_sgemm((kiln_threadpool *)pool, &g);
+}
+
+/* ---- B packed once -------------------------------------------------------------- */
+
+typedef struct packed_b_state {
+  kiln_rt_state base;
+  void *packed; /* 64-byte aligned; owned */
+} packed_b_state;
+
+static void packed_b_destroy(kiln_rt_state *s) {
+  free(((packed_b_state *)s)->packed);
+  free(s);
+}
+
+static const void *rt_sgemm_packed_b(const kiln_rt *rt, const kiln_rt_sgemm_args *a, kiln_rt_state **slot) {
+  if (*slot) return ((packed_b_state *)*slot)->packed;
+  size_t bytes = kiln_sgemm_packed_b_size(a->k, a->n);
+  packed_b_state *s = calloc(1, sizeof *s);
+  void *packed = bytes ? aligned_alloc(64, (bytes + 63) & ~(size_t)63) : NULL;
+  if (!s || !packed) {
+    free(s);
+    free(packed);
+    char msg[128];
+    snprintf(msg, sizeof msg, "out of memory packing a %lld x %lld GEMM operand (%zu bytes)", (long long)a->k,
+             (long long)a->n, bytes);
+    rt_fail(rt, msg);
+    return NULL;
+  }
+  kiln_sgemm_pack_b(a->trans_b, a->k, a->n, a->b, a->ldb, packed);
+  s->base.destroy = packed_b_destroy;
+  s->packed = packed;
+  *slot = &s->base;
+  return packed;
+}
+
+/* ---- convolutions ------------------------------------------------------------------ */
+
+typedef struct conv_state {
+  kiln_rt_state base;
+  kiln_conv_plan *plan; /* owned */
+} conv_state;
+
+static void conv_destroy(kiln_rt_state *s) {
+  free(((conv_state *)s)->plan);
+  free(s);
+}
+
+/* The plan of a's convolution (made at the launch's first call). */
+static kiln_status_t conv_plan_of(cpu_exec *x, const kiln_rt_conv_args *a, kiln_rt_state **slot, kiln_conv_plan **out) {
+  if (*slot) {
+    *out = ((conv_state *)*slot)->plan;
+    return NULL;
+  }
+  kiln_conv_geom c = {.nsp = a->nsp, .n = a->n, .ci = a->ci, .co = a->co, .group = a->group};
+  c.kdim = a->ci / a->group;
+  c.osize = 1;
+  for (int i = 0; i < a->nsp; i++) {
+    c.in_sp[i] = a->in[i];
+    c.out_sp[i] = a->out[i];
+    c.k[i] = a->kernel[i];
+    c.stride[i] = a->stride[i];
+    c.dil[i] = a->dilation[i];
+    c.pad_begin[i] = a->pad_begin[i];
+    c.kdim *= c.k[i];
+    c.osize *= c.out_sp[i];
+  }
+  conv_state *s = calloc(1, sizeof *s);
+  if (!s) return KILN_OOM();
+  kiln_status_t st =
+      kiln_conv_plan_create(&c, KILN_CONV_AUTO, a->w_constant ? a->w : NULL, kiln_threadpool_size(x->pool), &s->plan);
+  size_t scratch = st ? 0 : kiln_conv_plan_scratch_bytes(s->plan);
+  /* One scratch for every convolution of the exec (launches run one at a time). */
+  if (!st && scratch > x->scratch_bytes) {
+    float *grown = aligned_alloc(64, (scratch + 63) & ~(size_t)63);
+    if (!grown) {
+      st = kiln_error(KILN_OUT_OF_MEMORY, "out of memory for the convolution scratch (%zu bytes)", scratch);
+    } else {
+      free(x->scratch);
+      x->scratch = grown;
+      x->scratch_bytes = scratch;
+    }
+  }
+  if (st) {
+    free(s->plan);
+    free(s);
+    return st;
+  }
+  s->base.destroy = conv_destroy;
+  *slot = &s->base;
+  *out = s->plan;
+  return NULL;
+}
+
+static void rt_conv(const kiln_rt *rt, const kiln_rt_conv_args *a, kiln_rt_state **slot) {
+  cpu_exec *x = exec_of(rt);
+  kiln_conv_plan *plan;
+  kiln_status_t st = conv_plan_of(x, a, slot, &plan);
+  if (st) {
+    if (!x->rt_error) x->rt_error = st;
+    else kiln_status_free(st);
+    return;
+  }
+  kiln_conv_epilogue epi = {a->epilogue, a->epilogue_buffers, a->add || a->clip, a->clip, a->lo, a->hi, a->add};
+  kiln_conv_run(plan, x->pool, a->x, a->w, a->bias, a->y, x->scratch, a->epilogue ? &epi : NULL);
+}
+
+kiln_rt kiln_cpu_rt(kiln_threadpool *pool, int threads) {
+  return (kiln_rt){KILN_RT_ABI_VERSION, pool, threads, rt_parallel_for, rt_sgemm, rt_sgemm_packed_b, rt_conv, rt_fail};
+}
