@@ -49,9 +49,9 @@ kiln_status_t kiln_fusion_build(const kiln_graph *g, const kiln_fusion *f, int r
 void kiln_fused_kernel_free(kiln_fused_kernel *k);
 
 /* A lowered group as one C source (codegen/render_c.c): scheduled with the
- * default loop schedule, rendered as `kiln_kernel`, plus `kiln_epilogue`
- * when the kernel is flat and could run on a contraction's tiles. *out
- * owned (free). What the cpu device compiles and the null device renders. */
+ * default loop schedule (contractions tensorized onto kiln_rt's GEMM and
+ * conv routines), rendered as `kiln_kernel`. *out owned (free). What the
+ * cpu device compiles and the null device renders. */
 kiln_status_t kiln_fused_kernel_c_source(const kiln_fused_kernel *k, char **out);
 
 /* True (with *why, static) when g has what no compiler handles yet: control

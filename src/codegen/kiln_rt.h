@@ -29,8 +29,8 @@
 typedef void (*kiln_rt_parallel_fn)(void *ctx, int64_t begin, int64_t end, int thread);
 typedef void (*kiln_rt_epilogue_fn)(void *ctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, int64_t nb);
 
-/* What a fused epilogue (`kiln_epilogue`, a kiln_rt_epilogue_fn) gets as
- * ctx: the kernel's buffers and where the tile sits in its flat output:
+/* What a per-tile epilogue (a kiln_rt_epilogue_fn a tensorized kernel
+ * passes to sgemm or conv) gets as ctx: the kernel's buffers and where the tile sits in its flat output:
  * element (i, j) of a tile at (m0, n0) is output element
  * base + (m0 + i) * row + n0 + j. */
 typedef struct kiln_rt_epilogue_ctx {

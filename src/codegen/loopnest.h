@@ -267,13 +267,6 @@ void kiln_loop_nest_free(kiln_loop_nest *n);
  * *const *buffers)` appended to `src` (the caller adds kiln_c_preamble()
  * once per source). */
 kiln_status_t kiln_render_c(const te_builder *b, const kiln_loop_nest *nest, const char *name, kiln_strbuf *src);
-/* Renders `void NAME(void *ctx, float *c, int64_t ldc, int64_t m0, int64_t
- * n0, int64_t mb, int64_t nb)`: the element computation of a flat (rank-1,
- * reduction-free) nest applied to one finished GEMM tile, in place, with ctx
- * a kiln_rt_epilogue_ctx. Lets elementwise consumers of a MatMul/Gemm/Conv
- * run while its tile is in cache instead of as a separate pass. */
-kiln_status_t kiln_render_c_epilogue(const te_builder *b, const kiln_loop_nest *nest, const char *name,
-                                     kiln_strbuf *src);
 /* kiln_rt.h and the math helpers every generated source starts with. */
 const char *kiln_c_preamble(void);
 

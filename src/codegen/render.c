@@ -12,8 +12,6 @@ kiln_status_t render_init(render_ctx *r, const render_dialect *d, const te_build
   r->b = b;
   r->s = s;
   r->buf_prefix = "b";
-  r->raw_buf = -1;
-  r->raw_var = -1;
   r->trips = 1;
   int n_exprs = te_expr_count(b);
   r->emitted = malloc(((size_t)n_exprs + 1) * sizeof(int));

@@ -205,41 +205,6 @@ void render_c_declare_buffers(render_ctx *r, const kiln_loop_nest *nest) {
   }
 }
 
-kiln_status_t kiln_render_c_epilogue(const te_builder *b, const kiln_loop_nest *nest, const char *name,
-                                     kiln_strbuf *src) {
-  if (nest->rank != 1 || nest->n_sites)
-    return kiln_error(KILN_INTERNAL, "epilogues need a flat, reduction-free kernel");
-  render_ctx r;
-  KILN_TRY(render_init(&r, &c_dialect, b, src));
-  kiln_strbuf_printf(src,
-                     "KILN_EXPORT void %s(void *vctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, int64_t nb) {\n"
-                     "  const kiln_rt_epilogue_ctx *ectx = (const kiln_rt_epilogue_ctx *)vctx;\n"
-                     "  void *const *buffers = ectx->buffers;\n  (void)c;\n  (void)ldc;\n",
-                     name);
-  kiln_status_t st = declare_buffers(b, nest, src);
-  if (st) {
-    render_free(&r);
-    return st;
-  }
-  kiln_strbuf_puts(src, "  for (int64_t i = 0; i < mb; i++) {\n    const int64_t rowbase = ectx->base + (m0 + i) * ectx->row + n0;\n"
-                        "    for (int64_t j = 0; j < nb; j++) {\n");
-  r.indent = 3;
-  render_open_scope(&r);
-  render_indent(&r);
-  kiln_strbuf_printf(src, "const int64_t v%d = rowbase + j;\n", nest->vars[0]);
-  render_ensure(&r, nest->value);
-  char val[96];
-  render_name_of(&r, nest->value, val, sizeof val);
-  render_indent(&r);
-  kiln_strbuf_printf(src, "b%d[v%d] = %s;\n", nest->out_buf, nest->vars[0], val);
-  render_close_scope(&r);
-  kiln_strbuf_puts(src, "    }\n  }\n}\n\n");
-  bool bad = r.bad;
-  render_free(&r);
-  if (bad) return kiln_error(KILN_UNSUPPORTED, "C renderer: expression it cannot express in epilogue %s", name);
-  return kiln_strbuf_status(src);
-}
-
 void render_store(render_ctx *r, const kiln_loop_nest *nest, int offset_loop, int offset, const te_expr *value) {
   char lit[40], idx[1024];
   size_t len = 0;
@@ -364,13 +329,11 @@ kiln_status_t kiln_fused_kernel_c_source(const kiln_fused_kernel *k, char **out_
   kiln_strbuf src = {0};
   kiln_loop_nest nest = {0};
   kiln_loop_schedule sched = kiln_loop_schedule_default();
-  sched.tensorize_gemm = !k->flat; /* a flat kernel may also be rendered as an epilogue */
+  sched.tensorize_gemm = !k->flat; /* a flat kernel has no contraction */
   kiln_status_t st = kiln_schedule_kernel(k->b, k->root, 0, &sched, &nest);
   if (!st) {
     kiln_strbuf_puts(&src, kiln_c_preamble());
     st = kiln_render_c(k->b, &nest, "kiln_kernel", &src);
-    /* A flat elementwise kernel can also run as a contraction's epilogue. */
-    if (!st && k->flat && nest.n_sites == 0) st = kiln_render_c_epilogue(k->b, &nest, "kiln_epilogue", &src);
   }
   if (!st) st = kiln_strbuf_status(&src);
   if (!st) *out_src = kiln_strbuf_take(&src);

@@ -65,7 +65,6 @@ struct render_ctx {
   bool idx64;          /* index arithmetic in 64-bit integers */
   bool idx32;          /* C dialect on a GPU: int64 (index) values as int (kiln_loop_nest_fits_int32 said so) */
   const char *buf_prefix; /* buffer names: prefix + index ("b") */
-  int raw_buf, raw_var;   /* epilogue: loads of raw_buf at index variable raw_var read `raw`; -1 none */
   /* Loop trips per thread: each loop statement runs trips * its own count
    * times in one invocation; a driver that stops loops past max_trips
    * (llvmpipe: 65535 per loop per invocation, silently) fails the render. */

@@ -1079,20 +1079,7 @@ kiln_status_t kiln_conv_plan_create(const kiln_conv_geom *c, kiln_conv_algo algo
   return NULL;
 }
 
-kiln_conv_algo kiln_conv_plan_algo(const kiln_conv_plan *p) { return p->algo; }
 size_t kiln_conv_plan_scratch_bytes(const kiln_conv_plan *p) { return p->scratch_bytes; }
-
-bool kiln_conv_plan_reads_weights(const kiln_conv_plan *p) {
-  switch (p->algo) {
-    case KILN_CONV_WINOGRAD:
-    case KILN_CONV_GEMM_T:
-    case KILN_CONV_IM2COL_T:
-    case KILN_CONV_PW:
-    case KILN_CONV_IM2COL_PW:
-    case KILN_CONV_ROWS: return false;
-    default: return true;
-  }
-}
 
 void kiln_conv_run(const kiln_conv_plan *p, kiln_threadpool *pool, const float *x, const float *w, const float *bias,
                    float *y, void *scratch, const kiln_conv_epilogue *epi) {

@@ -29,8 +29,6 @@ static void cpu_query(const kiln_device *dev, kiln_device_info *out) {
   }
   out->description = description;
   out->host_memory = true;
-  const char *cc = getenv("KILN_CPU_CONTRACTIONS"); /* te: attention from its compute definition, not cpu_contract.c */
-  out->features = cc && !strcmp(cc, "te") ? 0 : KILN_DEVICE_FEATURE_FUSED_ATTENTION;
 }
 
 static bool cpu_supports(const kiln_device *dev, const kiln_graph *g, const kiln_node *node, const char **reason) {
@@ -39,8 +37,10 @@ static bool cpu_supports(const kiln_device *dev, const kiln_graph *g, const kiln
 
 static void cpu_plan_describe(kiln_device *dev, void *state, const kiln_plan *p, FILE *out) {
   const cpu_exec *x = state;
-  fprintf(out, "cpu: contractions on the %s SGEMM micro-kernel; im2col scratch %.2f MiB\n", kiln_sgemm_kernel_name(),
-          (double)x->scratch_bytes / (1 << 20));
+  fprintf(out,
+          "cpu: contractions tensorized onto the %s SGEMM micro-kernel and the conv algorithms; conv scratch %.2f MiB "
+          "(grown at the first run)\n",
+          kiln_sgemm_kernel_name(), (double)x->scratch_bytes / (1 << 20));
 }
 
 static const kiln_device_vtable cpu_vtable = {

@@ -2,13 +2,11 @@
  *
  * The shared plan claims nodes (what codegen/lower.c can lower), fuses
  * them, plans the arena and runs the steps; the cpu device supplies the
- * hooks (cpu_plan.c): each KERNEL step scheduled and rendered as C, flat
- * elementwise kernels (and broadcast bias Adds) fused into the SGEMM /
- * conv contractions that produce their operand, every kernel compiled in
- * one JIT batch, contractions prepared (weights packed once, a conv
- * algorithm chosen), and launch_step running a step at once on the thread
- * pool. Contractions (MatMul, Gemm, Conv, 2-D MaxPool, FusedAttention) call
- * the packed SGEMM micro-kernels (cpu_contract.c, cpu_conv*.c).
+ * hooks (cpu_plan.c): each KERNEL step scheduled and rendered as C (MatMul,
+ * Gemm and 1x1 products tensorized onto the packed SGEMM micro-kernels,
+ * convolutions onto the measured conv algorithms below, both reached
+ * through the runtime table of cpu_rt.c), every kernel compiled in one JIT
+ * batch, and launch_step running a step at once on the thread pool.
  *
  * A cpu_exec is used by one thread at a time (its scratch is reused).
  */
@@ -21,50 +19,22 @@
 #include "runtime/plan.h"
 
 typedef enum cpu_step_kind {
-  CPU_STEP_KERNEL,    /* a generated, fused kernel */
-  CPU_STEP_MATMUL,    /* MatMul via SGEMM (batched, broadcasting) */
-  CPU_STEP_GEMM,      /* Gemm via SGEMM */
-  CPU_STEP_CONV,      /* Conv: cpu_conv.c (SGEMM, im2col, depthwise, Winograd) */
-  CPU_STEP_ATTENTION, /* kiln.FusedAttention: SGEMM, row softmax, SGEMM per batch */
-  CPU_STEP_MAXPOOL,   /* 2-D MaxPool: direct loops over a padded plane */
-  CPU_STEP_REF,       /* a host step (the plan runs it) */
+  CPU_STEP_KERNEL, /* a generated, fused kernel */
+  CPU_STEP_REF,    /* a host step (the plan runs it) */
 } cpu_step_kind;
 
 typedef void (*cpu_kernel_fn)(const kiln_rt *rt, void *const *buffers);
 
-/* The cpu's compiled form of plan step i (cpu_exec.steps[i]). The fields
- * from node to elementwise_only mirror the plan step (filled in
- * plan_compile; args borrowed from it). */
+/* The cpu's compiled form of plan step i (cpu_exec.steps[i]); node and
+ * args mirror the plan step (args borrowed from it). */
 typedef struct cpu_step {
   cpu_step_kind kind;
   const kiln_node *node;
-  int n_fused;
   int n_args;
   const int *args;
-  int out_value;
-  int epilogue_step;
-  int fused_into;
-  bool flat;
-  bool elementwise_only;
-  char *source;          /* KERNEL: rendered C until compiled; owned */
-  cpu_kernel_fn fn;      /* KERNEL */
-  kiln_rt_epilogue_fn epilogue; /* KERNEL run as an epilogue: its tile entry point */
-  void *packed_b;        /* MATMUL/GEMM: constant B packed once; CONV: its kiln_conv_plan; owned (free()) */
-  size_t scratch_bytes;  /* CONV: bytes of the shared scratch it needs (0: none) */
-  float *work;           /* ATTENTION, MAXPOOL: per-thread work space; owned */
-  /* Contractions (cpu_contract.c): the fused epilogue recognized as
-   * y = clip(y + add, lo, hi) (epi_native), which a kernel may apply to its
-   * registers instead of calling the generated epilogue. */
-  bool epi_native, epi_clip, epi_has_add;
-  float epi_lo, epi_hi;
-  int epi_add_value;     /* epi_has_add: the value added elementwise (flat index) */
-  /* MATMUL/GEMM: the fused epilogue's broadcast bias Add (y + b[j], b a
-   * constant of length N) runs in the SGEMM as its per-column bias; the
-   * epilogue kernel was rebuilt without that Add (cpu_plan.c). */
-  bool has_col_bias;
-  int col_bias_value;    /* has_col_bias: the constant's value id */
-  bool epi_identity;     /* the rebuilt epilogue is the identity: not called */
-  kiln_rt_state *rt_state; /* KERNEL: what its runtime calls prepared (kiln_rt.h's state slot); owned */
+  char *source;            /* rendered C until compiled; owned */
+  cpu_kernel_fn fn;
+  kiln_rt_state *rt_state; /* what its runtime calls prepared (kiln_rt.h's state slot); owned */
 } cpu_step;
 
 typedef struct cpu_exec {
@@ -74,8 +44,8 @@ typedef struct cpu_exec {
   void **modules;      /* kiln_jit_module* per compiled kernel; owned */
   int n_modules;
   kiln_threadpool *pool; /* owned */
-  kiln_rt rt;
-  float *scratch;      /* im2col buffer shared by every Conv step (steps run one at a time); owned */
+  kiln_rt rt;          /* what generated code calls (cpu_rt.c finds the exec from it) */
+  float *scratch;      /* convolution scratch shared by every launch (they run one at a time); owned */
   size_t scratch_bytes;
   kiln_status_t rt_error; /* what a runtime call of the running launch reported (kiln_rt.fail); owned */
 } cpu_exec;
@@ -91,10 +61,6 @@ kiln_status_t kiln_cpu_plan_compile(kiln_device *dev, void *state, kiln_plan *pl
 kiln_status_t kiln_cpu_launch_step(kiln_device *dev, void *state, const kiln_plan *plan, int step,
                                    const kiln_plan_bindings *bind);
 void kiln_cpu_plan_end(kiln_device *dev, void *state, kiln_plan *plan);
-
-/* Contraction steps (cpu_contract.c); ptr: host address per value id. */
-kiln_status_t kiln_cpu_contract_prepare(cpu_exec *x, cpu_step *step);
-kiln_status_t kiln_cpu_contract_run(cpu_exec *x, const cpu_step *step, void *const *ptr);
 
 /* ---- convolutions (cpu_conv.c), NCHW f32 ------------------------------------ */
 
@@ -125,8 +91,8 @@ typedef enum kiln_conv_algo {
   KILN_CONV_N_ALGOS
 } kiln_conv_algo;
 
-/* The fused elementwise kernel a Conv step runs on its finished output
- * (a kiln_epilogue entry point and its bound buffers), or fn NULL. */
+/* The epilogue a convolution runs on its finished output (a generated
+ * kiln_rt_epilogue_fn and the kernel's buffers), or fn NULL. */
 typedef struct kiln_conv_epilogue {
   kiln_rt_epilogue_fn fn;
   void *const *buffers;
@@ -152,11 +118,6 @@ kiln_conv_algo kiln_conv_choose(const kiln_conv_geom *c, bool const_weights);
  * threads kiln_conv_run will use (sizes the per-thread scratch). */
 kiln_status_t kiln_conv_plan_create(const kiln_conv_geom *c, kiln_conv_algo algo, const float *w, int threads,
                                     kiln_conv_plan **out);
-kiln_conv_algo kiln_conv_plan_algo(const kiln_conv_plan *p);
-/* Whether kiln_conv_run reads the weight tensor it is given; false when the
- * plan holds its own packed/transformed copy (then the original is only
- * needed by other readers of that constant, if any). */
-bool kiln_conv_plan_reads_weights(const kiln_conv_plan *p);
 /* Bytes of scratch kiln_conv_run needs (64-byte aligned), 0 for none. */
 size_t kiln_conv_plan_scratch_bytes(const kiln_conv_plan *p);
 /* y = conv(x, w) + bias, then epi (may be NULL) over every output element. */
