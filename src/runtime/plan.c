@@ -1,4 +1,4 @@
-/* Building the shared plan (see plan.h): steps, epilogues, memory, flushes. */
+/* Building the shared plan (see plan.h): steps, memory, flushes. */
 #include "runtime/plan.h"
 
 #include "passes/memory_plan.h"
@@ -14,30 +14,7 @@ int64_t kiln_plan_value_bytes(const kiln_plan *p, int v) {
   return (n * elem + r - 1) / r * r;
 }
 
-int kiln_plan_producer(const kiln_plan *p, int v) {
-  for (int i = 0; i < p->n_steps; i++) {
-    const kiln_plan_step *s = &p->steps[i];
-    if (s->kind == KILN_STEP_KERNEL) {
-      if (s->args[0] == v) return i;
-      continue;
-    }
-    for (int k = 0; k < s->node->n_outputs; k++)
-      if (s->node->outputs[k] == v) return i;
-  }
-  return -1;
-}
-
 /* ---- steps ----------------------------------------------------------------------- */
-
-static kiln_status_t contraction_args(const kiln_node *node, kiln_plan_step *s) {
-  s->args = malloc(((size_t)node->n_inputs + 2) * sizeof(int));
-  if (!s->args) return KILN_OOM();
-  s->n_args = 0;
-  for (int i = 0; i < node->n_inputs; i++)
-    if (node->inputs[i] >= 0) s->args[s->n_args++] = node->inputs[i];
-  s->args[s->n_args++] = node->outputs[0];
-  return NULL;
-}
 
 static kiln_status_t kernel_step(kiln_plan *p, int root, kiln_plan_step *s) {
   const kiln_graph *g = p->g;
@@ -59,26 +36,17 @@ static kiln_status_t build_steps(kiln_plan *p, const kiln_op_class *cls) {
   const kiln_graph *g = p->g;
   for (int n = 0; n < g->n_nodes; n++) {
     const kiln_node *node = &g->nodes[n];
-    bool own_step = cls[n] == KILN_OPCLASS_NONE || (cls[n] == KILN_OPCLASS_CONTRACTION && !p->target.contractions_as_kernels);
-    if (!own_step && p->fusion.group_of[n] != n) continue; /* inlined into a later kernel */
+    if (cls[n] != KILN_OPCLASS_NONE && p->fusion.group_of[n] != n) continue; /* inlined into a later kernel */
     kiln_plan_step *s = &p->steps[p->n_steps++];
     s->node = node;
     s->flops = kiln_node_flops(g, node);
     s->out_value = node->outputs[0];
-    s->epilogue_step = -1;
-    s->fused_into = -1;
     if (cls[n] == KILN_OPCLASS_NONE) {
       s->kind = KILN_STEP_HOST;
       snprintf(s->name, sizeof s->name, "ref:%s", node->op_type);
       for (int k = 0; k < node->n_outputs; k++)
         if (node->outputs[k] >= 0) p->kinds[node->outputs[k]] = KILN_VALUE_HOST;
       p->n_host++;
-    } else if (cls[n] == KILN_OPCLASS_CONTRACTION && !p->target.contractions_as_kernels) {
-      s->kind = KILN_STEP_CONTRACTION;
-      snprintf(s->name, sizeof s->name, "%s", node->op_type);
-      KILN_TRY(contraction_args(node, s));
-      p->kinds[node->outputs[0]] = KILN_VALUE_ARENA;
-      p->n_contractions++;
     } else {
       s->kind = KILN_STEP_KERNEL;
       KILN_TRY(kernel_step(p, n, s));
@@ -88,64 +56,6 @@ static kiln_status_t build_steps(kiln_plan *p, const kiln_op_class *cls) {
       if (p->target.schedule) KILN_TRY(p->target.schedule(p->target.user, p, p->n_steps - 1));
     }
   }
-  return NULL;
-}
-
-/* ---- epilogues --------------------------------------------------------------------- */
-
-/* The step writing each value (-1: constants, inputs). */
-static int *steps_of_values(const kiln_plan *p) {
-  int *step_of = malloc(((size_t)p->g->n_values + 1) * sizeof(int));
-  if (!step_of) return NULL;
-  for (int v = 0; v < p->g->n_values; v++) step_of[v] = -1;
-  for (int i = 0; i < p->n_steps; i++) {
-    const kiln_plan_step *s = &p->steps[i];
-    if (s->kind == KILN_STEP_KERNEL) step_of[s->args[0]] = i;
-    else
-      for (int k = 0; k < s->node->n_outputs; k++)
-        if (s->node->outputs[k] >= 0) step_of[s->node->outputs[k]] = i;
-  }
-  return step_of;
-}
-
-int kiln_plan_epilogue_candidates(const kiln_plan *p, int ki, int *out_c, int *out_a, int max) {
-  const kiln_graph *g = p->g;
-  const kiln_plan_step *k = &p->steps[ki];
-  if (k->kind != KILN_STEP_KERNEL || !k->elementwise_only || k->fused_into >= 0) return 0;
-  int *step_of = steps_of_values(p);
-  if (!step_of) return 0; /* an optimization: skip it */
-  int n = 0;
-  for (int a = 1; a < k->n_args && n < max; a++) {
-    int v = k->args[a], ci = step_of[v];
-    if (ci < 0 || p->steps[ci].kind != KILN_STEP_CONTRACTION) continue;
-    const kiln_plan_step *c = &p->steps[ci];
-    if (c->epilogue_step >= 0 || c->out_value != v || p->fusion.uses[v] != 1 || g->values[v].is_graph_output) continue;
-    if (kiln_type_numel(&g->values[v].type) != kiln_type_numel(&g->values[k->args[0]].type)) continue;
-    bool ready = true;
-    for (int b = 1; b < k->n_args && ready; b++)
-      if (b != a) ready = k->args[b] != v && step_of[k->args[b]] < ci;
-    if (!ready) continue;
-    out_c[n] = ci;
-    out_a[n++] = a;
-  }
-  free(step_of);
-  return n;
-}
-
-kiln_status_t kiln_plan_fuse_epilogue(kiln_plan *p, int ci, int ki, int a) {
-  kiln_plan_step *c = &p->steps[ci], *k = &p->steps[ki];
-  int raw = k->args[a];
-  int *args = realloc(c->args, ((size_t)c->n_args + (size_t)k->n_args) * sizeof(int));
-  if (!args) return KILN_OOM();
-  c->args = args;
-  c->args[c->n_args - 1] = k->args[0]; /* the contraction writes the epilogue's output */
-  memcpy(c->args + c->n_args, k->args, (size_t)k->n_args * sizeof(int));
-  c->n_args += k->n_args;
-  c->epilogue_step = ki;
-  c->out_value = k->args[0];
-  k->fused_into = ci;
-  p->kinds[raw] = KILN_VALUE_ALIAS;
-  p->alias_of[raw] = k->args[0];
   return NULL;
 }
 
@@ -159,7 +69,7 @@ static void mark_host_arena(kiln_plan *p) {
   if (p->target.host_memory) return;
   for (int i = 0; i < p->n_steps; i++) {
     const kiln_plan_step *s = &p->steps[i];
-    if (s->kind == KILN_STEP_HOST || (s->kind == KILN_STEP_KERNEL && s->fused_into >= 0)) continue;
+    if (s->kind == KILN_STEP_HOST) continue;
     for (int a = 0; a < s->n_args; a++) {
       int v = s->args[a];
       if (v >= 0 && p->kinds[v] == KILN_VALUE_HOST && v != s->out_value) p->kinds[v] = KILN_VALUE_HOST_ARENA;
@@ -192,7 +102,6 @@ static kiln_status_t plan_memory(kiln_plan *p) {
   }
   for (int i = 0; i < p->n_steps; i++) {
     const kiln_plan_step *s = &p->steps[i];
-    if (s->kind == KILN_STEP_KERNEL && s->fused_into >= 0) continue;
     if (s->kind == KILN_STEP_HOST) {
       for (int k = 0; k < s->node->n_outputs; k++) {
         int v = s->node->outputs[k];
@@ -220,8 +129,7 @@ static kiln_status_t plan_memory(kiln_plan *p) {
    * dies there (each element is read before it is written). */
   for (int i = 0; i < p->n_steps; i++) {
     const kiln_plan_step *s = &p->steps[i];
-    io[i] = (kiln_plan_step_io){s->args, s->n_args,
-                                s->kind == KILN_STEP_KERNEL && s->elementwise_only && s->fused_into < 0};
+    io[i] = (kiln_plan_step_io){s->args, s->n_args, s->kind == KILN_STEP_KERNEL && s->elementwise_only};
   }
   kiln_memory_plan_finish_steps(g, buf_of, bufs, nb, io, p->n_steps);
   if ((st = kiln_memory_plan_compute(bufs, nb, &mp))) goto out;
@@ -272,7 +180,7 @@ static kiln_status_t build_flushes(kiln_plan *p) {
     f->device_begin = i;
     while (i < p->n_steps && is_device_step(&p->steps[i])) {
       const kiln_plan_step *s = &p->steps[i++];
-      if (!transfers || (s->kind == KILN_STEP_KERNEL && s->fused_into >= 0)) continue;
+      if (!transfers) continue;
       for (int a = 0; a < s->n_args && !st; a++) {
         int v = s->args[a];
         if (v < 0 || v == s->out_value || uploaded[v]) continue;
@@ -325,20 +233,17 @@ static kiln_status_t build_once(const kiln_graph *g, const kiln_plan_target *tar
   kiln_op_class *cls = calloc((size_t)nn + 1, sizeof *cls);
   p->steps = calloc((size_t)nn + 1, sizeof *p->steps);
   p->kinds = calloc((size_t)nv + 1, sizeof *p->kinds);
-  p->alias_of = malloc(((size_t)nv + 1) * sizeof *p->alias_of);
   p->offset = malloc(((size_t)nv + 1) * sizeof *p->offset);
-  kiln_status_t st = (!cls || !p->steps || !p->kinds || !p->alias_of || !p->offset) ? KILN_OOM() : NULL;
+  kiln_status_t st = (!cls || !p->steps || !p->kinds || !p->offset) ? KILN_OOM() : NULL;
   for (int v = 0; v < nv && !st; v++) {
-    p->alias_of[v] = -1;
     p->offset[v] = -1;
     if (g->values[v].constant) p->kinds[v] = KILN_VALUE_CONSTANT;
   }
   for (int i = 0; i < g->n_inputs && !st; i++)
     if (!g->values[g->inputs[i]].constant) p->kinds[g->inputs[i]] = KILN_VALUE_INPUT;
   for (int n = 0; n < nn && !st; n++) cls[n] = target->claim(target->user, g, &g->nodes[n], NULL);
-  if (!st) st = kiln_fusion_plan(g, cls, target->contractions_as_kernels, &p->fusion);
+  if (!st) st = kiln_fusion_plan(g, cls, true, &p->fusion);
   if (!st) st = build_steps(p, cls);
-  if (!st && target->fuse_epilogues) st = target->fuse_epilogues(target->user, p);
   if (!st) {
     mark_host_arena(p);
     st = plan_memory(p);
@@ -380,7 +285,6 @@ void kiln_plan_free(kiln_plan *p) {
   free(p->flushes);
   free(p->steps);
   free(p->kinds);
-  free(p->alias_of);
   free(p->offset);
   kiln_fusion_free(&p->fusion);
   free(p);
@@ -389,13 +293,11 @@ void kiln_plan_free(kiln_plan *p) {
 /* ---- describe -------------------------------------------------------------------- */
 
 void kiln_plan_describe(const kiln_plan *p, FILE *out) {
-  int n_epilogues = 0, n_segments = 0;
-  for (int i = 0; i < p->n_steps; i++) n_epilogues += p->steps[i].kind == KILN_STEP_KERNEL && p->steps[i].fused_into >= 0;
+  int n_segments = 0;
   for (int f = 0; f < p->n_flushes; f++) n_segments += p->flushes[f].device_end > p->flushes[f].device_begin;
-  fprintf(out,
-          "plan: %d nodes after optimization -> %d generated kernels (fusing %d nodes; %d of them run as contraction "
-          "epilogues), %d contractions, %d nodes on ref; %d device segments\n",
-          p->g->n_nodes, p->n_kernels, p->n_fused_nodes, n_epilogues, p->n_contractions, p->n_host, n_segments);
+  fprintf(out, "plan: %d nodes after optimization -> %d generated kernels (fusing %d nodes), %d nodes on ref; %d device "
+               "segments\n",
+          p->g->n_nodes, p->n_kernels, p->n_fused_nodes, p->n_host, n_segments);
   if (p->n_host) {
     fprintf(out, "fell back to ref:\n");
     for (int i = 0; i < p->n_steps; i++) {

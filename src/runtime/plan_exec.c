@@ -51,7 +51,7 @@ static bool *device_reads(const kiln_plan *p) {
   if (!r) return NULL;
   for (int i = 0; i < p->n_steps; i++) {
     const kiln_plan_step *s = &p->steps[i];
-    if (s->kind == KILN_STEP_HOST || (s->kind == KILN_STEP_KERNEL && s->fused_into >= 0)) continue;
+    if (s->kind == KILN_STEP_HOST) continue;
     for (int a = 0; a < s->n_args; a++)
       if (s->args[a] >= 0 && s->args[a] != s->out_value) r[s->args[a]] = true;
   }
@@ -134,13 +134,6 @@ static kiln_status_t bind_static(struct kiln_executable *x) {
     if (!st && uploads) st = kiln_device_event_wait(x->dev, done);
     KILN_TRY(st);
   }
-  for (int v = 0; v < nv; v++)
-    if (p->kinds[v] == KILN_VALUE_ALIAS) {
-      int home = p->alias_of[v];
-      x->bind.buffer[v] = x->bind.buffer[home];
-      x->bind.offset[v] = x->bind.offset[home];
-      x->bind.host[v] = x->bind.host[home];
-    }
   return NULL;
 }
 
@@ -234,11 +227,10 @@ static kiln_status_t run_host_step(const kiln_plan *p, const kiln_plan_step *s, 
 }
 
 /* Hands the step's materialized outputs to the observer as values (views,
- * valid during the call). A contraction with an epilogue materializes the
- * epilogue's node. */
+ * valid during the call). */
 static kiln_status_t observe_step(const kiln_plan *p, const kiln_plan_step *s, const kiln_plan_bindings *b,
                                   kiln_value **host, const kiln_step_observer *observe) {
-  const kiln_node *node = s->epilogue_step >= 0 ? p->steps[s->epilogue_step].node : s->node;
+  const kiln_node *node = s->node;
   kiln_value *vals[64] = {0}, *owned[64] = {0};
   kiln_status_t st = NULL;
   for (int i = 0; i < node->n_outputs && i < 64 && !st; i++) {
@@ -372,7 +364,6 @@ static kiln_status_t execute_flushes(struct kiln_executable *x, run_state *r) {
     } else {
       for (int i = fl->device_begin; i < fl->device_end && !st; i++) {
         const kiln_plan_step *s = &p->steps[i];
-        if (s->kind == KILN_STEP_KERNEL && s->fused_into >= 0) continue;
         st = launch(x, r, i);
         if (st) st = kiln_status_annotate(st, "node '%s' (%s)", s->node->name, s->node->op_type);
       }
@@ -399,7 +390,6 @@ static kiln_status_t execute_stepwise(struct kiln_executable *x, run_state *r, c
   kiln_status_t st = NULL;
   for (int i = 0; i < p->n_steps && !st; i++) {
     const kiln_plan_step *s = &p->steps[i];
-    if (s->kind == KILN_STEP_KERNEL && s->fused_into >= 0) continue;
     if (observe->before) observe->before(observe->user, p->g, s->node);
     st = kiln_run_deadline_check();
     if (!st && s->kind == KILN_STEP_HOST) {
@@ -430,7 +420,6 @@ static kiln_status_t execute_host_memory(struct kiln_executable *x, kiln_plan_bi
   kiln_status_t st = NULL;
   for (int i = 0; i < p->n_steps && !st; i++) {
     const kiln_plan_step *s = &p->steps[i];
-    if (s->kind == KILN_STEP_KERNEL && s->fused_into >= 0) continue; /* runs as its contraction's epilogue */
     if (observe && observe->before) observe->before(observe->user, p->g, s->node);
     st = kiln_run_deadline_check();
     if (!st) st = s->kind == KILN_STEP_HOST ? run_host_step(p, s, b, host) : x->dev->vt->launch_step(x->dev, x->state, p, i, b);

@@ -21,7 +21,7 @@ kiln_op_class kiln_plan_claim_stored(const kiln_graph *g, const kiln_node *node,
 }
 
 bool kiln_plan_step_launches(const kiln_plan *p, int i) {
-  return p->steps[i].kind == KILN_STEP_KERNEL && p->steps[i].fused_into < 0;
+  return p->steps[i].kind == KILN_STEP_KERNEL;
 }
 
 void kiln_plan_kernel_name(int step, char name[32]) { snprintf(name, 32, "k%d", step); }
@@ -63,11 +63,7 @@ kiln_status_t kiln_plan_render_kernels(const kiln_plan *p, const kiln_plan_diale
   kiln_strbuf_puts(&src, dialect->preamble);
   kiln_status_t st = NULL;
   for (int i = 0; i < p->n_steps && !st; i++) {
-    const kiln_plan_step *s = &p->steps[i];
-    if (s->kind == KILN_STEP_CONTRACTION)
-      st = kiln_error(KILN_INTERNAL, "contraction step for node '%s' on a device that renders contractions as kernels",
-                      s->node->name);
-    else if (kiln_plan_step_launches(p, i) && !(st = render_step(p, i, render, gpu, &src, out)))
+    if (kiln_plan_step_launches(p, i) && !(st = render_step(p, i, render, gpu, &src, out)))
       out->n_kernels++;
   }
   if (!st) st = kiln_strbuf_status(&src);

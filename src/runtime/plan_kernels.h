@@ -38,12 +38,10 @@ typedef struct kiln_plan_kernels {
   char what[160];   /* "the N kernels of graph 'G'": for build errors */
 } kiln_plan_kernels;
 
-/* Renders every launched KERNEL step (not fused into another) of the plan
- * with the device's GPU schedule (its thread_tile and group_threads; NULL:
- * the defaults; parallel_dims is always KILN_PARALLEL_UNTIL_REDUCTION),
- * and dumps the source when dumps of dialect->name are on. A
- * CONTRACTION step is an error: the device must set
- * contractions_as_kernels. Errors name the node. */
+/* Renders every KERNEL step of the plan with the device's GPU schedule
+ * (its thread_tile and group_threads; NULL: the defaults; parallel_dims is
+ * always KILN_PARALLEL_UNTIL_REDUCTION), and dumps the source when dumps
+ * of dialect->name are on. Errors name the node. */
 kiln_status_t kiln_plan_render_kernels(const kiln_plan *plan, const kiln_plan_dialect *dialect,
                                        const kiln_loop_schedule *gpu, kiln_plan_kernels *out);
 void kiln_plan_kernels_free(kiln_plan_kernels *k);

@@ -219,16 +219,15 @@ static int report_fallbacks(const options *o, const char *name, const kiln_sessi
   return n;
 }
 
-/* -v: the plan's steps (kernels, contractions, ref nodes), on devices
+/* -v: the plan's steps (kernels, ref nodes), on devices
  * compiled through the shared plan. */
 static void print_steps(const kiln_session *s) {
   if (!s->exec || !s->devices[0]->vt->plan_begin) return;
   const kiln_plan *p = kiln_plan_of(s->exec);
   for (int i = 0; i < p->n_steps; i++) {
     const kiln_plan_step *st = &p->steps[i];
-    const char *kind = st->kind == KILN_STEP_KERNEL ? "kernel" : st->kind == KILN_STEP_HOST ? "ref" : "contraction";
+    const char *kind = st->kind == KILN_STEP_KERNEL ? "kernel" : "ref";
     printf("  step %d: %s %s (node '%s', %d fused)", i, kind, st->name, st->node ? st->node->name : "?", st->n_fused);
-    if (st->kind == KILN_STEP_KERNEL && st->fused_into >= 0) printf(", runs as the epilogue of step %d", st->fused_into);
     printf("\n");
   }
 }

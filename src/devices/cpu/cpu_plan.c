@@ -44,7 +44,6 @@ kiln_status_t kiln_cpu_plan_begin(kiln_device *dev, const kiln_graph *g, const k
       .host_memory = true,
       .alignment = 64,
       .size_rounding = 1,
-      .contractions_as_kernels = true,
       .claim = cpu_claim,
       .schedule = cpu_schedule,
       .user = x,
@@ -62,9 +61,6 @@ kiln_status_t kiln_cpu_plan_compile(kiln_device *dev, void *state, kiln_plan *p,
   for (int i = 0; i < p->n_steps; i++) {
     const kiln_plan_step *ps = &p->steps[i];
     cpu_step *s = &x->steps[i];
-    if (ps->kind == KILN_STEP_CONTRACTION)
-      return kiln_error(KILN_INTERNAL, "cpu: contraction step for node '%s' (contractions are kernels here)",
-                        ps->node->name);
     s->kind = ps->kind == KILN_STEP_KERNEL ? CPU_STEP_KERNEL : CPU_STEP_REF;
     s->node = ps->node;
     s->n_args = ps->n_args;

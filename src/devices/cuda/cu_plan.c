@@ -76,7 +76,6 @@ kiln_status_t cu_plan_begin(kiln_device *dev, const kiln_graph *g, const kiln_pr
       .host_memory = false,
       .alignment = 256,
       .size_rounding = 4,
-      .contractions_as_kernels = true,
       .claim = plan_claim,
       .user = x->d,
   };

@@ -55,7 +55,6 @@ static kiln_status_t null_plan_begin(kiln_device *dev, const kiln_graph *g, cons
       .host_memory = true,
       .alignment = 64,
       .size_rounding = 1,
-      .contractions_as_kernels = true, /* every kernel rendered, contractions included */
       .claim = null_claim,
       .schedule = null_schedule,
       .user = x,

@@ -79,7 +79,6 @@ kiln_status_t cl_plan_begin(kiln_device *dev, const kiln_graph *g, const kiln_pr
       .host_memory = false,
       .alignment = x->d->props.mem_align,
       .size_rounding = 4,
-      .contractions_as_kernels = true,
       .claim = plan_claim,
       .user = x,
   };

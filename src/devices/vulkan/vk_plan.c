@@ -196,7 +196,6 @@ kiln_status_t vk_plan_begin(kiln_device *dev, const kiln_graph *g, const kiln_pr
       .alignment = align > 64 ? align : 64,
       .f32_as_half = x->fp16,
       .size_rounding = 4, /* shaders address 16-bit data through 32-bit words */
-      .contractions_as_kernels = true,
       .claim = vk_claim,
       .schedule = vk_schedule,
       .retry = vk_retry,
@@ -220,7 +219,7 @@ static kiln_status_t spec_entries(const kiln_glsl_spec *spec, vk_spec_const **ou
 }
 
 static bool runs_on_device(const kiln_plan_step *ps, const vs_step *s) {
-  return ps->kind == KILN_STEP_KERNEL && ps->fused_into < 0 && s->glsl && s->groups[0] != 0;
+  return ps->kind == KILN_STEP_KERNEL && s->glsl && s->groups[0] != 0;
 }
 
 /* Every shader in one batch; the bound views of every value a device step
@@ -229,10 +228,6 @@ kiln_status_t vk_plan_compile(kiln_device *dev, void *state, kiln_plan *p, const
   vk_plan_state *x = state;
   const kiln_graph *g = p->g;
   x->n_steps = p->n_steps;
-  for (int i = 0; i < p->n_steps; i++)
-    if (p->steps[i].kind == KILN_STEP_CONTRACTION)
-      return kiln_error(KILN_INTERNAL, "vulkan: contraction step for node '%s' (contractions are kernels here)",
-                        p->steps[i].node->name);
   vk_kernel_desc *descs = calloc((size_t)p->n_steps + 1, sizeof *descs);
   vk_kernel **kernels = calloc((size_t)p->n_steps + 1, sizeof *kernels);
   int *step_of = calloc((size_t)p->n_steps + 1, sizeof *step_of);
@@ -308,7 +303,7 @@ kiln_status_t vk_record(kiln_device *dev, void *state, kiln_plan *p, int f, cons
     x->n_recorded = p->n_flushes;
   }
   bool any = false;
-  for (int i = fl->device_begin; i < fl->device_end; i++) any |= x->steps[i].kernel && p->steps[i].fused_into < 0;
+  for (int i = fl->device_begin; i < fl->device_end; i++) any |= x->steps[i].kernel != NULL;
   if (!any) return NULL;
   vk_stream *s;
   KILN_TRY(vk_stream_create(x->ctx, &s));
@@ -317,7 +312,7 @@ kiln_status_t vk_record(kiln_device *dev, void *state, kiln_plan *p, int f, cons
   KILN_TRY(vk_stream_begin(s));
   for (int i = fl->device_begin; i < fl->device_end; i++) {
     const vs_step *st = &x->steps[i];
-    if (!st->kernel || p->steps[i].fused_into >= 0) continue;
+    if (!st->kernel) continue;
     vk_buffer *bind[96];
     KILN_TRY(bindings_of(x, &p->steps[i], bind));
     KILN_TRY(vk_stream_dispatch(s, st->kernel, bind, NULL, st->groups[0], st->groups[1], st->groups[2]));
