@@ -9,12 +9,9 @@
  * convolution left there. The element's indices are unflattened once per
  * row of the tile and then stepped with carries (no division per element). */
 static void epilogue(render_ctx *r, const kiln_loop_nest *nest, const char *name) {
-  kiln_strbuf_printf(r->s,
-                     "static void %s_epilogue(void *vctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, "
-                     "int64_t nb) {\n"
-                     "  const kiln_rt_epilogue_ctx *ectx = (const kiln_rt_epilogue_ctx *)vctx;\n"
-                     "  void *const *buffers = ectx->buffers;\n",
-                     name);
+  render_c_epilogue_head(r, name);
+  kiln_strbuf_puts(r->s, "  const kiln_rt_epilogue_ctx *ectx = (const kiln_rt_epilogue_ctx *)vctx;\n"
+                         "  void *const *buffers = ectx->buffers;\n");
   render_c_declare_buffers(r, nest);
   r->indent = 0;
   render_open_scope(r); /* indent 1 */
@@ -31,17 +28,12 @@ static void epilogue(render_ctx *r, const kiln_loop_nest *nest, const char *name
   render_open_scope(r);
   render_line(r, "{");
   render_open_scope(r);
-  render_line(r, "const float r%d = c[i * ldc + j];", nest->conv.tag->reduce->id);
-  render_ensure(r, nest->value);
-  char val[48];
-  render_name_of(r, nest->value, val, sizeof val);
-  render_line(r, "c[i * ldc + j] = %s;", val);
+  render_c_epilogue_element(r, nest, nest->conv.tag->reduce);
   render_close_scope(r);
   render_line(r, "}");
   /* The next element: the innermost index up one, carried outwards. */
   for (int l = nest->rank - 1; l >= 0; l--) {
-    if (l == nest->rank - 1) render_line(r, "if (++v%d == INT64_C(%lld)) {", nest->vars[l], (long long)nest->extents[l]);
-    else render_line(r, "if (++v%d == INT64_C(%lld)) {", nest->vars[l], (long long)nest->extents[l]);
+    render_line(r, "if (++v%d == INT64_C(%lld)) {", nest->vars[l], (long long)nest->extents[l]);
     render_open_scope(r);
     render_line(r, "v%d = 0;", nest->vars[l]);
   }
@@ -61,12 +53,9 @@ static void epilogue(render_ctx *r, const kiln_loop_nest *nest, const char *name
  * (what a routine that cannot apply them in registers calls). */
 static void native_epilogue(render_ctx *r, const kiln_loop_nest *nest, const char *name) {
   const kiln_conv_call *cc = &nest->conv;
-  kiln_strbuf_printf(r->s,
-                     "static void %s_epilogue(void *vctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, "
-                     "int64_t nb) {\n"
-                     "  const kiln_rt_epilogue_ctx *ectx = (const kiln_rt_epilogue_ctx *)vctx;\n"
-                     "  for (int64_t i = 0; i < mb; i++) {\n    float *row = c + i * ldc;\n",
-                     name);
+  render_c_epilogue_head(r, name);
+  kiln_strbuf_puts(r->s, "  const kiln_rt_epilogue_ctx *ectx = (const kiln_rt_epilogue_ctx *)vctx;\n"
+                         "  for (int64_t i = 0; i < mb; i++) {\n    float *row = c + i * ldc;\n");
   if (cc->add_buf >= 0)
     kiln_strbuf_printf(r->s,
                        "    const float *add = (const float *)ectx->buffers[%d] + ectx->base + (m0 + i) * ectx->row + n0;\n"

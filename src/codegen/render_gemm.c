@@ -5,15 +5,28 @@
 
 #include "codegen/render_internal.h"
 
+void render_c_epilogue_head(render_ctx *r, const char *name) {
+  kiln_strbuf_printf(r->s,
+                     "static void %s_epilogue(void *vctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, "
+                     "int64_t nb) {\n",
+                     name);
+}
+
+void render_c_epilogue_element(render_ctx *r, const kiln_loop_nest *nest, const te_expr *sum) {
+  render_line(r, "const float r%d = c[i * ldc + j];", sum->id);
+  render_ensure(r, nest->value);
+  char val[48];
+  render_name_of(r, nest->value, val, sizeof val);
+  render_line(r, "c[i * ldc + j] = %s;", val);
+}
+
 /* `NAME_epilogue`: the element of output (batch, m0 + i, n0 + j) from the
  * product GEMM left there, in place. */
 static void epilogue(render_ctx *r, const kiln_loop_nest *nest, const char *name) {
   const kiln_gemm_call *g = &nest->gemm;
-  kiln_strbuf_printf(r->s,
-                     "static void %s_epilogue(void *vctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, "
-                     "int64_t nb) {\n"
-                     "  const %s_gemm_ctx *gctx = (const %s_gemm_ctx *)vctx;\n  void *const *buffers = gctx->buffers;\n",
-                     name, name, name);
+  render_c_epilogue_head(r, name);
+  kiln_strbuf_printf(r->s, "  const %s_gemm_ctx *gctx = (const %s_gemm_ctx *)vctx;\n  void *const *buffers = gctx->buffers;\n",
+                     name, name);
   render_c_declare_buffers(r, nest);
   r->indent = 0;
   render_open_scope(r); /* indent 1 */
@@ -28,11 +41,7 @@ static void epilogue(render_ctx *r, const kiln_loop_nest *nest, const char *name
   render_open_scope(r);
   render_line(r, "const int64_t kiln_n = n0 + j;");
   render_unflatten_loops(r, nest, "kiln_n", g->n_loops, g->n_n);
-  render_line(r, "const float r%d = c[i * ldc + j];", g->sum->id);
-  render_ensure(r, nest->value);
-  char val[48];
-  render_name_of(r, nest->value, val, sizeof val);
-  render_line(r, "c[i * ldc + j] = %s;", val);
+  render_c_epilogue_element(r, nest, g->sum);
   render_close_scope(r);
   render_line(r, "}");
   render_close_scope(r);

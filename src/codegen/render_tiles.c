@@ -11,6 +11,19 @@
 
 static void lit(render_ctx *r, int64_t v, char *buf, size_t n) { r->d->int_literal(r, KILN_DTYPE_I64, v, buf, n); }
 
+/* What both slab copies need: the sums' variables and extents (the k run),
+ * and the literals of the operand's extent, of K and of 0.0f. */
+static void copy_setup(render_ctx *r, const kiln_contraction_tiles *t, int64_t extent, int *kvars, int64_t *kext,
+                       char ext[40], char kall[40], char zero[40]) {
+  for (int i = 0; i < t->n_red; i++) {
+    kvars[i] = t->red[i]->var;
+    kext[i] = t->red[i]->extent;
+  }
+  lit(r, extent, ext, 40);
+  lit(r, t->k, kall, 40);
+  r->d->float_literal(r, KILN_DTYPE_F32, 0.0, zero, 40);
+}
+
 /* copy_tile four elements at a time: each thread loads a vec4 along the
  * contiguous side (the guard on its first element covers all four: that
  * side's extent is a multiple of 4) and stores its lanes, or the whole
@@ -22,14 +35,8 @@ static void copy_tile4(render_ctx *r, const kiln_loop_nest *nest, const render_g
   const char *ity = r->d->value_type(r, KILN_DTYPE_I64), *vty = g->vec4_type;
   int nt = t->threads_m * t->threads_n, kvars[KILN_MAX_RANK], count = t->tile_k * width / 4;
   int64_t kext[KILN_MAX_RANK];
-  for (int i = 0; i < t->n_red; i++) {
-    kvars[i] = t->red[i]->var;
-    kext[i] = t->red[i]->extent;
-  }
   char ext[40], kall[40], zero[40];
-  lit(r, extent, ext, sizeof ext);
-  lit(r, t->k, kall, sizeof kall);
-  r->d->float_literal(r, KILN_DTYPE_F32, 0.0, zero, sizeof zero);
+  copy_setup(r, t, extent, kvars, kext, ext, kall, zero);
   render_line(r, "for (int kiln_e = kiln_t; kiln_e < %d; kiln_e += %d) {", count, nt);
   render_open_scope(r);
   render_trips_enter(r, (count + nt - 1) / nt);
@@ -120,14 +127,8 @@ static void copy_tile(render_ctx *r, const kiln_loop_nest *nest, const render_gp
   const char *ity = r->d->value_type(r, KILN_DTYPE_I64), *fty = r->d->value_type(r, KILN_DTYPE_F32);
   int nt = t->threads_m * t->threads_n, kvars[KILN_MAX_RANK];
   int64_t kext[KILN_MAX_RANK];
-  for (int i = 0; i < t->n_red; i++) {
-    kvars[i] = t->red[i]->var;
-    kext[i] = t->red[i]->extent;
-  }
   char ext[40], kall[40], zero[40];
-  lit(r, extent, ext, sizeof ext);
-  lit(r, t->k, kall, sizeof kall);
-  r->d->float_literal(r, KILN_DTYPE_F32, 0.0, zero, sizeof zero);
+  copy_setup(r, t, extent, kvars, kext, ext, kall, zero);
   render_line(r, "for (int kiln_e = kiln_t; kiln_e < %d; kiln_e += %d) {", t->tile_k * width, nt);
   render_open_scope(r);
   render_trips_enter(r, (t->tile_k * width + nt - 1) / nt);
