@@ -845,6 +845,22 @@ def large_cases():
     m.out(m.node('Conv', [m.source([3, 24, 100]), m.randc([64, 24, 3])], dilations=[2], pads=[2, 2]))
     m = case('tiles_conv_group2')
     m.out(m.node('Conv', [m.source([1, 16, 13, 13]), m.randc([32, 8, 3, 3])], group=2, pads=[1, 1, 1, 1]))
+    # Convolutions with their elementwise consumers (the cpu's kiln_rt.conv): any f as a generated per-tile
+    # epilogue (a sigmoid times a per-channel scale plus a per-pixel shift: the channel and pixel indices
+    # stepped across tile rows, batch 2), and the forms the call applies itself (bias, a residual Add, Clip)
+    # on a 1x1 and a depthwise Conv.
+    m = case('conv_epilogue_generic')
+    y = m.node('Conv', [m.source([2, 8, 15, 13]), m.randc([12, 8, 3, 3]), m.randc([12])], pads=[1, 1, 1, 1])
+    z = m.node('Mul', [m.node('Sigmoid', [y]), m.randc([1, 12, 1, 1])])
+    m.out(m.node('Add', [z, m.randc([1, 1, 15, 13])]))
+    m = case('conv_1x1_residual_clip', 11)
+    y = m.node('Conv', [m.source([2, 16, 9, 11]), m.randc([24, 16, 1, 1]), m.randc([24])])
+    m.out(m.node('Clip', [m.node('Add', [y, m.source([2, 24, 9, 11])]), m.const(np.float32(0.0)),
+                          m.const(np.float32(6.0))]))
+    m = case('conv_depthwise_s2_clip', 11)
+    y = m.node('Conv', [m.source([1, 24, 19, 17]), m.randc([24, 1, 3, 3]), m.randc([24])], group=24,
+               pads=[1, 1, 1, 1], strides=[2, 2])
+    m.out(m.node('Clip', [y, m.const(np.float32(-0.5)), m.const(np.float32(0.5))]))
     # Cooperative rows (codegen/schedule_rows.c: a group per row, the row's reductions split over its threads):
     # few long rows (lengths no multiple of the group), many short ones (the group shrinks to 32), sums over
     # two axes (one flattened loop), max and min through the combine tree with NaN rows among clean ones.
