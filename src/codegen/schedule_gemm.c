@@ -177,18 +177,8 @@ static const te_conv_tag *find_conv(const te_builder *b, const te_expr *e) {
  * (extent-1 loops read as 0). */
 static bool is_output_index(const kiln_loop_nest *nest, const te_expr *index) {
   te_affine a;
-  if (!te_affine_of(index, &a) || a.c0) return false;
-  for (int i = 0; i < a.n; i++) {
-    bool loop = false;
-    for (int l = 0; l < nest->rank && !loop; l++) loop = nest->vars[l] == a.var[i];
-    if (!loop && a.coef[i]) return false;
-  }
-  int64_t stride = 1;
-  for (int l = nest->rank - 1; l >= 0; l--) {
-    if (nest->extents[l] != 1 && te_affine_coef(&a, nest->vars[l]) != stride) return false;
-    stride *= nest->extents[l];
-  }
-  return true;
+  return te_affine_of(index, &a) && !a.c0 && only_vars(&a, nest->vars, nest->rank) &&
+         run_stride(&a, nest->vars, nest->extents, nest->rank) == 1;
 }
 
 /* The terms of a sum of f32 adds into terms[] (at most 3); false past that. */
