@@ -9,7 +9,12 @@
  *
  * Size rules: the outputs of one node take at most 64 MB, and more than
  * 64 KB only when they are no larger than the constant inputs (and tensor
- * attributes) that die with the node (so folding never grows the model much). */
+ * attributes) that die with the node, or when they have no more elements
+ * than those inputs: a conversion of weights (Cast or DequantizeLinear of
+ * int8/f16 weights, their Transpose/Reshape) is folded even though f32
+ * takes more bytes than int8, because otherwise it runs at every
+ * inference; a broadcast (Expand, Tile, ConstantOfShape) of more than 64 KB
+ * stays in the graph. */
 #include "passes/passes_opt.h"
 
 #include <stdio.h>
@@ -124,28 +129,38 @@ static kiln_status_t fold_graph(kiln_graph *g) {
       have = evaluate(g, n, outs);
     }
     if (!have) continue;
-    int64_t out_bytes = 0, freed = 0;
+    int64_t out_bytes = 0, freed = 0, out_elems = 0, freed_elems = 0;
     bool any_out = false;
     for (int i = 0; i < n->n_outputs; i++)
       if (outs[i]) {
         out_bytes += (int64_t)kiln_tensor_nbytes(outs[i]);
+        out_elems += outs[i]->numel;
         any_out = true;
       }
     for (int i = 0; i < n->n_inputs; i++) {
       int id = n->inputs[i];
       bool repeat = false;
       for (int k = 0; k < i; k++) repeat |= n->inputs[k] == id;
-      if (id >= 0 && !repeat && kiln_opt_const(g, id) && kiln_opt_only_read_by(&u, id, ni))
+      if (id >= 0 && !repeat && kiln_opt_const(g, id) && kiln_opt_only_read_by(&u, id, ni)) {
         freed += (int64_t)kiln_tensor_nbytes(g->values[id].constant);
+        freed_elems += g->values[id].constant->numel;
+      }
     }
     /* A Constant node's value lives in its attribute, which goes with the node. */
     for (int a = 0; a < n->n_attrs; a++) {
       const kiln_attr *at = &n->attrs[a];
-      if (at->t) freed += (int64_t)kiln_tensor_nbytes(at->t);
+      if (at->t) {
+        freed += (int64_t)kiln_tensor_nbytes(at->t);
+        freed_elems += at->t->numel;
+      }
       for (int k = 0; at->tensors && k < at->n; k++)
-        if (at->tensors[k]) freed += (int64_t)kiln_tensor_nbytes(at->tensors[k]);
+        if (at->tensors[k]) {
+          freed += (int64_t)kiln_tensor_nbytes(at->tensors[k]);
+          freed_elems += at->tensors[k]->numel;
+        }
     }
-    bool fold = any_out && out_bytes <= FOLD_MAX_BYTES && (out_bytes <= FOLD_FREE_BYTES || out_bytes <= freed);
+    bool fold = any_out && out_bytes <= FOLD_MAX_BYTES &&
+                (out_bytes <= FOLD_FREE_BYTES || out_bytes <= freed || out_elems <= freed_elems);
     for (int i = 0; i < n->n_outputs; i++) {
       if (!outs[i]) continue;
       if (fold) {

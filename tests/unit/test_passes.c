@@ -323,12 +323,33 @@ static void test_fold_limits(void) {
   node(g, "ReduceSum", 13, "cbig", "cs");
   attr_i(g, g->n_nodes - 1, "keepdims", 0);
   node(g, "Mul", 14, "cs,x", "y3");
+  /* An int8 weight's DequantizeLinear (64 KB -> 256 KB) folds: same element
+   * count, and it would otherwise run at every inference. Expanding a
+   * 1 KB row to 256 KB does not. */
+  int64_t wd[2] = {256, 256}, rowd[2] = {1, 256};
+  double *w8v = malloc(sizeof(double) * 256 * 256);
+  for (int i = 0; i < 256 * 256; i++) w8v[i] = (double)((int)uniform(-128, 128));
+  constant(g, "w8", KILN_DTYPE_I8, 2, wd, w8v);
+  free(w8v);
+  scalar(g, "wscale", 0.02);
+  node(g, "DequantizeLinear", 13, "w8,wscale", "wf");
+  int64_t x2d[2] = {2, 256};
+  input(g, "x2", KILN_DTYPE_F32, 2, x2d);
+  node(g, "MatMul", 13, "x2,wf", "y4");
+  random_const(g, "row", 2, rowd, -1, 1);
+  ints(g, "rowshape", 2, wd);
+  node(g, "Expand", 13, "row,rowshape", "rows");
+  node(g, "MatMul", 13, "x2,rows", "y5");
   output(g, "y2");
   output(g, "rsf");
   output(g, "y3");
+  output(g, "y4");
+  output(g, "y5");
   prepare(g);
   check_passes("fold limits", g, PASSES(P_FOLD, P_DCE));
   CHECK(!count_op(g, "Constant") && count_op(g, "Mul") == 1, "fold limits: a 256 KB Constant node should fold");
+  CHECK(!count_op(g, "DequantizeLinear"), "fold limits: the int8 weight's DequantizeLinear should fold");
+  CHECK(count_op(g, "Expand") == 1, "fold limits: a 256 KB Expand of a 1 KB row must not be folded");
   CHECK(count_op(g, "RandomUniformLike") == 0 && count_op(g, "Shape") == 0,
         "fold limits: Shape of a random op's output is known, the op then unused");
   CHECK(count_op(g, "ConstantOfShape") == 1, "fold limits: a 4 MB constant from a 16-byte input must not be folded");
