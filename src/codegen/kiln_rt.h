@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_RT_ABI_VERSION 3
+#define KILN_RT_ABI_VERSION 4
 
 typedef void (*kiln_rt_parallel_fn)(void *ctx, int64_t begin, int64_t end, int thread);
 typedef void (*kiln_rt_epilogue_fn)(void *ctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, int64_t nb);
@@ -61,7 +61,7 @@ typedef struct kiln_rt_state {
   void (*destroy)(struct kiln_rt_state *self); /* frees it, self included */
 } kiln_rt_state;
 
-/* An ONNX Conv (NCHW, f32) computed by the runtime: y = conv(x, w)
+/* An ONNX Conv or ConvTranspose (NCHW, f32) computed by the runtime: y = conv(x, w)
  * (+ bias[channel]), then, when set, epilogue over every element of y in
  * place (tiles of rows = channels of one image, columns = pixels; the
  * kiln_rt_epilogue_ctx it gets has buffers = epilogue_buffers, and the
@@ -71,6 +71,10 @@ typedef struct kiln_rt_state {
  * in registers instead of calling it. */
 typedef struct kiln_rt_conv_args {
   int nsp; /* spatial dims, 1-3 */
+  /* An ONNX ConvTranspose: w is [ci, co/group, kernel...] and output
+   * position o gathers input i through tap k where
+   * o = i*stride - pad_begin + k*dilation (pad_begin may be negative). */
+  bool transposed;
   int64_t n, ci, co, group;
   int64_t in[3], out[3], kernel[3], stride[3], dilation[3], pad_begin[3];
   const float *x, *w;

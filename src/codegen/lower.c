@@ -281,6 +281,22 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
     return NULL;
   }
   switch (id) {
+    case KILN_OP_Pad: {
+      if (!is_f32(in0)) return "dtype other than f32";
+      if (n->opset >= 11) {
+        for (int i = 1; i < n->n_inputs && i < 4; i++)
+          if (n->inputs[i] >= 0 && !const_input(g, n, i)) return "pads, value or axes that are not constants";
+        const kiln_tensor *cv = n->n_inputs > 2 && n->inputs[2] >= 0 ? const_input(g, n, 2) : NULL;
+        if (cv && (cv->dtype != KILN_DTYPE_F32 || cv->numel != 1)) return "a constant_value that is not one f32";
+      }
+      int mode;
+      int64_t before[KILN_MAX_RANK], crop[KILN_MAX_RANK], len[KILN_MAX_RANK];
+      kiln_status_t st = kiln_pad_geometry(n, n->opset, in0->type.rank, in0->type.dims, const_input(g, n, 1),
+                                           const_input(g, n, 3), &mode, before, crop, len);
+      bool ok = st == NULL;
+      kiln_status_free(st);
+      return ok ? NULL : "pads that are not valid for the input (ref reports them)";
+    }
     case KILN_OP_Where: {
       const kiln_value_def *c = input_def(g, n, 0);
       if (!c || c->type.dtype != KILN_DTYPE_BOOL || !is_f32(input_def(g, n, 1)) || !is_f32(input_def(g, n, 2)))
@@ -306,6 +322,7 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
     case KILN_OP_MatMul:
     case KILN_OP_Gemm:
     case KILN_OP_Conv:
+    case KILN_OP_ConvTranspose:
     case KILN_OP_kiln_FusedAttention: {
       for (int k = 0; k < n->n_inputs; k++)
         if (input_def(g, n, k) && (!is_f32(input_def(g, n, k)) || !fully_known(&input_def(g, n, k)->type)))
@@ -511,6 +528,35 @@ static te_expr *compute_slice(te_builder *b, const te_tensor *t, te_expr *const 
   for (int i = 0; i < t->rank; i++)
     sub[i] = te_iadd(b, te_imul(b, idx[i], t->p[KILN_MAX_RANK + i]), te_idx(b, t->p[i]));
   return te_at(b, t->in[0], sub);
+}
+
+/* Pad: p[0..r) padding at the start, p[R..) elements cropped at the start,
+ * p[2R..) the cropped input's length per axis (R = KILN_MAX_RANK); ip: 0 constant (fp[0] the
+ * value), 1 reflect (numpy's: the edge is not repeated), 2 edge. Every
+ * index is clamped into the input (every load is computed). */
+static te_expr *compute_pad(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *in = t->in[0];
+  te_expr *sub[KILN_MAX_RANK] = {0}, *valid = NULL;
+  for (int d = 0; d < t->rank; d++) {
+    int64_t before = t->p[d], crop = t->p[KILN_MAX_RANK + d], len = t->p[2 * KILN_MAX_RANK + d];
+    if (before == 0 && len == t->dims[d]) { /* no padding on this axis */
+      sub[d] = te_iadd(b, idx[d], te_idx(b, crop));
+      continue;
+    }
+    te_expr *c = te_binary(b, TE_SUB, idx[d], te_idx(b, before));
+    if (t->ip == 1 && len > 1) { /* reflect */
+      int64_t period = 2 * (len - 1);
+      te_expr *m = te_imod(b, te_iadd(b, te_imod(b, c, period), te_idx(b, period)), period);
+      c = te_select(b, te_binary(b, TE_LT, m, te_idx(b, len)), m, te_binary(b, TE_SUB, te_idx(b, period), m));
+    } else if (t->ip == 0) {
+      te_expr *ok = te_binary(b, TE_AND, te_binary(b, TE_LE, te_idx(b, 0), c), te_binary(b, TE_LT, c, te_idx(b, len)));
+      valid = valid ? te_binary(b, TE_AND, valid, ok) : ok;
+    }
+    te_expr *cl = te_binary(b, TE_MIN, te_binary(b, TE_MAX, c, te_idx(b, 0)), te_idx(b, len > 0 ? len - 1 : 0));
+    sub[d] = te_iadd(b, cl, te_idx(b, crop));
+  }
+  te_expr *x = te_at(b, in, sub);
+  return valid ? te_select(b, valid, x, f32c(b, t->fp[0])) : x;
 }
 
 /* p[0]: axis */
@@ -803,6 +849,70 @@ static te_expr *compute_conv(te_builder *b, const te_tensor *t, te_expr *const *
   return acc;
 }
 
+/* ConvTranspose: X [N, C, in...], W [C, M/group, k...], bias [M]; p as for
+ * Conv. Output position o along an axis gathers input i through tap k
+ * where o = i*s - pad + k*d. With dilation 1 and no negative pad only the
+ * taps of o's phase are visited: k = (o + pad) % s + s*j and
+ * i = (o + pad) / s - j for j < ceil(K / s), so the reduction does the
+ * scatter's work and no more; otherwise every tap is visited and the ones
+ * that do not divide are masked. Indices are clamped into their operands
+ * (every load is computed) and out-of-range taps contribute zero. */
+static te_expr *compute_conv_transpose(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *X = t->in[0], *W = t->in[1];
+  int ns = X->rank - 2;
+  int64_t group = t->p[16], cg = X->dims[1] / group, mg = W->dims[1];
+  int vc = te_new_var(b), vk[3];
+  int64_t extent[3];
+  te_expr *ch = group == 1 ? te_var(b, vc) : te_iadd(b, te_imul(b, te_idiv(b, idx[1], mg), cg), te_var(b, vc));
+  te_expr *om = group == 1 ? idx[1] : te_imod(b, idx[1], mg);
+  te_expr *sx[KILN_MAX_RANK] = {idx[0], ch}, *sw[KILN_MAX_RANK] = {ch, om};
+  te_expr *valid = NULL;
+  for (int i = 0; i < ns; i++) {
+    int64_t K = t->p[i], s = t->p[4 + i], d = t->p[8 + i], pad = t->p[12 + i], in = X->dims[2 + i];
+    vk[i] = te_new_var(b);
+    te_expr *e = te_iadd(b, idx[2 + i], te_idx(b, pad)), *xi, *k, *ok;
+    if (d == 1 && pad >= 0) {
+      extent[i] = (K + s - 1) / s;
+      k = te_iadd(b, te_imod(b, e, s), te_imul(b, te_var(b, vk[i]), s));
+      xi = te_binary(b, TE_SUB, te_idiv(b, e, s), te_var(b, vk[i]));
+      ok = te_binary(b, TE_AND, te_binary(b, TE_LE, te_idx(b, 0), xi), te_binary(b, TE_LT, xi, te_idx(b, in)));
+      if (K % s) ok = te_binary(b, TE_AND, ok, te_binary(b, TE_LT, k, te_idx(b, K)));
+      k = te_binary(b, TE_MIN, k, te_idx(b, K - 1));
+    } else {
+      extent[i] = K;
+      k = te_var(b, vk[i]);
+      te_expr *num = te_binary(b, TE_SUB, e, te_imul(b, k, d));
+      te_expr *numc = te_binary(b, TE_MAX, num, te_idx(b, 0));
+      xi = te_idiv(b, numc, s);
+      ok = te_binary(b, TE_AND, te_binary(b, TE_LE, te_idx(b, 0), num), te_binary(b, TE_LT, xi, te_idx(b, in)));
+      if (s > 1) ok = te_binary(b, TE_AND, ok, te_binary(b, TE_EQ, te_imod(b, numc, s), te_idx(b, 0)));
+    }
+    valid = valid ? te_binary(b, TE_AND, valid, ok) : ok;
+    sx[2 + i] = te_binary(b, TE_MIN, te_binary(b, TE_MAX, xi, te_idx(b, 0)), te_idx(b, in - 1));
+    sw[2 + i] = k;
+  }
+  te_expr *x = te_select(b, valid, te_at(b, X, sx), f32c(b, 0));
+  te_expr *acc = te_binary(b, TE_MUL, x, te_at(b, W, sw));
+  for (int i = ns - 1; i >= 0; i--) acc = te_reduce(b, TE_RSUM, vk[i], extent[i], acc);
+  acc = te_reduce(b, TE_RSUM, vc, cg, acc);
+  if (X->kind == TE_VIEW_BUFFER && W->kind == TE_VIEW_BUFFER && acc) {
+    te_conv_tag tag = {.reduce = acc, .x_buf = X->buf, .w_buf = W->buf, .nsp = ns, .transposed = true,
+                       .n = X->dims[0], .ci = X->dims[1], .co = t->dims[1], .group = group};
+    for (int i = 0; i < 2 + ns; i++) tag.idx[i] = idx[i];
+    for (int i = 0; i < ns; i++) {
+      tag.in[i] = X->dims[2 + i];
+      tag.out[i] = t->dims[2 + i];
+      tag.kernel[i] = t->p[i];
+      tag.stride[i] = t->p[4 + i];
+      tag.dilation[i] = t->p[8 + i];
+      tag.pad_begin[i] = t->p[12 + i];
+    }
+    te_tag_conv(b, &tag);
+  }
+  if (t->n_in > 2) acc = te_binary(b, TE_ADD, acc, te_at(b, t->in[2], (te_expr *[]){idx[1]}));
+  return acc;
+}
+
 /* One attention score s[i, j] for the output's batch and row: scale * q.k
  * (+ mask), with a fresh reduction variable for the dot product. p[0]:
  * transpose_k; fp[0]: scale. */
@@ -1046,6 +1156,30 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
       t->p[ax] = s;
       t->p[KILN_MAX_RANK + ax] = st;
     }
+  } else if (id == KILN_OP_Pad) {
+    const te_tensor *in = inputs[0];
+    int mode;
+    int64_t before[KILN_MAX_RANK], crop[KILN_MAX_RANK], len[KILN_MAX_RANK];
+    KILN_TRY(kiln_pad_geometry(n, n->opset, in->rank, in->dims, const_input(g, n, 1), const_input(g, n, 3), &mode,
+                               before, crop, len));
+    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_pad);
+    if (!t) return te_builder_status(b);
+    t->in[0] = in;
+    t->n_in = 1;
+    t->ip = mode;
+    for (int d = 0; d < rank; d++) {
+      t->p[d] = before[d];
+      t->p[KILN_MAX_RANK + d] = crop[d];
+      t->p[2 * KILN_MAX_RANK + d] = len[d];
+    }
+    double fill = 0;
+    if (n->opset < 11) {
+      fill = kiln_attr_float(n, "value", 0.0f);
+    } else if (n->n_inputs > 2 && n->inputs[2] >= 0) {
+      bool ok;
+      fill = const_scalar_f(const_input(g, n, 2), &ok);
+    }
+    t->fp[0] = fill;
   } else if (id == KILN_OP_Concat) {
     if (n->n_inputs > 8) return kiln_error(KILN_UNSUPPORTED, "Concat of more than 8 inputs");
     t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_concat);
@@ -1083,6 +1217,26 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     int64_t group = kiln_attr_int(n, "group", 1);
     if (group < 1 || dims[1] % group || w->dims[1] * group != x->dims[1])
       return kiln_error(KILN_UNSUPPORTED, "Conv group %lld does not divide the channels", (long long)group);
+    for (int i = 0; i < ns; i++) {
+      t->p[i] = win.kernel[i];
+      t->p[4 + i] = win.stride[i];
+      t->p[8 + i] = win.dilation[i];
+      t->p[12 + i] = win.pad_begin[i];
+    }
+    t->p[16] = group;
+    t->n_in = n->n_inputs > 2 && n->inputs[2] >= 0 ? 3 : 2;
+    for (int i = 0; i < t->n_in; i++) t->in[i] = inputs[i];
+  } else if (id == KILN_OP_ConvTranspose) {
+    const te_tensor *x = inputs[0], *w = inputs[1];
+    int ns = x->rank - 2;
+    if (ns < 1 || ns > 3) return kiln_error(KILN_UNSUPPORTED, "ConvTranspose with %d spatial dims", ns);
+    int64_t group = kiln_attr_int(n, "group", 1);
+    if (group < 1 || x->dims[1] % group || w->dims[0] != x->dims[1] || w->dims[1] * group != dims[1])
+      return kiln_error(KILN_UNSUPPORTED, "ConvTranspose group %lld does not divide the channels", (long long)group);
+    kiln_window win;
+    KILN_TRY(kiln_conv_transpose_window(n, ns, x->dims + 2, w->dims + 2, &win));
+    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_conv_transpose);
+    if (!t) return te_builder_status(b);
     for (int i = 0; i < ns; i++) {
       t->p[i] = win.kernel[i];
       t->p[4 + i] = win.stride[i];

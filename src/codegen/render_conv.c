@@ -92,6 +92,7 @@ void render_c_conv(render_ctx *r, const kiln_loop_nest *nest, const char *name) 
   render_open_scope(r); /* indent 1 */
   render_line(r, "kiln_rt_conv_args a = {0};");
   render_line(r, "a.nsp = %d;", t->nsp);
+  if (t->transposed) render_line(r, "a.transposed = true;");
   render_line(r, "a.n = INT64_C(%lld);", (long long)t->n);
   render_line(r, "a.ci = INT64_C(%lld);", (long long)t->ci);
   render_line(r, "a.co = INT64_C(%lld);", (long long)t->co);

@@ -163,12 +163,16 @@ struct te_tensor {
  * promise holds (operands read straight from buffers). */
 
 /* A convolution (ONNX Conv, NCHW, f32, no bias): `reduce` is the sum over
- * input channels and window of x * w for output element idx[0..2+nsp). */
+ * input channels and window of x * w for output element idx[0..2+nsp).
+ * transposed: an ONNX ConvTranspose (w is [ci, co/group, k...], output
+ * position o gathers input i and tap k where o = i*stride - pad_begin +
+ * k*dilation; pad_begin may be negative). */
 typedef struct te_conv_tag {
   const te_expr *reduce;
   const te_expr *idx[2 + 3]; /* the output index the reduction was built for (hash-consed nodes) */
   int x_buf, w_buf;
   int nsp;
+  bool transposed;
   int64_t n, ci, co, group;
   int64_t in[3], out[3], kernel[3], stride[3], dilation[3], pad_begin[3];
 } te_conv_tag;

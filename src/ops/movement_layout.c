@@ -420,7 +420,7 @@ kiln_status_t kiln_mv_kernel_Slice(kiln_kernel_ctx *ctx) {
 
 /* ---- Pad ---------------------------------------------------------------- */
 
-typedef enum { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE } pad_mode;
+typedef enum { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE } pad_mode; /* the values kiln_pad_geometry reports */
 
 static kiln_status_t pad_mode_of(const kiln_node *node, pad_mode *out) {
   const char *m = kiln_attr_string(node, "mode", "constant");
@@ -548,29 +548,44 @@ static int64_t pad_src(const int64_t *coord, const void *user) {
   return off;
 }
 
+kiln_status_t kiln_pad_geometry(const kiln_node *node, int opset, int rank, const int64_t *dims,
+                                const kiln_tensor *pads_t, const kiln_tensor *axes_t, int *mode, int64_t *before,
+                                int64_t *crop, int64_t *len) {
+  pad_mode m;
+  KILN_TRY(pad_mode_of(node, &m));
+  *mode = (int)m;
+  int64_t pads[2 * KILN_MAX_RANK], out[KILN_MAX_RANK];
+  KILN_TRY(pad_amounts(node, opset, rank, pads_t, opset >= 18 ? axes_t : NULL, pads));
+  KILN_TRY(pad_out_dims(rank, dims, pads, out));
+  for (int d = 0; d < rank; d++) {
+    int64_t b = pads[d], e = pads[d + rank];
+    before[d] = b > 0 ? b : 0;
+    crop[d] = b < 0 ? -b : 0;
+    len[d] = dims[d] - crop[d] - (e < 0 ? -e : 0);
+    if (len[d] < 0)
+      return kiln_error(KILN_INVALID_ARGUMENT, "pads %lld, %lld remove more than the %lld elements of axis %d",
+                        (long long)b, (long long)e, (long long)dims[d], d);
+    if (m != PAD_CONSTANT && len[d] == 0 && out[d] > 0)
+      return kiln_error(KILN_INVALID_ARGUMENT, "cannot %s-pad the empty axis %d", m == PAD_EDGE ? "edge" : "reflect",
+                        d);
+  }
+  return NULL;
+}
+
 kiln_status_t kiln_mv_kernel_Pad(kiln_kernel_ctx *ctx) {
   kiln_tensor *x, *y;
   KILN_TRY(kiln_kernel_require_input(ctx, 0, &x));
-  pad_mode mode;
-  KILN_TRY(pad_mode_of(ctx->node, &mode));
+  int imode;
   int64_t pads[2 * KILN_MAX_RANK], out[KILN_MAX_RANK];
+  pad_plan p = {.rank = x->rank};
+  KILN_TRY(kiln_pad_geometry(ctx->node, ctx->opset, x->rank, x->dims, kiln_kernel_input(ctx, 1),
+                             kiln_kernel_input(ctx, 3), &imode, p.before, p.crop, p.len));
   KILN_TRY(pad_amounts(ctx->node, ctx->opset, x->rank, kiln_kernel_input(ctx, 1),
                        ctx->opset >= 18 ? kiln_kernel_input(ctx, 3) : NULL, pads));
   KILN_TRY(pad_out_dims(x->rank, x->dims, pads, out));
-  pad_plan p = {.rank = x->rank, .mode = mode};
+  pad_mode mode = (pad_mode)imode;
+  p.mode = mode;
   kiln_mv_strides(x->rank, x->dims, p.stride);
-  for (int d = 0; d < x->rank; d++) {
-    int64_t b = pads[d], e = pads[d + x->rank];
-    p.before[d] = b > 0 ? b : 0;
-    p.crop[d] = b < 0 ? -b : 0;
-    p.len[d] = x->dims[d] - p.crop[d] - (e < 0 ? -e : 0);
-    if (p.len[d] < 0)
-      return kiln_error(KILN_INVALID_ARGUMENT, "pads %lld, %lld remove more than the %lld elements of axis %d",
-                        (long long)b, (long long)e, (long long)x->dims[d], d);
-    if (mode != PAD_CONSTANT && p.len[d] == 0 && out[d] > 0)
-      return kiln_error(KILN_INVALID_ARGUMENT, "cannot %s-pad the empty axis %d",
-                        mode == PAD_EDGE ? "edge" : "reflect", d);
-  }
   /* The fill value: attribute `value` before opset 11, input 2 after. */
   kiln_tensor *fill = NULL;
   if (mode == PAD_CONSTANT) {

@@ -166,8 +166,8 @@ done:
 /* Output sizes and pads of ConvTranspose (ONNX opset 1-17 rules):
  * explicit output_shape or auto_pad SAME_* fix the output size and derive
  * the pads; otherwise out = s*(in-1) + output_padding + (k-1)*d + 1 - pads. */
-static kiln_status_t conv_transpose_window(const kiln_node *node, int n, const int64_t *in_sp, const int64_t *kernel,
-                                           kiln_window *w) {
+kiln_status_t kiln_conv_transpose_window(const kiln_node *node, int n, const int64_t *in_sp, const int64_t *kernel,
+                                         kiln_window *w) {
   memset(w, 0, sizeof *w);
   if (n < 1 || n > KILN_MAX_RANK - 2)
     return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (X): needs rank >= 3 (N, C, spatial...), got rank %d", n + 2);
@@ -279,7 +279,7 @@ kiln_status_t nn_conv_transpose_infer(kiln_infer_ctx *ctx) {
     kernel[i] = wr >= 0 ? w->dims[2 + i] : -1;
   }
   kiln_window win;
-  KILN_TRY(conv_transpose_window(ctx->node, n, in_sp, kernel, &win));
+  KILN_TRY(kiln_conv_transpose_window(ctx->node, n, in_sp, kernel, &win));
   dims[0] = xr >= 0 ? x->dims[0] : -1;
   dims[1] = wr >= 0 && w->dims[1] >= 0 ? w->dims[1] * group : -1;
   for (int i = 0; i < n; i++) dims[2 + i] = win.out[i];
@@ -302,7 +302,7 @@ kiln_status_t nn_conv_transpose_kernel(kiln_kernel_ctx *ctx) {
   if (!kiln_mul_i64(mg, group, &m)) return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (W): dim 1 times group overflows");
   KILN_TRY(check_bias(bias, m));
   kiln_window win;
-  KILN_TRY(conv_transpose_window(ctx->node, n, x->dims + 2, w->dims + 2, &win));
+  KILN_TRY(kiln_conv_transpose_window(ctx->node, n, x->dims + 2, w->dims + 2, &win));
 
   int64_t ydims[KILN_MAX_RANK] = {batch, m};
   for (int i = 0; i < n; i++) ydims[2 + i] = win.out[i];

@@ -134,6 +134,17 @@ int64_t kiln_flops_conv_transpose(const kiln_graph *g, const kiln_node *node);
 int64_t kiln_flops_matmul(const kiln_graph *g, const kiln_node *node);
 int64_t kiln_flops_attention(const kiln_graph *g, const kiln_node *node);
 
+/* Pad's geometry (ops/movement_layout.c), shared by its reference kernel
+ * and its compute definition: the mode (0 constant, 1 reflect, 2 edge)
+ * and, per axis of an input of rank `rank` and sizes dims, the positive
+ * padding at the start (before), the elements removed at the start by a
+ * negative pad (crop) and the input's length after cropping (len). pads_t
+ * and axes_t: inputs 1 and 3 (NULL when absent; attributes before opset
+ * 11). Errors name the input or attribute. */
+kiln_status_t kiln_pad_geometry(const kiln_node *node, int opset, int rank, const int64_t *dims,
+                                const kiln_tensor *pads_t, const kiln_tensor *axes_t, int *mode, int64_t *before,
+                                int64_t *crop, int64_t *len);
+
 /* ---- registry ----------------------------------------------------------- */
 
 /* The op definition for (domain, op_type), or NULL. domain "" == "ai.onnx". */

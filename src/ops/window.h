@@ -45,4 +45,13 @@ kiln_status_t kiln_auto_pad_parse(const kiln_node *node, kiln_auto_pad *out);
 kiln_status_t kiln_window_init(const kiln_node *node, int n_spatial, const int64_t *in_spatial,
                                const int64_t *kernel_or_null, bool has_dilations, bool ceil_mode, kiln_window *w);
 
+/* Fills w for a ConvTranspose node (ONNX opset 1-17 rules, ops/nn_conv.c):
+ * kernel from W's spatial dims (-1: kernel_shape), output sizes from
+ * output_shape, auto_pad SAME_* (out = in * stride) or
+ * stride*(in-1) + output_padding + (k-1)*dilation + 1 - pads, and the pads
+ * that output_shape or SAME_* imply (pad_begin may be negative there:
+ * the output then extends past the full result with zeros). */
+kiln_status_t kiln_conv_transpose_window(const kiln_node *node, int n_spatial, const int64_t *in_spatial,
+                                         const int64_t *kernel, kiln_window *w);
+
 #endif

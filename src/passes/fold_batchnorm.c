@@ -11,13 +11,15 @@
  *   Conv(x, W, B) + c   -> Conv(x, W, B + c)      (- c likewise)
  *
  * where c broadcasts over the output as one value per output channel (or
- * one value). Only when the linear op's output has no other reader, the
+ * one value). Any other inference BN (after a ConvTranspose, a Relu, on a
+ * graph input) becomes Mul(x, s) + t with s and t of shape [C, 1, ...]. Only when the linear op's output has no other reader, the
  * weights and parameters are constants, and BN is in inference mode with
  * no statistics outputs. New weights are new constants: the old ones may
  * be shared with other nodes or with the model. */
 #include "passes/passes_opt.h"
 
 #include <math.h>
+#include <stdio.h>
 
 static bool float_const_vector(const kiln_graph *g, int id, int64_t c) {
   const kiln_tensor *t = kiln_opt_const(g, id);
@@ -255,6 +257,59 @@ static kiln_status_t fold_channel_const(kiln_graph *g, const kiln_opt_uses *u, i
   return NULL;
 }
 
+/* An inference BN that did not fold into its producer becomes
+ * Mul(x, s) then Add(., t) with s and t constants of shape [C, 1, ...]:
+ * elementwise ops every compiling device fuses with their neighbours. */
+static kiln_status_t bn_to_affine(kiln_graph *g, int bi) {
+  kiln_node *bn = &g->nodes[bi];
+  if (bn->n_inputs < 5 || bn->inputs[0] < 0 || bn->n_outputs < 1 || bn->outputs[0] < 0) return NULL;
+  int x = bn->inputs[0], y = bn->outputs[0];
+  const kiln_type *xt = &g->values[x].type;
+  const kiln_tensor *mean = kiln_opt_const(g, bn->inputs[3]);
+  if (!mean || mean->rank != 1 || xt->kind != KILN_TYPE_TENSOR || xt->rank < 2 || !kiln_dtype_is_float(xt->dtype))
+    return NULL;
+  int64_t c = mean->dims[0];
+  if (xt->dims[1] >= 0 && xt->dims[1] != c) return NULL; /* ref reports the mismatch */
+  double *s = NULL, *t = NULL;
+  if (!bn_affine(g, bn, c, &s, &t)) return NULL;
+  int64_t dims[KILN_MAX_RANK];
+  dims[0] = c;
+  for (int d = 1; d < xt->rank - 1; d++) dims[d] = 1;
+  kiln_tensor *ts = NULL, *tt = NULL;
+  kiln_status_t st = kiln_tensor_new(xt->dtype, xt->rank - 1, dims, &ts);
+  if (!st) st = kiln_tensor_new(xt->dtype, xt->rank - 1, dims, &tt);
+  for (int64_t k = 0; !st && k < c; k++) {
+    kiln_store_f64(ts->data, ts->dtype, k, s[k]);
+    kiln_store_f64(tt->data, tt->dtype, k, t[k]);
+  }
+  free(s);
+  free(t);
+  int sid = -1, tid = -1, mid = -1;
+  char name[256];
+  snprintf(name, sizeof name, "%s", bn->name);
+  if (!st) {
+    st = kiln_opt_new_const(g, name, ts, &sid);
+    ts = NULL;
+  }
+  if (!st) {
+    st = kiln_opt_new_const(g, name, tt, &tid);
+    tt = NULL;
+  }
+  kiln_tensor_release(ts);
+  kiln_tensor_release(tt);
+  KILN_TRY(st);
+  kiln_type yt = {0}; /* a copy: interning a value may move g->values */
+  kiln_type_copy(&yt, &g->values[y].type);
+  st = kiln_opt_new_value(g, name, &yt, &mid);
+  kiln_type_clear(&yt);
+  KILN_TRY(st);
+  int mul_in[2] = {x, sid}, add_in[2] = {mid, tid};
+  KILN_TRY(kiln_opt_rewrite_node(g, bi, "Mul", "", 14, 2, mul_in, 1, &mid));
+  char add_name[300];
+  snprintf(add_name, sizeof add_name, "%s_shift", name);
+  return kiln_opt_insert_node(g, bi + 1, add_name, "Add", "", 14, 2, add_in, 1, &y, NULL);
+}
+
 static kiln_status_t fold_graph(kiln_graph *g) {
   KILN_TRY(kiln_opt_run_on_subgraphs(g, fold_graph));
   kiln_opt_uses u;
@@ -280,6 +335,10 @@ static kiln_status_t fold_graph(kiln_graph *g) {
   }
   free(dead);
   kiln_opt_uses_free(&u);
+  /* What is left of BN (after a non-foldable producer, on a graph input):
+   * from the end, so an insertion does not move the nodes still to visit. */
+  for (int ni = g->n_nodes - 1; ni >= 0 && !st; ni--)
+    if (kiln_node_is(&g->nodes[ni], KILN_OP_BatchNormalization)) st = bn_to_affine(g, ni);
   return st;
 }
 

@@ -582,6 +582,86 @@ def conv_cases():
     m.out(m.node('Add', [y, x]))
 
 
+def conv_transpose_cases():
+    # ConvTranspose as a compute definition (lower.c compute_conv_transpose: the phase-decomposed gather
+    # with dilation 1, the masked one otherwise) and, on the cpu, as kiln_rt.conv's SGEMM + col2im.
+    def convt(tag, xs, ws, bias=True, how='plain', **attrs):
+        m = case('ConvTranspose_%s' % tag)
+        ins = [m.source(xs, how), m.randc(ws)]
+        if bias:
+            ins.append(m.randc([ws[1] * attrs.get('group', 1)]))
+        m.out(m.node('ConvTranspose', ins, **attrs))
+        return m
+
+    convt('2x2_s2', [1, 8, 7, 9], [8, 4, 2, 2], strides=[2, 2])
+    convt('3x3', [2, 3, 5, 5], [3, 5, 3, 3], bias=False)
+    convt('3x3_s2_pads', [1, 4, 6, 6], [4, 3, 3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    convt('3x3_s2_outpad', [1, 4, 6, 7], [4, 3, 3, 3], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1])
+    convt('4x4_s2_p1', [1, 6, 8, 8], [6, 4, 4, 4], strides=[2, 2], pads=[1, 1, 1, 1])
+    convt('k3_s3', [1, 2, 4, 5], [2, 3, 3, 3], strides=[3, 3])
+    convt('k2_s3', [1, 2, 4, 5], [2, 3, 2, 2], strides=[3, 3])
+    convt('d2', [1, 3, 5, 5], [3, 2, 3, 3], dilations=[2, 2])
+    convt('d2_s2_pads', [1, 3, 5, 6], [3, 2, 3, 3], dilations=[2, 2], strides=[2, 2], pads=[1, 2, 0, 1])
+    convt('rect', [1, 3, 5, 9], [3, 4, 1, 5], strides=[1, 2], pads=[0, 2, 0, 1])
+    convt('group2', [1, 4, 5, 5], [4, 3, 3, 3], group=2, strides=[2, 2])
+    convt('depthwise', [1, 6, 7, 7], [6, 1, 4, 4], group=6, strides=[2, 2], pads=[1, 1, 1, 1])
+    convt('1d', [2, 4, 17], [4, 3, 5], strides=[2], pads=[2, 2])
+    convt('1d_s4', [1, 3, 9], [3, 2, 8], strides=[4], pads=[2, 2])
+    convt('3d', [1, 2, 3, 4, 5], [2, 3, 2, 2, 2], strides=[2, 2, 2])
+    convt('output_shape', [1, 3, 5, 5], [3, 2, 3, 3], strides=[2, 2], output_shape=[10, 10])
+    convt('output_shape_big', [1, 3, 5, 5], [3, 2, 3, 3], strides=[2, 2], output_shape=[13, 12])
+    convt('same_upper', [1, 3, 5, 6], [3, 2, 3, 3], strides=[2, 2], auto_pad='SAME_UPPER')
+    convt('same_lower', [1, 3, 5, 6], [3, 2, 4, 4], strides=[2, 2], auto_pad='SAME_LOWER')
+    convt('ncT', [1, 4, 6, 5], [4, 2, 2, 2], how='T', strides=[2, 2])
+    convt('ncS', [1, 3, 6, 6], [3, 2, 3, 3], how='S', strides=[2, 2], pads=[1, 1, 1, 1])
+    m = case('ConvTranspose_w_input')
+    m.out(m.node('ConvTranspose', [m.source([1, 3, 4, 4]), m.source([3, 2, 3, 3]), m.source([2])], strides=[2, 2]))
+    # The call's own epilogues: relu (generated), residual + clip (native), sigmoid (generated).
+    m = case('ConvTranspose_relu')
+    y = m.node('ConvTranspose', [m.source([1, 4, 5, 5]), m.randc([4, 3, 2, 2]), m.randc([3])], strides=[2, 2])
+    m.out(m.node('Relu', [y]))
+    m = case('ConvTranspose_residual_clip', 11)
+    y = m.node('ConvTranspose', [m.source([2, 4, 5, 5]), m.randc([4, 3, 2, 2]), m.randc([3])], strides=[2, 2])
+    y = m.node('Add', [y, m.source([2, 3, 10, 10])])
+    m.out(m.node('Clip', [y, m.const(np.float32(-0.5)), m.const(np.float32(0.5))]))
+    m = case('ConvTranspose_sigmoid_scale')
+    y = m.node('ConvTranspose', [m.source([1, 5, 4, 4]), m.randc([5, 2, 3, 3])], strides=[2, 2], pads=[1, 1, 1, 1])
+    m.out(m.node('Mul', [m.node('Sigmoid', [y]), m.randc([2, 1, 1])]))
+    # Pad (lower.c compute_pad): constant (value, negative pads that crop), reflect, edge, the attribute
+    # form (opset 2), non-contiguous input, and a Pad feeding a Conv. (Pad-18's axes: the ONNX node tests;
+    # onnx 1.13's shape inference rejects them here.)
+    m = case('Pad_constant', 13)
+    m.out(m.node('Pad', [m.source([2, 3, 5, 7]), m.const(ints([0, 0, 1, 2, 0, 1, 3, 1])),
+                         m.const(np.float32(1.5))]))
+    m = case('Pad_constant_crop', 13)
+    m.out(m.node('Pad', [m.source([3, 9, 8]), m.const(ints([1, -2, 0, 0, 3, -1]))]))
+    m = case('Pad_reflect', 13)
+    m.out(m.node('Pad', [m.source([1, 2, 6, 5]), m.const(ints([0, 0, 3, 4, 0, 0, 5, 2]))], mode='reflect'))
+    m = case('Pad_edge', 13)
+    m.out(m.node('Pad', [m.source([2, 17]), m.const(ints([2, 5, 1, 19]))], mode='edge'))
+    m = case('Pad_attr', 2)
+    m.out(m.node('Pad', [m.source([3, 4])], pads=[1, 0, 2, 3], value=0.25))
+    m = case('Pad_reflect_ncT', 13)
+    m.out(m.node('Pad', [m.source([1, 3, 5, 6], 'T'), m.const(ints([0, 0, 2, 2, 0, 0, 2, 2]))], mode='reflect'))
+    m = case('Pad_conv', 13)
+    y = m.node('Pad', [m.source([1, 3, 8, 8]), m.const(ints([0, 0, 1, 1, 0, 0, 1, 1]))], mode='reflect')
+    m.out(m.node('Relu', [m.node('Conv', [y, m.randc([4, 3, 3, 3]), m.randc([4])])]))
+    # BatchNormalization that folds into no producer (passes/fold_batchnorm.c: Mul + Add): after a
+    # ConvTranspose, after a Relu, on a graph input of rank 3 (1-D) and rank 2.
+    def bn_params(m, c):
+        return [m.const((m.rng.standard_normal(c) * 0.5 + 1).astype(np.float32)), m.randc([c]), m.randc([c]),
+                m.const((m.rng.random_sample(c) + 0.5).astype(np.float32))]
+    m = case('BatchNorm_after_convT')
+    y = m.node('ConvTranspose', [m.source([1, 4, 5, 5]), m.randc([4, 3, 2, 2])], strides=[2, 2])
+    m.out(m.node('Relu', [m.node('BatchNormalization', [y] + bn_params(m, 3), epsilon=1e-3)]))
+    m = case('BatchNorm_after_relu')
+    m.out(m.node('BatchNormalization', [m.node('Relu', [m.source([2, 6, 7, 5])])] + bn_params(m, 6)))
+    m = case('BatchNorm_input_1d')
+    m.out(m.node('BatchNormalization', [m.source([3, 5, 17])] + bn_params(m, 5)))
+    m = case('BatchNorm_input_2d')
+    m.out(m.node('BatchNormalization', [m.source([4, 33])] + bn_params(m, 33)))
+
+
 def pool_cases():
     def pool(tag, op, xs, how='plain', opset=12, **attrs):
         m = case('%s_%s' % (op, tag), opset)
@@ -884,7 +964,7 @@ def main(argv):
         return 2
     out = argv[1]
     for gen in (unary_cases, binary_cases, where_cases, reduce_cases, softmax_cases, movement_cases, matmul_cases,
-                gemm_cases, conv_cases, pool_cases, layernorm_cases, epilogue_cases, structure_cases, pattern_cases,
+                gemm_cases, conv_cases, conv_transpose_cases, pool_cases, layernorm_cases, epilogue_cases, structure_cases, pattern_cases,
                 large_cases):
         gen()
     os.makedirs(out, exist_ok=True)

@@ -54,6 +54,12 @@ typedef struct cpu_exec {
  * cpu_exec (cpu_exec.rt): its calls reach the exec's scratch and error. */
 kiln_rt kiln_cpu_rt(kiln_threadpool *pool, int threads);
 
+/* ConvTranspose (a->transposed; cpu_conv_transpose.c): SGEMM then col2im,
+ * with a's bias, residual and clip or epilogue. cols: scratch of
+ * kiln_conv_transpose_scratch_bytes(a) bytes, 64-byte aligned. */
+size_t kiln_conv_transpose_scratch_bytes(const kiln_rt_conv_args *a);
+void kiln_conv_transpose_run(kiln_threadpool *pool, const kiln_rt_conv_args *a, float *cols);
+
 /* The cpu device's plan hooks (cpu_plan.c). */
 kiln_status_t kiln_cpu_plan_begin(kiln_device *dev, const kiln_graph *g, const kiln_prepare_options *opts,
                                   kiln_plan_target *out_target, void **out_state);

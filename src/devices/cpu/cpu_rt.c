@@ -1,7 +1,7 @@
 /* The runtime table generated C calls (codegen/kiln_rt.h) on the cpu
- * device: the thread pool, the packed SGEMM, B packed once per launch, and
+ * device: the thread pool, the packed SGEMM, B packed once per launch,
  * convolutions by the measured algorithms of cpu_conv.c, each planned once
- * per launch. */
+ * per launch, and transposed convolutions (cpu_conv_transpose.c). */
 #include <stddef.h>
 #include <stdio.h>
 
@@ -72,6 +72,18 @@ static void conv_destroy(kiln_rt_state *s) {
   free(s);
 }
 
+/* One scratch for every convolution of the exec (launches run one at a
+ * time), grown to `bytes`. */
+static kiln_status_t grow_scratch(cpu_exec *x, size_t bytes) {
+  if (bytes <= x->scratch_bytes) return NULL;
+  float *grown = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+  if (!grown) return kiln_error(KILN_OUT_OF_MEMORY, "out of memory for the convolution scratch (%zu bytes)", bytes);
+  free(x->scratch);
+  x->scratch = grown;
+  x->scratch_bytes = bytes;
+  return NULL;
+}
+
 /* The plan of a's convolution (made at the launch's first call). */
 static kiln_status_t conv_plan_of(cpu_exec *x, const kiln_rt_conv_args *a, kiln_rt_state **slot, kiln_conv_plan **out) {
   if (*slot) {
@@ -95,18 +107,7 @@ static kiln_status_t conv_plan_of(cpu_exec *x, const kiln_rt_conv_args *a, kiln_
   if (!s) return KILN_OOM();
   kiln_status_t st =
       kiln_conv_plan_create(&c, KILN_CONV_AUTO, a->w_constant ? a->w : NULL, kiln_threadpool_size(x->pool), &s->plan);
-  size_t scratch = st ? 0 : kiln_conv_plan_scratch_bytes(s->plan);
-  /* One scratch for every convolution of the exec (launches run one at a time). */
-  if (!st && scratch > x->scratch_bytes) {
-    float *grown = aligned_alloc(64, (scratch + 63) & ~(size_t)63);
-    if (!grown) {
-      st = kiln_error(KILN_OUT_OF_MEMORY, "out of memory for the convolution scratch (%zu bytes)", scratch);
-    } else {
-      free(x->scratch);
-      x->scratch = grown;
-      x->scratch_bytes = scratch;
-    }
-  }
+  if (!st) st = grow_scratch(x, kiln_conv_plan_scratch_bytes(s->plan));
   if (st) {
     free(s->plan);
     free(s);
@@ -121,7 +122,15 @@ static kiln_status_t conv_plan_of(cpu_exec *x, const kiln_rt_conv_args *a, kiln_
 static void rt_conv(const kiln_rt *rt, const kiln_rt_conv_args *a, kiln_rt_state **slot) {
   cpu_exec *x = exec_of(rt);
   kiln_conv_plan *plan;
-  kiln_status_t st = conv_plan_of(x, a, slot, &plan);
+  kiln_status_t st = NULL;
+  if (a->transposed) {
+    st = grow_scratch(x, kiln_conv_transpose_scratch_bytes(a));
+    if (!st) kiln_conv_transpose_run(x->pool, a, x->scratch);
+    else if (!x->rt_error) x->rt_error = st;
+    else kiln_status_free(st);
+    return;
+  }
+  st = conv_plan_of(x, a, slot, &plan);
   if (st) {
     if (!x->rt_error) x->rt_error = st;
     else kiln_status_free(st);
