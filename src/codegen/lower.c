@@ -281,6 +281,17 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
     return NULL;
   }
   switch (id) {
+    case KILN_OP_kiln_Resample: {
+      if (!is_f32(in0)) return "dtype other than f32";
+      bool nearest = kiln_attr_int(n, "nearest", 0) != 0;
+      for (int i = 1; i < n->n_inputs; i++) {
+        const kiln_tensor *tab = const_input(g, n, i);
+        bool index = nearest || i % 2 == 1;
+        if (!tab || tab->rank != 2 || tab->dtype != (index ? KILN_DTYPE_I32 : KILN_DTYPE_F32))
+          return "index or weight tables that are not constants";
+      }
+      return NULL;
+    }
     case KILN_OP_Pad: {
       if (!is_f32(in0)) return "dtype other than f32";
       if (n->opset >= 11) {
@@ -557,6 +568,49 @@ static te_expr *compute_pad(te_builder *b, const te_tensor *t, te_expr *const *i
   }
   te_expr *x = te_at(b, in, sub);
   return valid ? te_select(b, valid, x, f32c(b, t->fp[0])) : x;
+}
+
+/* kiln.Resample: p[0..r): for each axis of the output, the operand index of
+ * its index table (0: not resampled); the weight table follows it unless
+ * ip (nearest); fp[0]: the extrapolation value, fp[1] nonzero when a table
+ * marks coordinates outside the input (-1). Loads clamp the index (every
+ * load is computed); the taps' tensor product is a sum over one reduction
+ * variable per axis with more than one tap. */
+static te_expr *compute_resample(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *X = t->in[0];
+  te_expr *sub[KILN_MAX_RANK] = {0}, *weight = NULL, *outside = NULL;
+  int vars[KILN_MAX_RANK], nv = 0;
+  int64_t extents[KILN_MAX_RANK];
+  for (int d = 0; d < t->rank; d++) {
+    int k = (int)t->p[d];
+    if (!k) {
+      sub[d] = idx[d];
+      continue;
+    }
+    const te_tensor *I = t->in[k];
+    int64_t taps = I->dims[1];
+    te_expr *tap = te_idx(b, 0);
+    if (taps > 1) {
+      vars[nv] = te_new_var(b);
+      extents[nv] = taps;
+      tap = te_var(b, vars[nv++]);
+    }
+    te_expr *i = te_cast(b, KILN_DTYPE_I64, te_at(b, I, (te_expr *[]){idx[d], tap}));
+    sub[d] = te_binary(b, TE_MIN, te_binary(b, TE_MAX, i, te_idx(b, 0)), te_idx(b, X->dims[d] - 1));
+    if (!t->ip) {
+      te_expr *w = te_at(b, t->in[k + 1], (te_expr *[]){idx[d], tap});
+      weight = weight ? te_binary(b, TE_MUL, weight, w) : w;
+    }
+    if (t->fp[1] != 0) {
+      te_expr *i0 = te_at(b, I, (te_expr *[]){idx[d], te_idx(b, 0)});
+      te_expr *o = te_binary(b, TE_LT, i0, te_const_i(b, KILN_DTYPE_I32, 0));
+      outside = outside ? te_binary(b, TE_OR, outside, o) : o;
+    }
+  }
+  te_expr *acc = te_at(b, X, sub);
+  if (weight) acc = te_binary(b, TE_MUL, weight, acc);
+  for (int v = nv - 1; v >= 0; v--) acc = te_reduce(b, TE_RSUM, vars[v], extents[v], acc);
+  return outside ? te_select(b, outside, f32c(b, t->fp[0]), acc) : acc;
 }
 
 /* p[0]: axis */
@@ -1156,6 +1210,24 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
       t->p[ax] = s;
       t->p[KILN_MAX_RANK + ax] = st;
     }
+  } else if (id == KILN_OP_kiln_Resample) {
+    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_resample);
+    if (!t) return te_builder_status(b);
+    int na;
+    const int64_t *axes = kiln_attr_ints(n, "axes", &na);
+    bool nearest = kiln_attr_int(n, "nearest", 0) != 0;
+    if (na < 0 || 1 + (nearest ? 1 : 2) * na != n->n_inputs)
+      return kiln_error(KILN_INVALID_MODEL, "Resample: %d inputs for %d axes", n->n_inputs, na);
+    for (int d = 0; d < rank; d++) t->p[d] = 0;
+    for (int k = 0; k < na; k++) {
+      if (axes[k] < 0 || axes[k] >= rank) return kiln_error(KILN_INVALID_MODEL, "Resample: axis %lld", (long long)axes[k]);
+      t->p[axes[k]] = 1 + (nearest ? 1 : 2) * k;
+    }
+    t->ip = nearest;
+    t->fp[0] = kiln_attr_float(n, "extrapolation_value", 0.0f);
+    t->fp[1] = kiln_node_attr(n, "extrapolation_value") != NULL;
+    t->n_in = n->n_inputs;
+    for (int i = 0; i < t->n_in; i++) t->in[i] = inputs[i];
   } else if (id == KILN_OP_Pad) {
     const te_tensor *in = inputs[0];
     int mode;

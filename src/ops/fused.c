@@ -13,6 +13,18 @@
  *     V [..., N, Dv]; mask broadcastable to [..., M, N].
  *     Y = softmax(scale * Q·Kᵀ + mask, last axis) · V   : [..., M, Dv]
  *     Leading (batch) axes broadcast like MatMul's; float dtypes, all alike.
+ *
+ *   kiln.Resample(X, I_0, [W_0], I_1, [W_1], ...) -> Y
+ *     attributes axes (ints: the resampled axes, increasing), nearest (int,
+ *     default 0: then no W inputs), extrapolation_value (float, default 0)
+ *     I_k: int32 [out_k, taps_k], the input indices along axes[k] that
+ *     output coordinate o reads; W_k: float [out_k, taps_k], their weights
+ *     (nearest: one tap of weight 1). An index of -1 (tap 0) marks a
+ *     coordinate outside the input: the output element is then
+ *     extrapolation_value. Y is X with axis axes[k] of length out_k;
+ *     Y[o] = sum over the taps' tensor product of prod_k W_k[o_k, t_k] *
+ *     X[..., I_k[o_k, t_k], ...]. What Resize and Upsample become once
+ *     their scales or sizes are constants (passes/resample_tables.c).
  */
 #include "ops/op.h"
 
@@ -253,10 +265,132 @@ static kiln_status_t attention_kernel(kiln_kernel_ctx *ctx) {
   return st;
 }
 
+/* ---- Resample ----------------------------------------------------------------- */
+
+typedef struct resample_shape {
+  int n_axes;
+  int axis[KILN_MAX_RANK];
+  int input[KILN_MAX_RANK]; /* I_k's input index (W_k follows unless nearest) */
+  bool nearest;
+} resample_shape;
+
+static kiln_status_t resample_shape_of(const kiln_node *node, int n_inputs, int rank, resample_shape *s) {
+  int n;
+  const int64_t *axes = kiln_attr_ints(node, "axes", &n);
+  s->nearest = kiln_attr_int(node, "nearest", 0) != 0;
+  int per = s->nearest ? 1 : 2;
+  if (n < 0 || n > KILN_MAX_RANK || 1 + per * n != n_inputs)
+    return kiln_error(KILN_INVALID_MODEL, "%d inputs for %d resampled axes (expected %d)", n_inputs, n, 1 + per * n);
+  s->n_axes = n;
+  for (int k = 0; k < n; k++) {
+    if (axes[k] < 0 || (rank >= 0 && axes[k] >= rank) || (k && axes[k] <= axes[k - 1]))
+      return kiln_error(KILN_INVALID_MODEL, "attribute axes: value %lld out of range or not increasing",
+                        (long long)axes[k]);
+    s->axis[k] = (int)axes[k];
+    s->input[k] = 1 + per * k;
+  }
+  return NULL;
+}
+
+static kiln_status_t resample_infer(kiln_infer_ctx *ctx) {
+  const kiln_type *x = ctx->inputs[0];
+  if (!x) return NULL;
+  resample_shape s;
+  KILN_TRY(resample_shape_of(ctx->node, ctx->n_inputs, x->rank, &s));
+  if (x->rank < 0) {
+    kiln_infer_set(ctx, 0, x->dtype, -1, NULL);
+    return NULL;
+  }
+  int64_t dims[KILN_MAX_RANK];
+  for (int d = 0; d < x->rank; d++) dims[d] = x->dims[d];
+  for (int k = 0; k < s.n_axes; k++) {
+    const kiln_type *t = ctx->inputs[s.input[k]];
+    dims[s.axis[k]] = t && t->rank == 2 ? t->dims[0] : -1;
+  }
+  kiln_infer_set(ctx, 0, x->dtype, x->rank, dims);
+  return NULL;
+}
+
+static kiln_status_t resample_kernel(kiln_kernel_ctx *ctx) {
+  kiln_tensor *x, *y, *idx[KILN_MAX_RANK] = {0}, *w[KILN_MAX_RANK] = {0};
+  KILN_TRY(kiln_kernel_require_input(ctx, 0, &x));
+  KILN_TRY(require_float(x, 0, "X"));
+  resample_shape s;
+  KILN_TRY(resample_shape_of(ctx->node, ctx->n_inputs, x->rank, &s));
+  int64_t dims[KILN_MAX_RANK], taps[KILN_MAX_RANK];
+  int of_axis[KILN_MAX_RANK];
+  for (int d = 0; d < x->rank; d++) {
+    dims[d] = x->dims[d];
+    of_axis[d] = -1;
+  }
+  for (int k = 0; k < s.n_axes; k++) {
+    KILN_TRY(kiln_kernel_require_input(ctx, s.input[k], &idx[k]));
+    if (idx[k]->dtype != KILN_DTYPE_I32 || idx[k]->rank != 2)
+      return kiln_error(KILN_INVALID_ARGUMENT, "input %d: expected int32 [out, taps]", s.input[k]);
+    if (!s.nearest) {
+      KILN_TRY(kiln_kernel_require_input(ctx, s.input[k] + 1, &w[k]));
+      if (!kiln_dtype_is_float(w[k]->dtype) || !kiln_shape_equal(2, w[k]->dims, 2, idx[k]->dims))
+        return kiln_error(KILN_INVALID_ARGUMENT, "input %d: expected float weights shaped like input %d",
+                          s.input[k] + 1, s.input[k]);
+    }
+    dims[s.axis[k]] = idx[k]->dims[0];
+    taps[k] = idx[k]->dims[1];
+    if (taps[k] < 1 || (s.nearest && taps[k] != 1))
+      return kiln_error(KILN_INVALID_ARGUMENT, "input %d: %lld taps", s.input[k], (long long)taps[k]);
+    of_axis[s.axis[k]] = k;
+  }
+  KILN_TRY(kiln_kernel_output_tensor(ctx, 0, x->dtype, x->rank, dims, &y));
+  double ev = kiln_attr_float(ctx->node, "extrapolation_value", 0.0f);
+  int64_t in_stride[KILN_MAX_RANK], st = 1;
+  for (int d = x->rank - 1; d >= 0; d--) {
+    in_stride[d] = st;
+    st *= x->dims[d];
+  }
+  int64_t o[KILN_MAX_RANK] = {0};
+  for (int64_t e = 0; e < y->numel; e++) {
+    bool outside = false;
+    for (int k = 0; k < s.n_axes; k++) {
+      int32_t i0 = ((const int32_t *)idx[k]->data)[o[s.axis[k]] * taps[k]];
+      outside |= i0 < 0;
+    }
+    double acc = ev;
+    if (!outside) {
+      int64_t t[KILN_MAX_RANK] = {0};
+      acc = 0;
+      for (;;) { /* the tensor product of the axes' taps */
+        double wt = 1;
+        int64_t src = 0;
+        bool ok = true;
+        for (int d = 0; d < x->rank; d++) {
+          int k = of_axis[d];
+          int64_t i = o[d];
+          if (k >= 0) {
+            int64_t at = o[d] * taps[k] + t[k];
+            i = ((const int32_t *)idx[k]->data)[at];
+            if (w[k]) wt *= kiln_load_f64(w[k]->data, w[k]->dtype, at);
+          }
+          ok &= i >= 0 && i < x->dims[d];
+          src += i * in_stride[d];
+        }
+        if (!ok) return kiln_error(KILN_INVALID_ARGUMENT, "an index table reads outside X");
+        acc += wt * kiln_load_f64(x->data, x->dtype, src);
+        int k = s.n_axes - 1;
+        while (k >= 0 && ++t[k] == taps[k]) t[k--] = 0;
+        if (k < 0) break;
+      }
+    }
+    kiln_store_f64(y->data, y->dtype, e, acc);
+    for (int d = x->rank - 1; d >= 0 && ++o[d] == dims[d]; d--) o[d] = 0;
+  }
+  return NULL;
+}
+
 static const kiln_op_def fused_ops[] = {
     {FUSED_DOMAIN, "Gelu", 1, 1, 1, 1, gelu_infer, gelu_kernel, 0, .id = KILN_OP_kiln_Gelu, .op_class = KILN_OPCLASS_ELEMENTWISE},
     {FUSED_DOMAIN, "FusedAttention", 3, 4, 1, 1, attention_infer, attention_kernel, 0, .id = KILN_OP_kiln_FusedAttention,
      .op_class = KILN_OPCLASS_CONTRACTION, .flops = kiln_flops_attention},
+    {FUSED_DOMAIN, "Resample", 1, 1 + 2 * KILN_MAX_RANK, 1, 1, resample_infer, resample_kernel, 0,
+     .id = KILN_OP_kiln_Resample, .op_class = KILN_OPCLASS_REDUCTION},
 };
 
 const kiln_op_def *kiln_ops_fused(int *out_n) {

@@ -368,6 +368,74 @@ static void compute_taps(const resize_params *p, int d, int64_t x, resize_taps *
   }
 }
 
+/* ---- gather tables (kiln.Resample) ---------------------------------------- */
+
+static const kiln_tensor *array_get(const void *src, int i) { return ((const kiln_tensor *const *)src)[i]; }
+
+void kiln_resample_tables_free(kiln_resample_tables *t) {
+  for (int k = 0; k < t->n_axes; k++) {
+    free(t->axes[k].index);
+    free(t->axes[k].weight);
+  }
+  memset(t, 0, sizeof *t);
+}
+
+kiln_status_t kiln_resample_tables_build(const kiln_node *node, int opset, bool upsample, int rank, const int64_t *in,
+                                         int n_inputs, const kiln_tensor *const *consts, kiln_resample_tables *out) {
+  memset(out, 0, sizeof *out);
+  bool legacy = upsample || opset < 11;
+  resize_params p;
+  KILN_TRY(parse_resize_attrs(node, legacy, &p));
+  resize_inputs ri;
+  gather_inputs(node, opset, upsample, n_inputs, array_get, consts, &ri);
+  KILN_TRY(resize_shape(&p, rank, in, &ri, legacy, true));
+  out->nearest = p.mode == INTERP_NEAREST;
+  out->extrapolation_value = p.extrapolation_value;
+  for (int d = 0; d < rank; d++) {
+    if (p.in[d] == 0 && p.out[d] > 0)
+      return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (X): axis %d is empty but the output has %lld", d,
+                        (long long)p.out[d]);
+    resize_taps *t = malloc(sizeof *t * (size_t)(p.out[d] > 0 ? p.out[d] : 1));
+    if (!t) {
+      kiln_resample_tables_free(out);
+      return KILN_OOM();
+    }
+    int taps = 1;
+    bool identity = p.out[d] == p.in[d];
+    for (int64_t o = 0; o < p.out[d]; o++) {
+      compute_taps(&p, d, o, &t[o]);
+      if (t[o].n > taps) taps = t[o].n;
+      identity = identity && !t[o].extrapolate && t[o].n == 1 && t[o].idx[0] == o && t[o].w[0] == 1.0;
+    }
+    if (identity) {
+      free(t);
+      continue;
+    }
+    kiln_resample_axis *a = &out->axes[out->n_axes++];
+    a->axis = d;
+    a->out = p.out[d];
+    a->taps = taps;
+    size_t n = (size_t)(p.out[d] > 0 ? p.out[d] : 1) * (size_t)taps;
+    a->index = malloc(n * sizeof *a->index);
+    a->weight = malloc(n * sizeof *a->weight);
+    if (!a->index || !a->weight) {
+      free(t);
+      kiln_resample_tables_free(out);
+      return KILN_OOM();
+    }
+    for (int64_t o = 0; o < p.out[d]; o++)
+      for (int k = 0; k < taps; k++) {
+        size_t i = (size_t)o * (size_t)taps + (size_t)k;
+        /* A missing tap (a zero weight skipped) repeats the first index with weight 0. */
+        a->index[i] = t[o].extrapolate ? -1 : (int32_t)t[o].idx[k < t[o].n ? k : 0];
+        a->weight[i] = t[o].extrapolate || k >= t[o].n ? 0.0f : (float)t[o].w[k];
+      }
+    for (int64_t o = 0; o < p.out[d]; o++) out->extrapolate |= t[o].extrapolate;
+    free(t);
+  }
+  return NULL;
+}
+
 /* ---- the kernel ----------------------------------------------------------- */
 
 static kiln_status_t resize_run(kiln_kernel_ctx *ctx, resize_params *p, const kiln_tensor *x) {

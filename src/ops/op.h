@@ -145,6 +145,36 @@ kiln_status_t kiln_pad_geometry(const kiln_node *node, int opset, int rank, cons
                                 const kiln_tensor *pads_t, const kiln_tensor *axes_t, int *mode, int64_t *before,
                                 int64_t *crop, int64_t *len);
 
+/* Resize and Upsample as per-axis gather tables (ops/misc_resize.c), for
+ * the kiln.Resample op a graph pass rewrites them into: every output
+ * coordinate of a resized axis reads `taps` input indices with weights
+ * (nearest: one tap, weight 1). Axes whose output coordinate o reads input
+ * o alone are left out. An index of -1 marks a coordinate that samples
+ * outside the input (tf_crop_and_resize): the output is then
+ * extrapolation_value. */
+typedef struct kiln_resample_axis {
+  int axis;
+  int64_t out; /* output length */
+  int taps;
+  int32_t *index; /* [out * taps]; owned */
+  float *weight;  /* [out * taps]; owned */
+} kiln_resample_axis;
+
+typedef struct kiln_resample_tables {
+  bool nearest; /* one tap of weight 1 on every axis */
+  bool extrapolate;
+  double extrapolation_value;
+  int n_axes;
+  kiln_resample_axis axes[KILN_MAX_RANK];
+} kiln_resample_tables;
+
+/* Tables of a Resize (upsample false) or Upsample node for an input of the
+ * given rank and sizes; consts[i]: input i's constant value (NULL where
+ * absent or not constant). Errors as the op's kernel reports them. */
+kiln_status_t kiln_resample_tables_build(const kiln_node *node, int opset, bool upsample, int rank, const int64_t *in,
+                                         int n_inputs, const kiln_tensor *const *consts, kiln_resample_tables *out);
+void kiln_resample_tables_free(kiln_resample_tables *t);
+
 /* ---- registry ----------------------------------------------------------- */
 
 /* The op definition for (domain, op_type), or NULL. domain "" == "ai.onnx". */

@@ -196,7 +196,8 @@
   X(training_Momentum, "ai.onnx.preview.training", "Momentum") \
   X(training_Adam, "ai.onnx.preview.training", "Adam") \
   X(kiln_Gelu, "kiln", "Gelu") \
-  X(kiln_FusedAttention, "kiln", "FusedAttention")
+  X(kiln_FusedAttention, "kiln", "FusedAttention") \
+  X(kiln_Resample, "kiln", "Resample")
 
 typedef enum kiln_op_id {
   KILN_OP_UNKNOWN = 0, /* a node whose op is not registered (or not resolved yet) */

@@ -390,6 +390,7 @@ static const named_pass pipeline[] = {
     {"simplify", kiln_pass_simplify},
     {"cse", kiln_pass_cse},
     {"fold-batchnorm", kiln_pass_fold_batchnorm},
+    {"resample-tables", kiln_pass_resample_tables},
     {"patterns", kiln_pass_patterns},
     {"dce", kiln_pass_dce},
 };

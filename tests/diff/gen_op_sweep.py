@@ -646,6 +646,49 @@ def conv_transpose_cases():
     m = case('Pad_conv', 13)
     y = m.node('Pad', [m.source([1, 3, 8, 8]), m.const(ints([0, 0, 1, 1, 0, 0, 1, 1]))], mode='reflect')
     m.out(m.node('Relu', [m.node('Conv', [y, m.randc([4, 3, 3, 3]), m.randc([4])])]))
+    # Resize / Upsample with constant scales or sizes (passes/resample_tables.c -> kiln.Resample, lower.c
+    # compute_resample): every mode, the coordinate transformations, sizes, roi with extrapolation, the
+    # legacy forms, downsampling, and a resize feeding an Add (fused into its consumer).
+    empty = np.zeros([0], np.float32)
+
+    def resize(tag, xs, scales=None, sizes=None, roi=None, opset=13, how='plain', **attrs):
+        m = case('Resize_%s' % tag, opset)
+        ins = [m.source(xs, how)]
+        if opset >= 11:
+            ins += [m.const(np.array(roi, np.float32) if roi is not None else empty),
+                    m.const(np.array(scales, np.float32) if scales is not None else empty)]
+            if sizes is not None:
+                ins.append(m.const(ints(sizes)))
+        else:
+            ins.append(m.const(np.array(scales, np.float32)))
+        m.out(m.node('Resize', ins, **attrs))
+        return m
+
+    resize('nearest_x2', [1, 3, 5, 7], scales=[1, 1, 2, 2])
+    resize('nearest_asym_floor', [1, 2, 6, 5], scales=[1, 1, 2, 3], coordinate_transformation_mode='asymmetric',
+           nearest_mode='floor')
+    resize('nearest_ceil_down', [2, 3, 9, 8], scales=[1, 1, 0.5, 0.6], nearest_mode='ceil')
+    resize('nearest_sizes', [1, 3, 7, 9], sizes=[1, 3, 13, 4], coordinate_transformation_mode='tf_half_pixel_for_nn')
+    resize('linear_half_pixel', [1, 3, 6, 7], scales=[1, 1, 2, 2], mode='linear')
+    resize('linear_align', [2, 2, 5, 6], sizes=[2, 2, 11, 9], mode='linear', coordinate_transformation_mode='align_corners')
+    resize('linear_pytorch', [1, 4, 7, 5], scales=[1, 1, 1.5, 2.5], mode='linear',
+           coordinate_transformation_mode='pytorch_half_pixel')
+    resize('linear_down', [1, 3, 16, 15], scales=[1, 1, 0.5, 0.4], mode='linear')
+    resize('linear_1d', [2, 3, 17], scales=[1, 1, 3], mode='linear', coordinate_transformation_mode='asymmetric')
+    resize('linear_3d', [1, 2, 3, 4, 5], scales=[1, 1, 2, 2, 2], mode='linear')
+    resize('cubic', [1, 2, 6, 7], scales=[1, 1, 2, 1.5], mode='cubic')
+    resize('cubic_exclude', [1, 2, 5, 5], scales=[1, 1, 2.5, 2], mode='cubic', exclude_outside=1, cubic_coeff_a=-0.5)
+    resize('crop_extrapolate', [1, 2, 8, 8], sizes=[1, 2, 5, 6], roi=[0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3], mode='linear',
+           coordinate_transformation_mode='tf_crop_and_resize', extrapolation_value=-3.5)
+    resize('nearest_ncT', [1, 3, 5, 4], scales=[1, 1, 2, 2], how='T')
+    resize('legacy10', [1, 2, 4, 5], scales=[1, 1, 2, 1.5], opset=10)
+    resize('legacy10_linear', [1, 2, 4, 5], scales=[1, 1, 0.5, 2], opset=10, mode='linear')
+    m = case('Upsample_9', 9)
+    m.out(m.node('Upsample', [m.source([1, 3, 4, 6]), m.const(np.array([1, 1, 2, 2], np.float32))], mode='nearest'))
+    m = case('Resize_add', 13)
+    y = m.node('Resize', [m.source([1, 4, 5, 6]), m.const(empty), m.const(np.array([1, 1, 2, 2], np.float32))],
+               mode='linear')
+    m.out(m.node('Relu', [m.node('Add', [y, m.source([1, 4, 10, 12])])]))
     # BatchNormalization that folds into no producer (passes/fold_batchnorm.c: Mul + Add): after a
     # ConvTranspose, after a Relu, on a graph input of rank 3 (1-D) and rank 2.
     def bn_params(m, c):
