@@ -2,6 +2,7 @@
 #include "codegen/fusion.h"
 
 #include "ops/op.h"
+#include "passes/passes_opt.h"
 
 static bool fusable_class(kiln_op_class c) {
   return c == KILN_OPCLASS_ELEMENTWISE || c == KILN_OPCLASS_BROADCAST || c == KILN_OPCLASS_INJECTIVE ||
@@ -36,10 +37,25 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
     kiln_fusion_free(f);
     return KILN_OOM();
   }
+  kiln_ptr_vec names = {0};
   for (int n = 0; n < nn; n++) {
     const kiln_node *node = &g->nodes[n];
     for (int i = 0; i < node->n_inputs; i++)
       if (node->inputs[i] >= 0) f->uses[node->inputs[i]]++;
+    /* A value a subgraph reads by name is materialized (the body's plan reads it). */
+    names.count = 0;
+    kiln_status_t st = kiln_opt_subgraph_reads(node, &names);
+    for (int k = 0; k < names.count && !st; k++) {
+      int v = kiln_graph_find_value(g, names.items[k]);
+      if (v >= 0) f->uses[v] += 2;
+    }
+    if (st) {
+      kiln_ptr_vec_free(&names);
+      free(has_reduce);
+      free(has_contraction);
+      kiln_fusion_free(f);
+      return st;
+    }
     f->cls[n] = cls[n];
     f->group_of[n] = n;
     f->n_members[n] = 1;
@@ -93,6 +109,7 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
       f->n_members[p] = 0;
     }
   }
+  kiln_ptr_vec_free(&names);
   free(has_reduce);
   free(has_contraction);
   return NULL;
@@ -202,20 +219,4 @@ void kiln_fused_kernel_free(kiln_fused_kernel *k) {
   te_builder_destroy(k->b);
   free(k->args);
   memset(k, 0, sizeof *k);
-}
-
-bool kiln_fusion_needs_interpreter(const kiln_graph *g, const char **why) {
-  for (int n = 0; n < g->n_nodes; n++) {
-    const kiln_node *node = &g->nodes[n];
-    if (node->op && (node->op->flags & KILN_OP_CONTROL_FLOW)) {
-      *why = "control flow (subgraphs)";
-      return true;
-    }
-  }
-  for (int i = 0; i < g->n_values; i++)
-    if (g->values[i].outer_name) {
-      *why = "outer-scope values";
-      return true;
-    }
-  return false;
 }

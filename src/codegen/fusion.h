@@ -54,9 +54,6 @@ void kiln_fused_kernel_free(kiln_fused_kernel *k);
  * cpu device compiles and the null device renders. */
 kiln_status_t kiln_fused_kernel_c_source(const kiln_fused_kernel *k, char **out);
 
-/* True (with *why, static) when g has what no compiler handles yet: control
- * flow (subgraphs) or outer-scope values; the session then interprets. */
-bool kiln_fusion_needs_interpreter(const kiln_graph *g, const char **why);
 
 /* Small shape helpers shared by the device planners. */
 static inline int64_t kiln_type_numel(const kiln_type *t) { return kiln_shape_numel(t->rank, t->dims); }

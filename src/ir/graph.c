@@ -454,7 +454,10 @@ static kiln_status_t clone_into(const kiln_graph *src, kiln_graph *g) {
       }
     }
   }
-  size_t ni = (size_t)(src->n_inputs > 0 ? src->n_inputs : 1), no = (size_t)(src->n_outputs > 0 ? src->n_outputs : 1);
+  /* push_id's capacity: the next power of two, so the copy can be appended to. */
+  size_t ni = 1, no = 1;
+  while (ni < (size_t)src->n_inputs) ni *= 2;
+  while (no < (size_t)src->n_outputs) no *= 2;
   if (!(g->inputs = malloc(ni * sizeof(int))) || !(g->outputs = malloc(no * sizeof(int)))) return KILN_OOM();
   if (src->n_inputs > 0) memcpy(g->inputs, src->inputs, (size_t)src->n_inputs * sizeof(int));
   if (src->n_outputs > 0) memcpy(g->outputs, src->outputs, (size_t)src->n_outputs * sizeof(int));

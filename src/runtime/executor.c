@@ -282,13 +282,20 @@ cleanup:
 
 kiln_status_t kiln_run_ref_node(const kiln_graph *g, const kiln_node *node, kiln_value *const *ins,
                                 kiln_value **outs) {
+  return kiln_run_ref_node_with(g, node, ins, outs, NULL, NULL);
+}
+
+kiln_status_t kiln_run_ref_node_with(const kiln_graph *g, const kiln_node *node, kiln_value *const *ins,
+                                     kiln_value **outs, kiln_subgraph_runner run_subgraph, void *runner_data) {
   if (node->n_inputs > 64 || node->n_outputs > 64) return kiln_error(KILN_UNSUPPORTED, "node with over 64 inputs/outputs");
   KILN_TRY(kiln_run_deadline_check());
   kiln_value *in[64] = {0}, *res[64] = {0};
   bool wanted[64];
   for (int i = 0; i < node->n_inputs; i++) in[i] = ins[i];
   for (int i = 0; i < node->n_outputs; i++) wanted[i] = node->outputs[i] >= 0;
-  kiln_kernel_ctx ctx = {node, node->opset, node->n_inputs, in, node->n_outputs, res, wanted, NULL, NULL};
+  kiln_kernel_ctx ctx = {node, node->opset, node->n_inputs, in, node->n_outputs, res, wanted, run_subgraph, runner_data};
+  if ((node->op->flags & KILN_OP_CONTROL_FLOW) && !run_subgraph)
+    return kiln_error(KILN_INTERNAL, "control flow run without a subgraph runner");
   kiln_status_t st = node->op->ref_kernel(&ctx);
   for (int i = 0; i < node->n_outputs && !st; i++) {
     int v = node->outputs[i];

@@ -48,6 +48,10 @@ kiln_status_t kiln_execute_graph(const kiln_graph *g, const kiln_exec_frame *par
  * most 64 inputs and outputs. */
 kiln_status_t kiln_run_ref_node(const kiln_graph *g, const kiln_node *node, kiln_value *const *ins,
                                 kiln_value **outs);
+/* The same for control flow (If, Loop, Scan, SequenceMap): the kernel runs
+ * its bodies through run_subgraph(runner_data, ...). */
+kiln_status_t kiln_run_ref_node_with(const kiln_graph *g, const kiln_node *node, kiln_value *const *ins,
+                                     kiln_value **outs, kiln_subgraph_runner run_subgraph, void *runner_data);
 
 /* Names of outer-scope values that `g` (and its nested subgraphs) read. */
 kiln_status_t kiln_graph_outer_names(const kiln_graph *g, kiln_ptr_vec *out_names);

@@ -3,6 +3,7 @@
 
 #include "passes/memory_plan.h"
 #include "passes/passes.h"
+#include "passes/passes_opt.h"
 #include "tensor/dtype.h"
 
 int64_t kiln_plan_value_bytes(const kiln_plan *p, int v) {
@@ -32,6 +33,23 @@ static kiln_status_t kernel_step(kiln_plan *p, int root, kiln_plan_step *s) {
   return NULL;
 }
 
+/* The values of g a node's subgraphs read from it by name (each once). */
+static kiln_status_t outer_reads(const kiln_graph *g, const kiln_node *node, kiln_plan_step *s) {
+  kiln_ptr_vec names = {0};
+  kiln_status_t st = kiln_opt_subgraph_reads(node, &names);
+  for (int i = 0; i < names.count && !st; i++) {
+    int v = kiln_graph_find_value(g, names.items[i]);
+    bool seen = v < 0;
+    for (int k = 0; k < s->n_outer && !seen; k++) seen = s->outer[k] == v;
+    if (seen) continue;
+    int *o = realloc(s->outer, ((size_t)s->n_outer + 1) * sizeof *o);
+    if (!o) st = KILN_OOM();
+    else (s->outer = o)[s->n_outer++] = v;
+  }
+  kiln_ptr_vec_free(&names);
+  return st;
+}
+
 static kiln_status_t build_steps(kiln_plan *p, const kiln_op_class *cls) {
   const kiln_graph *g = p->g;
   for (int n = 0; n < g->n_nodes; n++) {
@@ -44,6 +62,7 @@ static kiln_status_t build_steps(kiln_plan *p, const kiln_op_class *cls) {
     if (cls[n] == KILN_OPCLASS_NONE) {
       s->kind = KILN_STEP_HOST;
       snprintf(s->name, sizeof s->name, "ref:%s", node->op_type);
+      KILN_TRY(outer_reads(g, node, s));
       for (int k = 0; k < node->n_outputs; k++)
         if (node->outputs[k] >= 0) p->kinds[node->outputs[k]] = KILN_VALUE_HOST;
       p->n_host++;
@@ -110,8 +129,8 @@ static kiln_status_t plan_memory(kiln_plan *p) {
       /* A host step reads arena values in place (host memory), or from the
        * readback that precedes its flush: then the first host read is the
        * last one that needs the arena bytes. */
-      for (int k = 0; k < s->node->n_inputs; k++) {
-        int v = s->node->inputs[k];
+      for (int k = 0; k < s->node->n_inputs + s->n_outer; k++) {
+        int v = k < s->node->n_inputs ? s->node->inputs[k] : s->outer[k - s->node->n_inputs];
         if (v < 0 || buf_of[v] < 0 || (host_read[v] && !p->target.host_memory)) continue;
         host_read[v] = 1;
         if (bufs[buf_of[v]].last_use < i) bufs[buf_of[v]].last_use = i;
@@ -194,9 +213,10 @@ static kiln_status_t build_flushes(kiln_plan *p) {
     while (i < p->n_steps && !is_device_step(&p->steps[i])) i++;
     f->host_end = i;
     for (int k = f->host_begin; k < f->host_end && !st; k++) {
-      const kiln_node *node = p->steps[k].node;
-      for (int a = 0; a < node->n_inputs && !st; a++) {
-        int v = node->inputs[a];
+      const kiln_plan_step *s = &p->steps[k];
+      const kiln_node *node = s->node;
+      for (int a = 0; a < node->n_inputs + s->n_outer && !st; a++) {
+        int v = a < node->n_inputs ? node->inputs[a] : s->outer[a - node->n_inputs];
         if (v >= 0 && !on_host[v]) {
           on_host[v] = 1;
           if (transfers) st = int_list_add(&f->down, &f->n_down, v);
@@ -260,9 +280,6 @@ static kiln_status_t build_once(const kiln_graph *g, const kiln_plan_target *tar
 
 kiln_status_t kiln_plan_build(const kiln_graph *g, const kiln_plan_target *target, kiln_plan **out) {
   *out = NULL;
-  const char *why = NULL;
-  if (kiln_fusion_needs_interpreter(g, &why))
-    return kiln_error(KILN_UNSUPPORTED, "the compiler does not handle graphs with %s yet", why);
   kiln_status_t st = NULL;
   for (int attempt = 0; attempt < 16; attempt++) {
     st = build_once(g, target, out);
@@ -276,6 +293,7 @@ void kiln_plan_free(kiln_plan *p) {
   if (!p) return;
   for (int i = 0; p->steps && i < p->n_steps; i++) {
     free(p->steps[i].args);
+    free(p->steps[i].outer);
     kiln_fused_kernel_free(&p->steps[i].fk);
   }
   for (int i = 0; p->flushes && i < p->n_flushes; i++) {
@@ -292,17 +310,21 @@ void kiln_plan_free(kiln_plan *p) {
 
 /* ---- describe -------------------------------------------------------------------- */
 
+static bool is_control_flow(const kiln_node *node) { return node->op && (node->op->flags & KILN_OP_CONTROL_FLOW); }
+
 void kiln_plan_describe(const kiln_plan *p, FILE *out) {
-  int n_segments = 0;
+  int n_segments = 0, n_control = 0;
   for (int f = 0; f < p->n_flushes; f++) n_segments += p->flushes[f].device_end > p->flushes[f].device_begin;
-  fprintf(out, "plan: %d nodes after optimization -> %d generated kernels (fusing %d nodes), %d nodes on ref; %d device "
-               "segments\n",
-          p->g->n_nodes, p->n_kernels, p->n_fused_nodes, p->n_host, n_segments);
-  if (p->n_host) {
+  for (int i = 0; i < p->n_steps; i++) n_control += p->steps[i].kind == KILN_STEP_HOST && is_control_flow(p->steps[i].node);
+  fprintf(out, "plan: %d nodes after optimization -> %d generated kernels (fusing %d nodes), %d nodes on ref", p->g->n_nodes,
+          p->n_kernels, p->n_fused_nodes, p->n_host - n_control);
+  if (n_control) fprintf(out, ", %d control-flow nodes on the host (their bodies' plans below)", n_control);
+  fprintf(out, "; %d device segments\n", n_segments);
+  if (p->n_host > n_control) {
     fprintf(out, "fell back to ref:\n");
     for (int i = 0; i < p->n_steps; i++) {
       const kiln_plan_step *s = &p->steps[i];
-      if (s->kind != KILN_STEP_HOST) continue;
+      if (s->kind != KILN_STEP_HOST || is_control_flow(s->node)) continue;
       const char *why = NULL;
       p->target.claim(p->target.user, p->g, s->node, &why);
       fprintf(out, "  %-24s %-28s %s\n", s->node->op_type, s->node->name, why ? why : "?");

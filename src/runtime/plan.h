@@ -4,7 +4,9 @@
  * values, the same way for every device:
  *
  *   1. claims: each node's op class on this device (the device's `claim`
- *      hook; NONE leaves the node to the reference kernel);
+ *      hook; NONE leaves the node to the reference kernel); control flow
+ *      (If, Loop, Scan) is a HOST step whose bodies run as plans of their
+ *      own (runtime/plan_bodies.h);
  *   2. fusion (codegen/fusion.h): claimed nodes grouped, a contraction
  *      (MatMul, Gemm, Conv, FusedAttention) with its elementwise consumers,
  *      each group lowered to one tensor expression (a KERNEL step, which
@@ -63,6 +65,9 @@ typedef struct kiln_plan_step {
   bool flat;             /* KERNEL: every operand viewed as rank 1 */
   bool elementwise_only; /* KERNEL: every member elementwise or broadcast */
   int out_value;         /* the value the step materializes */
+  int n_outer;
+  int *outer;            /* HOST with subgraphs (If, Loop, Scan): values of the graph its bodies read by
+                            name; they live (and are on the host) until the step has run; owned */
   int64_t flops;
   void *compiled;        /* the device's compiled form of the step; freed by its `release_step` */
 } kiln_plan_step;
@@ -142,5 +147,12 @@ void kiln_plan_describe_executable(kiln_device *dev, const struct kiln_executabl
 void kiln_plan_run_stats(kiln_device *dev, const struct kiln_executable *exec, FILE *out);
 /* The plan inside an executable that kiln_plan_prepare made (borrowed). */
 const kiln_plan *kiln_plan_of(const struct kiln_executable *exec);
+/* The compiled control-flow bodies of an executable (runtime/plan_bodies.h; borrowed). */
+const struct kiln_body_plans *kiln_plan_bodies_of(const struct kiln_executable *exec);
+
+/* Optimizes g as a graph for dev compiles: kiln_optimize_graph_for with
+ * KILN_OPT_LEVEL (default 1) and attention fused where the device has a
+ * kernel for it (KILN_FUSED_ATTENTION overrides). Sessions and body plans. */
+kiln_status_t kiln_plan_optimize_for(kiln_device *dev, kiln_graph *g);
 
 #endif

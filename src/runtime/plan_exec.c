@@ -7,6 +7,8 @@
 #include "tensor/dtype.h"
 #include "runtime/executor.h"
 #include "runtime/plan.h"
+#include "runtime/plan_bodies.h"
+#include "passes/passes_opt.h"
 
 struct kiln_executable {
   kiln_device *dev;          /* borrowed (process-wide) */
@@ -17,6 +19,7 @@ struct kiln_executable {
   kiln_device_buffer **own;  /* per value id (devices without host memory): the buffer of a constant or
                                 input device steps read; owned */
   int64_t weight_bytes;      /* constants uploaded at prepare */
+  kiln_body_plans *bodies;   /* the control-flow bodies' plans; owned */
 };
 
 static void bindings_free(kiln_plan_bindings *b) {
@@ -152,6 +155,8 @@ kiln_status_t kiln_plan_prepare(kiln_device *dev, const kiln_graph *g, const kil
   if (!st && dev->vt->plan_compile) st = dev->vt->plan_compile(dev, x->state, x->plan, &x->bind);
   for (int f = 0; !st && dev->vt->record && f < x->plan->n_flushes; f++)
     st = dev->vt->record(dev, x->state, x->plan, f, &x->bind);
+  if (!st) st = kiln_body_plans_create(dev, g, opts, &x->bodies);
+  if (!st) st = kiln_body_plans_prepare_known(x->bodies, x->plan);
   if (st) {
     kiln_plan_executable_free(dev, x);
     return st;
@@ -162,6 +167,7 @@ kiln_status_t kiln_plan_prepare(kiln_device *dev, const kiln_graph *g, const kil
 
 void kiln_plan_executable_free(kiln_device *dev, struct kiln_executable *x) {
   if (!x) return;
+  kiln_body_plans_free(x->bodies);
   if (dev->vt->plan_end) dev->vt->plan_end(dev, x->state, x->plan);
   if (x->arena) kiln_device_buffer_free(dev, x->arena);
   for (int v = 0; x->own && v < x->plan->g->n_values; v++)
@@ -176,6 +182,7 @@ void kiln_plan_describe_executable(kiln_device *dev, const struct kiln_executabl
   kiln_plan_describe(x->plan, out);
   if (!x->plan->target.host_memory) fprintf(out, "weights on the device: %.2f MiB\n", (double)x->weight_bytes / (1 << 20));
   if (dev->vt->plan_describe) dev->vt->plan_describe(dev, x->state, x->plan, out);
+  kiln_body_plans_describe(x->bodies, out, 0);
 }
 
 void kiln_plan_run_stats(kiln_device *dev, const struct kiln_executable *x, FILE *out) {
@@ -183,6 +190,17 @@ void kiln_plan_run_stats(kiln_device *dev, const struct kiln_executable *x, FILE
 }
 
 const kiln_plan *kiln_plan_of(const struct kiln_executable *x) { return x->plan; }
+
+const kiln_body_plans *kiln_plan_bodies_of(const struct kiln_executable *x) { return x->bodies; }
+
+kiln_status_t kiln_plan_optimize_for(kiln_device *dev, kiln_graph *g) {
+  const char *lvl = getenv("KILN_OPT_LEVEL"), *fa = getenv("KILN_FUSED_ATTENTION");
+  int level = lvl ? atoi(lvl) : 1;
+  kiln_device_info dinfo;
+  dev->vt->query(dev, &dinfo);
+  bool fuse_attention = fa && *fa ? atoi(fa) != 0 : (dinfo.features & KILN_DEVICE_FEATURE_FUSED_ATTENTION) != 0;
+  return kiln_optimize_graph_for(g, level, fuse_attention);
+}
 
 /* ---- execute ------------------------------------------------------------------- */
 
@@ -194,10 +212,37 @@ static kiln_status_t wrap_value(const kiln_graph *g, int id, void *ptr, kiln_val
   return kiln_value_from_tensor(tt, out);
 }
 
+/* What a control-flow step's bodies need: the executable (its body plans)
+ * and where the run's values are. */
+typedef struct body_runner {
+  struct kiln_executable *x;
+  const kiln_node *node;
+  const kiln_plan_bindings *b;
+  kiln_value **host;
+} body_runner;
+
+/* An outer-scope read: the run's value of id, shared or viewed, never copied. */
+static kiln_status_t outer_value(void *user, int id, kiln_value **out) {
+  const body_runner *r = user;
+  const kiln_graph *g = r->x->plan->g;
+  if (r->host[id]) return kiln_value_share(r->host[id], out);
+  if (g->values[id].constant) return kiln_value_from_tensor(kiln_tensor_retain(g->values[id].constant), out);
+  if (!r->b->host[id]) return kiln_error(KILN_INTERNAL, "value '%s' is not on the host", g->values[id].name);
+  return wrap_value(g, id, r->b->host[id], out);
+}
+
+static kiln_status_t run_body(void *data, const kiln_graph *body, int n_inputs, kiln_value *const *inputs,
+                              int n_outputs, kiln_value **outs) {
+  body_runner *r = data;
+  return kiln_body_plans_run(r->x->bodies, r->node, body, n_inputs, inputs, n_outputs, outs, outer_value, r);
+}
+
 /* A host step: the reference kernel on host values (views of device values
- * where the step reads them); its results become host values. */
-static kiln_status_t run_host_step(const kiln_plan *p, const kiln_plan_step *s, kiln_plan_bindings *b,
+ * where the step reads them); its results become host values. Control flow
+ * runs its bodies as plans of their own (plan_bodies.h). */
+static kiln_status_t run_host_step(struct kiln_executable *x, const kiln_plan_step *s, kiln_plan_bindings *b,
                                    kiln_value **host) {
+  const kiln_plan *p = x->plan;
   const kiln_graph *g = p->g;
   const kiln_node *node = s->node;
   kiln_value *ins[64] = {0}, *outs[64] = {0}, *owned[64] = {0};
@@ -210,7 +255,8 @@ static kiln_status_t run_host_step(const kiln_plan *p, const kiln_plan_step *s, 
     else if (!b->host[v]) st = kiln_error(KILN_INTERNAL, "value '%s' is not on the host", g->values[v].name);
     else if ((st = wrap_value(g, v, b->host[v], &owned[i])) == NULL) ins[i] = owned[i];
   }
-  if (!st) st = kiln_run_ref_node(g, node, ins, outs);
+  body_runner runner = {x, node, b, host};
+  if (!st) st = kiln_run_ref_node_with(g, node, ins, outs, run_body, &runner);
   for (int i = 0; i < node->n_outputs && !st; i++) {
     int v = node->outputs[i];
     if (v < 0) continue;
@@ -375,7 +421,7 @@ static kiln_status_t execute_flushes(struct kiln_executable *x, run_state *r) {
     for (int i = fl->host_begin; i < fl->host_end && !st; i++) {
       const kiln_plan_step *s = &p->steps[i];
       st = kiln_run_deadline_check();
-      if (!st) st = run_host_step(p, s, &r->b, r->host);
+      if (!st) st = run_host_step(x, s, &r->b, r->host);
       if (st) st = kiln_status_annotate(st, "node '%s' (%s)", s->node->name, s->node->op_type);
     }
   }
@@ -393,7 +439,7 @@ static kiln_status_t execute_stepwise(struct kiln_executable *x, run_state *r, c
     if (observe->before) observe->before(observe->user, p->g, s->node);
     st = kiln_run_deadline_check();
     if (!st && s->kind == KILN_STEP_HOST) {
-      st = run_host_step(p, s, &r->b, r->host);
+      st = run_host_step(x, s, &r->b, r->host);
     } else if (!st) {
       for (int a = 0; a < s->n_args && !st; a++) {
         int v = s->args[a];
@@ -422,7 +468,7 @@ static kiln_status_t execute_host_memory(struct kiln_executable *x, kiln_plan_bi
     const kiln_plan_step *s = &p->steps[i];
     if (observe && observe->before) observe->before(observe->user, p->g, s->node);
     st = kiln_run_deadline_check();
-    if (!st) st = s->kind == KILN_STEP_HOST ? run_host_step(p, s, b, host) : x->dev->vt->launch_step(x->dev, x->state, p, i, b);
+    if (!st) st = s->kind == KILN_STEP_HOST ? run_host_step(x, s, b, host) : x->dev->vt->launch_step(x->dev, x->state, p, i, b);
     if (st) st = kiln_status_annotate(st, "node '%s' (%s)", s->node->name, s->node->op_type);
     if (!st && observe && observe->after) st = observe_step(p, s, b, host, observe);
   }

@@ -167,12 +167,7 @@ kiln_status_t kiln_session_specialize(kiln_session *s, kiln_value *const *bound,
    * oracle the others are checked against. */
   kiln_device *dev = s->devices[0];
   if (dev->vt->plan_begin) {
-    const char *lvl = getenv("KILN_OPT_LEVEL"), *fa = getenv("KILN_FUSED_ATTENTION");
-    int level = lvl ? atoi(lvl) : 1;
-    kiln_device_info dinfo;
-    dev->vt->query(dev, &dinfo);
-    bool fuse_attention = fa && *fa ? atoi(fa) != 0 : (dinfo.features & KILN_DEVICE_FEATURE_FUSED_ATTENTION) != 0;
-    st = kiln_optimize_graph_for(spec, level, fuse_attention);
+    st = kiln_plan_optimize_for(dev, spec);
     if (st) {
       drop_specialization(s);
       return kiln_status_annotate(st, "optimizing the graph");

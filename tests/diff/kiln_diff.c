@@ -22,6 +22,11 @@
  * graph the device compiled (after its optimization passes) that it does not
  * claim, with its `supports` reason; --fail-on-fallback also makes each
  * such node a failure (for models that should be covered entirely).
+ * Control flow (If, Loop, Scan) runs on the host by design: not it but the
+ * ref steps of its bodies' plans count (a body left to the interpreter
+ * counts as one), and so do the nodes around it except scalar control
+ * values (one bool or integer element: conditions, iteration arithmetic),
+ * which the PASS line counts apart with the body plans.
  *
  * Each model runs in a forked child process, so a crash in generated code
  * (or a hang past --timeout) is reported as that model's FAIL and the
@@ -41,6 +46,7 @@
 
 #include "codegen/lower.h"
 #include "runtime/plan.h"
+#include "runtime/plan_bodies.h"
 #include "onnx/onnx.h"
 #include "runtime/session.h"
 
@@ -201,22 +207,83 @@ static kiln_status_t run(kiln_session *s, const kiln_graph *g, int n_in, const c
   return kiln_session_run_values(s, n_in, names, ins, g->n_outputs, outs);
 }
 
-/* Nodes of the graph the device compiled that it does not claim. */
-static int report_fallbacks(const options *o, const char *name, const kiln_session *s) {
+static bool is_control_flow(const kiln_node *node) { return node->op && (node->op->flags & KILN_OP_CONTROL_FLOW); }
+
+/* A node around control flow that maps single elements to single elements,
+ * one of them bool or integer (a branch condition, a loop's iteration
+ * arithmetic): the host computes it by design, next to the branch choice
+ * and loop state. */
+static bool scalar_control(const kiln_graph *g, const kiln_node *node) {
+  bool integral = false;
+  for (int i = 0; i < node->n_inputs + node->n_outputs; i++) {
+    int v = i < node->n_inputs ? node->inputs[i] : node->outputs[i - node->n_inputs];
+    if (v < 0) continue;
+    const kiln_type *t = &g->values[v].type;
+    if (t->kind != KILN_TYPE_TENSOR || kiln_type_numel(t) != 1) return false;
+    integral |= t->dtype != KILN_DTYPE_F32;
+  }
+  return integral;
+}
+
+typedef struct fallback_count {
+  const options *o;
+  const char *name;
+  int fallbacks, scalars, bodies;
+} fallback_count;
+
+static void count_node(fallback_count *fc, const kiln_graph *g, const kiln_node *node, bool around_control,
+                       const char *reason, const char *where) {
+  if (is_control_flow(node)) return; /* on the host by design; its bodies are counted */
+  if (around_control && scalar_control(g, node)) {
+    fc->scalars++;
+    return;
+  }
+  fc->fallbacks++;
+  if (fc->o->report_fallbacks || fc->o->fail_on_fallback)
+    printf("FALLBACK %s: node '%s' (%s%s%s)%s: %s\n", fc->name, node->name, node->domain, node->domain[0] ? "." : "",
+           node->op_type, where, reason ? reason : "(no reason given)");
+}
+
+/* Body plans: their ref steps, or the whole body when it is interpreted. */
+static void count_body(void *user, int depth, const kiln_node *owner, const char *attr, const kiln_plan *plan,
+                       const char *why) {
+  fallback_count *fc = user;
+  char where[200];
+  snprintf(where, sizeof where, " in the %s of %s '%s' (depth %d)", attr, owner->op_type, owner->name, depth);
+  fc->bodies++;
+  if (!plan) {
+    fc->fallbacks++;
+    printf("FALLBACK %s: %s runs on the interpreter: %s\n", fc->name, where + 1, why ? why : "?");
+    return;
+  }
+  for (int i = 0; i < plan->n_steps; i++) {
+    const kiln_plan_step *s = &plan->steps[i];
+    if (s->kind != KILN_STEP_HOST) continue;
+    const char *reason = NULL;
+    plan->target.claim(plan->target.user, plan->g, s->node, &reason);
+    count_node(fc, plan->g, s->node, true, reason, where);
+  }
+}
+
+/* Nodes of the graph the device compiled that it does not claim, and those
+ * of its control-flow bodies' plans. */
+static int report_fallbacks(const options *o, const char *name, const kiln_session *s, int *scalars, int *bodies) {
   const kiln_graph *g = s->specialized;
-  int n = 0;
+  fallback_count fc = {o, name, 0, 0, 0};
   if (!g) return 0;
+  bool has_control = false;
+  for (int i = 0; i < g->n_nodes; i++) has_control |= is_control_flow(&g->nodes[i]);
   for (int i = 0; i < g->n_nodes; i++) {
     const kiln_node *node = &g->nodes[i];
     const char *reason = NULL;
     kiln_device *d = s->devices[0];
     if (d->vt->supports(d, g, node, &reason)) continue;
-    n++;
-    if (o->report_fallbacks || o->fail_on_fallback)
-      printf("FALLBACK %s: node '%s' (%s%s%s): %s\n", name, node->name, node->domain, node->domain[0] ? "." : "",
-             node->op_type, reason ? reason : "(no reason given)");
+    count_node(&fc, g, node, has_control, reason, "");
   }
-  return n;
+  if (s->exec) kiln_body_plans_visit(kiln_plan_bodies_of(s->exec), 0, count_body, &fc);
+  *scalars = fc.scalars;
+  *bodies = fc.bodies;
+  return fc.fallbacks;
 }
 
 /* -v: the plan's steps (kernels, ref nodes), on devices
@@ -306,7 +373,8 @@ static void test_model(const options *o, const char *path, counts *c) {
   }
   kiln_device *dev = sa->devices[0];
   bool interpreted = dev->vt->plan_begin && !sa->exec;
-  int nfb = dev->vt->plan_begin ? report_fallbacks(o, name, sa) : 0;
+  int n_scalars = 0, n_bodies = 0;
+  int nfb = dev->vt->plan_begin ? report_fallbacks(o, name, sa, &n_scalars, &n_bodies) : 0;
   c->fallbacks += nfb;
   if (o->verbose) print_steps(sa);
   if (!ok) {
@@ -332,6 +400,9 @@ static void test_model(const options *o, const char *path, counts *c) {
     char extra[320] = "";
     if (interpreted) snprintf(extra, sizeof extra, ", interpreted: %s", sa->fallback_reason);
     else if (nfb) snprintf(extra, sizeof extra, ", %d node(s) on ref", nfb);
+    if (n_bodies)
+      snprintf(extra + strlen(extra), sizeof extra - strlen(extra),
+               ", %d body plan(s), %d scalar control node(s) on the host", n_bodies, n_scalars);
     printf("PASS %s (%d output(s), worst err/allowed %.3g%s)\n", name, g->n_outputs, w.found ? w.ratio : 0.0, extra);
   }
 done:

@@ -10,6 +10,9 @@
 #     non-contiguous (transposed, strided, reversed) inputs; each model must
 #     be compiled with no node left to ref (--fail-on-fallback), except the
 #     mixed_* ones, which put ref steps between compiled ones on purpose;
+#   - with it, the control-flow cases (tests/diff/gen_control_flow.py, cf_*:
+#     If, nested If, Loop with scan outputs and with a data-dependent trip
+#     count, Scan), whose bodies must compile as well;
 #   - KILN_DIFF_COUNT (default 200; at least KILN_DIFF_MIN_RANDOM, default 200) random graphs (tests/diff/gen_random_graphs.py)
 #     with seed KILN_DIFF_SEED (default: from the time; printed),
 # and runs kiln_diff over them (cpu vs ref, rtol 1e-3, atol 1e-4). Fails on
@@ -64,6 +67,11 @@ echo "device $device vs ref; seed $seed (reproduce with KILN_DIFF_SEED=$seed), k
 if ! "$py" "$src/tests/diff/gen_op_sweep.py" "$tmp/sweep" > "$tmp/gen_sweep.log" 2>&1; then
   cat "$tmp/gen_sweep.log"
   echo "FAIL: gen_op_sweep.py failed" >&2
+  exit 1
+fi
+if ! "$py" "$src/tests/diff/gen_control_flow.py" "$tmp/sweep" > "$tmp/gen_control_flow.log" 2>&1; then
+  cat "$tmp/gen_control_flow.log"
+  echo "FAIL: gen_control_flow.py failed" >&2
   exit 1
 fi
 if ! "$py" "$src/tests/diff/gen_random_graphs.py" "$tmp/random" --count "$count" --seed "$seed" \

@@ -1,0 +1,402 @@
+/* Control-flow bodies as compiled plans (see plan_bodies.h). */
+#include "runtime/plan_bodies.h"
+
+#include "base/limits.h"
+#include "passes/passes.h"
+#include "passes/passes_opt.h"
+#include "runtime/executor.h"
+
+/* Per closed input: value kind + 1 (0: absent), dtype, rank, dims. */
+#define SIG_STRIDE (3 + KILN_MAX_RANK)
+
+typedef struct body_spec {
+  int64_t *sig;                 /* owned */
+  kiln_graph *graph;            /* the closed body with the signature's types, optimized; owned */
+  struct kiln_executable *exec; /* owned; NULL: runs on the interpreter, see why */
+  char why[200];
+  int64_t runs;
+} body_spec;
+
+typedef struct body_entry {
+  const kiln_node *node;  /* borrowed from the enclosing graph */
+  const kiln_graph *body; /* borrowed: one of node's subgraphs */
+  const char *attr;       /* borrowed: the attribute holding it */
+  kiln_graph *closed;     /* owned: body with its outer-scope names as inputs after its own */
+  int n_outer;
+  int *outer_ids;         /* per outer input: the enclosing graph's value (-1: it has none); owned */
+  char **outer_names;     /* borrowed from `closed`'s value names */
+  body_spec specs[KILN_BODY_MAX_SIGNATURES];
+  int n_specs;
+  int64_t over_bound_runs; /* runs interpreted because every signature slot was taken */
+} body_entry;
+
+struct kiln_body_plans {
+  kiln_device *dev;
+  const kiln_graph *g;
+  kiln_prepare_options opts;
+  body_entry **entries;
+  int n_entries;
+};
+
+kiln_status_t kiln_body_plans_create(kiln_device *dev, const kiln_graph *g, const kiln_prepare_options *opts,
+                                     kiln_body_plans **out) {
+  *out = calloc(1, sizeof **out);
+  if (!*out) return KILN_OOM();
+  (*out)->dev = dev;
+  (*out)->g = g;
+  if (opts) (*out)->opts = *opts;
+  return NULL;
+}
+
+static void entry_free(kiln_device *dev, body_entry *e) {
+  if (!e) return;
+  for (int i = 0; i < e->n_specs; i++) {
+    kiln_plan_executable_free(dev, e->specs[i].exec);
+    kiln_graph_free(e->specs[i].graph);
+    free(e->specs[i].sig);
+  }
+  kiln_graph_free(e->closed);
+  free(e->outer_ids);
+  free(e->outer_names);
+  free(e);
+}
+
+void kiln_body_plans_free(kiln_body_plans *bp) {
+  if (!bp) return;
+  for (int i = 0; i < bp->n_entries; i++) entry_free(bp->dev, bp->entries[i]);
+  free(bp->entries);
+  free(bp);
+}
+
+/* ---- closing a body -------------------------------------------------------------- */
+
+static const char *attr_holding(const kiln_node *node, const kiln_graph *body) {
+  for (int a = 0; a < node->n_attrs; a++) {
+    const kiln_attr *at = &node->attrs[a];
+    if (at->g == body) return at->name;
+    for (int k = 0; at->graphs && k < at->n; k++)
+      if (at->graphs[k] == body) return at->name;
+  }
+  return "?";
+}
+
+/* Clones body with every name read from an enclosing scope (by it or by a
+ * body nested in it) made an input after its own, bound per call, or a
+ * constant where the enclosing graph's value is one. */
+static kiln_status_t close_body(const kiln_graph *g, body_entry *e) {
+  KILN_TRY(kiln_graph_clone(e->body, NULL, &e->closed));
+  kiln_graph *c = e->closed;
+  kiln_ptr_vec names = {0};
+  kiln_status_t st = kiln_graph_outer_names(c, &names);
+  if (!st && names.count) {
+    e->outer_ids = malloc((size_t)names.count * sizeof *e->outer_ids);
+    e->outer_names = malloc((size_t)names.count * sizeof *e->outer_names);
+    if (!e->outer_ids || !e->outer_names) st = KILN_OOM();
+  }
+  for (int i = 0; i < names.count && !st; i++) {
+    int id = kiln_graph_find_value(c, names.items[i]);
+    if (id >= 0 && !c->values[id].outer_name) continue; /* the body's own value (or already an input) */
+    if (id < 0) {
+      st = kiln_graph_intern_value(c, names.items[i], &id);
+    } else {
+      free(c->values[id].outer_name);
+      c->values[id].outer_name = NULL;
+    }
+    int outer_id = st ? -1 : kiln_graph_find_value(g, c->values[id].name);
+    const kiln_value_def *od = outer_id >= 0 ? &g->values[outer_id] : NULL;
+    if (od && od->constant && !od->is_graph_input) {
+      /* A weight of the enclosing plan stays a constant (folded, packed, uploaded once). */
+      kiln_value_def *v = &c->values[id];
+      kiln_tensor_release(v->constant);
+      v->constant = kiln_tensor_retain(od->constant);
+      kiln_type_init_tensor(&v->type, od->constant->dtype, od->constant->rank, od->constant->dims);
+      continue;
+    }
+    if (!st) st = kiln_graph_add_input(c, id);
+    if (st) break;
+    e->outer_names[e->n_outer] = c->values[id].name;
+    e->outer_ids[e->n_outer++] = outer_id;
+  }
+  kiln_ptr_vec_free(&names);
+  return st;
+}
+
+static kiln_status_t entry_for(kiln_body_plans *bp, const kiln_node *node, const kiln_graph *body,
+                               body_entry **out) {
+  for (int i = 0; i < bp->n_entries; i++)
+    if (bp->entries[i]->body == body) {
+      *out = bp->entries[i];
+      return NULL;
+    }
+  body_entry **l = realloc(bp->entries, ((size_t)bp->n_entries + 1) * sizeof *l);
+  if (!l) return KILN_OOM();
+  bp->entries = l;
+  body_entry *e = calloc(1, sizeof *e);
+  if (!e) return KILN_OOM();
+  e->node = node;
+  e->body = body;
+  e->attr = attr_holding(node, body);
+  kiln_status_t st = close_body(bp->g, e);
+  if (st) {
+    entry_free(bp->dev, e);
+    return st;
+  }
+  bp->entries[bp->n_entries++] = e;
+  *out = e;
+  return NULL;
+}
+
+/* ---- signatures ------------------------------------------------------------------ */
+
+static void sig_of_value(const kiln_value *v, int64_t *e) {
+  memset(e, 0, SIG_STRIDE * sizeof *e);
+  if (!v) return;
+  e[0] = (int64_t)v->kind + 1;
+  const kiln_tensor *t = v->kind == KILN_VALUE_TENSOR ? v->tensor : NULL;
+  if (!t) return;
+  e[1] = t->dtype;
+  e[2] = t->rank;
+  for (int d = 0; d < t->rank; d++) e[3 + d] = t->dims[d];
+}
+
+/* False when t is not a tensor of known dtype and shape. */
+static bool sig_of_type(const kiln_type *t, int64_t *e) {
+  memset(e, 0, SIG_STRIDE * sizeof *e);
+  if (!kiln_opt_shape_known(t)) return false;
+  e[0] = (int64_t)KILN_VALUE_TENSOR + 1;
+  e[1] = t->dtype;
+  e[2] = t->rank;
+  for (int d = 0; d < t->rank; d++) e[3 + d] = t->dims[d];
+  return true;
+}
+
+static void sig_str(const int64_t *sig, int n, char *buf, size_t size) {
+  size_t len = 0;
+  buf[0] = 0;
+  for (int i = 0; i < n && len + 2 < size; i++) {
+    const int64_t *e = sig + (size_t)i * SIG_STRIDE;
+    char one[160] = "?";
+    if (e[0] == (int64_t)KILN_VALUE_TENSOR + 1) {
+      char shape[128];
+      snprintf(one, sizeof one, "%s%s", kiln_dtype_name((kiln_dtype)e[1]),
+               kiln_shape_str((int)e[2], e + 3, shape, sizeof shape));
+    } else if (e[0]) {
+      snprintf(one, sizeof one, "%s", e[0] == (int64_t)KILN_VALUE_SEQUENCE + 1 ? "sequence" : "optional");
+    }
+    len += (size_t)snprintf(buf + len, size - len, "%s%s", i ? ", " : "", one);
+  }
+}
+
+/* ---- specializing ------------------------------------------------------------------ */
+
+/* The closed body with the signature's tensor types, re-inferred,
+ * optimized and prepared on the device; spec->exec stays NULL (with why)
+ * when it cannot be compiled. Errors only for out of memory. */
+static kiln_status_t specialize(kiln_body_plans *bp, body_entry *e, int64_t *sig, body_spec *spec) {
+  memset(spec, 0, sizeof *spec);
+  spec->sig = sig;
+  kiln_graph *c = NULL;
+  kiln_status_t st = kiln_graph_clone(e->closed, NULL, &c);
+  for (int i = 0; c && !st && i < c->n_inputs; i++) {
+    const int64_t *s = sig + (size_t)i * SIG_STRIDE;
+    kiln_value_def *def = &c->values[c->inputs[i]];
+    if (s[0] != (int64_t)KILN_VALUE_TENSOR + 1) continue; /* sequences, optionals: as declared */
+    kiln_tensor_release(def->constant);
+    kiln_tensor_release(def->known_value);
+    def->constant = def->known_value = NULL;
+    kiln_type_init_tensor(&def->type, (kiln_dtype)s[1], (int)s[2], s + 3);
+  }
+  if (!st) st = kiln_run_pass(c, "infer-types", kiln_pass_infer_types);
+  if (!st) st = kiln_plan_optimize_for(bp->dev, c);
+  if (!st) st = kiln_plan_prepare(bp->dev, c, &bp->opts, &spec->exec);
+  spec->graph = c;
+  if (st && kiln_status_code_of(st) == KILN_OUT_OF_MEMORY) return st;
+  if (st) {
+    snprintf(spec->why, sizeof spec->why, "%s", kiln_status_message(st));
+    kiln_status_free(st);
+  }
+  return NULL;
+}
+
+static kiln_status_t add_spec(kiln_body_plans *bp, body_entry *e, const int64_t *sig, body_spec **out) {
+  *out = NULL;
+  size_t n = (size_t)e->closed->n_inputs * SIG_STRIDE;
+  for (int i = 0; i < e->n_specs; i++)
+    if (!memcmp(e->specs[i].sig, sig, n * sizeof *sig)) {
+      *out = &e->specs[i];
+      return NULL;
+    }
+  if (e->n_specs == KILN_BODY_MAX_SIGNATURES) return NULL;
+  int64_t *copy = malloc(n * sizeof *copy + 1);
+  if (!copy) return KILN_OOM();
+  memcpy(copy, sig, n * sizeof *copy);
+  body_spec *s = &e->specs[e->n_specs];
+  kiln_status_t st = specialize(bp, e, copy, s);
+  e->n_specs++; /* failed or not: the signature's verdict is kept */
+  *out = s;
+  return st;
+}
+
+/* The body inputs' types when node runs it; false when one is unknown. */
+static bool body_input_sig(const kiln_graph *g, const kiln_node *node, const kiln_graph *body, int64_t *sig) {
+  int n = body->n_inputs;
+  if (kiln_node_is(node, KILN_OP_If)) return n == 0;
+  if (kiln_node_is(node, KILN_OP_Loop)) {
+    if (n != node->n_inputs || n < 2) return false;
+    kiln_type it, cond;
+    memset(&it, 0, sizeof it);
+    memset(&cond, 0, sizeof cond);
+    kiln_type_init_tensor(&it, KILN_DTYPE_I64, 0, NULL);
+    kiln_type_init_tensor(&cond, KILN_DTYPE_BOOL, 0, NULL);
+    sig_of_type(&it, sig);
+    sig_of_type(&cond, sig + SIG_STRIDE);
+    for (int i = 2; i < n; i++)
+      if (node->inputs[i] < 0 || !sig_of_type(&g->values[node->inputs[i]].type, sig + (size_t)i * SIG_STRIDE))
+        return false;
+    return true;
+  }
+  if (kiln_node_is(node, KILN_OP_Scan) && node->opset >= 9) {
+    int n_scan = (int)kiln_attr_int(node, "num_scan_inputs", 0), n_state = node->n_inputs - n_scan;
+    int n_axes = 0;
+    const int64_t *axes = kiln_attr_ints(node, "scan_input_axes", &n_axes);
+    if (n != node->n_inputs || n_scan <= 0 || n_state < 0 || (axes && n_axes != n_scan)) return false;
+    for (int i = 0; i < n; i++) {
+      if (node->inputs[i] < 0) return false;
+      kiln_type t;
+      memset(&t, 0, sizeof t);
+      kiln_type_copy(&t, &g->values[node->inputs[i]].type);
+      bool ok = true;
+      if (i >= n_state) { /* one slice: the scan axis removed */
+        int64_t ax = axes ? axes[i - n_state] : 0;
+        if (ax < 0) ax += t.rank;
+        ok = t.rank > 0 && ax >= 0 && ax < t.rank;
+        for (int d = (int)ax; ok && d + 1 < t.rank; d++) t.dims[d] = t.dims[d + 1];
+        if (ok) t.rank--;
+      }
+      ok = ok && sig_of_type(&t, sig + (size_t)i * SIG_STRIDE);
+      kiln_type_clear(&t);
+      if (!ok) return false;
+    }
+    return true;
+  }
+  return false;
+}
+
+kiln_status_t kiln_body_plans_prepare_known(kiln_body_plans *bp, const kiln_plan *plan) {
+  const kiln_graph *g = bp->g;
+  for (int i = 0; i < plan->n_steps; i++) {
+    const kiln_node *node = plan->steps[i].node;
+    if (plan->steps[i].kind != KILN_STEP_HOST || !node->op || !(node->op->flags & KILN_OP_CONTROL_FLOW)) continue;
+    for (int a = 0; a < node->n_attrs; a++) {
+      const kiln_graph *body = node->attrs[a].g;
+      if (!body) continue;
+      body_entry *e;
+      KILN_TRY(entry_for(bp, node, body, &e));
+      int nc = e->closed->n_inputs;
+      int64_t *sig = calloc((size_t)nc * SIG_STRIDE + 1, sizeof *sig);
+      if (!sig) return KILN_OOM();
+      bool known = body_input_sig(g, node, body, sig);
+      for (int k = 0; known && k < e->n_outer; k++)
+        known = e->outer_ids[k] >= 0 &&
+                sig_of_type(&g->values[e->outer_ids[k]].type, sig + (size_t)(body->n_inputs + k) * SIG_STRIDE);
+      body_spec *s;
+      kiln_status_t st = known ? add_spec(bp, e, sig, &s) : NULL;
+      free(sig);
+      KILN_TRY(st);
+    }
+  }
+  return NULL;
+}
+
+/* ---- running ------------------------------------------------------------------------ */
+
+kiln_status_t kiln_body_plans_run(kiln_body_plans *bp, const kiln_node *node, const kiln_graph *body, int n_inputs,
+                                  kiln_value *const *inputs, int n_outputs, kiln_value **outs,
+                                  kiln_outer_value_fn outer, void *user) {
+  if (n_inputs != body->n_inputs)
+    return kiln_error(KILN_INVALID_MODEL, "subgraph '%s' takes %d inputs, given %d", body->name, body->n_inputs,
+                      n_inputs);
+  if (n_outputs > body->n_outputs)
+    return kiln_error(KILN_INVALID_MODEL, "subgraph '%s' has %d outputs, %d wanted", body->name, body->n_outputs,
+                      n_outputs);
+  /* A Loop body with no nodes still costs an iteration: check here too. */
+  KILN_TRY(kiln_run_deadline_check());
+  body_entry *e;
+  KILN_TRY(entry_for(bp, node, body, &e));
+  int nc = e->closed->n_inputs;
+  kiln_value **vals = calloc((size_t)nc + 1, sizeof *vals), **owned = calloc((size_t)nc + 1, sizeof *owned);
+  int64_t *sig = calloc((size_t)nc * SIG_STRIDE + 1, sizeof *sig);
+  kiln_status_t st = vals && owned && sig ? NULL : KILN_OOM();
+  for (int i = 0; i < n_inputs && !st; i++) vals[i] = inputs[i];
+  for (int k = 0; k < e->n_outer && !st; k++) {
+    if (e->outer_ids[k] < 0)
+      st = kiln_error(KILN_INVALID_MODEL, "subgraph '%s' reads '%s' from an enclosing scope, where it has no value",
+                      body->name, e->outer_names[k]);
+    else if (!(st = outer(user, e->outer_ids[k], &owned[n_inputs + k])))
+      vals[n_inputs + k] = owned[n_inputs + k];
+  }
+  for (int i = 0; i < nc && !st; i++) sig_of_value(vals[i], sig + (size_t)i * SIG_STRIDE);
+  body_spec *s = NULL;
+  if (!st) st = add_spec(bp, e, sig, &s);
+  if (!st && s && s->exec) {
+    s->runs++;
+    st = kiln_plan_execute(bp->dev, s->exec, vals, n_outputs, outs, NULL);
+  } else if (!st) {
+    if (s) s->runs++;
+    else e->over_bound_runs++;
+    st = kiln_execute_graph(e->closed, NULL, nc, vals, n_outputs, outs, NULL);
+  }
+  for (int i = 0; owned && i < nc; i++) kiln_value_free(owned[i]);
+  free(owned);
+  free(vals);
+  free(sig);
+  return st;
+}
+
+/* ---- describing ------------------------------------------------------------------- */
+
+void kiln_body_plans_describe(const kiln_body_plans *bp, FILE *out, int indent) {
+  for (int i = 0; bp && i < bp->n_entries; i++) {
+    const body_entry *e = bp->entries[i];
+    for (int k = 0; k < e->n_specs; k++) {
+      const body_spec *s = &e->specs[k];
+      char sig[512];
+      sig_str(s->sig, e->closed->n_inputs, sig, sizeof sig);
+      fprintf(out, "%*sbody of %s '%s' (%s) for [%s]: ", indent, "", e->node->op_type, e->node->name, e->attr, sig);
+      if (!s->exec) {
+        fprintf(out, "%d nodes on ref (the interpreter): %s\n", e->closed->n_nodes, s->why);
+        continue;
+      }
+      const kiln_plan *p = kiln_plan_of(s->exec);
+      int n_control = 0;
+      for (int j = 0; j < p->n_steps; j++)
+        n_control += p->steps[j].kind == KILN_STEP_HOST && (p->steps[j].node->op->flags & KILN_OP_CONTROL_FLOW);
+      fprintf(out, "%d kernels (fusing %d nodes), %d nodes on ref", p->n_kernels, p->n_fused_nodes, p->n_host - n_control);
+      for (int j = 0, first = 1; j < p->n_steps; j++)
+        if (p->steps[j].kind == KILN_STEP_HOST && !(p->steps[j].node->op->flags & KILN_OP_CONTROL_FLOW)) {
+          fprintf(out, "%s%s", first ? " (" : ", ", p->steps[j].node->op_type);
+          first = 0;
+        }
+      fprintf(out, "%s", p->n_host > n_control ? ")" : "");
+      if (n_control) fprintf(out, ", %d control-flow nodes", n_control);
+      fprintf(out, "; arena %.2f MiB\n", (double)p->arena_bytes / (1 << 20));
+      kiln_body_plans_describe(kiln_plan_bodies_of(s->exec), out, indent + 2);
+    }
+    if (e->over_bound_runs)
+      fprintf(out, "%*sbody of %s '%s' (%s): %lld runs on ref (the interpreter): more than %d input signatures\n",
+              indent, "", e->node->op_type, e->node->name, e->attr, (long long)e->over_bound_runs,
+              KILN_BODY_MAX_SIGNATURES);
+  }
+}
+
+void kiln_body_plans_visit(const kiln_body_plans *bp, int depth, kiln_body_visitor fn, void *user) {
+  for (int i = 0; bp && i < bp->n_entries; i++) {
+    const body_entry *e = bp->entries[i];
+    for (int k = 0; k < e->n_specs; k++) {
+      const body_spec *s = &e->specs[k];
+      fn(user, depth, e->node, e->attr, s->exec ? kiln_plan_of(s->exec) : NULL, s->exec ? NULL : s->why);
+      if (s->exec) kiln_body_plans_visit(kiln_plan_bodies_of(s->exec), depth + 1, fn, user);
+    }
+    if (e->over_bound_runs) fn(user, depth, e->node, e->attr, NULL, "more input signatures than the bound");
+  }
+}
