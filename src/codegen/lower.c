@@ -54,6 +54,27 @@ static bool inputs_broadcast_to_output(const kiln_graph *g, const kiln_node *n) 
 
 static bool is_f32(const kiln_value_def *v) { return v && v->type.kind == KILN_TYPE_TENSOR && v->type.dtype == KILN_DTYPE_F32; }
 
+/* Dtypes the compute definitions compute in beyond f32: integers and
+ * bool (what the C dialect stores; each device's claim narrows it to what
+ * its dialect stores). f16/bf16/f64 stay on ref. */
+static bool plain_dtype(kiln_dtype dt) {
+  switch (dt) {
+    case KILN_DTYPE_F32: case KILN_DTYPE_I64: case KILN_DTYPE_I32: case KILN_DTYPE_I16: case KILN_DTYPE_I8:
+    case KILN_DTYPE_U64: case KILN_DTYPE_U32: case KILN_DTYPE_U16: case KILN_DTYPE_U8: case KILN_DTYPE_BOOL:
+      return true;
+    default: return false;
+  }
+}
+static bool is_plain(const kiln_value_def *v) { return v && v->type.kind == KILN_TYPE_TENSOR && plain_dtype(v->type.dtype); }
+static bool is_signed_int(kiln_dtype dt) {
+  return dt == KILN_DTYPE_I64 || dt == KILN_DTYPE_I32 || dt == KILN_DTYPE_I16 || dt == KILN_DTYPE_I8;
+}
+static bool is_integer(kiln_dtype dt) {
+  return is_signed_int(dt) || dt == KILN_DTYPE_U64 || dt == KILN_DTYPE_U32 || dt == KILN_DTYPE_U16 ||
+         dt == KILN_DTYPE_U8;
+}
+static kiln_dtype dtype_of(const kiln_value_def *v) { return v ? v->type.dtype : KILN_DTYPE_UNDEFINED; }
+
 /* Reads a constant integer tensor (axes, shapes, starts...) into out. */
 static bool const_ints(const kiln_tensor *t, int64_t *out, int max, int *n) {
   if (!t || !kiln_dtype_is_int(t->dtype) || t->numel > max) return false;
@@ -72,7 +93,7 @@ static float const_scalar_f(const kiln_tensor *t, bool *ok) {
 typedef enum unary_kind {
   U_RELU, U_SIGMOID, U_TANH, U_EXP, U_LOG, U_SQRT, U_NEG, U_ABS, U_ERF, U_RECIPROCAL, U_FLOOR, U_CEIL,
   U_LEAKY_RELU, U_ELU, U_HARD_SIGMOID, U_HARD_SWISH, U_CLIP, U_SOFTPLUS, U_SOFTSIGN, U_SIN, U_COS,
-  U_IDENTITY, U_SELU, U_GELU, U_ROUND,
+  U_IDENTITY, U_SELU, U_GELU, U_ROUND, U_NOT, U_ISNAN, U_ISINF, U_CAST,
 } unary_kind;
 
 typedef enum reduce_kind { R_SUM, R_MEAN, R_MAX, R_MIN, R_PROD, R_SUMSQ, R_L1, R_L2, R_LOGSUMEXP, R_LOGSUM } reduce_kind;
@@ -106,6 +127,10 @@ static int unary_kind_of(kiln_op_id id) {
     case KILN_OP_kiln_Gelu: return U_GELU;
     case KILN_OP_Round: return U_ROUND;
     case KILN_OP_Dropout: return U_IDENTITY; /* inference mode (checked in kiln_lower_class) */
+    case KILN_OP_Not: return U_NOT;
+    case KILN_OP_IsNaN: return U_ISNAN;
+    case KILN_OP_IsInf: return U_ISINF;
+    case KILN_OP_Cast: return U_CAST;
     default: return -1;
   }
 }
@@ -121,6 +146,12 @@ static int binary_te_of(kiln_op_id id) {
     case KILN_OP_Min: return TE_MIN;
     case KILN_OP_Pow: return TE_CALL2;
     case KILN_OP_PRelu: return TE_SELECT;
+    case KILN_OP_Equal: return TE_EQ;
+    case KILN_OP_Less: case KILN_OP_Greater: return TE_LT; /* Greater: operands swapped */
+    case KILN_OP_LessOrEqual: case KILN_OP_GreaterOrEqual: return TE_LE;
+    case KILN_OP_And: return TE_AND;
+    case KILN_OP_Or: return TE_OR;
+    case KILN_OP_Xor: return TE_XOR;
     default: return -1;
   }
 }
@@ -226,8 +257,23 @@ static bool inference_agrees(const kiln_graph *g, const kiln_node *n) {
  * op needs; NULL if they hold, else why not. */
 static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_op_id id) {
   const kiln_value_def *in0 = input_def(g, n, 0);
-  if (unary_kind_of(id) >= 0) {
-    if (!is_f32(in0)) return "dtype other than f32";
+  int uk = unary_kind_of(id);
+  if (uk >= 0) {
+    kiln_dtype dt = dtype_of(in0);
+    switch ((unary_kind)uk) {
+      case U_IDENTITY: if (!is_plain(in0)) return "dtype not computed by compiled kernels"; break;
+      case U_NEG: case U_ABS: case U_RELU:
+        if (!is_f32(in0) && !is_signed_int(dt)) return "dtype other than f32 or a signed integer";
+        break;
+      case U_NOT: if (dt != KILN_DTYPE_BOOL) return "dtype other than bool"; break;
+      case U_CAST: {
+        kiln_dtype to = dtype_of(&g->values[n->outputs[0]]);
+        /* u64 saturates differently from the other integers (ops/ref's rule): ref */
+        if (!is_plain(in0) || !plain_dtype(to) || to == KILN_DTYPE_U64) return "a cast between dtypes compiled kernels do not compute";
+        break;
+      }
+      default: if (!is_f32(in0)) return "dtype other than f32"; break;
+    }
     if (id == KILN_OP_Clip && n->opset >= 11)
       for (int i = 1; i < 3; i++)
         if (i < n->n_inputs && n->inputs[i] >= 0 && (!const_input(g, n, i) || const_input(g, n, i)->numel != 1))
@@ -238,10 +284,21 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
     }
     return NULL;
   }
-  if (binary_te_of(id) >= 0) {
+  int bk = binary_te_of(id);
+  if (bk >= 0) {
     if (n->opset < 7) return "legacy broadcast attributes";
+    kiln_dtype dt = dtype_of(in0);
     for (int i = 0; i < n->n_inputs; i++)
-      if (!is_f32(input_def(g, n, i)) || !fully_known(&input_def(g, n, i)->type)) return "dtype other than f32";
+      if (!input_def(g, n, i) || dtype_of(input_def(g, n, i)) != dt || !fully_known(&input_def(g, n, i)->type))
+        return "inputs of different dtypes";
+    bool logic = bk == TE_AND || bk == TE_OR || bk == TE_XOR;
+    bool compare = bk == TE_EQ || bk == TE_LT || bk == TE_LE;
+    /* Integer Div/Mod stay on ref: division by zero is its error to report. */
+    bool int_ok = id == KILN_OP_Add || id == KILN_OP_Sub || id == KILN_OP_Mul || id == KILN_OP_Max || id == KILN_OP_Min;
+    if (logic ? dt != KILN_DTYPE_BOOL
+              : compare ? !(dt == KILN_DTYPE_F32 || is_integer(dt) || (bk == TE_EQ && dt == KILN_DTYPE_BOOL))
+                        : !(dt == KILN_DTYPE_F32 || (int_ok && is_integer(dt))))
+      return "dtype not computed by compiled kernels for this op";
     return inputs_broadcast_to_output(g, n) ? NULL : "inputs that do not broadcast to the output";
   }
   if (reduce_kind_of(id) >= 0 || is_softmax(id)) {
@@ -266,7 +323,8 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
       const kiln_value_def *v = input_def(g, n, k);
       if (!v) continue;
       bool data_input = k == 0 || id == KILN_OP_Concat;
-      if (data_input && (!is_f32(v) || !fully_known(&v->type))) return "dtype other than f32";
+      if (data_input && (!is_plain(v) || dtype_of(v) != dtype_of(in0) || !fully_known(&v->type)))
+        return "dtype not computed by compiled kernels";
       if (!data_input && !const_input(g, n, k)) return "shape/axes inputs that are not constants";
     }
     if (id == KILN_OP_Slice && n->opset < 10 && !kiln_node_attr(n, "starts")) return "Slice without starts";
@@ -310,8 +368,9 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
     }
     case KILN_OP_Where: {
       const kiln_value_def *c = input_def(g, n, 0);
-      if (!c || c->type.dtype != KILN_DTYPE_BOOL || !is_f32(input_def(g, n, 1)) || !is_f32(input_def(g, n, 2)))
-        return "dtype other than f32";
+      if (!c || c->type.dtype != KILN_DTYPE_BOOL || !is_plain(input_def(g, n, 1)) ||
+          dtype_of(input_def(g, n, 1)) != dtype_of(input_def(g, n, 2)))
+        return "dtype not computed by compiled kernels";
       return inputs_broadcast_to_output(g, n) ? NULL : "inputs that do not broadcast to the output";
     }
     case KILN_OP_GlobalAveragePool:
@@ -371,8 +430,8 @@ kiln_op_class kiln_lower_class(const kiln_graph *g, const kiln_node *n, const ch
     why = "output shape not known before running";
     goto out;
   }
-  if (!is_f32(out)) {
-    why = "dtype other than f32";
+  if (!is_plain(out)) {
+    why = "dtype not computed by compiled kernels";
     goto out;
   }
   const kiln_value_def *in0 = input_def(g, n, 0);
@@ -408,6 +467,7 @@ bool kiln_lower_is_param_input(const kiln_node *n, int i) {
     case KILN_OP_Squeeze:
     case KILN_OP_Unsqueeze:
     case KILN_OP_Expand:
+    case KILN_OP_Pad:
     case KILN_OP_Dropout: return true;
     default: return reduce_kind_of(kiln_node_op_id(n)) >= 0;
   }
@@ -429,11 +489,53 @@ bool kiln_lower_reduces_trailing(const kiln_graph *g, const kiln_node *n) {
 
 static te_expr *f32c(te_builder *b, double v) { return te_const_f(b, KILN_DTYPE_F32, v); }
 
+/* Cast to t->dtype with ref's rules (ops/elementwise_cast.c): anything to
+ * bool is != 0; float to an integer truncates toward zero after
+ * saturating to int64 (NaN gives 0), then wraps like any integer
+ * narrowing. */
+static te_expr *cast_to(te_builder *b, te_expr *x, kiln_dtype to) {
+  kiln_dtype from = x->dtype;
+  if (from == to) return x;
+  if (to == KILN_DTYPE_BOOL) {
+    te_expr *zero = from == KILN_DTYPE_F32 ? f32c(b, 0) : te_const_i(b, from, 0);
+    return te_binary(b, TE_NE, x, zero);
+  }
+  if (from == KILN_DTYPE_F32 && to != KILN_DTYPE_F32) {
+    te_expr *i = te_cast(b, KILN_DTYPE_I64, x);
+    i = te_select(b, te_binary(b, TE_LE, f32c(b, 9.2233720368547758e18), x), te_const_i(b, KILN_DTYPE_I64, INT64_MAX), i);
+    i = te_select(b, te_binary(b, TE_LE, x, f32c(b, -9.2233720368547758e18)), te_const_i(b, KILN_DTYPE_I64, INT64_MIN), i);
+    i = te_select(b, te_binary(b, TE_NE, x, x), te_const_i(b, KILN_DTYPE_I64, 0), i);
+    return te_cast(b, to, i);
+  }
+  return te_cast(b, to, x);
+}
+
 static te_expr *compute_unary(te_builder *b, const te_tensor *t, te_expr *const *idx) {
   te_expr *x = te_at_broadcast(b, t->in[0], t->rank, idx);
   double alpha = t->fp[0], beta = t->fp[1];
   te_expr *zero = f32c(b, 0), *one = f32c(b, 1);
+  if (x && x->dtype != KILN_DTYPE_F32) {
+    te_expr *izero = te_const_i(b, x->dtype, 0);
+    switch ((unary_kind)t->ip) {
+      case U_IDENTITY: return x;
+      case U_NOT: return te_unary(b, TE_NOT, x);
+      case U_CAST: return cast_to(b, x, t->dtype);
+      case U_NEG: return te_unary(b, TE_NEG, x);
+      case U_ABS: return te_select(b, te_binary(b, TE_LT, x, izero), te_unary(b, TE_NEG, x), x);
+      case U_RELU: return te_binary(b, TE_MAX, x, izero);
+      default: return NULL;
+    }
+  }
   switch ((unary_kind)t->ip) {
+    case U_NOT: return NULL;
+    case U_CAST: return cast_to(b, x, t->dtype);
+    case U_ISNAN: return te_binary(b, TE_NE, x, x);
+    case U_ISINF: {
+      te_expr *pos = te_binary(b, TE_EQ, x, f32c(b, INFINITY)), *neg = te_binary(b, TE_EQ, x, f32c(b, -INFINITY));
+      bool want_pos = alpha != 0, want_neg = beta != 0;
+      if (want_pos && want_neg) return te_binary(b, TE_OR, pos, neg);
+      return want_pos ? pos : want_neg ? neg : te_const_i(b, KILN_DTYPE_BOOL, 0);
+    }
     case U_RELU: return te_binary(b, TE_MAX, x, zero);
     case U_SIGMOID: return te_call1(b, "kiln_sigmoidf", x);
     case U_TANH: return te_call1(b, "kiln_tanhf", x);
@@ -488,6 +590,8 @@ static te_expr *compute_binary(te_builder *b, const te_tensor *t, te_expr *const
       else acc = te_call2(b, "powf", acc, y);
     } else if (op == TE_SELECT) { /* PRelu */
       acc = te_select(b, te_binary(b, TE_LT, acc, f32c(b, 0)), te_binary(b, TE_MUL, y, acc), acc);
+    } else if (t->fp[3] != 0) {
+      acc = te_binary(b, op, y, acc);
     } else {
       acc = te_binary(b, op, acc, y);
     }
@@ -1050,10 +1154,11 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
   int rank;
   int64_t dims[KILN_MAX_RANK];
   out_dims(g, n, &rank, dims);
+  kiln_dtype odt = g->values[n->outputs[0]].type.dtype;
   te_tensor *t = NULL;
   int k;
   if ((k = unary_kind_of(id)) >= 0) {
-    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_unary);
+    t = te_view_compute(b, odt, rank, dims, compute_unary);
     if (!t) return te_builder_status(b);
     t->ip = k;
     t->in[0] = inputs[0];
@@ -1070,6 +1175,10 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
         t->fp[1] = kiln_attr_float(n, "gamma", 1.05070102214813232421875f);
         break;
       case U_GELU: t->fp[0] = !strcmp(kiln_attr_string(n, "approximate", "none"), "tanh"); break;
+      case U_ISINF:
+        t->fp[0] = kiln_attr_int(n, "detect_positive", 1) != 0;
+        t->fp[1] = kiln_attr_int(n, "detect_negative", 1) != 0;
+        break;
       case U_CLIP: {
         double lo = -INFINITY, hi = INFINITY;
         if (n->opset < 11) {
@@ -1087,7 +1196,7 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
       default: break;
     }
   } else if ((k = binary_te_of(id)) >= 0) {
-    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_binary);
+    t = te_view_compute(b, odt, rank, dims, compute_binary);
     if (!t) return te_builder_status(b);
     t->ip = k;
     t->n_in = n->n_inputs < 8 ? n->n_inputs : 8;
@@ -1099,14 +1208,15 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
       t->fp[1] = ok ? 1.0 : 0.0;
     }
     if (id == KILN_OP_Mean) t->fp[2] = 1;
+    if (id == KILN_OP_Greater || id == KILN_OP_GreaterOrEqual) t->fp[3] = 1; /* a > b is b < a */
   } else if (id == KILN_OP_Where) {
-    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_where);
+    t = te_view_compute(b, odt, rank, dims, compute_where);
     if (!t) return te_builder_status(b);
     for (int i = 0; i < 3; i++) t->in[i] = inputs[i];
     t->n_in = 3;
   } else if ((k = reduce_kind_of(id)) >= 0 || is_softmax(id)) {
     bool softmax = k < 0;
-    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, softmax ? compute_softmax : compute_reduce);
+    t = te_view_compute(b, odt, rank, dims, softmax ? compute_softmax : compute_reduce);
     if (!t) return te_builder_status(b);
     t->in[0] = inputs[0];
     t->n_in = 1;
@@ -1118,7 +1228,7 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     t->p[KILN_MAX_RANK] = softmax ? 1 : kiln_attr_int(n, "keepdims", 1);
     t->ip = softmax ? id == KILN_OP_LogSoftmax : k;
   } else if (id == KILN_OP_GlobalAveragePool || id == KILN_OP_GlobalMaxPool) {
-    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_global_pool);
+    t = te_view_compute(b, odt, rank, dims, compute_global_pool);
     if (!t) return te_builder_status(b);
     t->in[0] = inputs[0];
     t->n_in = 1;
@@ -1126,7 +1236,7 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
   } else if (id == KILN_OP_MaxPool || id == KILN_OP_AveragePool) {
     const te_tensor *in = inputs[0];
     int ns = in->rank - 2;
-    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_pool);
+    t = te_view_compute(b, odt, rank, dims, compute_pool);
     if (!t) return te_builder_status(b);
     t->in[0] = in;
     t->n_in = 1;
@@ -1145,7 +1255,7 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
       t->p[16 + i] = win.pad_end[i];
     }
   } else if (id == KILN_OP_LayerNormalization) {
-    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_layernorm);
+    t = te_view_compute(b, odt, rank, dims, compute_layernorm);
     if (!t) return te_builder_status(b);
     int64_t axis = kiln_attr_int(n, "axis", -1);
     t->p[0] = axis < 0 ? axis + rank : axis;
@@ -1153,7 +1263,7 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     t->n_in = n->n_inputs > 2 && n->inputs[2] >= 0 ? 3 : 2;
     for (int i = 0; i < t->n_in; i++) t->in[i] = inputs[i];
   } else if (id == KILN_OP_Transpose) {
-    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_transpose);
+    t = te_view_compute(b, odt, rank, dims, compute_transpose);
     if (!t) return te_builder_status(b);
     t->in[0] = inputs[0];
     t->n_in = 1;
@@ -1161,12 +1271,12 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     const int64_t *perm = kiln_attr_ints(n, "perm", &np);
     for (int i = 0; i < rank; i++) t->p[i] = perm && np == rank ? (perm[i] < 0 ? perm[i] + rank : perm[i]) : rank - 1 - i;
   } else if (is_reshaping_view(id)) {
-    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_reshape);
+    t = te_view_compute(b, odt, rank, dims, compute_reshape);
     if (!t) return te_builder_status(b);
     t->in[0] = inputs[0];
     t->n_in = 1;
   } else if (id == KILN_OP_Expand) {
-    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_expand);
+    t = te_view_compute(b, odt, rank, dims, compute_expand);
     if (!t) return te_builder_status(b);
     t->in[0] = inputs[0];
     t->n_in = 1;
@@ -1192,7 +1302,7 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     }
     if (nst == 0)
       for (int i = 0; i < ns; i++) steps[i] = 1;
-    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_slice);
+    t = te_view_compute(b, odt, rank, dims, compute_slice);
     if (!t) return te_builder_status(b);
     t->in[0] = in;
     t->n_in = 1;
@@ -1211,7 +1321,7 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
       t->p[KILN_MAX_RANK + ax] = st;
     }
   } else if (id == KILN_OP_kiln_Resample) {
-    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_resample);
+    t = te_view_compute(b, odt, rank, dims, compute_resample);
     if (!t) return te_builder_status(b);
     int na;
     const int64_t *axes = kiln_attr_ints(n, "axes", &na);
@@ -1234,7 +1344,7 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     int64_t before[KILN_MAX_RANK], crop[KILN_MAX_RANK], len[KILN_MAX_RANK];
     KILN_TRY(kiln_pad_geometry(n, n->opset, in->rank, in->dims, const_input(g, n, 1), const_input(g, n, 3), &mode,
                                before, crop, len));
-    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_pad);
+    t = te_view_compute(b, odt, rank, dims, compute_pad);
     if (!t) return te_builder_status(b);
     t->in[0] = in;
     t->n_in = 1;
@@ -1254,14 +1364,14 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     t->fp[0] = fill;
   } else if (id == KILN_OP_Concat) {
     if (n->n_inputs > 8) return kiln_error(KILN_UNSUPPORTED, "Concat of more than 8 inputs");
-    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_concat);
+    t = te_view_compute(b, odt, rank, dims, compute_concat);
     if (!t) return te_builder_status(b);
     int64_t axis = kiln_attr_int(n, "axis", 0);
     t->p[0] = axis < 0 ? axis + rank : axis;
     t->n_in = n->n_inputs;
     for (int i = 0; i < n->n_inputs; i++) t->in[i] = inputs[i];
   } else if (id == KILN_OP_MatMul) {
-    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_matmul);
+    t = te_view_compute(b, odt, rank, dims, compute_matmul);
     if (!t) return te_builder_status(b);
     t->p[0] = inputs[0]->rank >= 2 ? 2 : 1;
     t->p[1] = inputs[1]->rank >= 2 ? 2 : 1;
@@ -1270,7 +1380,7 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     t->n_in = 2;
   } else if (id == KILN_OP_Gemm) {
     if (inputs[0]->rank != 2 || inputs[1]->rank != 2 || rank != 2) return kiln_error(KILN_UNSUPPORTED, "Gemm of rank other than 2");
-    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_gemm);
+    t = te_view_compute(b, odt, rank, dims, compute_gemm);
     if (!t) return te_builder_status(b);
     t->p[0] = kiln_attr_int(n, "transA", 0) != 0;
     t->p[1] = kiln_attr_int(n, "transB", 0) != 0;
@@ -1282,7 +1392,7 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     const te_tensor *x = inputs[0], *w = inputs[1];
     int ns = x->rank - 2;
     if (ns < 1 || ns > 3) return kiln_error(KILN_UNSUPPORTED, "Conv with %d spatial dims", ns);
-    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_conv);
+    t = te_view_compute(b, odt, rank, dims, compute_conv);
     if (!t) return te_builder_status(b);
     kiln_window win;
     KILN_TRY(kiln_window_init(n, ns, x->dims + 2, w->dims + 2, true, false, &win));
@@ -1307,7 +1417,7 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
       return kiln_error(KILN_UNSUPPORTED, "ConvTranspose group %lld does not divide the channels", (long long)group);
     kiln_window win;
     KILN_TRY(kiln_conv_transpose_window(n, ns, x->dims + 2, w->dims + 2, &win));
-    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_conv_transpose);
+    t = te_view_compute(b, odt, rank, dims, compute_conv_transpose);
     if (!t) return te_builder_status(b);
     for (int i = 0; i < ns; i++) {
       t->p[i] = win.kernel[i];
@@ -1319,7 +1429,7 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     t->n_in = n->n_inputs > 2 && n->inputs[2] >= 0 ? 3 : 2;
     for (int i = 0; i < t->n_in; i++) t->in[i] = inputs[i];
   } else if (id == KILN_OP_kiln_FusedAttention) {
-    t = te_view_compute(b, KILN_DTYPE_F32, rank, dims, compute_attention);
+    t = te_view_compute(b, odt, rank, dims, compute_attention);
     if (!t) return te_builder_status(b);
     t->p[0] = kiln_attr_int(n, "transpose_k", 1) != 0;
     t->fp[0] = kiln_attr_float(n, "scale", 1.0f);

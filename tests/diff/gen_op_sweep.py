@@ -110,8 +110,10 @@ class Model:
         raise ValueError(how)
 
     def build(self):
+        # Outputs of any dtype: declared UNDEFINED, then typed from inference below.
         graph = helper.make_graph(self.nodes, self.name, self.inputs,
-                                  [helper.make_tensor_value_info(o, F, None) for o in self.outputs], self.inits)
+                                  [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in self.outputs],
+                                  self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid('', self.opset)],
                                   producer_name='kiln-diff-sweep')
         model.ir_version = 8
@@ -705,6 +707,69 @@ def conv_transpose_cases():
     m.out(m.node('BatchNormalization', [m.source([4, 33])] + bn_params(m, 33)))
 
 
+def dtype_cases():
+    # Integer and bool graphs compiled (lower.c: Cast with ref's saturate-then-wrap rule, comparisons, bool
+    # logic, IsNaN/IsInf, Where, integer arithmetic, movement of any dtype). Data comes from the f32 sources
+    # through a Cast, so the casts themselves are tested too.
+    # Named dtype_* (run_diff.sh: mixed on vulkan, whose GLSL stores f32 only).
+    I64, I32, I8, U8 = TensorProto.INT64, TensorProto.INT32, TensorProto.INT8, TensorProto.UINT8
+
+    def dcase(name, opset=13):
+        return case('dtype_' + name, opset)
+
+    def ints_of(m, shape, scale, to=I64, how='plain'):
+        return m.node('Cast', [m.node('Mul', [m.source(shape, how), m.const(np.float32(scale))])], to=to)
+
+    for tag, to in (('i64', I64), ('i32', I32), ('i8', I8), ('u8', U8), ('bool', B)):
+        m = dcase('Cast_f32_%s' % tag)
+        m.out(ints_of(m, [3, 17], 300.0, to))     # beyond int8/uint8: saturate to int64, then wrap
+    m = dcase('Cast_nan_inf_i64')                  # NaN -> 0, +-inf saturate
+    m.out(m.node('Cast', [m.node('Div', [m.node('Log', [m.source([5, 9])]), m.source([5, 9])])], to=I64))
+    m = dcase('Cast_i64_f32_chain')
+    m.out(m.node('Cast', [m.node('Add', [ints_of(m, [4, 33], 1e6), ints_of(m, [4, 33], 50.0)])],
+                 to=TensorProto.FLOAT))
+    m = dcase('Cast_bool_f32_mask')              # the attention-mask pattern: (ids == 0) * -10000
+    eq = m.node('Equal', [ints_of(m, [2, 1, 1, 31], 2.0), m.const(np.int64(0))])
+    m.out(m.node('Mul', [m.node('Cast', [eq], to=TensorProto.FLOAT), m.const(np.float32(-10000.0))]))
+    for op in ('Less', 'Greater', 'LessOrEqual', 'GreaterOrEqual', 'Equal'):
+        m = dcase('%s_f32' % op)
+        m.out(m.node(op, [m.source([3, 17]), m.source([17])]))
+        m = dcase('%s_i32' % op)
+        m.out(m.node(op, [ints_of(m, [4, 9], 3.0, I32), ints_of(m, [4, 1], 3.0, I32)]))
+    for op in ('And', 'Or', 'Xor'):
+        m = dcase('%s_bool' % op)
+        m.out(m.node(op, [m.node('Less', [m.source([5, 7]), m.const(np.float32(0.2))]),
+                          m.node('Greater', [m.source([7]), m.const(np.float32(-0.3))])]))
+    m = dcase('Not_bool')
+    m.out(m.node('Not', [m.node('Less', [m.source([2, 3, 17], 'T'), m.const(np.float32(0))])]))
+    m = dcase('IsNaN_f32')
+    m.out(m.node('IsNaN', [m.node('Sqrt', [m.source([6, 11])])]))
+    m = dcase('IsInf_f32', 10)
+    inf = m.node('Div', [m.source([6, 11]), m.node('Floor', [m.source([6, 11])])])
+    m.out(m.node('IsInf', [inf]))
+    m = dcase('IsInf_positive_only', 10)
+    inf = m.node('Div', [m.source([6, 11]), m.node('Floor', [m.source([6, 11])])])
+    m.out(m.node('IsInf', [inf], detect_negative=0))
+    m = dcase('Where_i64')
+    m.out(m.node('Where', [m.node('Less', [m.source([3, 17]), m.const(np.float32(0))]), ints_of(m, [3, 17], 7.0),
+                           ints_of(m, [17], 100.0)]))
+    for op in ('Add', 'Sub', 'Mul', 'Max', 'Min'):
+        m = dcase('%s_i64' % op)
+        m.out(m.node(op, [ints_of(m, [3, 17], 1000.0), ints_of(m, [1, 17], 1000.0)]))
+    for op in ('Neg', 'Abs', 'Relu'):
+        m = dcase('%s_i32' % op, 14)
+        m.out(m.node(op, [ints_of(m, [3, 33], 50.0, I32)]))
+    m = dcase('Transpose_i64')
+    m.out(m.node('Transpose', [ints_of(m, [2, 3, 5], 10.0)], perm=[2, 0, 1]))
+    m = dcase('Concat_slice_i64')
+    c = m.node('Concat', [ints_of(m, [2, 5], 10.0), ints_of(m, [3, 5], 10.0)], axis=0)
+    m.out(m.node('Slice', [c, m.const(ints([1, 4])), m.const(ints([5, 0])), m.const(ints([0, 1])),
+                           m.const(ints([2, -1]))]))
+    m = dcase('Expand_reshape_bool')
+    b = m.node('Less', [m.source([3, 1]), m.const(np.float32(0))])
+    m.out(m.node('Reshape', [m.node('Expand', [b, m.const(ints([2, 3, 4]))]), m.const(ints([6, 4]))]))
+
+
 def pool_cases():
     def pool(tag, op, xs, how='plain', opset=12, **attrs):
         m = case('%s_%s' % (op, tag), opset)
@@ -1007,7 +1072,7 @@ def main(argv):
         return 2
     out = argv[1]
     for gen in (unary_cases, binary_cases, where_cases, reduce_cases, softmax_cases, movement_cases, matmul_cases,
-                gemm_cases, conv_cases, conv_transpose_cases, pool_cases, layernorm_cases, epilogue_cases, structure_cases, pattern_cases,
+                gemm_cases, conv_cases, conv_transpose_cases, dtype_cases, pool_cases, layernorm_cases, epilogue_cases, structure_cases, pattern_cases,
                 large_cases):
         gen()
     os.makedirs(out, exist_ok=True)
