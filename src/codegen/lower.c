@@ -339,6 +339,29 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
     return NULL;
   }
   switch (id) {
+    case KILN_OP_Tile:
+      if (!is_plain(in0)) return "dtype not computed by compiled kernels";
+      if (n->opset < 6 || n->n_inputs < 2 || !const_input(g, n, 1)) return "repeats that are not constants";
+      return NULL;
+    case KILN_OP_ArgMax:
+    case KILN_OP_ArgMin:
+      if (!is_f32(in0) && !is_integer(dtype_of(in0))) return "dtype not computed by compiled kernels";
+      if (in0->type.rank < 1 || has_zero_dim(&in0->type)) return "a scalar or empty input (ref reports it)";
+      return NULL;
+    case KILN_OP_Gather: {
+      const kiln_tensor *ind = const_input(g, n, 1);
+      if (!is_plain(in0)) return "dtype not computed by compiled kernels";
+      if (!ind || (ind->dtype != KILN_DTYPE_I64 && ind->dtype != KILN_DTYPE_I32))
+        return "indices that are not constants (computed at run time: ref checks their range)";
+      int64_t axis = kiln_attr_int(n, "axis", 0), r = in0->type.rank;
+      if (axis < -r || axis >= r) return "an axis out of range (ref reports it)";
+      int64_t dim = in0->type.dims[axis < 0 ? axis + r : axis];
+      for (int64_t i = 0; i < ind->numel; i++) {
+        int64_t v = kiln_load_i64(ind->data, ind->dtype, i);
+        if (v < -dim || v >= dim) return "an index out of range (ref reports it)";
+      }
+      return NULL;
+    }
     case KILN_OP_kiln_Resample: {
       if (!is_f32(in0)) return "dtype other than f32";
       bool nearest = kiln_attr_int(n, "nearest", 0) != 0;
@@ -467,6 +490,7 @@ bool kiln_lower_is_param_input(const kiln_node *n, int i) {
     case KILN_OP_Squeeze:
     case KILN_OP_Unsqueeze:
     case KILN_OP_Expand:
+    case KILN_OP_Tile:
     case KILN_OP_Pad:
     case KILN_OP_Dropout: return true;
     default: return reduce_kind_of(kiln_node_op_id(n)) >= 0;
@@ -715,6 +739,66 @@ static te_expr *compute_resample(te_builder *b, const te_tensor *t, te_expr *con
   if (weight) acc = te_binary(b, TE_MUL, weight, acc);
   for (int v = nv - 1; v >= 0; v--) acc = te_reduce(b, TE_RSUM, vars[v], extents[v], acc);
   return outside ? te_select(b, outside, f32c(b, t->fp[0]), acc) : acc;
+}
+
+/* Tile: the input element at each index modulo the input's size (the
+ * output's shape says the repeats). */
+static te_expr *compute_tile(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *in = t->in[0];
+  te_expr *sub[KILN_MAX_RANK] = {0};
+  for (int d = 0; d < t->rank; d++) sub[d] = in->dims[d] == t->dims[d] ? idx[d] : te_imod(b, idx[d], in->dims[d]);
+  return te_at(b, in, sub);
+}
+
+/* Gather with constant indices (in range: checked by the claim). p[0]:
+ * axis; in[1]: the indices. */
+static te_expr *compute_gather(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *data = t->in[0], *ind = t->in[1];
+  int axis = (int)t->p[0], ri = ind->rank;
+  te_expr *j[KILN_MAX_RANK] = {0}, *sub[KILN_MAX_RANK] = {0};
+  for (int d = 0; d < ri; d++) j[d] = idx[axis + d];
+  te_expr *k = te_cast(b, KILN_DTYPE_I64, te_at(b, ind, j));
+  int64_t dim = data->dims[axis];
+  k = te_select(b, te_binary(b, TE_LT, k, te_idx(b, 0)), te_iadd(b, k, te_idx(b, dim)), k);
+  k = te_binary(b, TE_MIN, te_binary(b, TE_MAX, k, te_idx(b, 0)), te_idx(b, dim - 1));
+  for (int d = 0; d < data->rank; d++) sub[d] = d < axis ? idx[d] : d == axis ? k : idx[d - 1 + ri];
+  return te_at(b, data, sub);
+}
+
+/* ArgMax/ArgMin as ref computes them: the first (select_last_index: the
+ * last) position of the best value, where NaN beats every number. p[0]:
+ * axis, p[1]: keepdims; ip: 1 ArgMax, 0 ArgMin; fp[0]: select_last_index.
+ * Three reductions over the axis: the best value, the first/last position
+ * holding it, the first/last NaN. */
+static te_expr *arg_reduce(te_builder *b, const te_tensor *t, te_expr *const *idx, int kind) {
+  const te_tensor *in = t->in[0];
+  int axis = (int)t->p[0];
+  bool keep = t->p[1] != 0, last = t->fp[0] != 0;
+  int64_t n = in->dims[axis];
+  int v = te_new_var(b);
+  te_expr *sub[KILN_MAX_RANK] = {0};
+  for (int d = 0, o = 0; d < in->rank; d++) {
+    if (d == axis) {
+      sub[d] = te_var(b, v);
+      if (keep) o++;
+    } else {
+      sub[d] = idx[o++];
+    }
+  }
+  te_expr *x = te_at(b, in, sub);
+  if (kind == 0) return te_reduce(b, t->ip ? TE_RMAX : TE_RMIN, v, n, x);
+  te_expr *hit = kind == 1 ? te_binary(b, TE_EQ, x, arg_reduce(b, t, idx, 0)) : te_binary(b, TE_NE, x, x);
+  te_expr *none = te_idx(b, last ? -1 : n);
+  return te_reduce(b, last ? TE_RMAX : TE_RMIN, v, n, te_select(b, hit, te_var(b, v), none));
+}
+
+static te_expr *compute_arg(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  te_expr *at = arg_reduce(b, t, idx, 1);
+  if (t->in[0]->dtype != KILN_DTYPE_F32) return at;
+  te_expr *nan = arg_reduce(b, t, idx, 2);
+  bool last = t->fp[0] != 0;
+  te_expr *found = last ? te_binary(b, TE_LE, te_idx(b, 0), nan) : te_binary(b, TE_LT, nan, te_idx(b, t->in[0]->dims[t->p[0]]));
+  return te_select(b, found, nan, at);
 }
 
 /* p[0]: axis */
@@ -1320,6 +1404,29 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
       t->p[ax] = s;
       t->p[KILN_MAX_RANK + ax] = st;
     }
+  } else if (id == KILN_OP_Tile) {
+    t = te_view_compute(b, odt, rank, dims, compute_tile);
+    if (!t) return te_builder_status(b);
+    t->in[0] = inputs[0];
+    t->n_in = 1;
+  } else if (id == KILN_OP_Gather) {
+    t = te_view_compute(b, odt, rank, dims, compute_gather);
+    if (!t) return te_builder_status(b);
+    int64_t axis = kiln_attr_int(n, "axis", 0);
+    t->p[0] = axis < 0 ? axis + inputs[0]->rank : axis;
+    t->in[0] = inputs[0];
+    t->in[1] = inputs[1];
+    t->n_in = 2;
+  } else if (id == KILN_OP_ArgMax || id == KILN_OP_ArgMin) {
+    t = te_view_compute(b, odt, rank, dims, compute_arg);
+    if (!t) return te_builder_status(b);
+    int64_t axis = kiln_attr_int(n, "axis", 0);
+    t->p[0] = axis < 0 ? axis + inputs[0]->rank : axis;
+    t->p[1] = kiln_attr_int(n, "keepdims", 1) != 0;
+    t->ip = id == KILN_OP_ArgMax;
+    t->fp[0] = kiln_attr_int(n, "select_last_index", 0) != 0;
+    t->in[0] = inputs[0];
+    t->n_in = 1;
   } else if (id == KILN_OP_kiln_Resample) {
     t = te_view_compute(b, odt, rank, dims, compute_resample);
     if (!t) return te_builder_status(b);

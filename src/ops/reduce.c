@@ -469,8 +469,8 @@ static kiln_status_t same_as_input0(kiln_infer_ctx *ctx) { return kiln_infer_sam
   {"", #name, min_in, max_in, min_out, max_out, infer_fn, kernel_fn, 0, .id = KILN_OP_##name, .op_class = cls}
 
 static const kiln_op_def reduce_ops[] = {
-    RD_OP(ArgMax, 1, 1, 1, 1, arg_infer, argmax_kernel, KILN_OPCLASS_NONE),
-    RD_OP(ArgMin, 1, 1, 1, 1, arg_infer, argmin_kernel, KILN_OPCLASS_NONE),
+    RD_OP(ArgMax, 1, 1, 1, 1, arg_infer, argmax_kernel, KILN_OPCLASS_REDUCTION),
+    RD_OP(ArgMin, 1, 1, 1, 1, arg_infer, argmin_kernel, KILN_OPCLASS_REDUCTION),
     RD_OP(ReduceL1, 1, 2, 1, 1, reduce_infer, reduce_l1_kernel, KILN_OPCLASS_REDUCTION),
     RD_OP(ReduceL2, 1, 2, 1, 1, reduce_infer, reduce_l2_kernel, KILN_OPCLASS_REDUCTION),
     RD_OP(ReduceLogSum, 1, 2, 1, 1, reduce_infer, reduce_log_sum_kernel, KILN_OPCLASS_REDUCTION),

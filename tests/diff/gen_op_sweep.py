@@ -768,6 +768,28 @@ def dtype_cases():
     m = dcase('Expand_reshape_bool')
     b = m.node('Less', [m.source([3, 1]), m.const(np.float32(0))])
     m.out(m.node('Reshape', [m.node('Expand', [b, m.const(ints([2, 3, 4]))]), m.const(ints([6, 4]))]))
+    # Tile, Gather with constant indices (negative ones too), ArgMax/ArgMin (first/last, keepdims, NaN rows).
+    m = case('Tile_f32')
+    m.out(m.node('Tile', [m.source([2, 3, 5]), m.const(ints([3, 1, 2]))]))
+    m = dcase('Tile_i64')
+    m.out(m.node('Tile', [ints_of(m, [3, 4], 10.0), m.const(ints([2, 3]))]))
+    m = case('Gather_const_axis0')
+    m.out(m.node('Gather', [m.source([7, 5]), m.const(ints([[0, 6, -1], [3, -7, 2]]))], axis=0))
+    m = case('Gather_const_scalar_axis1')
+    m.out(m.node('Gather', [m.source([2, 9, 4], 'T'), m.const(np.int64(-3))], axis=1))
+    m = case('Gather_const_i32_last')
+    m.out(m.node('Gather', [m.source([3, 4, 6]), m.const(np.array([5, 0, 5, 2], np.int32))], axis=-1))
+    for op in ('ArgMax', 'ArgMin'):
+        m = dcase('%s_axis1' % op)
+        m.out(m.node(op, [m.source([3, 17, 5])], axis=1))
+        m = dcase('%s_last_nokeep' % op)
+        m.out(m.node(op, [m.node('Floor', [m.source([4, 33])])], axis=-1, keepdims=0, select_last_index=1))
+        m = dcase('%s_nan' % op)
+        m.out(m.node(op, [m.node('Sqrt', [m.source([6, 9])])], axis=1))
+        m = dcase('%s_nan_last' % op)
+        m.out(m.node(op, [m.node('Sqrt', [m.source([6, 9])])], axis=0, select_last_index=1))
+        m = dcase('%s_i32' % op)
+        m.out(m.node(op, [ints_of(m, [5, 7], 3.0, I32)], axis=0))
 
 
 def pool_cases():
