@@ -143,9 +143,32 @@ static bool c_special(render_ctx *r, const te_expr *e, const char *a, const char
 }
 
 static void c_reduce_init(const render_ctx *r, const te_expr *red, char *buf, size_t n) {
-  (void)r;
-  snprintf(buf, n, "%s",
-           red->rop == TE_RSUM ? "0" : red->rop == TE_RPROD ? "1" : red->rop == TE_RMAX ? "-INFINITY" : "INFINITY");
+  if (red->rop == TE_RSUM || red->rop == TE_RPROD || is_float(red->dtype)) {
+    snprintf(buf, n, "%s",
+             red->rop == TE_RSUM ? "0" : red->rop == TE_RPROD ? "1" : red->rop == TE_RMAX ? "-INFINITY" : "INFINITY");
+    return;
+  }
+  /* Integer max/min start from the value type's own bounds (an infinity
+   * converted to an integer is undefined). */
+  int64_t lo, hi;
+  switch (red->dtype) {
+    case KILN_DTYPE_I64: lo = r->idx32 ? INT32_MIN : INT64_MIN; hi = r->idx32 ? INT32_MAX : INT64_MAX; break;
+    case KILN_DTYPE_I32: lo = INT32_MIN; hi = INT32_MAX; break;
+    case KILN_DTYPE_I16: lo = INT16_MIN; hi = INT16_MAX; break;
+    case KILN_DTYPE_I8: lo = INT8_MIN; hi = INT8_MAX; break;
+    case KILN_DTYPE_U32: lo = 0; hi = UINT32_MAX; break;
+    case KILN_DTYPE_U16: lo = 0; hi = UINT16_MAX; break;
+    case KILN_DTYPE_U8: lo = 0; hi = UINT8_MAX; break;
+    case KILN_DTYPE_BOOL: lo = 0; hi = 1; break;
+    default: lo = 0; hi = INT64_MAX; break; /* u64: max reduced from 0 */
+  }
+  if (red->dtype == KILN_DTYPE_U64 && red->rop == TE_RMIN) {
+    snprintf(buf, n, "(~(uint64_t)0)");
+    return;
+  }
+  int64_t v = red->rop == TE_RMAX ? lo : hi;
+  if (v == INT64_MIN) snprintf(buf, n, "(-INT64_C(9223372036854775807) - 1)");
+  else r->d->int_literal(r, red->dtype, v, buf, n);
 }
 
 static void c_reduce_combine(render_ctx *r, const te_expr *red, const char *acc, const char *x) {
