@@ -1,4 +1,5 @@
 /* Public model API (include/kiln.h) over the ONNX importer and passes. */
+#include "passes/fold_cache.h"
 #include "passes/passes.h"
 #include "runtime/session.h"
 
@@ -8,7 +9,9 @@ kiln_status_t kiln_model_from_ir(kiln_model_ir *ir, kiln_model **out) {
   if (!st) st = kiln_run_pass(ir->graph, "infer-types", kiln_pass_infer_types);
   kiln_model *m = st ? NULL : calloc(1, sizeof *m);
   if (!st && !m) st = KILN_OOM();
+  if (!st) st = kiln_fold_cache_create(&m->fold_cache);
   if (st) {
+    free(m);
     kiln_model_ir_free(ir);
     return st;
   }
@@ -35,6 +38,7 @@ kiln_status_t kiln_model_load_memory(const void *data, size_t size, kiln_model *
 void kiln_model_destroy(kiln_model *m) {
   if (!m) return;
   kiln_model_ir_free(m->ir);
+  kiln_fold_cache_free(m->fold_cache);
   free(m);
 }
 

@@ -110,6 +110,9 @@ typedef struct kiln_graph {
   int n_inputs, n_outputs;
   int *inputs;               /* value ids of graph inputs (in declared order) */
   int *outputs;              /* value ids of graph outputs */
+  /* Borrowed: the model's cache of folded constants (passes/fold_cache.h)
+   * on a session's specialized graph; NULL elsewhere (clones too). */
+  struct kiln_fold_cache *fold_cache;
 } kiln_graph;
 
 kiln_status_t kiln_graph_new(const char *name, kiln_graph *parent, kiln_graph **out);

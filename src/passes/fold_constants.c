@@ -15,6 +15,7 @@
  * takes more bytes than int8, because otherwise it runs at every
  * inference; a broadcast (Expand, Tile, ConstantOfShape) of more than 64 KB
  * stays in the graph. */
+#include "passes/fold_cache.h"
 #include "passes/passes_opt.h"
 
 #include <stdio.h>
@@ -43,7 +44,30 @@ static bool output_type_ok(const kiln_value_def *v, const kiln_tensor *t) {
 
 /* Evaluates node n (all inputs constant) into outs[] (owned tensors, NULL
  * for absent outputs). False when it cannot or should not be folded. */
+static bool evaluate_now(const kiln_graph *g, const kiln_node *n, kiln_tensor **outs);
+
+/* evaluate_now through the model's cache (passes/fold_cache.h): another
+ * session of the model may have folded this node over the same tensors. */
 static bool evaluate(const kiln_graph *g, const kiln_node *n, kiln_tensor **outs) {
+  kiln_tensor *in[FOLD_MAX_IO] = {0};
+  for (int i = 0; i < n->n_inputs; i++)
+    if (n->inputs[i] >= 0) in[i] = (kiln_tensor *)kiln_opt_const(g, n->inputs[i]);
+  if (kiln_fold_cache_get(g->fold_cache, n, in, n->n_inputs, outs, n->n_outputs)) {
+    bool ok = true;
+    for (int i = 0; i < n->n_outputs && ok; i++)
+      ok = n->outputs[i] < 0 || (outs[i] && output_type_ok(&g->values[n->outputs[i]], outs[i]));
+    if (ok) return true;
+    for (int i = 0; i < n->n_outputs; i++) {
+      kiln_tensor_release(outs[i]);
+      outs[i] = NULL;
+    }
+  }
+  if (!evaluate_now(g, n, outs)) return false;
+  kiln_fold_cache_put(g->fold_cache, n, in, n->n_inputs, outs, n->n_outputs);
+  return true;
+}
+
+static bool evaluate_now(const kiln_graph *g, const kiln_node *n, kiln_tensor **outs) {
   kiln_value *in[FOLD_MAX_IO] = {0}, *out[FOLD_MAX_IO] = {0};
   bool wanted[FOLD_MAX_IO];
   bool ok = true;

@@ -132,6 +132,7 @@ kiln_status_t kiln_session_specialize(kiln_session *s, kiln_value *const *bound,
     free(sig);
     return st;
   }
+  spec->fold_cache = s->model->fold_cache;
   for (int k = 0; k < g->n_inputs; k++) {
     const kiln_value *v = bound[k];
     kiln_value_def *def = &spec->values[spec->inputs[k]];

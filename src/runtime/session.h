@@ -13,6 +13,7 @@
 
 struct kiln_model {
   kiln_model_ir *ir; /* owned */
+  struct kiln_fold_cache *fold_cache; /* owned: constants its sessions fold, shared (passes/fold_cache.h) */
 };
 
 struct kiln_session {

@@ -15,6 +15,7 @@
 
 #include "codegen/fusion.h"
 #include "ops/op.h"
+#include "passes/fold_cache.h"
 #include "passes/passes_opt.h"
 #include "runtime/executor.h"
 #include "runtime/session.h"
@@ -605,6 +606,48 @@ static void bn_params(kiln_graph *g, const char *prefix, int64_t c) {
   }
 }
 
+/* Two sessions of one model share the folded int8 weight (passes/fold_cache.h):
+ * the second finds it in the model's cache, and both compute the same. */
+static void test_fold_shared_across_sessions(void) {
+  kiln_model_ir *ir = calloc(1, sizeof *ir);
+  MUST(ir ? NULL : KILN_OOM());
+  kiln_graph *g = new_graph("fold_shared");
+  int64_t xd[2] = {3, 256}, wd[2] = {256, 128};
+  input(g, "x", KILN_DTYPE_F32, 2, xd);
+  double *wv = malloc(sizeof(double) * 256 * 128);
+  for (int i = 0; i < 256 * 128; i++) wv[i] = (double)((int)uniform(-128, 128));
+  constant(g, "w8", KILN_DTYPE_I8, 2, wd, wv);
+  free(wv);
+  scalar(g, "wscale", 0.01);
+  node(g, "DequantizeLinear", 13, "w8,wscale", "wf");
+  node(g, "MatMul", 13, "x,wf", "y");
+  output(g, "y");
+  ir->graph = g;
+  kiln_model *model;
+  MUST(kiln_model_from_ir(ir, &model));
+  kiln_tensor *x, *y[2] = {0};
+  MUST(kiln_tensor_new(KILN_DTYPE_F32, 2, xd, &x));
+  for (int64_t i = 0; i < x->numel; i++) ((float *)x->data)[i] = (float)uniform(-1, 1);
+  const char *names[1] = {"x"};
+  kiln_session_options so = kiln_session_options_default();
+  so.device = "cpu";
+  for (int k = 0; k < 2; k++) {
+    kiln_session *sess;
+    MUST(kiln_session_create(model, &so, &sess));
+    MUST(kiln_session_run(sess, 1, names, (const kiln_tensor *const *)&x, 1, &y[k]));
+    kiln_session_destroy(sess);
+  }
+  CHECK(kiln_fold_cache_hits(model->fold_cache) == 1 && kiln_fold_cache_bytes(model->fold_cache) == 256 * 128 * 4,
+        "fold shared: %lld hits, %lld bytes held (want 1 and the f32 weight's 131072)",
+        (long long)kiln_fold_cache_hits(model->fold_cache), (long long)kiln_fold_cache_bytes(model->fold_cache));
+  bool same = y[0] && y[1] && y[0]->numel == y[1]->numel && !memcmp(y[0]->data, y[1]->data, kiln_tensor_nbytes(y[0]));
+  CHECK(same, "fold shared: the two sessions' outputs differ");
+  kiln_tensor_release(x);
+  kiln_tensor_release(y[0]);
+  kiln_tensor_release(y[1]);
+  kiln_model_destroy(model);
+}
+
 static void test_fold_batchnorm(void) {
   kiln_graph *g = new_graph("bn");
   int64_t xd[4] = {2, 3, 5, 5}, wd[4] = {4, 3, 3, 3}, w2d[4] = {4, 2, 1, 1}, c4 = 4, bd[1] = {4};
@@ -1190,6 +1233,7 @@ static void test_torch_models(void) {
 int main(void) {
   test_fold_shape_chain();
   test_fold_limits();
+  test_fold_shared_across_sessions();
   test_dce();
   test_cse();
   test_simplify();
