@@ -616,6 +616,8 @@ def conv_transpose_cases():
     convt('same_lower', [1, 3, 5, 6], [3, 2, 4, 4], strides=[2, 2], auto_pad='SAME_LOWER')
     convt('ncT', [1, 4, 6, 5], [4, 2, 2, 2], how='T', strides=[2, 2])
     convt('ncS', [1, 3, 6, 6], [3, 2, 3, 3], how='S', strides=[2, 2], pads=[1, 1, 1, 1])
+    # columns of 64 MB: col2im in chunks of input rows (cpu_conv_transpose.c, CT_CHUNK_BYTES 16 MB)
+    convt('chunked', [1, 16, 128, 128], [16, 64, 4, 4], strides=[2, 2], pads=[1, 1, 1, 1])
     m = case('ConvTranspose_w_input')
     m.out(m.node('ConvTranspose', [m.source([1, 3, 4, 4]), m.source([3, 2, 3, 3]), m.source([2])], strides=[2, 2]))
     # The call's own epilogues: relu (generated), residual + clip (native), sigmoid (generated).

@@ -5,9 +5,10 @@
  * transposed), then col2im adds each (tap, pixel) product to the output
  * position i*stride - pad + k*dilation it lands on. This is the scatter
  * the reference kernel does, with the multiply-adds on the packed SGEMM
- * micro-kernels; col2im runs one output channel per task, so no two
- * threads write the same plane, and each plane leaves its task finished:
- * bias first, then the residual and clip or the kernel's epilogue. */
+ * micro-kernels. The columns of a big input are made in chunks of input
+ * rows (at most CT_CHUNK_BYTES). Every pass runs one output channel per
+ * task, so no two threads write the same plane: the bias first, each
+ * chunk's columns, then the residual and clip or the kernel's epilogue. */
 #include <string.h>
 
 #include "devices/cpu/cpu_internal.h"
@@ -22,8 +23,9 @@ typedef struct ct_geom {
 typedef struct ct_task {
   const kiln_rt_conv_args *a;
   const ct_geom *g;
-  const float *cols; /* [mg * taps, in_size] of this image and group */
+  const float *cols; /* [mg * taps, rows * in[2]]: the chunk's input rows of this image and group */
   int64_t image, group, mg;
+  int64_t row0, rows; /* the chunk: input rows (i0 * in[1] + i1) [row0, row0 + rows) */
 } ct_task;
 
 /* First i in [0, n) with i*s + off >= 0, and one past the last with
@@ -36,38 +38,62 @@ static void valid_range(int64_t n, int64_t s, int64_t off, int64_t out, int64_t 
   if (*hi < *lo) *hi = *lo;
 }
 
+static float *plane_of(const ct_task *t, int64_t om) {
+  return t->a->y + (t->image * t->a->co + t->group * t->mg + om) * t->g->out_size;
+}
+
+/* Each output channel's plane starts as its bias. */
+static void init_channels(void *vctx, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  const ct_task *t = vctx;
+  for (int64_t om = begin; om < end; om++) {
+    float *y = plane_of(t, om), b0 = t->a->bias ? t->a->bias[t->group * t->mg + om] : 0.0f;
+    for (int64_t i = 0; i < t->g->out_size; i++) y[i] = b0;
+  }
+}
+
+/* Adds the chunk's columns into each output channel's plane. */
 static void col2im_channels(void *vctx, int64_t begin, int64_t end, int thread) {
   (void)thread;
   const ct_task *t = vctx;
-  const kiln_rt_conv_args *a = t->a;
   const ct_geom *g = t->g;
+  int64_t chunk = t->rows * g->in[2];
   for (int64_t om = begin; om < end; om++) {
-    int64_t c = t->group * t->mg + om; /* output channel */
-    int64_t row = t->image * a->co + c;
-    float *y = a->y + row * g->out_size;
-    float b0 = a->bias ? a->bias[c] : 0.0f;
-    for (int64_t i = 0; i < g->out_size; i++) y[i] = b0;
+    float *y = plane_of(t, om);
     int64_t tap = 0;
     for (int64_t k0 = 0; k0 < g->k[0]; k0++)
       for (int64_t k1 = 0; k1 < g->k[1]; k1++)
         for (int64_t k2 = 0; k2 < g->k[2]; k2++, tap++) {
-          const float *col = t->cols + (om * g->taps + tap) * g->in_size;
+          const float *col = t->cols + (om * g->taps + tap) * chunk;
           int64_t off0 = k0 * g->d[0] - g->p[0], off1 = k1 * g->d[1] - g->p[1], off2 = k2 * g->d[2] - g->p[2];
           int64_t lo0, hi0, lo1, hi1, lo2, hi2;
           valid_range(g->in[0], g->s[0], off0, g->out[0], &lo0, &hi0);
           valid_range(g->in[1], g->s[1], off1, g->out[1], &lo1, &hi1);
           valid_range(g->in[2], g->s[2], off2, g->out[2], &lo2, &hi2);
-          for (int64_t i0 = lo0; i0 < hi0; i0++)
-            for (int64_t i1 = lo1; i1 < hi1; i1++) {
-              const float *src = col + (i0 * g->in[1] + i1) * g->in[2];
-              float *dst = y + ((i0 * g->s[0] + off0) * g->out[1] + i1 * g->s[1] + off1) * g->out[2] + off2;
-              int64_t s2 = g->s[2];
-              if (s2 == 1)
-                for (int64_t i2 = lo2; i2 < hi2; i2++) dst[i2] += src[i2];
-              else
-                for (int64_t i2 = lo2; i2 < hi2; i2++) dst[i2 * s2] += src[i2];
-            }
+          for (int64_t r = t->row0; r < t->row0 + t->rows; r++) {
+            int64_t i0 = r / g->in[1], i1 = r % g->in[1];
+            if (i0 < lo0 || i0 >= hi0 || i1 < lo1 || i1 >= hi1) continue;
+            const float *src = col + (r - t->row0) * g->in[2];
+            float *dst = y + ((i0 * g->s[0] + off0) * g->out[1] + i1 * g->s[1] + off1) * g->out[2] + off2;
+            int64_t s2 = g->s[2];
+            if (s2 == 1)
+              for (int64_t i2 = lo2; i2 < hi2; i2++) dst[i2] += src[i2];
+            else
+              for (int64_t i2 = lo2; i2 < hi2; i2++) dst[i2 * s2] += src[i2];
+          }
         }
+  }
+}
+
+/* The residual and clip, or the kernel's epilogue, on each finished plane. */
+static void finish_channels(void *vctx, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  const ct_task *t = vctx;
+  const kiln_rt_conv_args *a = t->a;
+  const ct_geom *g = t->g;
+  for (int64_t om = begin; om < end; om++) {
+    int64_t row = t->image * a->co + t->group * t->mg + om;
+    float *y = plane_of(t, om);
     if (a->add || a->clip) {
       const float *add = a->add ? a->add + row * g->out_size : NULL;
       for (int64_t i = 0; i < g->out_size; i++) {
@@ -85,40 +111,61 @@ static void col2im_channels(void *vctx, int64_t begin, int64_t end, int thread) 
   }
 }
 
-size_t kiln_conv_transpose_scratch_bytes(const kiln_rt_conv_args *a) {
-  int64_t taps = 1, in_size = 1;
-  for (int i = 0; i < a->nsp; i++) {
-    taps *= a->kernel[i];
-    in_size *= a->in[i];
+/* The columns of one chunk take at most this much (a long 1-D signal or a
+ * big image is done in chunks of input rows). */
+#define CT_CHUNK_BYTES ((size_t)16 << 20)
+
+static int64_t rows_per_chunk(const kiln_rt_conv_args *a, int64_t taps, int64_t row_len, int64_t rows) {
+  size_t per_row = (size_t)(a->co / a->group) * (size_t)taps * (size_t)row_len * sizeof(float);
+  int64_t r = per_row ? (int64_t)(CT_CHUNK_BYTES / per_row) : rows;
+  return r < 1 ? 1 : r > rows ? rows : r;
+}
+
+static void geometry(const kiln_rt_conv_args *a, ct_geom *g) {
+  int lead = 3 - a->nsp;
+  for (int i = 0; i < 3; i++) {
+    bool unit = i < lead;
+    g->in[i] = unit ? 1 : a->in[i - lead];
+    g->out[i] = unit ? 1 : a->out[i - lead];
+    g->k[i] = unit ? 1 : a->kernel[i - lead];
+    g->s[i] = unit ? 1 : a->stride[i - lead];
+    g->d[i] = unit ? 1 : a->dilation[i - lead];
+    g->p[i] = unit ? 0 : a->pad_begin[i - lead];
   }
-  return (size_t)(a->co / a->group) * (size_t)taps * (size_t)in_size * sizeof(float);
+  g->in_size = g->in[0] * g->in[1] * g->in[2];
+  g->out_size = g->out[0] * g->out[1] * g->out[2];
+  g->taps = g->k[0] * g->k[1] * g->k[2];
+}
+
+size_t kiln_conv_transpose_scratch_bytes(const kiln_rt_conv_args *a) {
+  ct_geom g;
+  geometry(a, &g);
+  int64_t rows = g.in[0] * g.in[1];
+  return (size_t)(a->co / a->group) * (size_t)g.taps * (size_t)rows_per_chunk(a, g.taps, g.in[2], rows) *
+         (size_t)g.in[2] * sizeof(float);
 }
 
 void kiln_conv_transpose_run(kiln_threadpool *pool, const kiln_rt_conv_args *a, float *cols) {
   ct_geom g;
-  int lead = 3 - a->nsp;
-  for (int i = 0; i < 3; i++) {
-    bool unit = i < lead;
-    g.in[i] = unit ? 1 : a->in[i - lead];
-    g.out[i] = unit ? 1 : a->out[i - lead];
-    g.k[i] = unit ? 1 : a->kernel[i - lead];
-    g.s[i] = unit ? 1 : a->stride[i - lead];
-    g.d[i] = unit ? 1 : a->dilation[i - lead];
-    g.p[i] = unit ? 0 : a->pad_begin[i - lead];
-  }
-  g.in_size = g.in[0] * g.in[1] * g.in[2];
-  g.out_size = g.out[0] * g.out[1] * g.out[2];
-  g.taps = g.k[0] * g.k[1] * g.k[2];
+  geometry(a, &g);
   int64_t cg = a->ci / a->group, mg = a->co / a->group;
+  int64_t rows = g.in[0] * g.in[1], chunk_rows = rows_per_chunk(a, g.taps, g.in[2], rows);
   for (int64_t n = 0; n < a->n; n++)
     for (int64_t grp = 0; grp < a->group; grp++) {
-      /* W_g: rows are the group's input channels, each [mg, taps] long. */
-      kiln_sgemm_args s = {.trans_a = true, .trans_b = false, .m = mg * g.taps, .n = g.in_size, .k = cg, .alpha = 1.0f,
-                           .a = a->w + grp * cg * mg * g.taps, .lda = mg * g.taps,
-                           .b = a->x + (n * a->ci + grp * cg) * g.in_size, .ldb = g.in_size,
-                           .beta = 0.0f, .c = cols, .ldc = g.in_size};
-      kiln_sgemm(pool, &s);
-      ct_task t = {a, &g, cols, n, grp, mg};
-      kiln_parallel_for(pool, mg, 1, col2im_channels, &t);
+      ct_task t = {a, &g, cols, n, grp, mg, 0, 0};
+      kiln_parallel_for(pool, mg, 1, init_channels, &t);
+      for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+        int64_t nr = rows - r0 < chunk_rows ? rows - r0 : chunk_rows;
+        /* W_g: rows are the group's input channels, each [mg, taps] long. */
+        kiln_sgemm_args s = {.trans_a = true, .trans_b = false, .m = mg * g.taps, .n = nr * g.in[2], .k = cg,
+                             .alpha = 1.0f, .a = a->w + grp * cg * mg * g.taps, .lda = mg * g.taps,
+                             .b = a->x + (n * a->ci + grp * cg) * g.in_size + r0 * g.in[2], .ldb = g.in_size,
+                             .beta = 0.0f, .c = cols, .ldc = nr * g.in[2]};
+        kiln_sgemm(pool, &s);
+        t.row0 = r0;
+        t.rows = nr;
+        kiln_parallel_for(pool, mg, 1, col2im_channels, &t);
+      }
+      kiln_parallel_for(pool, mg, 1, finish_channels, &t);
     }
 }
