@@ -339,6 +339,16 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
     return NULL;
   }
   switch (id) {
+    case KILN_OP_ConstantOfShape: {
+      const kiln_attr *v = kiln_node_attr(n, "value");
+      if (v && (!v->t || v->t->numel != 1 || !plain_dtype(v->t->dtype))) return "a value compiled kernels do not store";
+      return const_input(g, n, 0) ? NULL : "a shape that is not a constant";
+    }
+    case KILN_OP_LRN: {
+      const kiln_attr *sa = kiln_node_attr(n, "size");
+      if (!is_f32(in0) || in0->type.rank < 2) return "dtype other than f32";
+      return sa && sa->type == KILN_ATTR_INT && sa->i >= 1 ? NULL : "no valid size (ref reports it)";
+    }
     case KILN_OP_Tile:
       if (!is_plain(in0)) return "dtype not computed by compiled kernels";
       if (n->opset < 6 || n->n_inputs < 2 || !const_input(g, n, 1)) return "repeats that are not constants";
@@ -482,6 +492,7 @@ out:
 }
 
 bool kiln_lower_is_param_input(const kiln_node *n, int i) {
+  if (kiln_node_is(n, KILN_OP_ConstantOfShape)) return true; /* the shape: read when lowering */
   if (i == 0) return false;
   switch (kiln_node_op_id(n)) {
     case KILN_OP_Clip:
@@ -739,6 +750,30 @@ static te_expr *compute_resample(te_builder *b, const te_tensor *t, te_expr *con
   if (weight) acc = te_binary(b, TE_MUL, weight, acc);
   for (int v = nv - 1; v >= 0; v--) acc = te_reduce(b, TE_RSUM, vars[v], extents[v], acc);
   return outside ? te_select(b, outside, f32c(b, t->fp[0]), acc) : acc;
+}
+
+/* ConstantOfShape: fp[0] the value (ints exactly in p[0]). */
+static te_expr *compute_fill(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  (void)idx;
+  return t->dtype == KILN_DTYPE_F32 ? f32c(b, t->fp[0]) : te_const_i(b, t->dtype, t->p[0]);
+}
+
+/* LRN: x / (bias + alpha / size * sum of x^2 over the channel window)^beta,
+ * the window [c - floor((size-1)/2), c + ceil((size-1)/2)] clipped to the
+ * channels. p[0]: size; fp: alpha, beta, bias. */
+static te_expr *compute_lrn(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *in = t->in[0];
+  int64_t size = t->p[0], lo = (size - 1) / 2;
+  int v = te_new_var(b);
+  te_expr *sub[KILN_MAX_RANK] = {0};
+  for (int d = 0; d < t->rank; d++) sub[d] = idx[d];
+  te_expr *c = te_iadd(b, idx[1], te_iadd(b, te_var(b, v), te_idx(b, -lo)));
+  te_expr *ok = te_binary(b, TE_AND, te_binary(b, TE_LE, te_idx(b, 0), c), te_binary(b, TE_LT, c, te_idx(b, in->dims[1])));
+  sub[1] = te_binary(b, TE_MIN, te_binary(b, TE_MAX, c, te_idx(b, 0)), te_idx(b, in->dims[1] - 1));
+  te_expr *xc = te_at(b, in, sub);
+  te_expr *sq = te_reduce(b, TE_RSUM, v, size, te_select(b, ok, te_binary(b, TE_MUL, xc, xc), f32c(b, 0)));
+  te_expr *den = te_binary(b, TE_ADD, f32c(b, t->fp[2]), te_binary(b, TE_MUL, f32c(b, t->fp[0] / (double)size), sq));
+  return te_binary(b, TE_DIV, te_at(b, in, idx), te_call2(b, "powf", den, f32c(b, t->fp[1])));
 }
 
 /* Tile: the input element at each index modulo the input's size (the
@@ -1404,6 +1439,24 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
       t->p[ax] = s;
       t->p[KILN_MAX_RANK + ax] = st;
     }
+  } else if (id == KILN_OP_ConstantOfShape) {
+    t = te_view_compute(b, odt, rank, dims, compute_fill);
+    if (!t) return te_builder_status(b);
+    const kiln_attr *v = kiln_node_attr(n, "value");
+    if (v && v->t) {
+      t->fp[0] = kiln_load_f64(v->t->data, v->t->dtype, 0);
+      t->p[0] = kiln_load_i64(v->t->data, v->t->dtype, 0);
+    }
+    t->n_in = 0;
+  } else if (id == KILN_OP_LRN) {
+    t = te_view_compute(b, odt, rank, dims, compute_lrn);
+    if (!t) return te_builder_status(b);
+    t->p[0] = kiln_attr_int(n, "size", 1);
+    t->fp[0] = kiln_attr_float(n, "alpha", 1e-4f);
+    t->fp[1] = kiln_attr_float(n, "beta", 0.75f);
+    t->fp[2] = kiln_attr_float(n, "bias", 1.0f);
+    t->in[0] = inputs[0];
+    t->n_in = 1;
   } else if (id == KILN_OP_Tile) {
     t = te_view_compute(b, odt, rank, dims, compute_tile);
     if (!t) return te_builder_status(b);

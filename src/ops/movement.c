@@ -165,7 +165,7 @@ static const kiln_op_def movement_ops[] = {
     MV_OP(Transpose, 1, 1, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP(Trilu, 1, 2, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP(OneHot, 3, 3, 1, 1, KILN_OPCLASS_NONE),
-    MV_OP(ConstantOfShape, 1, 1, 1, 1, KILN_OPCLASS_NONE),
+    MV_OP(ConstantOfShape, 1, 1, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP(Constant, 0, 0, 1, 1, KILN_OPCLASS_NONE),
     MV_OP(NonZero, 1, 1, 1, 1, KILN_OPCLASS_NONE),
     MV_OP(Unique, 1, 1, 1, 4, KILN_OPCLASS_NONE),

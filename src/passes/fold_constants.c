@@ -7,20 +7,23 @@
  * known type are constants too (where kiln_opt_shapes_trusted: not in a
  * loop body, whose carried values may change shape between iterations).
  *
- * Size rules: the outputs of one node take at most 64 MB, and more than
+ * Size rules: the outputs of one node take at most 64 MB (2 GB for
+ * weights, see below), and more than
  * 64 KB only when they are no larger than the constant inputs (and tensor
  * attributes) that die with the node, or when they have no more elements
  * than those inputs: a conversion of weights (Cast or DequantizeLinear of
  * int8/f16 weights, their Transpose/Reshape) is folded even though f32
  * takes more bytes than int8, because otherwise it runs at every
  * inference; a broadcast (Expand, Tile, ConstantOfShape) of more than 64 KB
- * stays in the graph. */
+ * stays in the graph unless every reader takes it as weights (a Conv's or
+ * MatMul's W, a normalization's parameters: read_as_weights). */
 #include "passes/fold_cache.h"
 #include "passes/passes_opt.h"
 
 #include <stdio.h>
 
 #define FOLD_MAX_BYTES ((int64_t)64 << 20)
+#define FOLD_MAX_WEIGHT_BYTES ((int64_t)2 << 30) /* a weight read whole by its kernel: VGG's 400 MB FC layer */
 #define FOLD_FREE_BYTES ((int64_t)64 << 10)
 #define FOLD_MAX_IO 64
 
@@ -124,6 +127,34 @@ static bool known_outputs(const kiln_graph *g, const kiln_node *n, bool inputs_c
   return any;
 }
 
+/* Whether every read of value v is as a weight or normalization parameter
+ * (Conv/ConvTranspose/Gemm/MatMul input 1 or 2, a normalization's scale,
+ * bias and statistics, PRelu's slope): such a value is read whole by a
+ * kernel that prepares it once, so a constant there is worth its bytes
+ * (the "light" ONNX models make every weight with ConstantOfShape). */
+static bool read_as_weights(const kiln_graph *g, const kiln_opt_uses *u, int v) {
+  if (v < 0 || u->pinned[v] || u->count[v] == 0) return false;
+  for (int k = u->start[v]; k < u->start[v + 1]; k++) {
+    const kiln_node *c = &g->nodes[u->cons[k]];
+    bool ok = false;
+    for (int i = 1; i < c->n_inputs && !ok; i++) {
+      if (c->inputs[i] != v) continue;
+      switch (kiln_node_op_id(c)) {
+        case KILN_OP_Conv: case KILN_OP_ConvTranspose: case KILN_OP_Gemm: case KILN_OP_MatMul:
+          ok = i <= 2;
+          break;
+        case KILN_OP_BatchNormalization: case KILN_OP_InstanceNormalization: case KILN_OP_LayerNormalization:
+        case KILN_OP_PRelu:
+          ok = true;
+          break;
+        default: break;
+      }
+    }
+    if (!ok || c->inputs[0] == v) return false;
+  }
+  return true;
+}
+
 static kiln_status_t fold_graph(kiln_graph *g) {
   KILN_TRY(kiln_opt_run_on_subgraphs(g, fold_graph));
   kiln_opt_uses u;
@@ -183,8 +214,11 @@ static kiln_status_t fold_graph(kiln_graph *g) {
           freed_elems += at->tensors[k]->numel;
         }
     }
-    bool fold = any_out && out_bytes <= FOLD_MAX_BYTES &&
-                (out_bytes <= FOLD_FREE_BYTES || out_bytes <= freed || out_elems <= freed_elems);
+    bool weights = true;
+    for (int i = 0; i < n->n_outputs && weights; i++)
+      weights = n->outputs[i] < 0 || read_as_weights(g, &u, n->outputs[i]);
+    bool fold = any_out && (out_bytes <= FOLD_MAX_BYTES || (weights && out_bytes <= FOLD_MAX_WEIGHT_BYTES)) &&
+                (out_bytes <= FOLD_FREE_BYTES || out_bytes <= freed || out_elems <= freed_elems || weights);
     for (int i = 0; i < n->n_outputs; i++) {
       if (!outs[i]) continue;
       if (fold) {

@@ -63,17 +63,20 @@ static bool transpose_perm(const kiln_graph *g, const kiln_node *n, int *rank, i
   return true;
 }
 
+/* Inference mode, or training mode with ratio 0 (PyTorch exports a model's
+ * attention dropout with p=0 that way: nothing is dropped, the kernel's
+ * rule too). */
 static bool dropout_is_identity(const kiln_graph *g, const kiln_node *n) {
   if (n->opset < 12) return true; /* no training mode before opset 12 (the kernel's rule too) */
+  int ratio = n->n_inputs > 1 ? n->inputs[1] : -1;
+  const kiln_tensor *r = ratio >= 0 ? kiln_opt_const(g, ratio) : NULL;
+  /* the kernel checks the ratio even in inference mode: keep its error */
+  if (ratio >= 0 && (!r || r->numel != 1 || !kiln_dtype_is_float(r->dtype))) return false;
   int tm = n->n_inputs > 2 ? n->inputs[2] : -1;
   if (tm >= 0) {
     const kiln_tensor *t = kiln_opt_const(g, tm);
-    if (!t || t->dtype != KILN_DTYPE_BOOL || t->numel != 1 || ((const uint8_t *)t->data)[0]) return false;
-  }
-  int ratio = n->n_inputs > 1 ? n->inputs[1] : -1;
-  if (ratio >= 0) { /* the kernel checks the ratio even in inference mode: keep its error */
-    const kiln_tensor *r = kiln_opt_const(g, ratio);
-    if (!r || r->numel != 1 || !kiln_dtype_is_float(r->dtype)) return false;
+    if (!t || t->dtype != KILN_DTYPE_BOOL || t->numel != 1) return false;
+    if (((const uint8_t *)t->data)[0] && !(r && kiln_load_f64(r->data, r->dtype, 0) == 0.0)) return false;
   }
   return true;
 }

@@ -150,7 +150,20 @@ kiln_status_t kiln_session_specialize(kiln_session *s, kiln_value *const *bound,
       continue;
     kiln_type_init_tensor(&def->type, v->tensor->dtype, v->tensor->rank, v->tensor->dims);
   }
-  st = kiln_run_pass(spec, "infer-types", kiln_pass_infer_types);
+  /* An input left at its initializer default is, for this specialization
+   * (whose signature says it was not given), a constant: the nodes read a
+   * constant copy, which the optimizer may fold (models of IR version < 4
+   * list every initializer as an input: ONNX Runtime folds those too). The
+   * input keeps its default for whatever reads it by name. */
+  for (int k = 0; k < spec->n_inputs && !st; k++) {
+    int in_id = spec->inputs[k];
+    kiln_tensor *dflt = spec->values[in_id].constant;
+    if (bound[k] || !dflt || spec->values[in_id].is_graph_output) continue;
+    int cid;
+    st = kiln_opt_new_const(spec, spec->values[in_id].name, kiln_tensor_retain(dflt), &cid);
+    if (!st) kiln_opt_replace_uses(spec, in_id, cid);
+  }
+  if (!st) st = kiln_run_pass(spec, "infer-types", kiln_pass_infer_types);
   if (st) {
     kiln_graph_free(spec);
     free(sig);

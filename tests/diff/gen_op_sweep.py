@@ -770,6 +770,18 @@ def dtype_cases():
     m = dcase('Expand_reshape_bool')
     b = m.node('Less', [m.source([3, 1]), m.const(np.float32(0))])
     m.out(m.node('Reshape', [m.node('Expand', [b, m.const(ints([2, 3, 4]))]), m.const(ints([6, 4]))]))
+    # LRN (odd and even sizes, 3-D), ConstantOfShape (f32 into an Add; int64 as a mask's source; above the
+    # 64 KB that fold-constants folds by itself, so the compute definition runs)
+    m = case('LRN_5')
+    m.out(m.node('LRN', [m.source([2, 7, 5, 6])], size=5, alpha=0.001, beta=0.75, bias=2.0))
+    m = case('LRN_4_3d')
+    m.out(m.node('LRN', [m.source([1, 9, 17], 'T')], size=4))
+    m = case('ConstantOfShape_add')
+    fill = m.node('ConstantOfShape', [m.const(ints([130, 129]))], value=helper.make_tensor('v', F, [1], [0.75]))
+    m.out(m.node('Add', [m.source([130, 129]), fill]))
+    m = dcase('ConstantOfShape_i64')
+    fill = m.node('ConstantOfShape', [m.const(ints([90, 100]))], value=helper.make_tensor('v', I64, [1], [3]))
+    m.out(m.node('Mul', [fill, ints_of(m, [90, 100], 10.0)]))
     # Tile, Gather with constant indices (negative ones too), ArgMax/ArgMin (first/last, keepdims, NaN rows).
     m = case('Tile_f32')
     m.out(m.node('Tile', [m.source([2, 3, 5]), m.const(ints([3, 1, 2]))]))
