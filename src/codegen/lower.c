@@ -339,6 +339,27 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
     return NULL;
   }
   switch (id) {
+    case KILN_OP_QuantizeLinear:
+    case KILN_OP_DequantizeLinear: {
+      /* ref's rules (ops/quant.c): a scalar scale, or from opset 13 one per
+       * index of `axis`; the zero point has the scale's size. */
+      bool q = id == KILN_OP_QuantizeLinear;
+      kiln_dtype xdt = dtype_of(in0);
+      const kiln_value_def *sc = input_def(g, n, 1), *zp = n->n_inputs > 2 ? input_def(g, n, 2) : NULL;
+      if (q ? xdt != KILN_DTYPE_F32 : !(xdt == KILN_DTYPE_I8 || xdt == KILN_DTYPE_U8 || xdt == KILN_DTYPE_I32))
+        return "dtype not computed by compiled kernels";
+      if (!sc || dtype_of(sc) != KILN_DTYPE_F32 || !fully_known(&sc->type)) return "a scale that is not f32";
+      if (zp && (!fully_known(&zp->type) || (q ? !(dtype_of(zp) == KILN_DTYPE_I8 || dtype_of(zp) == KILN_DTYPE_U8)
+                                                : dtype_of(zp) != xdt)))
+        return "a zero point of another dtype (ref reports it)";
+      int64_t count = kiln_shape_numel(sc->type.rank, sc->type.dims);
+      if (zp && kiln_shape_numel(zp->type.rank, zp->type.dims) != count) return "a zero point of another size (ref reports it)";
+      if (count == 1 && sc->type.rank <= 1) return NULL;
+      int64_t axis = kiln_attr_int(n, "axis", 1), r = in0->type.rank;
+      if (n->opset < 13 || sc->type.rank != 1 || axis < -r || axis >= r || in0->type.dims[axis < 0 ? axis + r : axis] != count)
+        return "a scale that does not match the axis (ref reports it)";
+      return NULL;
+    }
     case KILN_OP_ConstantOfShape: {
       const kiln_attr *v = kiln_node_attr(n, "value");
       if (v && (!v->t || v->t->numel != 1 || !plain_dtype(v->t->dtype))) return "a value compiled kernels do not store";
@@ -750,6 +771,27 @@ static te_expr *compute_resample(te_builder *b, const te_tensor *t, te_expr *con
   if (weight) acc = te_binary(b, TE_MUL, weight, acc);
   for (int v = nv - 1; v >= 0; v--) acc = te_reduce(b, TE_RSUM, vars[v], extents[v], acc);
   return outside ? te_select(b, outside, f32c(b, t->fp[0]), acc) : acc;
+}
+
+/* QuantizeLinear / DequantizeLinear with ref's arithmetic (ops/quant.c):
+ * y = saturate(nearbyint(x / scale) + zp) (NaN gives zp), and
+ * y = (x - zp) * scale, both in f32. p[0]: the axis the scale runs along,
+ * -1 for one scale; ip: 1 quantize. */
+static te_expr *compute_quant(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *x = t->in[0], *sc = t->in[1], *zp = t->n_in > 2 ? t->in[2] : NULL;
+  te_expr *p[1] = {t->p[0] < 0 ? te_idx(b, 0) : idx[t->p[0]]};
+  te_expr *zero[KILN_MAX_RANK] = {0};
+  for (int d = 0; d < KILN_MAX_RANK; d++) zero[d] = te_idx(b, 0);
+  te_expr *scale = te_at(b, sc, sc->rank ? p : zero);
+  te_expr *z = zp ? te_cast(b, KILN_DTYPE_F32, te_at(b, zp, zp->rank ? p : zero)) : f32c(b, 0);
+  te_expr *v = te_at(b, x, idx);
+  if (!t->ip) return te_binary(b, TE_MUL, te_binary(b, TE_SUB, te_cast(b, KILN_DTYPE_F32, v), z), scale);
+  te_expr *r = te_call1(b, "nearbyintf", te_binary(b, TE_DIV, v, scale));
+  double lo = t->dtype == KILN_DTYPE_I8 ? -128 : 0, hi = t->dtype == KILN_DTYPE_I8 ? 127 : 255;
+  te_expr *q = te_binary(b, TE_ADD, r, z);
+  q = te_binary(b, TE_MIN, te_binary(b, TE_MAX, q, f32c(b, lo)), f32c(b, hi));
+  q = te_select(b, te_binary(b, TE_NE, r, r), z, q);
+  return te_cast(b, t->dtype, q);
 }
 
 /* ConstantOfShape: fp[0] the value (ints exactly in p[0]). */
@@ -1439,6 +1481,15 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
       t->p[ax] = s;
       t->p[KILN_MAX_RANK + ax] = st;
     }
+  } else if (id == KILN_OP_QuantizeLinear || id == KILN_OP_DequantizeLinear) {
+    t = te_view_compute(b, odt, rank, dims, compute_quant);
+    if (!t) return te_builder_status(b);
+    const te_tensor *sc = inputs[1];
+    int64_t axis = kiln_attr_int(n, "axis", 1);
+    t->p[0] = sc->rank == 0 || (sc->rank == 1 && sc->dims[0] == 1) ? -1 : axis < 0 ? axis + rank : axis;
+    t->ip = id == KILN_OP_QuantizeLinear;
+    t->n_in = n->n_inputs > 2 && n->inputs[2] >= 0 ? 3 : 2;
+    for (int i = 0; i < t->n_in; i++) t->in[i] = inputs[i];
   } else if (id == KILN_OP_ConstantOfShape) {
     t = te_view_compute(b, odt, rank, dims, compute_fill);
     if (!t) return te_builder_status(b);

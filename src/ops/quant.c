@@ -686,8 +686,10 @@ static kiln_status_t qlinear_matmul_infer(kiln_infer_ctx *ctx) {
 }
 
 static const kiln_op_def quant_ops[] = {
-    {"", "QuantizeLinear", 2, 3, 1, 1, quantize_infer, quantize_kernel, 0, .id = KILN_OP_QuantizeLinear},
-    {"", "DequantizeLinear", 2, 3, 1, 1, dequantize_infer, dequantize_kernel, 0, .id = KILN_OP_DequantizeLinear},
+    {"", "QuantizeLinear", 2, 3, 1, 1, quantize_infer, quantize_kernel, 0, .id = KILN_OP_QuantizeLinear,
+     .op_class = KILN_OPCLASS_BROADCAST},
+    {"", "DequantizeLinear", 2, 3, 1, 1, dequantize_infer, dequantize_kernel, 0, .id = KILN_OP_DequantizeLinear,
+     .op_class = KILN_OPCLASS_BROADCAST},
     {"", "DynamicQuantizeLinear", 1, 1, 3, 3, dynamic_quantize_infer, dynamic_quantize_kernel, 0, .id = KILN_OP_DynamicQuantizeLinear},
     {"", "ConvInteger", 2, 4, 1, 1, conv_integer_infer, conv_integer_kernel, 0, .id = KILN_OP_ConvInteger,
      .op_class = KILN_OPCLASS_CONTRACTION, .flops = kiln_flops_conv},

@@ -782,6 +782,26 @@ def dtype_cases():
     m = dcase('ConstantOfShape_i64')
     fill = m.node('ConstantOfShape', [m.const(ints([90, 100]))], value=helper.make_tensor('v', I64, [1], [3]))
     m.out(m.node('Mul', [fill, ints_of(m, [90, 100], 10.0)]))
+    # QuantizeLinear / DequantizeLinear compiled (ref's rounding, saturation and NaN -> zero point): per
+    # tensor u8, per axis i8, no zero point, int32 (a bias), a Q -> DQ pair between two ops as a QDQ graph has.
+    m = dcase('QDQ_u8_tensor')
+    q = m.node('QuantizeLinear', [m.node('Mul', [m.source([3, 17]), m.const(np.float32(40.0))]),
+                                  m.const(np.float32(0.37)), m.const(np.uint8(120))])
+    m.out(q)
+    m = dcase('QDQ_u8_roundtrip')
+    q = m.node('QuantizeLinear', [m.source([3, 17]), m.const(np.float32(0.02)), m.const(np.uint8(128))])
+    m.out(m.node('Relu', [m.node('DequantizeLinear', [q, m.const(np.float32(0.02)), m.const(np.uint8(128))])]))
+    m = dcase('QDQ_i8_axis1')
+    sc = np.array([0.01, 0.02, 0.05, 0.1, 0.004], np.float32)
+    zp = np.array([0, -3, 7, 1, -128], np.int8)
+    q = m.node('QuantizeLinear', [m.node('Sqrt', [m.source([2, 5, 7])]), m.const(sc), m.const(zp)], axis=1)
+    m.out(m.node('DequantizeLinear', [q, m.const(sc), m.const(zp)], axis=1))
+    m = dcase('QDQ_i8_axis_last_nozp')
+    q = m.node('QuantizeLinear', [m.source([4, 6]), m.const(np.linspace(0.01, 0.05, 6).astype(np.float32)),
+                                  m.const(np.zeros(6, np.int8))], axis=-1)
+    m.out(m.node('DequantizeLinear', [q, m.const(np.linspace(0.01, 0.05, 6).astype(np.float32))], axis=-1))
+    m = dcase('DQ_i32_bias')
+    m.out(m.node('DequantizeLinear', [ints_of(m, [33], 1e4, I32), m.const(np.float32(1e-4))]))
     # Tile, Gather with constant indices (negative ones too), ArgMax/ArgMin (first/last, keepdims, NaN rows).
     m = case('Tile_f32')
     m.out(m.node('Tile', [m.source([2, 3, 5]), m.const(ints([3, 1, 2]))]))
