@@ -339,6 +339,14 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
     return NULL;
   }
   switch (id) {
+    case KILN_OP_InstanceNormalization: {
+      const kiln_value_def *sc = input_def(g, n, 1), *bi = input_def(g, n, 2);
+      if (!is_f32(in0) || in0->type.rank < 3 || !is_f32(sc) || !is_f32(bi)) return "dtype other than f32";
+      if (sc->type.rank != 1 || bi->type.rank != 1 || sc->type.dims[0] != in0->type.dims[1] ||
+          bi->type.dims[0] != in0->type.dims[1])
+        return "scale or bias not one per channel (ref reports it)";
+      return NULL;
+    }
     case KILN_OP_QuantizeLinear:
     case KILN_OP_DequantizeLinear: {
       /* ref's rules (ops/quant.c): a scalar scale, or from opset 13 one per
@@ -533,7 +541,7 @@ bool kiln_lower_reduces_trailing(const kiln_graph *g, const kiln_node *n) {
   const kiln_value_def *in0 = input_def(g, n, 0);
   if (!in0 || in0->type.rank < 0) return false;
   kiln_op_id id = kiln_node_op_id(n);
-  if (id == KILN_OP_LayerNormalization) return true;
+  if (id == KILN_OP_LayerNormalization || id == KILN_OP_InstanceNormalization) return true;
   if (!is_softmax(id) && reduce_kind_of(id) < 0) return false; /* pools (windows): materialize */
   bool mask[KILN_MAX_RANK];
   int r = in0->type.rank;
@@ -1295,6 +1303,10 @@ static te_expr *compute_layernorm(te_builder *b, const te_tensor *t, te_expr *co
   te_expr *var = te_binary(b, TE_MUL, reduce_over(b, in, mask, true, idx, TE_RSUM, map_sq_diff, mean), inv);
   te_expr *rstd = te_binary(b, TE_DIV, f32c(b, 1), te_call1(b, "sqrtf", te_binary(b, TE_ADD, var, f32c(b, t->fp[0]))));
   te_expr *y = te_binary(b, TE_MUL, te_binary(b, TE_SUB, te_at(b, in, idx), mean), rstd);
+  if (t->ip) { /* InstanceNormalization: scale and bias per channel */
+    y = te_binary(b, TE_MUL, y, te_at(b, t->in[1], (te_expr *[]){idx[1]}));
+    return te_binary(b, TE_ADD, y, te_at(b, t->in[2], (te_expr *[]){idx[1]}));
+  }
   y = te_binary(b, TE_MUL, y, te_at_broadcast(b, t->in[1], t->rank, idx));
   if (t->n_in > 2) y = te_binary(b, TE_ADD, y, te_at_broadcast(b, t->in[2], t->rank, idx));
   return y;
@@ -1415,6 +1427,14 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
       t->p[12 + i] = win.pad_begin[i];
       t->p[16 + i] = win.pad_end[i];
     }
+  } else if (id == KILN_OP_InstanceNormalization) {
+    t = te_view_compute(b, odt, rank, dims, compute_layernorm);
+    if (!t) return te_builder_status(b);
+    t->p[0] = 2;
+    t->ip = 1;
+    t->fp[0] = kiln_attr_float(n, "epsilon", 1e-5f);
+    t->n_in = 3;
+    for (int i = 0; i < 3; i++) t->in[i] = inputs[i];
   } else if (id == KILN_OP_LayerNormalization) {
     t = te_view_compute(b, odt, rank, dims, compute_layernorm);
     if (!t) return te_builder_status(b);

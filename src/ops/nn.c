@@ -83,7 +83,7 @@ static const kiln_op_def nn_ops[] = {
     NN_DEF(GlobalMaxPool, global_max_pool, 1, 1, 1, 1, 0, KILN_OPCLASS_REDUCTION, NULL),
     NN_DEF(GlobalLpPool, global_lp_pool, 1, 1, 1, 1, 0, KILN_OPCLASS_REDUCTION, NULL),
     NN_DEF(BatchNormalization, batch_norm, 5, 5, 1, 5, 0, KILN_OPCLASS_NONE, NULL),
-    NN_DEF(InstanceNormalization, instance_norm, 3, 3, 1, 1, 0, KILN_OPCLASS_NONE, NULL),
+    NN_DEF(InstanceNormalization, instance_norm, 3, 3, 1, 1, 0, KILN_OPCLASS_REDUCTION, NULL),
     NN_DEF(LayerNormalization, layer_norm, 2, 3, 1, 3, 0, KILN_OPCLASS_REDUCTION, NULL),
     NN_DEF(LRN, lrn, 1, 1, 1, 1, 0, KILN_OPCLASS_REDUCTION, NULL),
     NN_DEF(MeanVarianceNormalization, mvn, 1, 1, 1, 1, 0, KILN_OPCLASS_NONE, NULL),

@@ -802,6 +802,11 @@ def dtype_cases():
     m.out(m.node('DequantizeLinear', [q, m.const(np.linspace(0.01, 0.05, 6).astype(np.float32))], axis=-1))
     m = dcase('DQ_i32_bias')
     m.out(m.node('DequantizeLinear', [ints_of(m, [33], 1e4, I32), m.const(np.float32(1e-4))]))
+    # InstanceNormalization (2-D and 1-D spatial, a strided input)
+    m = case('InstanceNorm_2d')
+    m.out(m.node('InstanceNormalization', [m.source([2, 5, 7, 9]), m.randc([5]), m.randc([5])], epsilon=1e-3))
+    m = case('InstanceNorm_1d_ncT')
+    m.out(m.node('InstanceNormalization', [m.source([3, 4, 33], 'T'), m.randc([4]), m.randc([4])]))
     # Tile, Gather with constant indices (negative ones too), ArgMax/ArgMin (first/last, keepdims, NaN rows).
     m = case('Tile_f32')
     m.out(m.node('Tile', [m.source([2, 3, 5]), m.const(ints([3, 1, 2]))]))
