@@ -12,10 +12,14 @@
  *   R2(R1(x)) (Squeeze-Unsqueeze pairs, ...) whose output shape is x's         -> x
  *   Reshape(x, computed shape) with a fully known output -> Reshape(x, constant)
  *
+ *   Split(x) with known part sizes        -> a Slice per part
+ *
  * Removing a node whose output is a graph output keeps that output's
  * name: the producer of the input writes the output instead, or the node
  * stays (input is a graph input or another output). */
 #include "passes/passes_opt.h"
+
+#include <stdio.h>
 
 static bool is_reshape_like(const kiln_node *n) {
   kiln_op_id id = kiln_node_op_id(n);
@@ -197,8 +201,72 @@ static kiln_status_t simplify_node(kiln_graph *g, const kiln_opt_uses *u, int id
   return NULL;
 }
 
+/* Split whose parts' sizes inference knows -> one Slice per output (views
+ * that fuse into their readers; a compiled kernel has one output). The
+ * sizes are the outputs' inferred lengths along the axis, which must add
+ * up to the input's. */
+static kiln_status_t split_to_slices(kiln_graph *g, int idx) {
+  const kiln_node *n = &g->nodes[idx];
+  if (n->n_inputs < 1 || n->inputs[0] < 0 || n->n_outputs < 2 || n->n_outputs > 64) return NULL;
+  const kiln_type *xt = &g->values[n->inputs[0]].type;
+  if (!kiln_opt_shape_known(xt) || xt->rank < 1) return NULL;
+  int64_t axis = kiln_attr_int(n, "axis", 0);
+  if (axis < -xt->rank || axis >= xt->rank) return NULL;
+  if (axis < 0) axis += xt->rank;
+  int64_t starts[65], sum = 0;
+  int outs[64];
+  for (int i = 0; i < n->n_outputs; i++) {
+    outs[i] = n->outputs[i];
+    if (outs[i] < 0) return NULL;
+    const kiln_type *ot = &g->values[outs[i]].type;
+    if (!kiln_opt_shape_known(ot) || ot->rank != xt->rank) return NULL;
+    starts[i] = sum;
+    sum += ot->dims[axis];
+  }
+  starts[n->n_outputs] = sum;
+  if (sum != xt->dims[axis]) return NULL;
+  int x = n->inputs[0], n_out = n->n_outputs;
+  char name[256];
+  snprintf(name, sizeof name, "%s", n->name);
+  for (int i = n_out - 1; i >= 0; i--) {
+    int64_t b = starts[i], e = starts[i + 1];
+    kiln_tensor *tb, *te, *ta;
+    int64_t one = 1;
+    KILN_TRY(kiln_tensor_new(KILN_DTYPE_I64, 1, &one, &tb));
+    ((int64_t *)tb->data)[0] = b;
+    kiln_status_t st = kiln_tensor_new(KILN_DTYPE_I64, 1, &one, &te);
+    if (st) {
+      kiln_tensor_release(tb);
+      return st;
+    }
+    ((int64_t *)te->data)[0] = e;
+    st = kiln_tensor_new(KILN_DTYPE_I64, 1, &one, &ta);
+    if (st) {
+      kiln_tensor_release(tb);
+      kiln_tensor_release(te);
+      return st;
+    }
+    ((int64_t *)ta->data)[0] = axis;
+    int ins[4] = {x, -1, -1, -1};
+    KILN_TRY(kiln_opt_new_const(g, name, tb, &ins[1]));
+    KILN_TRY(kiln_opt_new_const(g, name, te, &ins[2]));
+    KILN_TRY(kiln_opt_new_const(g, name, ta, &ins[3]));
+    if (i == 0) {
+      KILN_TRY(kiln_opt_rewrite_node(g, idx, "Slice", "", 13, 4, ins, 1, &outs[0]));
+    } else {
+      char part[300];
+      snprintf(part, sizeof part, "%s_part%d", name, i);
+      KILN_TRY(kiln_opt_insert_node(g, idx + 1, part, "Slice", "", 13, 4, ins, 1, &outs[i], NULL));
+    }
+  }
+  return NULL;
+}
+
 static kiln_status_t simplify_graph(kiln_graph *g) {
   KILN_TRY(kiln_opt_run_on_subgraphs(g, simplify_graph));
+  /* Splits first, from the end, so an insertion moves no node still to visit. */
+  for (int ni = g->n_nodes - 1; ni >= 0; ni--)
+    if (kiln_node_is(&g->nodes[ni], KILN_OP_Split)) KILN_TRY(split_to_slices(g, ni));
   kiln_opt_uses u;
   KILN_TRY(kiln_opt_uses_build(g, &u));
   bool *dead = calloc((size_t)(g->n_nodes > 0 ? g->n_nodes : 1), sizeof(bool));

@@ -802,6 +802,20 @@ def dtype_cases():
     m.out(m.node('DequantizeLinear', [q, m.const(np.linspace(0.01, 0.05, 6).astype(np.float32))], axis=-1))
     m = dcase('DQ_i32_bias')
     m.out(m.node('DequantizeLinear', [ints_of(m, [33], 1e4, I32), m.const(np.float32(1e-4))]))
+    # Split -> a Slice per part (passes/simplify.c): sizes as an input, equal parts from the attribute form,
+    # a strided input; each part read by a different op.
+    def split(m, x, n_out, **attrs):
+        outs = [m.fresh('t') for _ in range(n_out)]
+        m.nodes.append(helper.make_node('Split', x, outs, name=m.fresh('n_Split_'), **attrs))
+        return outs
+    m = case('Split_sizes')
+    a, b, c = split(m, [m.source([4, 10, 3]), m.const(ints([2, 5, 3]))], 3, axis=1)
+    m.out(m.node('Relu', [a]))
+    m.out(m.node('Sigmoid', [b]))
+    m.out(c)
+    m = case('Split_equal_attr', 11)
+    a, b = split(m, [m.source([6, 5], 'T')], 2, axis=-2)
+    m.out(m.node('Add', [a, b]))
     # InstanceNormalization (2-D and 1-D spatial, a strided input)
     m = case('InstanceNorm_2d')
     m.out(m.node('InstanceNormalization', [m.source([2, 5, 7, 9]), m.randc([5]), m.randc([5])], epsilon=1e-3))
