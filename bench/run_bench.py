@@ -7,8 +7,9 @@
                                [--update-venv] [--json-out FILE]
 
 Run it with the first `python3` on PATH. It
-  1. creates bench/.venv (python3 -m venv) and pip-installs the newest
-     onnxruntime and numpy there (once; --update-venv upgrades them);
+  1. creates bench/.venv (scripts/python-venv.sh: python3 -m venv) and
+     pip-installs the newest onnxruntime, onnx and numpy there (once;
+     --update-venv upgrades them);
   2. exports the models with Debian's /usr/bin/python3 + torch through
      tests/models/export_models.py (ResNet-50 and MobileNetV2 from torchvision,
      weights=None; bert_encoder: 12 layers, d 768, 12 heads, ff 3072, seq 128;
@@ -60,15 +61,11 @@ def die(msg):
 # ---- environment ----------------------------------------------------------------
 
 def ensure_venv(update):
-    """bench/.venv with onnxruntime and numpy; idempotent."""
-    if not os.path.exists(VENV_PY):
-        log(f"creating {VENV} with {sys.executable}")
-        subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
-    have = subprocess.run([VENV_PY, "-c", "import onnxruntime, numpy"], capture_output=True).returncode == 0
-    if not have or update:
-        log("installing the newest onnxruntime and numpy into bench/.venv")
-        subprocess.run([VENV_PY, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--upgrade",
-                        "onnxruntime", "numpy"], check=True)
+    """bench/.venv with onnxruntime, onnx and numpy (scripts/python-venv.sh); idempotent."""
+    cmd = [os.path.join(ROOT, "scripts", "python-venv.sh")] + (["--update"] if update else []) + [VENV]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        die(f"{' '.join(cmd)} failed with status {r.returncode}")
     out = subprocess.run([VENV_PY, "-c", "import onnxruntime as o, numpy as n; print(o.__version__, n.__version__)"],
                          capture_output=True, text=True, check=True).stdout.split()
     return {"onnxruntime": out[0], "numpy": out[1]}
@@ -275,7 +272,7 @@ def main():
     ap.add_argument("--models-dir", default=os.path.join(HERE, ".models"), help="default bench/.models")
     ap.add_argument("--no-gemm", action="store_true", help="skip the SGEMM comparison")
     ap.add_argument("--gemm-args", default="", help="arguments passed to bench/gemm's script")
-    ap.add_argument("--update-venv", action="store_true", help="pip-upgrade onnxruntime and numpy in bench/.venv")
+    ap.add_argument("--update-venv", action="store_true", help="pip-upgrade onnxruntime, onnx and numpy in bench/.venv")
     ap.add_argument("--json-out", help="also write all results (raw samples included) to this file")
     args = ap.parse_args()
     if args.iterations is None:
