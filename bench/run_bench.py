@@ -34,6 +34,7 @@ import datetime
 import json
 import os
 import platform
+import select
 import shlex
 import subprocess
 import sys
@@ -134,13 +135,24 @@ def summarize(samples):
 # ---- the two runtimes ----------------------------------------------------------------
 
 class OrtWorker:
-    def __init__(self, model, input_file, threads, warmup):
-        cmd = [VENV_PY, os.path.join(HERE, "ort_worker.py"), model, "--threads", str(threads),
-               "--input", f"input={input_file}", "--warmup", str(warmup)]
+    """bench/ort_worker.py in its own process; inputs: ["NAME=FILE.npy", ...]. With timeout (seconds), a reply
+    that does not come in time kills the worker and raises TimeoutError."""
+
+    def __init__(self, model, inputs, threads, warmup, timeout=None):
+        cmd = [VENV_PY, os.path.join(HERE, "ort_worker.py"), model, "--threads", str(threads), "--warmup", str(warmup)]
+        for spec in inputs:
+            cmd += ["--input", spec]
+        self.timeout = timeout
         self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.ready = self._read()
 
     def _read(self):
+        if self.timeout is not None:
+            ready, _, _ = select.select([self.p.stdout], [], [], self.timeout)
+            if not ready:
+                self.p.kill()
+                self.p.wait()
+                raise TimeoutError(f"onnxruntime timed out after {self.timeout} s")
         line = self.p.stdout.readline()
         if not line:
             raise RuntimeError(f"ort_worker exited with status {self.p.wait()}")
@@ -152,6 +164,8 @@ class OrtWorker:
         return self._read()["samples_ms"]
 
     def close(self):
+        if self.p.poll() is not None:
+            return 0
         self.p.stdin.write("quit\n")
         self.p.stdin.flush()
         rss = self._read()["peak_rss_bytes"]
@@ -159,12 +173,18 @@ class OrtWorker:
         return rss
 
 
-def kiln_bench(args, model, input_file, threads, k):
-    cmd = [args.kiln, "bench", model, "--json", "--iterations", str(k), "--warmup", str(args.warmup),
-           "--threads", str(threads), "--input", f"input={input_file}"]
+def kiln_bench(args, model, inputs, threads, k, warmup=None, env=None, timeout=None):
+    """`kiln bench --json` in a fresh process; inputs: ["NAME=FILE.npy", ...]. Raises RuntimeError on failure."""
+    cmd = [args.kiln, "bench", model, "--json", "--iterations", str(k),
+           "--warmup", str(args.warmup if warmup is None else warmup), "--threads", str(threads)]
+    for spec in inputs:
+        cmd += ["--input", spec]
     if args.device:
         cmd += ["--device", args.device]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"kiln timed out after {timeout} s") from None
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(map(shlex.quote, cmd))} failed ({r.returncode}): {r.stderr.strip()}")
     return json.loads(r.stdout)
@@ -177,13 +197,13 @@ def bench_pair(args, name, threads):
     kiln_samples, ort_samples, kiln_rss, kiln_first = [], [], 0, None
     device = None
     t0 = time.time()
-    ort = OrtWorker(model, input_file, threads, args.warmup)
+    ort = OrtWorker(model, [f"input={input_file}"], threads, args.warmup)
     try:
         for r, k in enumerate(per_round):
             order = ["kiln", "ort"] if r % 2 == 0 else ["ort", "kiln"]
             for who in order:
                 if who == "kiln":
-                    j = kiln_bench(args, model, input_file, threads, k)
+                    j = kiln_bench(args, model, [f"input={input_file}"], threads, k)
                     kiln_samples += j["samples_ms"]
                     kiln_rss = max(kiln_rss, j["peak_rss_bytes"])
                     device = j["device"]
