@@ -472,7 +472,9 @@ def export_torch(e, out):
         export_models.randomize_batchnorm(model, gen)
     model.eval()
     tmp = os.path.join(out, name + ".onnx.tmp")
-    with warnings.catch_warnings(), torch.no_grad():
+    # Not under torch.no_grad(): without autograd, nn.MultiheadAttention takes its fast path
+    # (aten::_native_multi_head_attention), which torch 1.13 cannot export (vit_*, nn.TransformerEncoder).
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(model, args, tmp, opset_version=opset, input_names=in_names, output_names=out_names,
                           do_constant_folding=True)

@@ -24,7 +24,11 @@ Run it with the first `python3` on PATH. It
        (`kiln bench --json`, a fresh process per round on a warm cache) and
        ONNX Runtime (one ort_worker.py process: intra_op_num_threads=N,
        inter_op_num_threads=1, ORT_ENABLE_ALL, ORT_SEQUENTIAL) alternating
-       which goes first in each round, never at the same time; medians;
+       which goes first in each round, never at the same time; medians. The
+       first round times one run of each; a slow model then gets fewer timed
+       runs than --iterations (at least one per round), as many as fit
+       --cell-budget seconds at the slower runtime's first timed run, so a
+       model left on the interpreter does not hold the run for an hour;
   4. prints a Markdown table per thread count: kiln and ORT median ms, the
      ratio kiln/ORT, nodes on ref (and which ops), cold start of each and
      their ratio; then the geometric mean of the ratios, the worst model, and
@@ -131,7 +135,9 @@ def bench_model(args, zoo, meta, threads, warm_cache):
             except (RuntimeError, OSError, ValueError, KeyError) as e:
                 res[f"cold_{who}_error"] = str(e)[:300]
     rounds = max(1, min(args.rounds, args.iterations))
-    per_round = [args.iterations // rounds + (1 if r < args.iterations % rounds else 0) for r in range(rounds)]
+    # Round 0 times one run of each; the rest of --iterations (fewer if the slower runtime's run says they
+    # would pass --cell-budget, at least one per round) are split over the remaining rounds.
+    per_round = [1] if rounds > 1 else [args.iterations]
     env = dict(os.environ, KILN_CACHE_DIR=warm_cache)
     ks, os_, ort = [], [], None
     kiln_err = ort_err = None
@@ -140,19 +146,32 @@ def bench_model(args, zoo, meta, threads, warm_cache):
     except (RuntimeError, TimeoutError, OSError, ValueError) as e:
         ort_err = str(e)[:300]
     t0 = time.time()
-    for r, k in enumerate(per_round):
+    r = 0
+    while r < len(per_round):
+        k = per_round[r]
         for who in (["kiln", "ort"] if r % 2 == 0 else ["ort", "kiln"]):
             if who == "kiln" and kiln_err is None:
                 try:
                     ks += rb.kiln_bench(args, model, inputs, threads, k, env=env, timeout=args.timeout)["samples_ms"]
                 except (RuntimeError, OSError, ValueError, KeyError) as e:
-                    kiln_err = str(e).split(": ", 1)[-1][:300] if "failed (" in str(e) else str(e)[:300]
+                    m = re.search(r" failed \((-?\d+)\): (.*)", str(e), re.S)
+                    kiln_err = (f"exit {m.group(1)}: " + (m.group(2).strip().splitlines() or [""])[-1]
+                                if m else str(e))[:300]
             elif who == "ort" and ort_err is None and ort is not None:
                 try:
                     os_ += ort.run(k)
                 except (RuntimeError, TimeoutError, OSError, ValueError, KeyError) as e:
                     ort_err = str(e)[:300]
         log(f"  {meta['name']} threads={threads}: round {r + 1}/{rounds} ({time.time() - t0:.0f} s)")
+        if r == 0 and rounds > 1:
+            est = max(ks + os_ or [0.0])
+            n = args.iterations
+            if est > 0 and args.cell_budget:
+                n = max(rounds, min(n, int(args.cell_budget * 1e3 / est)))
+            rest = n - 1
+            per_round += [rest // (rounds - 1) + (1 if i < rest % (rounds - 1) else 0) for i in range(rounds - 1)]
+        r += 1
+    res["iterations"] = sum(per_round)
     if ort is not None and ort_err is None:
         try:
             ort.close()
@@ -191,16 +210,17 @@ def print_tables(results, meta, threads):
           f"{m.get('threads_per_core', '?')} thread(s) per core); {m.get('platform', '')}")
     print(f"- {meta['kiln_version']} ({m.get('kiln_commit', '?')}), device {meta['device']}; "
           f"onnxruntime {meta['venv']['onnxruntime']}, numpy {meta['venv']['numpy']}")
-    print(f"- warm: {meta['iterations']} timed runs per cell in {meta['rounds']} interleaved rounds, "
+    print(f"- warm: {meta['iterations']} timed runs per cell (fewer where the first round says they would pass "
+          f"{meta['cell_budget']:g} s: column runs) in {meta['rounds']} interleaved rounds, "
           f"{meta['warmup']} warm-up per process, medians; cold: a fresh process on an empty cache "
           f"(kiln load + session + first run, ORT session + first run); time limit {meta['timeout']} s per call")
     print(f"- command: `{meta['command']}`")
     for t in threads:
         rows = [r for r in results if r["threads"] == t]
         print(f"\n### {t} thread{'s' if t > 1 else ''}\n")
-        print("| model | family | kiln ms | ORT ms | kiln/ORT | nodes on ref | cold kiln ms | cold ORT ms "
+        print("| model | family | runs | kiln ms | ORT ms | kiln/ORT | nodes on ref | cold kiln ms | cold ORT ms "
               "| cold kiln/ORT |")
-        print("|---|---|---:|---:|---:|---|---:|---:|---:|")
+        print("|---|---|---:|---:|---:|---:|---|---:|---:|---:|")
         for r in rows:
             kiln = fmt(r["kiln"]["median"]) if "kiln" in r else f"FAILED: {r.get('kiln_error', '?')[:120]}"
             ort = fmt(r["ort"]["median"]) if "ort" in r else f"FAILED: {r.get('ort_error', '?')[:120]}"
@@ -214,7 +234,8 @@ def print_tables(results, meta, threads):
             co = fmt(r.get("cold_ort_ms")) if "cold_ort_ms" in r else (
                 f"FAILED: {r['cold_ort_error'][:60]}" if "cold_ort_error" in r else "")
             cr = f"{r['cold_ratio']:.2f}" if "cold_ratio" in r else ""
-            print(f"| {r['model']} | {r['family']} | {kiln} | {ort} | {ratio} | {ref} | {ck} | {co} | {cr} |")
+            print(f"| {r['model']} | {r['family']} | {r.get('iterations', '')} | {kiln} | {ort} | {ratio} | {ref} "
+                  f"| {ck} | {co} | {cr} |")
         ok = [r for r in rows if "ratio" in r]
         bad = [r for r in rows if "ratio" not in r]
         print()
@@ -251,6 +272,9 @@ def main():
     ap.add_argument("--warmup", type=int, help="warm-up runs per process (default 1)")
     ap.add_argument("--rounds", type=int, help="interleaving rounds (default 2)")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per kiln or ORT call (default %(default)s)")
+    ap.add_argument("--cell-budget", type=float, default=60,
+                    help="seconds of timed runs per runtime and cell: slow models get fewer runs, at least one per "
+                    "round (estimated from the first round; 0: always --iterations; default %(default)s)")
     ap.add_argument("--no-cold", action="store_true", help="skip the cold-start measurements")
     ap.add_argument("--no-export", action="store_true", help="only the models already in --zoo-dir")
     ap.add_argument("--quick", action="store_true", help="4 runs in 2 rounds, 1 warm-up: checks the harness")
@@ -291,6 +315,7 @@ def main():
             "machine": rb.machine_info(), "venv": venv, "kiln_version": version,
             "device": args.device or "default", "iterations": args.iterations, "warmup": args.warmup,
             "rounds": min(args.rounds, args.iterations), "threads": threads, "timeout": args.timeout,
+            "cell_budget": args.cell_budget,
             "command": " ".join(map(shlex.quote, ["python3", os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]))}
     results = []
     warm_cache = tempfile.mkdtemp(prefix="kiln_zoo_warm_")
