@@ -31,8 +31,9 @@ import numpy as np
 import onnxruntime as ort
 
 
-OPT_LEVELS = {"disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL, "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-              "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
+_L = ort.GraphOptimizationLevel
+OPT_LEVELS = {"disable": _L.ORT_DISABLE_ALL, "basic": _L.ORT_ENABLE_BASIC, "extended": _L.ORT_ENABLE_EXTENDED,
+              "all": _L.ORT_ENABLE_ALL}
 
 
 def reply(obj):

@@ -141,12 +141,12 @@ TV_FAMILIES = {"classification": "", "detection": "detection", "segmentation": "
 
 
 def torchvision_entries():
-    """The full tier's torchvision models; needs torchvision (torch stage) or the cached list."""
+    """The full tier's torchvision models, listed by this interpreter's torchvision or Debian's."""
     code = ("import json, torchvision.models as tvm; print(json.dumps({fam: tvm.list_models(module=getattr(tvm, mod) "
             f"if mod else tvm) for fam, mod in {TV_FAMILIES!r}.items()}}))")
     try:
-        import torchvision  # noqa: F401
-        py = sys.executable
+        import torchvision
+        py = sys.executable if torchvision else DEBIAN_PY
     except ImportError:
         py = DEBIAN_PY
     try:
@@ -728,9 +728,12 @@ def tv_params(e):
 
 def write_manifest(out):
     models, failed = [], []
+    tiers = {e["name"]: e["tiers"] for e in FIXED_ENTRIES}  # the tiers as defined now, not at export time
     for f in sorted(glob.glob(os.path.join(out, "*.meta.json"))):
         with open(f) as fh:
-            models.append(json.load(fh))
+            m = json.load(fh)
+            m["tiers"] = tiers.get(m["name"], ["full"])
+            models.append(m)
     for f in sorted(glob.glob(os.path.join(out, "*.failed.json"))):
         with open(f) as fh:
             d = json.load(fh)
