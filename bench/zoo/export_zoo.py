@@ -31,7 +31,9 @@ already exported are skipped; a model that does not export is logged,
 recorded as NAME.failed.json and skipped on later runs (--retry-failed
 tries again), never fatal. Weights are random with a fixed seed per model
 (zlib.crc32 of its name), BatchNorm statistics randomized as export_models.py
-does; inputs are random with fixed seeds in realistic ranges: images uniform
+does, all-zero weight matrices (vit_*'s head) drawn at random and the
+detection models' class heads spread (std sqrt(2/fan_in): torchvision's
+0.01 ties nearly every score); inputs are random with fixed seeds in realistic ranges: images uniform
 in [0, 1] then ImageNet-normalized (detection models and RAFT take [0, 1] and
 [-1, 1] images, as torchvision's transforms give them), sequences N(0, 1),
 token ids in [0, vocab).
@@ -310,6 +312,10 @@ def build_tv(e, gen):
                 return y[-1]
             return y
 
+    with torch.no_grad():  # zero-initialized layers (vit_*'s head) would make every output equal its bias
+        for p in model.parameters():
+            if p.dim() > 1 and not p.any():
+                p.copy_(torch.randn(p.shape, generator=gen) * (1.0 / p[0].numel()) ** 0.5)
     if fam == "detection":
         # torchvision starts the class heads at std 0.01: near-uniform class scores, so most detections tie
         # and which tied ones survive NMS and the top-k cut is each runtime's choice. Spread them.

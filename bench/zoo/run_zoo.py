@@ -311,6 +311,8 @@ def main():
     metas = {m["name"]: m for m in manifest["models"]}
     models = [metas[n] for n in names if n in metas]
     not_exported = [f for f in manifest["failed"] if f["name"] in names]
+    not_exported += [{"name": n, "error": "not in the manifest (not exported yet: drop --no-export)"}
+                     for n in names if n not in metas and n not in {f["name"] for f in not_exported}]
     meta = {"date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
             "machine": rb.machine_info(), "venv": venv, "kiln_version": version,
             "device": args.device or "default", "iterations": args.iterations, "warmup": args.warmup,
