@@ -7,8 +7,9 @@
                                [--update-venv] [--json-out FILE]
 
 Run it with the first `python3` on PATH. It
-  1. creates bench/.venv (python3 -m venv) and pip-installs the newest
-     onnxruntime and numpy there (once; --update-venv upgrades them);
+  1. creates bench/.venv (scripts/python-venv.sh: python3 -m venv) and
+     pip-installs the newest onnxruntime, onnx and numpy there (once;
+     --update-venv upgrades them);
   2. exports the models with Debian's /usr/bin/python3 + torch through
      tests/models/export_models.py (ResNet-50 and MobileNetV2 from torchvision,
      weights=None; bert_encoder: 12 layers, d 768, 12 heads, ff 3072, seq 128;
@@ -33,6 +34,7 @@ import datetime
 import json
 import os
 import platform
+import select
 import shlex
 import subprocess
 import sys
@@ -60,15 +62,11 @@ def die(msg):
 # ---- environment ----------------------------------------------------------------
 
 def ensure_venv(update):
-    """bench/.venv with onnxruntime and numpy; idempotent."""
-    if not os.path.exists(VENV_PY):
-        log(f"creating {VENV} with {sys.executable}")
-        subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
-    have = subprocess.run([VENV_PY, "-c", "import onnxruntime, numpy"], capture_output=True).returncode == 0
-    if not have or update:
-        log("installing the newest onnxruntime and numpy into bench/.venv")
-        subprocess.run([VENV_PY, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--upgrade",
-                        "onnxruntime", "numpy"], check=True)
+    """bench/.venv with onnxruntime, onnx and numpy (scripts/python-venv.sh); idempotent."""
+    cmd = [os.path.join(ROOT, "scripts", "python-venv.sh")] + (["--update"] if update else []) + [VENV]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        die(f"{' '.join(cmd)} failed with status {r.returncode}")
     out = subprocess.run([VENV_PY, "-c", "import onnxruntime as o, numpy as n; print(o.__version__, n.__version__)"],
                          capture_output=True, text=True, check=True).stdout.split()
     return {"onnxruntime": out[0], "numpy": out[1]}
@@ -137,13 +135,24 @@ def summarize(samples):
 # ---- the two runtimes ----------------------------------------------------------------
 
 class OrtWorker:
-    def __init__(self, model, input_file, threads, warmup):
-        cmd = [VENV_PY, os.path.join(HERE, "ort_worker.py"), model, "--threads", str(threads),
-               "--input", f"input={input_file}", "--warmup", str(warmup)]
+    """bench/ort_worker.py in its own process; inputs: ["NAME=FILE.npy", ...]. With timeout (seconds), a reply
+    that does not come in time kills the worker and raises TimeoutError."""
+
+    def __init__(self, model, inputs, threads, warmup, timeout=None):
+        cmd = [VENV_PY, os.path.join(HERE, "ort_worker.py"), model, "--threads", str(threads), "--warmup", str(warmup)]
+        for spec in inputs:
+            cmd += ["--input", spec]
+        self.timeout = timeout
         self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.ready = self._read()
 
     def _read(self):
+        if self.timeout is not None:
+            ready, _, _ = select.select([self.p.stdout], [], [], self.timeout)
+            if not ready:
+                self.p.kill()
+                self.p.wait()
+                raise TimeoutError(f"onnxruntime timed out after {self.timeout} s")
         line = self.p.stdout.readline()
         if not line:
             raise RuntimeError(f"ort_worker exited with status {self.p.wait()}")
@@ -155,6 +164,8 @@ class OrtWorker:
         return self._read()["samples_ms"]
 
     def close(self):
+        if self.p.poll() is not None:
+            return 0
         self.p.stdin.write("quit\n")
         self.p.stdin.flush()
         rss = self._read()["peak_rss_bytes"]
@@ -162,12 +173,18 @@ class OrtWorker:
         return rss
 
 
-def kiln_bench(args, model, input_file, threads, k):
-    cmd = [args.kiln, "bench", model, "--json", "--iterations", str(k), "--warmup", str(args.warmup),
-           "--threads", str(threads), "--input", f"input={input_file}"]
+def kiln_bench(args, model, inputs, threads, k, warmup=None, env=None, timeout=None):
+    """`kiln bench --json` in a fresh process; inputs: ["NAME=FILE.npy", ...]. Raises RuntimeError on failure."""
+    cmd = [args.kiln, "bench", model, "--json", "--iterations", str(k),
+           "--warmup", str(args.warmup if warmup is None else warmup), "--threads", str(threads)]
+    for spec in inputs:
+        cmd += ["--input", spec]
     if args.device:
         cmd += ["--device", args.device]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"kiln timed out after {timeout} s") from None
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(map(shlex.quote, cmd))} failed ({r.returncode}): {r.stderr.strip()}")
     return json.loads(r.stdout)
@@ -180,13 +197,13 @@ def bench_pair(args, name, threads):
     kiln_samples, ort_samples, kiln_rss, kiln_first = [], [], 0, None
     device = None
     t0 = time.time()
-    ort = OrtWorker(model, input_file, threads, args.warmup)
+    ort = OrtWorker(model, [f"input={input_file}"], threads, args.warmup)
     try:
         for r, k in enumerate(per_round):
             order = ["kiln", "ort"] if r % 2 == 0 else ["ort", "kiln"]
             for who in order:
                 if who == "kiln":
-                    j = kiln_bench(args, model, input_file, threads, k)
+                    j = kiln_bench(args, model, [f"input={input_file}"], threads, k)
                     kiln_samples += j["samples_ms"]
                     kiln_rss = max(kiln_rss, j["peak_rss_bytes"])
                     device = j["device"]
@@ -275,7 +292,7 @@ def main():
     ap.add_argument("--models-dir", default=os.path.join(HERE, ".models"), help="default bench/.models")
     ap.add_argument("--no-gemm", action="store_true", help="skip the SGEMM comparison")
     ap.add_argument("--gemm-args", default="", help="arguments passed to bench/gemm's script")
-    ap.add_argument("--update-venv", action="store_true", help="pip-upgrade onnxruntime and numpy in bench/.venv")
+    ap.add_argument("--update-venv", action="store_true", help="pip-upgrade onnxruntime, onnx and numpy in bench/.venv")
     ap.add_argument("--json-out", help="also write all results (raw samples included) to this file")
     args = ap.parse_args()
     if args.iterations is None:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs kiln's whole test suite: installs dependencies, builds the normal,
 # sanitizer (ASan+UBSan) and fuzzing (clang libFuzzer) trees, exports the
-# PyTorch test models, then runs everything through one ctest invocation.
+# PyTorch test models, makes the ONNX Runtime venv (pip) and exports the model
+# zoo's suite tier, then runs everything through one ctest invocation.
 # The last lines are ctest's own summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +24,11 @@ cmake --build build -j"$jobs" >/dev/null
 
 echo "== test models (PyTorch export, /usr/bin/python3)"
 /usr/bin/python3 tests/models/export_models.py build/models --big --bert
+
+echo "== ONNX Runtime venv (scripts/python-venv.sh: bench/.venv, pip: onnxruntime, onnx, numpy)"
+./scripts/python-venv.sh bench/.venv >/dev/null
+echo "== model zoo, suite tier (bench/zoo/export_zoo.py, for zoo.cpu)"
+python3 bench/zoo/export_zoo.py --tier suite --out build/zoo
 
 # What this run is on, so a failure report from another machine says so.
 # Nothing here may fail the script: each probe's failure prints a note.

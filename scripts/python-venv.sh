@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Creates (once) the Python virtual environment that the benchmarks and the
+# zoo check run ONNX Runtime in, and pip-installs onnxruntime, onnx and numpy
+# there (onnx: onnxruntime.quantization needs it, and its wheel ships the
+# light_* models). Idempotent: when the venv exists and imports all three it
+# does nothing, without touching the network. Uses the first `python3` on PATH
+# (Debian's /usr/bin/python3 has torch for the exports; this one need not).
+#
+#   scripts/python-venv.sh [--update] [VENV_DIR]     (default: bench/.venv)
+#
+# --update pip-upgrades the three packages. Prints the venv's python path last.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+update=0
+if [ "${1:-}" = --update ]; then update=1; shift; fi
+venv=${1:-bench/.venv}
+py="$venv/bin/python"
+if [ ! -x "$py" ]; then
+  echo "python-venv: creating $venv with $(command -v python3)" >&2
+  python3 -m venv "$venv"
+fi
+if [ "$update" = 1 ] || ! "$py" -c "import onnxruntime, onnx, numpy" >/dev/null 2>&1; then
+  echo "python-venv: pip-installing onnxruntime, onnx and numpy into $venv" >&2
+  "$py" -m pip install --quiet --disable-pip-version-check --upgrade onnxruntime onnx numpy >&2
+fi
+echo "$py"
