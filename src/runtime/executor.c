@@ -287,15 +287,29 @@ kiln_status_t kiln_run_ref_node(const kiln_graph *g, const kiln_node *node, kiln
 
 kiln_status_t kiln_run_ref_node_with(const kiln_graph *g, const kiln_node *node, kiln_value *const *ins,
                                      kiln_value **outs, kiln_subgraph_runner run_subgraph, void *runner_data) {
-  if (node->n_inputs > 64 || node->n_outputs > 64) return kiln_error(KILN_UNSUPPORTED, "node with over 64 inputs/outputs");
+  if ((node->op->flags & KILN_OP_CONTROL_FLOW) && !run_subgraph)
+    return kiln_error(KILN_INTERNAL, "control flow run without a subgraph runner");
   KILN_TRY(kiln_run_deadline_check());
-  kiln_value *in[64] = {0}, *res[64] = {0};
-  bool wanted[64];
+  /* On the stack up to 64 inputs/outputs; on the heap past that (a Concat
+   * of a detector's 90 score maps). */
+  kiln_value *in_s[64] = {0}, *res_s[64] = {0}, **in = in_s, **res = res_s;
+  bool wanted_s[64], *wanted = wanted_s, *heap_wanted = NULL;
+  kiln_value **heap = NULL;
+  if (node->n_inputs > 64 || node->n_outputs > 64) {
+    heap = calloc((size_t)node->n_inputs + (size_t)node->n_outputs, sizeof *heap);
+    heap_wanted = calloc((size_t)node->n_outputs + 1, sizeof *heap_wanted);
+    if (!heap || !heap_wanted) {
+      free(heap);
+      free(heap_wanted);
+      return KILN_OOM();
+    }
+    in = heap;
+    res = heap + node->n_inputs;
+    wanted = heap_wanted;
+  }
   for (int i = 0; i < node->n_inputs; i++) in[i] = ins[i];
   for (int i = 0; i < node->n_outputs; i++) wanted[i] = node->outputs[i] >= 0;
   kiln_kernel_ctx ctx = {node, node->opset, node->n_inputs, in, node->n_outputs, res, wanted, run_subgraph, runner_data};
-  if ((node->op->flags & KILN_OP_CONTROL_FLOW) && !run_subgraph)
-    return kiln_error(KILN_INTERNAL, "control flow run without a subgraph runner");
   kiln_status_t st = node->op->ref_kernel(&ctx);
   for (int i = 0; i < node->n_outputs && !st; i++) {
     int v = node->outputs[i];
@@ -323,5 +337,7 @@ kiln_status_t kiln_run_ref_node_with(const kiln_graph *g, const kiln_node *node,
     }
     outs[i] = res[i];
   }
+  free(heap);
+  free(heap_wanted);
   return st;
 }

@@ -245,8 +245,19 @@ static kiln_status_t run_host_step(struct kiln_executable *x, const kiln_plan_st
   const kiln_plan *p = x->plan;
   const kiln_graph *g = p->g;
   const kiln_node *node = s->node;
-  kiln_value *ins[64] = {0}, *outs[64] = {0}, *owned[64] = {0};
-  if (node->n_inputs > 64 || node->n_outputs > 64) return kiln_error(KILN_UNSUPPORTED, "node with over 64 inputs/outputs");
+  /* On the stack up to 64 inputs/outputs, on the heap past that. */
+  int cap = node->n_inputs > node->n_outputs ? node->n_inputs : node->n_outputs;
+  kiln_value *ins_s[64] = {0}, *outs_s[64] = {0}, *owned_s[64] = {0};
+  kiln_value **ins = ins_s, **outs = outs_s, **owned = owned_s, **heap = NULL;
+  if (cap > 64) {
+    heap = calloc(3 * (size_t)cap, sizeof *heap);
+    if (!heap) return KILN_OOM();
+    ins = heap;
+    outs = heap + cap;
+    owned = heap + 2 * (size_t)cap;
+  } else {
+    cap = 64;
+  }
   kiln_status_t st = NULL;
   for (int i = 0; i < node->n_inputs && !st; i++) {
     int v = node->inputs[i];
@@ -265,10 +276,11 @@ static kiln_status_t run_host_step(struct kiln_executable *x, const kiln_plan_st
     outs[i] = NULL;
     b->host[v] = host[v]->kind == KILN_VALUE_TENSOR ? host[v]->tensor->data : NULL;
   }
-  for (int i = 0; i < 64; i++) {
+  for (int i = 0; i < cap; i++) {
     kiln_value_free(outs[i]);
     kiln_value_free(owned[i]);
   }
+  free(heap);
   return st;
 }
 

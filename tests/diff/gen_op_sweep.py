@@ -286,10 +286,15 @@ def where_cases():
         c = m.inp([5, 17], B)
         m.out(m.node('Where', [c, m.source([5, 17], hx), m.source([5, 17], hy)]))
     # condition computed in the graph (ref step feeding a compiled kernel)
-    m = case('mixed_Where_cmp')  # Greater runs on ref
+    m = case('mixed_Where_cmp')  # a bool producer feeding Where (Greater compiles now; kept as a mixed case)
     x = m.source([3, 17])
     c = m.node('Greater', [x, m.const(np.float32(0.0))])
     m.out(m.node('Where', [c, x, m.source([17])]))
+    # a host step of more than 64 inputs between compiled ones (SSDlite concatenates 90 score maps)
+    m = case('mixed_Concat_n70')
+    x = m.source([70, 3])
+    parts = [m.node('Slice', [x, m.const(ints([i])), m.const(ints([i + 1])), m.const(ints([0]))]) for i in range(70)]
+    m.out(m.node('Relu', [m.node('Concat', parts, axis=0)]))
 
 
 # ---- reductions --------------------------------------------------------------------
