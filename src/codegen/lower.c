@@ -339,6 +339,21 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
     return NULL;
   }
   switch (id) {
+    case KILN_OP_MatMulInteger: {
+      kiln_dtype a = dtype_of(in0), bt = dtype_of(input_def(g, n, 1));
+      bool q8a = a == KILN_DTYPE_I8 || a == KILN_DTYPE_U8, q8b = bt == KILN_DTYPE_I8 || bt == KILN_DTYPE_U8;
+      if (!q8a || !q8b || !fully_known(&input_def(g, n, 1)->type)) return "operands other than int8/uint8";
+      for (int i = 2; i < n->n_inputs && i < 4; i++) {
+        const kiln_value_def *z = input_def(g, n, i);
+        if (z && (dtype_of(z) != (i == 2 ? a : bt) || !fully_known(&z->type) ||
+                  kiln_shape_numel(z->type.rank, z->type.dims) != 1))
+          return "zero points other than one scalar of the operand's dtype";
+      }
+      if (in0->type.rank < 1 || input_def(g, n, 1)->type.rank < 1 || has_zero_dim(&in0->type) ||
+          has_zero_dim(&input_def(g, n, 1)->type))
+        return "a scalar or empty operand (ref reports it)";
+      return NULL;
+    }
     case KILN_OP_InstanceNormalization: {
       const kiln_value_def *sc = input_def(g, n, 1), *bi = input_def(g, n, 2);
       if (!is_f32(in0) || in0->type.rank < 3 || !is_f32(sc) || !is_f32(bi)) return "dtype other than f32";
@@ -1117,7 +1132,16 @@ static te_expr *compute_matmul(te_builder *b, const te_tensor *t, te_expr *const
   } else {
     sb[rb - 1] = te_var(b, k);
   }
-  return te_reduce(b, TE_RSUM, k, kdim, te_binary(b, TE_MUL, te_at(b, A, sa), te_at(b, B, sb)));
+  te_expr *x = te_at(b, A, sa), *y = te_at(b, B, sb);
+  if (t->ip) { /* MatMulInteger: int32 products of (a - a_zp) and (b - b_zp), scalar zero points */
+    te_expr *zero[KILN_MAX_RANK] = {0};
+    for (int d = 0; d < KILN_MAX_RANK; d++) zero[d] = te_idx(b, 0);
+    x = te_cast(b, KILN_DTYPE_I32, x);
+    y = te_cast(b, KILN_DTYPE_I32, y);
+    if (t->p[2] >= 0) x = te_binary(b, TE_SUB, x, te_cast(b, KILN_DTYPE_I32, te_at(b, t->in[t->p[2]], zero)));
+    if (t->p[3] >= 0) y = te_binary(b, TE_SUB, y, te_cast(b, KILN_DTYPE_I32, te_at(b, t->in[t->p[3]], zero)));
+  }
+  return te_reduce(b, TE_RSUM, k, kdim, te_binary(b, TE_MUL, x, y));
 }
 
 /* alpha * op(A) op(B) + beta * C; p[0]: transA, p[1]: transB; fp[0]: alpha, fp[1]: beta. */
@@ -1601,7 +1625,7 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     t->p[0] = axis < 0 ? axis + rank : axis;
     t->n_in = n->n_inputs;
     for (int i = 0; i < n->n_inputs; i++) t->in[i] = inputs[i];
-  } else if (id == KILN_OP_MatMul) {
+  } else if (id == KILN_OP_MatMul || id == KILN_OP_MatMulInteger) {
     t = te_view_compute(b, odt, rank, dims, compute_matmul);
     if (!t) return te_builder_status(b);
     t->p[0] = inputs[0]->rank >= 2 ? 2 : 1;
@@ -1609,6 +1633,13 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     t->in[0] = inputs[0];
     t->in[1] = inputs[1];
     t->n_in = 2;
+    t->ip = id == KILN_OP_MatMulInteger;
+    t->p[2] = t->p[3] = -1;
+    for (int i = 2; t->ip && i < n->n_inputs && i < 4; i++)
+      if (n->inputs[i] >= 0) {
+        t->p[i] = t->n_in;
+        t->in[t->n_in++] = inputs[i];
+      }
   } else if (id == KILN_OP_Gemm) {
     if (inputs[0]->rank != 2 || inputs[1]->rank != 2 || rank != 2) return kiln_error(KILN_UNSUPPORTED, "Gemm of rank other than 2");
     t = te_view_compute(b, odt, rank, dims, compute_gemm);

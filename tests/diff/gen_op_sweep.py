@@ -805,6 +805,21 @@ def dtype_cases():
     q = m.node('QuantizeLinear', [m.source([4, 6]), m.const(np.linspace(0.01, 0.05, 6).astype(np.float32)),
                                   m.const(np.zeros(6, np.int8))], axis=-1)
     m.out(m.node('DequantizeLinear', [q, m.const(np.linspace(0.01, 0.05, 6).astype(np.float32))], axis=-1))
+    # MatMulInteger (int32 sums of zero-point-shifted int8/uint8 products): 2-D, batched with broadcast, no
+    # zero points, a dynamic-quantization chain (QuantizeLinear -> MatMulInteger -> Cast -> Mul)
+    m = dcase('MatMulInteger_u8_i8')
+    a = m.node('QuantizeLinear', [m.source([5, 33]), m.const(np.float32(0.02)), m.const(np.uint8(131))])
+    m.out(m.node('MatMulInteger', [a, m.const((m.rng.randint(-128, 128, [33, 7])).astype(np.int8)),
+                                   m.const(np.uint8(131)), m.const(np.int8(3))]))
+    m = dcase('MatMulInteger_batched_nozp')
+    a = m.node('QuantizeLinear', [m.source([2, 3, 4, 17]), m.const(np.float32(0.05)), m.const(np.int8(0))])
+    b = m.node('QuantizeLinear', [m.source([3, 17, 5]), m.const(np.float32(0.05)), m.const(np.int8(0))])
+    m.out(m.node('MatMulInteger', [a, b]))
+    m = dcase('MatMulInteger_dynamic_chain')
+    a = m.node('QuantizeLinear', [m.source([4, 64]), m.const(np.float32(0.03)), m.const(np.uint8(128))])
+    y = m.node('MatMulInteger', [a, m.const((m.rng.randint(-127, 128, [64, 32])).astype(np.int8)),
+                                 m.const(np.uint8(128))])
+    m.out(m.node('Mul', [m.node('Cast', [y], to=TensorProto.FLOAT), m.const(np.float32(0.03 * 0.01))]))
     m = dcase('DQ_i32_bias')
     m.out(m.node('DequantizeLinear', [ints_of(m, [33], 1e4, I32), m.const(np.float32(1e-4))]))
     # Split -> a Slice per part (passes/simplify.c): sizes as an input, equal parts from the attribute form,
