@@ -339,6 +339,26 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
     return NULL;
   }
   switch (id) {
+    case KILN_OP_Einsum: {
+      const char *eq = kiln_attr_string(n, "equation", NULL);
+      if (!eq || n->n_inputs < 1) return "no equation (ref reports it)";
+      int ranks[8];
+      const int64_t *dims[8];
+      for (int i = 0; i < n->n_inputs; i++) {
+        const kiln_value_def *v = input_def(g, n, i);
+        if (!is_f32(v) || !fully_known(&v->type)) return "dtype other than f32";
+        if (has_zero_dim(&v->type)) return "a zero-sized input (ref computes it)";
+        ranks[i] = v->type.rank;
+        dims[i] = v->type.dims;
+      }
+      kiln_einsum_plan *plan = malloc(sizeof *plan);
+      if (!plan) return "out of memory checking the equation";
+      kiln_status_t st = kiln_einsum_parse(eq, n->n_inputs, ranks, dims, plan);
+      free(plan);
+      bool ok = st == NULL;
+      kiln_status_free(st);
+      return ok ? NULL : "an equation that does not fit the inputs (ref reports it)";
+    }
     case KILN_OP_MatMulInteger: {
       kiln_dtype a = dtype_of(in0), bt = dtype_of(input_def(g, n, 1));
       bool q8a = a == KILN_DTYPE_I8 || a == KILN_DTYPE_U8, q8b = bt == KILN_DTYPE_I8 || bt == KILN_DTYPE_U8;
@@ -1144,6 +1164,43 @@ static te_expr *compute_matmul(te_builder *b, const te_tensor *t, te_expr *const
   return te_reduce(b, TE_RSUM, k, kdim, te_binary(b, TE_MUL, x, y));
 }
 
+/* Einsum (sp: the equation, checked by the claim): the product of the
+ * inputs at the labels' indices (an axis of size 1 reads 0: it
+ * broadcasts), summed over the labels the output does not have. */
+static te_expr *compute_einsum(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  int ranks[8];
+  const int64_t *dims[8];
+  for (int k = 0; k < t->n_in; k++) {
+    ranks[k] = t->in[k]->rank;
+    dims[k] = t->in[k]->dims;
+  }
+  kiln_einsum_plan *p = malloc(sizeof *p);
+  if (!p) return NULL;
+  kiln_status_t st = kiln_einsum_parse(t->sp, t->n_in, ranks, dims, p);
+  if (st) {
+    kiln_status_free(st);
+    free(p);
+    return NULL;
+  }
+  te_expr *lab[KILN_EINSUM_MAX_LABELS] = {0};
+  int vars[KILN_EINSUM_MAX_LABELS];
+  for (int i = 0; i < p->out_rank; i++) lab[p->out_label[i]] = idx[i];
+  for (int s = 0; s < p->n_sum; s++) {
+    vars[s] = te_new_var(b);
+    lab[p->sum_label[s]] = te_var(b, vars[s]);
+  }
+  te_expr *prod = NULL;
+  for (int k = 0; k < t->n_in; k++) {
+    te_expr *sub[KILN_MAX_RANK] = {0};
+    for (int ax = 0; ax < ranks[k]; ax++) sub[ax] = dims[k][ax] == 1 ? te_idx(b, 0) : lab[p->label[k][ax]];
+    te_expr *x = te_at(b, t->in[k], sub);
+    prod = prod ? te_binary(b, TE_MUL, prod, x) : x;
+  }
+  for (int s = p->n_sum - 1; s >= 0; s--) prod = te_reduce(b, TE_RSUM, vars[s], p->size[p->sum_label[s]], prod);
+  free(p);
+  return prod;
+}
+
 /* alpha * op(A) op(B) + beta * C; p[0]: transA, p[1]: transB; fp[0]: alpha, fp[1]: beta. */
 static te_expr *compute_gemm(te_builder *b, const te_tensor *t, te_expr *const *idx) {
   const te_tensor *A = t->in[0], *B = t->in[1];
@@ -1640,6 +1697,12 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
         t->p[i] = t->n_in;
         t->in[t->n_in++] = inputs[i];
       }
+  } else if (id == KILN_OP_Einsum) {
+    t = te_view_compute(b, odt, rank, dims, compute_einsum);
+    if (!t) return te_builder_status(b);
+    t->sp = kiln_attr_string(n, "equation", "");
+    t->n_in = n->n_inputs;
+    for (int i = 0; i < t->n_in; i++) t->in[i] = inputs[i];
   } else if (id == KILN_OP_Gemm) {
     if (inputs[0]->rank != 2 || inputs[1]->rank != 2 || rank != 2) return kiln_error(KILN_UNSUPPORTED, "Gemm of rank other than 2");
     t = te_view_compute(b, odt, rank, dims, compute_gemm);

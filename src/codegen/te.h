@@ -151,7 +151,7 @@ struct te_tensor {
   int64_t p[4 * KILN_MAX_RANK]; /* COMPUTE: op parameters (perm, starts, axes...) */
   double fp[4];                 /* COMPUTE: float parameters (alpha, beta...) */
   int ip;                       /* COMPUTE: a small enum parameter (which unary op...) */
-  const char *sp;               /* COMPUTE: a static string parameter (math fn) */
+  const char *sp;               /* COMPUTE: a string that outlives the lowering (a math fn; an attribute of the graph's node) */
 };
 
 /* ---- op tags ---------------------------------------------------------------

@@ -208,22 +208,12 @@ kiln_status_t nn_matmul_kernel(kiln_kernel_ctx *ctx) {
 
 /* ---- Einsum ------------------------------------------------------------------- */
 
-/* Labels: 'A'-'Z' are 0-25, 'a'-'z' 26-51, ellipsis axes 52.. */
-#define EIN_LETTERS 52
-#define EIN_MAX_LABELS (EIN_LETTERS + KILN_MAX_RANK)
-#define EIN_MAX_INPUTS 64
-
-typedef struct einsum_plan {
-  int n_inputs;
-  int rank[EIN_MAX_INPUTS];                  /* input ranks */
-  int label[EIN_MAX_INPUTS][KILN_MAX_RANK];  /* label of each input axis */
-  int64_t size[EIN_MAX_LABELS];              /* label sizes (-1 unknown), 0 if unused */
-  bool used[EIN_MAX_LABELS];
-  int out_rank;
-  int out_label[KILN_MAX_RANK];
-  int n_sum;
-  int sum_label[EIN_MAX_LABELS];
-} einsum_plan;
+/* The plan (labels per input axis, output and summed labels, sizes) is
+ * kiln_einsum_plan (ops/op.h): the compute definition reads it too. */
+#define EIN_LETTERS KILN_EINSUM_LETTERS
+#define EIN_MAX_LABELS KILN_EINSUM_MAX_LABELS
+#define EIN_MAX_INPUTS KILN_EINSUM_MAX_INPUTS
+typedef kiln_einsum_plan einsum_plan;
 
 static int letter_label(char ch) {
   if (ch >= 'A' && ch <= 'Z') return ch - 'A';
@@ -264,8 +254,8 @@ static kiln_status_t parse_term(const char *s, size_t len, int *labels, int *cou
 
 /* Builds the plan from the equation and input shapes (ranks known; dims
  * may be -1). */
-static kiln_status_t einsum_parse(const char *eq, int n_inputs, const int *ranks, const int64_t *const *dims,
-                                  einsum_plan *p) {
+kiln_status_t kiln_einsum_parse(const char *eq, int n_inputs, const int *ranks, const int64_t *const *dims,
+                                kiln_einsum_plan *p) {
   memset(p, 0, sizeof *p);
   if (n_inputs > EIN_MAX_INPUTS) return kiln_error(KILN_UNSUPPORTED, "Einsum with more than %d inputs", EIN_MAX_INPUTS);
   p->n_inputs = n_inputs;
@@ -394,7 +384,7 @@ kiln_status_t nn_einsum_infer(kiln_infer_ctx *ctx) {
   }
   einsum_plan *p = malloc(sizeof *p);
   if (!p) return KILN_OOM();
-  kiln_status_t st = einsum_parse(eq, ctx->n_inputs, ranks, dims, p);
+  kiln_status_t st = kiln_einsum_parse(eq, ctx->n_inputs, ranks, dims, p);
   if (!st) {
     int64_t od[KILN_MAX_RANK];
     for (int i = 0; i < p->out_rank; i++) od[i] = p->size[p->out_label[i]];
@@ -424,7 +414,7 @@ kiln_status_t nn_einsum_kernel(kiln_kernel_ctx *ctx) {
     return kiln_error(KILN_INVALID_ARGUMENT, "input 0: dtype %s not supported, expected a numeric type", kiln_dtype_name(dt));
   einsum_plan *p = malloc(sizeof *p);
   if (!p) return KILN_OOM();
-  kiln_status_t st = einsum_parse(eq, n, ranks, dims, p);
+  kiln_status_t st = kiln_einsum_parse(eq, n, ranks, dims, p);
   kiln_tensor *y = NULL;
   int64_t od[KILN_MAX_RANK], sd[EIN_MAX_LABELS];
   if (!st) {

@@ -175,6 +175,30 @@ kiln_status_t kiln_resample_tables_build(const kiln_node *node, int opset, bool 
                                          int n_inputs, const kiln_tensor *const *consts, kiln_resample_tables *out);
 void kiln_resample_tables_free(kiln_resample_tables *t);
 
+/* Einsum's equation against its inputs (ops/nn_matmul.c), shared by the
+ * reference kernel and the compute definition. Labels: 'A'-'Z' are 0-25,
+ * 'a'-'z' 26-51, ellipsis axes 52.. (right-aligned across inputs). */
+#define KILN_EINSUM_LETTERS 52
+#define KILN_EINSUM_MAX_LABELS (KILN_EINSUM_LETTERS + KILN_MAX_RANK)
+#define KILN_EINSUM_MAX_INPUTS 64
+
+typedef struct kiln_einsum_plan {
+  int n_inputs;
+  int rank[KILN_EINSUM_MAX_INPUTS];                 /* input ranks */
+  int label[KILN_EINSUM_MAX_INPUTS][KILN_MAX_RANK]; /* label of each input axis */
+  int64_t size[KILN_EINSUM_MAX_LABELS];             /* label sizes (-1 unknown), 0 if unused */
+  bool used[KILN_EINSUM_MAX_LABELS];
+  int out_rank;
+  int out_label[KILN_MAX_RANK];
+  int n_sum;
+  int sum_label[KILN_EINSUM_MAX_LABELS];
+} kiln_einsum_plan;
+
+/* Builds the plan from the equation and the input ranks and dims (dims may
+ * hold -1; size-1 axes broadcast); errors name the term or input. */
+kiln_status_t kiln_einsum_parse(const char *eq, int n_inputs, const int *ranks, const int64_t *const *dims,
+                                kiln_einsum_plan *p);
+
 /* ---- registry ----------------------------------------------------------- */
 
 /* The op definition for (domain, op_type), or NULL. domain "" == "ai.onnx". */

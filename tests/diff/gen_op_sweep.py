@@ -836,6 +836,19 @@ def dtype_cases():
     m = case('Split_equal_attr', 11)
     a, b = split(m, [m.source([6, 5], 'T')], 2, axis=-2)
     m.out(m.node('Add', [a, b]))
+    # Einsum (lower.c compute_einsum over ops/nn_matmul.c's parser): a product that tensorizes, attention
+    # scores, a transpose, a diagonal, a full sum, three operands, an ellipsis with a broadcast batch, implicit
+    # output
+    for tag, eq, shapes in [('matmul', 'ij,jk->ik', [[7, 33], [33, 9]]),
+                            ('attention', 'bhqd,bhkd->bhqk', [[2, 3, 5, 16], [2, 3, 7, 16]]),
+                            ('transpose', 'ij->ji', [[5, 17]]),
+                            ('diagonal', 'ii->i', [[9, 9]]),
+                            ('sum_all', 'ij->', [[6, 13]]),
+                            ('three', 'ij,jk,kl->il', [[3, 5], [5, 7], [7, 4]]),
+                            ('ellipsis_bcast', '...ij,...jk->...ik', [[2, 3, 4, 6], [2, 1, 6, 5]]),
+                            ('implicit', 'ij,jk', [[4, 6], [6, 3]])]:
+        m = case('Einsum_%s' % tag, 12)
+        m.out(m.node('Einsum', [m.source(sh) for sh in shapes], equation=eq))
     # InstanceNormalization (2-D and 1-D spatial, a strided input)
     m = case('InstanceNorm_2d')
     m.out(m.node('InstanceNormalization', [m.source([2, 5, 7, 9]), m.randc([5]), m.randc([5])], epsilon=1e-3))
