@@ -339,6 +339,27 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
     return NULL;
   }
   switch (id) {
+    case KILN_OP_ConvInteger: {
+      const kiln_value_def *w = input_def(g, n, 1);
+      kiln_dtype xd = dtype_of(in0), wd = dtype_of(w);
+      if (!(xd == KILN_DTYPE_I8 || xd == KILN_DTYPE_U8) || !(wd == KILN_DTYPE_I8 || wd == KILN_DTYPE_U8) ||
+          !fully_known(&w->type))
+        return "operands other than int8/uint8";
+      if (in0->type.rank < 3 || in0->type.rank > 5 || has_zero_dim(&in0->type) || has_zero_dim(&w->type))
+        return "a rank or an empty operand the kernel does not take (ref reports it)";
+      const kiln_value_def *xz = n->n_inputs > 2 ? input_def(g, n, 2) : NULL, *wz = n->n_inputs > 3 ? input_def(g, n, 3) : NULL;
+      if (xz && (dtype_of(xz) != xd || !fully_known(&xz->type) || kiln_shape_numel(xz->type.rank, xz->type.dims) != 1))
+        return "an x zero point other than one scalar";
+      if (wz && (dtype_of(wz) != wd || !fully_known(&wz->type) || wz->type.rank > 1 ||
+                 (kiln_shape_numel(wz->type.rank, wz->type.dims) != 1 &&
+                  kiln_shape_numel(wz->type.rank, wz->type.dims) != w->type.dims[0])))
+        return "a w zero point other than a scalar or one per output channel";
+      kiln_window win;
+      kiln_status_t st = kiln_conv_integer_window(n, in0->type.rank, in0->type.dims, w->type.rank, w->type.dims, &win);
+      bool ok = st == NULL;
+      kiln_status_free(st);
+      return ok ? NULL : "a geometry the kernel rejects (ref reports it)";
+    }
     case KILN_OP_Einsum: {
       const char *eq = kiln_attr_string(n, "equation", NULL);
       if (!eq || n->n_inputs < 1) return "no equation (ref reports it)";
@@ -1234,10 +1255,26 @@ static te_expr *compute_conv(te_builder *b, const te_tensor *t, te_expr *const *
   te_expr *sx[KILN_MAX_RANK] = {idx[0], ci}, *sw[KILN_MAX_RANK] = {idx[1], te_var(b, vc)};
   te_expr *valid = window_sub(b, t, X, idx, vk, sx); /* the select below keeps the padding's zero */
   for (int i = 0; i < ns; i++) sw[2 + i] = te_var(b, vk[i]);
-  te_expr *x = valid ? te_select(b, valid, te_at(b, X, sx), f32c(b, 0)) : te_at(b, X, sx);
-  te_expr *acc = te_binary(b, TE_MUL, x, te_at(b, W, sw));
+  te_expr *xv = te_at(b, X, sx), *wv = te_at(b, W, sw), *zero = f32c(b, 0);
+  if (t->ip) { /* ConvInteger: int32 sums of (x - x_zp) * (w - w_zp[co]); the padding holds x_zp */
+    te_expr *z0[KILN_MAX_RANK] = {0};
+    for (int d = 0; d < KILN_MAX_RANK; d++) z0[d] = te_idx(b, 0);
+    xv = te_cast(b, KILN_DTYPE_I32, xv);
+    wv = te_cast(b, KILN_DTYPE_I32, wv);
+    if (t->p[18] >= 0) xv = te_binary(b, TE_SUB, xv, te_cast(b, KILN_DTYPE_I32, te_at(b, t->in[t->p[18]], z0)));
+    if (t->p[19] >= 0) {
+      const te_tensor *wz = t->in[t->p[19]];
+      te_expr *zi[KILN_MAX_RANK] = {0};
+      for (int d = 0; d < KILN_MAX_RANK; d++) zi[d] = wz->rank == 1 && wz->dims[0] > 1 ? idx[1] : te_idx(b, 0);
+      wv = te_binary(b, TE_SUB, wv, te_cast(b, KILN_DTYPE_I32, te_at(b, wz, zi)));
+    }
+    zero = te_const_i(b, KILN_DTYPE_I32, 0);
+  }
+  te_expr *x = valid ? te_select(b, valid, xv, zero) : xv;
+  te_expr *acc = te_binary(b, TE_MUL, x, wv);
   for (int i = ns - 1; i >= 0; i--) acc = te_reduce(b, TE_RSUM, vk[i], t->p[i], acc);
   acc = te_reduce(b, TE_RSUM, vc, cig, acc);
+  if (t->ip) return acc;
   /* Read straight from buffers: a library convolution can compute it. */
   if (X->kind == TE_VIEW_BUFFER && W->kind == TE_VIEW_BUFFER && acc) {
     te_conv_tag tag = {.reduce = acc, .x_buf = X->buf, .w_buf = W->buf, .nsp = ns, .n = X->dims[0],
@@ -1733,6 +1770,34 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     t->p[16] = group;
     t->n_in = n->n_inputs > 2 && n->inputs[2] >= 0 ? 3 : 2;
     for (int i = 0; i < t->n_in; i++) t->in[i] = inputs[i];
+  } else if (id == KILN_OP_ConvInteger) {
+    const te_tensor *x = inputs[0], *w = inputs[1];
+    int ns = x->rank - 2;
+    if (ns < 1 || ns > 3) return kiln_error(KILN_UNSUPPORTED, "ConvInteger with %d spatial dims", ns);
+    kiln_window win;
+    KILN_TRY(kiln_conv_integer_window(n, x->rank, x->dims, w->rank, w->dims, &win));
+    int64_t group = kiln_attr_int(n, "group", 1);
+    if (group < 1 || dims[1] % group || w->dims[1] * group != x->dims[1])
+      return kiln_error(KILN_UNSUPPORTED, "ConvInteger group %lld does not divide the channels", (long long)group);
+    t = te_view_compute(b, odt, rank, dims, compute_conv);
+    if (!t) return te_builder_status(b);
+    for (int i = 0; i < ns; i++) {
+      t->p[i] = win.kernel[i];
+      t->p[4 + i] = win.stride[i];
+      t->p[8 + i] = win.dilation[i];
+      t->p[12 + i] = win.pad_begin[i];
+    }
+    t->p[16] = group;
+    t->ip = 1;
+    t->in[0] = x;
+    t->in[1] = w;
+    t->n_in = 2;
+    t->p[18] = t->p[19] = -1;
+    for (int i = 2; i < n->n_inputs && i < 4; i++)
+      if (n->inputs[i] >= 0) {
+        t->p[16 + i] = t->n_in;
+        t->in[t->n_in++] = inputs[i];
+      }
   } else if (id == KILN_OP_ConvTranspose) {
     const te_tensor *x = inputs[0], *w = inputs[1];
     int ns = x->rank - 2;

@@ -14,6 +14,7 @@
  * multiply of the integer products is done in double. Convolution and matrix
  * products are written here (direct loops), independent of the float ops. */
 #include "ops/op.h"
+#include "ops/window.h"
 
 #include <math.h>
 
@@ -281,6 +282,23 @@ static kiln_status_t conv_geom_make(const kiln_node *node, int xrank, const int6
       return kiln_error(KILN_INVALID_ARGUMENT, "kernel extent %lld exceeds padded input %lld in spatial dim %d",
                         (long long)ext, (long long)(g->in[i] + pb + pe), i);
     g->out[i] = span / g->stride[i] + 1;
+  }
+  return NULL;
+}
+
+kiln_status_t kiln_conv_integer_window(const kiln_node *node, int xrank, const int64_t *xd, int wrank,
+                                       const int64_t *wd, kiln_window *w) {
+  conv_geom g;
+  KILN_TRY(conv_geom_make(node, xrank, xd, wrank, wd, &g));
+  memset(w, 0, sizeof *w);
+  w->n = g.nsp;
+  for (int i = 0; i < g.nsp; i++) {
+    w->kernel[i] = g.k[i];
+    w->stride[i] = g.stride[i];
+    w->dilation[i] = g.dil[i];
+    w->pad_begin[i] = g.pad_begin[i];
+    w->in[i] = g.in[i];
+    w->out[i] = g.out[i];
   }
   return NULL;
 }

@@ -54,4 +54,10 @@ kiln_status_t kiln_window_init(const kiln_node *node, int n_spatial, const int64
 kiln_status_t kiln_conv_transpose_window(const kiln_node *node, int n_spatial, const int64_t *in_spatial,
                                          const int64_t *kernel, kiln_window *w);
 
+/* Fills w for a ConvInteger/QLinearConv node with x of rank xrank, dims xd
+ * and w of rank wrank, dims wd (ops/quant.c's own geometry rules); pad_end
+ * is not filled. Errors as the kernel reports them. */
+kiln_status_t kiln_conv_integer_window(const kiln_node *node, int xrank, const int64_t *xd, int wrank,
+                                       const int64_t *wd, kiln_window *w);
+
 #endif

@@ -820,6 +820,22 @@ def dtype_cases():
     y = m.node('MatMulInteger', [a, m.const((m.rng.randint(-127, 128, [64, 32])).astype(np.int8)),
                                  m.const(np.uint8(128))])
     m.out(m.node('Mul', [m.node('Cast', [y], to=TensorProto.FLOAT), m.const(np.float32(0.03 * 0.01))]))
+    # ConvInteger (int32 sums of zero-point-shifted products; padding holds the x zero point): padded 3x3 with
+    # zero points, per-channel w zero points, depthwise strided, no zero points, 1-D
+    def qconv(tag, xs, ws, xzp=None, wzp=None, **attrs):
+        m = dcase('ConvInteger_%s' % tag)
+        xq = m.node('QuantizeLinear', [m.source(xs), m.const(np.float32(0.02)), m.const(np.uint8(xzp or 0))])
+        ins = [xq, m.const(m.rng.randint(0, 256, ws).astype(np.uint8))]
+        if xzp is not None or wzp is not None:
+            ins.append(m.const(np.uint8(xzp or 0)))
+        if wzp is not None:
+            ins.append(m.const(np.asarray(wzp, np.uint8)))
+        m.out(m.node('ConvInteger', ins, **attrs))
+    qconv('3x3_pads_zp', [1, 3, 9, 8], [4, 3, 3, 3], xzp=128, wzp=120, pads=[1, 1, 1, 1])
+    qconv('per_channel', [2, 4, 7, 7], [5, 4, 3, 3], xzp=100, wzp=[10, 128, 0, 255, 77])
+    qconv('depthwise_s2', [1, 6, 9, 9], [6, 1, 3, 3], xzp=128, wzp=128, group=6, strides=[2, 2], pads=[1, 1, 1, 1])
+    qconv('nozp_1x1', [1, 8, 5, 5], [3, 8, 1, 1])
+    qconv('1d', [1, 3, 17], [4, 3, 5], xzp=7, pads=[2, 2])
     m = dcase('DQ_i32_bias')
     m.out(m.node('DequantizeLinear', [ints_of(m, [33], 1e4, I32), m.const(np.float32(1e-4))]))
     # Split -> a Slice per part (passes/simplify.c): sizes as an input, equal parts from the attribute form,
