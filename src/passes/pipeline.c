@@ -391,6 +391,7 @@ static const named_pass pipeline[] = {
     {"cse", kiln_pass_cse},
     {"fold-batchnorm", kiln_pass_fold_batchnorm},
     {"resample-tables", kiln_pass_resample_tables},
+    {"decompose", kiln_pass_decompose},
     {"patterns", kiln_pass_patterns},
     {"dce", kiln_pass_dce},
 };

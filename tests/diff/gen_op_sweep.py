@@ -836,6 +836,26 @@ def dtype_cases():
     qconv('depthwise_s2', [1, 6, 9, 9], [6, 1, 3, 3], xzp=128, wzp=128, group=6, strides=[2, 2], pads=[1, 1, 1, 1])
     qconv('nozp_1x1', [1, 8, 5, 5], [3, 8, 1, 1])
     qconv('1d', [1, 3, 17], [4, 3, 5], xzp=7, pads=[2, 2])
+    # DynamicQuantizeLinear (passes/decompose.c: single-output ops): its three outputs, an all-zero input
+    # (scale 0: the zero point everywhere), NaN among the values, and the dynamic-int8 MatMul chain.
+    def dql(m, x):
+        outs = [m.fresh('t') for _ in range(3)]
+        m.nodes.append(helper.make_node('DynamicQuantizeLinear', [x], outs, name=m.fresh('n_DQL_')))
+        return outs
+    m = dcase('DQL_outputs')
+    for o in dql(m, m.node('Mul', [m.source([5, 33]), m.const(np.float32(3.0))])):
+        m.out(o)
+    m = dcase('DQL_zero')
+    for o in dql(m, m.node('Mul', [m.source([4, 9]), m.const(np.float32(0.0))])):
+        m.out(o)
+    m = dcase('DQL_nan')
+    for o in dql(m, m.node('Sqrt', [m.source([6, 7])])):
+        m.out(o)
+    m = dcase('DQL_matmul_chain')
+    y, ys, yz = dql(m, m.source([4, 48]))
+    w = m.const(m.rng.randint(-127, 128, [48, 16]).astype(np.int8))
+    acc = m.node('MatMulInteger', [y, w, yz])
+    m.out(m.node('Mul', [m.node('Cast', [acc], to=TensorProto.FLOAT), m.node('Mul', [ys, m.const(np.float32(0.01))])]))
     m = dcase('DQ_i32_bias')
     m.out(m.node('DequantizeLinear', [ints_of(m, [33], 1e4, I32), m.const(np.float32(1e-4))]))
     # Split -> a Slice per part (passes/simplify.c): sizes as an input, equal parts from the attribute form,
