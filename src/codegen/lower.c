@@ -1240,6 +1240,31 @@ static te_expr *compute_gemm(te_builder *b, const te_tensor *t, te_expr *const *
   return acc;
 }
 
+/* A convolution's sum acc for output idx, read straight from buffers: its
+ * op tag (a library convolution can compute it; te_conv_tag), then the
+ * bias per output channel. p as compute_conv's. */
+static te_expr *conv_tag_and_bias(te_builder *b, const te_tensor *t, te_expr *const *idx, te_expr *acc,
+                                  bool transposed) {
+  const te_tensor *X = t->in[0], *W = t->in[1];
+  int ns = X->rank - 2;
+  if (X->kind == TE_VIEW_BUFFER && W->kind == TE_VIEW_BUFFER && acc) {
+    te_conv_tag tag = {.reduce = acc, .x_buf = X->buf, .w_buf = W->buf, .nsp = ns, .transposed = transposed,
+                       .n = X->dims[0], .ci = X->dims[1], .co = t->dims[1], .group = t->p[16]};
+    for (int i = 0; i < 2 + ns; i++) tag.idx[i] = idx[i];
+    for (int i = 0; i < ns; i++) {
+      tag.in[i] = X->dims[2 + i];
+      tag.out[i] = t->dims[2 + i];
+      tag.kernel[i] = t->p[i];
+      tag.stride[i] = t->p[4 + i];
+      tag.dilation[i] = t->p[8 + i];
+      tag.pad_begin[i] = t->p[12 + i];
+    }
+    te_tag_conv(b, &tag);
+  }
+  if (t->n_in > 2) acc = te_binary(b, TE_ADD, acc, te_at(b, t->in[2], (te_expr *[]){idx[1]}));
+  return acc;
+}
+
 /* X [N, C, spatial...], W [Co, C/group, k...], bias [Co]; p[0..3): kernel,
  * p[4..): strides, p[8..): dilations, p[12..): pad begin, p[16]: group. */
 static te_expr *compute_conv(te_builder *b, const te_tensor *t, te_expr *const *idx) {
@@ -1275,23 +1300,7 @@ static te_expr *compute_conv(te_builder *b, const te_tensor *t, te_expr *const *
   for (int i = ns - 1; i >= 0; i--) acc = te_reduce(b, TE_RSUM, vk[i], t->p[i], acc);
   acc = te_reduce(b, TE_RSUM, vc, cig, acc);
   if (t->ip) return acc;
-  /* Read straight from buffers: a library convolution can compute it. */
-  if (X->kind == TE_VIEW_BUFFER && W->kind == TE_VIEW_BUFFER && acc) {
-    te_conv_tag tag = {.reduce = acc, .x_buf = X->buf, .w_buf = W->buf, .nsp = ns, .n = X->dims[0],
-                       .ci = X->dims[1], .co = t->dims[1], .group = t->p[16]};
-    for (int i = 0; i < 2 + ns; i++) tag.idx[i] = idx[i];
-    for (int i = 0; i < ns; i++) {
-      tag.in[i] = X->dims[2 + i];
-      tag.out[i] = t->dims[2 + i];
-      tag.kernel[i] = t->p[i];
-      tag.stride[i] = t->p[4 + i];
-      tag.dilation[i] = t->p[8 + i];
-      tag.pad_begin[i] = t->p[12 + i];
-    }
-    te_tag_conv(b, &tag);
-  }
-  if (t->n_in > 2) acc = te_binary(b, TE_ADD, acc, te_at(b, t->in[2], (te_expr *[]){idx[1]}));
-  return acc;
+  return conv_tag_and_bias(b, t, idx, acc, false);
 }
 
 /* ConvTranspose: X [N, C, in...], W [C, M/group, k...], bias [M]; p as for
@@ -1340,22 +1349,7 @@ static te_expr *compute_conv_transpose(te_builder *b, const te_tensor *t, te_exp
   te_expr *acc = te_binary(b, TE_MUL, x, te_at(b, W, sw));
   for (int i = ns - 1; i >= 0; i--) acc = te_reduce(b, TE_RSUM, vk[i], extent[i], acc);
   acc = te_reduce(b, TE_RSUM, vc, cg, acc);
-  if (X->kind == TE_VIEW_BUFFER && W->kind == TE_VIEW_BUFFER && acc) {
-    te_conv_tag tag = {.reduce = acc, .x_buf = X->buf, .w_buf = W->buf, .nsp = ns, .transposed = true,
-                       .n = X->dims[0], .ci = X->dims[1], .co = t->dims[1], .group = group};
-    for (int i = 0; i < 2 + ns; i++) tag.idx[i] = idx[i];
-    for (int i = 0; i < ns; i++) {
-      tag.in[i] = X->dims[2 + i];
-      tag.out[i] = t->dims[2 + i];
-      tag.kernel[i] = t->p[i];
-      tag.stride[i] = t->p[4 + i];
-      tag.dilation[i] = t->p[8 + i];
-      tag.pad_begin[i] = t->p[12 + i];
-    }
-    te_tag_conv(b, &tag);
-  }
-  if (t->n_in > 2) acc = te_binary(b, TE_ADD, acc, te_at(b, t->in[2], (te_expr *[]){idx[1]}));
-  return acc;
+  return conv_tag_and_bias(b, t, idx, acc, true);
 }
 
 /* One attention score s[i, j] for the output's batch and row: scale * q.k

@@ -12,16 +12,7 @@ fails=0
 check() { # name, condition (command string)
   if eval "$2"; then echo "ok   $1"; else echo "FAIL $1"; fails=$((fails+1)); fi
 }
-# expect_error NAME PATTERN -- ARGS: exit 1, stderr is one line 'kiln: error: ...' matching PATTERN
-expect_error() {
-  local name=$1 pat=$2; shift 3
-  "$kiln" "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
-  if [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "^kiln: error: " "$tmp/err" && grep -qE "$pat" "$tmp/err"; then
-    echo "ok   $name"
-  else
-    echo "FAIL $name (rc=$rc)"; cat "$tmp/err"; fails=$((fails+1))
-  fi
-}
+. "$(dirname "$0")/expect_error.sh"
 
 # A small model: x f32[N,8] (N symbolic), idx i64[4] (indices into a [4,8] table):
 #   h = relu1(mm1(x, W1) + b1); y = mm2(h, W2); e = gather(T, idx); z = reduce(e)

@@ -11,16 +11,7 @@ fails=0
 check() { # name, condition (command string)
   if eval "$2"; then echo "ok   $1"; else echo "FAIL $1"; fails=$((fails+1)); fi
 }
-# expect_error NAME PATTERN -- ARGS: exit 1, stderr is one line 'kiln: error: ...' matching PATTERN
-expect_error() {
-  local name=$1 pat=$2; shift 3
-  "$kiln" "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
-  if [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "^kiln: error: " "$tmp/err" && grep -qE "$pat" "$tmp/err"; then
-    echo "ok   $name"
-  else
-    echo "FAIL $name (rc=$rc)"; cat "$tmp/err"; fails=$((fails+1))
-  fi
-}
+. "$(dirname "$0")/expect_error.sh"
 
 check "--version" '"$kiln" --version | grep -q "^kiln [0-9]"'
 check "help" '"$kiln" help | grep -q "run MODEL.onnx"'

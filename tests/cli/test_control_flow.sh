@@ -15,15 +15,7 @@ fails=0
 check() { # name, condition (command string)
   if eval "$2"; then echo "ok   $1"; else echo "FAIL $1"; fails=$((fails+1)); fi
 }
-expect_error() { # NAME PATTERN -- ARGS: exit 1, one line 'kiln: error: ...' matching PATTERN
-  local name=$1 pat=$2; shift 3
-  "$kiln" "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
-  if [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "^kiln: error: " "$tmp/err" && grep -qE "$pat" "$tmp/err"; then
-    echo "ok   $name"
-  else
-    echo "FAIL $name (rc=$rc)"; cat "$tmp/err"; fails=$((fails+1))
-  fi
-}
+. "$(dirname "$0")/expect_error.sh"
 if ! "$py" -c 'import onnx, numpy' >/dev/null 2>&1; then
   echo "SKIP: $py with onnx and numpy is needed"; exit 77
 fi
