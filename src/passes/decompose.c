@@ -3,8 +3,8 @@
  * them (a kernel has one output).
  *
  *   DynamicQuantizeLinear(x) -> y, y_scale, y_zero_point   (ops/quant.c's rules):
- *     xc    = Where(IsNaN(x), 0, x)           NaN does not count (ref skips it; the range holds 0 anyway)
- *     lo    = ReduceMin(xc), hi = ReduceMax(xc)
+ *     xc    = Where(IsNaN(x), 0, x)           NaN does not count (ref skips it)
+ *     lo    = Min(ReduceMin(xc), 0), hi = Max(ReduceMax(xc), 0)   the range always holds 0
  *     scale = (hi - lo) / 255                                  -> y_scale
  *     zp    = Cast<u8>(Clip(Round(-lo / scale), 0, 255))       -> y_zero_point (0/0 is NaN: Cast gives 0)
  *     y     = Where(scale > 0, QuantizeLinear(x, scale, zp), zp)
@@ -80,10 +80,12 @@ static kiln_status_t decompose_dql(kiln_graph *g, int ni) {
   int zero = scalar_const(&b, KILN_DTYPE_F32, 0.0);
   int isnan_ = node(&b, "IsNaN", 13, 1, &x, -1, KILN_DTYPE_BOOL, rank, dims);
   int xc = node(&b, "Where", 16, 3, (int[]){isnan_, zero, x}, -1, KILN_DTYPE_F32, rank, dims);
-  int lo = node(&b, "ReduceMin", 13, 1, &xc, -1, KILN_DTYPE_F32, 0, NULL);
+  int mn = node(&b, "ReduceMin", 13, 1, &xc, -1, KILN_DTYPE_F32, 0, NULL);
   if (!b.st) b.st = kiln_opt_set_attr_int(&g->nodes[b.pos - 1], "keepdims", 0);
-  int hi = node(&b, "ReduceMax", 13, 1, &xc, -1, KILN_DTYPE_F32, 0, NULL);
+  int mx = node(&b, "ReduceMax", 13, 1, &xc, -1, KILN_DTYPE_F32, 0, NULL);
   if (!b.st) b.st = kiln_opt_set_attr_int(&g->nodes[b.pos - 1], "keepdims", 0);
+  int lo = node(&b, "Min", 13, 2, (int[]){mn, zero}, -1, KILN_DTYPE_F32, 0, NULL); /* the range holds 0 */
+  int hi = node(&b, "Max", 13, 2, (int[]){mx, zero}, -1, KILN_DTYPE_F32, 0, NULL);
   int range = node(&b, "Sub", 14, 2, (int[]){hi, lo}, -1, KILN_DTYPE_F32, 0, NULL);
   int k255 = scalar_const(&b, KILN_DTYPE_F32, 255.0);
   int scale = node(&b, "Div", 14, 2, (int[]){range, k255}, outs[1] >= 0 ? outs[1] : -1, KILN_DTYPE_F32, 0, NULL);

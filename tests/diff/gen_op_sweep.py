@@ -845,6 +845,12 @@ def dtype_cases():
     m = dcase('DQL_outputs')
     for o in dql(m, m.node('Mul', [m.source([5, 33]), m.const(np.float32(3.0))])):
         m.out(o)
+    m = dcase('DQL_positive')  # the range still starts at 0 (ONNX's min_adjusted/max_adjusted)
+    for o in dql(m, m.node('Add', [m.node('Abs', [m.source([3, 11])]), m.const(np.float32(0.5))])):
+        m.out(o)
+    m = dcase('DQL_negative')
+    for o in dql(m, m.node('Sub', [m.const(np.float32(-0.25)), m.node('Abs', [m.source([3, 11])])])):
+        m.out(o)
     m = dcase('DQL_zero')
     for o in dql(m, m.node('Mul', [m.source([4, 9]), m.const(np.float32(0.0))])):
         m.out(o)
