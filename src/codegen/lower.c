@@ -1426,6 +1426,19 @@ static te_expr *compute_layernorm(te_builder *b, const te_tensor *t, te_expr *co
 
 /* ---- node -> view ---------------------------------------------------------------- */
 
+/* A convolution's window in its view's parameters (compute_conv's layout:
+ * p[0..3) kernel, p[4..) strides, p[8..) dilations, p[12..) pad begin,
+ * p[16] group). */
+static void window_params(te_tensor *t, const kiln_window *win, int ns, int64_t group) {
+  for (int i = 0; i < ns; i++) {
+    t->p[i] = win->kernel[i];
+    t->p[4 + i] = win->stride[i];
+    t->p[8 + i] = win->dilation[i];
+    t->p[12 + i] = win->pad_begin[i];
+  }
+  t->p[16] = group;
+}
+
 static void out_dims(const kiln_graph *g, const kiln_node *n, int *rank, int64_t *dims) {
   const kiln_type *t = &g->values[n->outputs[0]].type;
   *rank = t->rank;
@@ -1755,13 +1768,7 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     int64_t group = kiln_attr_int(n, "group", 1);
     if (group < 1 || dims[1] % group || w->dims[1] * group != x->dims[1])
       return kiln_error(KILN_UNSUPPORTED, "Conv group %lld does not divide the channels", (long long)group);
-    for (int i = 0; i < ns; i++) {
-      t->p[i] = win.kernel[i];
-      t->p[4 + i] = win.stride[i];
-      t->p[8 + i] = win.dilation[i];
-      t->p[12 + i] = win.pad_begin[i];
-    }
-    t->p[16] = group;
+    window_params(t, &win, ns, group);
     t->n_in = n->n_inputs > 2 && n->inputs[2] >= 0 ? 3 : 2;
     for (int i = 0; i < t->n_in; i++) t->in[i] = inputs[i];
   } else if (id == KILN_OP_ConvInteger) {
@@ -1775,13 +1782,7 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
       return kiln_error(KILN_UNSUPPORTED, "ConvInteger group %lld does not divide the channels", (long long)group);
     t = te_view_compute(b, odt, rank, dims, compute_conv);
     if (!t) return te_builder_status(b);
-    for (int i = 0; i < ns; i++) {
-      t->p[i] = win.kernel[i];
-      t->p[4 + i] = win.stride[i];
-      t->p[8 + i] = win.dilation[i];
-      t->p[12 + i] = win.pad_begin[i];
-    }
-    t->p[16] = group;
+    window_params(t, &win, ns, group);
     t->ip = 1;
     t->in[0] = x;
     t->in[1] = w;
@@ -1803,13 +1804,7 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     KILN_TRY(kiln_conv_transpose_window(n, ns, x->dims + 2, w->dims + 2, &win));
     t = te_view_compute(b, odt, rank, dims, compute_conv_transpose);
     if (!t) return te_builder_status(b);
-    for (int i = 0; i < ns; i++) {
-      t->p[i] = win.kernel[i];
-      t->p[4 + i] = win.stride[i];
-      t->p[8 + i] = win.dilation[i];
-      t->p[12 + i] = win.pad_begin[i];
-    }
-    t->p[16] = group;
+    window_params(t, &win, ns, group);
     t->n_in = n->n_inputs > 2 && n->inputs[2] >= 0 ? 3 : 2;
     for (int i = 0; i < t->n_in; i++) t->in[i] = inputs[i];
   } else if (id == KILN_OP_kiln_FusedAttention) {

@@ -9,10 +9,7 @@ py=/usr/bin/python3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
-check() { # name, condition (command string)
-  if eval "$2"; then echo "ok   $1"; else echo "FAIL $1"; fails=$((fails+1)); fi
-}
-. "$(dirname "$0")/expect_error.sh"
+. "$(dirname "$0")/lib.sh"
 
 # A small model: x f32[N,8] (N symbolic), idx i64[4] (indices into a [4,8] table):
 #   h = relu1(mm1(x, W1) + b1); y = mm2(h, W2); e = gather(T, idx); z = reduce(e)

@@ -8,10 +8,7 @@ py=/usr/bin/python3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
-check() { # name, condition (command string)
-  if eval "$2"; then echo "ok   $1"; else echo "FAIL $1"; fails=$((fails+1)); fi
-}
-. "$(dirname "$0")/expect_error.sh"
+. "$(dirname "$0")/lib.sh"
 
 check "--version" '"$kiln" --version | grep -q "^kiln [0-9]"'
 check "help" '"$kiln" help | grep -q "run MODEL.onnx"'

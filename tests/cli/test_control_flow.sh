@@ -12,10 +12,7 @@ dev=${KILN_CF_DEVICE:-cpu}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
-check() { # name, condition (command string)
-  if eval "$2"; then echo "ok   $1"; else echo "FAIL $1"; fails=$((fails+1)); fi
-}
-. "$(dirname "$0")/expect_error.sh"
+. "$(dirname "$0")/lib.sh"
 if ! "$py" -c 'import onnx, numpy' >/dev/null 2>&1; then
   echo "SKIP: $py with onnx and numpy is needed"; exit 77
 fi
