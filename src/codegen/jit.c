@@ -997,8 +997,10 @@ static void add_stats(kiln_jit_stats *dst, const kiln_jit_stats *src) {
   dst->wall_seconds += src->wall_seconds;
 }
 
-kiln_status_t kiln_jit_compile_many(int n, const char *const *sources, const char *const *names, int max_parallel,
-                                    kiln_jit_stats *stats, kiln_jit_module **out_modules) {
+/* compile_many, or with lookup_only what is loaded or cached already
+ * (misses left NULL, nothing compiled). */
+static kiln_status_t jit_many(int n, const char *const *sources, const char *const *names, int max_parallel,
+                              bool lookup_only, kiln_jit_stats *stats, kiln_jit_module **out_modules) {
   if (n < 0 || (n > 0 && (!sources || !out_modules)))
     return kiln_error(KILN_INVALID_ARGUMENT, "jit: bad arguments (n=%d)", n);
   for (int i = 0; i < n; i++) {
@@ -1097,6 +1099,11 @@ kiln_status_t kiln_jit_compile_many(int n, const char *const *sources, const cha
     batch.todo[batch.n_todo++] = job;
   }
 
+  if (lookup_only) {
+    for (int i = 0; i < n; i++) out_modules[i] = kiln_jit_module_retain(jobs[job_of[i]].module);
+    batch.n_todo = 0;
+    goto done;
+  }
   if (batch.n_todo) {
     int parallel = max_parallel > 0 ? max_parallel : env_int("KILN_JIT_JOBS", kiln_physical_cores(), 1, 256);
     run_batch(&batch, KILN_MIN(parallel, 256));
@@ -1159,6 +1166,16 @@ done:
   add_stats(&g_stats, &local);
   pthread_mutex_unlock(&g_lock);
   return st;
+}
+
+kiln_status_t kiln_jit_compile_many(int n, const char *const *sources, const char *const *names, int max_parallel,
+                                    kiln_jit_stats *stats, kiln_jit_module **out_modules) {
+  return jit_many(n, sources, names, max_parallel, false, stats, out_modules);
+}
+
+kiln_status_t kiln_jit_lookup_many(int n, const char *const *sources, const char *const *names, kiln_jit_stats *stats,
+                                   kiln_jit_module **out_modules) {
+  return jit_many(n, sources, names, 1, true, stats, out_modules);
 }
 
 kiln_status_t kiln_jit_compile(const char *source, const char *name, kiln_jit_stats *stats,

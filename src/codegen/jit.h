@@ -110,6 +110,13 @@ kiln_status_t kiln_jit_available(void);
 kiln_status_t kiln_jit_compile_many(int n, const char *const *sources, const char *const *names, int max_parallel,
                                     kiln_jit_stats *stats, kiln_jit_module **out_modules);
 
+/* What compile_many would return without compiling: out_modules[i] a new
+ * reference where sources[i] is loaded already or has a valid cache entry,
+ * NULL where it would need the compiler (a tiered caller compiles those
+ * later). Errors: no compiler, no cache directory, out of memory. */
+kiln_status_t kiln_jit_lookup_many(int n, const char *const *sources, const char *const *names, kiln_jit_stats *stats,
+                                   kiln_jit_module **out_modules);
+
 /* One source; same as compile_many with n = 1. */
 kiln_status_t kiln_jit_compile(const char *source, const char *name, kiln_jit_stats *stats,
                                kiln_jit_module **out_module);

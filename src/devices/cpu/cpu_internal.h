@@ -13,6 +13,9 @@
 #ifndef KILN_DEVICES_CPU_CPU_INTERNAL_H
 #define KILN_DEVICES_CPU_CPU_INTERNAL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
+
 #include "base/threadpool.h"
 #include "codegen/kiln_rt.h"
 #include "codegen/lower.h"
@@ -25,15 +28,27 @@ typedef enum cpu_step_kind {
 
 typedef void (*cpu_kernel_fn)(const kiln_rt *rt, void *const *buffers);
 
+/* How kernels are made ready (KILN_JIT; cpu_plan.c): */
+typedef enum cpu_jit_mode {
+  CPU_JIT_TIERED, /* default: kernels the JIT cache has are loaded; the others start on the
+                     interpreter and are compiled in the background, then swapped in */
+  CPU_JIT_SYNC,   /* every kernel compiled before the first run (what benchmarks time) */
+  CPU_JIT_OFF,    /* the interpreter only (also when no C compiler is found) */
+} cpu_jit_mode;
+
 /* The cpu's compiled form of plan step i (cpu_exec.steps[i]); node and
- * args mirror the plan step (args borrowed from it). */
+ * args mirror the plan step (args borrowed from it). A kernel runs fn
+ * when it is set, else its interpreter form; the background compile sets
+ * fn once (an atomic store: a launch reads it once, at its start). */
 typedef struct cpu_step {
   cpu_step_kind kind;
   const kiln_node *node;
   int n_args;
   const int *args;
   char *source;            /* rendered C until compiled; owned */
-  cpu_kernel_fn fn;
+  _Atomic(cpu_kernel_fn) fn;
+  struct kiln_jit_module *module; /* what fn lives in; owned */
+  struct kiln_interp_kernel *interp; /* the precompiled form; owned */
   kiln_rt_state *rt_state; /* what its runtime calls prepared (kiln_rt.h's state slot); owned */
 } cpu_step;
 
@@ -41,8 +56,12 @@ typedef struct cpu_exec {
   const kiln_graph *g; /* borrowed */
   cpu_step *steps;     /* one per plan step (allocated for every node: steps <= nodes); owned */
   int n_steps;
-  void **modules;      /* kiln_jit_module* per compiled kernel; owned */
-  int n_modules;
+  cpu_jit_mode mode;
+  /* The background compile (tiered): started by plan_compile, joined by
+   * plan_end (so the cache is complete for the next session). */
+  pthread_t compiler;
+  bool compiling;
+  atomic_int kernels_jit, kernels_interp; /* steps on each tier now (for describe) */
   kiln_threadpool *pool; /* owned */
   kiln_rt rt;          /* what generated code calls (cpu_rt.c finds the exec from it) */
   float *scratch;      /* convolution scratch shared by every launch (they run one at a time); owned */

@@ -1,0 +1,976 @@
+/* The cpu kernel interpreter (interp.h): a tensor expression flattened
+ * into instructions, evaluated block by block with the lane loops of
+ * lanes.h. */
+#include "devices/cpu/interp/interp.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "devices/cpu/interp/lanes.h"
+
+#define L KILN_LANES
+#define SLOT_BYTES ((size_t)L * 8) /* one value: up to L lanes of up to 8 bytes */
+
+/* ---- the program ----------------------------------------------------------------- */
+
+/* One node of the expression, operands already of the types it computes
+ * in (conversions made explicit, as GLSL's renderer does). */
+typedef struct ik_ins {
+  te_op op;
+  kiln_dtype dt;    /* result */
+  kiln_dtype odt;   /* what the operands are: compare type, CAST's source */
+  int a, b, c;      /* operand instructions, -1 */
+  int var;          /* TE_VAR; TE_REDUCE: its variable */
+  int buf;          /* TE_LOAD */
+  int fn;           /* TE_CALL1/2: kiln_lanes_fn */
+  int aff;          /* TE_LOAD at an affine index: its terms (k->aff_*), else -1 (operand a is the index) */
+  int n_aff;
+  int64_t aff_c0;
+  int64_t extent;   /* TE_REDUCE */
+  te_reduce_op rop;
+  int list, n_list; /* TE_REDUCE: its body's evaluation list (k->lists) */
+  unsigned char bytes[8]; /* TE_CONST's value; TE_REDUCE's initial value (dt's bytes) */
+  int vars, n_vars; /* free index variables (k->var_list) */
+} ik_ins;
+
+struct kiln_interp_kernel {
+  ik_ins *ins;
+  int n_ins;
+  int *lists; /* evaluation lists: instruction indices, each operand before its user */
+  int n_lists_total;
+  int *var_list;
+  int *aff_var;
+  int64_t *aff_coef;
+  int n_vars;       /* te variables */
+  int n_bufs;       /* te buffers (the state slot follows them) */
+  kiln_dtype *buf_dtype;
+  int value, value_list, n_value_list; /* the element (of the output's dtype) and its list */
+  int sum;          /* tensorized: the instruction of the call's sum (the epilogue reads it from the tile) */
+  /* the nest */
+  int rank;
+  int64_t extents[KILN_MAX_RANK];
+  int loop_var[KILN_MAX_RANK];
+  int64_t stride[KILN_MAX_RANK]; /* row-major element stride of each output loop */
+  int out_buf;
+  int64_t parallel_total, grain, inner; /* parallel iterations, chunk, elements per iteration */
+  int vary_level;   /* loops at and below it vary within a block; above it, one value per block */
+  int64_t row_len;  /* elements of one value of the loops above vary_level */
+  kiln_loop_nest nest_copy; /* gemm / conv (the tag copied; sites dropped) */
+  te_conv_tag conv_tag;
+  bool has_epilogue;
+  bool pack_b;      /* GEMM: B is a constant every batch index shares (packed once) */
+  const kiln_lanes_ops *ops;
+};
+
+const char *kiln_interp_isa(void) { return kiln_lanes()->name; }
+
+typedef struct builder {
+  kiln_interp_kernel *k;
+  const te_builder *b;
+  int *of_expr;      /* te expr id -> instruction, -1 */
+  int cap_ins, cap_vset;
+  int *lists;
+  int n_lists, cap_lists;
+  int *var_list;
+  int n_var_list, cap_var_list;
+  int *aff_var;
+  int64_t *aff_coef;
+  int n_aff, cap_aff_var, cap_aff_coef;
+  char *mark;        /* per instruction: in the list being built */
+  uint64_t *vset;    /* per instruction: free variables, words per instruction */
+  int words;
+  kiln_status_t st;
+} builder;
+
+static bool grow(void **p, int *cap, int need, size_t size) {
+  if (need <= *cap) return true;
+  int c = *cap ? *cap : 64;
+  while (c < need) c *= 2;
+  void *n = realloc(*p, (size_t)c * size);
+  if (!n) return false;
+  *p = n;
+  *cap = c;
+  return true;
+}
+
+static int new_ins(builder *bd, const ik_ins *x) {
+  kiln_interp_kernel *k = bd->k;
+  if (!grow((void **)&k->ins, &bd->cap_ins, k->n_ins + 1, sizeof *k->ins) ||
+      !grow((void **)&bd->vset, &bd->cap_vset, k->n_ins + 1, (size_t)bd->words * sizeof(uint64_t))) {
+    bd->st = KILN_OOM();
+    return -1;
+  }
+  int i = k->n_ins++;
+  k->ins[i] = *x;
+  uint64_t *s = bd->vset + (size_t)i * (size_t)bd->words;
+  memset(s, 0, (size_t)bd->words * sizeof *s);
+  const int ops[3] = {x->a, x->b, x->c};
+  for (int j = 0; j < 3; j++)
+    if (ops[j] >= 0)
+      for (int w = 0; w < bd->words; w++) s[w] |= bd->vset[(size_t)ops[j] * (size_t)bd->words + (size_t)w];
+  return i;
+}
+
+static uint64_t *vset_of(builder *bd, int i) { return bd->vset + (size_t)i * (size_t)bd->words; }
+
+static void put_bytes(unsigned char *out, kiln_dtype dt, int64_t i, double f) {
+  memset(out, 0, 8);
+  switch (dt) {
+    case KILN_DTYPE_F32: { float v = (float)f; memcpy(out, &v, 4); break; }
+    case KILN_DTYPE_F64: memcpy(out, &f, 8); break;
+    case KILN_DTYPE_I64: case KILN_DTYPE_U64: memcpy(out, &i, 8); break;
+    case KILN_DTYPE_I32: case KILN_DTYPE_U32: { int32_t v = (int32_t)i; memcpy(out, &v, 4); break; }
+    case KILN_DTYPE_I16: case KILN_DTYPE_U16: { int16_t v = (int16_t)i; memcpy(out, &v, 2); break; }
+    case KILN_DTYPE_I8: case KILN_DTYPE_U8: case KILN_DTYPE_BOOL: { int8_t v = (int8_t)i; memcpy(out, &v, 1); break; }
+    default: break;
+  }
+}
+
+static bool has_lanes(kiln_dtype dt) {
+  switch (dt) {
+    case KILN_DTYPE_F32: case KILN_DTYPE_F64: case KILN_DTYPE_I64: case KILN_DTYPE_I32: case KILN_DTYPE_I16:
+    case KILN_DTYPE_I8: case KILN_DTYPE_U8: case KILN_DTYPE_U16: case KILN_DTYPE_U32: case KILN_DTYPE_U64:
+    case KILN_DTYPE_BOOL: return true;
+    default: return false;
+  }
+}
+
+/* Instruction i as a value of dtype `to` (a conversion when it differs). */
+static int convert(builder *bd, int i, kiln_dtype to) {
+  if (i < 0 || bd->k->ins[i].dt == to) return i;
+  ik_ins x = {.op = TE_CAST, .dt = to, .odt = bd->k->ins[i].dt, .a = i, .b = -1, .c = -1, .aff = -1};
+  return new_ins(bd, &x);
+}
+
+/* The type a comparison compares in (the C renderer's usual conversions). */
+static kiln_dtype compare_dtype(kiln_dtype a, kiln_dtype b) {
+  if (a == b) return a;
+  if (a == KILN_DTYPE_F64 || b == KILN_DTYPE_F64) return KILN_DTYPE_F64;
+  if (kiln_dtype_is_float(a)) return a;
+  if (kiln_dtype_is_float(b)) return b;
+  if (a == KILN_DTYPE_I64 || b == KILN_DTYPE_I64 || a == KILN_DTYPE_U64 || b == KILN_DTYPE_U64) return KILN_DTYPE_I64;
+  if (a == KILN_DTYPE_U32 && b == KILN_DTYPE_U32) return KILN_DTYPE_U32;
+  return KILN_DTYPE_I32;
+}
+
+static int lower_expr(builder *bd, const te_expr *e);
+
+static kiln_status_t build_list(builder *bd, int root, int *out_start, int *out_n);
+
+static int lower_reduce(builder *bd, const te_expr *e) {
+  int body = convert(bd, lower_expr(bd, e->a), e->dtype);
+  if (body < 0) return -1;
+  ik_ins x = {.op = TE_REDUCE, .dt = e->dtype, .odt = e->dtype, .a = body, .b = -1, .c = -1, .aff = -1,
+              .var = e->var, .extent = e->extent, .rop = e->rop};
+  /* The accumulator's start: the C renderer's (integer max/min from the
+   * type's bounds). */
+  int64_t lo = 0, hi = 0;
+  bool flt = kiln_dtype_is_float(e->dtype);
+  switch (e->dtype) {
+    case KILN_DTYPE_I64: lo = INT64_MIN; hi = INT64_MAX; break;
+    case KILN_DTYPE_I32: lo = INT32_MIN; hi = INT32_MAX; break;
+    case KILN_DTYPE_I16: lo = INT16_MIN; hi = INT16_MAX; break;
+    case KILN_DTYPE_I8: lo = INT8_MIN; hi = INT8_MAX; break;
+    case KILN_DTYPE_U32: hi = UINT32_MAX; break;
+    case KILN_DTYPE_U16: hi = UINT16_MAX; break;
+    case KILN_DTYPE_U8: hi = UINT8_MAX; break;
+    case KILN_DTYPE_BOOL: hi = 1; break;
+    case KILN_DTYPE_U64: hi = -1; break; /* all ones */
+    default: break;
+  }
+  switch (e->rop) {
+    case TE_RSUM: put_bytes(x.bytes, e->dtype, 0, 0.0); break;
+    case TE_RPROD: put_bytes(x.bytes, e->dtype, 1, 1.0); break;
+    case TE_RMAX: put_bytes(x.bytes, e->dtype, lo, flt ? -INFINITY : 0.0); break;
+    case TE_RMIN: put_bytes(x.bytes, e->dtype, hi, flt ? INFINITY : 0.0); break;
+  }
+  int i = new_ins(bd, &x);
+  if (i < 0) return -1;
+  uint64_t *s = vset_of(bd, i);
+  s[e->var / 64] &= ~(1ull << (e->var % 64)); /* bound here */
+  int start = 0, n = 0;
+  kiln_status_t st = build_list(bd, body, &start, &n);
+  if (st) {
+    bd->st = st;
+    return -1;
+  }
+  bd->k->ins[i].list = start;
+  bd->k->ins[i].n_list = n;
+  return i;
+}
+
+static int lower_load(builder *bd, const te_expr *e) {
+  ik_ins x = {.op = TE_LOAD, .dt = e->dtype, .odt = e->dtype, .a = -1, .b = -1, .c = -1, .aff = -1, .buf = e->buf};
+  te_affine af;
+  if (te_affine_of(e->a, &af)) {
+    if (!grow((void **)&bd->aff_var, &bd->cap_aff_var, bd->n_aff + af.n, sizeof(int)) ||
+        !grow((void **)&bd->aff_coef, &bd->cap_aff_coef, bd->n_aff + af.n, sizeof(int64_t)))
+      goto oom;
+    x.aff = bd->n_aff;
+    x.n_aff = 0;
+    x.aff_c0 = af.c0;
+    for (int t = 0; t < af.n; t++) {
+      if (!af.coef[t]) continue;
+      bd->aff_var[bd->n_aff] = af.var[t];
+      bd->aff_coef[bd->n_aff++] = af.coef[t];
+      x.n_aff++;
+    }
+    int i = new_ins(bd, &x);
+    if (i < 0) return -1;
+    uint64_t *s = vset_of(bd, i);
+    for (int t = 0; t < x.n_aff; t++) s[bd->aff_var[x.aff + t] / 64] |= 1ull << (bd->aff_var[x.aff + t] % 64);
+    return i;
+  }
+  x.a = convert(bd, lower_expr(bd, e->a), KILN_DTYPE_I64);
+  if (x.a < 0) return -1;
+  return new_ins(bd, &x);
+oom:
+  bd->st = KILN_OOM();
+  return -1;
+}
+
+static int lower_expr(builder *bd, const te_expr *e) {
+  if (bd->st) return -1;
+  if (bd->of_expr[e->id] >= 0) return bd->of_expr[e->id];
+  if (!has_lanes(e->dtype)) {
+    bd->st = kiln_error(KILN_UNSUPPORTED, "interp: a value of dtype %s", kiln_dtype_name(e->dtype));
+    return -1;
+  }
+  ik_ins x = {.op = e->op, .dt = e->dtype, .odt = e->dtype, .a = -1, .b = -1, .c = -1, .aff = -1};
+  int i = -1;
+  switch (e->op) {
+    case TE_CONST:
+      put_bytes(x.bytes, e->dtype, e->i, e->f);
+      i = new_ins(bd, &x);
+      break;
+    case TE_VAR:
+      x.var = e->var;
+      i = new_ins(bd, &x);
+      if (i >= 0) vset_of(bd, i)[e->var / 64] |= 1ull << (e->var % 64);
+      break;
+    case TE_LOAD: i = lower_load(bd, e); break;
+    case TE_REDUCE: i = lower_reduce(bd, e); break;
+    case TE_NEG: case TE_ABS:
+      x.a = convert(bd, lower_expr(bd, e->a), e->dtype);
+      i = x.a < 0 ? -1 : new_ins(bd, &x);
+      break;
+    case TE_NOT:
+      x.dt = x.odt = KILN_DTYPE_BOOL;
+      x.a = convert(bd, lower_expr(bd, e->a), KILN_DTYPE_BOOL);
+      i = x.a < 0 ? -1 : convert(bd, new_ins(bd, &x), e->dtype);
+      break;
+    case TE_CAST:
+      x.a = lower_expr(bd, e->a);
+      if (x.a < 0) break;
+      x.odt = bd->k->ins[x.a].dt;
+      i = x.odt == e->dtype ? x.a : new_ins(bd, &x);
+      break;
+    case TE_CALL1: case TE_CALL2:
+      x.fn = kiln_lanes_fn_of(e->fn);
+      if (x.fn < 0 || e->dtype != KILN_DTYPE_F32) {
+        bd->st = kiln_error(KILN_UNSUPPORTED, "interp: math function %s on %s", e->fn ? e->fn : "?",
+                            kiln_dtype_name(e->dtype));
+        break;
+      }
+      x.a = convert(bd, lower_expr(bd, e->a), KILN_DTYPE_F32);
+      x.b = e->op == TE_CALL2 ? convert(bd, lower_expr(bd, e->b), KILN_DTYPE_F32) : -1;
+      if (x.a >= 0 && (e->op == TE_CALL1 || x.b >= 0)) i = new_ins(bd, &x);
+      break;
+    case TE_ADD: case TE_SUB: case TE_MUL: case TE_DIV: case TE_MOD: case TE_MIN: case TE_MAX:
+      x.a = convert(bd, lower_expr(bd, e->a), e->dtype);
+      x.b = convert(bd, lower_expr(bd, e->b), e->dtype);
+      if (x.a >= 0 && x.b >= 0) i = new_ins(bd, &x);
+      break;
+    case TE_LT: case TE_LE: case TE_EQ: case TE_NE: {
+      int a = lower_expr(bd, e->a), b = lower_expr(bd, e->b);
+      if (a < 0 || b < 0) break;
+      x.odt = compare_dtype(bd->k->ins[a].dt, bd->k->ins[b].dt);
+      x.a = convert(bd, a, x.odt);
+      x.b = convert(bd, b, x.odt);
+      x.dt = KILN_DTYPE_BOOL;
+      if (x.a >= 0 && x.b >= 0) i = convert(bd, new_ins(bd, &x), e->dtype);
+      break;
+    }
+    case TE_AND: case TE_OR: case TE_XOR:
+      x.dt = x.odt = KILN_DTYPE_BOOL;
+      x.a = convert(bd, lower_expr(bd, e->a), KILN_DTYPE_BOOL);
+      x.b = convert(bd, lower_expr(bd, e->b), KILN_DTYPE_BOOL);
+      if (x.a >= 0 && x.b >= 0) i = convert(bd, new_ins(bd, &x), e->dtype);
+      break;
+    case TE_SELECT:
+      x.a = convert(bd, lower_expr(bd, e->a), KILN_DTYPE_BOOL);
+      x.b = convert(bd, lower_expr(bd, e->b), e->dtype);
+      x.c = convert(bd, lower_expr(bd, e->c), e->dtype);
+      if (x.a >= 0 && x.b >= 0 && x.c >= 0) i = new_ins(bd, &x);
+      break;
+  }
+  if (i < 0 && !bd->st) bd->st = kiln_error(KILN_UNSUPPORTED, "interp: expression operation %d", (int)e->op);
+  if (i >= 0) bd->of_expr[e->id] = i;
+  return i;
+}
+
+/* Appends the instructions `root` needs, each after its operands, stopping
+ * at reductions (their bodies have lists of their own). */
+static void list_visit(builder *bd, int i) {
+  if (i < 0 || bd->st || bd->mark[i]) return;
+  bd->mark[i] = 1;
+  const ik_ins *x = &bd->k->ins[i];
+  if (x->op != TE_REDUCE) {
+    list_visit(bd, x->a);
+    list_visit(bd, x->b);
+    list_visit(bd, x->c);
+  }
+  if (!grow((void **)&bd->lists, &bd->cap_lists, bd->n_lists + 1, sizeof(int))) {
+    bd->st = KILN_OOM();
+    return;
+  }
+  bd->lists[bd->n_lists++] = i;
+}
+
+static kiln_status_t build_list(builder *bd, int root, int *out_start, int *out_n) {
+  /* The mark table covers every instruction made so far (a list is built
+   * when its root is complete, so nothing it reaches is newer). */
+  char *mark = calloc((size_t)bd->k->n_ins + 1, 1);
+  if (!mark) return KILN_OOM();
+  char *saved = bd->mark;
+  bd->mark = mark;
+  *out_start = bd->n_lists;
+  list_visit(bd, root);
+  *out_n = bd->n_lists - *out_start;
+  bd->mark = saved;
+  free(mark);
+  return bd->st;
+}
+
+/* Free variables of every instruction as lists. */
+static kiln_status_t finish_vars(builder *bd) {
+  kiln_interp_kernel *k = bd->k;
+  for (int i = 0; i < k->n_ins; i++) {
+    const uint64_t *s = vset_of(bd, i);
+    k->ins[i].vars = bd->n_var_list;
+    for (int v = 0; v < bd->words * 64; v++) {
+      if (!((s[v / 64] >> (v % 64)) & 1)) continue;
+      if (!grow((void **)&bd->var_list, &bd->cap_var_list, bd->n_var_list + 1, sizeof(int))) return KILN_OOM();
+      bd->var_list[bd->n_var_list++] = v;
+    }
+    k->ins[i].n_vars = bd->n_var_list - k->ins[i].vars;
+  }
+  return NULL;
+}
+
+void kiln_interp_kernel_destroy(kiln_interp_kernel *k) {
+  if (!k) return;
+  free(k->ins);
+  free(k->lists);
+  free(k->var_list);
+  free(k->aff_var);
+  free(k->aff_coef);
+  free(k->buf_dtype);
+  free(k);
+}
+
+kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nest *nest, kiln_interp_kernel **out) {
+  *out = NULL;
+  if (nest->tiles.n_red || nest->rows.threads || nest->thread_tile > 1 || nest->jam_inner > 1)
+    return kiln_error(KILN_UNSUPPORTED, "interp: a nest scheduled for a GPU");
+  kiln_interp_kernel *k = calloc(1, sizeof *k);
+  if (!k) return KILN_OOM();
+  builder bd = {.k = k, .b = b};
+  k->ops = kiln_lanes();
+  k->n_vars = te_var_count(b);
+  k->n_bufs = te_buffer_count(b);
+  bd.words = (k->n_vars + 63) / 64 + 1;
+  int n_exprs = te_expr_count(b);
+  bd.of_expr = malloc(((size_t)n_exprs + 1) * sizeof(int));
+  k->buf_dtype = calloc((size_t)k->n_bufs + 1, sizeof *k->buf_dtype);
+  kiln_status_t st = (!bd.of_expr || !k->buf_dtype) ? KILN_OOM() : NULL;
+  for (int i = 0; !st && i < n_exprs; i++) bd.of_expr[i] = -1;
+  for (int i = 0; !st && i < k->n_bufs; i++) {
+    k->buf_dtype[i] = te_get_buffer(b, i)->dtype;
+    if (!has_lanes(k->buf_dtype[i]))
+      st = kiln_error(KILN_UNSUPPORTED, "interp: buffer %d of dtype %s", i, kiln_dtype_name(k->buf_dtype[i]));
+  }
+  k->out_buf = nest->out_buf;
+  k->rank = nest->rank;
+  k->sum = -1;
+  if (!st) {
+    kiln_dtype out_dt = k->buf_dtype[nest->out_buf];
+    k->value = convert(&bd, lower_expr(&bd, nest->value), out_dt);
+    st = bd.st;
+    if (!st && k->value < 0) st = kiln_error(KILN_INTERNAL, "interp: the element did not lower");
+  }
+  if (!st) st = build_list(&bd, k->value, &k->value_list, &k->n_value_list);
+  if (!st) {
+    const te_expr *sum = nest->gemm.ok ? nest->gemm.sum : nest->conv.ok ? nest->conv.tag->reduce : NULL;
+    if (sum) k->sum = bd.of_expr[sum->id];
+  }
+  if (!st) st = finish_vars(&bd);
+  if (!st) {
+    int64_t s = 1;
+    for (int l = nest->rank - 1; l >= 0; l--) {
+      k->extents[l] = nest->extents[l];
+      k->loop_var[l] = nest->vars[l];
+      k->stride[l] = s;
+      s *= nest->extents[l];
+    }
+    k->parallel_total = kiln_loop_nest_threads(nest);
+    k->grain = nest->grain > 0 ? nest->grain : 1;
+    k->inner = 1;
+    for (int l = nest->parallel_dims; l < nest->rank; l++) k->inner *= nest->extents[l];
+    /* A block covers consecutive elements over the innermost loops whose
+     * product reaches 64 (short rows would make short blocks). */
+    int vl = nest->rank > 0 ? nest->rank - 1 : 0;
+    while (vl > 0 && k->stride[vl - 1] < 64) vl--;
+    k->vary_level = vl;
+    k->row_len = nest->rank > 0 ? k->stride[vl] * nest->extents[vl] : 1;
+    k->nest_copy = *nest;
+    k->nest_copy.sites = NULL;
+    k->nest_copy.n_sites = 0;
+    if (nest->conv.ok) {
+      k->conv_tag = *nest->conv.tag;
+      k->nest_copy.conv.tag = &k->conv_tag;
+      k->has_epilogue = nest->value != nest->conv.tag->reduce;
+    }
+    if (nest->gemm.ok) {
+      const kiln_gemm_call *g = &nest->gemm;
+      k->has_epilogue = nest->value != g->sum;
+      k->pack_b = te_get_buffer(b, g->b_buf)->constant;
+      for (int i = 0; i < g->n_batch; i++) k->pack_b &= g->b_stride[i] == 0 || nest->extents[g->batch_loops[i]] == 1;
+    }
+    if ((nest->gemm.ok || nest->conv.ok) && k->has_epilogue && k->sum < 0)
+      st = kiln_error(KILN_INTERNAL, "interp: the tensorized sum is not in the element");
+  }
+  k->lists = bd.lists;
+  k->n_lists_total = bd.n_lists;
+  k->var_list = bd.var_list;
+  k->aff_var = bd.aff_var;
+  k->aff_coef = bd.aff_coef;
+  free(bd.of_expr);
+  free(bd.vset);
+  if (st) {
+    kiln_interp_kernel_destroy(k);
+    return st;
+  }
+  *out = k;
+  return NULL;
+}
+
+/* ---- evaluation state (per thread) ------------------------------------------------ */
+
+/* What one thread needs to evaluate one kernel; thread-local, reused by
+ * every kernel the thread runs, reset when the kernel or launch changes
+ * (cached values are only good within one launch: the buffers change). */
+typedef struct ik_state {
+  const kiln_interp_kernel *k;
+  uint64_t launch;
+  size_t cap;
+  unsigned char *vals;  /* n_ins slots of SLOT_BYTES */
+  uint8_t *scalar;      /* per instruction: its value is lane 0 for every lane */
+  uint64_t *at;         /* per instruction: the tick it was computed at (0: never) */
+  uint64_t *changed;    /* per variable: the tick its value last changed */
+  int64_t *var_value;   /* per variable: its value, when not varying */
+  int64_t *var_lanes;   /* per variable: L lanes, when varying */
+  int64_t *var_ostride; /* per variable, when varying: its step in the block's linear order */
+  uint8_t *varying;     /* per variable: in vary[] */
+  int vary[2 * KILN_MAX_RANK + 2]; /* the variables that vary across the block's lanes */
+  int n_vary;
+  uint64_t tick;
+  int nl;               /* lanes of the current block */
+  void *const *buffers;
+  int64_t idx[L];
+} ik_state;
+
+static pthread_key_t state_key;
+static pthread_once_t state_once = PTHREAD_ONCE_INIT;
+static void state_free(void *p) {
+  ik_state *s = p;
+  if (s) free(s->vals);
+  free(s);
+}
+static void state_key_init(void) { (void)pthread_key_create(&state_key, state_free); }
+
+static ik_state *state_for(const kiln_interp_kernel *k, uint64_t launch, void *const *buffers) {
+  pthread_once(&state_once, state_key_init);
+  ik_state *s = pthread_getspecific(state_key);
+  if (!s) {
+    s = calloc(1, sizeof *s);
+    if (!s || pthread_setspecific(state_key, s)) {
+      free(s);
+      return NULL;
+    }
+  }
+  if (s->k == k && s->launch == launch) return s;
+  size_t n = (size_t)k->n_ins, v = (size_t)k->n_vars + 1;
+  size_t need = n * SLOT_BYTES + n * (1 + 8) + v * (8 + 8 + 8 + 1 + (size_t)L * 8) + 64;
+  if (need > s->cap) {
+    free(s->vals);
+    s->vals = aligned_alloc(64, (need + 63) / 64 * 64);
+    s->cap = s->vals ? (need + 63) / 64 * 64 : 0;
+    if (!s->vals) {
+      s->k = NULL;
+      return NULL;
+    }
+  }
+  unsigned char *p = s->vals + n * SLOT_BYTES;
+  s->var_lanes = (int64_t *)p, p += v * (size_t)L * 8;
+  s->at = (uint64_t *)p, p += n * 8;
+  s->changed = (uint64_t *)p, p += v * 8;
+  s->var_value = (int64_t *)p, p += v * 8;
+  s->var_ostride = (int64_t *)p, p += v * 8;
+  s->scalar = p, p += n;
+  s->varying = p;
+  memset(s->at, 0, n * 8);
+  memset(s->changed, 0, v * 8);
+  memset(s->varying, 0, v);
+  s->n_vary = 0;
+  s->tick = 1;
+  s->k = k;
+  s->launch = launch;
+  s->buffers = buffers;
+  return s;
+}
+
+static void *slot(const ik_state *s, int i) { return s->vals + (size_t)i * SLOT_BYTES; }
+
+static bool valid(const ik_state *s, const kiln_interp_kernel *k, int i) {
+  uint64_t at = s->at[i];
+  if (!at) return false;
+  const ik_ins *x = &k->ins[i];
+  for (int j = 0; j < x->n_vars; j++)
+    if (s->changed[k->var_list[x->vars + j]] >= at) return false;
+  return true;
+}
+
+static void set_scalar_var(ik_state *s, int var, int64_t value) {
+  if (!s->varying[var] && s->var_value[var] == value && s->changed[var]) return;
+  s->varying[var] = 0;
+  s->var_value[var] = value;
+  s->changed[var] = ++s->tick;
+}
+
+static void eval_list(ik_state *s, const kiln_interp_kernel *k, int start, int n);
+
+/* The coefficient of variable v in an affine load's index (0: not read). */
+static int64_t coef_of(const kiln_interp_kernel *k, const ik_ins *x, int v) {
+  for (int t = 0; t < x->n_aff; t++)
+    if (k->aff_var[x->aff + t] == v) return k->aff_coef[x->aff + t];
+  return 0;
+}
+
+/* A load at an affine index: a strided copy when the block's lanes step
+ * through the index evenly, else a gather. */
+static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_ins *x, void *o, int i) {
+  int64_t u = x->aff_c0;
+  bool varies = false;
+  for (int t = 0; t < x->n_aff; t++) {
+    int v = k->aff_var[x->aff + t];
+    int64_t c = k->aff_coef[x->aff + t];
+    if (!s->varying[v]) {
+      u += c * s->var_value[v];
+      continue;
+    }
+    varies = true;
+    u += c * s->var_lanes[(size_t)v * L]; /* u: the index at lane 0 */
+  }
+  const char *base = s->buffers[x->buf];
+  size_t size = kiln_dtype_size(x->dt);
+  if (!varies) {
+    memcpy(o, base + (size_t)u * size, size);
+    s->scalar[i] = 1;
+    return;
+  }
+  s->scalar[i] = 0;
+  /* Even: every varying variable's coefficient is step times its stride
+   * in the lanes' order (those the index does not read included: they
+   * must then have step 0), so lane l reads u + l * step. */
+  int64_t step = 0;
+  bool found = false;
+  for (int j = 0; j < s->n_vary && !found; j++)
+    if (s->var_ostride[s->vary[j]] == 1) {
+      step = coef_of(k, x, s->vary[j]);
+      found = true;
+    }
+  bool even = found;
+  for (int j = 0; j < s->n_vary && even; j++) {
+    int v = s->vary[j];
+    even = coef_of(k, x, v) == step * s->var_ostride[v];
+  }
+  if (even) {
+    k->ops->strided(x->dt, s->nl, o, base + (size_t)u * size, step);
+    return;
+  }
+  int nl = s->nl;
+  for (int l = 0; l < nl; l++) s->idx[l] = u;
+  for (int t = 0; t < x->n_aff; t++) {
+    int v = k->aff_var[x->aff + t];
+    if (!s->varying[v]) continue;
+    int64_t c = k->aff_coef[x->aff + t];
+    const int64_t *lanes = s->var_lanes + (size_t)v * L;
+    for (int l = 0; l < nl; l++) s->idx[l] += c * (lanes[l] - lanes[0]);
+  }
+  k->ops->gather(x->dt, nl, o, base, s->idx);
+}
+
+static void eval_reduce(ik_state *s, const kiln_interp_kernel *k, int i) {
+  const ik_ins *x = &k->ins[i];
+  const kiln_lanes_ops *ops = k->ops;
+  void *acc = slot(s, i);
+  bool lanewise = false;
+  for (int j = 0; j < x->n_vars && !lanewise; j++) lanewise = s->varying[k->var_list[x->vars + j]];
+  if (lanewise) {
+    /* Each lane its own sum: the variable one value at a time, the body
+     * over the block. */
+    ops->fill(x->dt, s->nl, acc, x->bytes);
+    for (int64_t kk = 0; kk < x->extent; kk++) {
+      set_scalar_var(s, x->var, kk);
+      eval_list(s, k, x->list, x->n_list);
+      ops->combine(x->rop, x->dt, s->nl, acc, slot(s, x->a), s->scalar[x->a]);
+    }
+    s->scalar[i] = 0;
+    return;
+  }
+  /* One value for the block: the body evaluated in blocks along the
+   * reduction's own variable, into per-lane partial results, folded. */
+  int saved_nl = s->nl, v = x->var, saved_n = s->n_vary;
+  int saved[2 * KILN_MAX_RANK + 2];
+  /* The block's own varying variables are set aside (the body reads none
+   * of them: they are not free in it), their lanes kept. */
+  memcpy(saved, s->vary, sizeof saved);
+  for (int j = 0; j < saved_n; j++) s->varying[saved[j]] = 0;
+  s->vary[0] = v;
+  s->n_vary = 1;
+  int64_t used = x->extent < L ? x->extent : L;
+  ops->fill(x->dt, (int)used, acc, x->bytes);
+  s->varying[v] = 1;
+  s->var_ostride[v] = 1;
+  int64_t *lanes = s->var_lanes + (size_t)v * L;
+  for (int64_t k0 = 0; k0 < x->extent; k0 += L) {
+    int n = (int)(x->extent - k0 < L ? x->extent - k0 : L);
+    for (int l = 0; l < n; l++) lanes[l] = k0 + l;
+    s->nl = n;
+    s->changed[v] = ++s->tick;
+    eval_list(s, k, x->list, x->n_list);
+    ops->combine(x->rop, x->dt, n, acc, slot(s, x->a), s->scalar[x->a]);
+  }
+  unsigned char result[8];
+  memcpy(result, x->bytes, sizeof result);
+  ops->fold(x->rop, x->dt, (int)used, acc, result);
+  memcpy(acc, result, sizeof result);
+  s->varying[v] = 0;
+  s->changed[v] = ++s->tick;
+  memcpy(s->vary, saved, sizeof saved);
+  s->n_vary = saved_n;
+  for (int j = 0; j < saved_n; j++) s->varying[saved[j]] = 1;
+  s->nl = saved_nl;
+  s->scalar[i] = 1;
+}
+
+static void eval_ins(ik_state *s, const kiln_interp_kernel *k, int i) {
+  const ik_ins *x = &k->ins[i];
+  const kiln_lanes_ops *ops = k->ops;
+  void *o = slot(s, i);
+  int as = x->a >= 0 ? s->scalar[x->a] : 1, bs = x->b >= 0 ? s->scalar[x->b] : 1,
+      cs = x->c >= 0 ? s->scalar[x->c] : 1;
+  const void *a = x->a >= 0 ? slot(s, x->a) : NULL, *b = x->b >= 0 ? slot(s, x->b) : NULL,
+             *c = x->c >= 0 ? slot(s, x->c) : NULL;
+  int all_scalar = as && bs && cs;
+  int n = all_scalar ? 1 : s->nl;
+  switch (x->op) {
+    case TE_CONST:
+      memcpy(o, x->bytes, 8);
+      s->scalar[i] = 1;
+      return;
+    case TE_VAR:
+      if (s->varying[x->var]) {
+        memcpy(o, s->var_lanes + (size_t)x->var * L, (size_t)s->nl * 8);
+        s->scalar[i] = 0;
+      } else {
+        memcpy(o, &s->var_value[x->var], 8);
+        s->scalar[i] = 1;
+      }
+      return;
+    case TE_LOAD:
+      if (x->aff >= 0) {
+        eval_affine_load(s, k, x, o, i);
+      } else if (as) {
+        int64_t at;
+        memcpy(&at, a, 8);
+        memcpy(o, (const char *)s->buffers[x->buf] + (size_t)at * kiln_dtype_size(x->dt), kiln_dtype_size(x->dt));
+        s->scalar[i] = 1;
+      } else {
+        ops->gather(x->dt, s->nl, o, s->buffers[x->buf], a);
+        s->scalar[i] = 0;
+      }
+      return;
+    case TE_REDUCE: eval_reduce(s, k, i); return;
+    case TE_NEG: case TE_ABS: case TE_NOT: ops->unary(x->op, x->dt, n, o, a); break;
+    case TE_CAST: ops->cast(x->dt, x->odt, n, o, a); break;
+    case TE_CALL1: case TE_CALL2: ops->call((kiln_lanes_fn)x->fn, n, o, a, as, b, bs); break;
+    case TE_ADD: case TE_SUB: case TE_MUL: case TE_DIV: case TE_MOD: case TE_MIN: case TE_MAX:
+      ops->binary(x->op, x->dt, n, o, a, as, b, bs);
+      break;
+    case TE_LT: case TE_LE: case TE_EQ: case TE_NE: ops->compare(x->op, x->odt, n, o, a, as, b, bs); break;
+    case TE_AND: case TE_OR: case TE_XOR: ops->logic(x->op, n, o, a, as, b, bs); break;
+    case TE_SELECT: ops->select(x->dt, n, o, a, as, b, bs, c, cs); break;
+  }
+  s->scalar[i] = (uint8_t)all_scalar;
+}
+
+static void eval_list(ik_state *s, const kiln_interp_kernel *k, int start, int n) {
+  for (int j = 0; j < n; j++) {
+    int i = k->lists[start + j];
+    if (valid(s, k, i)) continue;
+    eval_ins(s, k, i);
+    s->at[i] = ++s->tick;
+  }
+}
+
+/* The output loops' variables for the block of n elements from flat
+ * index e (within one row of the loops above vary_level). */
+static void set_block_vars(ik_state *s, const kiln_interp_kernel *k, int64_t e, int n) {
+  int vl = k->vary_level;
+  s->n_vary = 0;
+  for (int l = 0; l < k->rank; l++) {
+    int v = k->loop_var[l];
+    int64_t value = (e / k->stride[l]) % k->extents[l];
+    if (l < vl) {
+      set_scalar_var(s, v, value);
+      continue;
+    }
+    s->varying[v] = 1;
+    s->vary[s->n_vary++] = v;
+    s->var_ostride[v] = k->stride[l];
+    s->var_lanes[(size_t)v * L] = value;
+    s->changed[v] = ++s->tick;
+  }
+  s->nl = n;
+  if (vl == k->rank - 1 && k->rank > 0) { /* one varying loop: a ramp */
+    int64_t *lanes = s->var_lanes + (size_t)k->loop_var[vl] * L;
+    for (int l = 1; l < n; l++) lanes[l] = lanes[0] + l;
+    return;
+  }
+  for (int l = 1; l < n; l++) { /* the next element: the innermost index up one, carried outwards */
+    bool carry = true;
+    for (int d = k->rank - 1; d >= vl; d--) {
+      int64_t *lanes = s->var_lanes + (size_t)k->loop_var[d] * L;
+      int64_t x = lanes[l - 1] + (carry ? 1 : 0);
+      carry = carry && x == k->extents[d];
+      lanes[l] = carry ? 0 : x;
+    }
+  }
+}
+
+/* Evaluates output elements [e0, e1) into out (elements of the output's
+ * dtype, out[0] being element e0). sum, when not NULL: the tensorized
+ * call's result for the same elements (f32), standing for its sum. */
+static void eval_range(ik_state *s, const kiln_interp_kernel *k, int64_t e0, int64_t e1, void *out, const float *sum) {
+  size_t size = kiln_dtype_size(k->buf_dtype[k->out_buf]);
+  for (int64_t e = e0; e < e1;) {
+    int64_t n = e1 - e;
+    if (n > L) n = L;
+    int64_t to_row_end = k->row_len - e % k->row_len;
+    if (n > to_row_end) n = to_row_end;
+    set_block_vars(s, k, e, (int)n);
+    if (sum) {
+      memcpy(slot(s, k->sum), sum + (e - e0), (size_t)n * sizeof(float));
+      s->scalar[k->sum] = 0;
+      s->at[k->sum] = ++s->tick;
+    }
+    eval_list(s, k, k->value_list, k->n_value_list);
+    k->ops->store(k->buf_dtype[k->out_buf], (int)n, (char *)out + (size_t)(e - e0) * size, 1, slot(s, k->value),
+                  s->scalar[k->value]);
+    e += n;
+  }
+}
+
+/* ---- launches --------------------------------------------------------------------- */
+
+static atomic_uint_fast64_t launch_counter;
+
+typedef struct ik_launch {
+  const kiln_interp_kernel *k;
+  const kiln_rt *rt;
+  void *const *buffers;
+  uint64_t id;
+  int64_t batch;        /* GEMM: the batch index of a call */
+  const void *packed_b; /* GEMM: B packed once */
+  int64_t batch_elems;  /* GEMM: output elements per batch index */
+} ik_launch;
+
+static ik_state *launch_state(const ik_launch *x) {
+  ik_state *s = state_for(x->k, x->id, x->buffers);
+  if (!s) x->rt->fail(x->rt, "cpu interpreter: out of memory for a thread's values");
+  return s;
+}
+
+static void plain_body(void *ctx, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  const ik_launch *x = ctx;
+  const kiln_interp_kernel *k = x->k;
+  ik_state *s = launch_state(x);
+  if (!s) return;
+  int64_t e0 = begin * k->inner, e1 = end * k->inner;
+  eval_range(s, k, e0, e1, (char *)x->buffers[k->out_buf] + (size_t)e0 * kiln_dtype_size(k->buf_dtype[k->out_buf]),
+             NULL);
+}
+
+/* A tile of a tensorized call's output, in place: element (i, j) is output
+ * element base + (m0 + i) * row + n0 + j. */
+static void tile_epilogue(const ik_launch *x, int64_t base, int64_t row, float *c, int64_t ldc, int64_t m0, int64_t n0,
+                          int64_t mb, int64_t nb) {
+  ik_state *s = launch_state(x);
+  if (!s) return;
+  for (int64_t i = 0; i < mb; i++) {
+    int64_t e = base + (m0 + i) * row + n0;
+    eval_range(s, x->k, e, e + nb, c + i * ldc, c + i * ldc);
+  }
+}
+
+static void gemm_epilogue(void *vctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, int64_t nb) {
+  const ik_launch *x = vctx;
+  const kiln_gemm_call *g = &x->k->nest_copy.gemm;
+  tile_epilogue(x, x->batch * x->batch_elems, g->n, c, ldc, m0, n0, mb, nb);
+}
+
+static void conv_epilogue(void *vctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, int64_t nb) {
+  const kiln_rt_epilogue_ctx *e = vctx;
+  tile_epilogue((const ik_launch *)e->buffers, e->base, e->row, c, ldc, m0, n0, mb, nb);
+}
+
+/* A native convolution epilogue a routine could not apply in registers:
+ * y += add, then the clip (render_conv.c's native_epilogue). */
+static void conv_native_epilogue(void *vctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, int64_t nb) {
+  const kiln_rt_epilogue_ctx *e = vctx;
+  const ik_launch *x = (const ik_launch *)e->buffers;
+  const kiln_conv_call *cc = &x->k->nest_copy.conv;
+  for (int64_t i = 0; i < mb; i++) {
+    float *row = c + i * ldc;
+    if (cc->add_buf >= 0) {
+      const float *add = (const float *)x->buffers[cc->add_buf] + e->base + (m0 + i) * e->row + n0;
+      for (int64_t j = 0; j < nb; j++) row[j] += add[j];
+    }
+    if (cc->clip)
+      for (int64_t j = 0; j < nb; j++) {
+        float v = row[j] < cc->lo ? cc->lo : row[j];
+        row[j] = v > cc->hi ? cc->hi : v;
+      }
+  }
+}
+
+static const float *operand_at(const kiln_interp_kernel *k, const kiln_gemm_call *g, int buf, int64_t off,
+                               const int64_t *stride, void *const *buffers, int64_t batch) {
+  int64_t at = off;
+  for (int i = g->n_batch - 1; i >= 0; i--) {
+    int l = g->batch_loops[i];
+    at += stride[i] * (batch % k->extents[l]);
+    batch /= k->extents[l];
+  }
+  return (const float *)buffers[buf] + at;
+}
+
+static void gemm_one(const ik_launch *x, void *pool, int64_t batch) {
+  const kiln_interp_kernel *k = x->k;
+  const kiln_gemm_call *g = &k->nest_copy.gemm;
+  kiln_rt_sgemm_args a = {0};
+  a.trans_a = g->trans_a;
+  a.trans_b = g->trans_b;
+  a.m = g->m;
+  a.n = g->n;
+  a.k = g->k;
+  a.alpha = 1.0f;
+  a.a = operand_at(k, g, g->a_buf, g->a_off, g->a_stride, x->buffers, batch);
+  a.lda = g->lda;
+  a.b = operand_at(k, g, g->b_buf, g->b_off, g->b_stride, x->buffers, batch);
+  a.ldb = g->ldb;
+  a.packed_b = x->packed_b;
+  a.c = (float *)x->buffers[k->out_buf] + batch * g->m * g->n;
+  a.ldc = g->n;
+  ik_launch one = *x;
+  one.batch = batch;
+  if (k->has_epilogue) {
+    a.epilogue = gemm_epilogue;
+    a.epilogue_ctx = &one;
+  }
+  x->rt->sgemm(pool, &a);
+}
+
+static void gemm_batches(void *ctx, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  const ik_launch *x = ctx;
+  for (int64_t b = begin; b < end; b++) gemm_one(x, NULL, b);
+}
+
+static void run_gemm(ik_launch *x) {
+  const kiln_interp_kernel *k = x->k;
+  const kiln_gemm_call *g = &k->nest_copy.gemm;
+  const kiln_rt *rt = x->rt;
+  /* A constant B that every batch index shares is packed once per launch
+   * slot, as the generated kernel does. */
+  x->batch_elems = g->m * g->n;
+  if (k->pack_b) {
+    kiln_rt_sgemm_args p = {0};
+    p.trans_b = g->trans_b;
+    p.k = g->k;
+    p.n = g->n;
+    p.b = (const float *)x->buffers[g->b_buf] + g->b_off;
+    p.ldb = g->ldb;
+    x->packed_b = rt->sgemm_packed_b(rt, &p, (kiln_rt_state **)x->buffers[k->n_bufs]);
+  }
+  if (g->batch > 1 && g->batch >= 2 * (int64_t)rt->n_threads && (double)g->m * (double)g->n * (double)g->k < (double)(1 << 20)) {
+    rt->parallel_for(rt->pool, g->batch, 1, gemm_batches, x);
+  } else {
+    for (int64_t b = 0; b < g->batch; b++) gemm_one(x, rt->pool, b);
+  }
+}
+
+static void run_conv(ik_launch *x) {
+  const kiln_interp_kernel *k = x->k;
+  const te_conv_tag *t = &k->conv_tag;
+  const kiln_conv_call *cc = &k->nest_copy.conv;
+  bool native = cc->native && (cc->add_buf >= 0 || cc->clip);
+  kiln_rt_conv_args a = {0};
+  a.nsp = t->nsp;
+  a.transposed = t->transposed;
+  a.n = t->n;
+  a.ci = t->ci;
+  a.co = t->co;
+  a.group = t->group;
+  for (int i = 0; i < t->nsp; i++) {
+    a.in[i] = t->in[i];
+    a.out[i] = t->out[i];
+    a.kernel[i] = t->kernel[i];
+    a.stride[i] = t->stride[i];
+    a.dilation[i] = t->dilation[i];
+    a.pad_begin[i] = t->pad_begin[i];
+  }
+  a.x = x->buffers[t->x_buf];
+  a.w = x->buffers[t->w_buf];
+  a.y = x->buffers[k->out_buf];
+  a.w_constant = cc->w_constant;
+  if (cc->native && cc->bias_buf >= 0) a.bias = x->buffers[cc->bias_buf];
+  if (cc->native && cc->add_buf >= 0) a.add = x->buffers[cc->add_buf];
+  if (cc->native && cc->clip) {
+    a.clip = true;
+    a.lo = cc->lo;
+    a.hi = cc->hi;
+  }
+  if (native) a.epilogue = conv_native_epilogue;
+  else if (k->has_epilogue && !cc->native) a.epilogue = conv_epilogue;
+  if (a.epilogue) a.epilogue_buffers = (void *const *)x;
+  x->rt->conv(x->rt, &a, (kiln_rt_state **)x->buffers[k->n_bufs]);
+}
+
+void kiln_interp_kernel_run(const kiln_interp_kernel *k, const kiln_rt *rt, void *const *buffers) {
+  ik_launch x = {.k = k, .rt = rt, .buffers = buffers, .id = atomic_fetch_add(&launch_counter, 1) + 1};
+  if (k->nest_copy.gemm.ok) {
+    run_gemm(&x);
+  } else if (k->nest_copy.conv.ok) {
+    run_conv(&x);
+  } else if (k->parallel_total > 0) {
+    rt->parallel_for(rt->pool, k->parallel_total, k->grain, plain_body, &x);
+  }
+}

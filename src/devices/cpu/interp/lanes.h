@@ -1,0 +1,66 @@
+/* lanes.h — the precompiled vector operations the cpu's kernel interpreter
+ * (interp.h) is made of: each applies one tensor-expression operation to
+ * a block of up to KILN_LANES elements ("lanes") of one dtype.
+ *
+ * An operand is an array of n lanes, or a scalar (its `*s` flag set: lane
+ * 0 stands for every lane), so `x * 0.5f` reads the constant once. The
+ * loops are written once (lanes_impl.h) and compiled twice, portable and
+ * for AVX2 + FMA; kiln_lanes() picks the table for this CPU at run time.
+ * Semantics are those of the C the JIT generates for the same expression
+ * (codegen/render_c.c): C's conversions, NaN-propagating min/max, the
+ * math helpers of codegen/kiln_math.h; integer arithmetic wraps, integer
+ * division by 0 gives 0 instead of trapping.
+ */
+#ifndef KILN_DEVICES_CPU_INTERP_LANES_H
+#define KILN_DEVICES_CPU_INTERP_LANES_H
+
+#include "codegen/te.h"
+
+#define KILN_LANES 256
+
+/* The math functions lower.c calls (TE_CALL1/TE_CALL2 by name). */
+typedef enum kiln_lanes_fn {
+  KILN_FN_EXP, KILN_FN_SIGMOID, KILN_FN_TANH, KILN_FN_ERF, KILN_FN_SOFTPLUS, KILN_FN_GELU, KILN_FN_GELU_TANH,
+  KILN_FN_SQRT, KILN_FN_LOG, KILN_FN_FLOOR, KILN_FN_CEIL, KILN_FN_ROUND, KILN_FN_SIN, KILN_FN_COS,
+  KILN_FN_POW, /* binary */
+  KILN_FN_COUNT
+} kiln_lanes_fn;
+/* The function a TE_CALL names, or -1. */
+int kiln_lanes_fn_of(const char *name);
+
+typedef struct kiln_lanes_ops {
+  const char *name; /* "avx2", "generic" */
+  /* ADD SUB MUL DIV MOD MIN MAX over dt (both operands of dt). */
+  void (*binary)(te_op op, kiln_dtype dt, int n, void *o, const void *a, int as, const void *b, int bs);
+  /* LT LE EQ NE over dt, results 0/1 bytes. */
+  void (*compare)(te_op op, kiln_dtype dt, int n, uint8_t *o, const void *a, int as, const void *b, int bs);
+  /* AND OR XOR of 0/1 bytes. */
+  void (*logic)(te_op op, int n, uint8_t *o, const uint8_t *a, int as, const uint8_t *b, int bs);
+  /* NEG ABS over dt; NOT over bytes. a is n lanes. */
+  void (*unary)(te_op op, kiln_dtype dt, int n, void *o, const void *a);
+  /* o = (to)a for n lanes (to BOOL: a != 0). */
+  void (*cast)(kiln_dtype to, kiln_dtype from, int n, void *o, const void *a);
+  /* o = c ? a : b. */
+  void (*select)(kiln_dtype dt, int n, void *o, const uint8_t *c, int cs, const void *a, int as, const void *b, int bs);
+  /* o = fn(a) or fn(a, b), f32. */
+  void (*call)(kiln_lanes_fn fn, int n, float *o, const float *a, int as, const float *b, int bs);
+  /* o[l] = base[idx[l]]. */
+  void (*gather)(kiln_dtype dt, int n, void *o, const void *base, const int64_t *idx);
+  /* o[l] = base[l * stride]. */
+  void (*strided)(kiln_dtype dt, int n, void *o, const void *base, int64_t stride);
+  /* base[l * stride] = x[l] (x scalar: every lane). */
+  void (*store)(kiln_dtype dt, int n, void *base, int64_t stride, const void *x, int xs);
+  /* acc[l] = combine(acc[l], x[l]) for n lanes. */
+  void (*combine)(te_reduce_op rop, kiln_dtype dt, int n, void *acc, const void *x, int xs);
+  /* *out = combine(*out, x[0], ..., x[n-1]). */
+  void (*fold)(te_reduce_op rop, kiln_dtype dt, int n, const void *x, void *out);
+  /* o[l] = v[0] for n lanes. */
+  void (*fill)(kiln_dtype dt, int n, void *o, const void *v);
+} kiln_lanes_ops;
+
+extern const kiln_lanes_ops kiln_lanes_generic;
+extern const kiln_lanes_ops kiln_lanes_avx2; /* .name NULL where not built (not x86-64 GCC/clang) */
+/* The table for this CPU (after KILN_CPU_DISABLE). */
+const kiln_lanes_ops *kiln_lanes(void);
+
+#endif

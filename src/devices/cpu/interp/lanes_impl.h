@@ -1,0 +1,384 @@
+/* lanes_impl.h — the loops behind kiln_lanes_ops, included once per
+ * target by lanes_generic.c and lanes_avx2.c with LANES_TABLE (the table's
+ * name) and LANES_NAME defined; the including file sets the target. Every
+ * loop is a plain counted loop over restrict-free arrays that GCC
+ * vectorizes at -O3 (the files are built with it). */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "codegen/kiln_math.h"
+#include "devices/cpu/interp/lanes.h"
+
+/* One loop body serves every type: tests like `x < 0` are always false for
+ * the unsigned ones, and a loop need not read both operands. */
+#pragma GCC diagnostic ignored "-Wtype-limits"
+#pragma GCC diagnostic ignored "-Wunused-variable"
+
+/* dtype, C type of its lanes, unsigned type of the same width (wrapping
+ * arithmetic), whether it is a float. */
+#define LANES_NUMERIC(X)                   \
+  X(KILN_DTYPE_F32, float, float, 1)       \
+  X(KILN_DTYPE_F64, double, double, 1)     \
+  X(KILN_DTYPE_I64, int64_t, uint64_t, 0)  \
+  X(KILN_DTYPE_I32, int32_t, uint32_t, 0)  \
+  X(KILN_DTYPE_I16, int16_t, uint16_t, 0)  \
+  X(KILN_DTYPE_I8, int8_t, uint8_t, 0)     \
+  X(KILN_DTYPE_U8, uint8_t, uint8_t, 0)    \
+  X(KILN_DTYPE_U16, uint16_t, uint16_t, 0) \
+  X(KILN_DTYPE_U32, uint32_t, uint32_t, 0) \
+  X(KILN_DTYPE_U64, uint64_t, uint64_t, 0)
+#define LANES_ALL(X) LANES_NUMERIC(X) X(KILN_DTYPE_BOOL, uint8_t, uint8_t, 0)
+#define LANES_FLOATS(X) X(KILN_DTYPE_F32, float, float, 1) X(KILN_DTYPE_F64, double, double, 1)
+#define LANES_INTS(X)                      \
+  X(KILN_DTYPE_I64, int64_t, uint64_t, 0)  \
+  X(KILN_DTYPE_I32, int32_t, uint32_t, 0)  \
+  X(KILN_DTYPE_I16, int16_t, uint16_t, 0)  \
+  X(KILN_DTYPE_I8, int8_t, uint8_t, 0)     \
+  X(KILN_DTYPE_U8, uint8_t, uint8_t, 0)    \
+  X(KILN_DTYPE_U16, uint16_t, uint16_t, 0) \
+  X(KILN_DTYPE_U32, uint32_t, uint32_t, 0) \
+  X(KILN_DTYPE_U64, uint64_t, uint64_t, 0) \
+  X(KILN_DTYPE_BOOL, uint8_t, uint8_t, 0)
+/* The same list again, for a loop nested in one of the first (a macro
+ * does not expand inside its own expansion). */
+#define LANES_ALL_INNER(X)                 \
+  X(KILN_DTYPE_F32, float, float, 1)       \
+  X(KILN_DTYPE_F64, double, double, 1)     \
+  X(KILN_DTYPE_I64, int64_t, uint64_t, 0)  \
+  X(KILN_DTYPE_I32, int32_t, uint32_t, 0)  \
+  X(KILN_DTYPE_I16, int16_t, uint16_t, 0)  \
+  X(KILN_DTYPE_I8, int8_t, uint8_t, 0)     \
+  X(KILN_DTYPE_U8, uint8_t, uint8_t, 0)    \
+  X(KILN_DTYPE_U16, uint16_t, uint16_t, 0) \
+  X(KILN_DTYPE_U32, uint32_t, uint32_t, 0) \
+  X(KILN_DTYPE_U64, uint64_t, uint64_t, 0) \
+  X(KILN_DTYPE_BOOL, uint8_t, uint8_t, 0)
+/* NaN test that is false for integer types without comparing x to itself. */
+
+/* One loop over n lanes, each operand a lane array or a scalar: four
+ * copies so that each is a simple vectorizable loop. */
+#define LANES_LOOP2(T, TA, TB, o, a, as, b, bs, EXPR)                      \
+  do {                                                                     \
+    T *o_ = (T *)(o);                                                      \
+    const TA *a_ = (const TA *)(a);                                        \
+    const TB *b_ = (const TB *)(b);                                        \
+    if (!(as) && !(bs)) {                                                  \
+      for (int l = 0; l < n; l++) {                                        \
+        TA x = a_[l];                                                      \
+        TB y = b_[l];                                                      \
+        o_[l] = (T)(EXPR);                                                 \
+      }                                                                    \
+    } else if (as && !(bs)) {                                              \
+      const TA x = a_[0];                                                  \
+      for (int l = 0; l < n; l++) {                                        \
+        TB y = b_[l];                                                      \
+        o_[l] = (T)(EXPR);                                                 \
+      }                                                                    \
+    } else if (!(as)) {                                                    \
+      const TB y = b_[0];                                                  \
+      for (int l = 0; l < n; l++) {                                        \
+        TA x = a_[l];                                                      \
+        o_[l] = (T)(EXPR);                                                 \
+      }                                                                    \
+    } else {                                                               \
+      TA x = a_[0];                                                        \
+      TB y = b_[0];                                                        \
+      for (int l = 0; l < n; l++) o_[l] = (T)(EXPR);                       \
+    }                                                                      \
+  } while (0)
+
+/* Integer division and remainder as C computes them, except that a zero
+ * divisor gives 0 and INT_MIN / -1 wraps instead of trapping. */
+#define LANES_IDIV(T, U, x, y) ((y) == 0 ? (T)0 : ((y) == (T)-1 ? (T)(0 - (U)(x)) : (T)((x) / (y))))
+#define LANES_IMOD(T, x, y) ((y) == 0 || (y) == (T)-1 ? (T)0 : (T)((x) % (y)))
+
+static void lanes_binary(te_op op, kiln_dtype dt, int n, void *o, const void *a, int as, const void *b, int bs) {
+  switch (dt) {
+#define X(DT, T, U, FLOAT)                                                                          \
+  case DT:                                                                                          \
+    switch (op) {                                                                                   \
+      case TE_ADD: LANES_LOOP2(T, T, T, o, a, as, b, bs, x + y); return;                            \
+      case TE_SUB: LANES_LOOP2(T, T, T, o, a, as, b, bs, x - y); return;                            \
+      case TE_MUL: LANES_LOOP2(T, T, T, o, a, as, b, bs, x * y); return;                            \
+      case TE_DIV: LANES_LOOP2(T, T, T, o, a, as, b, bs, x / y); return;                            \
+      case TE_MOD: LANES_LOOP2(T, T, T, o, a, as, b, bs, fmod((double)x, (double)y)); return;       \
+      case TE_MIN: LANES_LOOP2(T, T, T, o, a, as, b, bs, (x != x || x < y) ? x : y); return;        \
+      case TE_MAX: LANES_LOOP2(T, T, T, o, a, as, b, bs, (x != x || x > y) ? x : y); return;        \
+      default: return;                                                                              \
+    }
+    LANES_FLOATS(X)
+#undef X
+    /* Integers wrap: the arithmetic is done in the unsigned type (64-bit
+     * for the product, so narrow types do not overflow int). */
+#define X(DT, T, U, FLOAT)                                                                          \
+  case DT:                                                                                          \
+    switch (op) {                                                                                   \
+      case TE_ADD: LANES_LOOP2(T, T, T, o, a, as, b, bs, (U)((U)x + (U)y)); return;                 \
+      case TE_SUB: LANES_LOOP2(T, T, T, o, a, as, b, bs, (U)((U)x - (U)y)); return;                 \
+      case TE_MUL: LANES_LOOP2(T, T, T, o, a, as, b, bs, (uint64_t)(U)x * (uint64_t)(U)y); return;  \
+      case TE_DIV: LANES_LOOP2(T, T, T, o, a, as, b, bs, LANES_IDIV(T, U, x, y)); return;           \
+      case TE_MOD: LANES_LOOP2(T, T, T, o, a, as, b, bs, LANES_IMOD(T, x, y)); return;              \
+      case TE_MIN: LANES_LOOP2(T, T, T, o, a, as, b, bs, x < y ? x : y); return;                    \
+      case TE_MAX: LANES_LOOP2(T, T, T, o, a, as, b, bs, x > y ? x : y); return;                    \
+      default: return;                                                                              \
+    }
+    LANES_INTS(X)
+#undef X
+    default: return;
+  }
+}
+
+static void lanes_compare(te_op op, kiln_dtype dt, int n, uint8_t *o, const void *a, int as, const void *b, int bs) {
+  switch (dt) {
+#define X(DT, T, U, FLOAT)                                                         \
+  case DT:                                                                         \
+    switch (op) {                                                                  \
+      case TE_LT: LANES_LOOP2(uint8_t, T, T, o, a, as, b, bs, x < y); return;      \
+      case TE_LE: LANES_LOOP2(uint8_t, T, T, o, a, as, b, bs, x <= y); return;     \
+      case TE_EQ: LANES_LOOP2(uint8_t, T, T, o, a, as, b, bs, x == y); return;     \
+      case TE_NE: LANES_LOOP2(uint8_t, T, T, o, a, as, b, bs, x != y); return;     \
+      default: return;                                                             \
+    }
+    LANES_ALL(X)
+#undef X
+    default: return;
+  }
+}
+
+static void lanes_logic(te_op op, int n, uint8_t *o, const uint8_t *a, int as, const uint8_t *b, int bs) {
+  switch (op) {
+    case TE_AND: LANES_LOOP2(uint8_t, uint8_t, uint8_t, o, a, as, b, bs, (x != 0) & (y != 0)); return;
+    case TE_OR: LANES_LOOP2(uint8_t, uint8_t, uint8_t, o, a, as, b, bs, (x != 0) | (y != 0)); return;
+    case TE_XOR: LANES_LOOP2(uint8_t, uint8_t, uint8_t, o, a, as, b, bs, (x != 0) != (y != 0)); return;
+    default: return;
+  }
+}
+
+static void lanes_unary(te_op op, kiln_dtype dt, int n, void *o, const void *a) {
+  if (op == TE_NOT) {
+    uint8_t *o_ = o;
+    const uint8_t *a_ = a;
+    for (int l = 0; l < n; l++) o_[l] = a_[l] == 0;
+    return;
+  }
+  switch (dt) {
+#define X(DT, T, U, FLOAT)                                                              \
+  case DT: {                                                                            \
+    T *o_ = o;                                                                          \
+    const T *a_ = a;                                                                    \
+    if (op == TE_NEG)                                                                   \
+      for (int l = 0; l < n; l++) o_[l] = FLOAT ? (T)-a_[l] : (T)(0 - (U)a_[l]);        \
+    else if (FLOAT)                                                                     \
+      for (int l = 0; l < n; l++) o_[l] = (T)fabs((double)a_[l]);                       \
+    else                                                                                \
+      for (int l = 0; l < n; l++) o_[l] = a_[l] < (T)0 ? (T)(0 - (U)a_[l]) : a_[l];     \
+    return;                                                                             \
+  }
+    LANES_NUMERIC(X)
+#undef X
+    default: return;
+  }
+}
+
+static void lanes_cast(kiln_dtype to, kiln_dtype from, int n, void *o, const void *a) {
+  if (to == KILN_DTYPE_BOOL) {
+    uint8_t *o_ = o;
+    switch (from) {
+#define X(DT, T, U, FLOAT)                                  \
+  case DT: {                                                \
+    const T *a_ = a;                                        \
+    for (int l = 0; l < n; l++) o_[l] = a_[l] != (T)0;      \
+    return;                                                 \
+  }
+      LANES_ALL(X)
+#undef X
+      default: return;
+    }
+  }
+  switch (to) {
+#define TO(DT, T, U, FLOAT)                                 \
+  case DT: {                                                \
+    T *o_ = o;                                              \
+    switch (from) {                                         \
+      FROM_ALL(T)                                           \
+      default: return;                                      \
+    }                                                       \
+  }
+#define FROM(DT2, T2, U2, FLOAT2)                           \
+  case DT2: {                                               \
+    const T2 *a_ = a;                                       \
+    for (int l = 0; l < n; l++) o_[l] = (TO_T)a_[l];        \
+    return;                                                 \
+  }
+#define FROM_ALL(T) LANES_ALL_INNER(FROM)
+#define TO_T __typeof__(*o_)
+    LANES_NUMERIC(TO)
+#undef TO_T
+#undef FROM_ALL
+#undef FROM
+#undef TO
+    default: return;
+  }
+}
+
+static void lanes_select(kiln_dtype dt, int n, void *o, const uint8_t *c, int cs, const void *a, int as, const void *b,
+                         int bs) {
+  if (cs) { /* one branch for every lane */
+    const void *src = c[0] ? a : b;
+    int ss = c[0] ? as : bs;
+    size_t size = kiln_dtype_size(dt);
+    if (ss)
+      for (int l = 0; l < n; l++) memcpy((char *)o + (size_t)l * size, src, size);
+    else
+      memmove(o, src, (size_t)n * size);
+    return;
+  }
+  switch (dt) {
+#define X(DT, T, U, FLOAT)                                                              \
+  case DT: {                                                                            \
+    T *o_ = o;                                                                          \
+    const T *a_ = a, *b_ = b;                                                           \
+    const T x0 = a_[0], y0 = b_[0];                                                     \
+    if (!as && !bs)                                                                     \
+      for (int l = 0; l < n; l++) o_[l] = c[l] ? a_[l] : b_[l];                         \
+    else if (as && !bs)                                                                 \
+      for (int l = 0; l < n; l++) o_[l] = c[l] ? x0 : b_[l];                            \
+    else if (!as)                                                                       \
+      for (int l = 0; l < n; l++) o_[l] = c[l] ? a_[l] : y0;                            \
+    else                                                                                \
+      for (int l = 0; l < n; l++) o_[l] = c[l] ? x0 : y0;                               \
+    return;                                                                             \
+  }
+    LANES_ALL(X)
+#undef X
+    default: return;
+  }
+}
+
+static void lanes_call(kiln_lanes_fn fn, int n, float *o, const float *a, int as, const float *b, int bs) {
+  switch (fn) {
+#define F1(ID, EXPR)                                                     \
+  case ID:                                                               \
+    LANES_LOOP2(float, float, float, o, a, as, a, as, EXPR);             \
+    return;
+    F1(KILN_FN_EXP, kiln_expf(x))
+    F1(KILN_FN_SIGMOID, kiln_sigmoidf(x))
+    F1(KILN_FN_TANH, kiln_tanhf(x))
+    F1(KILN_FN_ERF, kiln_erff(x))
+    F1(KILN_FN_SOFTPLUS, kiln_softplusf(x))
+    F1(KILN_FN_GELU, kiln_geluf(x))
+    F1(KILN_FN_GELU_TANH, kiln_gelu_tanhf(x))
+    F1(KILN_FN_SQRT, sqrtf(x))
+    F1(KILN_FN_LOG, logf(x))
+    F1(KILN_FN_FLOOR, floorf(x))
+    F1(KILN_FN_CEIL, ceilf(x))
+    F1(KILN_FN_ROUND, nearbyintf(x))
+    F1(KILN_FN_SIN, sinf(x))
+    F1(KILN_FN_COS, cosf(x))
+#undef F1
+    case KILN_FN_POW: LANES_LOOP2(float, float, float, o, a, as, b, bs, powf(x, y)); return;
+    default: return;
+  }
+}
+
+static void lanes_gather(kiln_dtype dt, int n, void *o, const void *base, const int64_t *idx) {
+  switch (kiln_dtype_size(dt)) {
+#define G(SIZE, T)                                                    \
+  case SIZE: {                                                        \
+    T *o_ = o;                                                        \
+    const T *b_ = base;                                               \
+    for (int l = 0; l < n; l++) o_[l] = b_[idx[l]];                   \
+    return;                                                           \
+  }
+    G(1, uint8_t)
+    G(2, uint16_t)
+    G(4, uint32_t)
+    G(8, uint64_t)
+#undef G
+    default: return;
+  }
+}
+
+static void lanes_strided(kiln_dtype dt, int n, void *o, const void *base, int64_t stride) {
+  size_t size = kiln_dtype_size(dt);
+  if (stride == 1) {
+    memcpy(o, base, (size_t)n * size);
+    return;
+  }
+  switch (size) {
+#define S(SIZE, T)                                                    \
+  case SIZE: {                                                        \
+    T *o_ = o;                                                        \
+    const T *b_ = base;                                               \
+    for (int l = 0; l < n; l++) o_[l] = b_[(int64_t)l * stride];      \
+    return;                                                           \
+  }
+    S(1, uint8_t)
+    S(2, uint16_t)
+    S(4, uint32_t)
+    S(8, uint64_t)
+#undef S
+    default: return;
+  }
+}
+
+static void lanes_store(kiln_dtype dt, int n, void *base, int64_t stride, const void *x, int xs) {
+  size_t size = kiln_dtype_size(dt);
+  if (stride == 1 && !xs) {
+    memmove(base, x, (size_t)n * size);
+    return;
+  }
+  switch (size) {
+#define S(SIZE, T)                                                                  \
+  case SIZE: {                                                                      \
+    T *b_ = base;                                                                   \
+    const T *x_ = x;                                                                \
+    if (xs)                                                                         \
+      for (int l = 0; l < n; l++) b_[(int64_t)l * stride] = x_[0];                  \
+    else                                                                            \
+      for (int l = 0; l < n; l++) b_[(int64_t)l * stride] = x_[l];                  \
+    return;                                                                         \
+  }
+    S(1, uint8_t)
+    S(2, uint16_t)
+    S(4, uint32_t)
+    S(8, uint64_t)
+#undef S
+    default: return;
+  }
+}
+
+static void lanes_combine(te_reduce_op rop, kiln_dtype dt, int n, void *acc, const void *x, int xs) {
+  switch (rop) {
+    case TE_RSUM: lanes_binary(TE_ADD, dt, n, acc, acc, 0, x, xs); return;
+    case TE_RPROD: lanes_binary(TE_MUL, dt, n, acc, acc, 0, x, xs); return;
+    /* max/min as the C renderer combines: the new element wins when it
+     * is NaN or beyond the accumulator (so NaN propagates). */
+    case TE_RMAX: lanes_binary(TE_MAX, dt, n, acc, x, xs, acc, 0); return;
+    case TE_RMIN: lanes_binary(TE_MIN, dt, n, acc, x, xs, acc, 0); return;
+  }
+}
+
+static void lanes_fold(te_reduce_op rop, kiln_dtype dt, int n, const void *x, void *out) {
+  for (int l = 0; l < n; l++) lanes_combine(rop, dt, 1, out, (const char *)x + (size_t)l * kiln_dtype_size(dt), 1);
+}
+
+static void lanes_fill(kiln_dtype dt, int n, void *o, const void *v) { lanes_store(dt, n, o, 1, v, 1); }
+
+const kiln_lanes_ops LANES_TABLE = {
+    .name = LANES_NAME,
+    .binary = lanes_binary,
+    .compare = lanes_compare,
+    .logic = lanes_logic,
+    .unary = lanes_unary,
+    .cast = lanes_cast,
+    .select = lanes_select,
+    .call = lanes_call,
+    .gather = lanes_gather,
+    .strided = lanes_strided,
+    .store = lanes_store,
+    .combine = lanes_combine,
+    .fold = lanes_fold,
+    .fill = lanes_fill,
+};
