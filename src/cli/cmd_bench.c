@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <sys/resource.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "base/cpu_features.h"
@@ -38,7 +39,12 @@ static const char *bench_help =
     "--json     one JSON object on stdout instead of the text report (raw per-run\n"
     "           latencies included, and the profile when asked for).\n"
     "--threads  threads for the device (0 = the device's default).\n"
-    "--fp16     fp16 precision (GPUs with fp16 support keep float tensors in fp16).\n";
+    "--fp16     fp16 precision (GPUs with fp16 support keep float tensors in fp16).\n"
+    "\n"
+    "The cpu device's kernels are all compiled before the first run (KILN_JIT=sync)\n"
+    "unless KILN_JIT is set: the timed runs then measure the compiled kernels, not\n"
+    "the interpreter tier that serves a session while its JIT works (set\n"
+    "KILN_JIT=tiered to time a cold start as a session sees it).\n";
 
 /* ---- shared input binding --------------------------------------------- */
 
@@ -591,6 +597,7 @@ static kiln_status_t run_once(kiln_session *sess, const kiln_cli_inputs *in, int
 }
 
 int kiln_cmd_bench(int argc, char **argv) {
+  setenv("KILN_JIT", "sync", 0); /* steady state unless asked otherwise (see the help) */
   if (kiln_cli_wants_help(argc, argv)) {
     fputs(bench_help, stdout);
     return 0;

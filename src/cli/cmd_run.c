@@ -8,8 +8,8 @@
 static const char *run_help =
     "usage: kiln run MODEL.onnx [--device D] [--threads N] [--fp16] [--input NAME=FILE.npy]... [--output-dir DIR]\n"
     "\n"
-    "Runs the model on device D (default: cpu when a C compiler is found, else\n"
-    "ref) with N threads (default: the number of physical cores); --fp16 keeps\n"
+    "Runs the model on device D (default: cpu; without a C compiler it runs its\n"
+    "precompiled kernels) with N threads (default: the number of physical cores); --fp16 keeps\n"
     "float tensors in fp16 on GPUs that support it. Inputs are\n"
     "bound by graph-input name (a .npz file gives a sequence input, its arrays\n"
     "in order; an omitted optional input is empty).\n"

@@ -1,7 +1,8 @@
 /* The cpu device: kiln's default. It compiles the graph (fused, generated C
  * kernels and packed SGEMM micro-kernels, multi-threaded) and runs what it
- * cannot compile on the reference kernels inside the same executable. It is
- * absent when no C compiler is found at run time. */
+ * cannot compile on the reference kernels inside the same executable.
+ * Every kernel also has a precompiled form (interp/), so the device exists
+ * without a C compiler: it then runs on those alone, and says so. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,8 +11,9 @@
 #include "codegen/jit.h"
 #include "devices/cpu/cpu_internal.h"
 #include "devices/cpu/gemm/gemm.h"
+#include "devices/cpu/interp/interp.h"
 
-static char description[512];
+static char description[1024];
 
 static void cpu_query(const kiln_device *dev, kiln_device_info *out) {
   memset(out, 0, sizeof *out);
@@ -19,13 +21,21 @@ static void cpu_query(const kiln_device *dev, kiln_device_info *out) {
   out->vendor = "kiln";
   if (!description[0]) {
     /* The paths this process takes (after KILN_CPU_DISABLE): the usable
-     * features, the SGEMM micro-kernel and what generated C targets. */
-    char feats[192], target[192];
+     * features, the SGEMM micro-kernel, what generated C targets, and
+     * whether there is a compiler at all. */
+    char feats[192], target[192], jit[320];
     kiln_cpu_features_string(kiln_cpu_features_get(), feats, (int)sizeof feats);
     kiln_jit_target_flags(target, (int)sizeof target);
+    kiln_status_t st = kiln_jit_available();
+    const char *mode = getenv("KILN_JIT");
+    if (st) snprintf(jit, sizeof jit, "JIT unavailable (%s): precompiled kernels only", kiln_status_message(st));
+    else if (mode && !strcmp(mode, "off")) snprintf(jit, sizeof jit, "JIT off (KILN_JIT=off): precompiled kernels only");
+    else snprintf(jit, sizeof jit, "JIT %s, generated C %s", mode && !strcmp(mode, "sync") ? "before the first run" : "tiered", target);
+    kiln_status_free(st);
     snprintf(description, sizeof description,
-             "compiled C kernels, %d physical cores, %s; SGEMM kernel %s; generated C %s", kiln_physical_cores(),
-             feats[0] ? feats : "(no SIMD features)", kiln_sgemm_kernel_name(), target);
+             "fused kernels, %d physical cores, %s; SGEMM kernel %s; precompiled kernels %s; %s",
+             kiln_physical_cores(), feats[0] ? feats : "(no SIMD features)", kiln_sgemm_kernel_name(),
+             kiln_interp_isa(), jit);
   }
   out->description = description;
   out->host_memory = true;
@@ -36,11 +46,14 @@ static bool cpu_supports(const kiln_device *dev, const kiln_graph *g, const kiln
 }
 
 static void cpu_plan_describe(kiln_device *dev, void *state, const kiln_plan *p, FILE *out) {
-  const cpu_exec *x = state;
+  cpu_exec *x = state;
+  static const char *const modes[] = {"tiered", "sync", "off"};
   fprintf(out,
-          "cpu: contractions tensorized onto the %s SGEMM micro-kernel and the conv algorithms; conv scratch %.2f MiB "
-          "(grown at the first run)\n",
-          kiln_sgemm_kernel_name(), (double)x->scratch_bytes / (1 << 20));
+          "cpu: kernels: %d compiled, %d precompiled (JIT %s%s); contractions tensorized onto the %s SGEMM "
+          "micro-kernel and the conv algorithms; conv scratch %.2f MiB (grown at the first run)\n",
+          atomic_load(&x->kernels_jit), atomic_load(&x->kernels_interp), modes[x->mode],
+          x->compiling && !atomic_load(&x->compiled) ? ", compiling in the background" : "", kiln_sgemm_kernel_name(),
+          (double)x->scratch_bytes / (1 << 20));
 }
 
 static const kiln_device_vtable cpu_vtable = {
@@ -55,17 +68,9 @@ static const kiln_device_vtable cpu_vtable = {
 
 static kiln_device cpu_device = {&cpu_vtable, NULL};
 
-/* The cpu device compiles with the system C compiler: without one it is
- * absent, and says why. */
+/* Always there: without a C compiler it runs its precompiled kernels. */
 static int cpu_enumerate(kiln_device **out, int max, const char **why_absent) {
-  static char why[512];
-  kiln_status_t st = kiln_jit_available();
-  if (st) {
-    snprintf(why, sizeof why, "%s", kiln_status_message(st));
-    kiln_status_free(st);
-    *why_absent = why;
-    return 0;
-  }
+  (void)why_absent;
   if (max < 1) return 0;
   out[0] = &cpu_device;
   return 1;

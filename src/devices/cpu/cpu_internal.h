@@ -61,6 +61,7 @@ typedef struct cpu_exec {
    * plan_end (so the cache is complete for the next session). */
   pthread_t compiler;
   bool compiling;
+  atomic_bool compiled;  /* the background compile has finished */
   atomic_int kernels_jit, kernels_interp; /* steps on each tier now (for describe) */
   kiln_threadpool *pool; /* owned */
   kiln_rt rt;          /* what generated code calls (cpu_rt.c finds the exec from it) */

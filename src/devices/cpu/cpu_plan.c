@@ -137,6 +137,7 @@ static void *compile_in_background(void *arg) {
                   kiln_status_message(st));
   kiln_status_free(st);
   free(mods);
+  atomic_store(&b->x->compiled, true);
   batch_free(b);
   return NULL;
 }
