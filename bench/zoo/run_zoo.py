@@ -103,8 +103,10 @@ def nodes_on_ref(args, model):
 def cold_kiln(args, model, inputs, threads):
     cache = tempfile.mkdtemp(prefix="kiln_zoo_cold_")
     try:
-        j = rb.kiln_bench(args, model, inputs, threads, 1, warmup=0, env=dict(os.environ, KILN_CACHE_DIR=cache),
-                          timeout=args.timeout)
+        # Tiered, as a session starts by default: the first run on the
+        # precompiled kernels while the JIT compiles in the background.
+        j = rb.kiln_bench(args, model, inputs, threads, 1, warmup=0,
+                          env=dict(os.environ, KILN_CACHE_DIR=cache, KILN_JIT="tiered"), timeout=args.timeout)
         return j["load_ms"] + j["session_ms"] + j["first_run_ms"]
     finally:
         shutil.rmtree(cache, ignore_errors=True)
@@ -191,6 +193,16 @@ def bench_model(args, zoo, meta, threads, warm_cache):
         res["ratio"] = res["kiln"]["median"] / res["ort"]["median"]
     if "cold_kiln_ms" in res and "cold_ort_ms" in res:
         res["cold_ratio"] = res["cold_kiln_ms"] / res["cold_ort_ms"]
+    if args.no_jit and "kiln" in res:
+        # The same model with no C compiler: the precompiled kernels alone.
+        try:
+            n = max(3, res["iterations"] // 2)
+            js = rb.kiln_bench(args, model, inputs, threads, n, env=dict(env, KILN_CC="/nonexistent"),
+                               timeout=args.timeout)["samples_ms"]
+            res["nojit"] = rb.summarize(js)
+            res["nojit_ratio"] = res["nojit"]["median"] / res["kiln"]["median"]
+        except (RuntimeError, OSError, ValueError, KeyError) as e:
+            res["nojit_error"] = str(e)[:300]
     return res
 
 
@@ -218,9 +230,10 @@ def print_tables(results, meta, threads):
     for t in threads:
         rows = [r for r in results if r["threads"] == t]
         print(f"\n### {t} thread{'s' if t > 1 else ''}\n")
+        nojit = any("nojit" in r or "nojit_error" in r for r in rows)
         print("| model | family | runs | kiln ms | ORT ms | kiln/ORT | nodes on ref | cold kiln ms | cold ORT ms "
-              "| cold kiln/ORT |")
-        print("|---|---|---:|---:|---:|---:|---|---:|---:|---:|")
+              "| cold kiln/ORT |" + (" no-JIT ms | no-JIT/JIT |" if nojit else ""))
+        print("|---|---|---:|---:|---:|---:|---|---:|---:|---:|" + ("---:|---:|" if nojit else ""))
         for r in rows:
             kiln = fmt(r["kiln"]["median"]) if "kiln" in r else f"FAILED: {r.get('kiln_error', '?')[:120]}"
             ort = fmt(r["ort"]["median"]) if "ort" in r else f"FAILED: {r.get('ort_error', '?')[:120]}"
@@ -234,8 +247,12 @@ def print_tables(results, meta, threads):
             co = fmt(r.get("cold_ort_ms")) if "cold_ort_ms" in r else (
                 f"FAILED: {r['cold_ort_error'][:60]}" if "cold_ort_error" in r else "")
             cr = f"{r['cold_ratio']:.2f}" if "cold_ratio" in r else ""
+            nj = ""
+            if nojit:
+                nj = (f" {fmt(r['nojit']['median'])} | {r['nojit_ratio']:.2f} |" if "nojit" in r
+                      else f" FAILED: {r.get('nojit_error', '?')[:60]} | |")
             print(f"| {r['model']} | {r['family']} | {r.get('iterations', '')} | {kiln} | {ort} | {ratio} | {ref} "
-                  f"| {ck} | {co} | {cr} |")
+                  f"| {ck} | {co} | {cr} |" + nj)
         ok = [r for r in rows if "ratio" in r]
         bad = [r for r in rows if "ratio" not in r]
         print()
@@ -245,6 +262,11 @@ def print_tables(results, meta, threads):
             print(f"- geometric mean of kiln/ORT over {len(ok)} models: **{geomean([r['ratio'] for r in ok]):.2f}**"
                   + (f"; cold start: {geomean(cold):.2f}" if cold else ""))
             print(f"- worst: {worst['model']} ({worst['ratio']:.2f})")
+            nj = [r for r in ok if "nojit_ratio" in r]
+            if nj:
+                wn = max(nj, key=lambda r: r["nojit_ratio"])
+                print(f"- no C compiler (precompiled kernels) / JIT: geometric mean "
+                      f"{geomean([r['nojit_ratio'] for r in nj]):.2f}, worst {wn['model']} ({wn['nojit_ratio']:.2f})")
             allref = [r["model"] for r in ok if r.get("nodes_on_ref") == "all"]
             if allref:
                 print(f"- whole graph on ref: {', '.join(allref)}")
@@ -276,6 +298,9 @@ def main():
                     help="seconds of timed runs per runtime and cell: slow models get fewer runs, at least one per "
                     "round (estimated from the first round; 0: always --iterations; default %(default)s)")
     ap.add_argument("--no-cold", action="store_true", help="skip the cold-start measurements")
+    ap.add_argument("--no-jit", action="store_true",
+                    help="also time kiln with no C compiler (KILN_CC=/nonexistent: precompiled kernels only) and "
+                         "print its ratio to kiln's JIT latency")
     ap.add_argument("--no-export", action="store_true", help="only the models already in --zoo-dir")
     ap.add_argument("--quick", action="store_true", help="4 runs in 2 rounds, 1 warm-up: checks the harness")
     ap.add_argument("--json-out", help="also write all results to this file")

@@ -93,7 +93,34 @@
 #define LANES_IDIV(T, U, x, y) ((y) == 0 ? (T)0 : ((y) == (T)-1 ? (T)(0 - (U)(x)) : (T)((x) / (y))))
 #define LANES_IMOD(T, x, y) ((y) == 0 || (y) == (T)-1 ? (T)0 : (T)((x) % (y)))
 
+/* int64 index arithmetic divides by constants (unflattening a reshaped
+ * view): a hardware divide per element is 40-90 cycles, so a non-negative
+ * x divided by a positive scalar y takes the high half of x * m (m =
+ * floor((2^64 - 1) / y), at most two short of the quotient) and corrects
+ * it with the remainder. Negative lanes take C's division. */
+static void lanes_idiv64_scalar(te_op op, int n, int64_t *o, const int64_t *x, int64_t y) {
+  uint64_t m = UINT64_MAX / (uint64_t)y;
+  for (int l = 0; l < n; l++) {
+    int64_t v = x[l];
+    if (v < 0) {
+      o[l] = op == TE_DIV ? v / y : v % y;
+      continue;
+    }
+    uint64_t q = (uint64_t)(((unsigned __int128)(uint64_t)v * m) >> 64);
+    uint64_t r = (uint64_t)v - q * (uint64_t)y;
+    while (r >= (uint64_t)y) {
+      q++;
+      r -= (uint64_t)y;
+    }
+    o[l] = op == TE_DIV ? (int64_t)q : (int64_t)r;
+  }
+}
+
 static void lanes_binary(te_op op, kiln_dtype dt, int n, void *o, const void *a, int as, const void *b, int bs) {
+  if (dt == KILN_DTYPE_I64 && (op == TE_DIV || op == TE_MOD) && !as && bs && *(const int64_t *)b > 0) {
+    lanes_idiv64_scalar(op, n, o, a, *(const int64_t *)b);
+    return;
+  }
   switch (dt) {
 #define X(DT, T, U, FLOAT)                                                                          \
   case DT:                                                                                          \
