@@ -121,16 +121,6 @@ static const char *binop_text(te_op op) {
   }
 }
 
-/* The type a comparison compares in when its operands differ. */
-static kiln_dtype compare_dtype(kiln_dtype a, kiln_dtype b) {
-  if (a == b) return a;
-  if (a == KILN_DTYPE_F64 || b == KILN_DTYPE_F64) return KILN_DTYPE_F64;
-  if (kiln_dtype_is_float(a)) return a;
-  if (kiln_dtype_is_float(b)) return b;
-  if (a == KILN_DTYPE_I64 || b == KILN_DTYPE_I64 || a == KILN_DTYPE_U64 || b == KILN_DTYPE_U64) return KILN_DTYPE_I64;
-  if (a == KILN_DTYPE_U32 && b == KILN_DTYPE_U32) return KILN_DTYPE_U32;
-  return KILN_DTYPE_I32;
-}
 
 void render_ensure(render_ctx *r, const te_expr *e) {
   if (!e || e->op == TE_CONST || e->op == TE_VAR || e->op == TE_REDUCE) return;
@@ -146,7 +136,7 @@ void render_ensure(render_ctx *r, const te_expr *e) {
     case TE_NOT: wa = KILN_DTYPE_BOOL; break;
     case TE_SELECT: wa = KILN_DTYPE_BOOL; break;
     case TE_AND: case TE_OR: case TE_XOR: wa = wb = KILN_DTYPE_BOOL; break;
-    case TE_LT: case TE_LE: case TE_EQ: case TE_NE: wa = wb = compare_dtype(e->a->dtype, e->b->dtype); break;
+    case TE_LT: case TE_LE: case TE_EQ: case TE_NE: wa = wb = te_compare_dtype(e->a->dtype, e->b->dtype); break;
     default: break;
   }
   char a[96] = "", b[96] = "", c[96] = "";

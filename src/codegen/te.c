@@ -436,3 +436,13 @@ int64_t te_affine_coef(const te_affine *a, int var) {
     if (a->var[i] == var) return a->coef[i];
   return 0;
 }
+
+kiln_dtype te_compare_dtype(kiln_dtype a, kiln_dtype b) {
+  if (a == b) return a;
+  if (a == KILN_DTYPE_F64 || b == KILN_DTYPE_F64) return KILN_DTYPE_F64;
+  if (kiln_dtype_is_float(a)) return a;
+  if (kiln_dtype_is_float(b)) return b;
+  if (a == KILN_DTYPE_I64 || b == KILN_DTYPE_I64 || a == KILN_DTYPE_U64 || b == KILN_DTYPE_U64) return KILN_DTYPE_I64;
+  if (a == KILN_DTYPE_U32 && b == KILN_DTYPE_U32) return KILN_DTYPE_U32;
+  return KILN_DTYPE_I32;
+}

@@ -105,6 +105,11 @@ te_expr *te_imul(te_builder *b, te_expr *a, int64_t c);
 te_expr *te_idiv(te_builder *b, te_expr *a, int64_t c);
 te_expr *te_imod(te_builder *b, te_expr *a, int64_t c);
 
+/* The type a comparison of a and b compares in (C's usual arithmetic
+ * conversions as the renderers apply them: f64, then a float, then int64,
+ * then uint32 for two uint32s, else int32). */
+kiln_dtype te_compare_dtype(kiln_dtype a, kiln_dtype b);
+
 /* e with every use of index variable `var` replaced by `with` (reduction
  * variables are kept, so a substituted reduction still loops over the same
  * variable as the original: renderers can run both in one loop). What does

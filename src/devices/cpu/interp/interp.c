@@ -146,16 +146,6 @@ static int convert(builder *bd, int i, kiln_dtype to) {
   return new_ins(bd, &x);
 }
 
-/* The type a comparison compares in (the C renderer's usual conversions). */
-static kiln_dtype compare_dtype(kiln_dtype a, kiln_dtype b) {
-  if (a == b) return a;
-  if (a == KILN_DTYPE_F64 || b == KILN_DTYPE_F64) return KILN_DTYPE_F64;
-  if (kiln_dtype_is_float(a)) return a;
-  if (kiln_dtype_is_float(b)) return b;
-  if (a == KILN_DTYPE_I64 || b == KILN_DTYPE_I64 || a == KILN_DTYPE_U64 || b == KILN_DTYPE_U64) return KILN_DTYPE_I64;
-  if (a == KILN_DTYPE_U32 && b == KILN_DTYPE_U32) return KILN_DTYPE_U32;
-  return KILN_DTYPE_I32;
-}
 
 static int lower_expr(builder *bd, const te_expr *e);
 
@@ -288,7 +278,7 @@ static int lower_expr(builder *bd, const te_expr *e) {
     case TE_LT: case TE_LE: case TE_EQ: case TE_NE: {
       int a = lower_expr(bd, e->a), b = lower_expr(bd, e->b);
       if (a < 0 || b < 0) break;
-      x.odt = compare_dtype(bd->k->ins[a].dt, bd->k->ins[b].dt);
+      x.odt = te_compare_dtype(bd->k->ins[a].dt, bd->k->ins[b].dt);
       x.a = convert(bd, a, x.odt);
       x.b = convert(bd, b, x.odt);
       x.dt = KILN_DTYPE_BOOL;

@@ -17,9 +17,8 @@
 
 /* dtype, C type of its lanes, unsigned type of the same width (wrapping
  * arithmetic), whether it is a float. */
-#define LANES_NUMERIC(X)                   \
-  X(KILN_DTYPE_F32, float, float, 1)       \
-  X(KILN_DTYPE_F64, double, double, 1)     \
+#define LANES_FLOATS(X) X(KILN_DTYPE_F32, float, float, 1) X(KILN_DTYPE_F64, double, double, 1)
+#define LANES_WORDS(X)                     \
   X(KILN_DTYPE_I64, int64_t, uint64_t, 0)  \
   X(KILN_DTYPE_I32, int32_t, uint32_t, 0)  \
   X(KILN_DTYPE_I16, int16_t, uint16_t, 0)  \
@@ -28,33 +27,24 @@
   X(KILN_DTYPE_U16, uint16_t, uint16_t, 0) \
   X(KILN_DTYPE_U32, uint32_t, uint32_t, 0) \
   X(KILN_DTYPE_U64, uint64_t, uint64_t, 0)
-#define LANES_ALL(X) LANES_NUMERIC(X) X(KILN_DTYPE_BOOL, uint8_t, uint8_t, 0)
-#define LANES_FLOATS(X) X(KILN_DTYPE_F32, float, float, 1) X(KILN_DTYPE_F64, double, double, 1)
-#define LANES_INTS(X)                      \
-  X(KILN_DTYPE_I64, int64_t, uint64_t, 0)  \
-  X(KILN_DTYPE_I32, int32_t, uint32_t, 0)  \
-  X(KILN_DTYPE_I16, int16_t, uint16_t, 0)  \
-  X(KILN_DTYPE_I8, int8_t, uint8_t, 0)     \
-  X(KILN_DTYPE_U8, uint8_t, uint8_t, 0)    \
-  X(KILN_DTYPE_U16, uint16_t, uint16_t, 0) \
-  X(KILN_DTYPE_U32, uint32_t, uint32_t, 0) \
-  X(KILN_DTYPE_U64, uint64_t, uint64_t, 0) \
-  X(KILN_DTYPE_BOOL, uint8_t, uint8_t, 0)
-/* The same list again, for a loop nested in one of the first (a macro
+#define LANES_BOOL(X) X(KILN_DTYPE_BOOL, uint8_t, uint8_t, 0)
+#define LANES_NUMERIC(X) LANES_FLOATS(X) LANES_WORDS(X)
+#define LANES_INTS(X) LANES_WORDS(X) LANES_BOOL(X)
+#define LANES_ALL(X) LANES_NUMERIC(X) LANES_BOOL(X)
+/* Every type again, for a loop nested in one over the first list (a macro
  * does not expand inside its own expansion). */
-#define LANES_ALL_INNER(X)                 \
-  X(KILN_DTYPE_F32, float, float, 1)       \
-  X(KILN_DTYPE_F64, double, double, 1)     \
-  X(KILN_DTYPE_I64, int64_t, uint64_t, 0)  \
-  X(KILN_DTYPE_I32, int32_t, uint32_t, 0)  \
-  X(KILN_DTYPE_I16, int16_t, uint16_t, 0)  \
-  X(KILN_DTYPE_I8, int8_t, uint8_t, 0)     \
-  X(KILN_DTYPE_U8, uint8_t, uint8_t, 0)    \
-  X(KILN_DTYPE_U16, uint16_t, uint16_t, 0) \
-  X(KILN_DTYPE_U32, uint32_t, uint32_t, 0) \
-  X(KILN_DTYPE_U64, uint64_t, uint64_t, 0) \
+#define LANES_ALL_INNER(X)                  \
+  X(KILN_DTYPE_F32, float, float, 1)        \
+  X(KILN_DTYPE_F64, double, double, 1)      \
+  X(KILN_DTYPE_I64, int64_t, uint64_t, 0)   \
+  X(KILN_DTYPE_I32, int32_t, uint32_t, 0)   \
+  X(KILN_DTYPE_I16, int16_t, uint16_t, 0)   \
+  X(KILN_DTYPE_I8, int8_t, uint8_t, 0)      \
+  X(KILN_DTYPE_U8, uint8_t, uint8_t, 0)     \
+  X(KILN_DTYPE_U16, uint16_t, uint16_t, 0)  \
+  X(KILN_DTYPE_U32, uint32_t, uint32_t, 0)  \
+  X(KILN_DTYPE_U64, uint64_t, uint64_t, 0)  \
   X(KILN_DTYPE_BOOL, uint8_t, uint8_t, 0)
-/* NaN test that is false for integer types without comparing x to itself. */
 
 /* One loop over n lanes, each operand a lane array or a scalar: four
  * copies so that each is a simple vectorizable loop. */
