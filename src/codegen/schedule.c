@@ -145,6 +145,7 @@ kiln_status_t kiln_schedule_kernel(te_builder *b, const te_tensor *root, int out
   for (int i = 0; i < root->rank; i++) {
     out->extents[i] = root->dims[i];
     out->vars[i] = te_new_var(b);
+    te_set_var_extent(b, out->vars[i], root->dims[i]);
     idx[i] = te_var(b, out->vars[i]);
   }
   te_expr *value = te_at(b, root, idx);

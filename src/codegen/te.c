@@ -19,6 +19,8 @@ struct te_builder {
   int n_buffers, cap_buffers;
   te_conv_tag *conv_tags;
   int n_conv_tags, cap_conv_tags;
+  int64_t *var_extent; /* per variable: its loop's extent, 0 when unknown */
+  int cap_var_extent;
   bool oom;
 };
 
@@ -58,6 +60,7 @@ void te_builder_destroy(te_builder *b) {
   }
   free(b->buffers);
   free(b->conv_tags);
+  free(b->var_extent);
   free(b);
 }
 
@@ -113,6 +116,20 @@ const te_conv_tag *te_conv_tag_of(const te_builder *b, const te_expr *reduce) {
 int te_buffer_count(const te_builder *b) { return b->n_buffers; }
 const te_buffer *te_get_buffer(const te_builder *b, int i) { return &b->buffers[i]; }
 int te_new_var(te_builder *b) { return b->n_vars++; }
+
+void te_set_var_extent(te_builder *b, int var, int64_t extent) {
+  if (var < 0 || extent <= 0) return;
+  if (var >= b->cap_var_extent) {
+    int cap = b->cap_var_extent ? b->cap_var_extent : 16;
+    while (cap <= var) cap *= 2;
+    int64_t *n = realloc(b->var_extent, (size_t)cap * sizeof *n);
+    if (!n) return; /* only a lost simplification */
+    memset(n + b->cap_var_extent, 0, (size_t)(cap - b->cap_var_extent) * sizeof *n);
+    b->var_extent = n;
+    b->cap_var_extent = cap;
+  }
+  b->var_extent[var] = extent;
+}
 int te_var_count(const te_builder *b) { return b->n_vars; }
 int te_expr_count(const te_builder *b) { return b->n_exprs; }
 
@@ -227,8 +244,189 @@ te_expr *te_call1(te_builder *b, const char *fn, te_expr *a) {
 
 static bool is_cmp(te_op op) { return op == TE_LT || op == TE_LE || op == TE_EQ || op == TE_NE; }
 
+/* ---- index simplification ----------------------------------------------------
+ *
+ * A reshaped or transposed view unflattens and reflattens its index with
+ * divisions and remainders by constants; knowing each loop variable's
+ * range (te_set_var_extent), most of them cancel, as TVM's arithmetic
+ * analyzer makes them: with x = q*c + r, q >= 0 and 0 <= r,
+ * x / c = q + r / c and x % c = r % c, and r / c = 0, r % c = r when
+ * r < c. */
+
+typedef struct te_range {
+  int64_t lo, hi;
+  bool ok;
+} te_range;
+
+static te_range range_of(const te_builder *b, const te_expr *e, int depth) {
+  te_range r = {0, 0, false}, u, v;
+  if (!e || depth > 24 || e->dtype != KILN_DTYPE_I64) return r;
+  switch (e->op) {
+    case TE_CONST: return (te_range){e->i, e->i, true};
+    case TE_VAR:
+      if (e->var < b->cap_var_extent && b->var_extent[e->var] > 0) return (te_range){0, b->var_extent[e->var] - 1, true};
+      return r;
+    case TE_ADD: case TE_SUB:
+      u = range_of(b, e->a, depth + 1);
+      v = range_of(b, e->b, depth + 1);
+      if (!u.ok || !v.ok) return r;
+      if (e->op == TE_SUB) {
+        int64_t t = v.lo;
+        if (__builtin_sub_overflow(0, v.hi, &v.lo) || __builtin_sub_overflow(0, t, &v.hi)) return r;
+      }
+      r.ok = !__builtin_add_overflow(u.lo, v.lo, &r.lo) && !__builtin_add_overflow(u.hi, v.hi, &r.hi);
+      return r;
+    case TE_MUL: {
+      u = range_of(b, e->a, depth + 1);
+      v = range_of(b, e->b, depth + 1);
+      if (!u.ok || !v.ok) return r;
+      int64_t p[4];
+      if (__builtin_mul_overflow(u.lo, v.lo, &p[0]) || __builtin_mul_overflow(u.lo, v.hi, &p[1]) ||
+          __builtin_mul_overflow(u.hi, v.lo, &p[2]) || __builtin_mul_overflow(u.hi, v.hi, &p[3]))
+        return r;
+      r = (te_range){p[0], p[0], true};
+      for (int i = 1; i < 4; i++) {
+        if (p[i] < r.lo) r.lo = p[i];
+        if (p[i] > r.hi) r.hi = p[i];
+      }
+      return r;
+    }
+    case TE_DIV: case TE_MOD:
+      if (e->b->op != TE_CONST || e->b->i <= 0) return r;
+      u = range_of(b, e->a, depth + 1);
+      if (!u.ok || u.lo < 0) return r;
+      if (e->op == TE_DIV) return (te_range){u.lo / e->b->i, u.hi / e->b->i, true};
+      return (te_range){0, u.hi < e->b->i - 1 ? u.hi : e->b->i - 1, true};
+    default: return r;
+  }
+}
+
+/* x as c0 + sum coef[i] * t[i] (sums, differences and products with
+ * constants expanded; equal terms merged, which hash-consing makes a
+ * pointer comparison). */
+#define TE_MAX_TERMS 24
+typedef struct te_terms {
+  int n;
+  int64_t coef[TE_MAX_TERMS];
+  te_expr *t[TE_MAX_TERMS];
+  int64_t c0;
+  bool ok;
+} te_terms;
+
+static void terms_add(te_expr *e, int64_t k, te_terms *out, int depth) {
+  if (!out->ok) return;
+  if (depth > 24) {
+    out->ok = false;
+    return;
+  }
+  int64_t p;
+  switch (e->op) {
+    case TE_CONST:
+      if (__builtin_mul_overflow(k, e->i, &p) || __builtin_add_overflow(out->c0, p, &out->c0)) out->ok = false;
+      return;
+    case TE_ADD: terms_add(e->a, k, out, depth + 1); terms_add(e->b, k, out, depth + 1); return;
+    case TE_SUB:
+      if (k == INT64_MIN) {
+        out->ok = false;
+        return;
+      }
+      terms_add(e->a, k, out, depth + 1);
+      terms_add(e->b, -k, out, depth + 1);
+      return;
+    case TE_MUL:
+      if (e->b->op == TE_CONST || e->a->op == TE_CONST) {
+        const te_expr *c = e->b->op == TE_CONST ? e->b : e->a;
+        te_expr *t = e->b->op == TE_CONST ? e->a : e->b;
+        if (__builtin_mul_overflow(k, c->i, &p)) {
+          out->ok = false;
+          return;
+        }
+        terms_add(t, p, out, depth + 1);
+        return;
+      }
+      break;
+    default: break;
+  }
+  for (int i = 0; i < out->n; i++)
+    if (out->t[i] == e) {
+      if (__builtin_add_overflow(out->coef[i], k, &out->coef[i])) out->ok = false;
+      return;
+    }
+  if (out->n == TE_MAX_TERMS) {
+    out->ok = false;
+    return;
+  }
+  out->coef[out->n] = k;
+  out->t[out->n++] = e;
+}
+
+/* The range of the terms whose coefficient `pick` selects (want_multiple:
+ * multiples of c, else the others), plus c0. */
+static te_range terms_range(const te_builder *b, const te_terms *t, int64_t c, bool want_multiple, int64_t c0) {
+  te_range r = {c0, c0, true};
+  for (int i = 0; i < t->n && r.ok; i++) {
+    if ((t->coef[i] % c == 0) != want_multiple) continue;
+    te_range u = range_of(b, t->t[i], 0);
+    int64_t x, y;
+    if (!u.ok || __builtin_mul_overflow(u.lo, t->coef[i], &x) || __builtin_mul_overflow(u.hi, t->coef[i], &y)) {
+      r.ok = false;
+      break;
+    }
+    if (x > y) {
+      int64_t s = x;
+      x = y;
+      y = s;
+    }
+    r.ok = !__builtin_add_overflow(r.lo, x, &r.lo) && !__builtin_add_overflow(r.hi, y, &r.hi);
+  }
+  return r;
+}
+
+static te_expr *terms_build(te_builder *b, const te_terms *t, int64_t c, bool want_multiple, int64_t c0) {
+  te_expr *acc = te_idx(b, c0);
+  for (int i = 0; i < t->n; i++) {
+    if ((t->coef[i] % c == 0) != want_multiple) continue;
+    acc = te_iadd(b, acc, te_imul(b, t->t[i], want_multiple ? t->coef[i] / c : t->coef[i]));
+  }
+  return acc;
+}
+
+/* a / c or a % c (op), simplified where the ranges allow; NULL: as is. */
+static te_expr *simplify_divmod(te_builder *b, te_op op, te_expr *a, int64_t c) {
+  if (!b->cap_var_extent || c <= 0) return NULL;
+  te_range whole = range_of(b, a, 0);
+  if (!whole.ok || whole.lo < 0) return NULL;
+  if (whole.hi < c) return op == TE_DIV ? te_idx(b, 0) : a;
+  /* (x / c1) / c2 = x / (c1 * c2) for x >= 0 */
+  int64_t cc;
+  if (op == TE_DIV && a->op == TE_DIV && a->b->op == TE_CONST && a->b->i > 0 && !__builtin_mul_overflow(a->b->i, c, &cc))
+    return te_idiv(b, a->a, cc);
+  te_terms t = {.ok = true};
+  terms_add(a, 1, &t, 0);
+  if (!t.ok) return NULL;
+  int64_t q0 = t.c0 / c, r0 = t.c0 % c;
+  if (r0 < 0) {
+    r0 += c;
+    q0 -= 1;
+  }
+  bool any_multiple = q0 != 0;
+  for (int i = 0; i < t.n; i++) any_multiple |= t.coef[i] % c == 0;
+  if (!any_multiple) return NULL; /* nothing to split off */
+  te_range q = terms_range(b, &t, c, true, q0 * c), r = terms_range(b, &t, c, false, r0);
+  if (!q.ok || !r.ok || q.lo < 0 || r.lo < 0) return NULL;
+  te_expr *rest = terms_build(b, &t, c, false, r0);
+  if (op == TE_MOD) return r.hi < c ? rest : te_imod(b, rest, c);
+  te_expr *quot = terms_build(b, &t, c, true, q0);
+  return r.hi < c ? quot : te_iadd(b, quot, te_idiv(b, rest, c));
+}
+
 te_expr *te_binary(te_builder *b, te_op op, te_expr *a, te_expr *x) {
   if (!a || !x) return NULL;
+  if ((op == TE_DIV || op == TE_MOD) && a->dtype == KILN_DTYPE_I64 && x->op == TE_CONST && x->dtype == KILN_DTYPE_I64 &&
+      a->op != TE_CONST) {
+    te_expr *s = simplify_divmod(b, op, a, x->i);
+    if (s) return s;
+  }
   /* Fold integer index arithmetic: it dominates movement ops' indices. */
   if (a->dtype == KILN_DTYPE_I64 && x->dtype == KILN_DTYPE_I64) {
     bool ca = a->op == TE_CONST, cx = x->op == TE_CONST;

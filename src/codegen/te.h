@@ -82,6 +82,9 @@ const te_buffer *te_get_buffer(const te_builder *b, int i);
 void te_buffer_set_constant(te_builder *b, int i);
 /* Fresh index variable. */
 int te_new_var(te_builder *b);
+/* Index variable `var` runs over [0, extent): index divisions and
+ * remainders by constants built afterwards simplify with that range. */
+void te_set_var_extent(te_builder *b, int var, int64_t extent);
 int te_var_count(const te_builder *b);
 int te_expr_count(const te_builder *b);
 
