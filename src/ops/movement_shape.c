@@ -517,7 +517,20 @@ kiln_status_t kiln_mv_kernel_ConstantOfShape(kiln_kernel_ctx *ctx) {
   free(shape);
   KILN_TRY(s);
   if (!v) return NULL; /* zeros */
-  for (int64_t i = 0; i < y->numel; i++) KILN_TRY(kiln_mv_copy(y, i, v, 0, 1));
+  if (y->numel == 0) return NULL;
+  if (y->dtype == KILN_DTYPE_STRING) {
+    for (int64_t i = 0; i < y->numel; i++) KILN_TRY(kiln_mv_copy(y, i, v, 0, 1));
+    return NULL;
+  }
+  /* One element, then the filled prefix copied onto the rest, doubling
+   * (constant folding fills whole weights this way). */
+  size_t es = kiln_dtype_size(y->dtype), total = (size_t)y->numel * es, done = es;
+  memcpy(y->data, v->data, es);
+  while (done < total) {
+    size_t n = done < total - done ? done : total - done;
+    memcpy((char *)y->data + done, y->data, n);
+    done += n;
+  }
   return NULL;
 }
 

@@ -9,6 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "base/cpu_features.h"
 #include "codegen/fusion.h"
@@ -128,8 +133,16 @@ static kiln_status_t install(cpu_batch *b, kiln_jit_module **mods) {
 
 static void *compile_in_background(void *arg) {
   cpu_batch *b = arg;
+  /* The session's own threads come first: this thread and the compilers it
+   * starts (they inherit it) run at a lower priority, and no more
+   * compilers at once than the cores the session leaves idle (one at least). */
+#ifdef __linux__
+  (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
+#endif
+  int jobs = kiln_physical_cores() - b->x->rt.n_threads;
   kiln_jit_module **mods = calloc((size_t)b->n, sizeof *mods);
-  kiln_status_t st = mods ? kiln_jit_compile_many(b->n, b->sources, (const char *const *)b->names, 0, NULL, mods)
+  kiln_status_t st = mods ? kiln_jit_compile_many(b->n, b->sources, (const char *const *)b->names, jobs < 1 ? 1 : jobs,
+                                                  NULL, mods)
                           : KILN_OOM();
   if (!st) st = install(b, mods);
   /* The session keeps running on the interpreter; say why it does. */
