@@ -53,10 +53,11 @@ void kiln_fused_kernel_free(kiln_fused_kernel *k);
  * conv routines), rendered as `kiln_kernel`. *out owned (free). What the
  * cpu device compiles and the null device renders. */
 kiln_status_t kiln_fused_kernel_c_source(const kiln_fused_kernel *k, char **out);
-/* Its two halves: the nest (the default schedule; kiln_loop_nest_free it),
- * and the source of that nest. The cpu's interpreter runs the same nest. */
+/* Its two halves: the nest (the default schedule, GEMM calls of any size
+ * with gemm_any_size; kiln_loop_nest_free it), and the source of a nest.
+ * The cpu's interpreter runs such nests too. */
 struct kiln_loop_nest;
-kiln_status_t kiln_fused_kernel_schedule_c(const kiln_fused_kernel *k, struct kiln_loop_nest *out);
+kiln_status_t kiln_fused_kernel_schedule_c(const kiln_fused_kernel *k, bool gemm_any_size, struct kiln_loop_nest *out);
 kiln_status_t kiln_fused_kernel_render_c(const kiln_fused_kernel *k, const struct kiln_loop_nest *nest, char **out);
 
 

@@ -48,6 +48,8 @@ typedef struct kiln_loop_schedule {
                             tagged convolutions kiln_rt.conv calls (kiln_conv_call) */
   int jam_inner;         /* GPU mapping: the innermost loop, when it is the one serial loop and at most this
                             long, is jammed (kiln_schedule_jam_inner); 0: never */
+  bool gemm_any_size;    /* with tensorize_gemm: GEMM calls for products of any size (the cpu's interpreter:
+                            the call beats interpreted loops even where it does not beat compiled ones) */
 } kiln_loop_schedule;
 
 #define KILN_PARALLEL_UNTIL_REDUCTION (-2)
@@ -235,8 +237,9 @@ void kiln_schedule_contraction_tiles(kiln_loop_nest *nest, int group_threads, in
 kiln_status_t kiln_schedule_jam_inner(te_builder *b, kiln_loop_nest *nest, int max_extent);
 /* The schedule step of tensorization: fills nest->gemm when the nest is
  * a GEMM over strided matrices of at least 8192 multiply-adds (4 or more
- * along each of M, N and K). */
-void kiln_schedule_gemm(const te_builder *b, kiln_loop_nest *nest);
+ * along each of M, N and K), of any size with any_size (a caller that
+ * would otherwise interpret the loops: the call is far faster then). */
+void kiln_schedule_gemm(const te_builder *b, kiln_loop_nest *nest, bool any_size);
 /* The schedule step of tensorized convolutions: fills nest->conv (see
  * kiln_conv_call). */
 void kiln_schedule_conv(const te_builder *b, kiln_loop_nest *nest);

@@ -917,6 +917,7 @@ static te_expr *arg_reduce(te_builder *b, const te_tensor *t, te_expr *const *id
   bool keep = t->p[1] != 0, last = t->fp[0] != 0;
   int64_t n = in->dims[axis];
   int v = te_new_var(b);
+  te_set_var_extent(b, v, n);
   te_expr *sub[KILN_MAX_RANK] = {0};
   for (int d = 0, o = 0; d < in->rank; d++) {
     if (d == axis) {
@@ -978,6 +979,7 @@ static te_expr *reduce_over(te_builder *b, const te_tensor *in, const int64_t *m
   for (int i = 0, o = 0; i < in->rank; i++) {
     if (mask[i]) {
       vars[nv] = te_new_var(b);
+      te_set_var_extent(b, vars[nv], in->dims[i]);
       sub[i] = te_var(b, vars[nv++]);
       if (keepdims) o++;
     } else {
@@ -1161,6 +1163,7 @@ static te_expr *compute_matmul(te_builder *b, const te_tensor *t, te_expr *const
   te_expr *i = ma == 2 ? idx[nb] : NULL, *j = mb == 2 ? idx[t->rank - 1] : NULL;
   int64_t kdim = A->dims[A->rank - 1];
   int k = te_new_var(b);
+  te_set_var_extent(b, k, kdim);
   te_expr *sa[KILN_MAX_RANK], *sb[KILN_MAX_RANK];
   batch_sub(b, A, ma, idx, nb, sa);
   batch_sub(b, B, mb, idx, nb, sb);
@@ -1228,6 +1231,7 @@ static te_expr *compute_gemm(te_builder *b, const te_tensor *t, te_expr *const *
   bool ta = t->p[0] != 0, tb = t->p[1] != 0;
   int64_t kdim = ta ? A->dims[0] : A->dims[1];
   int k = te_new_var(b);
+  te_set_var_extent(b, k, kdim);
   te_expr *kv = te_var(b, k);
   te_expr *sa[2] = {ta ? kv : idx[0], ta ? idx[0] : kv}, *sb[2] = {tb ? idx[1] : kv, tb ? kv : idx[1]};
   te_expr *acc = te_reduce(b, TE_RSUM, k, kdim, te_binary(b, TE_MUL, te_at(b, A, sa), te_at(b, B, sb)));
@@ -1359,6 +1363,7 @@ static te_expr *attn_score(te_builder *b, const te_tensor *t, te_expr *const *id
   const te_tensor *Q = t->in[0], *K = t->in[1];
   int64_t d = Q->dims[Q->rank - 1];
   int k = te_new_var(b);
+  te_set_var_extent(b, k, d);
   te_expr *sq[KILN_MAX_RANK], *sk[KILN_MAX_RANK];
   batch_sub(b, Q, 2, idx, nb, sq);
   batch_sub(b, K, 2, idx, nb, sk);

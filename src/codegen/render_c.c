@@ -298,9 +298,10 @@ kiln_status_t kiln_render_c(const te_builder *b, const kiln_loop_nest *nest, con
   return kiln_strbuf_status(src);
 }
 
-kiln_status_t kiln_fused_kernel_schedule_c(const kiln_fused_kernel *k, kiln_loop_nest *out) {
+kiln_status_t kiln_fused_kernel_schedule_c(const kiln_fused_kernel *k, bool gemm_any_size, kiln_loop_nest *out) {
   kiln_loop_schedule sched = kiln_loop_schedule_default();
   sched.tensorize_gemm = !k->flat; /* a flat kernel has no contraction */
+  sched.gemm_any_size = gemm_any_size;
   return kiln_schedule_kernel(k->b, k->root, 0, &sched, out);
 }
 
@@ -316,7 +317,7 @@ kiln_status_t kiln_fused_kernel_render_c(const kiln_fused_kernel *k, const kiln_
 
 kiln_status_t kiln_fused_kernel_c_source(const kiln_fused_kernel *k, char **out_src) {
   kiln_loop_nest nest = {0};
-  kiln_status_t st = kiln_fused_kernel_schedule_c(k, &nest);
+  kiln_status_t st = kiln_fused_kernel_schedule_c(k, false, &nest);
   if (!st) st = kiln_fused_kernel_render_c(k, &nest, out_src);
   kiln_loop_nest_free(&nest);
   return st;

@@ -2,7 +2,7 @@
 #include "codegen/loopnest.h"
 
 kiln_loop_schedule kiln_loop_schedule_default(void) {
-  kiln_loop_schedule s = {-1, 16384, 0, 0, 0, false, 0, 0, false, false, 0};
+  kiln_loop_schedule s = {-1, 16384, 0, 0, 0, false, 0, 0, false, false, 0, false};
   return s;
 }
 
@@ -161,7 +161,7 @@ kiln_status_t kiln_schedule_kernel(te_builder *b, const te_tensor *root, int out
   /* A convolution goes to the runtime's conv routine (its algorithm choice
    * covers 1x1 ones too); other contractions over matrices to its GEMM. */
   if (!st && s.tensorize_gemm) kiln_schedule_conv(b, out);
-  if (!st && s.tensorize_gemm) kiln_schedule_gemm(b, out);
+  if (!st && s.tensorize_gemm) kiln_schedule_gemm(b, out, s.gemm_any_size);
   /* Then cooperative rows: a row's reductions split over a group replace
    * one thread per row (and any thread tile, which would copy them). */
   if (!st && s.row_threads && s.parallel_dims == KILN_PARALLEL_UNTIL_REDUCTION)

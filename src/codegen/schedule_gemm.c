@@ -82,7 +82,7 @@ static void reverse(int *v, int n) {
   }
 }
 
-void kiln_schedule_gemm(const te_builder *b, kiln_loop_nest *nest) {
+void kiln_schedule_gemm(const te_builder *b, kiln_loop_nest *nest, bool any_size) {
   kiln_contraction_tiles t;
   if (nest->tiles.n_red || nest->rows.threads || nest->conv.ok || !kiln_contraction_match(nest, &t)) return;
   if (te_get_buffer(b, nest->out_buf)->dtype != KILN_DTYPE_F32 || nest->value->dtype != KILN_DTYPE_F32) return;
@@ -121,7 +121,8 @@ void kiln_schedule_gemm(const te_builder *b, kiln_loop_nest *nest) {
    * (a classifier's GEMV: MobileNetV2's 1280 x 1000 ran 1.17 ms as loops,
    * 0.16 through the packed SGEMM). */
   bool b_packed_once = t.b->op == TE_LOAD && te_get_buffer(b, t.b->buf)->constant;
-  if ((t.m < 4 && !b_packed_once) || t.n < 4 || t.k < 4 || (double)t.m * (double)t.n * (double)t.k < 8192.0) return;
+  bool small = (t.m < 4 && !b_packed_once) || t.n < 4 || t.k < 4 || (double)t.m * (double)t.n * (double)t.k < 8192.0;
+  if (small && !any_size) return;
   kiln_gemm_call g = {0};
   te_affine fa, fb;
   bool a_k_contiguous, b_k_contiguous;

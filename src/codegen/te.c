@@ -427,6 +427,12 @@ te_expr *te_binary(te_builder *b, te_op op, te_expr *a, te_expr *x) {
     te_expr *s = simplify_divmod(b, op, a, x->i);
     if (s) return s;
   }
+  /* An index clamp that its operand's range never reaches. */
+  if ((op == TE_MAX || op == TE_MIN) && a->dtype == KILN_DTYPE_I64 && x->op == TE_CONST && x->dtype == KILN_DTYPE_I64 &&
+      b->cap_var_extent) {
+    te_range r = range_of(b, a, 0);
+    if (r.ok && (op == TE_MAX ? r.lo >= x->i : r.hi <= x->i)) return a;
+  }
   /* Fold integer index arithmetic: it dominates movement ops' indices. */
   if (a->dtype == KILN_DTYPE_I64 && x->dtype == KILN_DTYPE_I64) {
     bool ca = a->op == TE_CONST, cx = x->op == TE_CONST;

@@ -45,11 +45,18 @@ static cpu_jit_mode jit_mode(void) {
  * interpreter's program (not when every kernel is compiled first). */
 static kiln_status_t cpu_schedule(void *user, kiln_plan *p, int i) {
   cpu_exec *x = user;
-  kiln_loop_nest nest = {0};
-  kiln_status_t st = kiln_fused_kernel_schedule_c(&p->steps[i].fk, &nest);
+  kiln_loop_nest nest = {0}, inest = {0};
+  kiln_status_t st = kiln_fused_kernel_schedule_c(&p->steps[i].fk, false, &nest);
   if (!st && x->mode != CPU_JIT_OFF) st = kiln_fused_kernel_render_c(&p->steps[i].fk, &nest, &x->steps[i].source);
   if (!st && x->mode != CPU_JIT_SYNC) {
-    st = kiln_interp_kernel_create(p->steps[i].fk.b, &nest, &x->steps[i].interp);
+    /* The interpreter's nest makes GEMM calls of any size (a small
+     * attention product interpreted is 10x its compiled loops). */
+    const kiln_loop_nest *use = &nest;
+    if (!nest.gemm.ok && !nest.conv.ok && !p->steps[i].fk.flat) {
+      st = kiln_fused_kernel_schedule_c(&p->steps[i].fk, true, &inest);
+      if (!st && inest.gemm.ok) use = &inest;
+    }
+    if (!st) st = kiln_interp_kernel_create(p->steps[i].fk.b, use, &x->steps[i].interp);
     /* A kernel the interpreter cannot run waits for the compiler. */
     if (st && x->mode == CPU_JIT_TIERED && kiln_status_code_of(st) == KILN_UNSUPPORTED) {
       kiln_status_free(st);
@@ -57,6 +64,7 @@ static kiln_status_t cpu_schedule(void *user, kiln_plan *p, int i) {
     }
   }
   kiln_loop_nest_free(&nest);
+  kiln_loop_nest_free(&inest);
   return st;
 }
 

@@ -415,6 +415,13 @@ kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nes
      * product reaches 64 (short rows would make short blocks). */
     int vl = nest->rank > 0 ? nest->rank - 1 : 0;
     while (vl > 0 && k->stride[vl - 1] < 64) vl--;
+    /* ...but never over a loop a reduction is hoisted out of: its
+     * variables would vary across the block, and each lane would compute
+     * the row's reduction itself (Softmax over rows of 49: 49 times). */
+    for (int i = 0; i < nest->n_sites; i++) {
+      const kiln_reduce_site *site = &nest->sites[i];
+      if (!site->owner && site->level + 1 < nest->rank && site->level + 1 > vl) vl = site->level + 1;
+    }
     k->vary_level = vl;
     k->row_len = nest->rank > 0 ? k->stride[vl] * nest->extents[vl] : 1;
     k->nest_copy = *nest;
