@@ -130,6 +130,16 @@ static void put_bytes(unsigned char *out, kiln_dtype dt, int64_t i, double f) {
   }
 }
 
+/* Bytes of one lane of dt (kiln_dtype_size, inlined: it is asked per block). */
+static inline size_t lane_size(kiln_dtype dt) {
+  switch (dt) {
+    case KILN_DTYPE_F64: case KILN_DTYPE_I64: case KILN_DTYPE_U64: return 8;
+    case KILN_DTYPE_F32: case KILN_DTYPE_I32: case KILN_DTYPE_U32: return 4;
+    case KILN_DTYPE_I16: case KILN_DTYPE_U16: return 2;
+    default: return 1;
+  }
+}
+
 static bool has_lanes(kiln_dtype dt) {
   switch (dt) {
     case KILN_DTYPE_F32: case KILN_DTYPE_F64: case KILN_DTYPE_I64: case KILN_DTYPE_I32: case KILN_DTYPE_I16:
@@ -574,7 +584,7 @@ static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_
     u += c * s->var_lanes[(size_t)v * L]; /* u: the index at lane 0 */
   }
   const char *base = s->buffers[x->buf];
-  size_t size = kiln_dtype_size(x->dt);
+  size_t size = lane_size(x->dt);
   if (!varies) {
     memcpy(o, base + (size_t)u * size, size);
     s->scalar[i] = 1;
@@ -696,7 +706,7 @@ static void eval_ins(ik_state *s, const kiln_interp_kernel *k, int i) {
       } else if (as) {
         int64_t at;
         memcpy(&at, a, 8);
-        memcpy(o, (const char *)s->buffers[x->buf] + (size_t)at * kiln_dtype_size(x->dt), kiln_dtype_size(x->dt));
+        memcpy(o, (const char *)s->buffers[x->buf] + (size_t)at * lane_size(x->dt), lane_size(x->dt));
         s->scalar[i] = 1;
       } else {
         ops->gather(x->dt, s->nl, o, s->buffers[x->buf], a);
@@ -750,13 +760,29 @@ static void set_block_vars(ik_state *s, const kiln_interp_kernel *k, int64_t e, 
     for (int l = 1; l < n; l++) lanes[l] = lanes[0] + l;
     return;
   }
-  for (int l = 1; l < n; l++) { /* the next element: the innermost index up one, carried outwards */
-    bool carry = true;
-    for (int d = k->rank - 1; d >= vl; d--) {
-      int64_t *lanes = s->var_lanes + (size_t)k->loop_var[d] * L;
-      int64_t x = lanes[l - 1] + (carry ? 1 : 0);
-      carry = carry && x == k->extents[d];
-      lanes[l] = carry ? 0 : x;
+  /* Several varying loops: each loop's lanes are runs of equal values
+   * (stride[d] long, the first cut short by where e starts), stepping by
+   * one and wrapping at the extent; the innermost loop's runs are ramps. */
+  for (int d = vl; d < k->rank; d++) {
+    int64_t *lanes = s->var_lanes + (size_t)k->loop_var[d] * L;
+    int64_t ext = k->extents[d], st = k->stride[d], val = lanes[0];
+    int l = 0;
+    if (st == 1) {
+      while (l < n) {
+        int run = (int)(ext - val < n - l ? ext - val : n - l);
+        for (int j = 0; j < run; j++) lanes[l + j] = val + j;
+        l += run;
+        val = 0;
+      }
+      continue;
+    }
+    int64_t pos = e % st;
+    while (l < n) {
+      int run = (int)(st - pos < n - l ? st - pos : n - l);
+      for (int j = 0; j < run; j++) lanes[l + j] = val;
+      l += run;
+      pos = 0;
+      val = val + 1 == ext ? 0 : val + 1;
     }
   }
 }
@@ -765,7 +791,7 @@ static void set_block_vars(ik_state *s, const kiln_interp_kernel *k, int64_t e, 
  * dtype, out[0] being element e0). sum, when not NULL: the tensorized
  * call's result for the same elements (f32), standing for its sum. */
 static void eval_range(ik_state *s, const kiln_interp_kernel *k, int64_t e0, int64_t e1, void *out, const float *sum) {
-  size_t size = kiln_dtype_size(k->buf_dtype[k->out_buf]);
+  size_t size = lane_size(k->buf_dtype[k->out_buf]);
   for (int64_t e = e0; e < e1;) {
     int64_t n = e1 - e;
     if (n > L) n = L;
@@ -811,7 +837,7 @@ static void plain_body(void *ctx, int64_t begin, int64_t end, int thread) {
   ik_state *s = launch_state(x);
   if (!s) return;
   int64_t e0 = begin * k->inner, e1 = end * k->inner;
-  eval_range(s, k, e0, e1, (char *)x->buffers[k->out_buf] + (size_t)e0 * kiln_dtype_size(k->buf_dtype[k->out_buf]),
+  eval_range(s, k, e0, e1, (char *)x->buffers[k->out_buf] + (size_t)e0 * lane_size(k->buf_dtype[k->out_buf]),
              NULL);
 }
 

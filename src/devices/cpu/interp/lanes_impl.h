@@ -46,6 +46,15 @@
   X(KILN_DTYPE_U64, uint64_t, uint64_t, 0)  \
   X(KILN_DTYPE_BOOL, uint8_t, uint8_t, 0)
 
+static inline size_t lanes_size(kiln_dtype dt) {
+  switch (dt) {
+    case KILN_DTYPE_F64: case KILN_DTYPE_I64: case KILN_DTYPE_U64: return 8;
+    case KILN_DTYPE_F32: case KILN_DTYPE_I32: case KILN_DTYPE_U32: return 4;
+    case KILN_DTYPE_I16: case KILN_DTYPE_U16: return 2;
+    default: return 1;
+  }
+}
+
 /* One loop over n lanes, each operand a lane array or a scalar: four
  * copies so that each is a simple vectorizable loop. */
 #define LANES_LOOP2(T, TA, TB, o, a, as, b, bs, EXPR)                      \
@@ -244,7 +253,7 @@ static void lanes_select(kiln_dtype dt, int n, void *o, const uint8_t *c, int cs
   if (cs) { /* one branch for every lane */
     const void *src = c[0] ? a : b;
     int ss = c[0] ? as : bs;
-    size_t size = kiln_dtype_size(dt);
+    size_t size = lanes_size(dt);
     if (ss)
       for (int l = 0; l < n; l++) memcpy((char *)o + (size_t)l * size, src, size);
     else
@@ -300,7 +309,7 @@ static void lanes_call(kiln_lanes_fn fn, int n, float *o, const float *a, int as
 }
 
 static void lanes_gather(kiln_dtype dt, int n, void *o, const void *base, const int64_t *idx) {
-  switch (kiln_dtype_size(dt)) {
+  switch (lanes_size(dt)) {
 #define G(SIZE, T)                                                    \
   case SIZE: {                                                        \
     T *o_ = o;                                                        \
@@ -318,7 +327,7 @@ static void lanes_gather(kiln_dtype dt, int n, void *o, const void *base, const 
 }
 
 static void lanes_strided(kiln_dtype dt, int n, void *o, const void *base, int64_t stride) {
-  size_t size = kiln_dtype_size(dt);
+  size_t size = lanes_size(dt);
   if (stride == 1) {
     memcpy(o, base, (size_t)n * size);
     return;
@@ -341,7 +350,7 @@ static void lanes_strided(kiln_dtype dt, int n, void *o, const void *base, int64
 }
 
 static void lanes_store(kiln_dtype dt, int n, void *base, int64_t stride, const void *x, int xs) {
-  size_t size = kiln_dtype_size(dt);
+  size_t size = lanes_size(dt);
   if (stride == 1 && !xs) {
     memmove(base, x, (size_t)n * size);
     return;
@@ -378,7 +387,7 @@ static void lanes_combine(te_reduce_op rop, kiln_dtype dt, int n, void *acc, con
 }
 
 static void lanes_fold(te_reduce_op rop, kiln_dtype dt, int n, const void *x, void *out) {
-  for (int l = 0; l < n; l++) lanes_combine(rop, dt, 1, out, (const char *)x + (size_t)l * kiln_dtype_size(dt), 1);
+  for (int l = 0; l < n; l++) lanes_combine(rop, dt, 1, out, (const char *)x + (size_t)l * lanes_size(dt), 1);
 }
 
 static void lanes_fill(kiln_dtype dt, int n, void *o, const void *v) { lanes_store(dt, n, o, 1, v, 1); }
