@@ -59,7 +59,8 @@ struct kiln_interp_kernel {
   int64_t parallel_total, grain, inner; /* parallel iterations, chunk, elements per iteration */
   int vary_level;   /* loops at and below it vary within a block; above it, one value per block */
   int64_t row_len;  /* elements of one value of the loops above vary_level */
-  kiln_loop_nest nest_copy; /* gemm / conv (the tag copied; sites dropped) */
+  kiln_gemm_call gemm;  /* the nest's tensorized call, if any (gemm.sum not used: it points into the builder) */
+  kiln_conv_call conv;  /* conv.tag points at conv_tag */
   te_conv_tag conv_tag;
   bool has_epilogue;
   bool pack_b;      /* GEMM: B is a constant every batch index shares (packed once) */
@@ -434,12 +435,11 @@ kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nes
     }
     k->vary_level = vl;
     k->row_len = nest->rank > 0 ? k->stride[vl] * nest->extents[vl] : 1;
-    k->nest_copy = *nest;
-    k->nest_copy.sites = NULL;
-    k->nest_copy.n_sites = 0;
+    k->gemm = nest->gemm;
+    k->conv = nest->conv;
     if (nest->conv.ok) {
       k->conv_tag = *nest->conv.tag;
-      k->nest_copy.conv.tag = &k->conv_tag;
+      k->conv.tag = &k->conv_tag;
       k->has_epilogue = nest->value != nest->conv.tag->reduce;
     }
     if (nest->gemm.ok) {
@@ -855,7 +855,7 @@ static void tile_epilogue(const ik_launch *x, int64_t base, int64_t row, float *
 
 static void gemm_epilogue(void *vctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, int64_t nb) {
   const ik_launch *x = vctx;
-  const kiln_gemm_call *g = &x->k->nest_copy.gemm;
+  const kiln_gemm_call *g = &x->k->gemm;
   tile_epilogue(x, x->batch * x->batch_elems, g->n, c, ldc, m0, n0, mb, nb);
 }
 
@@ -869,7 +869,7 @@ static void conv_epilogue(void *vctx, float *c, int64_t ldc, int64_t m0, int64_t
 static void conv_native_epilogue(void *vctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, int64_t nb) {
   const kiln_rt_epilogue_ctx *e = vctx;
   const ik_launch *x = (const ik_launch *)e->buffers;
-  const kiln_conv_call *cc = &x->k->nest_copy.conv;
+  const kiln_conv_call *cc = &x->k->conv;
   for (int64_t i = 0; i < mb; i++) {
     float *row = c + i * ldc;
     if (cc->add_buf >= 0) {
@@ -897,7 +897,7 @@ static const float *operand_at(const kiln_interp_kernel *k, const kiln_gemm_call
 
 static void gemm_one(const ik_launch *x, void *pool, int64_t batch) {
   const kiln_interp_kernel *k = x->k;
-  const kiln_gemm_call *g = &k->nest_copy.gemm;
+  const kiln_gemm_call *g = &k->gemm;
   kiln_rt_sgemm_args a = {0};
   a.trans_a = g->trans_a;
   a.trans_b = g->trans_b;
@@ -929,7 +929,7 @@ static void gemm_batches(void *ctx, int64_t begin, int64_t end, int thread) {
 
 static void run_gemm(ik_launch *x) {
   const kiln_interp_kernel *k = x->k;
-  const kiln_gemm_call *g = &k->nest_copy.gemm;
+  const kiln_gemm_call *g = &k->gemm;
   const kiln_rt *rt = x->rt;
   /* A constant B that every batch index shares is packed once per launch
    * slot, as the generated kernel does. */
@@ -953,7 +953,7 @@ static void run_gemm(ik_launch *x) {
 static void run_conv(ik_launch *x) {
   const kiln_interp_kernel *k = x->k;
   const te_conv_tag *t = &k->conv_tag;
-  const kiln_conv_call *cc = &k->nest_copy.conv;
+  const kiln_conv_call *cc = &k->conv;
   bool native = cc->native && (cc->add_buf >= 0 || cc->clip);
   kiln_rt_conv_args a = {0};
   a.nsp = t->nsp;
@@ -989,9 +989,9 @@ static void run_conv(ik_launch *x) {
 
 void kiln_interp_kernel_run(const kiln_interp_kernel *k, const kiln_rt *rt, void *const *buffers) {
   ik_launch x = {.k = k, .rt = rt, .buffers = buffers, .id = atomic_fetch_add(&launch_counter, 1) + 1};
-  if (k->nest_copy.gemm.ok) {
+  if (k->gemm.ok) {
     run_gemm(&x);
-  } else if (k->nest_copy.conv.ok) {
+  } else if (k->conv.ok) {
     run_conv(&x);
   } else if (k->parallel_total > 0) {
     rt->parallel_for(rt->pool, k->parallel_total, k->grain, plain_body, &x);
