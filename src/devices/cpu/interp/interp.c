@@ -27,7 +27,8 @@ typedef struct ik_ins {
   int var;          /* TE_VAR; TE_REDUCE: its variable */
   int buf;          /* TE_LOAD */
   int fn;           /* TE_CALL1/2: kiln_lanes_fn */
-  int aff;          /* TE_LOAD at an affine index: its terms (k->aff_*), else -1 (operand a is the index) */
+  int aff;          /* TE_LOAD: its index as aff_c0 + sum of terms coef * (a variable, or an instruction's value:
+                       k->aff_var[t] = var, or -1 - instruction); -1: operand a is the index */
   int n_aff;
   int64_t aff_c0;
   int64_t extent;   /* TE_REDUCE */
@@ -204,34 +205,106 @@ static int lower_reduce(builder *bd, const te_expr *e) {
   return i;
 }
 
+/* A load's index as c0 + sum coef[t] * term t (id[t]: a variable, or
+ * -1 - an instruction), gathered before it joins the kernel's tables
+ * (lowering a term may lower other loads). */
+typedef struct index_sum {
+  int n, cap;
+  int *id;
+  int64_t *coef;
+  int64_t c0;
+} index_sum;
+
+/* e * k added to the sum: sums, differences and products with constants
+ * expanded down to variables (affine terms) and other values (lowered: a
+ * clamp, a division), each of those a term of its own. */
+static void index_terms(builder *bd, const te_expr *e, int64_t k, index_sum *x, int depth) {
+  if (bd->st) return;
+  int64_t p;
+  switch (e->op) {
+    case TE_CONST:
+      if (!__builtin_mul_overflow(k, e->i, &p) && !__builtin_add_overflow(x->c0, p, &x->c0)) return;
+      break; /* overflow: the value as a term */
+    case TE_ADD:
+      if (depth < 32) {
+        index_terms(bd, e->a, k, x, depth + 1);
+        index_terms(bd, e->b, k, x, depth + 1);
+        return;
+      }
+      break;
+    case TE_SUB:
+      if (depth < 32 && k != INT64_MIN) {
+        index_terms(bd, e->a, k, x, depth + 1);
+        index_terms(bd, e->b, -k, x, depth + 1);
+        return;
+      }
+      break;
+    case TE_MUL:
+      if (depth < 32 && (e->a->op == TE_CONST || e->b->op == TE_CONST)) {
+        const te_expr *c = e->b->op == TE_CONST ? e->b : e->a, *t = e->b->op == TE_CONST ? e->a : e->b;
+        if (!__builtin_mul_overflow(k, c->i, &p)) {
+          index_terms(bd, t, p, x, depth + 1);
+          return;
+        }
+      }
+      break;
+    default: break;
+  }
+  int id;
+  if (e->op == TE_VAR) {
+    id = e->var;
+  } else {
+    int i = convert(bd, lower_expr(bd, e), KILN_DTYPE_I64);
+    if (i < 0) return;
+    id = -1 - i;
+  }
+  for (int t = 0; t < x->n; t++)
+    if (x->id[t] == id) {
+      x->coef[t] = (int64_t)((uint64_t)x->coef[t] + (uint64_t)k); /* wraps as the index arithmetic would */
+      return;
+    }
+  int cap = x->cap;
+  if (!grow((void **)&x->id, &x->cap, x->n + 1, sizeof(int)) || !grow((void **)&x->coef, &cap, x->n + 1, sizeof(int64_t))) {
+    bd->st = KILN_OOM();
+    return;
+  }
+  x->id[x->n] = id;
+  x->coef[x->n++] = k;
+}
+
 static int lower_load(builder *bd, const te_expr *e) {
   ik_ins x = {.op = TE_LOAD, .dt = e->dtype, .odt = e->dtype, .a = -1, .b = -1, .c = -1, .aff = -1, .buf = e->buf};
-  te_affine af;
-  if (te_affine_of(e->a, &af)) {
-    if (!grow((void **)&bd->aff_var, &bd->cap_aff_var, bd->n_aff + af.n, sizeof(int)) ||
-        !grow((void **)&bd->aff_coef, &bd->cap_aff_coef, bd->n_aff + af.n, sizeof(int64_t)))
-      goto oom;
+  index_sum sum = {0};
+  index_terms(bd, e->a, 1, &sum, 0);
+  if (!bd->st && (!grow((void **)&bd->aff_var, &bd->cap_aff_var, bd->n_aff + sum.n + 1, sizeof(int)) ||
+                  !grow((void **)&bd->aff_coef, &bd->cap_aff_coef, bd->n_aff + sum.n + 1, sizeof(int64_t))))
+    bd->st = KILN_OOM();
+  int i = -1;
+  if (!bd->st) {
     x.aff = bd->n_aff;
-    x.n_aff = 0;
-    x.aff_c0 = af.c0;
-    for (int t = 0; t < af.n; t++) {
-      if (!af.coef[t]) continue;
-      bd->aff_var[bd->n_aff] = af.var[t];
-      bd->aff_coef[bd->n_aff++] = af.coef[t];
-      x.n_aff++;
+    x.aff_c0 = sum.c0;
+    for (int t = 0; t < sum.n; t++) {
+      if (!sum.coef[t]) continue;
+      bd->aff_var[bd->n_aff] = sum.id[t];
+      bd->aff_coef[bd->n_aff++] = sum.coef[t];
     }
-    int i = new_ins(bd, &x);
-    if (i < 0) return -1;
-    uint64_t *s = vset_of(bd, i);
-    for (int t = 0; t < x.n_aff; t++) s[bd->aff_var[x.aff + t] / 64] |= 1ull << (bd->aff_var[x.aff + t] % 64);
-    return i;
+    x.n_aff = bd->n_aff - x.aff;
+    i = new_ins(bd, &x);
   }
-  x.a = convert(bd, lower_expr(bd, e->a), KILN_DTYPE_I64);
-  if (x.a < 0) return -1;
-  return new_ins(bd, &x);
-oom:
-  bd->st = KILN_OOM();
-  return -1;
+  free(sum.id);
+  free(sum.coef);
+  if (i < 0) return -1;
+  uint64_t *s = vset_of(bd, i);
+  for (int t = 0; t < x.n_aff; t++) {
+    int id = bd->aff_var[x.aff + t];
+    if (id >= 0) {
+      s[id / 64] |= 1ull << (id % 64);
+    } else {
+      const uint64_t *o = vset_of(bd, -1 - id);
+      for (int w = 0; w < bd->words; w++) s[w] |= o[w];
+    }
+  }
+  return i;
 }
 
 static int lower_expr(builder *bd, const te_expr *e) {
@@ -325,6 +398,9 @@ static void list_visit(builder *bd, int i) {
     list_visit(bd, x->b);
     list_visit(bd, x->c);
   }
+  if (x->op == TE_LOAD)
+    for (int t = 0; t < x->n_aff; t++)
+      if (bd->aff_var[x->aff + t] < 0) list_visit(bd, -1 - bd->aff_var[x->aff + t]);
   if (!grow((void **)&bd->lists, &bd->cap_lists, bd->n_lists + 1, sizeof(int))) {
     bd->st = KILN_OOM();
     return;
@@ -572,16 +648,26 @@ static int64_t coef_of(const kiln_interp_kernel *k, const ik_ins *x, int v) {
  * through the index evenly, else a gather. */
 static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_ins *x, void *o, int i) {
   int64_t u = x->aff_c0;
-  bool varies = false;
+  bool varies = false, ins_varies = false;
   for (int t = 0; t < x->n_aff; t++) {
-    int v = k->aff_var[x->aff + t];
-    int64_t c = k->aff_coef[x->aff + t];
-    if (!s->varying[v]) {
-      u += c * s->var_value[v];
+    int id = k->aff_var[x->aff + t];
+    int64_t c = k->aff_coef[x->aff + t], v;
+    if (id < 0) { /* a value's term */
+      int j = -1 - id;
+      if (!s->scalar[j]) {
+        varies = ins_varies = true;
+        continue;
+      }
+      memcpy(&v, slot(s, j), 8);
+      u += c * v;
+      continue;
+    }
+    if (!s->varying[id]) {
+      u += c * s->var_value[id];
       continue;
     }
     varies = true;
-    u += c * s->var_lanes[(size_t)v * L]; /* u: the index at lane 0 */
+    u += c * s->var_lanes[(size_t)id * L]; /* u: the index at lane 0 (but for varying values) */
   }
   const char *base = s->buffers[x->buf];
   size_t size = lane_size(x->dt);
@@ -601,7 +687,7 @@ static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_
       step = coef_of(k, x, s->vary[j]);
       found = true;
     }
-  bool even = found;
+  bool even = found && !ins_varies;
   for (int j = 0; j < s->n_vary && even; j++) {
     int v = s->vary[j];
     even = coef_of(k, x, v) == step * s->var_ostride[v];
@@ -611,13 +697,17 @@ static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_
     return;
   }
   int nl = s->nl;
-  for (int l = 0; l < nl; l++) s->idx[l] = u;
+  k->ops->fill(KILN_DTYPE_I64, nl, s->idx, &u);
   for (int t = 0; t < x->n_aff; t++) {
-    int v = k->aff_var[x->aff + t];
-    if (!s->varying[v]) continue;
+    int id = k->aff_var[x->aff + t];
     int64_t c = k->aff_coef[x->aff + t];
-    const int64_t *lanes = s->var_lanes + (size_t)v * L;
-    for (int l = 0; l < nl; l++) s->idx[l] += c * (lanes[l] - lanes[0]);
+    if (id < 0) {
+      int j = -1 - id;
+      if (!s->scalar[j]) k->ops->index_add(nl, s->idx, c, slot(s, j), 0);
+    } else if (s->varying[id]) {
+      const int64_t *lanes = s->var_lanes + (size_t)id * L;
+      k->ops->index_add(nl, s->idx, c, lanes, lanes[0]);
+    }
   }
   k->ops->gather(x->dt, nl, o, base, s->idx);
 }
@@ -703,6 +793,7 @@ static void eval_ins(ik_state *s, const kiln_interp_kernel *k, int i) {
     case TE_LOAD:
       if (x->aff >= 0) {
         eval_affine_load(s, k, x, o, i);
+        return;
       } else if (as) {
         int64_t at;
         memcpy(&at, a, 8);

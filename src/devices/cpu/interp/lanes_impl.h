@@ -392,6 +392,12 @@ static void lanes_fold(te_reduce_op rop, kiln_dtype dt, int n, const void *x, vo
 
 static void lanes_fill(kiln_dtype dt, int n, void *o, const void *v) { lanes_store(dt, n, o, 1, v, 1); }
 
+static void lanes_index_add(int n, int64_t *idx, int64_t c, const int64_t *x, int64_t x0) {
+  /* unsigned: the index arithmetic wraps as the generated code's would */
+  uint64_t *o = (uint64_t *)idx;
+  for (int l = 0; l < n; l++) o[l] += (uint64_t)c * ((uint64_t)x[l] - (uint64_t)x0);
+}
+
 const kiln_lanes_ops LANES_TABLE = {
     .name = LANES_NAME,
     .binary = lanes_binary,
@@ -407,4 +413,5 @@ const kiln_lanes_ops LANES_TABLE = {
     .combine = lanes_combine,
     .fold = lanes_fold,
     .fill = lanes_fill,
+    .index_add = lanes_index_add,
 };
