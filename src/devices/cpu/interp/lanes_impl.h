@@ -308,14 +308,17 @@ static void lanes_call(kiln_lanes_fn fn, int n, float *o, const float *a, int as
   }
 }
 
+/* Loads and stores go through memcpy: a model's initializers and a
+ * caller's tensors need not be aligned to their element size (the
+ * compiler turns each copy into one move). */
 static void lanes_gather(kiln_dtype dt, int n, void *o, const void *base, const int64_t *idx) {
   switch (lanes_size(dt)) {
-#define G(SIZE, T)                                                    \
-  case SIZE: {                                                        \
-    T *o_ = o;                                                        \
-    const T *b_ = base;                                               \
-    for (int l = 0; l < n; l++) o_[l] = b_[idx[l]];                   \
-    return;                                                           \
+#define G(SIZE, T)                                                                \
+  case SIZE: {                                                                    \
+    T *o_ = o;                                                                    \
+    const char *b_ = base;                                                        \
+    for (int l = 0; l < n; l++) memcpy(&o_[l], b_ + idx[l] * SIZE, SIZE);         \
+    return;                                                                       \
   }
     G(1, uint8_t)
     G(2, uint16_t)
@@ -333,12 +336,12 @@ static void lanes_strided(kiln_dtype dt, int n, void *o, const void *base, int64
     return;
   }
   switch (size) {
-#define S(SIZE, T)                                                    \
-  case SIZE: {                                                        \
-    T *o_ = o;                                                        \
-    const T *b_ = base;                                               \
-    for (int l = 0; l < n; l++) o_[l] = b_[(int64_t)l * stride];      \
-    return;                                                           \
+#define S(SIZE, T)                                                                          \
+  case SIZE: {                                                                              \
+    T *o_ = o;                                                                              \
+    const char *b_ = base;                                                                  \
+    for (int l = 0; l < n; l++) memcpy(&o_[l], b_ + (int64_t)l * stride * SIZE, SIZE);      \
+    return;                                                                                 \
   }
     S(1, uint8_t)
     S(2, uint16_t)
@@ -355,24 +358,8 @@ static void lanes_store(kiln_dtype dt, int n, void *base, int64_t stride, const 
     memmove(base, x, (size_t)n * size);
     return;
   }
-  switch (size) {
-#define S(SIZE, T)                                                                  \
-  case SIZE: {                                                                      \
-    T *b_ = base;                                                                   \
-    const T *x_ = x;                                                                \
-    if (xs)                                                                         \
-      for (int l = 0; l < n; l++) b_[(int64_t)l * stride] = x_[0];                  \
-    else                                                                            \
-      for (int l = 0; l < n; l++) b_[(int64_t)l * stride] = x_[l];                  \
-    return;                                                                         \
-  }
-    S(1, uint8_t)
-    S(2, uint16_t)
-    S(4, uint32_t)
-    S(8, uint64_t)
-#undef S
-    default: return;
-  }
+  char *b_ = base;
+  for (int l = 0; l < n; l++) memcpy(b_ + (int64_t)l * stride * (int64_t)size, (const char *)x + (xs ? 0 : (size_t)l * size), size);
 }
 
 static void lanes_combine(te_reduce_op rop, kiln_dtype dt, int n, void *acc, const void *x, int xs) {
