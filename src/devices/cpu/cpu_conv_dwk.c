@@ -64,9 +64,8 @@ size_t kiln_conv_dwk_thread_floats(const kiln_conv_geom *c) {
   dwk_dims d;
   dwk_dims_of(c, &d);
   int64_t nrows = (d.OH - 1) * d.sh + (d.KH - 1) * d.dh + 1;
-  /* the padded rows, a zero row, the pointers to nrows rows, the stride-2 staging row */
-  size_t f = (size_t)((d.H + 1) * d.sw * d.half) + (size_t)nrows * sizeof(float *) / sizeof(float) + 16 +
-             (size_t)(2 * ((d.half + 7) / 8 * 8) + 16);
+  /* the padded rows, a zero row, the pointers to nrows rows */
+  size_t f = (size_t)((d.H + 1) * d.sw * d.half) + (size_t)nrows * sizeof(float *) / sizeof(float) + 16;
   return (f + 15) & ~(size_t)15;
 }
 
@@ -104,41 +103,29 @@ static DWK_AVX2 void dwk_store_part(float *dst, __m256 x, int64_t n) {
   if (n) _mm_store_ss(dst, h);
 }
 
-/* dst[t] = xr[t - pw] inside the row, else 0, t in [0, width), whole
- * vectors only (the last may spill up to 7 zeros past width: into the next
- * row, written later, or the zero row, or the slack after the staging
- * row): the leading zeros, the row (its last vector loaded masked), then
- * the trailing zeros. */
-static DWK_AVX2 void dwk_pad_plain(const float *xr, int64_t W, int64_t pw, int64_t width, float *dst) {
-  int64_t j0 = pw < width ? pw : width, j1 = pw + W < width ? pw + W : width;
-  __m256 z = _mm256_setzero_ps();
-  for (int64_t t = 0; t < j0; t += 8) _mm256_storeu_ps(dst + t, z);
-  int64_t n = j1 - j0, t = 0;
-  for (; t + 8 <= n; t += 8) _mm256_storeu_ps(dst + j0 + t, _mm256_loadu_ps(xr + t));
-  if (t < n) {
-    _mm256_storeu_ps(dst + j0 + t, _mm256_maskload_ps(xr + t, dwk_lanes(n - t)));
-    t += 8;
-  }
-  for (t = j0 + (t > n ? t : n); t < width; t += 8) _mm256_storeu_ps(dst + t, z);
+/* Columns c0 + l (l < 8) of row xr, W wide: zeros outside it (masked-off
+ * lanes, which are not read). */
+static DWK_AVX2 __m256 dwk_load_cols(const float *xr, int64_t c0, int64_t W) {
+  if (c0 >= 0 && c0 + 8 <= W) return _mm256_loadu_ps(xr + c0);
+  __m256i i = _mm256_add_epi32(_mm256_set1_epi32((int)c0), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  __m256i m = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), i), _mm256_cmpgt_epi32(_mm256_set1_epi32((int)W), i));
+  return _mm256_maskload_ps(xr + c0, m);
 }
 
-/* Input row xr (W wide) as the s column phases of its padded form; stage:
- * 2 * ow8-rounded half + 8 floats for stride 2, whose phases are the even
- * and odd columns of the padded row, split 16 columns at a time. */
-static DWK_AVX2 void dwk_pad_row(const dwk_dims *d, const float *xr, float *dst, float *stage) {
+/* Input row xr (W wide) as the s column phases of its padded form (phase
+ * r, index t: input column t * s + r - pw), whole vectors (half is). */
+static DWK_AVX2 void dwk_pad_row(const dwk_dims *d, const float *xr, float *dst) {
   int64_t s = d->sw, half = d->half, W = d->W, pw = d->pw;
   if (s == 1) {
-    dwk_pad_plain(xr, W, pw, half, dst);
+    for (int64_t t = 0; t < half; t += 8) _mm256_storeu_ps(dst + t, dwk_load_cols(xr, t - pw, W));
     return;
   }
-  if (s == 2) {
-    int64_t h8 = (half + 7) / 8 * 8;
-    dwk_pad_plain(xr, W, pw, 2 * h8, stage);
+  if (s == 2) { /* 16 columns, split into the even and odd ones */
     for (int64_t t = 0; t < half; t += 8) {
-      __m256 a = _mm256_loadu_ps(stage + 2 * t), b = _mm256_loadu_ps(stage + 2 * t + 8);
+      __m256 a = dwk_load_cols(xr, 2 * t - pw, W), b = dwk_load_cols(xr, 2 * t - pw + 8, W);
       __m256 ev = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xd8));
       __m256 od = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xdd)), 0xd8));
-      _mm256_storeu_ps(dst + t, ev); /* half is whole vectors */
+      _mm256_storeu_ps(dst + t, ev);
       _mm256_storeu_ps(dst + half + t, od);
     }
     return;
@@ -248,7 +235,6 @@ static DWK_AVX2 void dwk_planes_avx2(void *vctx, int64_t begin, int64_t end, int
   float *pad = k->scratch + (size_t)thread * k->thread_floats;
   float *zero = pad + H * rowf;
   const float **rows = (const float **)(pad + (((H + 1) * rowf + 1) & ~(int64_t)1)); /* 8-byte aligned */
-  float *stage = (float *)(rows + nrows);
   memset(zero, 0, (size_t)rowf * sizeof(float));
   for (int64_t i = 0; i < nrows; i++) {
     int64_t ih = i - d->ph;
@@ -267,7 +253,7 @@ static DWK_AVX2 void dwk_planes_avx2(void *vctx, int64_t begin, int64_t end, int
   for (int64_t p = begin; p < end; p++) {
     int64_t ch = p % co;
     const float *xp = k->x + p * H * W;
-    for (int64_t ih = 0; ih < H; ih++) dwk_pad_row(d, xp + ih * W, pad + ih * rowf, stage);
+    for (int64_t ih = 0; ih < H; ih++) dwk_pad_row(d, xp + ih * W, pad + ih * rowf);
     pl.w = k->w + ch * d->KH * d->KW;
     pl.y = k->y + p * OH * OW;
     pl.add = native && e->add ? e->add + p * OH * OW : NULL;
