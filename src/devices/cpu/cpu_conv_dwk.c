@@ -8,10 +8,12 @@
  * into its s column phases (column j of the padded row at phase j % s,
  * index j / s), so every kernel tap (kh, kw) of an output row reads one
  * contiguous run: phase (kw * dil) % s from index ow + (kw * dil) / s.
- * Vertical padding is no copy: taps on rows outside the image are skipped.
- * Output rows are computed 16 (then 8) columns at a time in registers, the
- * bias and a native epilogue (added tensor, clip) applied before the store;
- * a generated epilogue runs per finished plane.
+ * Vertical padding is no copy: rows outside the image point at one zero
+ * row. Output blocks of R rows x V vectors of 8 columns (about 8
+ * accumulators, so the FMA latency is hidden: 8x1, 4x2, 2x4 and their row
+ * remainders) share each tap's broadcast weight; the bias and a native
+ * epilogue (added tensor, clip) are applied before the store, a generated
+ * epilogue per finished plane.
  */
 #include <string.h>
 
