@@ -563,6 +563,23 @@ def conv_cases():
     conv('depthwise', [1, 8, 15, 15], [8, 1, 3, 3], group=8, pads=[1, 1, 1, 1])
     conv('depthwise_s2', [1, 16, 17, 17], [16, 1, 3, 3], group=16, pads=[1, 1, 1, 1], strides=[2, 2])
     conv('depthwise_mult', [1, 4, 9, 9], [8, 1, 3, 3], group=4, pads=[1, 1, 1, 1])
+    # depthwise windows the cpu's dwk path takes: 5x5 s2 (MobileNetV3), dilated + strided, non-square with
+    # asymmetric pads, 7x7 s3, 1-D (audio), a wide ragged row, a batch of two
+    conv('dw_5x5_s2', [1, 12, 29, 27], [12, 1, 5, 5], group=12, pads=[2, 2, 2, 2], strides=[2, 2])
+    conv('dw_d2_s2', [1, 6, 19, 35], [6, 1, 3, 3], group=6, pads=[2, 2, 2, 2], strides=[2, 2], dilations=[2, 2])
+    conv('dw_rect', [1, 5, 13, 19], [5, 1, 3, 7], group=5, pads=[1, 3, 2, 0], strides=[1, 2])
+    conv('dw_7x7_s3', [1, 4, 20, 23], [4, 1, 7, 7], group=4, pads=[3, 3, 0, 1], strides=[3, 3])
+    conv('dw_1d', [2, 8, 61], [8, 1, 5], group=8, pads=[2, 2], strides=[2])
+    conv('dw_1d_d3', [1, 6, 40], [6, 1, 3], group=6, pads=[3, 3], dilations=[3])
+    conv('dw_wide', [2, 3, 5, 77], [3, 1, 3, 3], group=3, pads=[1, 1, 1, 1], bias=False)
+    m = case('Conv_dw_hardswish', 14)
+    y = m.node('Conv', [m.source([1, 10, 14, 14]), m.randc([10, 1, 5, 5]), m.randc([10])], group=10,
+               pads=[2, 2, 2, 2])
+    m.out(m.node('HardSwish', [y]))
+    m = case('Conv_dw_clip', 11)
+    y = m.node('Conv', [m.source([1, 9, 11, 13]), m.randc([9, 1, 3, 3]), m.randc([9])], group=9,
+               pads=[1, 1, 1, 1], strides=[2, 2])
+    m.out(m.node('Clip', [y, m.const(np.array(0.0, np.float32)), m.const(np.array(6.0, np.float32))]))
     conv('1d', [2, 3, 33], [5, 3, 3], pads=[1, 1])
     conv('1d_s2_d2', [1, 4, 31], [6, 4, 3], strides=[2], dilations=[2])
     conv('3d', [1, 2, 5, 6, 7], [3, 2, 3, 3, 3], pads=[1, 1, 1, 1, 1, 1])

@@ -554,6 +554,16 @@ int main(int argc, char **argv) {
     run_case(&t, pools, 1 + i % 3);
   }
   run_pw_isa_cases(pools);
+  /* depthwise windows beyond 3x3 (dwk); after the random cases, which keep their seeds */
+  conv_case dwk[] = {
+      conv2d(12, 12, 12, 28, 29, 5, 2, 1, 2, 2), /* 5x5 s2 (MobileNetV3) */
+      conv2d(10, 10, 10, 17, 40, 5, 1, 1, 2, 2), /* 5x5 s1, 16-column blocks then a ragged one */
+      conv2d(6, 6, 6, 15, 33, 3, 2, 2, 2, 2),    /* dilated and strided */
+      conv2d(5, 5, 5, 9, 9, 7, 3, 1, 3, 0),      /* 7x7 s3, pads 3/0 */
+      {1, 2, 8, 8, 8, {50}, {5}, {2}, {1}, {2}, {2}, true},                 /* 1-D (audio) */
+      {2, 1, 6, 6, 6, {13, 19}, {3, 7}, {1, 2}, {2, 1}, {1, 3}, {1, 3}, true}, /* non-square window */
+  };
+  for (size_t i = 0; i < sizeof dwk / sizeof dwk[0]; i++) run_case(&dwk[i], pools, 3);
   for (int i = 0; i < 3; i++) kiln_threadpool_destroy(pools[i]);
   printf("test_conv: %d checks, %d failures\n", g_checks, g_failures);
   return g_failures ? 1 : 0;

@@ -28,6 +28,9 @@
  * - DW_DIRECT (cpu_conv_dw.c): 3x3 depthwise, stride 1 or 2, AVX-512: no
  *   padded copy (the padding is masked-off load lanes), bias and epilogue
  *   on the registers.
+ * - DWK (cpu_conv_dwk.c): depthwise, 1-D or 2-D, any window, AVX2: rows
+ *   padded and split into column phases per plane, every tap a contiguous
+ *   vector run, bias and epilogue on the registers.
  *
  * Epilogues: a Conv step's fused elementwise kernel comes with, when
  * cpu_contract.c recognizes it (Relu, Clip, Add of a same-shape tensor, Add
@@ -85,7 +88,7 @@ struct kiln_conv_plan {
   /* GEMM_T / IM2COL_T: packed W^T at u_offset; scratch: [osize, Co] then the im2col matrix.
    * PW: the weights packed for cpu_conv_pw.c at u_offset. */
   size_t t_floats;
-  /* DW3X3 */
+  /* DW3X3, DWK: scratch floats per thread */
   size_t dw_thread_floats;
   /* IM2COL_PW: bands of blk_rows output rows, blk_floats per thread; the
    * weights of group g packed for cpu_conv_pw.c at u_offset + g * u_bytes */
@@ -189,6 +192,7 @@ const char *kiln_conv_algo_name(kiln_conv_algo a) {
     case KILN_CONV_IM2COL_PW: return "im2col_pw";
     case KILN_CONV_ROWS: return "rows";
     case KILN_CONV_DW_DIRECT: return "dw3x3d";
+    case KILN_CONV_DWK: return "dwk";
     case KILN_CONV_N_ALGOS: break;
   }
   return "?";
@@ -208,6 +212,7 @@ bool kiln_conv_algo_applies(const kiln_conv_geom *c, kiln_conv_algo a, bool cons
     case KILN_CONV_IM2COL_PW: return const_weights && c->nsp == 2;
     case KILN_CONV_ROWS: return const_weights && detect_isa() == ISA_AVX512 && kiln_conv_rows_applies(c);
     case KILN_CONV_DW_DIRECT: return detect_isa() == ISA_AVX512 && kiln_conv_dw_direct_applies(c);
+    case KILN_CONV_DWK: return detect_isa() >= ISA_AVX2 && kiln_conv_dwk_applies(c);
     case KILN_CONV_N_ALGOS: break;
   }
   return false;
@@ -246,6 +251,7 @@ kiln_conv_algo kiln_conv_choose(const kiln_conv_geom *c, bool const_weights) {
   if (const_weights && detect_isa() == ISA_AVX512 && kiln_conv_rows_applies(c) && c->kdim <= 256 &&
       c->co * c->kdim <= 32768)
     return KILN_CONV_ROWS;
+  if (detect_isa() >= ISA_AVX2 && kiln_conv_dwk_applies(c)) return KILN_CONV_DWK;
   if (is_dw3x3(c)) return KILN_CONV_DW3X3;
   if (is_depthwise(c)) return KILN_CONV_DEPTHWISE;
   if (const_weights && is_winograd(c) && winograd_pays(c)) return KILN_CONV_WINOGRAD;
@@ -998,6 +1004,10 @@ kiln_status_t kiln_conv_plan_create(const kiln_conv_geom *c, kiln_conv_algo algo
       hdr.scratch_bytes = (size_t)threads * hdr.dw_thread_floats * sizeof(float);
       break;
     }
+    case KILN_CONV_DWK:
+      hdr.dw_thread_floats = kiln_conv_dwk_thread_floats(c);
+      hdr.scratch_bytes = (size_t)threads * hdr.dw_thread_floats * sizeof(float);
+      break;
     case KILN_CONV_WINOGRAD: {
       hdr.tiles_h = ceil_div(c->out_sp[0], 4);
       hdr.tiles_w = ceil_div(c->out_sp[1], 4);
@@ -1094,6 +1104,7 @@ void kiln_conv_run(const kiln_conv_plan *p, kiln_threadpool *pool, const float *
     }
     case KILN_CONV_WINOGRAD: run_winograd(p, pool, x, bias, y, scratch, epi); return;
     case KILN_CONV_DW_DIRECT: kiln_conv_dw_direct_run(c, pool, x, w, bias, y, epi); return;
+    case KILN_CONV_DWK: kiln_conv_dwk_run(c, pool, x, w, bias, y, scratch, p->dw_thread_floats, epi); return;
     case KILN_CONV_IM2COL_PW: run_im2col_pw(p, pool, x, bias, y, scratch, epi); return;
     case KILN_CONV_ROWS:
       kiln_conv_rows_run(c, pool, p->isa, (const float *)((const char *)p + p->u_offset), x, bias, y, scratch,

@@ -114,6 +114,8 @@ typedef enum kiln_conv_algo {
                           pixels at a time in L1, then the direct pointwise kernel (cpu_conv_rows.c) */
   KILN_CONV_DW_DIRECT, /* 3x3 depthwise, stride 1 or 2, AVX-512: reads the input in place, padding as
                           masked lanes (cpu_conv_dw.c) */
+  KILN_CONV_DWK,       /* depthwise, 1-D or 2-D, any kernel, stride, dilation and padding, AVX2: padded rows
+                          split into column phases, every tap a contiguous run (cpu_conv_dwk.c) */
   KILN_CONV_N_ALGOS
 } kiln_conv_algo;
 
@@ -186,5 +188,15 @@ void kiln_conv_rows_run(const kiln_conv_geom *c, kiln_threadpool *pool, int isa,
 bool kiln_conv_dw_direct_applies(const kiln_conv_geom *c);
 void kiln_conv_dw_direct_run(const kiln_conv_geom *c, kiln_threadpool *pool, const float *x, const float *w,
                              const float *bias, float *y, const kiln_conv_epilogue *epi);
+
+/* ---- depthwise, any window (cpu_conv_dwk.c), AVX2 + FMA ------------------------------ */
+/* True when kiln_conv_dwk_run handles c on this build (the caller checks
+ * the CPU has AVX2 and FMA). */
+bool kiln_conv_dwk_applies(const kiln_conv_geom *c);
+/* Scratch floats each thread needs. */
+size_t kiln_conv_dwk_thread_floats(const kiln_conv_geom *c);
+void kiln_conv_dwk_run(const kiln_conv_geom *c, kiln_threadpool *pool, const float *x, const float *w,
+                       const float *bias, float *y, float *scratch, size_t thread_floats,
+                       const kiln_conv_epilogue *epi);
 
 #endif
