@@ -820,6 +820,32 @@ def dtype_cases():
     y = m.node('MatMulInteger', [a, m.const((m.rng.randint(-127, 128, [64, 32])).astype(np.int8)),
                                  m.const(np.uint8(128))])
     m.out(m.node('Mul', [m.node('Cast', [y], to=TensorProto.FLOAT), m.const(np.float32(0.03 * 0.01))]))
+    def dql(m, x):
+        outs = [m.fresh('t') for _ in range(3)]
+        m.nodes.append(helper.make_node('DynamicQuantizeLinear', [x], outs, name=m.fresh('n_DQL_')))
+        return outs
+    # MatMulInteger on kiln_rt.igemm (at least 8192 multiply-adds, codegen/schedule_gemm.c): u8 x s8 with odd k
+    # and zero points read from constants, s8 x u8 batched over a broadcast B, a variable B with its zero
+    # point computed at run time, and the dynamic-int8 chain whose float dequantization and bias are the
+    # GEMM's epilogue.
+    m = dcase('MatMulInteger_igemm_u8_i8')
+    a = m.node('QuantizeLinear', [m.source([37, 71]), m.const(np.float32(0.02)), m.const(np.uint8(131))])
+    m.out(m.node('MatMulInteger', [a, m.const((m.rng.randint(-128, 128, [71, 45])).astype(np.int8)),
+                                   m.const(np.uint8(131)), m.const(np.int8(-3))]))
+    m = dcase('MatMulInteger_igemm_i8_u8_batched')
+    a = m.node('QuantizeLinear', [m.source([2, 20, 33]), m.const(np.float32(0.01)), m.const(np.int8(-3))])
+    m.out(m.node('MatMulInteger', [a, m.const((m.rng.randint(0, 256, [33, 50])).astype(np.uint8)),
+                                   m.const(np.int8(-3)), m.const(np.uint8(128))]))
+    m = dcase('MatMulInteger_igemm_variable_b')
+    a = m.node('QuantizeLinear', [m.source([19, 40]), m.const(np.float32(0.02)), m.const(np.uint8(128))])
+    b, bs, bz = dql(m, m.source([40, 33]))
+    m.out(m.node('MatMulInteger', [a, b, m.const(np.uint8(128)), bz]))
+    m = dcase('MatMulInteger_igemm_dynamic_chain')
+    y, ys, yz = dql(m, m.source([24, 96]))
+    w = m.const(m.rng.randint(-127, 128, [96, 64]).astype(np.int8))
+    acc = m.node('MatMulInteger', [y, w, yz, m.const(np.int8(0))])
+    deq = m.node('Mul', [m.node('Cast', [acc], to=TensorProto.FLOAT), m.node('Mul', [ys, m.const(np.float32(0.01))])])
+    m.out(m.node('Relu', [m.node('Add', [deq, m.const(np.linspace(-1, 1, 64).astype(np.float32))])]))
     # ConvInteger (int32 sums of zero-point-shifted products; padding holds the x zero point): padded 3x3 with
     # zero points, per-channel w zero points, depthwise strided, no zero points, 1-D
     def qconv(tag, xs, ws, xzp=None, wzp=None, **attrs):
@@ -838,10 +864,6 @@ def dtype_cases():
     qconv('1d', [1, 3, 17], [4, 3, 5], xzp=7, pads=[2, 2])
     # DynamicQuantizeLinear (passes/decompose.c: single-output ops): its three outputs, an all-zero input
     # (scale 0: the zero point everywhere), NaN among the values, and the dynamic-int8 MatMul chain.
-    def dql(m, x):
-        outs = [m.fresh('t') for _ in range(3)]
-        m.nodes.append(helper.make_node('DynamicQuantizeLinear', [x], outs, name=m.fresh('n_DQL_')))
-        return outs
     m = dcase('DQL_outputs')
     for o in dql(m, m.node('Mul', [m.source([5, 33]), m.const(np.float32(3.0))])):
         m.out(o)
