@@ -84,7 +84,7 @@ typedef struct kiln_rt_state {
   void (*destroy)(struct kiln_rt_state *self); /* frees it, self included */
 } kiln_rt_state;
 
-/* An ONNX Conv or ConvTranspose (NCHW, f32) computed by the runtime: y = conv(x, w)
+/* An ONNX Conv or ConvTranspose (NCHW, f32; or ConvInteger, below) computed by the runtime: y = conv(x, w)
  * (+ bias[channel]), then, when set, epilogue over every element of y in
  * place (tiles of rows = channels of one image, columns = pixels; the
  * kiln_rt_epilogue_ctx it gets has buffers = epilogue_buffers, and the
@@ -108,6 +108,20 @@ typedef struct kiln_rt_conv_args {
   float lo, hi;
   kiln_rt_epilogue_fn epilogue;
   void *const *epilogue_buffers;
+  /* ConvInteger (integer set; not transposed): int32 yq = the sum of
+   * (xq - x_zero) * (wq - w_zero[co]) over the window, the padding holding
+   * x_zero (adds 0), xq and wq 8-bit (x_signed, w_signed), w_zero NULL (0)
+   * or w_zero_count (1 or co) 8-bit values (w_zero_signed); x, w, y, bias,
+   * add, clip and epilogue are not used: iepilogue, when set, gets the
+   * int32 tiles as `epilogue` gets float ones. */
+  bool integer;
+  const void *xq, *wq;
+  bool x_signed, w_signed, w_zero_signed;
+  int32_t x_zero;
+  const void *w_zero;
+  int64_t w_zero_count;
+  int32_t *yq;
+  kiln_rt_iepilogue_fn iepilogue;
 } kiln_rt_conv_args;
 
 typedef struct kiln_rt {

@@ -6,11 +6,11 @@
 
 #include "codegen/render_internal.h"
 
-void render_c_epilogue_head(render_ctx *r, const char *name) {
+void render_c_epilogue_head(render_ctx *r, const char *name, bool integer) {
   kiln_strbuf_printf(r->s,
-                     "static void %s_epilogue(void *vctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, "
+                     "static void %s_epilogue(void *vctx, %s *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, "
                      "int64_t nb) {\n",
-                     name);
+                     name, integer ? "int32_t" : "float");
 }
 
 void render_c_epilogue_element(render_ctx *r, const kiln_loop_nest *nest, const te_expr *sum) {
@@ -31,13 +31,7 @@ void render_c_epilogue_element(render_ctx *r, const kiln_loop_nest *nest, const 
  * product GEMM left there, in place. */
 static void epilogue(render_ctx *r, const kiln_loop_nest *nest, const char *name) {
   const kiln_gemm_call *g = &nest->gemm;
-  if (g->integer)
-    kiln_strbuf_printf(r->s,
-                       "static void %s_epilogue(void *vctx, int32_t *c, int64_t ldc, int64_t m0, int64_t n0, "
-                       "int64_t mb, int64_t nb) {\n",
-                       name);
-  else
-    render_c_epilogue_head(r, name);
+  render_c_epilogue_head(r, name, g->integer);
   kiln_strbuf_printf(r->s, "  const %s_gemm_ctx *gctx = (const %s_gemm_ctx *)vctx;\n  void *const *buffers = gctx->buffers;\n",
                      name, name);
   render_c_declare_buffers(r, nest);

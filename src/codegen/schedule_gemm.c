@@ -288,10 +288,20 @@ static void native_epilogue(const te_builder *b, const kiln_loop_nest *nest, kil
 
 void kiln_schedule_conv(const te_builder *b, kiln_loop_nest *nest) {
   if (nest->tiles.n_red || nest->rows.threads || nest->gemm.ok) return;
-  if (te_get_buffer(b, nest->out_buf)->dtype != KILN_DTYPE_F32 || nest->value->dtype != KILN_DTYPE_F32) return;
+  kiln_dtype out = te_get_buffer(b, nest->out_buf)->dtype;
   const te_conv_tag *t = find_conv(b, nest->value);
-  if (!t || nest->rank != 2 + t->nsp || reads_other(nest->value, t->reduce, nest->out_buf)) return;
-  if (t->x_buf == nest->out_buf || t->w_buf == nest->out_buf) return;
+  if (!t || nest->value->dtype != out || !(out == KILN_DTYPE_F32 || (t->integer && out == KILN_DTYPE_I32))) return;
+  if (nest->rank != 2 + t->nsp || reads_other(nest->value, t->reduce, nest->out_buf)) return;
+  if (t->x_buf == nest->out_buf || t->w_buf == nest->out_buf || t->x_zp_buf == nest->out_buf ||
+      t->w_zp_buf == nest->out_buf)
+    return;
+  /* ConvInteger: 8-bit operands and zero points (kiln_rt.conv's integer form). */
+  if (t->integer) {
+    int bufs[4] = {t->x_buf, t->w_buf, t->x_zp_buf, t->w_zp_buf};
+    for (int i = 0; i < 4; i++)
+      if (bufs[i] >= 0 && !is_8bit(te_get_buffer(b, bufs[i])->dtype)) return;
+    if (t->transposed || (t->w_zp_count != 1 && t->w_zp_count != t->co)) return;
+  }
   /* Built for this nest's output index, in order (an axis of one element
    * reads index 0): then the nest's row-major output is the convolution's
    * NCHW output. */
@@ -304,6 +314,6 @@ void kiln_schedule_conv(const te_builder *b, kiln_loop_nest *nest) {
   }
   kiln_conv_call c = {.ok = true, .tag = t, .w_constant = te_get_buffer(b, t->w_buf)->constant, .bias_buf = -1,
                       .add_buf = -1};
-  native_epilogue(b, nest, &c);
+  if (!t->integer) native_epilogue(b, nest, &c);
   nest->conv = c;
 }

@@ -862,6 +862,24 @@ def dtype_cases():
     qconv('depthwise_s2', [1, 6, 9, 9], [6, 1, 3, 3], xzp=128, wzp=128, group=6, strides=[2, 2], pads=[1, 1, 1, 1])
     qconv('nozp_1x1', [1, 8, 5, 5], [3, 8, 1, 1])
     qconv('1d', [1, 3, 17], [4, 3, 5], xzp=7, pads=[2, 2])
+    # ConvInteger on kiln_rt.conv's integer form (im2col + kiln_igemm): int8 x and w with negative zero
+    # points and padding, grouped and dilated, and the dynamic-int8 chain (Cast, scale, bias, Relu as the
+    # GEMM's epilogue)
+    m = dcase('ConvInteger_igemm_s8_pads')
+    xq = m.node('QuantizeLinear', [m.source([2, 5, 11, 10]), m.const(np.float32(0.02)), m.const(np.int8(-3))])
+    m.out(m.node('ConvInteger', [xq, m.const(m.rng.randint(-128, 128, [7, 5, 3, 3]).astype(np.int8)),
+                                 m.const(np.int8(-3)), m.const(np.int8(5))], pads=[1, 2, 1, 0], strides=[1, 2]))
+    m = dcase('ConvInteger_igemm_grouped_dilated')
+    xq = m.node('QuantizeLinear', [m.source([1, 6, 12, 12]), m.const(np.float32(0.02)), m.const(np.uint8(128))])
+    m.out(m.node('ConvInteger', [xq, m.const(m.rng.randint(0, 256, [9, 2, 3, 3]).astype(np.uint8)),
+                                 m.const(np.uint8(128)), m.const(np.arange(9).astype(np.uint8) * 20)],
+                 group=3, dilations=[2, 2], pads=[2, 2, 2, 2]))
+    m = dcase('ConvInteger_igemm_dynamic_chain')
+    xq, xs, xz = dql(m, m.source([1, 16, 9, 9]))
+    acc = m.node('ConvInteger', [xq, m.const(m.rng.randint(-127, 128, [24, 16, 1, 1]).astype(np.int8)), xz])
+    deq = m.node('Mul', [m.node('Cast', [acc], to=TensorProto.FLOAT), m.node('Mul', [xs, m.const(np.float32(0.01))])])
+    bias = m.const(np.linspace(-1, 1, 24).astype(np.float32).reshape(24, 1, 1))
+    m.out(m.node('Relu', [m.node('Add', [deq, bias])]))
     # DynamicQuantizeLinear (passes/decompose.c: single-output ops): its three outputs, an all-zero input
     # (scale 0: the zero point everywhere), NaN among the values, and the dynamic-int8 MatMul chain.
     m = dcase('DQL_outputs')

@@ -32,7 +32,7 @@ static kiln_igemm_args igemm_args(const kiln_rt_igemm_args *a) {
   return (kiln_igemm_args){a->trans_a, a->trans_b, a->a_signed, a->b_signed, a->m,     a->n,
                            a->k,       a->a,       a->lda,      a->b,        a->ldb,   a->a_zero,
                            a->b_zero,  a->packed_b, a->c,       a->ldc,      (kiln_igemm_epilogue_fn)a->epilogue,
-                           a->epilogue_ctx};
+                           a->epilogue_ctx, NULL};
 }
 
 static void rt_igemm(void *pool, const kiln_rt_igemm_args *a) {
@@ -150,6 +150,12 @@ static void rt_conv(const kiln_rt *rt, const kiln_rt_conv_args *a, kiln_rt_state
   cpu_exec *x = exec_of(rt);
   kiln_conv_plan *plan;
   kiln_status_t st = NULL;
+  if (a->integer) {
+    st = kiln_conv_integer_run(x->pool, a);
+    if (st && !x->rt_error) x->rt_error = st;
+    else kiln_status_free(st);
+    return;
+  }
   if (a->transposed) {
     st = grow_scratch(x, kiln_conv_transpose_scratch_bytes(a));
     if (!st) kiln_conv_transpose_run(x->pool, a, x->scratch);

@@ -104,6 +104,10 @@ static int32_t word(const void *x, bool is_signed, bool trans, int64_t ld, int32
 
 static int64_t kpairs(int64_t k) { return (k + 1) / 2; }
 
+static int32_t a_zero_of(const kiln_igemm_args *g, int64_t row) {
+  return g->a_zero_rows && row < g->m ? g->a_zero_rows[row] : g->a_zero;
+}
+
 size_t kiln_igemm_packed_b_size(int64_t k, int64_t n) {
   if (k < 0 || n < 0) return 0;
   uint64_t panels = ((uint64_t)n + IGEMM_NR - 1) / IGEMM_NR, bytes;
@@ -143,7 +147,7 @@ static void block_plain(const igemm_run *run, int64_t i0, int64_t i1, int64_t j0
     for (int64_t j = j0; j < j1; j++) {
       uint32_t s = 0;
       for (int64_t p = 0; p < g->k; p++)
-        s += (uint32_t)(at(g->a, g->a_signed, g->trans_a, g->lda, i, p, g->a_zero) *
+        s += (uint32_t)(at(g->a, g->a_signed, g->trans_a, g->lda, i, p, a_zero_of(g, i)) *
                         packed_b_at(run->pb, kpairs(g->k), p, j));
       g->c[i * g->ldc + j] = (int32_t)s;
     }
@@ -168,7 +172,8 @@ static void task(void *ctx, int64_t begin, int64_t end, int thread) {
           int32_t *panel = ap + (r0 - i0) * KCP;
           for (int64_t p = 0; p < pc; p++)
             for (int r = 0; r < IGEMM_MR; r++)
-              panel[p * IGEMM_MR + r] = word(g->a, g->a_signed, g->trans_a, g->lda, g->a_zero, g->m, g->k, r0 + r, p0 + p);
+              panel[p * IGEMM_MR + r] =
+                  word(g->a, g->a_signed, g->trans_a, g->lda, a_zero_of(g, r0 + r), g->m, g->k, r0 + r, p0 + p);
         }
         for (int64_t c0 = j0; c0 < j1; c0 += IGEMM_NR) {
           const int32_t *bpanel = run->pb + (c0 / IGEMM_NR) * kp * IGEMM_NR + p0 * IGEMM_NR;
@@ -192,7 +197,7 @@ static void all_plain(const kiln_igemm_args *g) {
     for (int64_t j = 0; j < g->n; j++) {
       uint32_t s = 0;
       for (int64_t p = 0; p < g->k; p++)
-        s += (uint32_t)(at(g->a, g->a_signed, g->trans_a, g->lda, i, p, g->a_zero) *
+        s += (uint32_t)(at(g->a, g->a_signed, g->trans_a, g->lda, i, p, a_zero_of(g, i)) *
                         at(g->b, g->b_signed, !g->trans_b, g->ldb, j, p, g->b_zero));
       g->c[i * g->ldc + j] = (int32_t)s;
     }

@@ -56,6 +56,7 @@ typedef struct kiln_igemm_args {
   int64_t ldc;
   kiln_igemm_epilogue_fn epilogue;
   void *epilogue_ctx;
+  const int32_t *a_zero_rows; /* when set, row i's zero point (in [-255, 255]) instead of a_zero */
 } kiln_igemm_args;
 
 /* Runs the multiply described by args (see the top). pool may be NULL. */
