@@ -1,7 +1,7 @@
 /* test_igemm.c — kiln_igemm against a naive int64 loop (reduced modulo
  * 2^32): random shapes with edges (m, n, k off the 6 x 16 tile, odd k,
  * k past one K block, k = 0), both transposes, u8/s8 operands with zero
- * points 0, 128, -3 and extremes, packed B, the epilogue's tiles, 1 and 2
+ * points 0, 128, -3 and extremes, per-row A zero points, packed B, the epilogue's tiles, 1 and 2
  * threads, every micro-kernel this CPU can run. */
 #include "devices/cpu/gemm/igemm.h"
 
@@ -46,6 +46,7 @@ typedef struct igemm_case {
   int64_t m, n, k;
   bool trans_a, trans_b, a_signed, b_signed, packed, epi;
   int32_t za, zb;
+  bool row_zeros; /* a zero point per row of A (ConvInteger's per-channel w zero points) */
 } igemm_case;
 
 static int32_t val(const void *x, bool s, int64_t o) { return s ? ((const int8_t *)x)[o] : ((const uint8_t *)x)[o]; }
@@ -58,6 +59,8 @@ static void run_case(kiln_threadpool *pool, const char *kname, const igemm_case 
   uint8_t *a = malloc(asz), *b = malloc(bsz);
   int32_t *c = malloc((size_t)(m * ldc + 1) * sizeof *c);
   int *hits = calloc((size_t)(m * n + 1), sizeof *hits);
+  int32_t *zrows = malloc((size_t)m * sizeof *zrows);
+  for (int64_t i = 0; i < m; i++) zrows[i] = t->a_signed ? (int32_t)rnd_int(-128, 127) : (int32_t)rnd_int(0, 255);
   for (size_t i = 0; i < asz; i++) a[i] = (uint8_t)rnd();
   for (size_t i = 0; i < bsz; i++) b[i] = (uint8_t)rnd();
   /* Extreme values often: 0, 255 / -128, 127. */
@@ -67,6 +70,7 @@ static void run_case(kiln_threadpool *pool, const char *kname, const igemm_case 
   kiln_igemm_args g = {.trans_a = t->trans_a, .trans_b = t->trans_b, .a_signed = t->a_signed, .b_signed = t->b_signed,
                        .m = m, .n = n, .k = k, .a = a, .lda = lda, .b = b, .ldb = ldb, .a_zero = t->za,
                        .b_zero = t->zb, .c = c, .ldc = ldc};
+  if (t->row_zeros) g.a_zero_rows = zrows;
   epi_ctx e = {m, n, hits, false};
   if (t->epi) {
     g.epilogue = epilogue;
@@ -85,7 +89,7 @@ static void run_case(kiln_threadpool *pool, const char *kname, const igemm_case 
     for (int64_t j = 0; j < n && bad < 3; j++) {
       int64_t s = 0;
       for (int64_t p = 0; p < k; p++) {
-        int32_t av = val(a, t->a_signed, t->trans_a ? p * lda + i : i * lda + p) - t->za;
+        int32_t av = val(a, t->a_signed, t->trans_a ? p * lda + i : i * lda + p) - (t->row_zeros ? zrows[i] : t->za);
         int32_t bv = val(b, t->b_signed, t->trans_b ? j * ldb + p : p * ldb + j) - t->zb;
         s += (int64_t)av * bv;
       }
@@ -108,6 +112,7 @@ static void run_case(kiln_threadpool *pool, const char *kname, const igemm_case 
   free(b);
   free(c);
   free(hits);
+  free(zrows);
   free(pb);
 }
 
@@ -118,7 +123,7 @@ static int32_t zero_point(bool is_signed) {
 
 static igemm_case random_case(int64_t max_m, int64_t max_n, int64_t max_k) {
   igemm_case t = {rnd_int(1, max_m), rnd_int(1, max_n), rnd_int(0, max_k), rnd() & 1, rnd() & 1, rnd() & 1, rnd() & 1,
-                  rnd() & 1, rnd() & 1, 0, 0};
+                  rnd() & 1, rnd() & 1, 0, 0, rnd() % 4 == 0};
   t.za = zero_point(t.a_signed);
   t.zb = zero_point(t.b_signed);
   return t;

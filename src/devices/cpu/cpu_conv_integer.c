@@ -8,34 +8,42 @@
 #include "devices/cpu/gemm/igemm.h"
 
 /* One image and group's columns: row (c, taps) of K, column the output
- * pixel; a tap outside the input reads x_zero. */
+ * pixel; a tap outside the input reads x_zero. Axes are padded to three
+ * (extent 1) so one loop nest serves 1-D to 3-D. */
 static void im2col(const kiln_rt_conv_args *a, const uint8_t *x, int64_t cig, uint8_t pad, uint8_t *cols) {
-  int64_t osize = 1, taps = 1, isize = 1;
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, ker[3] = {1, 1, 1}, st[3] = {1, 1, 1}, dil[3] = {1, 1, 1}, pb[3] = {0};
+  int off = 3 - a->nsp;
   for (int d = 0; d < a->nsp; d++) {
-    osize *= a->out[d];
-    taps *= a->kernel[d];
-    isize *= a->in[d];
+    in[off + d] = a->in[d];
+    out[off + d] = a->out[d];
+    ker[off + d] = a->kernel[d];
+    st[off + d] = a->stride[d];
+    dil[off + d] = a->dilation[d];
+    pb[off + d] = a->pad_begin[d];
   }
+  int64_t isize = in[0] * in[1] * in[2];
+  uint8_t *row = cols;
   for (int64_t c = 0; c < cig; c++)
-    for (int64_t t = 0; t < taps; t++) {
-      int64_t tap[3] = {0}, rest = t;
-      for (int d = a->nsp - 1; d >= 0; d--) {
-        tap[d] = rest % a->kernel[d];
-        rest /= a->kernel[d];
-      }
-      uint8_t *row = cols + (c * taps + t) * osize;
-      for (int64_t o = 0; o < osize; o++) {
-        int64_t pos[3] = {0}, r = o, flat = 0;
-        bool inside = true;
-        for (int d = a->nsp - 1; d >= 0; d--) {
-          pos[d] = (r % a->out[d]) * a->stride[d] - a->pad_begin[d] + tap[d] * a->dilation[d];
-          r /= a->out[d];
-          inside &= pos[d] >= 0 && pos[d] < a->in[d];
+    for (int64_t k0 = 0; k0 < ker[0]; k0++)
+      for (int64_t k1 = 0; k1 < ker[1]; k1++)
+        for (int64_t k2 = 0; k2 < ker[2]; k2++) {
+          for (int64_t o0 = 0; o0 < out[0]; o0++) {
+            int64_t i0 = o0 * st[0] - pb[0] + k0 * dil[0];
+            for (int64_t o1 = 0; o1 < out[1]; o1++) {
+              int64_t i1 = o1 * st[1] - pb[1] + k1 * dil[1];
+              if (i0 < 0 || i0 >= in[0] || i1 < 0 || i1 >= in[1]) {
+                memset(row, pad, (size_t)out[2]);
+                row += out[2];
+                continue;
+              }
+              const uint8_t *src = x + c * isize + (i0 * in[1] + i1) * in[2];
+              for (int64_t o2 = 0; o2 < out[2]; o2++) {
+                int64_t i2 = o2 * st[2] - pb[2] + k2 * dil[2];
+                *row++ = i2 >= 0 && i2 < in[2] ? src[i2] : pad;
+              }
+            }
+          }
         }
-        for (int d = 0; d < a->nsp; d++) flat = flat * a->in[d] + pos[d];
-        row[o] = inside ? x[c * isize + flat] : pad;
-      }
-    }
 }
 
 static bool pointwise(const kiln_rt_conv_args *a) {

@@ -115,14 +115,43 @@ size_t kiln_igemm_packed_b_size(int64_t k, int64_t n) {
   return (size_t)bytes;
 }
 
-void kiln_igemm_pack_b(const kiln_igemm_args *g, void *packed) {
-  int32_t *out = packed;
+/* Panels [j0, j1) of the packed B. */
+static void pack_b_panels(const kiln_igemm_args *g, int32_t *packed, int64_t j0, int64_t j1) {
   int64_t kp = kpairs(g->k);
-  /* op(B)[p, j] is B's "row" j of K when trans_b: rows are columns here. */
-  for (int64_t j0 = 0; j0 < g->n; j0 += IGEMM_NR)
+  for (int64_t panel = j0; panel < j1; panel++) {
+    int32_t *out = packed + panel * kp * IGEMM_NR;
+    int64_t c0 = panel * IGEMM_NR;
+    if (!g->trans_b && c0 + IGEMM_NR <= g->n) { /* K x N rows, a full panel: no per-element checks */
+      for (int64_t p = 0; p < kp; p++) {
+        const uint8_t *r0 = (const uint8_t *)g->b + 2 * p * g->ldb + c0, *r1 = r0 + g->ldb;
+        bool second = 2 * p + 1 < g->k;
+        for (int j = 0; j < IGEMM_NR; j++) {
+          int32_t v = g->b_signed ? (int8_t)r0[j] : r0[j], w = !second ? g->b_zero : g->b_signed ? (int8_t)r1[j] : r1[j];
+          out[p * IGEMM_NR + j] = pair(v - g->b_zero, w - g->b_zero);
+        }
+      }
+      continue;
+    }
+    /* op(B)[p, j] is B's "row" j of K when trans_b: rows are columns here. */
     for (int64_t p = 0; p < kp; p++)
       for (int j = 0; j < IGEMM_NR; j++)
-        *out++ = word(g->b, g->b_signed, !g->trans_b, g->ldb, g->b_zero, g->n, g->k, j0 + j, p);
+        out[p * IGEMM_NR + j] = word(g->b, g->b_signed, !g->trans_b, g->ldb, g->b_zero, g->n, g->k, c0 + j, p);
+  }
+}
+
+void kiln_igemm_pack_b(const kiln_igemm_args *g, void *packed) {
+  pack_b_panels(g, packed, 0, (g->n + IGEMM_NR - 1) / IGEMM_NR);
+}
+
+typedef struct pack_job {
+  const kiln_igemm_args *g;
+  int32_t *packed;
+} pack_job;
+
+static void pack_task(void *ctx, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  const pack_job *job = ctx;
+  pack_b_panels(job->g, job->packed, begin, end);
 }
 
 /* ---- the driver ------------------------------------------------------------------------------ */
@@ -219,7 +248,8 @@ void kiln_igemm(kiln_threadpool *pool, const kiln_igemm_args *g) {
       all_plain(g);
       return;
     }
-    if (own) kiln_igemm_pack_b(g, own);
+    pack_job job = {g, own};
+    kiln_parallel_for(pool, (g->n + IGEMM_NR - 1) / IGEMM_NR, 8, pack_task, &job);
     pb = own;
   }
   igemm_run run = {g, pb, *chosen()->fn, (g->n + NC - 1) / NC};
