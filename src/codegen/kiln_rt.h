@@ -113,7 +113,9 @@ typedef struct kiln_rt_conv_args {
    * x_zero (adds 0), xq and wq 8-bit (x_signed, w_signed), w_zero NULL (0)
    * or w_zero_count (1 or co) 8-bit values (w_zero_signed); x, w, y, bias,
    * add, clip and epilogue are not used: iepilogue, when set, gets the
-   * int32 tiles as `epilogue` gets float ones. */
+   * int32 tiles as `epilogue` gets float ones. yq NULL: the sums are
+   * tiles of the runtime's scratch and iepilogue (then required) stores
+   * the output itself (an 8-bit QuantizeLinear after the sum). */
   bool integer;
   const void *xq, *wq;
   bool x_signed, w_signed, w_zero_signed;

@@ -5,6 +5,12 @@
 
 #include "codegen/render_internal.h"
 
+/* An integer convolution whose output is not 4 bytes an element: its sums
+ * go to the runtime's scratch (kiln_rt_conv_args.yq NULL). */
+static bool scratch_sums(const render_ctx *r, const kiln_loop_nest *nest) {
+  return nest->conv.tag->integer && kiln_dtype_size(te_get_buffer(r->b, nest->out_buf)->dtype) != 4;
+}
+
 /* `NAME_epilogue`: f of each element of a tile, in place, from the sum the
  * convolution left there. The element's indices are unflattened once per
  * row of the tile and then stepped with carries (no division per element). */
@@ -28,7 +34,16 @@ static void epilogue(render_ctx *r, const kiln_loop_nest *nest, const char *name
   render_open_scope(r);
   render_line(r, "{");
   render_open_scope(r);
-  render_c_epilogue_element(r, nest, nest->conv.tag->reduce);
+  if (scratch_sums(r, nest)) { /* the sums in the runtime's scratch, the output stored here */
+    const te_expr *sum = nest->conv.tag->reduce;
+    render_line(r, "const int32_t r%d = c[i * ldc + j];", sum->id);
+    render_ensure(r, nest->value);
+    char val[48];
+    render_name_of(r, nest->value, val, sizeof val);
+    render_line(r, "b%d[kiln_f + j] = %s;", nest->out_buf, val);
+  } else {
+    render_c_epilogue_element(r, nest, nest->conv.tag->reduce);
+  }
   render_close_scope(r);
   render_line(r, "}");
   /* The next element: the innermost index up one, carried outwards. */
@@ -107,7 +122,7 @@ void render_c_conv(render_ctx *r, const kiln_loop_nest *nest, const char *name) 
     render_line(r, "a.integer = true;");
     render_line(r, "a.xq = buffers[%d];", t->x_buf);
     render_line(r, "a.wq = buffers[%d];", t->w_buf);
-    render_line(r, "a.yq = (int32_t *)buffers[%d];", nest->out_buf);
+    if (!scratch_sums(r, nest)) render_line(r, "a.yq = (int32_t *)buffers[%d];", nest->out_buf);
     bool xs = te_get_buffer(r->b, t->x_buf)->dtype == KILN_DTYPE_I8, ws = te_get_buffer(r->b, t->w_buf)->dtype == KILN_DTYPE_I8;
     render_line(r, "a.x_signed = %s;", xs ? "true" : "false");
     render_line(r, "a.w_signed = %s;", ws ? "true" : "false");

@@ -290,7 +290,7 @@ void kiln_schedule_conv(const te_builder *b, kiln_loop_nest *nest) {
   if (nest->tiles.n_red || nest->rows.threads || nest->gemm.ok) return;
   kiln_dtype out = te_get_buffer(b, nest->out_buf)->dtype;
   const te_conv_tag *t = find_conv(b, nest->value);
-  if (!t || nest->value->dtype != out || !(out == KILN_DTYPE_F32 || (t->integer && out == KILN_DTYPE_I32))) return;
+  if (!t || nest->value->dtype != out || !(out == KILN_DTYPE_F32 || t->integer)) return;
   if (nest->rank != 2 + t->nsp || reads_other(nest->value, t->reduce, nest->out_buf)) return;
   if (t->x_buf == nest->out_buf || t->w_buf == nest->out_buf || t->x_zp_buf == nest->out_buf ||
       t->w_zp_buf == nest->out_buf)
@@ -301,6 +301,8 @@ void kiln_schedule_conv(const te_builder *b, kiln_loop_nest *nest) {
     for (int i = 0; i < 4; i++)
       if (bufs[i] >= 0 && !is_8bit(te_get_buffer(b, bufs[i])->dtype)) return;
     if (t->transposed || (t->w_zp_count != 1 && t->w_zp_count != t->co)) return;
+    /* Not 4 bytes an element (a QuantizeLinear after the sum): the sums go to scratch, f stores the output. */
+    if (kiln_dtype_size(out) != 4 && nest->value == t->reduce) return;
   }
   /* Built for this nest's output index, in order (an axis of one element
    * reads index 0): then the nest's row-major output is the convolution's

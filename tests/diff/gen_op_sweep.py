@@ -874,6 +874,12 @@ def dtype_cases():
     m.out(m.node('ConvInteger', [xq, m.const(m.rng.randint(0, 256, [9, 2, 3, 3]).astype(np.uint8)),
                                  m.const(np.uint8(128)), m.const(np.arange(9).astype(np.uint8) * 20)],
                  group=3, dilations=[2, 2], pads=[2, 2, 2, 2]))
+    m = dcase('ConvInteger_igemm_requantized')  # a uint8 output: the sums in the runtime's scratch
+    xq = m.node('QuantizeLinear', [m.source([1, 8, 10, 10]), m.const(np.float32(0.02)), m.const(np.uint8(128))])
+    acc = m.node('ConvInteger', [xq, m.const(m.rng.randint(-128, 128, [12, 8, 3, 3]).astype(np.int8)),
+                                 m.const(np.uint8(128)), m.const(np.int8(0))], pads=[1, 1, 1, 1])
+    deq = m.node('Mul', [m.node('Cast', [acc], to=TensorProto.FLOAT), m.const(np.float32(0.02 * 0.01))])
+    m.out(m.node('QuantizeLinear', [m.node('Relu', [deq]), m.const(np.float32(0.01)), m.const(np.uint8(0))]))
     m = dcase('ConvInteger_igemm_dynamic_chain')
     xq, xs, xz = dql(m, m.source([1, 16, 9, 9]))
     acc = m.node('ConvInteger', [xq, m.const(m.rng.randint(-127, 128, [24, 16, 1, 1]).astype(np.int8)), xz])

@@ -62,7 +62,24 @@ static void tile_done(void *vctx, int32_t *c, int64_t ldc, int64_t m0, int64_t n
   e->a->iepilogue(&e->ctx, c, ldc, m0, n0, mb, nb);
 }
 
-kiln_status_t kiln_conv_integer_run(kiln_threadpool *pool, const kiln_rt_conv_args *a) {
+/* The sums' scratch (one image and group's, when yq is NULL), then the columns. */
+static void scratch_layout(const kiln_rt_conv_args *a, size_t *sums, size_t *cols) {
+  int64_t osize = 1, taps = 1;
+  for (int d = 0; d < a->nsp; d++) {
+    osize *= a->out[d];
+    taps *= a->kernel[d];
+  }
+  *sums = a->yq ? 0 : ((size_t)(a->co / a->group * osize) * sizeof(int32_t) + 63) & ~(size_t)63;
+  *cols = pointwise(a) ? 0 : (size_t)(a->ci / a->group * taps * osize);
+}
+
+size_t kiln_conv_integer_scratch_bytes(const kiln_rt_conv_args *a) {
+  size_t sums, cols;
+  scratch_layout(a, &sums, &cols);
+  return sums + cols + 64;
+}
+
+kiln_status_t kiln_conv_integer_run(kiln_threadpool *pool, const kiln_rt_conv_args *a, void *scratch) {
   int64_t cig = a->ci / a->group, cog = a->co / a->group, osize = 1, taps = 1, isize = 1;
   for (int d = 0; d < a->nsp; d++) {
     osize *= a->out[d];
@@ -71,14 +88,13 @@ kiln_status_t kiln_conv_integer_run(kiln_threadpool *pool, const kiln_rt_conv_ar
   }
   int64_t k = cig * taps;
   bool direct = pointwise(a);
-  uint8_t *cols = direct ? NULL : malloc((size_t)(k * osize) + 1);
+  size_t sums_bytes, cols_bytes;
+  scratch_layout(a, &sums_bytes, &cols_bytes);
+  int32_t *sums = a->yq ? NULL : scratch;
+  uint8_t *cols = direct ? NULL : (uint8_t *)scratch + sums_bytes;
   int32_t *wz = malloc((size_t)a->co * sizeof *wz);
-  if ((!direct && !cols) || !wz) {
-    free(cols);
-    free(wz);
-    return kiln_error(KILN_OUT_OF_MEMORY, "out of memory for a ConvInteger's columns (%lld bytes)",
-                      (long long)(k * osize));
-  }
+  if (!wz) return KILN_OOM();
+  (void)cols_bytes;
   for (int64_t c = 0; c < a->co; c++) {
     int64_t i = a->w_zero_count == a->co ? c : 0;
     wz[c] = !a->w_zero ? 0 : a->w_zero_signed ? ((const int8_t *)a->w_zero)[i] : ((const uint8_t *)a->w_zero)[i];
@@ -92,11 +108,11 @@ kiln_status_t kiln_conv_integer_run(kiln_threadpool *pool, const kiln_rt_conv_ar
       iconv_epilogue e = {a, {a->epilogue_buffers, first, osize}};
       kiln_igemm_args gm = {.a_signed = a->w_signed, .b_signed = a->x_signed, .m = cog, .n = osize, .k = k,
                             .a = w + g * cog * k, .lda = k, .b = direct ? xg : cols, .ldb = osize,
-                            .b_zero = a->x_zero, .a_zero_rows = wz + g * cog, .c = a->yq + first, .ldc = osize,
+                            .b_zero = a->x_zero, .a_zero_rows = wz + g * cog, .c = sums ? sums : a->yq + first,
+                            .ldc = osize,
                             .epilogue = a->iepilogue ? tile_done : NULL, .epilogue_ctx = &e};
       kiln_igemm(pool, &gm);
     }
-  free(cols);
   free(wz);
   return NULL;
 }

@@ -151,7 +151,8 @@ static void rt_conv(const kiln_rt *rt, const kiln_rt_conv_args *a, kiln_rt_state
   kiln_conv_plan *plan;
   kiln_status_t st = NULL;
   if (a->integer) {
-    st = kiln_conv_integer_run(x->pool, a);
+    st = grow_scratch(x, kiln_conv_integer_scratch_bytes(a));
+    if (!st) st = kiln_conv_integer_run(x->pool, a, x->scratch);
     if (st && !x->rt_error) x->rt_error = st;
     else kiln_status_free(st);
     return;

@@ -182,6 +182,20 @@ static void block_plain(const igemm_run *run, int64_t i0, int64_t i1, int64_t j0
     }
 }
 
+/* Pairs [p0, p0 + pc) of row `row` of an untransposed A, into every
+ * IGEMM_MR-th word of out. */
+static void pack_a_row(const kiln_igemm_args *g, int64_t row, int64_t p0, int64_t pc, int32_t *out) {
+  int32_t z = a_zero_of(g, row);
+  const uint8_t *src = (const uint8_t *)g->a + row * g->lda + 2 * p0;
+  int64_t full = pc;
+  if (2 * (p0 + pc) > g->k) full--; /* the last pair has one element */
+  if (g->a_signed)
+    for (int64_t p = 0; p < full; p++) out[p * IGEMM_MR] = pair((int8_t)src[2 * p] - z, (int8_t)src[2 * p + 1] - z);
+  else
+    for (int64_t p = 0; p < full; p++) out[p * IGEMM_MR] = pair(src[2 * p] - z, src[2 * p + 1] - z);
+  if (full < pc) out[full * IGEMM_MR] = pair((g->a_signed ? (int8_t)src[2 * full] : src[2 * full]) - z, 0);
+}
+
 static void task(void *ctx, int64_t begin, int64_t end, int thread) {
   (void)thread;
   const igemm_run *run = ctx;
@@ -199,10 +213,16 @@ static void task(void *ctx, int64_t begin, int64_t end, int thread) {
         int64_t pc = kp - p0 < KCP ? kp - p0 : KCP;
         for (int64_t r0 = i0; r0 < i1; r0 += IGEMM_MR) {
           int32_t *panel = ap + (r0 - i0) * KCP;
-          for (int64_t p = 0; p < pc; p++)
-            for (int r = 0; r < IGEMM_MR; r++)
+          for (int r = 0; r < IGEMM_MR; r++) {
+            int64_t row = r0 + r;
+            if (!g->trans_a && row < g->m) { /* M x K rows: one run of K per row */
+              pack_a_row(g, row, p0, pc, panel + r);
+              continue;
+            }
+            for (int64_t p = 0; p < pc; p++)
               panel[p * IGEMM_MR + r] =
-                  word(g->a, g->a_signed, g->trans_a, g->lda, a_zero_of(g, r0 + r), g->m, g->k, r0 + r, p0 + p);
+                  word(g->a, g->a_signed, g->trans_a, g->lda, a_zero_of(g, row), g->m, g->k, row, p0 + p);
+          }
         }
         for (int64_t c0 = j0; c0 < j1; c0 += IGEMM_NR) {
           const int32_t *bpanel = run->pb + (c0 / IGEMM_NR) * kp * IGEMM_NR + p0 * IGEMM_NR;
