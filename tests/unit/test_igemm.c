@@ -10,36 +10,14 @@
 #include <string.h>
 
 #include "base/threadpool.h"
+#include "test_random.h"
 
 static int g_failures, g_cases;
-static uint64_t g_rng = 0x2545f4914f6cdd1dull;
-
-static uint64_t rnd(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return g_rng;
-}
-static int64_t rnd_int(int64_t lo, int64_t hi) { return lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1)); }
-
-typedef struct epi_ctx {
-  int64_t m, n;
-  int *hits;
-  bool bad_tile;
-} epi_ctx;
-
 /* Counts each element's visit and flips its bits, which the check undoes. */
 static void epilogue(void *vctx, int32_t *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, int64_t nb) {
-  epi_ctx *e = vctx;
-  if (m0 < 0 || n0 < 0 || mb <= 0 || nb <= 0 || m0 + mb > e->m || n0 + nb > e->n) {
-    e->bad_tile = true;
-    return;
-  }
+  if (!epi_visit(vctx, m0, n0, mb, nb)) return;
   for (int64_t i = 0; i < mb; i++)
-    for (int64_t j = 0; j < nb; j++) {
-      __atomic_fetch_add(&e->hits[(m0 + i) * e->n + n0 + j], 1, __ATOMIC_RELAXED);
-      c[i * ldc + j] = ~c[i * ldc + j];
-    }
+    for (int64_t j = 0; j < nb; j++) c[i * ldc + j] = ~c[i * ldc + j];
 }
 
 typedef struct igemm_case {
@@ -70,7 +48,6 @@ static void run_case(kiln_threadpool *pool, const char *kname, const igemm_case 
   kiln_igemm_args g = {.trans_a = t->trans_a, .trans_b = t->trans_b, .a_signed = t->a_signed, .b_signed = t->b_signed,
                        .m = m, .n = n, .k = k, .a = a, .lda = lda, .b = b, .ldb = ldb, .a_zero = t->za,
                        .b_zero = t->zb, .c = c, .ldc = ldc};
-  if (t->row_zeros) g.a_zero_rows = zrows;
   epi_ctx e = {m, n, hits, false};
   if (t->epi) {
     g.epilogue = epilogue;
@@ -83,7 +60,7 @@ static void run_case(kiln_threadpool *pool, const char *kname, const igemm_case 
     g.packed_b = pb;
     g.b = NULL;
   }
-  kiln_igemm(pool, &g);
+  kiln_igemm_rows(pool, &g, t->row_zeros ? zrows : NULL);
   int bad = 0;
   for (int64_t i = 0; i < m && bad < 3; i++)
     for (int64_t j = 0; j < n && bad < 3; j++) {
@@ -163,6 +140,7 @@ static void run_suite(kiln_threadpool *pool, const char *kname) {
 }
 
 int main(void) {
+  g_rng = 0x2545f4914f6cdd1dull;
   kiln_threadpool *pools[2] = {NULL, NULL};
   if (kiln_threadpool_create(2, &pools[1])) {
     fprintf(stderr, "cannot create a thread pool\n");

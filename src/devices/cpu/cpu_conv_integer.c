@@ -108,10 +108,10 @@ kiln_status_t kiln_conv_integer_run(kiln_threadpool *pool, const kiln_rt_conv_ar
       iconv_epilogue e = {a, {a->epilogue_buffers, first, osize}};
       kiln_igemm_args gm = {.a_signed = a->w_signed, .b_signed = a->x_signed, .m = cog, .n = osize, .k = k,
                             .a = w + g * cog * k, .lda = k, .b = direct ? xg : cols, .ldb = osize,
-                            .b_zero = a->x_zero, .a_zero_rows = wz + g * cog, .c = sums ? sums : a->yq + first,
+                            .b_zero = a->x_zero, .c = sums ? sums : a->yq + first,
                             .ldc = osize,
                             .epilogue = a->iepilogue ? tile_done : NULL, .epilogue_ctx = &e};
-      kiln_igemm(pool, &gm);
+      kiln_igemm_rows(pool, &gm, wz + g * cog);
     }
   free(wz);
   return NULL;

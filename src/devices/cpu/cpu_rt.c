@@ -28,16 +28,8 @@ static void rt_sgemm(void *pool, const kiln_rt_sgemm_args *a) {
   kiln_sgemm((kiln_threadpool *)pool, &g);
 }
 
-static kiln_igemm_args igemm_args(const kiln_rt_igemm_args *a) {
-  return (kiln_igemm_args){a->trans_a, a->trans_b, a->a_signed, a->b_signed, a->m,     a->n,
-                           a->k,       a->a,       a->lda,      a->b,        a->ldb,   a->a_zero,
-                           a->b_zero,  a->packed_b, a->c,       a->ldc,      (kiln_igemm_epilogue_fn)a->epilogue,
-                           a->epilogue_ctx, NULL};
-}
-
 static void rt_igemm(void *pool, const kiln_rt_igemm_args *a) {
-  kiln_igemm_args g = igemm_args(a);
-  kiln_igemm((kiln_threadpool *)pool, &g);
+  kiln_igemm((kiln_threadpool *)pool, a);
 }
 
 /* ---- B packed once -------------------------------------------------------------- */
@@ -82,8 +74,7 @@ static const void *rt_sgemm_packed_b(const kiln_rt *rt, const kiln_rt_sgemm_args
 static const void *rt_igemm_packed_b(const kiln_rt *rt, const kiln_rt_igemm_args *a, kiln_rt_state **slot) {
   if (*slot) return ((packed_b_state *)*slot)->packed;
   packed_b_state *s = packed_b_slot(rt, a->k, a->n, kiln_igemm_packed_b_size(a->k, a->n), slot);
-  kiln_igemm_args g = igemm_args(a);
-  if (s) kiln_igemm_pack_b(&g, s->packed);
+  if (s) kiln_igemm_pack_b(a, s->packed);
   return s ? s->packed : NULL;
 }
 

@@ -104,8 +104,8 @@ static int32_t word(const void *x, bool is_signed, bool trans, int64_t ld, int32
 
 static int64_t kpairs(int64_t k) { return (k + 1) / 2; }
 
-static int32_t a_zero_of(const kiln_igemm_args *g, int64_t row) {
-  return g->a_zero_rows && row < g->m ? g->a_zero_rows[row] : g->a_zero;
+static int32_t a_zero_of(const kiln_igemm_args *g, const int32_t *rows, int64_t row) {
+  return rows && row < g->m ? rows[row] : g->a_zero;
 }
 
 size_t kiln_igemm_packed_b_size(int64_t k, int64_t n) {
@@ -159,6 +159,7 @@ static void pack_task(void *ctx, int64_t begin, int64_t end, int thread) {
 typedef struct igemm_run {
   const kiln_igemm_args *g;
   const int32_t *pb; /* packed B */
+  const int32_t *rows; /* A's zero point per row, or NULL */
   kiln_igemm_kernel_fn kernel;
   int64_t tasks_n; /* column blocks */
 } igemm_run;
@@ -176,7 +177,7 @@ static void block_plain(const igemm_run *run, int64_t i0, int64_t i1, int64_t j0
     for (int64_t j = j0; j < j1; j++) {
       uint32_t s = 0;
       for (int64_t p = 0; p < g->k; p++)
-        s += (uint32_t)(at(g->a, g->a_signed, g->trans_a, g->lda, i, p, a_zero_of(g, i)) *
+        s += (uint32_t)(at(g->a, g->a_signed, g->trans_a, g->lda, i, p, a_zero_of(g, run->rows, i)) *
                         packed_b_at(run->pb, kpairs(g->k), p, j));
       g->c[i * g->ldc + j] = (int32_t)s;
     }
@@ -184,8 +185,7 @@ static void block_plain(const igemm_run *run, int64_t i0, int64_t i1, int64_t j0
 
 /* Pairs [p0, p0 + pc) of row `row` of an untransposed A, into every
  * IGEMM_MR-th word of out. */
-static void pack_a_row(const kiln_igemm_args *g, int64_t row, int64_t p0, int64_t pc, int32_t *out) {
-  int32_t z = a_zero_of(g, row);
+static void pack_a_row(const kiln_igemm_args *g, int32_t z, int64_t row, int64_t p0, int64_t pc, int32_t *out) {
   const uint8_t *src = (const uint8_t *)g->a + row * g->lda + 2 * p0;
   int64_t full = pc;
   if (2 * (p0 + pc) > g->k) full--; /* the last pair has one element */
@@ -216,12 +216,12 @@ static void task(void *ctx, int64_t begin, int64_t end, int thread) {
           for (int r = 0; r < IGEMM_MR; r++) {
             int64_t row = r0 + r;
             if (!g->trans_a && row < g->m) { /* M x K rows: one run of K per row */
-              pack_a_row(g, row, p0, pc, panel + r);
+              pack_a_row(g, a_zero_of(g, run->rows, row), row, p0, pc, panel + r);
               continue;
             }
             for (int64_t p = 0; p < pc; p++)
               panel[p * IGEMM_MR + r] =
-                  word(g->a, g->a_signed, g->trans_a, g->lda, a_zero_of(g, row), g->m, g->k, row, p0 + p);
+                  word(g->a, g->a_signed, g->trans_a, g->lda, a_zero_of(g, run->rows, row), g->m, g->k, row, p0 + p);
           }
         }
         for (int64_t c0 = j0; c0 < j1; c0 += IGEMM_NR) {
@@ -241,22 +241,24 @@ static void task(void *ctx, int64_t begin, int64_t end, int thread) {
 }
 
 /* The whole product with plain loops, B read as stored (no memory to pack it). */
-static void all_plain(const kiln_igemm_args *g) {
+static void all_plain(const kiln_igemm_args *g, const int32_t *rows) {
   for (int64_t i = 0; i < g->m; i++)
     for (int64_t j = 0; j < g->n; j++) {
       uint32_t s = 0;
       for (int64_t p = 0; p < g->k; p++)
-        s += (uint32_t)(at(g->a, g->a_signed, g->trans_a, g->lda, i, p, a_zero_of(g, i)) *
+        s += (uint32_t)(at(g->a, g->a_signed, g->trans_a, g->lda, i, p, a_zero_of(g, rows, i)) *
                         at(g->b, g->b_signed, !g->trans_b, g->ldb, j, p, g->b_zero));
       g->c[i * g->ldc + j] = (int32_t)s;
     }
   if (g->epilogue && g->m > 0 && g->n > 0) g->epilogue(g->epilogue_ctx, g->c, g->ldc, 0, 0, g->m, g->n);
 }
 
-void kiln_igemm(kiln_threadpool *pool, const kiln_igemm_args *g) {
+void kiln_igemm(kiln_threadpool *pool, const kiln_igemm_args *g) { kiln_igemm_rows(pool, g, NULL); }
+
+void kiln_igemm_rows(kiln_threadpool *pool, const kiln_igemm_args *g, const int32_t *rows) {
   if (g->m <= 0 || g->n <= 0) return;
   if (g->k <= 0) {
-    all_plain(g); /* zeros */
+    all_plain(g, rows); /* zeros */
     return;
   }
   int32_t *own = NULL;
@@ -265,14 +267,14 @@ void kiln_igemm(kiln_threadpool *pool, const kiln_igemm_args *g) {
     size_t bytes = kiln_igemm_packed_b_size(g->k, g->n);
     own = bytes ? aligned_alloc(64, (bytes + 63) & ~(size_t)63) : NULL;
     if (!own && bytes) {
-      all_plain(g);
+      all_plain(g, rows);
       return;
     }
     pack_job job = {g, own};
     kiln_parallel_for(pool, (g->n + IGEMM_NR - 1) / IGEMM_NR, 8, pack_task, &job);
     pb = own;
   }
-  igemm_run run = {g, pb, *chosen()->fn, (g->n + NC - 1) / NC};
+  igemm_run run = {g, pb, rows, *chosen()->fn, (g->n + NC - 1) / NC};
   int64_t tasks = (g->m + MC - 1) / MC * run.tasks_n;
   /* Tiny products stay on the caller's thread. */
   double macs = (double)g->m * (double)g->n * (double)g->k;

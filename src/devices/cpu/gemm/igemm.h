@@ -37,30 +37,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "codegen/kiln_rt.h"
+
 typedef struct kiln_threadpool kiln_threadpool; /* base/threadpool.h */
 
-typedef void (*kiln_igemm_epilogue_fn)(void *ctx, int32_t *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb,
-                                       int64_t nb);
-
-typedef struct kiln_igemm_args {
-  bool trans_a, trans_b;
-  bool a_signed, b_signed; /* int8 when set, else uint8 */
-  int64_t m, n, k;
-  const void *a;
-  int64_t lda;
-  const void *b;
-  int64_t ldb;
-  int32_t a_zero, b_zero;
-  const void *packed_b; /* from kiln_igemm_pack_b with this b_zero; b, ldb, trans_b, b_signed ignored */
-  int32_t *c;
-  int64_t ldc;
-  kiln_igemm_epilogue_fn epilogue;
-  void *epilogue_ctx;
-  const int32_t *a_zero_rows; /* when set, row i's zero point (in [-255, 255]) instead of a_zero */
-} kiln_igemm_args;
+/* The arguments are the runtime table's (codegen/kiln_rt.h), field for field. */
+typedef kiln_rt_igemm_args kiln_igemm_args;
 
 /* Runs the multiply described by args (see the top). pool may be NULL. */
 void kiln_igemm(kiln_threadpool *pool, const kiln_igemm_args *args);
+/* The same with a zero point per row of op(A) (each in [-255, 255];
+ * args->a_zero ignored): ConvInteger's per-channel weight zero points. */
+void kiln_igemm_rows(kiln_threadpool *pool, const kiln_igemm_args *args, const int32_t *a_zero_rows);
 
 /* Bytes of a packed K x N op(B); 0 when negative or past SIZE_MAX. */
 size_t kiln_igemm_packed_b_size(int64_t k, int64_t n);
