@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_RT_ABI_VERSION 4
+#define KILN_RT_ABI_VERSION 5
 
 typedef void (*kiln_rt_parallel_fn)(void *ctx, int64_t begin, int64_t end, int thread);
 typedef void (*kiln_rt_epilogue_fn)(void *ctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, int64_t nb);
@@ -56,12 +56,35 @@ typedef struct kiln_rt_sgemm_args {
   void *epilogue_ctx;
 } kiln_rt_sgemm_args;
 
+/* An 8-bit integer GEMM (kiln's igemm, devices/cpu/gemm/igemm.h): int32
+ * C[i, j] = sum over p of (op(A)[i, p] - a_zero) * (op(B)[p, j] - b_zero),
+ * exact modulo 2^32; A and B int8 (x_signed) or uint8. The per-tile
+ * epilogue gets the int32 tile and may overwrite it with any 4-byte
+ * element (a float in place): C is not read again. */
+typedef void (*kiln_rt_iepilogue_fn)(void *ctx, int32_t *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb,
+                                     int64_t nb);
+typedef struct kiln_rt_igemm_args {
+  bool trans_a, trans_b;
+  bool a_signed, b_signed;
+  int64_t m, n, k;
+  const void *a;
+  int64_t lda;
+  const void *b;
+  int64_t ldb;
+  int32_t a_zero, b_zero;
+  const void *packed_b; /* from igemm_packed_b (same b_zero), or NULL */
+  int32_t *c;
+  int64_t ldc;
+  kiln_rt_iepilogue_fn epilogue;
+  void *epilogue_ctx;
+} kiln_rt_igemm_args;
+
 /* A runtime call's prepared state for one launch (see the top). */
 typedef struct kiln_rt_state {
   void (*destroy)(struct kiln_rt_state *self); /* frees it, self included */
 } kiln_rt_state;
 
-/* An ONNX Conv or ConvTranspose (NCHW, f32) computed by the runtime: y = conv(x, w)
+/* An ONNX Conv or ConvTranspose (NCHW, f32; or ConvInteger, below) computed by the runtime: y = conv(x, w)
  * (+ bias[channel]), then, when set, epilogue over every element of y in
  * place (tiles of rows = channels of one image, columns = pixels; the
  * kiln_rt_epilogue_ctx it gets has buffers = epilogue_buffers, and the
@@ -85,6 +108,22 @@ typedef struct kiln_rt_conv_args {
   float lo, hi;
   kiln_rt_epilogue_fn epilogue;
   void *const *epilogue_buffers;
+  /* ConvInteger (integer set; not transposed): int32 yq = the sum of
+   * (xq - x_zero) * (wq - w_zero[co]) over the window, the padding holding
+   * x_zero (adds 0), xq and wq 8-bit (x_signed, w_signed), w_zero NULL (0)
+   * or w_zero_count (1 or co) 8-bit values (w_zero_signed); x, w, y, bias,
+   * add, clip and epilogue are not used: iepilogue, when set, gets the
+   * int32 tiles as `epilogue` gets float ones. yq NULL: the sums are
+   * tiles of the runtime's scratch and iepilogue (then required) stores
+   * the output itself (an 8-bit QuantizeLinear after the sum). */
+  bool integer;
+  const void *xq, *wq;
+  bool x_signed, w_signed, w_zero_signed;
+  int32_t x_zero;
+  const void *w_zero;
+  int64_t w_zero_count;
+  int32_t *yq;
+  kiln_rt_iepilogue_fn iepilogue;
 } kiln_rt_conv_args;
 
 typedef struct kiln_rt {
@@ -105,6 +144,10 @@ typedef struct kiln_rt {
   /* Records that a runtime call failed (message printf-style); the device
    * turns it into the launch's error. */
   void (*fail)(const struct kiln_rt *rt, const char *message);
+  /* The integer GEMM over the pool, and its B packed once per launch
+   * (as sgemm_packed_b; args' b, ldb, trans_b, b_signed, b_zero, k, n). */
+  void (*igemm)(void *pool, const kiln_rt_igemm_args *args);
+  const void *(*igemm_packed_b)(const struct kiln_rt *rt, const kiln_rt_igemm_args *args, kiln_rt_state **slot);
 } kiln_rt;
 
 #endif

@@ -133,6 +133,15 @@ typedef struct kiln_gemm_call {
   int n_m, n_n, n_batch;
   int m_loops[KILN_MAX_RANK], n_loops[KILN_MAX_RANK], batch_loops[KILN_MAX_RANK]; /* output loop levels */
   int64_t a_stride[KILN_MAX_RANK], b_stride[KILN_MAX_RANK]; /* elements per step of each batch loop (0: broadcast) */
+  /* An integer sum (kiln_rt.igemm): factors int32(a) - a's zero point and
+   * int32(b) - b's, a and b uint8 or int8 loads; each zero point a
+   * constant (zp_buf -1) or an 8-bit load at a fixed element. The output
+   * is int32 or float (the epilogue's, stored over the int32 product). */
+  bool integer;
+  bool a_signed, b_signed;
+  int a_zp_buf, b_zp_buf;
+  bool a_zp_signed, b_zp_signed;
+  int64_t a_zp, b_zp; /* the constant, or the element of zp_buf */
 } kiln_gemm_call;
 
 /* Tensorization onto the runtime's convolution (kiln_rt.conv, the cpu's
@@ -221,6 +230,8 @@ int kiln_loop_nest_group_size(const kiln_loop_nest *nest);
  * factors split into M, N and batch loops as kiln_contraction_tiles
  * describes): fills out's red, a, b, loop lists and extents, no tiles. */
 bool kiln_contraction_match(const kiln_loop_nest *nest, kiln_contraction_tiles *out);
+/* The same for int32 sums of int32 products (MatMulInteger's). */
+bool kiln_contraction_match_i32(const kiln_loop_nest *nest, kiln_contraction_tiles *out);
 /* The schedule step of the contraction template: fills nest->tiles (and
  * sets the loop kinds to GPU_BLOCK) when the nest matches and is big
  * enough to be worth it; leaves the nest as it is otherwise.

@@ -1251,9 +1251,14 @@ static te_expr *conv_tag_and_bias(te_builder *b, const te_tensor *t, te_expr *co
                                   bool transposed) {
   const te_tensor *X = t->in[0], *W = t->in[1];
   int ns = X->rank - 2;
-  if (X->kind == TE_VIEW_BUFFER && W->kind == TE_VIEW_BUFFER && acc) {
+  /* ConvInteger's zero points: buffers too, or no tag. */
+  const te_tensor *xz = t->ip && t->p[18] >= 0 ? t->in[t->p[18]] : NULL, *wz = t->ip && t->p[19] >= 0 ? t->in[t->p[19]] : NULL;
+  bool zps = (!xz || xz->kind == TE_VIEW_BUFFER) && (!wz || wz->kind == TE_VIEW_BUFFER);
+  if (X->kind == TE_VIEW_BUFFER && W->kind == TE_VIEW_BUFFER && acc && zps) {
     te_conv_tag tag = {.reduce = acc, .x_buf = X->buf, .w_buf = W->buf, .nsp = ns, .transposed = transposed,
-                       .n = X->dims[0], .ci = X->dims[1], .co = t->dims[1], .group = t->p[16]};
+                       .n = X->dims[0], .ci = X->dims[1], .co = t->dims[1], .group = t->p[16],
+                       .integer = t->ip != 0, .x_zp_buf = xz ? xz->buf : -1, .w_zp_buf = wz ? wz->buf : -1,
+                       .w_zp_count = wz && wz->rank == 1 ? wz->dims[0] : 1};
     for (int i = 0; i < 2 + ns; i++) tag.idx[i] = idx[i];
     for (int i = 0; i < ns; i++) {
       tag.in[i] = X->dims[2 + i];
@@ -1265,7 +1270,7 @@ static te_expr *conv_tag_and_bias(te_builder *b, const te_tensor *t, te_expr *co
     }
     te_tag_conv(b, &tag);
   }
-  if (t->n_in > 2) acc = te_binary(b, TE_ADD, acc, te_at(b, t->in[2], (te_expr *[]){idx[1]}));
+  if (t->n_in > 2 && !t->ip) acc = te_binary(b, TE_ADD, acc, te_at(b, t->in[2], (te_expr *[]){idx[1]}));
   return acc;
 }
 
@@ -1303,7 +1308,6 @@ static te_expr *compute_conv(te_builder *b, const te_tensor *t, te_expr *const *
   te_expr *acc = te_binary(b, TE_MUL, x, wv);
   for (int i = ns - 1; i >= 0; i--) acc = te_reduce(b, TE_RSUM, vk[i], t->p[i], acc);
   acc = te_reduce(b, TE_RSUM, vc, cig, acc);
-  if (t->ip) return acc;
   return conv_tag_and_bias(b, t, idx, acc, false);
 }
 

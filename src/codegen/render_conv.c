@@ -5,11 +5,17 @@
 
 #include "codegen/render_internal.h"
 
+/* An integer convolution whose output is not 4 bytes an element: its sums
+ * go to the runtime's scratch (kiln_rt_conv_args.yq NULL). */
+static bool scratch_sums(const render_ctx *r, const kiln_loop_nest *nest) {
+  return nest->conv.tag->integer && kiln_dtype_size(te_get_buffer(r->b, nest->out_buf)->dtype) != 4;
+}
+
 /* `NAME_epilogue`: f of each element of a tile, in place, from the sum the
  * convolution left there. The element's indices are unflattened once per
  * row of the tile and then stepped with carries (no division per element). */
 static void epilogue(render_ctx *r, const kiln_loop_nest *nest, const char *name) {
-  render_c_epilogue_head(r, name);
+  render_c_epilogue_head(r, name, nest->conv.tag->integer);
   kiln_strbuf_puts(r->s, "  const kiln_rt_epilogue_ctx *ectx = (const kiln_rt_epilogue_ctx *)vctx;\n"
                          "  void *const *buffers = ectx->buffers;\n");
   render_c_declare_buffers(r, nest);
@@ -28,7 +34,16 @@ static void epilogue(render_ctx *r, const kiln_loop_nest *nest, const char *name
   render_open_scope(r);
   render_line(r, "{");
   render_open_scope(r);
-  render_c_epilogue_element(r, nest, nest->conv.tag->reduce);
+  if (scratch_sums(r, nest)) { /* the sums in the runtime's scratch, the output stored here */
+    const te_expr *sum = nest->conv.tag->reduce;
+    render_line(r, "const int32_t r%d = c[i * ldc + j];", sum->id);
+    render_ensure(r, nest->value);
+    char val[48];
+    render_name_of(r, nest->value, val, sizeof val);
+    render_line(r, "b%d[kiln_f + j] = %s;", nest->out_buf, val);
+  } else {
+    render_c_epilogue_element(r, nest, nest->conv.tag->reduce);
+  }
   render_close_scope(r);
   render_line(r, "}");
   /* The next element: the innermost index up one, carried outwards. */
@@ -53,7 +68,7 @@ static void epilogue(render_ctx *r, const kiln_loop_nest *nest, const char *name
  * (what a routine that cannot apply them in registers calls). */
 static void native_epilogue(render_ctx *r, const kiln_loop_nest *nest, const char *name) {
   const kiln_conv_call *cc = &nest->conv;
-  render_c_epilogue_head(r, name);
+  render_c_epilogue_head(r, name, false);
   kiln_strbuf_puts(r->s, "  const kiln_rt_epilogue_ctx *ectx = (const kiln_rt_epilogue_ctx *)vctx;\n"
                          "  for (int64_t i = 0; i < mb; i++) {\n    float *row = c + i * ldc;\n");
   if (cc->add_buf >= 0)
@@ -103,9 +118,26 @@ void render_c_conv(render_ctx *r, const kiln_loop_nest *nest, const char *name) 
   ints(r, "stride", t->stride, t->nsp);
   ints(r, "dilation", t->dilation, t->nsp);
   ints(r, "pad_begin", t->pad_begin, t->nsp);
-  render_line(r, "a.x = (const float *)buffers[%d];", t->x_buf);
-  render_line(r, "a.w = (const float *)buffers[%d];", t->w_buf);
-  render_line(r, "a.y = (float *)buffers[%d];", nest->out_buf);
+  if (t->integer) {
+    render_line(r, "a.integer = true;");
+    render_line(r, "a.xq = buffers[%d];", t->x_buf);
+    render_line(r, "a.wq = buffers[%d];", t->w_buf);
+    if (!scratch_sums(r, nest)) render_line(r, "a.yq = (int32_t *)buffers[%d];", nest->out_buf);
+    bool xs = te_get_buffer(r->b, t->x_buf)->dtype == KILN_DTYPE_I8, ws = te_get_buffer(r->b, t->w_buf)->dtype == KILN_DTYPE_I8;
+    render_line(r, "a.x_signed = %s;", xs ? "true" : "false");
+    render_line(r, "a.w_signed = %s;", ws ? "true" : "false");
+    if (t->x_zp_buf >= 0)
+      render_line(r, "a.x_zero = ((const %s *)buffers[%d])[0];", xs ? "int8_t" : "uint8_t", t->x_zp_buf);
+    if (t->w_zp_buf >= 0) {
+      render_line(r, "a.w_zero = buffers[%d];", t->w_zp_buf);
+      render_line(r, "a.w_zero_signed = %s;", te_get_buffer(r->b, t->w_zp_buf)->dtype == KILN_DTYPE_I8 ? "true" : "false");
+      render_line(r, "a.w_zero_count = INT64_C(%lld);", (long long)t->w_zp_count);
+    }
+  } else {
+    render_line(r, "a.x = (const float *)buffers[%d];", t->x_buf);
+    render_line(r, "a.w = (const float *)buffers[%d];", t->w_buf);
+    render_line(r, "a.y = (float *)buffers[%d];", nest->out_buf);
+  }
   render_line(r, "a.w_constant = %s;", cc->w_constant ? "true" : "false");
   if (cc->native && cc->bias_buf >= 0) render_line(r, "a.bias = (const float *)buffers[%d];", cc->bias_buf);
   if (cc->native && cc->add_buf >= 0) render_line(r, "a.add = (const float *)buffers[%d];", cc->add_buf);
@@ -118,7 +150,7 @@ void render_c_conv(render_ctx *r, const kiln_loop_nest *nest, const char *name) 
     render_line(r, "a.hi = %s;", hi);
   }
   if (has_epilogue) {
-    render_line(r, "a.epilogue = %s_epilogue;", name);
+    render_line(r, "a.%s = %s_epilogue;", t->integer ? "iepilogue" : "epilogue", name);
     render_line(r, "a.epilogue_buffers = buffers;");
   }
   render_line(r, "rt->conv(rt, &a, (kiln_rt_state **)buffers[%d]);", te_buffer_count(r->b));

@@ -127,7 +127,7 @@ void render_c_declare_buffers(render_ctx *r, const kiln_loop_nest *nest);
 void render_c_gemm(render_ctx *r, const kiln_loop_nest *nest, const char *name);
 /* `static void NAME_epilogue(void *vctx, float *c, int64_t ldc, ...) {`: the
  * opening of a kiln_rt_epilogue_fn a tensorized kernel passes to its call. */
-void render_c_epilogue_head(render_ctx *r, const char *name);
+void render_c_epilogue_head(render_ctx *r, const char *name, bool integer);
 /* Inside an epilogue's loops over a tile (i, j): the element, with the
  * call's result in c standing for `sum`, written back in place. */
 void render_c_epilogue_element(render_ctx *r, const kiln_loop_nest *nest, const te_expr *sum);

@@ -40,10 +40,13 @@ static bool only_vars(const te_affine *a, const int *vars, int n) {
  * (the M or N run) and columns (the K run) each have one stride, one of
  * them 1. *k_contiguous: the K run is the one of stride 1 (the matrix is
  * stored rows x K; A untransposed, B transposed); *ld: the other stride. */
+static bool is_8bit(kiln_dtype d) { return d == KILN_DTYPE_U8 || d == KILN_DTYPE_I8; }
+
 static bool as_matrix(const te_builder *b, const kiln_loop_nest *nest, const te_expr *f, const int *loops, int n_loops,
                       const kiln_contraction_tiles *t, te_affine *a, bool *k_contiguous, int64_t *ld, int64_t rows) {
-  if (f->op != TE_LOAD || f->dtype != KILN_DTYPE_F32 || f->buf == nest->out_buf) return false;
-  if (te_get_buffer(b, f->buf)->dtype != KILN_DTYPE_F32) return false;
+  if (f->op != TE_LOAD || f->buf == nest->out_buf) return false;
+  kiln_dtype stored = te_get_buffer(b, f->buf)->dtype;
+  if (f->dtype != stored || (stored != KILN_DTYPE_F32 && !is_8bit(stored))) return false;
   if (!te_affine_of(f->a, a) || a->c0 < 0) return false;
   int vars[3 * KILN_MAX_RANK], rv[KILN_MAX_RANK], kv[KILN_MAX_RANK], n = 0;
   int64_t re[KILN_MAX_RANK], ke[KILN_MAX_RANK];
@@ -74,6 +77,39 @@ static bool as_matrix(const te_builder *b, const kiln_loop_nest *nest, const te_
   return true;
 }
 
+/* An integer factor int32(x) - zero point (MatMulInteger's): x's 8-bit
+ * load, and the zero point, a constant or an 8-bit load at a fixed
+ * element (*zp_buf; -1 for a constant, in *zp). */
+static bool int_factor(const te_builder *b, const kiln_loop_nest *nest, const te_expr *f, const te_expr **load,
+                       int *zp_buf, bool *zp_signed, int64_t *zp) {
+  *zp_buf = -1;
+  *zp = 0;
+  *zp_signed = false;
+  if (f->op == TE_SUB && f->dtype == KILN_DTYPE_I32) {
+    const te_expr *z = f->b;
+    te_affine za;
+    if (z->op == TE_CONST) {
+      *zp = z->i;
+    } else if (z->op == TE_CAST && z->a->op == TE_LOAD && is_8bit(z->a->dtype) && z->a->buf != nest->out_buf &&
+               te_get_buffer(b, z->a->buf)->dtype == z->a->dtype && te_affine_of(z->a->a, &za) &&
+               only_vars(&za, NULL, 0) && za.c0 >= 0) {
+      *zp_buf = z->a->buf;
+      *zp_signed = z->a->dtype == KILN_DTYPE_I8;
+      *zp = za.c0;
+    } else {
+      return false;
+    }
+    f = f->a;
+  } else if (f->op == TE_ADD && f->dtype == KILN_DTYPE_I32 && f->b->op == TE_CONST) {
+    *zp = -f->b->i;
+    f = f->a;
+  }
+  if (*zp_buf < 0 && (*zp < -255 || *zp > 255)) return false; /* the packed int16 pairs' range */
+  if (f->op != TE_CAST || f->dtype != KILN_DTYPE_I32 || f->a->op != TE_LOAD || !is_8bit(f->a->dtype)) return false;
+  *load = f->a;
+  return true;
+}
+
 static void reverse(int *v, int n) {
   for (int i = 0; i < n / 2; i++) {
     int x = v[i];
@@ -84,8 +120,14 @@ static void reverse(int *v, int n) {
 
 void kiln_schedule_gemm(const te_builder *b, kiln_loop_nest *nest, bool any_size) {
   kiln_contraction_tiles t;
-  if (nest->tiles.n_red || nest->rows.threads || nest->conv.ok || !kiln_contraction_match(nest, &t)) return;
-  if (te_get_buffer(b, nest->out_buf)->dtype != KILN_DTYPE_F32 || nest->value->dtype != KILN_DTYPE_F32) return;
+  if (nest->tiles.n_red || nest->rows.threads || nest->conv.ok) return;
+  bool integer = false;
+  if (!kiln_contraction_match(nest, &t)) {
+    if (!kiln_contraction_match_i32(nest, &t)) return;
+    integer = true;
+  }
+  kiln_dtype out = te_get_buffer(b, nest->out_buf)->dtype;
+  if (nest->value->dtype != out || !(out == KILN_DTYPE_F32 || (integer && out == KILN_DTYPE_I32))) return;
   /* The output is batch x M x N, row-major: N loops innermost, M loops
    * before them, and every loop outside those (whichever operands read
    * it: a loop only A reads is a batch loop whose B stride is 0) a GEMM
@@ -120,20 +162,31 @@ void kiln_schedule_gemm(const te_builder *b, kiln_loop_nest *nest, bool any_size
    * a product by a constant B (packed once) is worth it from one row on
    * (a classifier's GEMV: MobileNetV2's 1280 x 1000 ran 1.17 ms as loops,
    * 0.16 through the packed SGEMM). */
-  bool b_packed_once = t.b->op == TE_LOAD && te_get_buffer(b, t.b->buf)->constant;
+  kiln_gemm_call g = {.a_zp_buf = -1, .b_zp_buf = -1};
+  const te_expr *la = t.a, *lb = t.b;
+  if (integer) {
+    if (!int_factor(b, nest, t.a, &la, &g.a_zp_buf, &g.a_zp_signed, &g.a_zp) ||
+        !int_factor(b, nest, t.b, &lb, &g.b_zp_buf, &g.b_zp_signed, &g.b_zp))
+      return;
+    g.integer = true;
+    g.a_signed = la->dtype == KILN_DTYPE_I8;
+    g.b_signed = lb->dtype == KILN_DTYPE_I8;
+  } else if (la->dtype != KILN_DTYPE_F32 || lb->dtype != KILN_DTYPE_F32) {
+    return;
+  }
+  bool b_packed_once = lb->op == TE_LOAD && te_get_buffer(b, lb->buf)->constant;
   bool small = (t.m < 4 && !b_packed_once) || t.n < 4 || t.k < 4 || (double)t.m * (double)t.n * (double)t.k < 8192.0;
   if (small && !any_size) return;
-  kiln_gemm_call g = {0};
   te_affine fa, fb;
   bool a_k_contiguous, b_k_contiguous;
-  if (!as_matrix(b, nest, t.a, t.m_loops, t.n_m, &t, &fa, &a_k_contiguous, &g.lda, t.m) ||
-      !as_matrix(b, nest, t.b, t.n_loops, t.n_n, &t, &fb, &b_k_contiguous, &g.ldb, t.n))
+  if (!as_matrix(b, nest, la, t.m_loops, t.n_m, &t, &fa, &a_k_contiguous, &g.lda, t.m) ||
+      !as_matrix(b, nest, lb, t.n_loops, t.n_n, &t, &fb, &b_k_contiguous, &g.ldb, t.n))
     return;
   g.trans_a = !a_k_contiguous; /* A is M x K */
   g.trans_b = b_k_contiguous;  /* B is K x N */
   g.sum = t.red[0];
-  g.a_buf = t.a->buf;
-  g.b_buf = t.b->buf;
+  g.a_buf = la->buf;
+  g.b_buf = lb->buf;
   g.m = t.m;
   g.n = t.n;
   g.k = t.k;
@@ -236,10 +289,22 @@ static void native_epilogue(const te_builder *b, const kiln_loop_nest *nest, kil
 
 void kiln_schedule_conv(const te_builder *b, kiln_loop_nest *nest) {
   if (nest->tiles.n_red || nest->rows.threads || nest->gemm.ok) return;
-  if (te_get_buffer(b, nest->out_buf)->dtype != KILN_DTYPE_F32 || nest->value->dtype != KILN_DTYPE_F32) return;
+  kiln_dtype out = te_get_buffer(b, nest->out_buf)->dtype;
   const te_conv_tag *t = find_conv(b, nest->value);
-  if (!t || nest->rank != 2 + t->nsp || reads_other(nest->value, t->reduce, nest->out_buf)) return;
-  if (t->x_buf == nest->out_buf || t->w_buf == nest->out_buf) return;
+  if (!t || nest->value->dtype != out || !(out == KILN_DTYPE_F32 || t->integer)) return;
+  if (nest->rank != 2 + t->nsp || reads_other(nest->value, t->reduce, nest->out_buf)) return;
+  if (t->x_buf == nest->out_buf || t->w_buf == nest->out_buf || t->x_zp_buf == nest->out_buf ||
+      t->w_zp_buf == nest->out_buf)
+    return;
+  /* ConvInteger: 8-bit operands and zero points (kiln_rt.conv's integer form). */
+  if (t->integer) {
+    int bufs[4] = {t->x_buf, t->w_buf, t->x_zp_buf, t->w_zp_buf};
+    for (int i = 0; i < 4; i++)
+      if (bufs[i] >= 0 && !is_8bit(te_get_buffer(b, bufs[i])->dtype)) return;
+    if (t->transposed || (t->w_zp_count != 1 && t->w_zp_count != t->co)) return;
+    /* Not 4 bytes an element (a QuantizeLinear after the sum): the sums go to scratch, f stores the output. */
+    if (kiln_dtype_size(out) != 4 && nest->value == t->reduce) return;
+  }
   /* Built for this nest's output index, in order (an axis of one element
    * reads index 0): then the nest's row-major output is the convolution's
    * NCHW output. */
@@ -252,6 +317,6 @@ void kiln_schedule_conv(const te_builder *b, kiln_loop_nest *nest) {
   }
   kiln_conv_call c = {.ok = true, .tag = t, .w_constant = te_get_buffer(b, t->w_buf)->constant, .bias_buf = -1,
                       .add_buf = -1};
-  native_epilogue(b, nest, &c);
+  if (!t->integer) native_epilogue(b, nest, &c);
   nest->conv = c;
 }

@@ -10,7 +10,8 @@ static int tile_for(int64_t x, int lo, int hi) {
   return t;
 }
 
-bool kiln_contraction_match(const kiln_loop_nest *nest, kiln_contraction_tiles *out) {
+/* kiln_contraction_match for sums and factors of `dtype`. */
+static bool contraction_match(const kiln_loop_nest *nest, kiln_dtype dtype, kiln_contraction_tiles *out) {
   kiln_contraction_tiles t = {0};
   memset(out, 0, sizeof *out);
   /* One chain of nested sums placed in the innermost output loop (every
@@ -26,12 +27,12 @@ bool kiln_contraction_match(const kiln_loop_nest *nest, kiln_contraction_tiles *
         if (next) return false; /* two reductions at one place */
         next = nest->sites[i].reduce;
       }
-    if (!next || next->rop != TE_RSUM || next->dtype != KILN_DTYPE_F32 || next->extent < 1) return false;
+    if (!next || next->rop != TE_RSUM || next->dtype != dtype || next->extent < 1) return false;
     if (outer && outer->a != next) return false; /* the sum's body is more than the inner sum */
     t.red[t.n_red++] = outer = next;
   }
   const te_expr *body = t.red[t.n_red - 1]->a;
-  if (body->op != TE_MUL || body->a->dtype != KILN_DTYPE_F32 || body->b->dtype != KILN_DTYPE_F32) return false;
+  if (body->op != TE_MUL || body->a->dtype != dtype || body->b->dtype != dtype) return false;
   /* The factor that reads the innermost output loop is b (the N side), so
    * neighbouring threads store neighbouring outputs. */
   int last = nest->vars[nest->rank - 1];
@@ -55,6 +56,14 @@ bool kiln_contraction_match(const kiln_loop_nest *nest, kiln_contraction_tiles *
   for (int i = 0; i < t.n_red; i++) t.k *= t.red[i]->extent;
   *out = t;
   return true;
+}
+
+bool kiln_contraction_match(const kiln_loop_nest *nest, kiln_contraction_tiles *out) {
+  return contraction_match(nest, KILN_DTYPE_F32, out);
+}
+
+bool kiln_contraction_match_i32(const kiln_loop_nest *nest, kiln_contraction_tiles *out) {
+  return contraction_match(nest, KILN_DTYPE_I32, out);
 }
 
 void kiln_schedule_contraction_tiles(kiln_loop_nest *nest, int group_threads, int min_groups) {

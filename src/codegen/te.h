@@ -183,6 +183,12 @@ typedef struct te_conv_tag {
   bool transposed;
   int64_t n, ci, co, group;
   int64_t in[3], out[3], kernel[3], stride[3], dilation[3], pad_begin[3];
+  /* ConvInteger: the int32 sum of (x - x_zp) * (w - w_zp), x and w 8-bit
+   * buffers; the zero points' buffers (-1: none) and w_zp's length (1 or
+   * one per output channel). */
+  bool integer;
+  int x_zp_buf, w_zp_buf;
+  int64_t w_zp_count;
 } te_conv_tag;
 
 /* Records a tag (copied); out of memory is the builder's sticky error. */

@@ -44,6 +44,8 @@ kiln_status_t kiln_pass_fold_batchnorm(kiln_graph *g);
 kiln_status_t kiln_pass_patterns(kiln_graph *g);
 kiln_status_t kiln_pass_resample_tables(kiln_graph *g);
 kiln_status_t kiln_pass_decompose(kiln_graph *g);
+/* A QDQ Conv (DequantizeLinear x and w) as ConvInteger, Cast, scale (qdq_integer.c). */
+kiln_status_t kiln_pass_qdq_integer(kiln_graph *g);
 
 /* Runs `fn` on every subgraph of g's nodes (If/Loop/Scan bodies), not on g
  * itself; errors name the node and attribute. */

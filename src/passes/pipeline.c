@@ -385,6 +385,7 @@ typedef struct named_pass {
 /* Folding first (it makes shapes and weights constant), then the cleanups
  * that expose patterns, then the rewrites that need clean chains. */
 static const named_pass pipeline[] = {
+    {"qdq-integer", kiln_pass_qdq_integer},
     {"fold-constants", kiln_pass_fold_constants},
     {"dce", kiln_pass_dce},
     {"simplify", kiln_pass_simplify},

@@ -837,6 +837,32 @@ def dtype_cases():
     y = m.node('MatMulInteger', [a, m.const((m.rng.randint(-127, 128, [64, 32])).astype(np.int8)),
                                  m.const(np.uint8(128))])
     m.out(m.node('Mul', [m.node('Cast', [y], to=TensorProto.FLOAT), m.const(np.float32(0.03 * 0.01))]))
+    def dql(m, x):
+        outs = [m.fresh('t') for _ in range(3)]
+        m.nodes.append(helper.make_node('DynamicQuantizeLinear', [x], outs, name=m.fresh('n_DQL_')))
+        return outs
+    # MatMulInteger on kiln_rt.igemm (at least 8192 multiply-adds, codegen/schedule_gemm.c): u8 x s8 with odd k
+    # and zero points read from constants, s8 x u8 batched over a broadcast B, a variable B with its zero
+    # point computed at run time, and the dynamic-int8 chain whose float dequantization and bias are the
+    # GEMM's epilogue.
+    m = dcase('MatMulInteger_igemm_u8_i8')
+    a = m.node('QuantizeLinear', [m.source([37, 71]), m.const(np.float32(0.02)), m.const(np.uint8(131))])
+    m.out(m.node('MatMulInteger', [a, m.const((m.rng.randint(-128, 128, [71, 45])).astype(np.int8)),
+                                   m.const(np.uint8(131)), m.const(np.int8(-3))]))
+    m = dcase('MatMulInteger_igemm_i8_u8_batched')
+    a = m.node('QuantizeLinear', [m.source([2, 20, 33]), m.const(np.float32(0.01)), m.const(np.int8(-3))])
+    m.out(m.node('MatMulInteger', [a, m.const((m.rng.randint(0, 256, [33, 50])).astype(np.uint8)),
+                                   m.const(np.int8(-3)), m.const(np.uint8(128))]))
+    m = dcase('MatMulInteger_igemm_variable_b')
+    a = m.node('QuantizeLinear', [m.source([19, 40]), m.const(np.float32(0.02)), m.const(np.uint8(128))])
+    b, bs, bz = dql(m, m.source([40, 33]))
+    m.out(m.node('MatMulInteger', [a, b, m.const(np.uint8(128)), bz]))
+    m = dcase('MatMulInteger_igemm_dynamic_chain')
+    y, ys, yz = dql(m, m.source([24, 96]))
+    w = m.const(m.rng.randint(-127, 128, [96, 64]).astype(np.int8))
+    acc = m.node('MatMulInteger', [y, w, yz, m.const(np.int8(0))])
+    deq = m.node('Mul', [m.node('Cast', [acc], to=TensorProto.FLOAT), m.node('Mul', [ys, m.const(np.float32(0.01))])])
+    m.out(m.node('Relu', [m.node('Add', [deq, m.const(np.linspace(-1, 1, 64).astype(np.float32))])]))
     # ConvInteger (int32 sums of zero-point-shifted products; padding holds the x zero point): padded 3x3 with
     # zero points, per-channel w zero points, depthwise strided, no zero points, 1-D
     def qconv(tag, xs, ws, xzp=None, wzp=None, **attrs):
@@ -853,12 +879,32 @@ def dtype_cases():
     qconv('depthwise_s2', [1, 6, 9, 9], [6, 1, 3, 3], xzp=128, wzp=128, group=6, strides=[2, 2], pads=[1, 1, 1, 1])
     qconv('nozp_1x1', [1, 8, 5, 5], [3, 8, 1, 1])
     qconv('1d', [1, 3, 17], [4, 3, 5], xzp=7, pads=[2, 2])
+    # ConvInteger on kiln_rt.conv's integer form (im2col + kiln_igemm): int8 x and w with negative zero
+    # points and padding, grouped and dilated, and the dynamic-int8 chain (Cast, scale, bias, Relu as the
+    # GEMM's epilogue)
+    m = dcase('ConvInteger_igemm_s8_pads')
+    xq = m.node('QuantizeLinear', [m.source([2, 5, 11, 10]), m.const(np.float32(0.02)), m.const(np.int8(-3))])
+    m.out(m.node('ConvInteger', [xq, m.const(m.rng.randint(-128, 128, [7, 5, 3, 3]).astype(np.int8)),
+                                 m.const(np.int8(-3)), m.const(np.int8(5))], pads=[1, 2, 1, 0], strides=[1, 2]))
+    m = dcase('ConvInteger_igemm_grouped_dilated')
+    xq = m.node('QuantizeLinear', [m.source([1, 6, 12, 12]), m.const(np.float32(0.02)), m.const(np.uint8(128))])
+    m.out(m.node('ConvInteger', [xq, m.const(m.rng.randint(0, 256, [9, 2, 3, 3]).astype(np.uint8)),
+                                 m.const(np.uint8(128)), m.const(np.arange(9).astype(np.uint8) * 20)],
+                 group=3, dilations=[2, 2], pads=[2, 2, 2, 2]))
+    m = dcase('ConvInteger_igemm_requantized')  # a uint8 output: the sums in the runtime's scratch
+    xq = m.node('QuantizeLinear', [m.source([1, 8, 10, 10]), m.const(np.float32(0.02)), m.const(np.uint8(128))])
+    acc = m.node('ConvInteger', [xq, m.const(m.rng.randint(-128, 128, [12, 8, 3, 3]).astype(np.int8)),
+                                 m.const(np.uint8(128)), m.const(np.int8(0))], pads=[1, 1, 1, 1])
+    deq = m.node('Mul', [m.node('Cast', [acc], to=TensorProto.FLOAT), m.const(np.float32(0.02 * 0.01))])
+    m.out(m.node('QuantizeLinear', [m.node('Relu', [deq]), m.const(np.float32(0.01)), m.const(np.uint8(0))]))
+    m = dcase('ConvInteger_igemm_dynamic_chain')
+    xq, xs, xz = dql(m, m.source([1, 16, 9, 9]))
+    acc = m.node('ConvInteger', [xq, m.const(m.rng.randint(-127, 128, [24, 16, 1, 1]).astype(np.int8)), xz])
+    deq = m.node('Mul', [m.node('Cast', [acc], to=TensorProto.FLOAT), m.node('Mul', [xs, m.const(np.float32(0.01))])])
+    bias = m.const(np.linspace(-1, 1, 24).astype(np.float32).reshape(24, 1, 1))
+    m.out(m.node('Relu', [m.node('Add', [deq, bias])]))
     # DynamicQuantizeLinear (passes/decompose.c: single-output ops): its three outputs, an all-zero input
     # (scale 0: the zero point everywhere), NaN among the values, and the dynamic-int8 MatMul chain.
-    def dql(m, x):
-        outs = [m.fresh('t') for _ in range(3)]
-        m.nodes.append(helper.make_node('DynamicQuantizeLinear', [x], outs, name=m.fresh('n_DQL_')))
-        return outs
     m = dcase('DQL_outputs')
     for o in dql(m, m.node('Mul', [m.source([5, 33]), m.const(np.float32(3.0))])):
         m.out(o)

@@ -18,18 +18,10 @@
 #include "devices/cpu/cpu_internal.h"
 #include "ir/graph.h"
 #include "ops/op.h"
+#include "test_random.h"
 
 static int g_failures, g_checks, g_verbose;
-static uint64_t g_rng = 0x243f6a8885a308d3ull;
 
-static uint64_t rnd(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return g_rng;
-}
-static int64_t rnd_int(int64_t lo, int64_t hi) { return lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1)); }
-static float rnd_float(void) { return (float)((double)(rnd() >> 11) / (double)(1ull << 53) * 2.0 - 1.0); }
 
 #define MUST(expr)                                                                  \
   do {                                                                              \
@@ -483,6 +475,7 @@ static void run_bench(int threads) {
 }
 
 int main(int argc, char **argv) {
+  g_rng = 0x243f6a8885a308d3ull;
   bool bench = false;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "-v")) g_verbose = 1;

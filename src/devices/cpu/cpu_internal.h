@@ -79,6 +79,14 @@ kiln_rt kiln_cpu_rt(kiln_threadpool *pool, int threads);
  * kiln_conv_transpose_scratch_bytes(a) bytes, 64-byte aligned. */
 size_t kiln_conv_transpose_scratch_bytes(const kiln_rt_conv_args *a);
 void kiln_conv_transpose_run(kiln_threadpool *pool, const kiln_rt_conv_args *a, float *cols);
+/* ConvInteger (a->integer; cpu_conv_integer.c): per image and group, the
+ * window as columns (im2col, the padding x_zero; none for a pointwise
+ * convolution) and kiln_igemm with W as A (per-channel zero points as row
+ * zero points), the int32 tiles through a->iepilogue; with yq NULL the
+ * sums are tiles of the scratch. scratch: kiln_conv_integer_scratch_bytes
+ * bytes, 64-byte aligned. Out of memory: an error, yq unwritten. */
+size_t kiln_conv_integer_scratch_bytes(const kiln_rt_conv_args *a);
+kiln_status_t kiln_conv_integer_run(kiln_threadpool *pool, const kiln_rt_conv_args *a, void *scratch);
 
 /* The cpu device's plan hooks (cpu_plan.c). */
 kiln_status_t kiln_cpu_plan_begin(kiln_device *dev, const kiln_graph *g, const kiln_prepare_options *opts,

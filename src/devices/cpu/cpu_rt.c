@@ -1,5 +1,5 @@
 /* The runtime table generated C calls (codegen/kiln_rt.h) on the cpu
- * device: the thread pool, the packed SGEMM, B packed once per launch,
+ * device: the thread pool, the packed SGEMM and integer GEMM, B packed once per launch,
  * convolutions by the measured algorithms of cpu_conv.c, each planned once
  * per launch, and transposed convolutions (cpu_conv_transpose.c). */
 #include <stddef.h>
@@ -7,6 +7,7 @@
 
 #include "devices/cpu/cpu_internal.h"
 #include "devices/cpu/gemm/gemm.h"
+#include "devices/cpu/gemm/igemm.h"
 
 /* The exec whose table rt is (cpu_exec.rt). */
 static cpu_exec *exec_of(const kiln_rt *rt) { return (cpu_exec *)(void *)((char *)rt - offsetof(cpu_exec, rt)); }
@@ -27,6 +28,10 @@ static void rt_sgemm(void *pool, const kiln_rt_sgemm_args *a) {
   kiln_sgemm((kiln_threadpool *)pool, &g);
 }
 
+static void rt_igemm(void *pool, const kiln_rt_igemm_args *a) {
+  kiln_igemm((kiln_threadpool *)pool, a);
+}
+
 /* ---- B packed once -------------------------------------------------------------- */
 
 typedef struct packed_b_state {
@@ -39,25 +44,38 @@ static void packed_b_destroy(kiln_rt_state *s) {
   free(s);
 }
 
-static const void *rt_sgemm_packed_b(const kiln_rt *rt, const kiln_rt_sgemm_args *a, kiln_rt_state **slot) {
-  if (*slot) return ((packed_b_state *)*slot)->packed;
-  size_t bytes = kiln_sgemm_packed_b_size(a->k, a->n);
+/* The packed B in *slot, or a new state of `bytes` (NULL, reported, when
+ * out of memory) that the caller fills. */
+static packed_b_state *packed_b_slot(const kiln_rt *rt, int64_t k, int64_t n, size_t bytes, kiln_rt_state **slot) {
   packed_b_state *s = calloc(1, sizeof *s);
   void *packed = bytes ? aligned_alloc(64, (bytes + 63) & ~(size_t)63) : NULL;
   if (!s || !packed) {
     free(s);
     free(packed);
     char msg[128];
-    snprintf(msg, sizeof msg, "out of memory packing a %lld x %lld GEMM operand (%zu bytes)", (long long)a->k,
-             (long long)a->n, bytes);
+    snprintf(msg, sizeof msg, "out of memory packing a %lld x %lld GEMM operand (%zu bytes)", (long long)k,
+             (long long)n, bytes);
     rt_fail(rt, msg);
     return NULL;
   }
-  kiln_sgemm_pack_b(a->trans_b, a->k, a->n, a->b, a->ldb, packed);
   s->base.destroy = packed_b_destroy;
   s->packed = packed;
   *slot = &s->base;
-  return packed;
+  return s;
+}
+
+static const void *rt_sgemm_packed_b(const kiln_rt *rt, const kiln_rt_sgemm_args *a, kiln_rt_state **slot) {
+  if (*slot) return ((packed_b_state *)*slot)->packed;
+  packed_b_state *s = packed_b_slot(rt, a->k, a->n, kiln_sgemm_packed_b_size(a->k, a->n), slot);
+  if (s) kiln_sgemm_pack_b(a->trans_b, a->k, a->n, a->b, a->ldb, s->packed);
+  return s ? s->packed : NULL;
+}
+
+static const void *rt_igemm_packed_b(const kiln_rt *rt, const kiln_rt_igemm_args *a, kiln_rt_state **slot) {
+  if (*slot) return ((packed_b_state *)*slot)->packed;
+  packed_b_state *s = packed_b_slot(rt, a->k, a->n, kiln_igemm_packed_b_size(a->k, a->n), slot);
+  if (s) kiln_igemm_pack_b(a, s->packed);
+  return s ? s->packed : NULL;
 }
 
 /* ---- convolutions ------------------------------------------------------------------ */
@@ -123,6 +141,13 @@ static void rt_conv(const kiln_rt *rt, const kiln_rt_conv_args *a, kiln_rt_state
   cpu_exec *x = exec_of(rt);
   kiln_conv_plan *plan;
   kiln_status_t st = NULL;
+  if (a->integer) {
+    st = grow_scratch(x, kiln_conv_integer_scratch_bytes(a));
+    if (!st) st = kiln_conv_integer_run(x->pool, a, x->scratch);
+    if (st && !x->rt_error) x->rt_error = st;
+    else kiln_status_free(st);
+    return;
+  }
   if (a->transposed) {
     st = grow_scratch(x, kiln_conv_transpose_scratch_bytes(a));
     if (!st) kiln_conv_transpose_run(x->pool, a, x->scratch);
@@ -141,5 +166,6 @@ static void rt_conv(const kiln_rt *rt, const kiln_rt_conv_args *a, kiln_rt_state
 }
 
 kiln_rt kiln_cpu_rt(kiln_threadpool *pool, int threads) {
-  return (kiln_rt){KILN_RT_ABI_VERSION, pool, threads, rt_parallel_for, rt_sgemm, rt_sgemm_packed_b, rt_conv, rt_fail};
+  return (kiln_rt){KILN_RT_ABI_VERSION, pool, threads, rt_parallel_for, rt_sgemm, rt_sgemm_packed_b, rt_conv, rt_fail,
+                    rt_igemm, rt_igemm_packed_b};
 }

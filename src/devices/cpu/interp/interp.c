@@ -521,7 +521,7 @@ kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nes
     if (nest->gemm.ok) {
       const kiln_gemm_call *g = &nest->gemm;
       k->has_epilogue = nest->value != g->sum;
-      k->pack_b = te_get_buffer(b, g->b_buf)->constant;
+      k->pack_b = te_get_buffer(b, g->b_buf)->constant && (g->b_zp_buf < 0 || te_get_buffer(b, g->b_zp_buf)->constant);
       for (int i = 0; i < g->n_batch; i++) k->pack_b &= g->b_stride[i] == 0 || nest->extents[g->batch_loops[i]] == 1;
     }
     if ((nest->gemm.ok || nest->conv.ok) && k->has_epilogue && k->sum < 0)
@@ -880,8 +880,9 @@ static void set_block_vars(ik_state *s, const kiln_interp_kernel *k, int64_t e, 
 
 /* Evaluates output elements [e0, e1) into out (elements of the output's
  * dtype, out[0] being element e0). sum, when not NULL: the tensorized
- * call's result for the same elements (f32), standing for its sum. */
-static void eval_range(ik_state *s, const kiln_interp_kernel *k, int64_t e0, int64_t e1, void *out, const float *sum) {
+ * call's result for the same elements (f32, or int32 for an integer
+ * call), standing for its sum. */
+static void eval_range(ik_state *s, const kiln_interp_kernel *k, int64_t e0, int64_t e1, void *out, const void *sum) {
   size_t size = lane_size(k->buf_dtype[k->out_buf]);
   for (int64_t e = e0; e < e1;) {
     int64_t n = e1 - e;
@@ -890,7 +891,7 @@ static void eval_range(ik_state *s, const kiln_interp_kernel *k, int64_t e0, int
     if (n > to_row_end) n = to_row_end;
     set_block_vars(s, k, e, (int)n);
     if (sum) {
-      memcpy(slot(s, k->sum), sum + (e - e0), (size_t)n * sizeof(float));
+      memcpy(slot(s, k->sum), (const char *)sum + (size_t)(e - e0) * 4, (size_t)n * 4); /* f32 or int32 sums */
       s->scalar[k->sum] = 0;
       s->at[k->sum] = ++s->tick;
     }
@@ -933,26 +934,41 @@ static void plain_body(void *ctx, int64_t begin, int64_t end, int thread) {
 }
 
 /* A tile of a tensorized call's output, in place: element (i, j) is output
- * element base + (m0 + i) * row + n0 + j. */
-static void tile_epilogue(const ik_launch *x, int64_t base, int64_t row, float *c, int64_t ldc, int64_t m0, int64_t n0,
-                          int64_t mb, int64_t nb) {
+ * element base + (m0 + i) * row + n0 + j. to_output: the tile is the
+ * runtime's scratch (an integer convolution whose output elements are not
+ * 4 bytes), the elements go to the output buffer. */
+static void tile_epilogue(const ik_launch *x, int64_t base, int64_t row, void *c, int64_t ldc, int64_t m0, int64_t n0,
+                          int64_t mb, int64_t nb, bool to_output) {
   ik_state *s = launch_state(x);
   if (!s) return;
+  size_t out_size = lane_size(x->k->buf_dtype[x->k->out_buf]);
   for (int64_t i = 0; i < mb; i++) {
     int64_t e = base + (m0 + i) * row + n0;
-    eval_range(s, x->k, e, e + nb, c + i * ldc, c + i * ldc);
+    char *tile_row = (char *)c + (size_t)(i * ldc) * 4;
+    eval_range(s, x->k, e, e + nb, to_output ? (char *)x->buffers[x->k->out_buf] + (size_t)e * out_size : tile_row,
+               tile_row);
   }
 }
 
 static void gemm_epilogue(void *vctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, int64_t nb) {
   const ik_launch *x = vctx;
-  const kiln_gemm_call *g = &x->k->gemm;
-  tile_epilogue(x, x->batch * x->batch_elems, g->n, c, ldc, m0, n0, mb, nb);
+  tile_epilogue(x, x->batch * x->batch_elems, x->k->gemm.n, c, ldc, m0, n0, mb, nb, false);
+}
+
+static void gemm_iepilogue(void *vctx, int32_t *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, int64_t nb) {
+  const ik_launch *x = vctx;
+  tile_epilogue(x, x->batch * x->batch_elems, x->k->gemm.n, c, ldc, m0, n0, mb, nb, false);
 }
 
 static void conv_epilogue(void *vctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, int64_t nb) {
   const kiln_rt_epilogue_ctx *e = vctx;
-  tile_epilogue((const ik_launch *)e->buffers, e->base, e->row, c, ldc, m0, n0, mb, nb);
+  tile_epilogue((const ik_launch *)e->buffers, e->base, e->row, c, ldc, m0, n0, mb, nb, false);
+}
+
+static void conv_iepilogue(void *vctx, int32_t *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, int64_t nb) {
+  const kiln_rt_epilogue_ctx *e = vctx;
+  const ik_launch *x = (const ik_launch *)e->buffers;
+  tile_epilogue(x, e->base, e->row, c, ldc, m0, n0, mb, nb, lane_size(x->k->buf_dtype[x->k->out_buf]) != 4);
 }
 
 /* A native convolution epilogue a routine could not apply in registers:
@@ -975,20 +991,56 @@ static void conv_native_epilogue(void *vctx, float *c, int64_t ldc, int64_t m0, 
   }
 }
 
-static const float *operand_at(const kiln_interp_kernel *k, const kiln_gemm_call *g, int buf, int64_t off,
-                               const int64_t *stride, void *const *buffers, int64_t batch) {
+/* One operand's matrix at a batch index (elements of its buffer's dtype). */
+static const void *operand_at(const kiln_interp_kernel *k, const kiln_gemm_call *g, int buf, int64_t off,
+                              const int64_t *stride, void *const *buffers, int64_t batch) {
   int64_t at = off;
   for (int i = g->n_batch - 1; i >= 0; i--) {
     int l = g->batch_loops[i];
     at += stride[i] * (batch % k->extents[l]);
     batch /= k->extents[l];
   }
-  return (const float *)buffers[buf] + at;
+  return (const char *)buffers[buf] + (size_t)at * lane_size(k->buf_dtype[buf]);
+}
+
+/* An integer call's zero point: the constant, or the 8-bit element of its buffer. */
+static int32_t zero_point(void *const *buffers, int buf, bool is_signed, int64_t zp) {
+  if (buf < 0) return (int32_t)zp;
+  const void *p = (const char *)buffers[buf] + zp;
+  return is_signed ? (int32_t) * (const int8_t *)p : (int32_t) * (const uint8_t *)p;
 }
 
 static void gemm_one(const ik_launch *x, void *pool, int64_t batch) {
   const kiln_interp_kernel *k = x->k;
   const kiln_gemm_call *g = &k->gemm;
+  ik_launch one = *x;
+  one.batch = batch;
+  void *c = (char *)x->buffers[k->out_buf] + (size_t)(batch * g->m * g->n) * 4;
+  if (g->integer) {
+    kiln_rt_igemm_args a = {0};
+    a.a_signed = g->a_signed;
+    a.b_signed = g->b_signed;
+    a.a_zero = zero_point(x->buffers, g->a_zp_buf, g->a_zp_signed, g->a_zp);
+    a.b_zero = zero_point(x->buffers, g->b_zp_buf, g->b_zp_signed, g->b_zp);
+    a.trans_a = g->trans_a;
+    a.trans_b = g->trans_b;
+    a.m = g->m;
+    a.n = g->n;
+    a.k = g->k;
+    a.a = operand_at(k, g, g->a_buf, g->a_off, g->a_stride, x->buffers, batch);
+    a.lda = g->lda;
+    a.b = operand_at(k, g, g->b_buf, g->b_off, g->b_stride, x->buffers, batch);
+    a.ldb = g->ldb;
+    a.packed_b = x->packed_b;
+    a.c = c;
+    a.ldc = g->n;
+    if (k->has_epilogue) {
+      a.epilogue = gemm_iepilogue;
+      a.epilogue_ctx = &one;
+    }
+    x->rt->igemm(pool, &a);
+    return;
+  }
   kiln_rt_sgemm_args a = {0};
   a.trans_a = g->trans_a;
   a.trans_b = g->trans_b;
@@ -1001,10 +1053,8 @@ static void gemm_one(const ik_launch *x, void *pool, int64_t batch) {
   a.b = operand_at(k, g, g->b_buf, g->b_off, g->b_stride, x->buffers, batch);
   a.ldb = g->ldb;
   a.packed_b = x->packed_b;
-  a.c = (float *)x->buffers[k->out_buf] + batch * g->m * g->n;
+  a.c = c;
   a.ldc = g->n;
-  ik_launch one = *x;
-  one.batch = batch;
   if (k->has_epilogue) {
     a.epilogue = gemm_epilogue;
     a.epilogue_ctx = &one;
@@ -1025,7 +1075,17 @@ static void run_gemm(ik_launch *x) {
   /* A constant B that every batch index shares is packed once per launch
    * slot, as the generated kernel does. */
   x->batch_elems = g->m * g->n;
-  if (k->pack_b) {
+  if (k->pack_b && g->integer) {
+    kiln_rt_igemm_args p = {0};
+    p.trans_b = g->trans_b;
+    p.k = g->k;
+    p.n = g->n;
+    p.b = (const char *)x->buffers[g->b_buf] + g->b_off;
+    p.ldb = g->ldb;
+    p.b_signed = g->b_signed;
+    p.b_zero = zero_point(x->buffers, g->b_zp_buf, g->b_zp_signed, g->b_zp);
+    x->packed_b = rt->igemm_packed_b(rt, &p, (kiln_rt_state **)x->buffers[k->n_bufs]);
+  } else if (k->pack_b) {
     kiln_rt_sgemm_args p = {0};
     p.trans_b = g->trans_b;
     p.k = g->k;
@@ -1061,9 +1121,24 @@ static void run_conv(ik_launch *x) {
     a.dilation[i] = t->dilation[i];
     a.pad_begin[i] = t->pad_begin[i];
   }
-  a.x = x->buffers[t->x_buf];
-  a.w = x->buffers[t->w_buf];
-  a.y = x->buffers[k->out_buf];
+  if (t->integer) { /* ConvInteger: render_conv.c's integer form */
+    a.integer = true;
+    a.xq = x->buffers[t->x_buf];
+    a.wq = x->buffers[t->w_buf];
+    if (lane_size(k->buf_dtype[k->out_buf]) == 4) a.yq = x->buffers[k->out_buf];
+    a.x_signed = k->buf_dtype[t->x_buf] == KILN_DTYPE_I8;
+    a.w_signed = k->buf_dtype[t->w_buf] == KILN_DTYPE_I8;
+    if (t->x_zp_buf >= 0) a.x_zero = zero_point(x->buffers, t->x_zp_buf, k->buf_dtype[t->x_zp_buf] == KILN_DTYPE_I8, 0);
+    if (t->w_zp_buf >= 0) {
+      a.w_zero = x->buffers[t->w_zp_buf];
+      a.w_zero_signed = k->buf_dtype[t->w_zp_buf] == KILN_DTYPE_I8;
+      a.w_zero_count = t->w_zp_count;
+    }
+  } else {
+    a.x = x->buffers[t->x_buf];
+    a.w = x->buffers[t->w_buf];
+    a.y = x->buffers[k->out_buf];
+  }
   a.w_constant = cc->w_constant;
   if (cc->native && cc->bias_buf >= 0) a.bias = x->buffers[cc->bias_buf];
   if (cc->native && cc->add_buf >= 0) a.add = x->buffers[cc->add_buf];
@@ -1073,8 +1148,9 @@ static void run_conv(ik_launch *x) {
     a.hi = cc->hi;
   }
   if (native) a.epilogue = conv_native_epilogue;
-  else if (k->has_epilogue && !cc->native) a.epilogue = conv_epilogue;
-  if (a.epilogue) a.epilogue_buffers = (void *const *)x;
+  else if (k->has_epilogue && !cc->native && !t->integer) a.epilogue = conv_epilogue;
+  else if (k->has_epilogue && !cc->native) a.iepilogue = conv_iepilogue;
+  if (a.epilogue || a.iepilogue) a.epilogue_buffers = (void *const *)x;
   x->rt->conv(x->rt, &a, (kiln_rt_state **)x->buffers[k->n_bufs]);
 }
 

@@ -1,0 +1,86 @@
+/* igemm_kernel_x86.c — the integer GEMM's x86 micro-kernels (igemm_internal.h):
+ * 6 x 16 int32 accumulators (12 ymm), per K pair two B vectors and an A
+ * word broadcast per row. AVX2: vpmaddwd + vpaddd; AVX-VNNI and AVX-512
+ * VNNI (its 256-bit form, AVX512VL): the same pair product fused into one
+ * vpdpwssd. Each is compiled with a target attribute and only called when
+ * cpu_features says the CPU has it. The VNNI variants are untested on the
+ * machine this was written on (Zen 1: no VNNI); they differ from the AVX2
+ * one in the multiply-add alone, which is exact in both (no saturation:
+ * vpdpwssd, not vpdpwssds). */
+#include "devices/cpu/gemm/igemm_internal.h"
+
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define MR IGEMM_MR
+#define NR IGEMM_NR
+
+/* The kernel body with MADD(acc, a, b) = acc + pair products of a and b. */
+#define IGEMM_KERNEL_BODY(MADD)                                                                     \
+  __m256i acc[MR][2];                                                                               \
+  for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();                      \
+  for (int64_t p = 0; p < kp; p++) {                                                                \
+    __m256i b0 = _mm256_loadu_si256((const __m256i *)(bp + p * NR));                                \
+    __m256i b1 = _mm256_loadu_si256((const __m256i *)(bp + p * NR + 8));                            \
+    const int32_t *a = ap + p * MR;                                                                 \
+    _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++) {                                                                  \
+      __m256i av = _mm256_set1_epi32(a[r]);                                                         \
+      acc[r][0] = MADD(acc[r][0], av, b0);                                                          \
+      acc[r][1] = MADD(acc[r][1], av, b1);                                                          \
+    }                                                                                               \
+  }                                                                                                 \
+  if (mr == MR && nr == NR) {                                                                       \
+    for (int r = 0; r < MR; r++) {                                                                  \
+      __m256i *row = (__m256i *)(c + r * ldc);                                                      \
+      if (accumulate) {                                                                             \
+        acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_loadu_si256(row));                           \
+        acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_loadu_si256(row + 1));                       \
+      }                                                                                             \
+      _mm256_storeu_si256(row, acc[r][0]);                                                          \
+      _mm256_storeu_si256(row + 1, acc[r][1]);                                                      \
+    }                                                                                               \
+    return;                                                                                         \
+  }                                                                                                 \
+  int32_t tile[MR][NR];                                                                             \
+  for (int r = 0; r < MR; r++) {                                                                    \
+    _mm256_storeu_si256((__m256i *)tile[r], acc[r][0]);                                             \
+    _mm256_storeu_si256((__m256i *)(tile[r] + 8), acc[r][1]);                                       \
+  }                                                                                                 \
+  for (int r = 0; r < mr; r++)                                                                      \
+    for (int j = 0; j < nr; j++)                                                                    \
+      c[r * ldc + j] = accumulate ? (int32_t)((uint32_t)c[r * ldc + j] + (uint32_t)tile[r][j]) : tile[r][j];
+
+#define MADD_AVX2(acc, a, b) _mm256_add_epi32((acc), _mm256_madd_epi16((a), (b)))
+
+__attribute__((target("avx2"))) static void kernel_avx2(int64_t kp, const int32_t *ap, const int32_t *bp, int32_t *c,
+                                                        int64_t ldc, int mr, int nr, bool accumulate) {
+  IGEMM_KERNEL_BODY(MADD_AVX2)
+}
+const kiln_igemm_kernel_fn kiln_igemm_kernel_avx2 = kernel_avx2;
+
+#if (defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11) || (defined(__clang__) && __clang_major__ >= 12)
+#define MADD_AVXVNNI(acc, a, b) _mm256_dpwssd_avx_epi32((acc), (a), (b))
+__attribute__((target("avx2,avxvnni"))) static void kernel_avxvnni(int64_t kp, const int32_t *ap, const int32_t *bp,
+                                                                   int32_t *c, int64_t ldc, int mr, int nr,
+                                                                   bool accumulate) {
+  IGEMM_KERNEL_BODY(MADD_AVXVNNI)
+}
+const kiln_igemm_kernel_fn kiln_igemm_kernel_avxvnni = kernel_avxvnni;
+#else
+const kiln_igemm_kernel_fn kiln_igemm_kernel_avxvnni = NULL;
+#endif
+
+#define MADD_AVX512VNNI(acc, a, b) _mm256_dpwssd_epi32((acc), (a), (b))
+__attribute__((target("avx2,avx512f,avx512vl,avx512vnni"))) static void
+kernel_avx512vnni(int64_t kp, const int32_t *ap, const int32_t *bp, int32_t *c, int64_t ldc, int mr, int nr,
+                  bool accumulate) {
+  IGEMM_KERNEL_BODY(MADD_AVX512VNNI)
+}
+const kiln_igemm_kernel_fn kiln_igemm_kernel_avx512vnni = kernel_avx512vnni;
+
+#else
+const kiln_igemm_kernel_fn kiln_igemm_kernel_avx2 = NULL, kiln_igemm_kernel_avxvnni = NULL,
+                           kiln_igemm_kernel_avx512vnni = NULL;
+#endif
