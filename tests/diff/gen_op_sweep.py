@@ -698,6 +698,28 @@ def conv_transpose_cases():
     y = m.node('Resize', [m.source([1, 4, 5, 6]), m.const(empty), m.const(np.array([1, 1, 2, 2], np.float32))],
                mode='linear')
     m.out(m.node('Relu', [m.node('Add', [y, m.source([1, 4, 10, 12])])]))
+    # GridSample (lower.c compute_grid_sample: taps at data-dependent, clamped indices): every mode x padding x
+    # align_corners on random shapes; grids scaled so that some samples fall outside [-1, 1] (far outside for
+    # reflection's repeated folds), a strided image, a grid computed in the model, images of one row/column.
+    for mode in ('bilinear', 'nearest', 'bicubic'):
+        for pad in ('zeros', 'border', 'reflection'):
+            for align in (0, 1):
+                m = case('GridSample_%s_%s_a%d' % (mode, pad, align), 16)
+                n, c = m.rng.randint(1, 3), m.rng.randint(1, 5)
+                h, w, ho, wo = (int(v) for v in m.rng.randint(2, 12, 4))
+                scale = np.float32(3.5 if pad == 'reflection' else 1.3)
+                grid = m.node('Mul', [m.source([n, ho, wo, 2]), m.const(scale)])
+                m.out(m.node('GridSample', [m.source([n, c, h, w], 'S' if align else 'plain'), grid], mode=mode,
+                             padding_mode=pad, align_corners=align))
+    for tag, hw in (('row', [1, 9]), ('col', [7, 1]), ('pixel', [1, 1])):
+        for mode in ('bilinear', 'bicubic'):
+            for align in (0, 1):
+                m = case('GridSample_%s_%s_reflection_a%d' % (tag, mode, align), 16)
+                m.out(m.node('GridSample', [m.source([1, 2] + hw), m.source([1, 5, 6, 2])], mode=mode,
+                             padding_mode='reflection', align_corners=align))
+    m = case('GridSample_default_tanh_grid', 16)
+    grid = m.node('Tanh', [m.node('Transpose', [m.source([1, 2, 7, 9])], perm=[0, 2, 3, 1])])
+    m.out(m.node('Relu', [m.node('GridSample', [m.source([1, 3, 8, 10]), grid])]))
     # BatchNormalization that folds into no producer (passes/fold_batchnorm.c: Mul + Add): after a
     # ConvTranspose, after a Relu, on a graph input of rank 3 (1-D) and rank 2.
     def bn_params(m, c):
