@@ -200,6 +200,28 @@ static int concat0(builder *b, const int *ids, int n, int rank, const int64_t *p
   return y;
 }
 
+/* Rows [r0, r1) of direction d of a [nd, rows, cols] weight, transposed to
+ * [cols, r1 - r0] (the MatMul's B). A constant weight gives a constant
+ * here: fold-constants would not fold the Slice of a weight that both
+ * directions read (it keeps a constant's bytes from being copied). */
+static int weight_t(builder *b, int w, int64_t d, int64_t r0, int64_t r1, const int64_t *wdims) {
+  int64_t rows = wdims[1], cols = wdims[2], n = r1 - r0;
+  const kiln_tensor *c = kiln_opt_const(b->g, w);
+  if (c && c->dtype == KILN_DTYPE_F32) {
+    kiln_tensor *t;
+    if (b->st || (b->st = kiln_tensor_new(KILN_DTYPE_F32, 2, (int64_t[]){cols, n}, &t))) return -1;
+    const float *src = (const float *)c->data + (d * rows + r0) * cols;
+    float *dst = t->data;
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t j = 0; j < cols; j++) dst[j * n + i] = src[i * cols + j];
+    return const_of(b, t);
+  }
+  int64_t rc[2] = {rows, cols}, nc[2] = {n, cols}, p10[2] = {1, 0};
+  int m = reshape(b, slice(b, w, 0, d, d + 1, 3, wdims), 2, rc, -1);
+  if (n != rows) m = slice(b, m, 0, r0, r1, 2, rc);
+  return transpose(b, m, 2, p10, nc, -1);
+}
+
 /* One activation of ops/rnn.c's table as compiled ops. */
 static int activation(builder *b, const rnn_act *a, int x, int rank, const int64_t *dims) {
   int y;
@@ -315,10 +337,8 @@ static kiln_status_t decompose_rnn(kiln_graph *g, int ni, rnn_kind kind) {
   if (!ys) return KILN_OOM();
   for (int64_t d = 0; d < s.nd && !b.st; d++) {
     const rnn_act *act = c.acts[d];
-    int64_t gi[2] = {GH, s.I}, gh[2] = {GH, s.H}, p10[2] = {1, 0};
-    int w = reshape(&b, slice(&b, in[1], 0, d, d + 1, 3, wd), 2, gi, -1);
     int64_t tbg[3] = {s.T, s.B, GH}, bg[2] = {s.B, GH};
-    int xw = node(&b, "MatMul", 13, 2, (int[]){x, transpose(&b, w, 2, p10, gi, -1)}, -1, KILN_DTYPE_F32, 3, tbg);
+    int xw = node(&b, "MatMul", 13, 2, (int[]){x, weight_t(&b, in[1], d, 0, GH, wd)}, -1, KILN_DTYPE_F32, 3, tbg);
     int rb_h = -1;
     bool lbr = kind == RNN_GRU && c.linear_before_reset;
     if (in[3] >= 0) {
@@ -336,14 +356,12 @@ static kiln_status_t decompose_rnn(kiln_graph *g, int ni, rnn_kind kind) {
       }
       xw = f2(&b, "Add", xw, f2(&b, "Add", wb, rbx, 1, &GH), 3, tbg);
     }
-    int r = reshape(&b, slice(&b, in[2], 0, d, d + 1, 3, rd), 2, gh, -1);
     int rt_all = -1, rt_zr = -1, rt_h = -1;
     if (kind == RNN_GRU) {
-      int64_t zr_dims[2] = {2 * s.H, s.H}, h_dims[2] = {s.H, s.H};
-      rt_zr = transpose(&b, slice(&b, r, 0, 0, 2 * s.H, 2, gh), 2, p10, zr_dims, -1);
-      rt_h = transpose(&b, slice(&b, r, 0, 2 * s.H, GH, 2, gh), 2, p10, h_dims, -1);
+      rt_zr = weight_t(&b, in[2], d, 0, 2 * s.H, rd);
+      rt_h = weight_t(&b, in[2], d, 2 * s.H, GH, rd);
     } else {
-      rt_all = transpose(&b, r, 2, p10, gh, -1);
+      rt_all = weight_t(&b, in[2], d, 0, GH, rd);
     }
     int pi = -1, po = -1, pf = -1;
     if (in[7] >= 0) {
