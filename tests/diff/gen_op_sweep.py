@@ -951,7 +951,9 @@ def rnn_cases():
 
     def rnn(tag, op, T=5, B=3, I=7, H=6, direction='forward', bias=True, lens=None, init=False, peep=False,
             layout=0, outs=(0, 1, 2), opset=14, runtime_lens=False, **attrs):
-        m = case('%s_%s' % (op, tag), opset)
+        # Masks of run-time lengths and ThresholdedRelu's test are bool values: dtype_ (mixed on vulkan)
+        bools = runtime_lens or 'ThresholdedRelu' in attrs.get('activations', [])
+        m = case('%s%s_%s' % ('dtype_' if bools else '', op, tag), opset)
         nd = 2 if direction == 'bidirectional' else 1
         G = gates[op]
         x = m.source([B, T, I] if layout else [T, B, I])
