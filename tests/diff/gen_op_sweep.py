@@ -993,7 +993,9 @@ def rnn_cases():
             rnn('%s_layout1_clip' % d, op, direction=direction, layout=1, init=True, lens=[3, 5, 1], clip=0.8)
         rnn('runtime_lens', op, direction='bidirectional', B=4, init=True, runtime_lens=True)
         rnn('only_state', op, direction='bidirectional', outs=(1,), T=9, B=2, I=17, H=33)
-        rnn('long', op, T=40, B=2, I=5, H=4, direction='bidirectional')
+        # 80 steps for RNN: the steps' Concat exceeds a kernel's operands (fusion.c bounds it); fewer for the
+        # gated cells, whose every step is several kernels (PoCL compiles each)
+        rnn('long', op, T=40 if op == 'RNN' else 12, B=2, I=5, H=4, direction='bidirectional')
         rnn('batch1_wide', op, T=6, B=1, I=64, H=96)
     rnn('lbr', 'GRU', direction='bidirectional', linear_before_reset=1, lens=[4, 5, 2], init=True)
     rnn('lbr_nobias', 'GRU', linear_before_reset=1)
