@@ -19,7 +19,14 @@ static bool fusable_class(kiln_op_class c) {
  * consumer of its output's shape whose group has no reduction yet, so that
  * the kernel's element is f(sum) (the contraction template's epilogue);
  * such a group then takes no other reduction. A value read by several
- * nodes, or that is a graph output, is materialized. */
+ * nodes, or that is a graph output, is materialized, and so is a producer
+ * whose group would give the kernel more than KILN_FUSION_MAX_OPERANDS
+ * operands (counted with repeats: an upper bound; the cpu launches at most
+ * 64 arguments, Vulkan binds 96 buffers): a Concat tree over the unrolled
+ * steps of an RNN (passes/decompose.c) otherwise becomes one kernel
+ * reading every step. */
+#define KILN_FUSION_MAX_OPERANDS 48
+
 kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bool contraction_epilogues,
                                kiln_fusion *f) {
   memset(f, 0, sizeof *f);
@@ -31,7 +38,9 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
   f->n_members = malloc(((size_t)nn + 1) * sizeof *f->n_members);
   bool *has_reduce = malloc(((size_t)nn + 1) * sizeof *has_reduce);
   bool *has_contraction = malloc(((size_t)nn + 1) * sizeof *has_contraction);
-  if (!f->cls || !f->uses || !f->group_of || !f->n_members || !has_reduce || !has_contraction) {
+  int *operands = malloc(((size_t)nn + 1) * sizeof *operands); /* per group root: inputs, repeats counted */
+  if (!f->cls || !f->uses || !f->group_of || !f->n_members || !has_reduce || !has_contraction || !operands) {
+    free(operands);
     free(has_reduce);
     free(has_contraction);
     kiln_fusion_free(f);
@@ -51,6 +60,7 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
     }
     if (st) {
       kiln_ptr_vec_free(&names);
+      free(operands);
       free(has_reduce);
       free(has_contraction);
       kiln_fusion_free(f);
@@ -59,6 +69,7 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
     f->cls[n] = cls[n];
     f->group_of[n] = n;
     f->n_members[n] = 1;
+    operands[n] = node->n_inputs;
     has_contraction[n] = contraction_epilogues && cls[n] == KILN_OPCLASS_CONTRACTION;
     has_reduce[n] = cls[n] == KILN_OPCLASS_REDUCTION || has_contraction[n];
   }
@@ -99,7 +110,7 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
          * except Expand, which repeats them. */
         ok = !kiln_node_is(node, KILN_OP_Expand);
       }
-      if (!ok) continue;
+      if (!ok || operands[n] - 1 + operands[p] > KILN_FUSION_MAX_OPERANDS) continue;
       /* Merge p's group into n's. */
       for (int k = 0; k < n; k++)
         if (f->group_of[k] == p) f->group_of[k] = n;
@@ -107,9 +118,11 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
       has_contraction[n] |= has_contraction[p];
       f->n_members[n] += f->n_members[p];
       f->n_members[p] = 0;
+      operands[n] += operands[p] - 1;
     }
   }
   kiln_ptr_vec_free(&names);
+  free(operands);
   free(has_reduce);
   free(has_contraction);
   return NULL;

@@ -468,6 +468,20 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
       }
       return NULL;
     }
+    case KILN_OP_GridSample: {
+      /* ref's rules (ops/misc_vision.c): 4-D X, grid (N, H_out, W_out, 2),
+       * a mode and padding it knows; anything else is its error to report. */
+      const kiln_value_def *grid = input_def(g, n, 1);
+      if (!is_f32(in0) || !is_f32(grid) || !fully_known(&grid->type)) return "dtype other than f32";
+      if (in0->type.rank != 4 || grid->type.rank != 4 || grid->type.dims[3] != 2 || grid->type.dims[0] != in0->type.dims[0])
+        return "shapes ref rejects (it reports them)";
+      if (has_zero_dim(&in0->type)) return "an empty image (ref computes it)";
+      kiln_grid_sample_params gp;
+      kiln_status_t st = kiln_grid_sample_params_of(n, &gp);
+      bool ok = st == NULL;
+      kiln_status_free(st);
+      return ok ? NULL : "an unknown mode or padding_mode (ref reports it)";
+    }
     case KILN_OP_Pad: {
       if (!is_f32(in0)) return "dtype other than f32";
       if (n->opset >= 11) {
@@ -835,6 +849,115 @@ static te_expr *compute_resample(te_builder *b, const te_tensor *t, te_expr *con
   if (weight) acc = te_binary(b, TE_MUL, weight, acc);
   for (int v = nv - 1; v >= 0; v--) acc = te_reduce(b, TE_RSUM, vars[v], extents[v], acc);
   return outside ? te_select(b, outside, f32c(b, t->fp[0]), acc) : acc;
+}
+
+/* GridSample as ref computes it (ops/misc_vision.c), in f32: the grid's
+ * (x, y) at (n, h, w) unnormalized to pixel coordinates, the padding mode
+ * applied to the coordinate (bilinear, nearest) or to every tap (bicubic),
+ * then a sum over the taps (2x2 or 4x4: one reduction variable per axis)
+ * of weight * X at the tap, 0 for a tap outside the image. Tap indices
+ * come from the data, so every load clamps its index and a select drops
+ * the value of a tap outside. ip: the mode; p[0]: the padding; p[1]:
+ * align_corners. A NaN coordinate gives NaN, as in ref. */
+static te_expr *gs_unnormalize(te_builder *b, te_expr *v, int64_t size, bool align) {
+  te_expr *v1 = te_binary(b, TE_ADD, v, f32c(b, 1));
+  if (align) return te_binary(b, TE_MUL, te_binary(b, TE_DIV, v1, f32c(b, 2)), f32c(b, (double)(size - 1)));
+  return te_binary(b, TE_DIV, te_binary(b, TE_SUB, te_binary(b, TE_MUL, v1, f32c(b, (double)size)), f32c(b, 1)), f32c(b, 2));
+}
+
+static te_expr *gs_clip(te_builder *b, te_expr *v, int64_t size) {
+  return te_binary(b, TE_MIN, te_binary(b, TE_MAX, v, f32c(b, 0)), f32c(b, (double)(size - 1)));
+}
+
+/* ref's gs_pad: border clips; reflection folds v into [lo, lo + span]
+ * (lo, span from align_corners) with fmod written as floor, then clips. */
+static te_expr *gs_pad(te_builder *b, te_expr *v, int64_t size, int padding, bool align) {
+  if (padding == KILN_GS_BORDER) return gs_clip(b, v, size);
+  if (padding != KILN_GS_REFLECTION) return v;
+  double twice_lo = align ? 0 : -1, twice_hi = align ? 2.0 * (double)(size - 1) : 2.0 * (double)size - 1;
+  if (twice_lo == twice_hi) return f32c(b, 0);
+  double lo = twice_lo / 2, span = (twice_hi - twice_lo) / 2;
+  te_expr *u = te_unary(b, TE_ABS, te_binary(b, TE_SUB, v, f32c(b, lo)));
+  te_expr *flips = te_call1(b, "floorf", te_binary(b, TE_DIV, u, f32c(b, span)));
+  te_expr *extra = te_binary(b, TE_SUB, u, te_binary(b, TE_MUL, flips, f32c(b, span)));
+  te_expr *half = te_call1(b, "floorf", te_binary(b, TE_MUL, flips, f32c(b, 0.5)));
+  te_expr *even = te_binary(b, TE_EQ, te_binary(b, TE_MUL, half, f32c(b, 2)), flips);
+  te_expr *r = te_select(b, even, te_binary(b, TE_ADD, extra, f32c(b, lo)),
+                         te_binary(b, TE_ADD, te_binary(b, TE_SUB, f32c(b, span), extra), f32c(b, lo)));
+  return gs_clip(b, r, size);
+}
+
+/* An integral pixel coordinate as an index in [0, size): bounded in f32
+ * first, so the conversion never sees a value out of int range. */
+static te_expr *gs_index(te_builder *b, te_expr *v, int64_t size) {
+  te_expr *f = te_binary(b, TE_MIN, te_binary(b, TE_MAX, v, f32c(b, 0)), f32c(b, (double)(size - 1)));
+  return te_cast(b, KILN_DTYPE_I64, te_call1(b, "floorf", f));
+}
+
+/* X at tap (ty, tx) of plane (n, c), 0 outside the image. */
+static te_expr *gs_tap(te_builder *b, const te_tensor *X, te_expr *const *idx, te_expr *ty, te_expr *tx) {
+  int64_t h = X->dims[2], w = X->dims[3];
+  te_expr *inside = te_binary(b, TE_AND, te_binary(b, TE_LE, f32c(b, 0), ty), te_binary(b, TE_LT, ty, f32c(b, (double)h)));
+  inside = te_binary(b, TE_AND, inside, te_binary(b, TE_LE, f32c(b, 0), tx));
+  inside = te_binary(b, TE_AND, inside, te_binary(b, TE_LT, tx, f32c(b, (double)w)));
+  te_expr *v = te_at(b, X, (te_expr *[]){idx[0], idx[1], gs_index(b, ty, h), gs_index(b, tx, w)});
+  return te_select(b, inside, v, f32c(b, 0));
+}
+
+/* The cubic convolution weight (A = -0.75) of a tap at distance d in [0, 2]. */
+static te_expr *gs_cubic(te_builder *b, te_expr *d) {
+  const double a = -0.75;
+  te_expr *near = te_binary(b, TE_ADD, te_binary(b, TE_MUL, te_binary(b, TE_MUL,
+      te_binary(b, TE_SUB, te_binary(b, TE_MUL, f32c(b, a + 2), d), f32c(b, a + 3)), d), d), f32c(b, 1));
+  te_expr *far = te_binary(b, TE_ADD, te_binary(b, TE_MUL, f32c(b, a), d), f32c(b, -5 * a));
+  far = te_binary(b, TE_ADD, te_binary(b, TE_MUL, far, d), f32c(b, 8 * a));
+  far = te_binary(b, TE_SUB, te_binary(b, TE_MUL, far, d), f32c(b, 4 * a));
+  return te_select(b, te_binary(b, TE_LE, d, f32c(b, 1)), near, far);
+}
+
+static te_expr *compute_grid_sample(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *X = t->in[0], *grid = t->in[1];
+  int64_t h = X->dims[2], w = X->dims[3];
+  int padding = (int)t->p[0];
+  bool align = t->p[1] != 0;
+  te_expr *gx = te_at(b, grid, (te_expr *[]){idx[0], idx[2], idx[3], te_idx(b, 0)});
+  te_expr *gy = te_at(b, grid, (te_expr *[]){idx[0], idx[2], idx[3], te_idx(b, 1)});
+  te_expr *x = gs_unnormalize(b, gx, w, align), *y = gs_unnormalize(b, gy, h, align);
+  te_expr *acc;
+  if (t->ip == KILN_GS_NEAREST) {
+    acc = gs_tap(b, X, idx, te_call1(b, "nearbyintf", gs_pad(b, y, h, padding, align)),
+                 te_call1(b, "nearbyintf", gs_pad(b, x, w, padding, align)));
+  } else {
+    bool cubic = t->ip == KILN_GS_BICUBIC;
+    if (!cubic) {
+      x = gs_pad(b, x, w, padding, align);
+      y = gs_pad(b, y, h, padding, align);
+    }
+    te_expr *x0 = te_call1(b, "floorf", x), *y0 = te_call1(b, "floorf", y);
+    int vi = te_new_var(b), vj = te_new_var(b);
+    /* Tap i (j) sits at y0 + i (x0 + j), shifted back by one for cubic. */
+    te_expr *di = te_cast(b, KILN_DTYPE_F32, te_var(b, vi)), *dj = te_cast(b, KILN_DTYPE_F32, te_var(b, vj));
+    if (cubic) {
+      di = te_binary(b, TE_SUB, di, f32c(b, 1));
+      dj = te_binary(b, TE_SUB, dj, f32c(b, 1));
+    }
+    te_expr *ty = te_binary(b, TE_ADD, y0, di), *tx = te_binary(b, TE_ADD, x0, dj);
+    te_expr *wy, *wx;
+    if (cubic) {
+      wy = gs_cubic(b, te_unary(b, TE_ABS, te_binary(b, TE_SUB, te_binary(b, TE_SUB, y, y0), di)));
+      wx = gs_cubic(b, te_unary(b, TE_ABS, te_binary(b, TE_SUB, te_binary(b, TE_SUB, x, x0), dj)));
+      ty = gs_pad(b, ty, h, padding, align);
+      tx = gs_pad(b, tx, w, padding, align);
+    } else { /* 1 - |distance|: x0 + 1 - x for the first tap, x - x0 for the second */
+      wy = te_binary(b, TE_SUB, f32c(b, 1), te_unary(b, TE_ABS, te_binary(b, TE_SUB, y, ty)));
+      wx = te_binary(b, TE_SUB, f32c(b, 1), te_unary(b, TE_ABS, te_binary(b, TE_SUB, x, tx)));
+    }
+    int64_t taps = cubic ? 4 : 2;
+    te_expr *term = te_binary(b, TE_MUL, te_binary(b, TE_MUL, wy, wx), gs_tap(b, X, idx, ty, tx));
+    acc = te_reduce(b, TE_RSUM, vi, taps, te_reduce(b, TE_RSUM, vj, taps, term));
+  }
+  te_expr *nan = te_binary(b, TE_OR, te_binary(b, TE_NE, gx, gx), te_binary(b, TE_NE, gy, gy));
+  return te_select(b, nan, te_binary(b, TE_ADD, gx, gy), acc);
 }
 
 /* QuantizeLinear / DequantizeLinear with ref's arithmetic (ops/quant.c):
@@ -1703,6 +1826,17 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     t->fp[1] = kiln_node_attr(n, "extrapolation_value") != NULL;
     t->n_in = n->n_inputs;
     for (int i = 0; i < t->n_in; i++) t->in[i] = inputs[i];
+  } else if (id == KILN_OP_GridSample) {
+    kiln_grid_sample_params gp;
+    KILN_TRY(kiln_grid_sample_params_of(n, &gp));
+    t = te_view_compute(b, odt, rank, dims, compute_grid_sample);
+    if (!t) return te_builder_status(b);
+    t->ip = gp.mode;
+    t->p[0] = gp.padding;
+    t->p[1] = gp.align_corners;
+    t->in[0] = inputs[0];
+    t->in[1] = inputs[1];
+    t->n_in = 2;
   } else if (id == KILN_OP_Pad) {
     const te_tensor *in = inputs[0];
     int mode;

@@ -34,7 +34,9 @@ void kiln_misc_store_rounded(void *data, kiln_dtype dt, int64_t i, double v) {
 static const kiln_op_def misc_ops[] = {
     MISC_OP(Resize, resize, 1, 4, 0),
     MISC_OP(Upsample, upsample, 1, 2, 0),
-    MISC_OP(GridSample, grid_sample, 2, 2, 0),
+    /* A reduction over its taps, like kiln.Resample (codegen/lower.c). */
+    {"", "GridSample", 2, 2, 1, 1, kiln_misc_grid_sample_infer, kiln_misc_grid_sample_kernel, 0,
+     .id = KILN_OP_GridSample, .op_class = KILN_OPCLASS_REDUCTION},
     MISC_OP(RoiAlign, roi_align, 3, 3, 0),
     MISC_OP(NonMaxSuppression, nms, 2, 5, 0),
     MISC_OP(StringNormalizer, string_normalizer, 1, 1, 0),

@@ -15,34 +15,27 @@
 
 /* ---- GridSample ---------------------------------------------------------- */
 
-typedef enum { GS_BILINEAR, GS_NEAREST, GS_BICUBIC } gs_mode;
-typedef enum { GS_ZEROS, GS_BORDER, GS_REFLECTION } gs_padding;
+typedef kiln_grid_sample_params gs_params;
 
-typedef struct gs_params {
-  gs_mode mode;
-  gs_padding padding;
-  bool align_corners;
-} gs_params;
-
-static kiln_status_t gs_parse(const kiln_node *node, gs_params *p) {
+kiln_status_t kiln_grid_sample_params_of(const kiln_node *node, kiln_grid_sample_params *p) {
   const char *mode = kiln_attr_string(node, "mode", "bilinear");
   /* opset 20 renamed bilinear/bicubic to linear/cubic; accept both. */
   if (!strcmp(mode, "bilinear") || !strcmp(mode, "linear"))
-    p->mode = GS_BILINEAR;
+    p->mode = KILN_GS_BILINEAR;
   else if (!strcmp(mode, "nearest"))
-    p->mode = GS_NEAREST;
+    p->mode = KILN_GS_NEAREST;
   else if (!strcmp(mode, "bicubic") || !strcmp(mode, "cubic"))
-    p->mode = GS_BICUBIC;
+    p->mode = KILN_GS_BICUBIC;
   else
     return kiln_error(KILN_INVALID_MODEL, "attribute mode: unknown value '%s' (expected bilinear, nearest or bicubic)",
                       mode);
   const char *pad = kiln_attr_string(node, "padding_mode", "zeros");
   if (!strcmp(pad, "zeros"))
-    p->padding = GS_ZEROS;
+    p->padding = KILN_GS_ZEROS;
   else if (!strcmp(pad, "border"))
-    p->padding = GS_BORDER;
+    p->padding = KILN_GS_BORDER;
   else if (!strcmp(pad, "reflection"))
-    p->padding = GS_REFLECTION;
+    p->padding = KILN_GS_REFLECTION;
   else
     return kiln_error(KILN_INVALID_MODEL,
                       "attribute padding_mode: unknown value '%s' (expected zeros, border or reflection)", pad);
@@ -73,8 +66,8 @@ static double gs_clip(double v, int64_t size) {
 
 /* Applies the padding mode to a pixel coordinate. */
 static double gs_pad(double v, int64_t size, const gs_params *p) {
-  if (p->padding == GS_BORDER) return gs_clip(v, size);
-  if (p->padding == GS_REFLECTION) {
+  if (p->padding == KILN_GS_BORDER) return gs_clip(v, size);
+  if (p->padding == KILN_GS_REFLECTION) {
     v = p->align_corners ? gs_reflect(v, 0, 2.0 * (double)(size - 1)) : gs_reflect(v, -1, 2.0 * (double)size - 1);
     return gs_clip(v, size);
   }
@@ -105,7 +98,7 @@ static double gs_sample(const double *plane, int64_t h, int64_t w, double gx, do
   double x = gs_unnormalize(gx, w, p->align_corners);
   double y = gs_unnormalize(gy, h, p->align_corners);
   if (isnan(x) || isnan(y)) return NAN;
-  if (p->mode == GS_BICUBIC) {
+  if (p->mode == KILN_GS_BICUBIC) {
     double x0 = floor(x), y0 = floor(y);
     double cx[4], cy[4];
     gs_cubic_coeffs(x - x0, cx);
@@ -123,7 +116,7 @@ static double gs_sample(const double *plane, int64_t h, int64_t w, double gx, do
   }
   x = gs_pad(x, w, p);
   y = gs_pad(y, h, p);
-  if (p->mode == GS_NEAREST) return gs_pixel(plane, h, w, nearbyint(y), nearbyint(x));
+  if (p->mode == KILN_GS_NEAREST) return gs_pixel(plane, h, w, nearbyint(y), nearbyint(x));
   double x0 = floor(x), y0 = floor(y), x1 = x0 + 1, y1 = y0 + 1;
   return gs_pixel(plane, h, w, y0, x0) * (x1 - x) * (y1 - y) + gs_pixel(plane, h, w, y0, x1) * (x - x0) * (y1 - y) +
          gs_pixel(plane, h, w, y1, x0) * (x1 - x) * (y - y0) + gs_pixel(plane, h, w, y1, x1) * (x - x0) * (y - y0);
@@ -134,7 +127,7 @@ kiln_status_t kiln_misc_grid_sample_kernel(kiln_kernel_ctx *ctx) {
   KILN_TRY(kiln_kernel_require_input(ctx, 0, &x));
   KILN_TRY(kiln_kernel_require_input(ctx, 1, &grid));
   gs_params p;
-  KILN_TRY(gs_parse(ctx->node, &p));
+  KILN_TRY(kiln_grid_sample_params_of(ctx->node, &p));
   if (!kiln_dtype_is_float(x->dtype) && !kiln_dtype_is_int(x->dtype) && x->dtype != KILN_DTYPE_BOOL)
     return kiln_error(KILN_UNSUPPORTED, "input 0 (X): dtype %s is not supported (numeric types only)",
                       kiln_dtype_name(x->dtype));

@@ -145,6 +145,18 @@ kiln_status_t kiln_pad_geometry(const kiln_node *node, int opset, int rank, cons
                                 const kiln_tensor *pads_t, const kiln_tensor *axes_t, int *mode, int64_t *before,
                                 int64_t *crop, int64_t *len);
 
+/* GridSample's attributes (ops/misc_vision.c), shared by its reference
+ * kernel and its compute definition: mode (bilinear/linear, nearest,
+ * bicubic/cubic), padding_mode, align_corners. Errors name the attribute. */
+typedef enum kiln_grid_sample_mode { KILN_GS_BILINEAR, KILN_GS_NEAREST, KILN_GS_BICUBIC } kiln_grid_sample_mode;
+typedef enum kiln_grid_sample_padding { KILN_GS_ZEROS, KILN_GS_BORDER, KILN_GS_REFLECTION } kiln_grid_sample_padding;
+typedef struct kiln_grid_sample_params {
+  kiln_grid_sample_mode mode;
+  kiln_grid_sample_padding padding;
+  bool align_corners;
+} kiln_grid_sample_params;
+kiln_status_t kiln_grid_sample_params_of(const kiln_node *node, kiln_grid_sample_params *out);
+
 /* Resize and Upsample as per-axis gather tables (ops/misc_resize.c), for
  * the kiln.Resample op a graph pass rewrites them into: every output
  * coordinate of a resized axis reads `taps` input indices with weights

@@ -13,26 +13,10 @@
  * activation_alpha/beta are consumed in list order by the functions that
  * take them (onnxruntime's reading of the spec), defaults otherwise.
  * layout = 1 (opset 14) puts batch first in X, Y, initial/final states. */
-#include "ops/op.h"
+#include "ops/rnn.h"
 
 #include <math.h>
 #include <strings.h>
-
-typedef enum rnn_kind { RNN_SIMPLE, RNN_GRU, RNN_LSTM } rnn_kind;
-
-typedef enum act_kind {
-  ACT_RELU,
-  ACT_TANH,
-  ACT_SIGMOID,
-  ACT_AFFINE,
-  ACT_LEAKY_RELU,
-  ACT_THRESHOLDED_RELU,
-  ACT_SCALED_TANH,
-  ACT_HARD_SIGMOID,
-  ACT_ELU,
-  ACT_SOFTSIGN,
-  ACT_SOFTPLUS,
-} act_kind;
 
 typedef struct act_info {
   const char *name;
@@ -55,11 +39,6 @@ static const act_info act_table[] = {
     {"Softplus", ACT_SOFTPLUS, false, false, 0, 0},
 };
 
-typedef struct rnn_act {
-  act_kind kind;
-  double alpha, beta;
-} rnn_act;
-
 static double act_apply(const rnn_act *a, double x) {
   switch (a->kind) {
     case ACT_RELU: return x > 0 ? x : 0;
@@ -76,22 +55,6 @@ static double act_apply(const rnn_act *a, double x) {
   }
   return x;
 }
-
-/* Everything the recurrence needs, shapes checked. */
-typedef struct rnn_cfg {
-  rnn_kind kind;
-  int gates;   /* 1, 3, 4 */
-  int n_roles; /* activations per direction: 1, 2, 3 */
-  int num_dir;
-  bool reverse[2]; /* per direction */
-  int layout;
-  int64_t seq, batch, input, hidden;
-  bool has_clip;
-  double clip;
-  bool linear_before_reset; /* GRU */
-  bool input_forget;        /* LSTM */
-  rnn_act acts[2][3];
-} rnn_cfg;
 
 static kiln_status_t parse_direction(const kiln_node *node, rnn_cfg *c) {
   const char *dir = kiln_attr_string(node, "direction", "forward");
@@ -139,8 +102,7 @@ static kiln_status_t parse_activations(const kiln_node *node, rnn_cfg *c) {
   return NULL;
 }
 
-/* Attributes only (shapes come later). */
-static kiln_status_t cfg_from_attrs(const kiln_node *node, rnn_kind kind, rnn_cfg *c) {
+kiln_status_t kiln_rnn_config_of(const kiln_node *node, rnn_kind kind, rnn_cfg *c) {
   memset(c, 0, sizeof *c);
   c->kind = kind;
   c->gates = kind == RNN_SIMPLE ? 1 : kind == RNN_GRU ? 3 : 4;
@@ -284,7 +246,7 @@ static void run_row(const rnn_cfg *c, const rnn_data *in, int64_t d, int64_t b, 
 /* Input indices: X W R B sequence_lens initial_h [initial_c P]. */
 static kiln_status_t rnn_kernel(kiln_kernel_ctx *ctx, rnn_kind kind) {
   rnn_cfg c;
-  KILN_TRY(cfg_from_attrs(ctx->node, kind, &c));
+  KILN_TRY(kiln_rnn_config_of(ctx->node, kind, &c));
   kiln_tensor *X, *W, *R;
   KILN_TRY(kiln_kernel_require_input(ctx, 0, &X));
   KILN_TRY(kiln_kernel_require_input(ctx, 1, &W));
@@ -400,7 +362,7 @@ static kiln_status_t rnn_kernel(kiln_kernel_ctx *ctx, rnn_kind kind) {
 
 static kiln_status_t rnn_infer(kiln_infer_ctx *ctx, rnn_kind kind) {
   rnn_cfg c;
-  KILN_TRY(cfg_from_attrs(ctx->node, kind, &c));
+  KILN_TRY(kiln_rnn_config_of(ctx->node, kind, &c));
   const kiln_type *X = ctx->inputs[0];
   const kiln_type *W = ctx->n_inputs > 1 ? ctx->inputs[1] : NULL;
   const kiln_type *R = ctx->n_inputs > 2 ? ctx->inputs[2] : NULL;

@@ -9,8 +9,30 @@
  *     zp    = Cast<u8>(Clip(Round(-lo / scale), 0, 255))       -> y_zero_point (0/0 is NaN: Cast gives 0)
  *     y     = Where(scale > 0, QuantizeLinear(x, scale, zp), zp)
  *
- * Only for an f32 x of known rank; anything else stays for ref. */
+ * Only for an f32 x of known rank; anything else stays for ref.
+ *
+ *   RNN / GRU / LSTM(X, W, R, B, sequence_lens, initial_h, initial_c, P) -> Y, Y_h, Y_c
+ *   (ops/rnn.c's cells, attributes read by the same kiln_rnn_config_of):
+ *     per direction d: XW = MatMul(X, W_d^T) + Wb_d + Rb_d   all time steps in one GEMM
+ *     (GRU with linear_before_reset keeps Rb_h for the step), then the time
+ *     loop unrolled, t ascending (reverse: descending), each step
+ *       pre = XW[t] + MatMul(H, R_d^T)    the recurrent GEMM, the add as its epilogue
+ *       the gates' slices, peepholes, clip, activations, the state update
+ *       with sequence_lens: H = Where(t < len, H_new, H), Y[t] = Where(t < len, H_new, 0)
+ *     Y = Concat of the steps (trees of at most 8 inputs), Y_h / Y_c the last states.
+ *   Why unrolled rather than a Loop over a compiled body (runtime/plan_bodies):
+ *   the specialized graph knows the sequence length, a Loop iteration is a
+ *   host step (a body-plan call per time step, the state passed through the
+ *   host), while unrolled steps are plain kernels in one device segment and
+ *   each step's gate arithmetic fuses into its recurrent GEMM's consumer.
+ *   The price is graph size: at most KILN_RNN_MAX_STEPS steps (sequence
+ *   length x directions); longer sequences stay on ref. sequence_lens that
+ *   is a constant is checked against ref's range here (out of range: ref
+ *   reports it); a run-time one becomes masks, and a length outside
+ *   [0, seq] acts as its nearest bound instead of ref's error. Only f32,
+ *   shapes known, every input of ref's shape. */
 #include "passes/passes_opt.h"
+#include "ops/rnn.h"
 
 #include <stdio.h>
 
@@ -101,10 +123,359 @@ static kiln_status_t decompose_dql(kiln_graph *g, int ni) {
   return b.st;
 }
 
+#define KILN_RNN_MAX_STEPS 512
+
+static int const_of(builder *b, kiln_tensor *t) {
+  if (b->st || !t) return -1;
+  int id = -1;
+  b->st = kiln_opt_new_const(b->g, b->base, t, &id);
+  return id;
+}
+
+static int ints_const(builder *b, int n, const int64_t *v) {
+  if (b->st) return -1;
+  kiln_tensor *t;
+  int64_t d = n;
+  if ((b->st = kiln_tensor_new(KILN_DTYPE_I64, 1, &d, &t))) return -1;
+  memcpy(t->data, v, sizeof(int64_t) * (size_t)n);
+  return const_of(b, t);
+}
+
+static int last_set_float(builder *b, const char *name, double v) {
+  if (!b->st) b->st = kiln_opt_set_attr_float(&b->g->nodes[b->pos - 1], name, (float)v);
+  return 0;
+}
+
+static kiln_dtype g_dtype(const builder *b, int v) { return v >= 0 ? b->g->values[v].type.dtype : KILN_DTYPE_F32; }
+
+typedef struct rnn_shape {
+  int64_t T, B, I, H, G, nd;
+} rnn_shape;
+
+static int f2(builder *b, const char *op, int x, int y, int rank, const int64_t *dims) {
+  return node(b, op, 14, 2, (int[]){x, y}, -1, KILN_DTYPE_F32, rank, dims);
+}
+
+/* x[..., lo:hi, ...] along axis, shape dims with that axis hi - lo. */
+static int slice(builder *b, int x, int axis, int64_t lo, int64_t hi, int rank, const int64_t *in_dims) {
+  int64_t dims[KILN_MAX_RANK];
+  memcpy(dims, in_dims, sizeof(int64_t) * (size_t)rank);
+  dims[axis] = hi - lo;
+  int ins[4] = {x, ints_const(b, 1, &lo), ints_const(b, 1, &hi), ints_const(b, 1, (int64_t[]){axis})};
+  return node(b, "Slice", 13, 4, ins, -1, g_dtype(b, x), rank, dims);
+}
+
+static int reshape(builder *b, int x, int rank, const int64_t *dims, int out) {
+  return node(b, "Reshape", 14, 2, (int[]){x, ints_const(b, rank, dims)}, out, g_dtype(b, x), rank, dims);
+}
+
+static int transpose(builder *b, int x, int rank, const int64_t *perm, const int64_t *in_dims, int out) {
+  int64_t dims[KILN_MAX_RANK];
+  for (int i = 0; i < rank; i++) dims[i] = in_dims[perm[i]];
+  int y = node(b, "Transpose", 13, 1, &x, out, g_dtype(b, x), rank, dims);
+  if (!b->st) b->st = kiln_opt_set_attr_ints(&b->g->nodes[b->pos - 1], "perm", rank, perm);
+  return y;
+}
+
+/* Concat along axis 0 of pieces [1, rest...], at most 8 inputs a node. */
+static int concat0(builder *b, const int *ids, int n, int rank, const int64_t *piece, int out) {
+  int64_t dims[KILN_MAX_RANK];
+  memcpy(dims, piece, sizeof(int64_t) * (size_t)rank);
+  if (n > 8) {
+    int parts[8], np = 0, per = (n + 7) / 8;
+    for (int i = 0; i < n; i += per) {
+      int k = n - i < per ? n - i : per;
+      dims[0] = k;
+      parts[np++] = k == 1 ? ids[i] : concat0(b, ids + i, k, rank, piece, -1);
+    }
+    /* parts differ in length along axis 0: concat them with their sizes */
+    dims[0] = n;
+    int y = node(b, "Concat", 13, np, parts, out, KILN_DTYPE_F32, rank, dims);
+    if (!b->st) b->st = kiln_opt_set_attr_int(&b->g->nodes[b->pos - 1], "axis", 0);
+    return y;
+  }
+  dims[0] = n;
+  int y = node(b, "Concat", 13, n, ids, out, KILN_DTYPE_F32, rank, dims);
+  if (!b->st) b->st = kiln_opt_set_attr_int(&b->g->nodes[b->pos - 1], "axis", 0);
+  return y;
+}
+
+/* Rows [r0, r1) of direction d of a [nd, rows, cols] weight, transposed to
+ * [cols, r1 - r0] (the MatMul's B). A constant weight gives a constant
+ * here: fold-constants would not fold the Slice of a weight that both
+ * directions read (it keeps a constant's bytes from being copied). */
+static int weight_t(builder *b, int w, int64_t d, int64_t r0, int64_t r1, const int64_t *wdims) {
+  int64_t rows = wdims[1], cols = wdims[2], n = r1 - r0;
+  const kiln_tensor *c = kiln_opt_const(b->g, w);
+  if (c && c->dtype == KILN_DTYPE_F32) {
+    kiln_tensor *t;
+    if (b->st || (b->st = kiln_tensor_new(KILN_DTYPE_F32, 2, (int64_t[]){cols, n}, &t))) return -1;
+    const float *src = (const float *)c->data + (d * rows + r0) * cols;
+    float *dst = t->data;
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t j = 0; j < cols; j++) dst[j * n + i] = src[i * cols + j];
+    return const_of(b, t);
+  }
+  int64_t rc[2] = {rows, cols}, nc[2] = {n, cols}, p10[2] = {1, 0};
+  int m = reshape(b, slice(b, w, 0, d, d + 1, 3, wdims), 2, rc, -1);
+  if (n != rows) m = slice(b, m, 0, r0, r1, 2, rc);
+  return transpose(b, m, 2, p10, nc, -1);
+}
+
+/* One activation of ops/rnn.c's table as compiled ops. */
+static int activation(builder *b, const rnn_act *a, int x, int rank, const int64_t *dims) {
+  int y;
+  switch (a->kind) {
+    case ACT_RELU: return node(b, "Relu", 14, 1, &x, -1, KILN_DTYPE_F32, rank, dims);
+    case ACT_TANH: return node(b, "Tanh", 13, 1, &x, -1, KILN_DTYPE_F32, rank, dims);
+    case ACT_SIGMOID: return node(b, "Sigmoid", 13, 1, &x, -1, KILN_DTYPE_F32, rank, dims);
+    case ACT_AFFINE:
+      y = f2(b, "Mul", x, scalar_const(b, KILN_DTYPE_F32, a->alpha), rank, dims);
+      return f2(b, "Add", y, scalar_const(b, KILN_DTYPE_F32, a->beta), rank, dims);
+    case ACT_LEAKY_RELU:
+      y = node(b, "LeakyRelu", 16, 1, &x, -1, KILN_DTYPE_F32, rank, dims);
+      last_set_float(b, "alpha", a->alpha);
+      return y;
+    case ACT_THRESHOLDED_RELU: {
+      int ge = node(b, "GreaterOrEqual", 16, 2, (int[]){x, scalar_const(b, KILN_DTYPE_F32, a->alpha)}, -1,
+                    KILN_DTYPE_BOOL, rank, dims);
+      return node(b, "Where", 16, 3, (int[]){ge, x, scalar_const(b, KILN_DTYPE_F32, 0)}, -1, KILN_DTYPE_F32, rank, dims);
+    }
+    case ACT_SCALED_TANH:
+      y = f2(b, "Mul", x, scalar_const(b, KILN_DTYPE_F32, a->beta), rank, dims);
+      y = node(b, "Tanh", 13, 1, &y, -1, KILN_DTYPE_F32, rank, dims);
+      return f2(b, "Mul", y, scalar_const(b, KILN_DTYPE_F32, a->alpha), rank, dims);
+    case ACT_HARD_SIGMOID:
+      y = node(b, "HardSigmoid", 6, 1, &x, -1, KILN_DTYPE_F32, rank, dims);
+      last_set_float(b, "alpha", a->alpha);
+      last_set_float(b, "beta", a->beta);
+      return y;
+    case ACT_ELU:
+      y = node(b, "Elu", 6, 1, &x, -1, KILN_DTYPE_F32, rank, dims);
+      last_set_float(b, "alpha", a->alpha);
+      return y;
+    case ACT_SOFTSIGN: return node(b, "Softsign", 1, 1, &x, -1, KILN_DTYPE_F32, rank, dims);
+    case ACT_SOFTPLUS: return node(b, "Softplus", 1, 1, &x, -1, KILN_DTYPE_F32, rank, dims);
+  }
+  return -1;
+}
+
+static int clipped_act(builder *b, const rnn_cfg *c, const rnn_act *a, int x, const int64_t *bh) {
+  if (c->has_clip)
+    x = node(b, "Clip", 13, 3,
+             (int[]){x, scalar_const(b, KILN_DTYPE_F32, -c->clip), scalar_const(b, KILN_DTYPE_F32, c->clip)}, -1,
+             KILN_DTYPE_F32, 2, bh);
+  return activation(b, a, x, 2, bh);
+}
+
+static bool f32_known(const kiln_graph *g, int v, int rank, const int64_t *dims) {
+  if (v < 0) return true;
+  const kiln_type *t = &g->values[v].type;
+  return t->kind == KILN_TYPE_TENSOR && t->dtype == KILN_DTYPE_F32 && kiln_opt_shape_known(t) &&
+         kiln_shape_equal(t->rank, t->dims, rank, dims);
+}
+
+static kiln_status_t decompose_rnn(kiln_graph *g, int ni, rnn_kind kind) {
+  const kiln_node *n = &g->nodes[ni];
+  rnn_cfg c;
+  kiln_status_t st = kiln_rnn_config_of(n, kind, &c);
+  if (st) { /* ref reports it */
+    kiln_status_free(st);
+    return NULL;
+  }
+  int in[8];
+  for (int i = 0; i < 8; i++) in[i] = i < n->n_inputs ? n->inputs[i] : -1;
+  if (kind != RNN_LSTM) in[6] = in[7] = -1;
+  if (in[0] < 0 || in[1] < 0 || in[2] < 0) return NULL;
+  const kiln_type *xt = &g->values[in[0]].type, *rt = &g->values[in[2]].type;
+  if (xt->kind != KILN_TYPE_TENSOR || xt->dtype != KILN_DTYPE_F32 || !kiln_opt_shape_known(xt) || xt->rank != 3 ||
+      rt->kind != KILN_TYPE_TENSOR || !kiln_opt_shape_known(rt) || rt->rank != 3)
+    return NULL;
+  rnn_shape s = {c.layout ? xt->dims[1] : xt->dims[0], c.layout ? xt->dims[0] : xt->dims[1], xt->dims[2],
+                 rt->dims[2], c.gates, c.num_dir};
+  if (s.T < 1 || s.B < 1 || s.I < 1 || s.H < 1 || s.T * s.nd > KILN_RNN_MAX_STEPS) return NULL;
+  if (kiln_attr_int(n, "hidden_size", s.H) != s.H) return NULL;
+  int64_t GH = s.G * s.H;
+  int64_t wd[3] = {s.nd, GH, s.I}, rd[3] = {s.nd, GH, s.H}, bd[2] = {s.nd, 2 * GH}, pd[2] = {s.nd, 3 * s.H};
+  int64_t sd[3] = {c.layout ? s.B : s.nd, c.layout ? s.nd : s.B, s.H};
+  if (!f32_known(g, in[1], 3, wd) || !f32_known(g, in[2], 3, rd) || !f32_known(g, in[3], 2, bd) ||
+      !f32_known(g, in[5], 3, sd) || !f32_known(g, in[6], 3, sd) || !f32_known(g, in[7], 2, pd))
+    return NULL;
+  const kiln_tensor *lens_c = NULL;
+  if (in[4] >= 0) {
+    const kiln_type *lt = &g->values[in[4]].type;
+    if (lt->kind != KILN_TYPE_TENSOR || lt->dtype != KILN_DTYPE_I32 || !kiln_opt_shape_known(lt) ||
+        !kiln_shape_equal(lt->rank, lt->dims, 1, &s.B))
+      return NULL;
+    if ((lens_c = kiln_opt_const(g, in[4])))
+      for (int64_t i = 0; i < s.B; i++) {
+        int32_t v = ((const int32_t *)lens_c->data)[i];
+        if (v < 0 || v > s.T) return NULL;
+      }
+  }
+  int outs[3] = {-1, -1, -1};
+  for (int i = 0; i < 3 && i < n->n_outputs; i++) outs[i] = n->outputs[i];
+  builder b = {g, ni, "", 0, NULL};
+  snprintf(b.base, sizeof b.base, "%s", n->name);
+  bool *dead = calloc((size_t)g->n_nodes, sizeof *dead);
+  if (!dead) return KILN_OOM();
+  dead[ni] = true;
+  st = kiln_opt_remove_nodes(g, dead);
+  free(dead);
+  if (st) return st;
+
+  int64_t bh[2] = {s.B, s.H}, st3[3] = {s.nd, s.B, s.H};
+  int64_t p102[3] = {1, 0, 2};
+  int x = c.layout ? transpose(&b, in[0], 3, p102, xt->dims, -1) : in[0];
+  int h0 = in[5] >= 0 && c.layout ? transpose(&b, in[5], 3, p102, sd, -1) : in[5];
+  int c0 = in[6] >= 0 && c.layout ? transpose(&b, in[6], 3, p102, sd, -1) : in[6];
+  kiln_tensor *zt = NULL;
+  if (!b.st) b.st = kiln_tensor_new(KILN_DTYPE_F32, 2, bh, &zt);
+  int zero_bh = const_of(&b, zt), zero = scalar_const(&b, KILN_DTYPE_F32, 0), one = scalar_const(&b, KILN_DTYPE_F32, 1);
+  int y_dirs[2] = {-1, -1}, h_dirs[2], c_dirs[2];
+  int *ys = calloc((size_t)s.T, sizeof *ys);
+  if (!ys) return KILN_OOM();
+  for (int64_t d = 0; d < s.nd && !b.st; d++) {
+    const rnn_act *act = c.acts[d];
+    int64_t tbg[3] = {s.T, s.B, GH}, bg[2] = {s.B, GH};
+    int xw = node(&b, "MatMul", 13, 2, (int[]){x, weight_t(&b, in[1], d, 0, GH, wd)}, -1, KILN_DTYPE_F32, 3, tbg);
+    int rb_h = -1;
+    bool lbr = kind == RNN_GRU && c.linear_before_reset;
+    if (in[3] >= 0) {
+      int64_t b2 = 2 * GH;
+      int bias = reshape(&b, slice(&b, in[3], 0, d, d + 1, 2, bd), 1, &b2, -1);
+      int wb = slice(&b, bias, 0, 0, GH, 1, &b2), rb = slice(&b, bias, 0, GH, 2 * GH, 1, &b2);
+      int rbx = rb;
+      if (lbr) { /* Rb_h is added to H R_h^T inside the reset gate's product */
+        kiln_tensor *zh = NULL;
+        if (!b.st) b.st = kiln_tensor_new(KILN_DTYPE_F32, 1, &s.H, &zh);
+        rbx = node(&b, "Concat", 13, 2, (int[]){slice(&b, rb, 0, 0, 2 * s.H, 1, &GH), const_of(&b, zh)}, -1,
+                   KILN_DTYPE_F32, 1, &GH);
+        if (!b.st) b.st = kiln_opt_set_attr_int(&g->nodes[b.pos - 1], "axis", 0);
+        rb_h = slice(&b, rb, 0, 2 * s.H, GH, 1, &GH);
+      }
+      xw = f2(&b, "Add", xw, f2(&b, "Add", wb, rbx, 1, &GH), 3, tbg);
+    }
+    int rt_all = -1, rt_zr = -1, rt_h = -1;
+    if (kind == RNN_GRU) {
+      rt_zr = weight_t(&b, in[2], d, 0, 2 * s.H, rd);
+      rt_h = weight_t(&b, in[2], d, 2 * s.H, GH, rd);
+    } else {
+      rt_all = weight_t(&b, in[2], d, 0, GH, rd);
+    }
+    int pi = -1, po = -1, pf = -1;
+    if (in[7] >= 0) {
+      int64_t h3 = 3 * s.H;
+      int pdv = reshape(&b, slice(&b, in[7], 0, d, d + 1, 2, pd), 1, &h3, -1);
+      pi = slice(&b, pdv, 0, 0, s.H, 1, &h3);
+      po = slice(&b, pdv, 0, s.H, 2 * s.H, 1, &h3);
+      pf = slice(&b, pdv, 0, 2 * s.H, h3, 1, &h3);
+    }
+    int h = h0 >= 0 ? reshape(&b, slice(&b, h0, 0, d, d + 1, 3, st3), 2, bh, -1) : zero_bh;
+    int cs = kind != RNN_LSTM ? -1 : c0 >= 0 ? reshape(&b, slice(&b, c0, 0, d, d + 1, 3, st3), 2, bh, -1) : zero_bh;
+    for (int64_t step = 0; step < s.T && !b.st; step++) {
+      int64_t t = c.reverse[d] ? s.T - 1 - step : step;
+      int xw_t = reshape(&b, slice(&b, xw, 0, t, t + 1, 3, tbg), 2, bg, -1);
+      int h_new = -1, c_new = -1;
+      if (kind == RNN_SIMPLE) {
+        int pre = f2(&b, "Add", node(&b, "MatMul", 13, 2, (int[]){h, rt_all}, -1, KILN_DTYPE_F32, 2, bh), xw_t, 2, bh);
+        h_new = clipped_act(&b, &c, &act[0], pre, bh);
+      } else if (kind == RNN_LSTM) { /* gates i o f c, peepholes i o f */
+        int pre = f2(&b, "Add", node(&b, "MatMul", 13, 2, (int[]){h, rt_all}, -1, KILN_DTYPE_F32, 2, bg), xw_t, 2, bg);
+        int gi_ = slice(&b, pre, 1, 0, s.H, 2, bg), go = slice(&b, pre, 1, s.H, 2 * s.H, 2, bg);
+        int gf = slice(&b, pre, 1, 2 * s.H, 3 * s.H, 2, bg), gc = slice(&b, pre, 1, 3 * s.H, GH, 2, bg);
+        if (pi >= 0) {
+          gi_ = f2(&b, "Add", gi_, f2(&b, "Mul", cs, pi, 2, bh), 2, bh);
+          gf = f2(&b, "Add", gf, f2(&b, "Mul", cs, pf, 2, bh), 2, bh);
+        }
+        int ig = clipped_act(&b, &c, &act[0], gi_, bh);
+        int fg = c.input_forget ? f2(&b, "Sub", one, ig, 2, bh) : clipped_act(&b, &c, &act[0], gf, bh);
+        int cg = clipped_act(&b, &c, &act[1], gc, bh);
+        c_new = f2(&b, "Add", f2(&b, "Mul", fg, cs, 2, bh), f2(&b, "Mul", ig, cg, 2, bh), 2, bh);
+        if (po >= 0) go = f2(&b, "Add", go, f2(&b, "Mul", c_new, po, 2, bh), 2, bh);
+        int og = clipped_act(&b, &c, &act[0], go, bh);
+        h_new = f2(&b, "Mul", og, activation(&b, &act[2], c_new, 2, bh), 2, bh);
+      } else { /* GRU: gates z r h */
+        int64_t b2h[2] = {s.B, 2 * s.H};
+        int zr = f2(&b, "Add", node(&b, "MatMul", 13, 2, (int[]){h, rt_zr}, -1, KILN_DTYPE_F32, 2, b2h),
+                    slice(&b, xw_t, 1, 0, 2 * s.H, 2, bg), 2, b2h);
+        int z = clipped_act(&b, &c, &act[0], slice(&b, zr, 1, 0, s.H, 2, b2h), bh);
+        int rg = clipped_act(&b, &c, &act[0], slice(&b, zr, 1, s.H, 2 * s.H, 2, b2h), bh);
+        int xh = slice(&b, xw_t, 1, 2 * s.H, GH, 2, bg), pre;
+        if (lbr) {
+          int hr = node(&b, "MatMul", 13, 2, (int[]){h, rt_h}, -1, KILN_DTYPE_F32, 2, bh);
+          if (rb_h >= 0) hr = f2(&b, "Add", hr, rb_h, 2, bh);
+          pre = f2(&b, "Add", xh, f2(&b, "Mul", rg, hr, 2, bh), 2, bh);
+        } else {
+          int rh = f2(&b, "Mul", rg, h, 2, bh);
+          pre = f2(&b, "Add", xh, node(&b, "MatMul", 13, 2, (int[]){rh, rt_h}, -1, KILN_DTYPE_F32, 2, bh), 2, bh);
+        }
+        int cand = clipped_act(&b, &c, &act[1], pre, bh);
+        h_new = f2(&b, "Add", f2(&b, "Mul", f2(&b, "Sub", one, z, 2, bh), cand, 2, bh), f2(&b, "Mul", z, h, 2, bh), 2, bh);
+      }
+      /* Steps past a row's length: Y is 0 there, the state stays. */
+      int mask = -1;
+      if (in[4] >= 0) {
+        int64_t b1[2] = {s.B, 1};
+        if (lens_c) {
+          bool all = true;
+          kiln_tensor *m = NULL;
+          if (!b.st) b.st = kiln_tensor_new(KILN_DTYPE_BOOL, 2, b1, &m);
+          for (int64_t i = 0; m && i < s.B; i++) {
+            bool on = t < ((const int32_t *)lens_c->data)[i];
+            ((uint8_t *)m->data)[i] = on;
+            all = all && on;
+          }
+          if (all) kiln_tensor_release(m);
+          else mask = const_of(&b, m);
+        } else {
+          int tc = scalar_const(&b, KILN_DTYPE_I32, (double)t);
+          int lt = node(&b, "Less", 13, 2, (int[]){tc, in[4]}, -1, KILN_DTYPE_BOOL, 1, &s.B);
+          mask = reshape(&b, lt, 2, b1, -1);
+        }
+      }
+      int y_t = h_new;
+      if (mask >= 0) {
+        y_t = node(&b, "Where", 16, 3, (int[]){mask, h_new, zero}, -1, KILN_DTYPE_F32, 2, bh);
+        h_new = node(&b, "Where", 16, 3, (int[]){mask, h_new, h}, -1, KILN_DTYPE_F32, 2, bh);
+        if (c_new >= 0) c_new = node(&b, "Where", 16, 3, (int[]){mask, c_new, cs}, -1, KILN_DTYPE_F32, 2, bh);
+      }
+      h = h_new;
+      cs = c_new;
+      int64_t piece[4] = {1, 1, s.B, s.H};
+      if (outs[0] >= 0) ys[t] = reshape(&b, y_t, 4, piece, -1);
+    }
+    int64_t piece[4] = {1, 1, s.B, s.H}, one_bh[3] = {1, s.B, s.H};
+    if (outs[0] >= 0) y_dirs[d] = concat0(&b, ys, (int)s.T, 4, piece, -1);
+    h_dirs[d] = reshape(&b, h, 3, one_bh, -1);
+    if (kind == RNN_LSTM) c_dirs[d] = reshape(&b, cs, 3, one_bh, -1);
+  }
+  free(ys);
+  int64_t ydims[4] = {s.T, s.nd, s.B, s.H}, p2013[4] = {2, 0, 1, 3};
+  if (outs[0] >= 0) {
+    int y = node(&b, "Concat", 13, (int)s.nd, y_dirs, c.layout ? -1 : outs[0], KILN_DTYPE_F32, 4, ydims);
+    if (!b.st) b.st = kiln_opt_set_attr_int(&g->nodes[b.pos - 1], "axis", 1);
+    if (c.layout) transpose(&b, y, 4, p2013, ydims, outs[0]);
+  }
+  for (int k = 1; k <= (kind == RNN_LSTM ? 2 : 1); k++) {
+    if (outs[k] < 0) continue;
+    int64_t piece[3] = {1, s.B, s.H};
+    int y = concat0(&b, k == 1 ? h_dirs : c_dirs, (int)s.nd, 3, piece, c.layout ? -1 : outs[k]);
+    if (c.layout) transpose(&b, y, 3, p102, st3, outs[k]);
+  }
+  return b.st;
+}
+
 static kiln_status_t decompose_graph(kiln_graph *g) {
   KILN_TRY(kiln_opt_run_on_subgraphs(g, decompose_graph));
   for (int ni = g->n_nodes - 1; ni >= 0; ni--) /* from the end: insertions move no node still to visit */
-    if (kiln_node_is(&g->nodes[ni], KILN_OP_DynamicQuantizeLinear)) KILN_TRY(decompose_dql(g, ni));
+    switch (kiln_node_op_id(&g->nodes[ni])) {
+      case KILN_OP_DynamicQuantizeLinear: KILN_TRY(decompose_dql(g, ni)); break;
+      case KILN_OP_RNN: KILN_TRY(decompose_rnn(g, ni, RNN_SIMPLE)); break;
+      case KILN_OP_GRU: KILN_TRY(decompose_rnn(g, ni, RNN_GRU)); break;
+      case KILN_OP_LSTM: KILN_TRY(decompose_rnn(g, ni, RNN_LSTM)); break;
+      default: break;
+    }
   return NULL;
 }
 

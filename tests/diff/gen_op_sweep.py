@@ -715,6 +715,28 @@ def conv_transpose_cases():
     y = m.node('Resize', [m.source([1, 4, 5, 6]), m.const(empty), m.const(np.array([1, 1, 2, 2], np.float32))],
                mode='linear')
     m.out(m.node('Relu', [m.node('Add', [y, m.source([1, 4, 10, 12])])]))
+    # GridSample (lower.c compute_grid_sample: taps at data-dependent, clamped indices): every mode x padding x
+    # align_corners on random shapes; grids scaled so that some samples fall outside [-1, 1] (far outside for
+    # reflection's repeated folds), a strided image, a grid computed in the model, images of one row/column.
+    for mode in ('bilinear', 'nearest', 'bicubic'):
+        for pad in ('zeros', 'border', 'reflection'):
+            for align in (0, 1):
+                m = case('GridSample_%s_%s_a%d' % (mode, pad, align), 16)
+                n, c = m.rng.randint(1, 3), m.rng.randint(1, 5)
+                h, w, ho, wo = (int(v) for v in m.rng.randint(2, 12, 4))
+                scale = np.float32(3.5 if pad == 'reflection' else 1.3)
+                grid = m.node('Mul', [m.source([n, ho, wo, 2]), m.const(scale)])
+                m.out(m.node('GridSample', [m.source([n, c, h, w], 'S' if align else 'plain'), grid], mode=mode,
+                             padding_mode=pad, align_corners=align))
+    for tag, hw in (('row', [1, 9]), ('col', [7, 1]), ('pixel', [1, 1])):
+        for mode in ('bilinear', 'bicubic'):
+            for align in (0, 1):
+                m = case('GridSample_%s_%s_reflection_a%d' % (tag, mode, align), 16)
+                m.out(m.node('GridSample', [m.source([1, 2] + hw), m.source([1, 5, 6, 2])], mode=mode,
+                             padding_mode='reflection', align_corners=align))
+    m = case('GridSample_default_tanh_grid', 16)
+    grid = m.node('Tanh', [m.node('Transpose', [m.source([1, 2, 7, 9])], perm=[0, 2, 3, 1])])
+    m.out(m.node('Relu', [m.node('GridSample', [m.source([1, 3, 8, 10]), grid])]))
     # BatchNormalization that folds into no producer (passes/fold_batchnorm.c: Mul + Add): after a
     # ConvTranspose, after a Relu, on a graph input of rank 3 (1-D) and rank 2.
     def bn_params(m, c):
@@ -981,6 +1003,74 @@ def dtype_cases():
         m.out(m.node(op, [m.node('Sqrt', [m.source([6, 9])])], axis=0, select_last_index=1))
         m = dcase('%s_i32' % op)
         m.out(m.node(op, [ints_of(m, [5, 7], 3.0, I32)], axis=0))
+
+
+def rnn_cases():
+    """RNN / GRU / LSTM (passes/decompose.c: the input GEMM, the unrolled steps with their recurrent GEMMs):
+    every direction, with and without bias, initial states, peepholes and (ragged) sequence_lens, clip,
+    layout 1, linear_before_reset, input_forget, non-default activations, any subset of the outputs, and
+    sequence_lens computed at run time."""
+    gates = {'RNN': 1, 'GRU': 3, 'LSTM': 4}
+
+    def rnn(tag, op, T=5, B=3, I=7, H=6, direction='forward', bias=True, lens=None, init=False, peep=False,
+            layout=0, outs=(0, 1, 2), opset=14, runtime_lens=False, **attrs):
+        # Masks of run-time lengths and ThresholdedRelu's test are bool values: dtype_ (mixed on vulkan)
+        bools = runtime_lens or 'ThresholdedRelu' in attrs.get('activations', [])
+        m = case('%s%s_%s' % ('dtype_' if bools else '', op, tag), opset)
+        nd = 2 if direction == 'bidirectional' else 1
+        G = gates[op]
+        x = m.source([B, T, I] if layout else [T, B, I])
+        w = m.const((m.rng.standard_normal([nd, G * H, I]) * 0.4).astype(np.float32))
+        r = m.const((m.rng.standard_normal([nd, G * H, H]) * 0.4).astype(np.float32))
+        ins = [x, w, r, m.randc([nd, 2 * G * H]) if bias else '']
+        if runtime_lens:  # lengths from the data: Cast(Clip(|x| * T)) of a graph input
+            v = m.node('Mul', [m.node('Abs', [m.inp([B])]), m.const(np.float32(T * 0.7))])
+            ins.append(m.node('Cast', [m.node('Clip', [v, m.const(np.float32(0)), m.const(np.float32(T))])],
+                              to=TensorProto.INT32))
+        else:
+            ins.append(m.const(np.array(lens, np.int32)) if lens is not None else '')
+        state = [B, nd, H] if layout else [nd, B, H]
+        ins.append(m.inp(state) if init else '')
+        if op == 'LSTM':
+            ins.append(m.inp(state) if init else '')
+            ins.append(m.randc([nd, 3 * H]) if peep else '')
+        while ins and ins[-1] == '':
+            ins.pop()
+        n_out = 3 if op == 'LSTM' else 2
+        names = [m.fresh('t') if k in outs else '' for k in range(n_out)]
+        while names[-1] == '':
+            names.pop()
+        if layout:
+            attrs['layout'] = 1
+        m.nodes.append(helper.make_node(op, ins, names, name=m.fresh('n_' + op + '_'), hidden_size=H,
+                                        direction=direction, **attrs))
+        for o in names:
+            if o:
+                m.out(o)
+
+    for op in ('RNN', 'GRU', 'LSTM'):
+        for direction in ('forward', 'reverse', 'bidirectional'):
+            d = direction[:3]
+            rnn('%s_plain' % d, op, direction=direction, bias=False)
+            rnn('%s_full' % d, op, direction=direction, lens=[5, 2, 0], init=True, peep=True)
+            rnn('%s_layout1_clip' % d, op, direction=direction, layout=1, init=True, lens=[3, 5, 1], clip=0.8)
+        rnn('runtime_lens', op, direction='bidirectional', B=4, init=True, runtime_lens=True)
+        rnn('only_state', op, direction='bidirectional', outs=(1,), T=9, B=2, I=17, H=33)
+        # 80 steps for RNN: the steps' Concat exceeds a kernel's operands (fusion.c bounds it); fewer for the
+        # gated cells, whose every step is several kernels (PoCL compiles each)
+        rnn('long', op, T=40 if op == 'RNN' else 12, B=2, I=5, H=4, direction='bidirectional')
+        rnn('batch1_wide', op, T=6, B=1, I=64, H=96)
+    rnn('lbr', 'GRU', direction='bidirectional', linear_before_reset=1, lens=[4, 5, 2], init=True)
+    rnn('lbr_nobias', 'GRU', linear_before_reset=1)
+    rnn('input_forget', 'LSTM', direction='reverse', input_forget=1, init=True, peep=True)
+    rnn('acts', 'LSTM', direction='bidirectional',
+        activations=['HardSigmoid', 'LeakyRelu', 'Softsign', 'Sigmoid', 'Affine', 'ScaledTanh'],
+        activation_alpha=[0.3, 0.05, 0.9, 1.1], activation_beta=[0.4, 0.2, 0.7])
+    rnn('acts', 'GRU', activations=['Sigmoid', 'Elu'], activation_alpha=[0.7])
+    rnn('acts_relu', 'RNN', direction='bidirectional', activations=['Relu', 'ThresholdedRelu'],
+        activation_alpha=[0.1])
+    rnn('acts_softplus', 'RNN', activations=['Softplus'])
+    rnn('opset7', 'LSTM', opset=7, direction='bidirectional', lens=[2, 5, 5], init=True)
 
 
 def pool_cases():
@@ -1285,7 +1375,7 @@ def main(argv):
         return 2
     out = argv[1]
     for gen in (unary_cases, binary_cases, where_cases, reduce_cases, softmax_cases, movement_cases, matmul_cases,
-                gemm_cases, conv_cases, conv_transpose_cases, dtype_cases, pool_cases, layernorm_cases, epilogue_cases, structure_cases, pattern_cases,
+                gemm_cases, conv_cases, conv_transpose_cases, dtype_cases, rnn_cases, pool_cases, layernorm_cases, epilogue_cases, structure_cases, pattern_cases,
                 large_cases):
         gen()
     os.makedirs(out, exist_ok=True)
