@@ -104,6 +104,7 @@ typedef struct kiln_graph {
   char *name;
   struct kiln_graph *parent; /* enclosing graph for subgraphs, borrowed */
   int n_values, cap_values;
+  int next_unique; /* where the passes' fresh value names continue counting (pipeline.c) */
   kiln_value_def *values;
   int n_nodes, cap_nodes;
   kiln_node *nodes;          /* in topological order after kiln_graph_toposort */

@@ -127,14 +127,18 @@ bool kiln_opt_shape_known(const kiln_type *t) {
   return true;
 }
 
-static kiln_status_t unique_name(const kiln_graph *g, const char *base, char **out) {
-  for (int k = 0;; k++) {
+/* base/kiln_<k> for the graph's next k: counting on from the last fresh
+ * name (a rewrite making thousands of values from one base, an unrolled
+ * LSTM, would otherwise test k = 0, 1, ... each time: cubic). */
+static kiln_status_t unique_name(kiln_graph *g, const char *base, char **out) {
+  for (int k = g->next_unique;; k++) {
     char *name = kiln_strfmt("%s/kiln_%d", base && base[0] ? base : "v", k);
     if (!name) return KILN_OOM();
     bool taken = false;
     /* Unique in this graph and every enclosing one, so no capture by name changes meaning. */
     for (const kiln_graph *p = g; p && !taken; p = p->parent) taken = kiln_graph_find_value(p, name) >= 0;
     if (!taken) {
+      g->next_unique = k + 1;
       *out = name;
       return NULL;
     }
