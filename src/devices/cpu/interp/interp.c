@@ -1016,49 +1016,40 @@ static void gemm_one(const ik_launch *x, void *pool, int64_t batch) {
   ik_launch one = *x;
   one.batch = batch;
   void *c = (char *)x->buffers[k->out_buf] + (size_t)(batch * g->m * g->n) * 4;
+  /* The fields sgemm's and igemm's arguments share (render_gemm.c's). */
+#define GEMM_ARGS(a, epi)                                                    \
+  do {                                                                       \
+    (a).trans_a = g->trans_a;                                                \
+    (a).trans_b = g->trans_b;                                                \
+    (a).m = g->m;                                                            \
+    (a).n = g->n;                                                            \
+    (a).k = g->k;                                                            \
+    (a).a = operand_at(k, g, g->a_buf, g->a_off, g->a_stride, x->buffers, batch); \
+    (a).lda = g->lda;                                                        \
+    (a).b = operand_at(k, g, g->b_buf, g->b_off, g->b_stride, x->buffers, batch); \
+    (a).ldb = g->ldb;                                                        \
+    (a).packed_b = x->packed_b;                                              \
+    (a).c = c;                                                               \
+    (a).ldc = g->n;                                                          \
+    if (k->has_epilogue) {                                                   \
+      (a).epilogue = (epi);                                                  \
+      (a).epilogue_ctx = &one;                                               \
+    }                                                                        \
+  } while (0)
   if (g->integer) {
     kiln_rt_igemm_args a = {0};
     a.a_signed = g->a_signed;
     a.b_signed = g->b_signed;
     a.a_zero = zero_point(x->buffers, g->a_zp_buf, g->a_zp_signed, g->a_zp);
     a.b_zero = zero_point(x->buffers, g->b_zp_buf, g->b_zp_signed, g->b_zp);
-    a.trans_a = g->trans_a;
-    a.trans_b = g->trans_b;
-    a.m = g->m;
-    a.n = g->n;
-    a.k = g->k;
-    a.a = operand_at(k, g, g->a_buf, g->a_off, g->a_stride, x->buffers, batch);
-    a.lda = g->lda;
-    a.b = operand_at(k, g, g->b_buf, g->b_off, g->b_stride, x->buffers, batch);
-    a.ldb = g->ldb;
-    a.packed_b = x->packed_b;
-    a.c = c;
-    a.ldc = g->n;
-    if (k->has_epilogue) {
-      a.epilogue = gemm_iepilogue;
-      a.epilogue_ctx = &one;
-    }
+    GEMM_ARGS(a, gemm_iepilogue);
     x->rt->igemm(pool, &a);
     return;
   }
   kiln_rt_sgemm_args a = {0};
-  a.trans_a = g->trans_a;
-  a.trans_b = g->trans_b;
-  a.m = g->m;
-  a.n = g->n;
-  a.k = g->k;
   a.alpha = 1.0f;
-  a.a = operand_at(k, g, g->a_buf, g->a_off, g->a_stride, x->buffers, batch);
-  a.lda = g->lda;
-  a.b = operand_at(k, g, g->b_buf, g->b_off, g->b_stride, x->buffers, batch);
-  a.ldb = g->ldb;
-  a.packed_b = x->packed_b;
-  a.c = c;
-  a.ldc = g->n;
-  if (k->has_epilogue) {
-    a.epilogue = gemm_epilogue;
-    a.epilogue_ctx = &one;
-  }
+  GEMM_ARGS(a, gemm_epilogue);
+#undef GEMM_ARGS
   x->rt->sgemm(pool, &a);
 }
 
