@@ -30,7 +30,7 @@ static void cpu_query(const kiln_device *dev, kiln_device_info *out) {
     const char *mode = getenv("KILN_JIT");
     if (st) snprintf(jit, sizeof jit, "JIT unavailable (%s): precompiled kernels only", kiln_status_message(st));
     else if (mode && !strcmp(mode, "off")) snprintf(jit, sizeof jit, "JIT off (KILN_JIT=off): precompiled kernels only");
-    else snprintf(jit, sizeof jit, "JIT %s, generated C %s", mode && !strcmp(mode, "sync") ? "before the first run" : "tiered", target);
+    else snprintf(jit, sizeof jit, "JIT %s; generated C %s", mode && !strcmp(mode, "sync") ? "before the first run" : "tiered", target);
     kiln_status_free(st);
     snprintf(description, sizeof description,
              "fused kernels, %d physical cores, %s; SGEMM kernel %s; precompiled kernels %s; %s",
