@@ -50,9 +50,12 @@ static kiln_status_t cpu_schedule(void *user, kiln_plan *p, int i) {
   if (!st && x->mode != CPU_JIT_OFF) st = kiln_fused_kernel_render_c(&p->steps[i].fk, &nest, &x->steps[i].source);
   if (!st && x->mode != CPU_JIT_SYNC) {
     /* The interpreter's nest makes GEMM calls of any size (a small
-     * attention product interpreted is 10x its compiled loops). */
+     * attention product interpreted is 10x its compiled loops): scheduled
+     * again only for a nest that is a contraction at all. */
     const kiln_loop_nest *use = &nest;
-    if (!nest.gemm.ok && !nest.conv.ok && !p->steps[i].fk.flat) {
+    kiln_contraction_tiles t;
+    if (!nest.gemm.ok && !nest.conv.ok && !p->steps[i].fk.flat &&
+        (kiln_contraction_match(&nest, &t) || kiln_contraction_match_i32(&nest, &t))) {
       st = kiln_fused_kernel_schedule_c(&p->steps[i].fk, true, &inest);
       if (!st && inest.gemm.ok) use = &inest;
     }
