@@ -727,7 +727,8 @@ static void dump_source(const char *dir, const char *name, const char *key, cons
     n = snprintf(safe, sizeof safe, "kernel_%.16s", key);
   }
   safe[n] = '\0';
-  char *path = kiln_strfmt("%s/%s.c", dir, safe);
+  /* The key keeps kernels of one op name apart (a model has many Convs). */
+  char *path = kiln_strfmt("%s/%s_%.8s.c", dir, safe, key);
   FILE *f = NULL;
   if (path && kiln_make_dirs(dir) == 0 && (f = fopen(path, "we"))) {
     bool ok = fputs(source, f) >= 0;
