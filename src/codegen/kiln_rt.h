@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_RT_ABI_VERSION 5
+#define KILN_RT_ABI_VERSION 6
 
 typedef void (*kiln_rt_parallel_fn)(void *ctx, int64_t begin, int64_t end, int thread);
 typedef void (*kiln_rt_epilogue_fn)(void *ctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, int64_t nb);
@@ -126,6 +126,29 @@ typedef struct kiln_rt_conv_args {
   kiln_rt_iepilogue_fn iepilogue;
 } kiln_rt_conv_args;
 
+/* An ONNX MaxPool (max) or AveragePool over f32 x [n*c planes, spatial...]
+ * (1-3 spatial dims) computed by the runtime into y [planes, out...]: the
+ * window of output o along an axis covers input positions
+ * o*stride - pad_begin + k*dilation (k < kernel); positions outside
+ * [0, in) are padding and never read. Max: the largest element (-inf for
+ * a window of padding only; NaN wins, as TE_RMAX's compare keeps it).
+ * Average: the sum of the elements inside the input (in window order,
+ * innermost axis first) divided by the product over axes of the count of
+ * positions inside the input, or with count_include_pad inside
+ * [-pad_begin, in + pad_end). Then, when set, epilogue over every element
+ * of y in place, one plane a tile (kiln_rt_epilogue_ctx: base 0, row the
+ * plane's elements). */
+typedef struct kiln_rt_pool_args {
+  int nsp;
+  bool max, count_include_pad;
+  int64_t planes;
+  int64_t in[3], out[3], kernel[3], stride[3], dilation[3], pad_begin[3], pad_end[3];
+  const float *x;
+  float *y;
+  kiln_rt_epilogue_fn epilogue;
+  void *const *epilogue_buffers;
+} kiln_rt_pool_args;
+
 typedef struct kiln_rt {
   int abi_version;
   void *pool; /* the session's thread pool */
@@ -148,6 +171,9 @@ typedef struct kiln_rt {
    * (as sgemm_packed_b; args' b, ldb, trans_b, b_signed, b_zero, k, n). */
   void (*igemm)(void *pool, const kiln_rt_igemm_args *args);
   const void *(*igemm_packed_b)(const struct kiln_rt *rt, const kiln_rt_igemm_args *args, kiln_rt_state **slot);
+  /* MaxPool or AveragePool (kiln_rt_pool_args) over the thread pool; out of
+   * memory reported through fail. */
+  void (*pooling)(const struct kiln_rt *rt, const kiln_rt_pool_args *args);
 } kiln_rt;
 
 #endif

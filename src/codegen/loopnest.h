@@ -163,6 +163,15 @@ typedef struct kiln_conv_call {
   float lo, hi;
 } kiln_conv_call;
 
+/* Tensorization onto the runtime's pooling (kiln_rt.pooling): a nest whose
+ * element is f(a te_pool_tag's value) for the output index the tag was
+ * built for, f reading no reduction. The C dialect renders one call, f
+ * (when it is more than the pool) as its per-tile epilogue. */
+typedef struct kiln_pool_call {
+  bool ok;
+  const te_pool_tag *tag; /* borrowed from the builder */
+} kiln_pool_call;
+
 kiln_loop_schedule kiln_loop_schedule_default(void);
 
 /* Where each reduction is computed. */
@@ -202,6 +211,7 @@ typedef struct kiln_loop_nest {
   kiln_cooperative_rows rows;     /* rows.threads > 0: one group per row (not with tiles or thread tiles) */
   kiln_gemm_call gemm;            /* gemm.ok: rendered as GEMM calls (C dialect) */
   kiln_conv_call conv;            /* conv.ok: rendered as a kiln_rt.conv call (C dialect) */
+  kiln_pool_call pool;            /* pool.ok: rendered as a kiln_rt.pooling call (C dialect) */
   bool index32;                   /* narrow_indices held: render int64 index values as 32-bit ints */
 } kiln_loop_nest;
 
@@ -254,6 +264,9 @@ void kiln_schedule_gemm(const te_builder *b, kiln_loop_nest *nest, bool any_size
 /* The schedule step of tensorized convolutions: fills nest->conv (see
  * kiln_conv_call). */
 void kiln_schedule_conv(const te_builder *b, kiln_loop_nest *nest);
+/* The schedule step of tensorized pooling: fills nest->pool (see
+ * kiln_pool_call). */
+void kiln_schedule_pool(const te_builder *b, kiln_loop_nest *nest);
 /* The schedule step of cooperative rows: fills nest->rows (and sets the
  * row loops to GPU_BLOCK, the rest to GPU_THREAD) when every top-level
  * reduction is an f32 one at the innermost parallel loop, each flattened

@@ -1216,7 +1216,33 @@ static te_expr *window_sub(te_builder *b, const te_tensor *t, const te_tensor *i
   return valid;
 }
 
+static te_expr *compute_pool_element(te_builder *b, const te_tensor *t, te_expr *const *idx);
+
+/* The pool's element, tagged (te_pool_tag) when it reads its input
+ * straight from a buffer: a runtime routine may compute it. */
 static te_expr *compute_pool(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *in = t->in[0];
+  te_expr *value = compute_pool_element(b, t, idx);
+  int ns = in->rank - 2;
+  if (value && in->kind == TE_VIEW_BUFFER && ns >= 1 && ns <= 3) {
+    te_pool_tag tag = {.value = value, .x_buf = in->buf, .nsp = ns, .max = t->ip != 0,
+                       .count_include_pad = t->fp[0] != 0, .n = in->dims[0], .c = in->dims[1]};
+    for (int i = 0; i < 2 + ns; i++) tag.idx[i] = idx[i];
+    for (int i = 0; i < ns; i++) {
+      tag.in[i] = in->dims[2 + i];
+      tag.out[i] = t->dims[2 + i];
+      tag.kernel[i] = t->p[i];
+      tag.stride[i] = t->p[4 + i];
+      tag.dilation[i] = t->p[8 + i];
+      tag.pad_begin[i] = t->p[12 + i];
+      tag.pad_end[i] = t->p[16 + i];
+    }
+    te_tag_pool(b, &tag);
+  }
+  return value;
+}
+
+static te_expr *compute_pool_element(te_builder *b, const te_tensor *t, te_expr *const *idx) {
   const te_tensor *in = t->in[0];
   int ns = in->rank - 2;
   te_expr *sub[KILN_MAX_RANK];

@@ -122,6 +122,12 @@ static const char *binop_text(te_op op) {
 }
 
 
+void render_mark_emitted(render_ctx *r, const te_expr *e) {
+  if (e->op == TE_CONST || e->op == TE_VAR || e->op == TE_REDUCE) return; /* named without a declaration */
+  r->emitted[e->id] = r->depth;
+  push_scope_entry(r, e->id);
+}
+
 void render_ensure(render_ctx *r, const te_expr *e) {
   if (!e || e->op == TE_CONST || e->op == TE_VAR || e->op == TE_REDUCE) return;
   if (r->emitted[e->id] >= 0) return;

@@ -1,6 +1,7 @@
-/* Tensorized convolutions (loopnest.h, kiln_conv_call) in the C dialect:
- * one kiln_rt.conv call, the element's f as the call's own bias, residual
- * and clip where it is one of those, else as its per-tile epilogue. */
+/* Tensorized convolutions and pools (loopnest.h, kiln_conv_call,
+ * kiln_pool_call) in the C dialect: one kiln_rt.conv call, the element's f
+ * as the call's own bias, residual and clip where it is one of those, else
+ * as its per-tile epilogue; one kiln_rt.pooling call, f as its epilogue. */
 #include <stdio.h>
 
 #include "codegen/render_internal.h"
@@ -13,9 +14,14 @@ static bool scratch_sums(const render_ctx *r, const kiln_loop_nest *nest) {
 
 /* `NAME_epilogue`: f of each element of a tile, in place, from the sum the
  * convolution left there. The element's indices are unflattened once per
- * row of the tile and then stepped with carries (no division per element). */
-static void epilogue(render_ctx *r, const kiln_loop_nest *nest, const char *name) {
-  render_c_epilogue_head(r, name, nest->conv.tag->integer);
+ * row of the tile; the row is then walked in runs along the innermost
+ * output loop, whose variable is the run's start plus j inside a run (so
+ * the compiler vectorizes the run: loads at the output's index are
+ * contiguous, per-channel ones invariant), and carried outwards between
+ * runs (no division per element). */
+static void epilogue(render_ctx *r, const kiln_loop_nest *nest, const char *name, const te_expr *sum, bool integer,
+                     bool scratch) {
+  render_c_epilogue_head(r, name, integer);
   kiln_strbuf_puts(r->s, "  const kiln_rt_epilogue_ctx *ectx = (const kiln_rt_epilogue_ctx *)vctx;\n"
                          "  void *const *buffers = ectx->buffers;\n");
   render_c_declare_buffers(r, nest);
@@ -30,25 +36,34 @@ static void epilogue(render_ctx *r, const kiln_loop_nest *nest, const char *name
                 (long long)nest->extents[l]);
     stride *= nest->extents[l];
   }
-  render_line(r, "for (int64_t j = 0; j < nb; j++) {");
+  int last = nest->vars[nest->rank - 1];
+  long long last_extent = (long long)nest->extents[nest->rank - 1];
+  render_line(r, "for (int64_t j = 0; j < nb;) {");
   render_open_scope(r);
-  render_line(r, "{");
+  render_line(r, "const int64_t kiln_left = INT64_C(%lld) - v%d;", last_extent, last);
+  render_line(r, "const int64_t kiln_end = nb - j < kiln_left ? nb : j + kiln_left;");
+  render_line(r, "const int64_t kiln_v0 = v%d - j;", last);
+  render_line(r, "for (; j < kiln_end; j++) {");
   render_open_scope(r);
-  if (scratch_sums(r, nest)) { /* the sums in the runtime's scratch, the output stored here */
-    const te_expr *sum = nest->conv.tag->reduce;
+  render_line(r, "const int64_t v%d = kiln_v0 + j;", last); /* shadows the run's start inside the run */
+  if (scratch) { /* the sums in the runtime's scratch, the output stored here */
     render_line(r, "const int32_t r%d = c[i * ldc + j];", sum->id);
     render_ensure(r, nest->value);
     char val[48];
     render_name_of(r, nest->value, val, sizeof val);
     render_line(r, "b%d[kiln_f + j] = %s;", nest->out_buf, val);
   } else {
-    render_c_epilogue_element(r, nest, nest->conv.tag->reduce);
+    render_c_epilogue_element(r, nest, sum);
   }
   render_close_scope(r);
   render_line(r, "}");
-  /* The next element: the innermost index up one, carried outwards. */
+  /* The run ended at the innermost loop's end (or the tile's): carry. */
+  render_line(r, "v%d = kiln_v0 + j;", last);
   for (int l = nest->rank - 1; l >= 0; l--) {
-    render_line(r, "if (++v%d == INT64_C(%lld)) {", nest->vars[l], (long long)nest->extents[l]);
+    if (l == nest->rank - 1)
+      render_line(r, "if (v%d == INT64_C(%lld)) {", nest->vars[l], (long long)nest->extents[l]);
+    else
+      render_line(r, "if (++v%d == INT64_C(%lld)) {", nest->vars[l], (long long)nest->extents[l]);
     render_open_scope(r);
     render_line(r, "v%d = 0;", nest->vars[l]);
   }
@@ -101,7 +116,7 @@ void render_c_conv(render_ctx *r, const kiln_loop_nest *nest, const char *name) 
   bool native = cc->native && (cc->add_buf >= 0 || cc->clip);
   bool has_epilogue = nest->value != t->reduce && (!cc->native || native);
   if (native) native_epilogue(r, nest, name);
-  else if (has_epilogue) epilogue(r, nest, name);
+  else if (has_epilogue) epilogue(r, nest, name, t->reduce, t->integer, scratch_sums(r, nest));
   kiln_strbuf_printf(r->s, "KILN_EXPORT void %s(const kiln_rt *rt, void *const *buffers) {\n", name);
   r->indent = 0;
   render_open_scope(r); /* indent 1 */
@@ -154,6 +169,36 @@ void render_c_conv(render_ctx *r, const kiln_loop_nest *nest, const char *name) 
     render_line(r, "a.epilogue_buffers = buffers;");
   }
   render_line(r, "rt->conv(rt, &a, (kiln_rt_state **)buffers[%d]);", te_buffer_count(r->b));
+  render_close_scope(r);
+  kiln_strbuf_puts(r->s, "}\n\n");
+}
+
+void render_c_pool(render_ctx *r, const kiln_loop_nest *nest, const char *name) {
+  const te_pool_tag *t = nest->pool.tag;
+  bool has_epilogue = nest->value != t->value;
+  if (has_epilogue) epilogue(r, nest, name, t->value, false, false);
+  kiln_strbuf_printf(r->s, "KILN_EXPORT void %s(const kiln_rt *rt, void *const *buffers) {\n", name);
+  r->indent = 0;
+  render_open_scope(r); /* indent 1 */
+  render_line(r, "kiln_rt_pool_args a = {0};");
+  render_line(r, "a.nsp = %d;", t->nsp);
+  render_line(r, "a.max = %s;", t->max ? "true" : "false");
+  render_line(r, "a.count_include_pad = %s;", t->count_include_pad ? "true" : "false");
+  render_line(r, "a.planes = INT64_C(%lld);", (long long)(t->n * t->c));
+  ints(r, "in", t->in, t->nsp);
+  ints(r, "out", t->out, t->nsp);
+  ints(r, "kernel", t->kernel, t->nsp);
+  ints(r, "stride", t->stride, t->nsp);
+  ints(r, "dilation", t->dilation, t->nsp);
+  ints(r, "pad_begin", t->pad_begin, t->nsp);
+  ints(r, "pad_end", t->pad_end, t->nsp);
+  render_line(r, "a.x = (const float *)buffers[%d];", t->x_buf);
+  render_line(r, "a.y = (float *)buffers[%d];", nest->out_buf);
+  if (has_epilogue) {
+    render_line(r, "a.epilogue = %s_epilogue;", name);
+    render_line(r, "a.epilogue_buffers = buffers;");
+  }
+  render_line(r, "rt->pooling(rt, &a);");
   render_close_scope(r);
   kiln_strbuf_puts(r->s, "}\n\n");
 }

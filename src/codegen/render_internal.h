@@ -91,6 +91,9 @@ void render_close_scope(render_ctx *r);
 /* How an expression is referred to: a literal, vN, rN or eN. */
 void render_name_of(render_ctx *r, const te_expr *e, char *buf, size_t n);
 /* Emits e and everything it needs as locals of the current scope. */
+/* Records that e was declared (under its render_name_of name) in the
+ * current scope by the caller: render_ensure will not compute it again. */
+void render_mark_emitted(render_ctx *r, const te_expr *e);
 void render_ensure(render_ctx *r, const te_expr *e);
 /* Name of e as an operand of type `want` (converted when the dialect needs
  * explicit conversions and the target types differ). */
@@ -134,6 +137,7 @@ void render_c_epilogue_element(render_ctx *r, const kiln_loop_nest *nest, const 
 /* The entry point NAME of a nest with conv.ok and its epilogue
  * (render_conv.c): one kiln_rt.conv call. */
 void render_c_conv(render_ctx *r, const kiln_loop_nest *nest, const char *name);
+void render_c_pool(render_ctx *r, const kiln_loop_nest *nest, const char *name);
 /* Emits one reduction: accumulator, loop, nested sites, combine. */
 void render_emit_reduce(render_ctx *r, const kiln_loop_nest *nest, const te_expr *red);
 

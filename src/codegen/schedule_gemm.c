@@ -320,3 +320,33 @@ void kiln_schedule_conv(const te_builder *b, kiln_loop_nest *nest) {
   if (!t->integer) native_epilogue(b, nest, &c);
   nest->conv = c;
 }
+
+/* The tagged pool the element is f of, or NULL. */
+static const te_pool_tag *find_pool(const te_builder *b, const te_expr *e) {
+  if (!e) return NULL;
+  const te_pool_tag *t = te_pool_tag_of(b, e);
+  if (t) return t;
+  if (e->op == TE_REDUCE) return NULL; /* a reduction's body is per window element, not per output */
+  t = find_pool(b, e->a);
+  if (!t) t = find_pool(b, e->b);
+  if (!t) t = find_pool(b, e->c);
+  return t;
+}
+
+void kiln_schedule_pool(const te_builder *b, kiln_loop_nest *nest) {
+  if (nest->tiles.n_red || nest->rows.threads || nest->gemm.ok || nest->conv.ok) return;
+  const te_pool_tag *t = find_pool(b, nest->value);
+  /* The routine writes f32 pools into the output and f runs over them in
+   * place: an output of another dtype has no room for them. */
+  if (!t || te_get_buffer(b, nest->out_buf)->dtype != KILN_DTYPE_F32 || nest->value->dtype != KILN_DTYPE_F32) return;
+  if (te_get_buffer(b, t->x_buf)->dtype != KILN_DTYPE_F32 || t->x_buf == nest->out_buf) return;
+  if (nest->rank != 2 + t->nsp || reads_other(nest->value, t->value, nest->out_buf)) return;
+  int64_t want[2 + 3] = {t->n, t->c};
+  for (int i = 0; i < t->nsp; i++) want[2 + i] = t->out[i];
+  for (int l = 0; l < nest->rank; l++) {
+    const te_expr *i = t->idx[l];
+    bool own = i->op == TE_VAR ? i->var == nest->vars[l] : want[l] == 1 && i->op == TE_CONST && i->i == 0;
+    if (nest->extents[l] != want[l] || !own) return;
+  }
+  nest->pool = (kiln_pool_call){.ok = true, .tag = t};
+}

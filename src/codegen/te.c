@@ -19,6 +19,8 @@ struct te_builder {
   int n_buffers, cap_buffers;
   te_conv_tag *conv_tags;
   int n_conv_tags, cap_conv_tags;
+  te_pool_tag *pool_tags;
+  int n_pool_tags, cap_pool_tags;
   int64_t *var_extent; /* per variable: its loop's extent, 0 when unknown */
   int cap_var_extent;
   bool oom;
@@ -60,6 +62,7 @@ void te_builder_destroy(te_builder *b) {
   }
   free(b->buffers);
   free(b->conv_tags);
+  free(b->pool_tags);
   free(b->var_extent);
   free(b);
 }
@@ -110,6 +113,27 @@ void te_tag_conv(te_builder *b, const te_conv_tag *tag) {
 const te_conv_tag *te_conv_tag_of(const te_builder *b, const te_expr *reduce) {
   for (int i = 0; i < b->n_conv_tags; i++)
     if (b->conv_tags[i].reduce == reduce) return &b->conv_tags[i];
+  return NULL;
+}
+
+void te_tag_pool(te_builder *b, const te_pool_tag *tag) {
+  if (!tag->value || te_pool_tag_of(b, tag->value)) return;
+  if (b->n_pool_tags == b->cap_pool_tags) {
+    int cap = b->cap_pool_tags ? b->cap_pool_tags * 2 : 4;
+    te_pool_tag *n = realloc(b->pool_tags, (size_t)cap * sizeof *n);
+    if (!n) {
+      b->oom = true;
+      return;
+    }
+    b->pool_tags = n;
+    b->cap_pool_tags = cap;
+  }
+  b->pool_tags[b->n_pool_tags++] = *tag;
+}
+
+const te_pool_tag *te_pool_tag_of(const te_builder *b, const te_expr *value) {
+  for (int i = 0; i < b->n_pool_tags; i++)
+    if (b->pool_tags[i].value == value) return &b->pool_tags[i];
   return NULL;
 }
 

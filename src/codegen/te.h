@@ -196,6 +196,27 @@ void te_tag_conv(te_builder *b, const te_conv_tag *tag);
 /* The tag recorded for this reduction, or NULL. */
 const te_conv_tag *te_conv_tag_of(const te_builder *b, const te_expr *reduce);
 
+/* A windowed pool (ONNX MaxPool without Indices, or AveragePool; NC +
+ * 1-3 spatial dims, f32): `value` is the whole element for output idx —
+ * the max reduction, or the average's quotient (sum over the window's
+ * elements inside the input, divided by their count; with
+ * count_include_pad by the count inside the input padded by pad_begin and
+ * pad_end, as AveragePool's definition in lower.c builds it). */
+typedef struct te_pool_tag {
+  const te_expr *value;
+  const te_expr *idx[2 + 3];
+  int x_buf;
+  int nsp;
+  bool max, count_include_pad;
+  int64_t n, c;
+  int64_t in[3], out[3], kernel[3], stride[3], dilation[3], pad_begin[3], pad_end[3];
+} te_pool_tag;
+
+/* Records a pool tag (copied); out of memory is the builder's sticky error. */
+void te_tag_pool(te_builder *b, const te_pool_tag *tag);
+/* The pool tag recorded for this expression, or NULL. */
+const te_pool_tag *te_pool_tag_of(const te_builder *b, const te_expr *value);
+
 te_tensor *te_view_buffer(te_builder *b, int buf);
 te_tensor *te_view_compute(te_builder *b, kiln_dtype dtype, int rank, const int64_t *dims, te_compute_fn fn);
 /* Element idx of view t. */

@@ -1097,6 +1097,11 @@ def pool_cases():
         pool('ncT', op, [1, 3, 9, 11], 'T', opset=opset, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
         pool('ncS', op, [1, 3, 9, 9], 'S', opset=opset, kernel_shape=[2, 2], strides=[2, 2])
         pool('global_like', op, [1, 4, 7, 7], opset=opset, kernel_shape=[7, 7])
+    # a pool with elementwise work after it (the runtime routine's epilogue)
+    for op in ('MaxPool', 'AveragePool'):
+        m = case('%s_epilogue' % op, 12 if op == 'MaxPool' else 11)
+        y = m.node(op, [m.source([1, 4, 12, 13])], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+        m.out(m.node('Relu', [m.node('Add', [y, m.source([1, 4, 1, 1])])]))
     pool('dil2', 'MaxPool', [1, 2, 11, 11], kernel_shape=[3, 3], dilations=[2, 2], pads=[2, 2, 2, 2])
     pool('dil_ceil', 'MaxPool', [1, 2, 12, 12], kernel_shape=[2, 2], dilations=[2, 1], strides=[2, 2], ceil_mode=1)
     pool('opset8', 'MaxPool', [1, 3, 8, 8], opset=8, kernel_shape=[2, 2], strides=[2, 2])

@@ -74,6 +74,9 @@ typedef struct cpu_exec {
  * cpu_exec (cpu_exec.rt): its calls reach the exec's scratch and error. */
 kiln_rt kiln_cpu_rt(kiln_threadpool *pool, int threads);
 
+/* kiln_rt.pooling (cpu_pool.c): MaxPool and AveragePool as separable passes. */
+void kiln_cpu_pool(const kiln_rt *rt, const kiln_rt_pool_args *a);
+
 /* ConvTranspose (a->transposed; cpu_conv_transpose.c): SGEMM then col2im,
  * with a's bias, residual and clip or epilogue. cols: scratch of
  * kiln_conv_transpose_scratch_bytes(a) bytes, 64-byte aligned. */

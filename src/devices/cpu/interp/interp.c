@@ -63,6 +63,8 @@ struct kiln_interp_kernel {
   kiln_gemm_call gemm;  /* the nest's tensorized call, if any (gemm.sum not used: it points into the builder) */
   kiln_conv_call conv;  /* conv.tag points at conv_tag */
   te_conv_tag conv_tag;
+  kiln_pool_call pool;  /* pool.tag points at pool_tag */
+  te_pool_tag pool_tag;
   bool has_epilogue;
   bool pack_b;      /* GEMM: B is a constant every batch index shares (packed once) */
   const kiln_lanes_ops *ops;
@@ -482,7 +484,10 @@ kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nes
   }
   if (!st) st = build_list(&bd, k->value, &k->value_list, &k->n_value_list);
   if (!st) {
-    const te_expr *sum = nest->gemm.ok ? nest->gemm.sum : nest->conv.ok ? nest->conv.tag->reduce : NULL;
+    const te_expr *sum = nest->gemm.ok   ? nest->gemm.sum
+                         : nest->conv.ok ? nest->conv.tag->reduce
+                         : nest->pool.ok ? nest->pool.tag->value
+                                         : NULL;
     if (sum) k->sum = bd.of_expr[sum->id];
   }
   if (!st) st = finish_vars(&bd);
@@ -518,13 +523,19 @@ kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nes
       k->conv.tag = &k->conv_tag;
       k->has_epilogue = nest->value != nest->conv.tag->reduce;
     }
+    k->pool = nest->pool;
+    if (nest->pool.ok) {
+      k->pool_tag = *nest->pool.tag;
+      k->pool.tag = &k->pool_tag;
+      k->has_epilogue = nest->value != nest->pool.tag->value;
+    }
     if (nest->gemm.ok) {
       const kiln_gemm_call *g = &nest->gemm;
       k->has_epilogue = nest->value != g->sum;
       k->pack_b = te_get_buffer(b, g->b_buf)->constant && (g->b_zp_buf < 0 || te_get_buffer(b, g->b_zp_buf)->constant);
       for (int i = 0; i < g->n_batch; i++) k->pack_b &= g->b_stride[i] == 0 || nest->extents[g->batch_loops[i]] == 1;
     }
-    if ((nest->gemm.ok || nest->conv.ok) && k->has_epilogue && k->sum < 0)
+    if ((nest->gemm.ok || nest->conv.ok || nest->pool.ok) && k->has_epilogue && k->sum < 0)
       st = kiln_error(KILN_INTERNAL, "interp: the tensorized sum is not in the element");
   }
   k->lists = bd.lists;
@@ -1145,12 +1156,38 @@ static void run_conv(ik_launch *x) {
   x->rt->conv(x->rt, &a, (kiln_rt_state **)x->buffers[k->n_bufs]);
 }
 
+/* A tensorized pool (render_conv.c's render_c_pool): the runtime's
+ * routine, the interpreter as its per-plane epilogue. */
+static void run_pool(ik_launch *x) {
+  const kiln_interp_kernel *k = x->k;
+  const te_pool_tag *t = &k->pool_tag;
+  kiln_rt_pool_args a = {.nsp = t->nsp, .max = t->max, .count_include_pad = t->count_include_pad, .planes = t->n * t->c};
+  for (int i = 0; i < t->nsp; i++) {
+    a.in[i] = t->in[i];
+    a.out[i] = t->out[i];
+    a.kernel[i] = t->kernel[i];
+    a.stride[i] = t->stride[i];
+    a.dilation[i] = t->dilation[i];
+    a.pad_begin[i] = t->pad_begin[i];
+    a.pad_end[i] = t->pad_end[i];
+  }
+  a.x = x->buffers[t->x_buf];
+  a.y = x->buffers[k->out_buf];
+  if (k->has_epilogue) {
+    a.epilogue = conv_epilogue;
+    a.epilogue_buffers = (void *const *)x;
+  }
+  x->rt->pooling(x->rt, &a);
+}
+
 void kiln_interp_kernel_run(const kiln_interp_kernel *k, const kiln_rt *rt, void *const *buffers) {
   ik_launch x = {.k = k, .rt = rt, .buffers = buffers, .id = atomic_fetch_add(&launch_counter, 1) + 1};
   if (k->gemm.ok) {
     run_gemm(&x);
   } else if (k->conv.ok) {
     run_conv(&x);
+  } else if (k->pool.ok) {
+    run_pool(&x);
   } else if (k->parallel_total > 0) {
     rt->parallel_for(rt->pool, k->parallel_total, k->grain, plain_body, &x);
   }

@@ -1,0 +1,201 @@
+/* kiln_rt.pooling on the cpu: MaxPool and AveragePool of 1-3 spatial dims as
+ * separable passes, one axis at a time (innermost first), over each
+ * plane.
+ *
+ * A window is a box, so its max is the max over the last axis' taps, then
+ * over the next axis' of those, and so on; its sum likewise, in the order
+ * the tensor-expression definition (lower.c's compute_pool) nests them,
+ * which makes the result the same as the generated loops'. Each pass
+ * computes an output row once per input row instead of once per window
+ * (3x fewer loads for a 3x3 window) and runs contiguous or strided loops
+ * the compiler vectorizes, where the loop nest evaluated the window with a
+ * bounds check per tap. The loops (cpu_pool_impl.h) are built portable and
+ * for AVX2, chosen by the CPU's features. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "base/cpu_features.h"
+#include "devices/cpu/cpu_internal.h"
+
+/* One spatial axis of the window, with the range of outputs each tap k
+ * reads inside the input ([lo[k], hi[k]); empty when lo >= hi). */
+typedef struct pool_axis {
+  int64_t kernel, stride, dilation, pad_begin;
+  int64_t *lo, *hi;
+} pool_axis;
+
+#define POOL_FN(name) name##_generic
+#include "devices/cpu/cpu_pool_impl.h"
+#undef POOL_FN
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define POOL_HAVE_AVX2 1
+#ifdef __clang__
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#endif
+#define POOL_FN(name) name##_avx2
+#include "devices/cpu/cpu_pool_impl.h"
+#undef POOL_FN
+#ifdef __clang__
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif
+
+typedef struct pool_job {
+  const kiln_rt *rt;
+  const kiln_rt_pool_args *a;
+  pool_axis axes[3];
+  float *count[3];   /* average: each axis' count per output position */
+  size_t scratch;    /* floats of scratch per plane */
+  bool avx2;
+} pool_job;
+
+/* Floor division for a positive divisor. */
+static int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* Whether an axis is the identity (a 1-tap window at every position). */
+static bool identity_axis(const kiln_rt_pool_args *a, int i) {
+  return a->kernel[i] == 1 && a->stride[i] == 1 && a->pad_begin[i] == 0 && a->in[i] == a->out[i];
+}
+
+static void pool_planes(void *ctx, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  const pool_job *j = ctx;
+  const kiln_rt_pool_args *a = j->a;
+  int nsp = a->nsp;
+  int64_t in_size = 1, out_size = 1;
+  for (int i = 0; i < nsp; i++) {
+    in_size *= a->in[i];
+    out_size *= a->out[i];
+  }
+  float *scratch = j->scratch ? malloc(j->scratch * sizeof(float)) : NULL;
+  if (j->scratch && !scratch) {
+    j->rt->fail(j->rt, "out of memory for a pool's scratch");
+    return;
+  }
+  for (int64_t p = begin; p < end; p++) {
+    const float *src = a->x + p * in_size;
+    float *y = a->y + p * out_size;
+    /* dims of the block as the passes go: axes before i at the input's
+     * size, axis i and after at the output's. */
+    int64_t dims[3];
+    for (int i = 0; i < nsp; i++) dims[i] = a->in[i];
+    float *bufs[2] = {scratch, scratch ? scratch + j->scratch / 2 : NULL};
+    int last_pass = -1;
+    for (int i = nsp - 1; i >= 0; i--)
+      if (!identity_axis(a, i)) {
+        last_pass = i; /* the outermost reduced axis: its pass writes y */
+      }
+    int flip = 0;
+    for (int i = nsp - 1; i >= 0; i--) {
+      if (identity_axis(a, i)) continue;
+      int64_t outer = 1, inner = 1;
+      for (int d = 0; d < i; d++) outer *= dims[d];
+      for (int d = i + 1; d < nsp; d++) inner *= dims[d];
+      float *dst = i == last_pass ? y : bufs[flip];
+      bool max = a->max;
+      if (inner == 1) {
+#ifdef POOL_HAVE_AVX2
+        if (j->avx2) pass_last_avx2(src, dst, outer, dims[i], a->out[i], &j->axes[i], max);
+        else
+#endif
+          pass_last_generic(src, dst, outer, dims[i], a->out[i], &j->axes[i], max);
+      } else {
+#ifdef POOL_HAVE_AVX2
+        if (j->avx2) pass_mid_avx2(src, dst, outer, dims[i], a->out[i], inner, &j->axes[i], max);
+        else
+#endif
+          pass_mid_generic(src, dst, outer, dims[i], a->out[i], inner, &j->axes[i], max);
+      }
+      dims[i] = a->out[i];
+      src = dst;
+      flip ^= 1;
+    }
+    if (last_pass < 0) /* every axis the identity: a copy */
+      for (int64_t e = 0; e < out_size; e++) y[e] = src[e];
+    if (!a->max) {
+#ifdef POOL_HAVE_AVX2
+      if (j->avx2) divide_avx2(y, nsp, a->out, j->count);
+      else
+#endif
+        divide_generic(y, nsp, a->out, j->count);
+    }
+    if (a->epilogue) {
+      kiln_rt_epilogue_ctx e = {a->epilogue_buffers, 0, out_size};
+      a->epilogue(&e, y, out_size, p, 0, 1, out_size);
+    }
+  }
+  free(scratch);
+}
+
+void kiln_cpu_pool(const kiln_rt *rt, const kiln_rt_pool_args *a) {
+  pool_job j = {.rt = rt, .a = a};
+  const kiln_cpu_features *cpu = kiln_cpu_features_get();
+  j.avx2 = cpu->avx2 && cpu->fma;
+  int nsp = a->nsp;
+  /* The per-axis tap ranges and counts, in one allocation. */
+  int64_t taps = 0, outs = 0;
+  for (int i = 0; i < nsp; i++) {
+    taps += a->kernel[i];
+    outs += a->out[i];
+  }
+  int64_t *ranges = malloc((size_t)(2 * taps) * sizeof *ranges);
+  float *counts = a->max ? NULL : malloc((size_t)outs * sizeof *counts);
+  if (!ranges || (!a->max && !counts)) {
+    free(ranges);
+    free(counts);
+    rt->fail(rt, "out of memory for a pool's window ranges");
+    return;
+  }
+  int64_t *r = ranges;
+  float *c = counts;
+  for (int i = 0; i < nsp; i++) {
+    pool_axis *ax = &j.axes[i];
+    *ax = (pool_axis){a->kernel[i], a->stride[i], a->dilation[i], a->pad_begin[i], r, r + a->kernel[i]};
+    r += 2 * a->kernel[i];
+    for (int64_t k = 0; k < ax->kernel; k++) {
+      /* o*stride - pad + k*dilation in [0, in) */
+      int64_t off = k * ax->dilation - ax->pad_begin;
+      int64_t lo = floor_div(-off + ax->stride - 1, ax->stride), hi = floor_div(a->in[i] - 1 - off, ax->stride) + 1;
+      ax->lo[k] = clamp64(lo, 0, a->out[i]);
+      ax->hi[k] = clamp64(hi, ax->lo[k], a->out[i]);
+    }
+    if (!a->max) {
+      j.count[i] = c;
+      int64_t limit = a->count_include_pad ? a->in[i] + a->pad_end[i] : a->in[i];
+      int64_t first = a->count_include_pad ? -a->pad_begin[i] : 0;
+      for (int64_t o = 0; o < a->out[i]; o++) {
+        int64_t n = 0;
+        for (int64_t k = 0; k < ax->kernel; k++) {
+          int64_t pos = o * ax->stride - ax->pad_begin + k * ax->dilation;
+          n += pos >= first && pos < limit;
+        }
+        c[o] = (float)n;
+      }
+      c += a->out[i];
+    }
+  }
+  /* Scratch per plane: two blocks of the largest intermediate (the
+   * passes alternate between them; the last writes y). */
+  int64_t dims[3], biggest = 0;
+  for (int i = 0; i < nsp; i++) dims[i] = a->in[i];
+  for (int i = nsp - 1; i >= 0; i--) {
+    dims[i] = a->out[i];
+    int64_t e = 1;
+    for (int d = 0; d < nsp; d++) e *= dims[d];
+    if (i > 0 && e > biggest) biggest = e;
+  }
+  j.scratch = (size_t)(2 * biggest);
+  rt->parallel_for(rt->pool, a->planes, 1, pool_planes, &j);
+  free(ranges);
+  free(counts);
+}
