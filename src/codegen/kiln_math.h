@@ -47,6 +47,52 @@ KILN_HELPER float kiln_expf(float x) {
   int32_t e = (int32_t)(fi == fi ? fi : 0.0f) + 127;
   return p * KILN_AS_FLOAT((uint32_t)e << 23);
 }
+#ifndef KILN_AS_UINT
+KILN_HELPER uint32_t kiln_as_uint(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+#define KILN_AS_UINT kiln_as_uint
+#endif
+/* log: x = m 2^e with m in [sqrt(1/2), sqrt(2)), log(m) by a degree-9
+ * polynomial in m - 1 (Cephes logf), about 1 ulp; branch-free (selects) so
+ * loops over it vectorize, where libm's logf is a call per element.
+ * Subnormals are scaled up first; NaN and x < 0 give NaN, 0 gives -inf,
+ * inf gives inf. */
+KILN_HELPER float kiln_logf(float x) {
+  int sub = x < 1.17549435e-38f;
+  float xs = sub ? x * 8388608.0f : x; /* 2^23 */
+  uint32_t u = KILN_AS_UINT(xs);
+  int32_t e = (int32_t)((u >> 23) & 0xffu) - 126 - (sub ? 23 : 0);
+  float m = KILN_AS_FLOAT((u & 0x007fffffu) | 0x3f000000u); /* [0.5, 1) */
+  int small = m < 0.707106781186547524f;
+  e = small ? e - 1 : e;
+  m = (small ? m + m : m) - 1.0f;
+  float z = m * m;
+  float y = 7.0376836292e-2f;
+  y = y * m - 1.1514610310e-1f;
+  y = y * m + 1.1676998740e-1f;
+  y = y * m - 1.2420140846e-1f;
+  y = y * m + 1.4249322787e-1f;
+  y = y * m - 1.6668057665e-1f;
+  y = y * m + 2.0000714765e-1f;
+  y = y * m - 2.4999993993e-1f;
+  y = y * m + 3.3333331174e-1f;
+  y = y * m * z;
+  float fe = (float)e;
+  y = y + fe * -2.12194440e-4f;
+  y = y - 0.5f * z;
+  float r = m + y + fe * 0.693359375f;
+  r = x == 0.0f ? -INFINITY : r;
+  r = x > 3.40282347e+38f ? x : r; /* inf */
+  return (x < 0.0f || x != x) ? NAN : r;
+}
+/* pow for a base >= 0 (LRN's denominator): exp(y log x); 0^y exact. */
+KILN_HELPER float kiln_powf_pos(float x, float y) {
+  float r = kiln_expf(y * kiln_logf(x));
+  return x == 0.0f ? (y > 0.0f ? 0.0f : y < 0.0f ? INFINITY : 1.0f) : r;
+}
 KILN_HELPER float kiln_sigmoidf(float x) { return 1.0f / (1.0f + kiln_expf(-x)); }
 KILN_HELPER float kiln_tanhf(float x) {
   /* tanh(x) = sign(x) (1 - 2 / (exp(2|x|) + 1)); small |x| uses x - x^3/3 + 2x^5/15. */

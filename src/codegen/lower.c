@@ -1002,7 +1002,11 @@ static te_expr *compute_lrn(te_builder *b, const te_tensor *t, te_expr *const *i
   te_expr *xc = te_at(b, in, sub);
   te_expr *sq = te_reduce(b, TE_RSUM, v, size, te_select(b, ok, te_binary(b, TE_MUL, xc, xc), f32c(b, 0)));
   te_expr *den = te_binary(b, TE_ADD, f32c(b, t->fp[2]), te_binary(b, TE_MUL, f32c(b, t->fp[0] / (double)size), sq));
-  return te_binary(b, TE_DIV, te_at(b, in, idx), te_call2(b, "powf", den, f32c(b, t->fp[1])));
+  /* bias > 0 and alpha >= 0: the base is positive (or NaN), where
+   * kiln_powf_pos (vectorized exp and log) is pow; powf (a libm call per
+   * element) otherwise. */
+  const char *pow_fn = t->fp[2] > 0 && t->fp[0] >= 0 ? "kiln_powf_pos" : "powf";
+  return te_binary(b, TE_DIV, te_at(b, in, idx), te_call2(b, pow_fn, den, f32c(b, t->fp[1])));
 }
 
 /* Tile: the input element at each index modulo the input's size (the

@@ -333,7 +333,7 @@ static const char cuda_prelude[] =
     "typedef unsigned long long uint64_t;\ntypedef unsigned int uint32_t;\ntypedef unsigned short uint16_t;\n"
     "typedef unsigned char uint8_t;\n#define INT64_C(x) x##LL\n"
     "#define INFINITY __int_as_float(0x7f800000)\n#define NAN __int_as_float(0x7fffffff)\n"
-    "#define KILN_HELPER static __device__ inline\n#define KILN_NO_LIBC 1\n#define KILN_AS_FLOAT __uint_as_float\n";
+    "#define KILN_HELPER static __device__ inline\n#define KILN_NO_LIBC 1\n#define KILN_AS_FLOAT __uint_as_float\n#define KILN_AS_UINT __float_as_uint\n";
 
 const char *kiln_cuda_preamble(void) {
   static char *text;
@@ -424,7 +424,7 @@ static const char opencl_prelude[] =
     "typedef long int64_t;\ntypedef int int32_t;\ntypedef short int16_t;\ntypedef char int8_t;\n"
     "typedef ulong uint64_t;\ntypedef uint uint32_t;\ntypedef ushort uint16_t;\ntypedef uchar uint8_t;\n"
     "#define INT64_C(x) x##L\n#define KILN_NO_LIBC 1\n#define KILN_HELPER static inline\n"
-    "#define KILN_AS_FLOAT as_float\n"
+    "#define KILN_AS_FLOAT as_float\n#define KILN_AS_UINT as_uint\n"
     "#define fminf fmin\n#define fmaxf fmax\n#define fabsf fabs\n#define floorf floor\n#define ceilf ceil\n"
     "#define nearbyintf rint\n#define copysignf copysign\n#define log1pf log1p\n#define logf log\n"
     "#define expf exp\n#define sqrtf sqrt\n#define powf pow\n#define sinf sin\n#define cosf cos\n"

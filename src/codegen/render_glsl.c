@@ -263,6 +263,7 @@ static const char *glsl_call_name(const char *fn) {
       {"truncf", "trunc"},            {"nearbyintf", "roundEven"},
       {"rintf", "roundEven"},         {"sinf", "kiln_sinf"},
       {"cosf", "kiln_cosf"},          {"powf", "kiln_powf"},
+      {"kiln_logf", "kiln_logf"},     {"kiln_powf_pos", "kiln_powf"},
       {"fabsf", "abs"},
   };
   for (size_t i = 0; i < KILN_ARRAY_SIZE(map); i++)

@@ -22,7 +22,7 @@
 typedef enum kiln_lanes_fn {
   KILN_FN_EXP, KILN_FN_SIGMOID, KILN_FN_TANH, KILN_FN_ERF, KILN_FN_SOFTPLUS, KILN_FN_GELU, KILN_FN_GELU_TANH,
   KILN_FN_SQRT, KILN_FN_LOG, KILN_FN_FLOOR, KILN_FN_CEIL, KILN_FN_ROUND, KILN_FN_SIN, KILN_FN_COS,
-  KILN_FN_POW, /* binary */
+  KILN_FN_POW, KILN_FN_POW_POS, /* binary */
   KILN_FN_COUNT
 } kiln_lanes_fn;
 /* The function a TE_CALL names, or -1. */

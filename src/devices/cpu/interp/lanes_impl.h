@@ -304,6 +304,7 @@ static void lanes_call(kiln_lanes_fn fn, int n, float *o, const float *a, int as
     F1(KILN_FN_COS, cosf(x))
 #undef F1
     case KILN_FN_POW: LANES_LOOP2(float, float, float, o, a, as, b, bs, powf(x, y)); return;
+    case KILN_FN_POW_POS: LANES_LOOP2(float, float, float, o, a, as, b, bs, kiln_powf_pos(x, y)); return;
     default: return;
   }
 }
