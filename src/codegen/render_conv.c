@@ -12,40 +12,43 @@ static bool scratch_sums(const render_ctx *r, const kiln_loop_nest *nest) {
   return nest->conv.tag->integer && kiln_dtype_size(te_get_buffer(r->b, nest->out_buf)->dtype) != 4;
 }
 
-/* `NAME_epilogue`: f of each element of a tile, in place, from the sum the
- * convolution left there. The element's indices are unflattened once per
- * row of the tile; the row is then walked in runs along the innermost
- * output loop, whose variable is the run's start plus j inside a run (so
- * the compiler vectorizes the run: loads at the output's index are
- * contiguous, per-channel ones invariant), and carried outwards between
- * runs (no division per element). */
-static void epilogue(render_ctx *r, const kiln_loop_nest *nest, const char *name, const te_expr *sum, bool integer,
-                     bool scratch) {
-  render_c_epilogue_head(r, name, integer);
-  kiln_strbuf_puts(r->s, "  const kiln_rt_epilogue_ctx *ectx = (const kiln_rt_epilogue_ctx *)vctx;\n"
-                         "  void *const *buffers = ectx->buffers;\n");
-  render_c_declare_buffers(r, nest);
-  r->indent = 0;
-  render_open_scope(r); /* indent 1 */
-  render_line(r, "for (int64_t i = 0; i < mb; i++) {");
-  render_open_scope(r);
-  render_line(r, "const int64_t kiln_f = ectx->base + (m0 + i) * ectx->row + n0;");
-  int64_t stride = 1;
-  for (int l = nest->rank - 1; l >= 0; l--) {
-    render_line(r, "int64_t v%d = (kiln_f / INT64_C(%lld)) %% INT64_C(%lld);", nest->vars[l], (long long)stride,
-                (long long)nest->extents[l]);
-    stride *= nest->extents[l];
+/* Whether the element f (outside the routine's value `sum`) reads the
+ * pixel loops' variables (loops 2..rank) only through load indices affine
+ * in them with coefficients in the row-major ratio of those loops: then
+ * the pixel variables can be replaced by one flat pixel index (the
+ * innermost = the flat index, the others 0) and a tile row is one run the
+ * compiler vectorizes, not a run per image row (7 or 14 pixels in
+ * ResNet's late layers: shorter than a vector and its remainder). */
+static bool pixels_flat(const kiln_loop_nest *nest, const te_expr *e, const te_expr *sum) {
+  if (!e || e == sum || e->op == TE_CONST) return true;
+  int rank = nest->rank;
+  if (e->op == TE_VAR) {
+    for (int l = 2; l < rank; l++)
+      if (e->var == nest->vars[l]) return false;
+    return true;
   }
-  int last = nest->vars[nest->rank - 1];
-  long long last_extent = (long long)nest->extents[nest->rank - 1];
-  render_line(r, "for (int64_t j = 0; j < nb;) {");
-  render_open_scope(r);
-  render_line(r, "const int64_t kiln_left = INT64_C(%lld) - v%d;", last_extent, last);
-  render_line(r, "const int64_t kiln_end = nb - j < kiln_left ? nb : j + kiln_left;");
-  render_line(r, "const int64_t kiln_v0 = v%d - j;", last);
-  render_line(r, "for (; j < kiln_end; j++) {");
-  render_open_scope(r);
-  render_line(r, "const int64_t v%d = kiln_v0 + j;", last); /* shadows the run's start inside the run */
+  if (e->op == TE_REDUCE) { /* f reads no reduction but the sum (the schedule's rule) */
+    for (int l = 2; l < rank; l++)
+      if (te_uses_var(e, nest->vars[l])) return false;
+    return true;
+  }
+  if (e->op == TE_LOAD) {
+    te_affine a;
+    if (te_affine_of(e->a, &a)) {
+      int64_t unit = te_affine_coef(&a, nest->vars[rank - 1]), stride = 1;
+      for (int l = rank - 1; l >= 2; l--) {
+        if (te_affine_coef(&a, nest->vars[l]) != unit * stride) return false;
+        stride *= nest->extents[l];
+      }
+      return true;
+    }
+  }
+  return pixels_flat(nest, e->a, sum) && pixels_flat(nest, e->b, sum) && pixels_flat(nest, e->c, sum);
+}
+
+/* One element of an epilogue row at column j (i the row; the loops'
+ * variables declared). */
+static void epilogue_element(render_ctx *r, const kiln_loop_nest *nest, const te_expr *sum, bool scratch) {
   if (scratch) { /* the sums in the runtime's scratch, the output stored here */
     render_line(r, "const int32_t r%d = c[i * ldc + j];", sum->id);
     render_ensure(r, nest->value);
@@ -55,28 +58,98 @@ static void epilogue(render_ctx *r, const kiln_loop_nest *nest, const char *name
   } else {
     render_c_epilogue_element(r, nest, sum);
   }
+}
+
+/* The end of the row loop and of the function. */
+static void end_rows(render_ctx *r) {
   render_close_scope(r);
   render_line(r, "}");
-  /* The run ended at the innermost loop's end (or the tile's): carry. */
+  render_close_scope(r);
+  kiln_strbuf_puts(r->s, "}\n\n");
+}
+
+/* `NAME_epilogue`: f of each element of a tile, in place, from the value
+ * the routine left there. A tile's rows start at flat output elements
+ * base + (m0 + i) * row + n0 and each stays inside one (image, channel)
+ * plane of pixels (kiln_rt.h; callers pass tiles of a plane with any base
+ * and row), so each row's image, channel and first pixel are unflattened
+ * once (divisions by constants). The row is then walked in runs along the
+ * innermost output loop, whose variable is the run's start plus j inside
+ * a run (so the compiler vectorizes the run: loads at the output's index
+ * are contiguous, per-channel ones invariant), carried outwards between
+ * runs; or, when f reads the pixels only at the output's own pattern
+ * (pixels_flat), as one run with the flat pixel index. */
+static void epilogue(render_ctx *r, const kiln_loop_nest *nest, const char *name, const te_expr *sum, bool integer,
+                     bool scratch) {
+  render_c_epilogue_head(r, name, integer);
+  kiln_strbuf_puts(r->s, "  const kiln_rt_epilogue_ctx *ectx = (const kiln_rt_epilogue_ctx *)vctx;\n"
+                         "  void *const *buffers = ectx->buffers;\n");
+  render_c_declare_buffers(r, nest);
+  r->indent = 0;
+  render_open_scope(r); /* indent 1 */
+  int rank = nest->rank;
+  bool flat = rank > 2 && pixels_flat(nest, nest->value, sum);
+  int64_t pixels = 1;
+  for (int l = 2; l < rank; l++) pixels *= nest->extents[l];
+  render_line(r, "for (int64_t i = 0; i < mb; i++) {");
+  render_open_scope(r);
+  render_line(r, "const int64_t kiln_f = ectx->base + (m0 + i) * ectx->row + n0;");
+  render_line(r, "(void)kiln_f;");
+  render_line(r, "const int64_t kiln_q = kiln_f / INT64_C(%lld);", (long long)pixels);
+  render_line(r, "const int64_t kiln_p = kiln_f - kiln_q * INT64_C(%lld);", (long long)pixels);
+  render_line(r, "(void)kiln_p;");
+  render_line(r, "const int64_t v%d = kiln_q %% INT64_C(%lld);", nest->vars[1], (long long)nest->extents[1]);
+  render_line(r, "const int64_t v%d = (kiln_q / INT64_C(%lld)) %% INT64_C(%lld);", nest->vars[0],
+              (long long)nest->extents[1], (long long)nest->extents[0]);
+  int last = nest->vars[rank - 1];
+  if (flat) {
+    /* One run: the innermost pixel variable is the flat pixel index. */
+    render_line(r, "for (int64_t j = 0; j < nb; j++) {");
+    render_open_scope(r);
+    for (int l = 2; l < rank - 1; l++) render_line(r, "const int64_t v%d = 0;", nest->vars[l]);
+    render_line(r, "const int64_t v%d = kiln_p + j;", last);
+    epilogue_element(r, nest, sum, scratch);
+    render_close_scope(r);
+    render_line(r, "}");
+    end_rows(r);
+    return;
+  }
+  int64_t stride = 1;
+  for (int l = rank - 1; l >= 2; l--) {
+    render_line(r, "int64_t v%d = (kiln_p / INT64_C(%lld)) %% INT64_C(%lld);", nest->vars[l], (long long)stride,
+                (long long)nest->extents[l]);
+    stride *= nest->extents[l];
+  }
+  long long last_extent = (long long)nest->extents[rank - 1];
+  render_line(r, "for (int64_t j = 0; j < nb;) {");
+  render_open_scope(r);
+  render_line(r, "const int64_t kiln_left = INT64_C(%lld) - v%d;", last_extent, last);
+  render_line(r, "const int64_t kiln_end = nb - j < kiln_left ? nb : j + kiln_left;");
+  render_line(r, "const int64_t kiln_v0 = v%d - j;", last);
+  render_line(r, "for (; j < kiln_end; j++) {");
+  render_open_scope(r);
+  render_line(r, "const int64_t v%d = kiln_v0 + j;", last); /* shadows the run's start inside the run */
+  epilogue_element(r, nest, sum, scratch);
+  render_close_scope(r);
+  render_line(r, "}");
+  /* The run ended at the innermost loop's end (or the tile's): carry
+   * through the pixel loops (a row never leaves its image's pixels). */
   render_line(r, "v%d = kiln_v0 + j;", last);
-  for (int l = nest->rank - 1; l >= 0; l--) {
-    if (l == nest->rank - 1)
+  for (int l = rank - 1; l >= 2; l--) {
+    if (l == rank - 1)
       render_line(r, "if (v%d == INT64_C(%lld)) {", nest->vars[l], (long long)nest->extents[l]);
     else
       render_line(r, "if (++v%d == INT64_C(%lld)) {", nest->vars[l], (long long)nest->extents[l]);
     render_open_scope(r);
     render_line(r, "v%d = 0;", nest->vars[l]);
   }
-  for (int l = 0; l < nest->rank; l++) {
+  for (int l = 2; l < rank; l++) {
     render_close_scope(r);
     render_line(r, "}");
   }
   render_close_scope(r);
   render_line(r, "}");
-  render_close_scope(r);
-  render_line(r, "}");
-  render_close_scope(r);
-  kiln_strbuf_puts(r->s, "}\n\n");
+  end_rows(r);
 }
 
 /* `NAME_epilogue` of a native call: y += add, then the clip, over a tile
