@@ -5,6 +5,10 @@
  *   Cast(x, to=dtype of x), CastLike same -> x
  *   Transpose(x, identity perm)           -> x
  *   Transpose(Transpose(x, p1), p2)       -> Transpose(x, p1∘p2)  (or x)
+ *   U(Transpose(x, p)) -> Transpose(U(x), p)  U a unary elementwise op, the
+ *                                            Transpose's only reader: the
+ *                                            Transposes an NHWC export puts
+ *                                            around each Conv meet and cancel
  *   Reshape(R(x), s)                      -> Reshape(x, s)  R in Reshape/Flatten/Squeeze/Unsqueeze,
  *                                            when s copies no dim (no 0, or allowzero)
  * and, where inferred shapes are exact (kiln_opt_shapes_trusted):
@@ -96,6 +100,48 @@ static bool reshape_shape_is_literal(const kiln_graph *g, const kiln_node *n) {
   return true;
 }
 
+/* Ops whose element is a function of the same element of their one input
+ * (no axis, no randomness): a Transpose before them can go after them. */
+static bool is_unary_pointwise(const kiln_node *n) {
+  switch (kiln_node_op_id(n)) {
+    case KILN_OP_Abs: case KILN_OP_Ceil: case KILN_OP_Celu: case KILN_OP_Cos: case KILN_OP_Elu: case KILN_OP_Erf:
+    case KILN_OP_Exp: case KILN_OP_Floor: case KILN_OP_HardSigmoid: case KILN_OP_HardSwish: case KILN_OP_LeakyRelu:
+    case KILN_OP_Log: case KILN_OP_Neg: case KILN_OP_Reciprocal: case KILN_OP_Relu: case KILN_OP_Round:
+    case KILN_OP_Selu: case KILN_OP_Sigmoid: case KILN_OP_Sign: case KILN_OP_Sin: case KILN_OP_Softplus:
+    case KILN_OP_Softsign: case KILN_OP_Sqrt: case KILN_OP_Tanh: case KILN_OP_ThresholdedRelu: case KILN_OP_Not:
+    case KILN_OP_Cast: case KILN_OP_IsNaN: case KILN_OP_kiln_Gelu:
+      return n->n_inputs == 1 && n->n_outputs == 1;
+    default: return false;
+  }
+}
+
+/* U at idx reading x = Transpose(src) that nobody else reads: U reads src
+ * and the Transpose reads U's result (the two nodes swap places, so the
+ * order stays topological). x becomes U's output, of src's shape. */
+static bool sink_transpose(kiln_graph *g, const kiln_opt_uses *u, int idx) {
+  kiln_node *n = &g->nodes[idx];
+  int x = in0(n), y = out0(n);
+  if (x < 0 || y < 0 || !is_unary_pointwise(n)) return false;
+  int p = g->values[x].producer;
+  if (p < 0 || p >= idx || !g->nodes[p].op || !kiln_node_is(&g->nodes[p], KILN_OP_Transpose)) return false;
+  if (u->count[x] != 1 || u->pinned[x] || g->nodes[p].n_outputs != 1) return false;
+  int src = in0(&g->nodes[p]);
+  if (src < 0 || g->values[src].type.kind != KILN_TYPE_TENSOR || g->values[y].type.kind != KILN_TYPE_TENSOR) return false;
+  kiln_type xt = g->values[src].type;
+  xt.dtype = g->values[y].type.dtype;
+  kiln_node t = g->nodes[p];
+  g->nodes[p] = *n;
+  g->nodes[idx] = t;
+  g->nodes[p].inputs[0] = src;
+  g->nodes[p].outputs[0] = x;
+  g->nodes[idx].inputs[0] = x;
+  g->nodes[idx].outputs[0] = y;
+  g->values[x].type = xt;
+  g->values[x].producer = p;
+  g->values[y].producer = idx;
+  return true;
+}
+
 /* Tries one rewrite at node idx. *changed when the graph changed (the
  * caller then removes dead nodes and rebuilds uses). */
 static kiln_status_t simplify_node(kiln_graph *g, const kiln_opt_uses *u, int idx, bool *dead, bool *changed) {
@@ -106,6 +152,10 @@ static kiln_status_t simplify_node(kiln_graph *g, const kiln_opt_uses *u, int id
   bool top = kiln_opt_shapes_trusted(g);
   const kiln_type *tx = &g->values[x].type, *ty = &g->values[y].type;
 
+  if (sink_transpose(g, u, idx)) {
+    *changed = true;
+    return NULL;
+  }
   if (kiln_node_is(n, KILN_OP_Identity)) {
     *changed = kiln_opt_bypass(g, u, idx, x, y, dead);
     return NULL;

@@ -1234,6 +1234,19 @@ def structure_cases():
     t = m.node('Exp', [m.node('Tanh', [x])])
     u = m.node('Add', [t, y])
     m.out(m.node('Mul', [m.node('Transpose', [u]), m.node('Transpose', [t])]))
+    # Transposes an NHWC export puts around a Conv: sunk past pointwise ops
+    # (simplify), they meet and cancel; one read twice, or a graph output, stays
+    m = case('Struct_transpose_sink', 14)
+    x = m.source([1, 6, 7, 5])
+    t = m.node('HardSwish', [m.node('Transpose', [x], perm=[0, 2, 3, 1])])
+    t = m.node('Cast', [m.node('Relu', [t])], to=1)
+    m.out(m.node('Add', [m.node('Transpose', [t], perm=[0, 3, 1, 2]), x]))
+    m = case('Struct_transpose_sink_kept')
+    x = m.source([2, 5, 9])
+    t = m.node('Transpose', [x], perm=[2, 0, 1])
+    m.out(m.node('Sigmoid', [t]))
+    m.out(m.node('Tanh', [t]))
+    m.out(m.node('Exp', [m.node('Transpose', [m.node('Neg', [x])], perm=[1, 2, 0])]))
     m = case('Struct_dropout_ratio')
     m.out(m.node('Dropout', [m.source([3, 17]), m.const(np.float32(0.3)), m.const(np.array(False))]))
 

@@ -476,9 +476,14 @@ static void test_dump(void) {
   unsetenv("KILN_DUMP_DIR");
   CHECK(!st, "compile: %s", kiln_status_message(st));
   kiln_status_free(st);
-  char path[700];
-  snprintf(path, sizeof path, "%s/my_kernel_1.c", dump);
-  FILE *f = fopen(path, "r");
+  /* named <sanitized name>_<8 hex digits of the key>.c */
+  char path[700] = "";
+  DIR *d = opendir(dump);
+  for (struct dirent *e; d && (e = readdir(d));)
+    if (!strncmp(e->d_name, "my_kernel_1_", 12) && strlen(e->d_name) == 12 + 8 + 2)
+      snprintf(path, sizeof path, "%s/%s", dump, e->d_name);
+  if (d) closedir(d);
+  FILE *f = path[0] ? fopen(path, "r") : NULL;
   char buf[256] = {0};
   if (f) {
     size_t n = fread(buf, 1, sizeof buf - 1, f);
