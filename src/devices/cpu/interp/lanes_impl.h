@@ -358,8 +358,27 @@ static void lanes_store(kiln_dtype dt, int n, void *base, int64_t stride, const 
     memmove(base, x, (size_t)n * size);
     return;
   }
-  char *b_ = base;
-  for (int l = 0; l < n; l++) memcpy(b_ + (int64_t)l * stride * (int64_t)size, (const char *)x + (xs ? 0 : (size_t)l * size), size);
+  switch (size) {
+#define S(SIZE, T)                                                                              \
+  case SIZE: {                                                                                  \
+    char *b_ = base;                                                                            \
+    T v;                                                                                        \
+    memcpy(&v, x, SIZE);                                                                        \
+    if (xs && stride == 1)                                                                      \
+      for (int l = 0; l < n; l++) memcpy(b_ + (int64_t)l * SIZE, &v, SIZE);                     \
+    else if (xs)                                                                                \
+      for (int l = 0; l < n; l++) memcpy(b_ + (int64_t)l * stride * SIZE, &v, SIZE);            \
+    else                                                                                        \
+      for (int l = 0; l < n; l++) memcpy(b_ + (int64_t)l * stride * SIZE, (const char *)x + (size_t)l * SIZE, SIZE); \
+    return;                                                                                     \
+  }
+    S(1, uint8_t)
+    S(2, uint16_t)
+    S(4, uint32_t)
+    S(8, uint64_t)
+#undef S
+    default: return;
+  }
 }
 
 static void lanes_combine(te_reduce_op rop, kiln_dtype dt, int n, void *acc, const void *x, int xs) {
@@ -373,8 +392,36 @@ static void lanes_combine(te_reduce_op rop, kiln_dtype dt, int n, void *acc, con
   }
 }
 
+/* In lane order, one lane at a time, as n combines of one lane would
+ * (the same rounding). */
 static void lanes_fold(te_reduce_op rop, kiln_dtype dt, int n, const void *x, void *out) {
-  for (int l = 0; l < n; l++) lanes_combine(rop, dt, 1, out, (const char *)x + (size_t)l * lanes_size(dt), 1);
+  switch (dt) {
+#define X(DT, T, U, FLOAT)                                                                   \
+  case DT: {                                                                                 \
+    const T *x_ = x;                                                                         \
+    T r;                                                                                     \
+    memcpy(&r, out, sizeof r);                                                               \
+    switch (rop) {                                                                           \
+      case TE_RSUM:                                                                          \
+        for (int l = 0; l < n; l++) r = FLOAT ? (T)(r + x_[l]) : (T)((U)r + (U)x_[l]);       \
+        break;                                                                               \
+      case TE_RPROD:                                                                         \
+        for (int l = 0; l < n; l++) r = FLOAT ? (T)(r * x_[l]) : (T)((uint64_t)(U)r * (uint64_t)(U)x_[l]); \
+        break;                                                                               \
+      case TE_RMAX:                                                                          \
+        for (int l = 0; l < n; l++) r = (x_[l] != x_[l] || x_[l] > r) ? x_[l] : r;          \
+        break;                                                                               \
+      case TE_RMIN:                                                                          \
+        for (int l = 0; l < n; l++) r = (x_[l] != x_[l] || x_[l] < r) ? x_[l] : r;          \
+        break;                                                                               \
+    }                                                                                        \
+    memcpy(out, &r, sizeof r);                                                               \
+    return;                                                                                  \
+  }
+    LANES_ALL(X)
+#undef X
+    default: return;
+  }
 }
 
 static void lanes_fill(kiln_dtype dt, int n, void *o, const void *v) { lanes_store(dt, n, o, 1, v, 1); }
