@@ -14,6 +14,9 @@
 
 #define L KILN_LANES
 #define SLOT_BYTES ((size_t)L * 8) /* one value: up to L lanes of up to 8 bytes */
+/* What evaluating one instruction costs beyond its lane loop, in lanes
+ * of work (for choosing between evaluation orders). */
+#define IK_OVERHEAD 32
 
 /* ---- the program ----------------------------------------------------------------- */
 
@@ -60,6 +63,7 @@ struct kiln_interp_kernel {
   int64_t parallel_total, grain, inner; /* parallel iterations, chunk, elements per iteration */
   int vary_level;   /* loops at and below it vary within a block; above it, one value per block */
   int64_t row_len;  /* elements of one value of the loops above vary_level */
+  int64_t row_run;  /* a block ends where one of these runs of elements does (the rows of a hoisted reduction) */
   kiln_gemm_call gemm;  /* the nest's tensorized call, if any (gemm.sum not used: it points into the builder) */
   kiln_conv_call conv;  /* conv.tag points at conv_tag */
   te_conv_tag conv_tag;
@@ -499,15 +503,29 @@ kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nes
     k->inner = 1;
     for (int l = nest->parallel_dims; l < nest->rank; l++) k->inner *= nest->extents[l];
     /* A block covers consecutive elements over the innermost loops whose
-     * product reaches 64 (short rows would make short blocks). */
+     * product reaches 64 (short rows would make short blocks), or half a
+     * block where a reduction is hoisted out of an inner loop: its rows
+     * are then evaluated several at a time (eval_reduce_rows). */
+    bool hoisted = false;
+    for (int i = 0; i < nest->n_sites; i++)
+      hoisted |= !nest->sites[i].owner && nest->sites[i].level + 1 < nest->rank;
+    int64_t reach = hoisted ? L / 2 : 64;
     int vl = nest->rank > 0 ? nest->rank - 1 : 0;
-    while (vl > 0 && k->stride[vl - 1] < 64) vl--;
-    /* ...but never over a loop a reduction is hoisted out of: its
-     * variables would vary across the block, and each lane would compute
-     * the row's reduction itself (Softmax over rows of 49: 49 times). */
+    while (vl > 0 && k->stride[vl - 1] < reach) vl--;
+    /* ...but a block never covers a loop a reduction is hoisted out of
+     * whose rows are too long for two in a block: a row is then one
+     * block, the reduction one scalar. Blocks of shorter rows hold whole
+     * rows (row_run: the longest). */
     for (int i = 0; i < nest->n_sites; i++) {
       const kiln_reduce_site *site = &nest->sites[i];
-      if (!site->owner && site->level + 1 < nest->rank && site->level + 1 > vl) vl = site->level + 1;
+      if (!site->owner && site->level + 1 < nest->rank && site->level + 1 > vl && 2 * k->stride[site->level] > L)
+        vl = site->level + 1;
+    }
+    k->row_run = 1;
+    for (int i = 0; i < nest->n_sites; i++) {
+      const kiln_reduce_site *site = &nest->sites[i];
+      if (!site->owner && site->level + 1 < nest->rank && site->level + 1 > vl && k->stride[site->level] > k->row_run)
+        k->row_run = k->stride[site->level];
     }
     k->vary_level = vl;
     k->row_len = nest->rank > 0 ? k->stride[vl] * nest->extents[vl] : 1;
@@ -563,6 +581,7 @@ typedef struct ik_state {
   int n_vary;
   uint64_t tick;
   int nl;               /* lanes of the current block */
+  int64_t flat0;        /* where lane 0 is in the lanes' order (var_ostride's): rows start at its multiples */
   void *const *buffers;
   int64_t idx[L];
 } ik_state;
@@ -712,6 +731,133 @@ static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_
   k->ops->gather(x->dt, nl, o, base, s->idx);
 }
 
+/* Whether instruction x reads variable v. */
+static bool reads_var(const kiln_interp_kernel *k, const ik_ins *x, int v) {
+  for (int j = 0; j < x->n_vars; j++)
+    if (k->var_list[x->vars + j] == v) return true;
+  return false;
+}
+
+/* A reduction that reads some of the block's varying variables, by rows:
+ * the lanes where the variables it reads hold one value (a row of
+ * Softmax or LayerNorm: runs of consecutive lanes) share one sum, so the
+ * body is evaluated over lanes (row, k) for every row of the block at
+ * once, each row folded, and its sum spread over the row's lanes. With
+ * rows of one lane this is a lane-by-lane evaluation batched (a full
+ * reduction nested in another). Returns false, having done nothing, where
+ * one pass along the variable over the block's lanes is cheaper. */
+static bool eval_reduce_rows(ik_state *s, const kiln_interp_kernel *k, int i) {
+  const ik_ins *x = &k->ins[i];
+  const kiln_lanes_ops *ops = k->ops;
+  int nl = s->nl, n_vary = s->n_vary, n_read = 0, read[2 * KILN_MAX_RANK + 2];
+  int64_t m = INT64_MAX;
+  for (int j = 0; j < n_vary; j++)
+    if (reads_var(k, x, s->vary[j])) {
+      read[n_read++] = s->vary[j];
+      if (s->var_ostride[s->vary[j]] < m) m = s->var_ostride[s->vary[j]];
+    }
+  /* Each variable read is constant over aligned runs of m in the lanes'
+   * order when m divides its step; a variable stepping otherwise (none of
+   * the nests' loops do) leaves rows of one lane. */
+  for (int j = 0; j < n_read; j++)
+    if (m < 1 || s->var_ostride[read[j]] % m) m = 1;
+  int64_t first = m - s->flat0 % m; /* lanes of the first row */
+  int rows = nl <= first ? 1 : 1 + (int)((nl - first + m - 1) / m);
+  int64_t ext = x->extent, ek = ext < L / rows ? ext : L / rows, chunks = (ext + ek - 1) / ek;
+  double by_rows = (double)chunks * (double)x->n_list * (double)(IK_OVERHEAD + rows * ek) +
+                   (double)rows * (double)(IK_OVERHEAD + ek) + nl;
+  double by_lanes = (double)ext * (double)x->n_list * (double)(IK_OVERHEAD + nl);
+  if (by_rows >= by_lanes) return false;
+  /* Each row's values of the variables read, taken before their lanes are reused. */
+  int64_t row_vals_local[L], *row_vals = row_vals_local;
+  if ((size_t)rows * (size_t)n_read > L) {
+    row_vals = malloc((size_t)rows * (size_t)n_read * sizeof *row_vals);
+    if (!row_vals) return false;
+  }
+  for (int r = 0; r < rows; r++) {
+    int64_t at = r ? first + (r - 1) * m : 0;
+    for (int j = 0; j < n_read; j++) row_vals[r * n_read + j] = s->var_lanes[(size_t)read[j] * L + (size_t)at];
+  }
+  int64_t saved_ostride[2 * KILN_MAX_RANK + 2], saved_flat0 = s->flat0, g0 = s->flat0 / m;
+  int saved_vary[2 * KILN_MAX_RANK + 2];
+  memcpy(saved_vary, s->vary, sizeof saved_vary);
+  for (int j = 0; j < n_read; j++) saved_ostride[j] = s->var_ostride[read[j]];
+  /* The varying variables the body does not read are set aside, their lanes kept. */
+  for (int j = 0; j < n_vary; j++) s->varying[saved_vary[j]] = 0;
+  int v = x->var;
+  memcpy(s->vary, read, (size_t)n_read * sizeof(int));
+  s->vary[n_read] = v;
+  s->n_vary = n_read + 1;
+  for (int j = 0; j < n_read; j++) s->varying[read[j]] = 1;
+  s->varying[v] = 1;
+  s->var_ostride[v] = 1;
+  size_t size = lane_size(x->dt);
+  unsigned char *acc = slot(s, i);
+  ops->fill(x->dt, (int)(rows * ek), acc, x->bytes);
+  int64_t laid = 0; /* lanes per row the variables read are laid out for */
+  int64_t *kl = s->var_lanes + (size_t)v * L;
+  for (int64_t k0 = 0; k0 < ext; k0 += ek) {
+    int64_t n = ext - k0 < ek ? ext - k0 : ek;
+    if (n != laid) {
+      /* Lane r * n + j is row r's element k0 + j: lanes in the order
+       * of a flat index whose rows are n long. */
+      for (int j = 0; j < n_read; j++) {
+        int64_t *lanes = s->var_lanes + (size_t)read[j] * L;
+        for (int r = 0; r < rows; r++)
+          for (int64_t q = 0; q < n; q++) lanes[r * n + q] = row_vals[r * n_read + j];
+        s->var_ostride[read[j]] = saved_ostride[j] / m * n;
+        s->changed[read[j]] = ++s->tick;
+      }
+      laid = n;
+    }
+    for (int r = 0; r < rows; r++)
+      for (int64_t q = 0; q < n; q++) kl[r * n + q] = k0 + q;
+    s->changed[v] = ++s->tick;
+    s->nl = (int)(rows * n);
+    s->flat0 = g0 * n;
+    eval_list(s, k, x->list, x->n_list);
+    const unsigned char *body = slot(s, x->a);
+    int bs = s->scalar[x->a];
+    if (n == ek) {
+      ops->combine(x->rop, x->dt, (int)(rows * ek), acc, body, bs);
+    } else {
+      for (int r = 0; r < rows; r++)
+        ops->combine(x->rop, x->dt, (int)n, acc + (size_t)(r * ek) * size, bs ? body : body + (size_t)(r * n) * size,
+                     bs);
+    }
+  }
+  unsigned char sums[SLOT_BYTES];
+  for (int r = 0; r < rows; r++) {
+    memcpy(sums + (size_t)r * size, x->bytes, size);
+    ops->fold(x->rop, x->dt, (int)ek, acc + (size_t)(r * ek) * size, sums + (size_t)r * size);
+  }
+  /* Back to the block's lanes: each row's sum over its lanes, the
+   * variables' lanes and steps as they were. */
+  for (int r = 0; r < rows; r++) {
+    int64_t at = r ? first + (r - 1) * m : 0, len = r ? m : first;
+    if (at + len > nl) len = nl - at;
+    ops->fill(x->dt, (int)len, acc + (size_t)at * size, sums + (size_t)r * size);
+    for (int j = 0; j < n_read; j++) {
+      int64_t *lanes = s->var_lanes + (size_t)read[j] * L, val = row_vals[r * n_read + j];
+      for (int64_t q = 0; q < len; q++) lanes[at + q] = val;
+    }
+  }
+  for (int j = 0; j < n_read; j++) {
+    s->var_ostride[read[j]] = saved_ostride[j];
+    s->changed[read[j]] = ++s->tick;
+  }
+  s->varying[v] = 0;
+  s->changed[v] = ++s->tick;
+  memcpy(s->vary, saved_vary, sizeof saved_vary);
+  s->n_vary = n_vary;
+  for (int j = 0; j < n_vary; j++) s->varying[saved_vary[j]] = 1;
+  s->nl = nl;
+  s->flat0 = saved_flat0;
+  s->scalar[i] = 0;
+  if (row_vals != row_vals_local) free(row_vals);
+  return true;
+}
+
 static void eval_reduce(ik_state *s, const kiln_interp_kernel *k, int i) {
   const ik_ins *x = &k->ins[i];
   const kiln_lanes_ops *ops = k->ops;
@@ -719,6 +865,7 @@ static void eval_reduce(ik_state *s, const kiln_interp_kernel *k, int i) {
   bool lanewise = false;
   for (int j = 0; j < x->n_vars && !lanewise; j++) lanewise = s->varying[k->var_list[x->vars + j]];
   if (lanewise) {
+    if (eval_reduce_rows(s, k, i)) return;
     /* Each lane its own sum: the variable one value at a time, the body
      * over the block. */
     ops->fill(x->dt, s->nl, acc, x->bytes);
@@ -733,6 +880,7 @@ static void eval_reduce(ik_state *s, const kiln_interp_kernel *k, int i) {
   /* One value for the block: the body evaluated in blocks along the
    * reduction's own variable, into per-lane partial results, folded. */
   int saved_nl = s->nl, v = x->var, saved_n = s->n_vary;
+  int64_t saved_flat0 = s->flat0;
   int saved[2 * KILN_MAX_RANK + 2];
   /* The block's own varying variables are set aside (the body reads none
    * of them: they are not free in it), their lanes kept. */
@@ -749,6 +897,7 @@ static void eval_reduce(ik_state *s, const kiln_interp_kernel *k, int i) {
     int n = (int)(x->extent - k0 < L ? x->extent - k0 : L);
     for (int l = 0; l < n; l++) lanes[l] = k0 + l;
     s->nl = n;
+    s->flat0 = k0;
     s->changed[v] = ++s->tick;
     eval_list(s, k, x->list, x->n_list);
     ops->combine(x->rop, x->dt, n, acc, slot(s, x->a), s->scalar[x->a]);
@@ -763,6 +912,7 @@ static void eval_reduce(ik_state *s, const kiln_interp_kernel *k, int i) {
   s->n_vary = saved_n;
   for (int j = 0; j < saved_n; j++) s->varying[saved[j]] = 1;
   s->nl = saved_nl;
+  s->flat0 = saved_flat0;
   s->scalar[i] = 1;
 }
 
@@ -846,6 +996,7 @@ static void set_block_vars(ik_state *s, const kiln_interp_kernel *k, int64_t e, 
     s->changed[v] = ++s->tick;
   }
   s->nl = n;
+  s->flat0 = e;
   if (vl == k->rank - 1 && k->rank > 0) { /* one varying loop: a ramp */
     int64_t *lanes = s->var_lanes + (size_t)k->loop_var[vl] * L;
     for (int l = 1; l < n; l++) lanes[l] = lanes[0] + l;
@@ -889,6 +1040,8 @@ static void eval_range(ik_state *s, const kiln_interp_kernel *k, int64_t e0, int
     if (n > L) n = L;
     int64_t to_row_end = k->row_len - e % k->row_len;
     if (n > to_row_end) n = to_row_end;
+    int64_t whole_rows = L / k->row_run * k->row_run - e % k->row_run;
+    if (n > whole_rows) n = whole_rows;
     set_block_vars(s, k, e, (int)n);
     if (sum) {
       memcpy(slot(s, k->sum), (const char *)sum + (size_t)(e - e0) * 4, (size_t)n * 4); /* f32 or int32 sums */
