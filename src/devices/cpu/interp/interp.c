@@ -573,9 +573,13 @@ typedef struct ik_state {
   uint8_t *scalar;      /* per instruction: its value is lane 0 for every lane */
   uint64_t *at;         /* per instruction: the tick it was computed at (0: never) */
   uint64_t *changed;    /* per variable: the tick its value last changed */
-  int64_t *var_value;   /* per variable: its value, when not varying */
-  int64_t *var_lanes;   /* per variable: L lanes, when varying */
-  int64_t *var_ostride; /* per variable, when varying: its step in the block's linear order */
+  int64_t *var_value;   /* per variable: its value, when not varying; when varying, its lane 0's */
+  /* A varying variable's lane l holds var_off + ((flat0 + l) / var_ostride) % var_ext: its lanes are
+   * written out (var_lanes) only when read as lanes (var_lanes_of). */
+  int64_t *var_ostride; /* per variable, when varying: its step in the lanes' order */
+  int64_t *var_ext, *var_off;
+  int64_t *var_lanes;   /* per variable: L lanes, when varying, as of lanes_at */
+  uint64_t *lanes_at;   /* per variable: the tick var_lanes were written at (its changed) */
   uint8_t *varying;     /* per variable: in vary[] */
   int vary[2 * KILN_MAX_RANK + 2]; /* the variables that vary across the block's lanes */
   int n_vary;
@@ -607,7 +611,7 @@ static ik_state *state_for(const kiln_interp_kernel *k, uint64_t launch, void *c
   }
   if (s->k == k && s->launch == launch) return s;
   size_t n = (size_t)k->n_ins, v = (size_t)k->n_vars + 1;
-  size_t need = n * SLOT_BYTES + n * (1 + 8) + v * (8 + 8 + 8 + 1 + (size_t)L * 8) + 64;
+  size_t need = n * SLOT_BYTES + n * (1 + 8) + v * (6 * 8 + 1 + (size_t)L * 8) + 64;
   if (need > s->cap) {
     free(s->vals);
     s->vals = aligned_alloc(64, (need + 63) / 64 * 64);
@@ -623,10 +627,14 @@ static ik_state *state_for(const kiln_interp_kernel *k, uint64_t launch, void *c
   s->changed = (uint64_t *)p, p += v * 8;
   s->var_value = (int64_t *)p, p += v * 8;
   s->var_ostride = (int64_t *)p, p += v * 8;
+  s->var_ext = (int64_t *)p, p += v * 8;
+  s->var_off = (int64_t *)p, p += v * 8;
+  s->lanes_at = (uint64_t *)p, p += v * 8;
   s->scalar = p, p += n;
   s->varying = p;
   memset(s->at, 0, n * 8);
   memset(s->changed, 0, v * 8);
+  memset(s->lanes_at, 0, v * 8);
   memset(s->varying, 0, v);
   s->n_vary = 0;
   s->tick = 1;
@@ -655,6 +663,46 @@ static void set_scalar_var(ik_state *s, int var, int64_t value) {
 }
 
 static void eval_list(ik_state *s, const kiln_interp_kernel *k, int start, int n);
+
+/* Varying variable v from lane 0 on: off + ((flat0 + l) / ostride) % ext. */
+static void set_varying_var(ik_state *s, int v, int64_t off, int64_t ostride, int64_t ext) {
+  s->varying[v] = 1;
+  s->var_off[v] = off;
+  s->var_ostride[v] = ostride;
+  s->var_ext[v] = ext;
+  s->var_value[v] = off + (s->flat0 / ostride) % ext;
+  s->changed[v] = ++s->tick;
+}
+
+/* A varying variable's lanes, written out on first use: runs of equal
+ * values (ostride long, the first cut short by where flat0 starts),
+ * stepping by one and wrapping at the extent; ostride 1 makes ramps. */
+static const int64_t *var_lanes_of(ik_state *s, const kiln_interp_kernel *k, int v) {
+  int64_t *lanes = s->var_lanes + (size_t)v * L;
+  if (s->lanes_at[v] == s->changed[v]) return lanes;
+  s->lanes_at[v] = s->changed[v];
+  int64_t ext = s->var_ext[v], st = s->var_ostride[v], off = s->var_off[v], val = (s->flat0 / st) % ext;
+  int n = s->nl, l = 0;
+  if (st == 1) {
+    while (l < n) {
+      int run = (int)(ext - val < n - l ? ext - val : n - l);
+      k->ops->ramp(run, lanes + l, off + val);
+      l += run;
+      val = 0;
+    }
+    return lanes;
+  }
+  int64_t pos = s->flat0 % st;
+  while (l < n) {
+    int run = (int)(st - pos < n - l ? st - pos : n - l);
+    int64_t x = off + val;
+    k->ops->fill(KILN_DTYPE_I64, run, lanes + l, &x);
+    l += run;
+    pos = 0;
+    val = val + 1 == ext ? 0 : val + 1;
+  }
+  return lanes;
+}
 
 /* The coefficient of variable v in an affine load's index (0: not read). */
 static int64_t coef_of(const kiln_interp_kernel *k, const ik_ins *x, int v) {
@@ -686,7 +734,7 @@ static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_
       continue;
     }
     varies = true;
-    u += c * s->var_lanes[(size_t)id * L]; /* u: the index at lane 0 (but for varying values) */
+    u += c * s->var_value[id]; /* u: the index at lane 0 (but for varying values) */
   }
   const char *base = s->buffers[x->buf];
   size_t size = lane_size(x->dt);
@@ -724,8 +772,7 @@ static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_
       int j = -1 - id;
       if (!s->scalar[j]) k->ops->index_add(nl, s->idx, c, slot(s, j), 0);
     } else if (s->varying[id]) {
-      const int64_t *lanes = s->var_lanes + (size_t)id * L;
-      k->ops->index_add(nl, s->idx, c, lanes, lanes[0]);
+      k->ops->index_add(nl, s->idx, c, var_lanes_of(s, k, id), s->var_value[id]);
     }
   }
   k->ops->gather(x->dt, nl, o, base, s->idx);
@@ -768,16 +815,6 @@ static bool eval_reduce_rows(ik_state *s, const kiln_interp_kernel *k, int i) {
                    (double)rows * (double)(IK_OVERHEAD + ek) + nl;
   double by_lanes = (double)ext * (double)x->n_list * (double)(IK_OVERHEAD + nl);
   if (by_rows >= by_lanes) return false;
-  /* Each row's values of the variables read, taken before their lanes are reused. */
-  int64_t row_vals_local[L], *row_vals = row_vals_local;
-  if ((size_t)rows * (size_t)n_read > L) {
-    row_vals = malloc((size_t)rows * (size_t)n_read * sizeof *row_vals);
-    if (!row_vals) return false;
-  }
-  for (int r = 0; r < rows; r++) {
-    int64_t at = r ? first + (r - 1) * m : 0;
-    for (int j = 0; j < n_read; j++) row_vals[r * n_read + j] = s->var_lanes[(size_t)read[j] * L + (size_t)at];
-  }
   int64_t saved_ostride[2 * KILN_MAX_RANK + 2], saved_flat0 = s->flat0, g0 = s->flat0 / m;
   int saved_vary[2 * KILN_MAX_RANK + 2];
   memcpy(saved_vary, s->vary, sizeof saved_vary);
@@ -789,32 +826,24 @@ static bool eval_reduce_rows(ik_state *s, const kiln_interp_kernel *k, int i) {
   s->vary[n_read] = v;
   s->n_vary = n_read + 1;
   for (int j = 0; j < n_read; j++) s->varying[read[j]] = 1;
-  s->varying[v] = 1;
-  s->var_ostride[v] = 1;
   size_t size = lane_size(x->dt);
   unsigned char *acc = slot(s, i);
   ops->fill(x->dt, (int)(rows * ek), acc, x->bytes);
   int64_t laid = 0; /* lanes per row the variables read are laid out for */
-  int64_t *kl = s->var_lanes + (size_t)v * L;
   for (int64_t k0 = 0; k0 < ext; k0 += ek) {
     int64_t n = ext - k0 < ek ? ext - k0 : ek;
+    /* Lane r * n + j is row r's element k0 + j: the lanes' order is a
+     * flat index of rows n long, row g0 the first. */
+    s->nl = (int)(rows * n);
+    s->flat0 = g0 * n;
     if (n != laid) {
-      /* Lane r * n + j is row r's element k0 + j: lanes in the order
-       * of a flat index whose rows are n long. */
       for (int j = 0; j < n_read; j++) {
-        int64_t *lanes = s->var_lanes + (size_t)read[j] * L;
-        for (int r = 0; r < rows; r++)
-          for (int64_t q = 0; q < n; q++) lanes[r * n + q] = row_vals[r * n_read + j];
-        s->var_ostride[read[j]] = saved_ostride[j] / m * n;
-        s->changed[read[j]] = ++s->tick;
+        int w = read[j];
+        set_varying_var(s, w, s->var_off[w], saved_ostride[j] / m * n, s->var_ext[w]);
       }
       laid = n;
     }
-    for (int r = 0; r < rows; r++)
-      for (int64_t q = 0; q < n; q++) kl[r * n + q] = k0 + q;
-    s->changed[v] = ++s->tick;
-    s->nl = (int)(rows * n);
-    s->flat0 = g0 * n;
+    set_varying_var(s, v, k0, 1, n);
     eval_list(s, k, x->list, x->n_list);
     const unsigned char *body = slot(s, x->a);
     int bs = s->scalar[x->a];
@@ -832,29 +861,24 @@ static bool eval_reduce_rows(ik_state *s, const kiln_interp_kernel *k, int i) {
     ops->fold(x->rop, x->dt, (int)ek, acc + (size_t)(r * ek) * size, sums + (size_t)r * size);
   }
   /* Back to the block's lanes: each row's sum over its lanes, the
-   * variables' lanes and steps as they were. */
+   * variables as they were. */
   for (int r = 0; r < rows; r++) {
     int64_t at = r ? first + (r - 1) * m : 0, len = r ? m : first;
     if (at + len > nl) len = nl - at;
     ops->fill(x->dt, (int)len, acc + (size_t)at * size, sums + (size_t)r * size);
-    for (int j = 0; j < n_read; j++) {
-      int64_t *lanes = s->var_lanes + (size_t)read[j] * L, val = row_vals[r * n_read + j];
-      for (int64_t q = 0; q < len; q++) lanes[at + q] = val;
-    }
   }
+  s->nl = nl;
+  s->flat0 = saved_flat0;
   for (int j = 0; j < n_read; j++) {
-    s->var_ostride[read[j]] = saved_ostride[j];
-    s->changed[read[j]] = ++s->tick;
+    int w = read[j];
+    set_varying_var(s, w, s->var_off[w], saved_ostride[j], s->var_ext[w]);
   }
   s->varying[v] = 0;
   s->changed[v] = ++s->tick;
   memcpy(s->vary, saved_vary, sizeof saved_vary);
   s->n_vary = n_vary;
   for (int j = 0; j < n_vary; j++) s->varying[saved_vary[j]] = 1;
-  s->nl = nl;
-  s->flat0 = saved_flat0;
   s->scalar[i] = 0;
-  if (row_vals != row_vals_local) free(row_vals);
   return true;
 }
 
@@ -890,15 +914,11 @@ static void eval_reduce(ik_state *s, const kiln_interp_kernel *k, int i) {
   s->n_vary = 1;
   int64_t used = x->extent < L ? x->extent : L;
   ops->fill(x->dt, (int)used, acc, x->bytes);
-  s->varying[v] = 1;
-  s->var_ostride[v] = 1;
-  int64_t *lanes = s->var_lanes + (size_t)v * L;
   for (int64_t k0 = 0; k0 < x->extent; k0 += L) {
     int n = (int)(x->extent - k0 < L ? x->extent - k0 : L);
-    for (int l = 0; l < n; l++) lanes[l] = k0 + l;
     s->nl = n;
-    s->flat0 = k0;
-    s->changed[v] = ++s->tick;
+    s->flat0 = 0;
+    set_varying_var(s, v, k0, 1, n);
     eval_list(s, k, x->list, x->n_list);
     ops->combine(x->rop, x->dt, n, acc, slot(s, x->a), s->scalar[x->a]);
   }
@@ -933,7 +953,7 @@ static void eval_ins(ik_state *s, const kiln_interp_kernel *k, int i) {
       return;
     case TE_VAR:
       if (s->varying[x->var]) {
-        memcpy(o, s->var_lanes + (size_t)x->var * L, (size_t)s->nl * 8);
+        memcpy(o, var_lanes_of(s, k, x->var), (size_t)s->nl * 8);
         s->scalar[i] = 0;
       } else {
         memcpy(o, &s->var_value[x->var], 8);
@@ -982,50 +1002,16 @@ static void eval_list(ik_state *s, const kiln_interp_kernel *k, int start, int n
 static void set_block_vars(ik_state *s, const kiln_interp_kernel *k, int64_t e, int n) {
   int vl = k->vary_level;
   s->n_vary = 0;
-  for (int l = 0; l < k->rank; l++) {
-    int v = k->loop_var[l];
-    int64_t value = (e / k->stride[l]) % k->extents[l];
-    if (l < vl) {
-      set_scalar_var(s, v, value);
-      continue;
-    }
-    s->varying[v] = 1;
-    s->vary[s->n_vary++] = v;
-    s->var_ostride[v] = k->stride[l];
-    s->var_lanes[(size_t)v * L] = value;
-    s->changed[v] = ++s->tick;
-  }
   s->nl = n;
   s->flat0 = e;
-  if (vl == k->rank - 1 && k->rank > 0) { /* one varying loop: a ramp */
-    int64_t *lanes = s->var_lanes + (size_t)k->loop_var[vl] * L;
-    for (int l = 1; l < n; l++) lanes[l] = lanes[0] + l;
-    return;
-  }
-  /* Several varying loops: each loop's lanes are runs of equal values
-   * (stride[d] long, the first cut short by where e starts), stepping by
-   * one and wrapping at the extent; the innermost loop's runs are ramps. */
-  for (int d = vl; d < k->rank; d++) {
-    int64_t *lanes = s->var_lanes + (size_t)k->loop_var[d] * L;
-    int64_t ext = k->extents[d], st = k->stride[d], val = lanes[0];
-    int l = 0;
-    if (st == 1) {
-      while (l < n) {
-        int run = (int)(ext - val < n - l ? ext - val : n - l);
-        for (int j = 0; j < run; j++) lanes[l + j] = val + j;
-        l += run;
-        val = 0;
-      }
+  for (int l = 0; l < k->rank; l++) {
+    int v = k->loop_var[l];
+    if (l < vl) {
+      set_scalar_var(s, v, (e / k->stride[l]) % k->extents[l]);
       continue;
     }
-    int64_t pos = e % st;
-    while (l < n) {
-      int run = (int)(st - pos < n - l ? st - pos : n - l);
-      for (int j = 0; j < run; j++) lanes[l + j] = val;
-      l += run;
-      pos = 0;
-      val = val + 1 == ext ? 0 : val + 1;
-    }
+    s->vary[s->n_vary++] = v;
+    set_varying_var(s, v, 0, k->stride[l], k->extents[l]);
   }
 }
 

@@ -56,6 +56,8 @@ typedef struct kiln_lanes_ops {
   void (*fold)(te_reduce_op rop, kiln_dtype dt, int n, const void *x, void *out);
   /* o[l] = v[0] for n lanes. */
   void (*fill)(kiln_dtype dt, int n, void *o, const void *v);
+  /* o[l] = start + l. */
+  void (*ramp)(int n, int64_t *o, int64_t start);
   /* idx[l] += c * (x[l] - x0): a gather's index, one term at a time. */
   void (*index_add)(int n, int64_t *idx, int64_t c, const int64_t *x, int64_t x0);
 } kiln_lanes_ops;

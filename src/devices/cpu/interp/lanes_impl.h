@@ -426,6 +426,10 @@ static void lanes_fold(te_reduce_op rop, kiln_dtype dt, int n, const void *x, vo
 
 static void lanes_fill(kiln_dtype dt, int n, void *o, const void *v) { lanes_store(dt, n, o, 1, v, 1); }
 
+static void lanes_ramp(int n, int64_t *o, int64_t start) {
+  for (int l = 0; l < n; l++) o[l] = start + l;
+}
+
 static void lanes_index_add(int n, int64_t *idx, int64_t c, const int64_t *x, int64_t x0) {
   /* unsigned: the index arithmetic wraps as the generated code's would */
   uint64_t *o = (uint64_t *)idx;
@@ -447,5 +451,6 @@ const kiln_lanes_ops LANES_TABLE = {
     .combine = lanes_combine,
     .fold = lanes_fold,
     .fill = lanes_fill,
+    .ramp = lanes_ramp,
     .index_add = lanes_index_add,
 };
