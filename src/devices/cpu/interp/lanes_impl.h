@@ -392,32 +392,46 @@ static void lanes_combine(te_reduce_op rop, kiln_dtype dt, int n, void *acc, con
   }
 }
 
-/* In lane order, one lane at a time, as n combines of one lane would
- * (the same rounding). */
+/* Eight partial results over lanes l mod 8 (vector registers' worth),
+ * then combined in order: the C renderer's unrolled reductions do the
+ * same. Max and min give the same result in any order. */
+#define LANES_FOLD(T, OP)                                          \
+  do {                                                             \
+    const T *x_ = x;                                               \
+    T r;                                                           \
+    memcpy(&r, out, sizeof r);                                     \
+    int l = 0;                                                     \
+    if (n >= 16) {                                                 \
+      T p[8];                                                      \
+      for (int u = 0; u < 8; u++) p[u] = x_[u];                    \
+      for (l = 8; l + 8 <= n; l += 8)                              \
+        for (int u = 0; u < 8; u++) {                              \
+          T acc_ = p[u], y_ = x_[l + u];                           \
+          p[u] = (OP);                                             \
+        }                                                          \
+      for (int u = 0; u < 8; u++) {                                \
+        T acc_ = r, y_ = p[u];                                     \
+        r = (OP);                                                  \
+      }                                                            \
+    }                                                              \
+    for (; l < n; l++) {                                           \
+      T acc_ = r, y_ = x_[l];                                      \
+      r = (OP);                                                    \
+    }                                                              \
+    memcpy(out, &r, sizeof r);                                     \
+  } while (0)
+
 static void lanes_fold(te_reduce_op rop, kiln_dtype dt, int n, const void *x, void *out) {
   switch (dt) {
-#define X(DT, T, U, FLOAT)                                                                   \
-  case DT: {                                                                                 \
-    const T *x_ = x;                                                                         \
-    T r;                                                                                     \
-    memcpy(&r, out, sizeof r);                                                               \
-    switch (rop) {                                                                           \
-      case TE_RSUM:                                                                          \
-        for (int l = 0; l < n; l++) r = FLOAT ? (T)(r + x_[l]) : (T)((U)r + (U)x_[l]);       \
-        break;                                                                               \
-      case TE_RPROD:                                                                         \
-        for (int l = 0; l < n; l++) r = FLOAT ? (T)(r * x_[l]) : (T)((uint64_t)(U)r * (uint64_t)(U)x_[l]); \
-        break;                                                                               \
-      case TE_RMAX:                                                                          \
-        for (int l = 0; l < n; l++) r = (x_[l] != x_[l] || x_[l] > r) ? x_[l] : r;          \
-        break;                                                                               \
-      case TE_RMIN:                                                                          \
-        for (int l = 0; l < n; l++) r = (x_[l] != x_[l] || x_[l] < r) ? x_[l] : r;          \
-        break;                                                                               \
-    }                                                                                        \
-    memcpy(out, &r, sizeof r);                                                               \
-    return;                                                                                  \
-  }
+#define X(DT, T, U, FLOAT)                                                                                      \
+  case DT:                                                                                                      \
+    switch (rop) {                                                                                              \
+      case TE_RSUM: LANES_FOLD(T, FLOAT ? (T)(acc_ + y_) : (T)((U)acc_ + (U)y_)); return;                      \
+      case TE_RPROD: LANES_FOLD(T, FLOAT ? (T)(acc_ * y_) : (T)((uint64_t)(U)acc_ * (uint64_t)(U)y_)); return; \
+      case TE_RMAX: LANES_FOLD(T, (y_ != y_ || y_ > acc_) ? y_ : acc_); return;                                 \
+      case TE_RMIN: LANES_FOLD(T, (y_ != y_ || y_ < acc_) ? y_ : acc_); return;                                 \
+    }                                                                                                           \
+    return;
     LANES_ALL(X)
 #undef X
     default: return;
