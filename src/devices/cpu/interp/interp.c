@@ -586,6 +586,8 @@ typedef struct ik_state {
   uint64_t tick;
   int nl;               /* lanes of the current block */
   int64_t flat0;        /* where lane 0 is in the lanes' order (var_ostride's): rows start at its multiples */
+  bool whole;           /* the varying variables are every digit of the lanes' order (an index stepping
+                           by step * var_ostride in each steps evenly across the lanes) */
   void *const *buffers;
   int64_t idx[L];
 } ik_state;
@@ -754,7 +756,7 @@ static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_
       step = coef_of(k, x, s->vary[j]);
       found = true;
     }
-  bool even = found && !ins_varies;
+  bool even = found && !ins_varies && s->whole;
   for (int j = 0; j < s->n_vary && even; j++) {
     int v = s->vary[j];
     even = coef_of(k, x, v) == step * s->var_ostride[v];
@@ -764,6 +766,41 @@ static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_
     return;
   }
   int nl = s->nl;
+  /* One varying variable read (a LayerNorm's scale, a channel's bias
+   * under a block of several rows or channels): its runs of values are
+   * strided copies, or its runs of one value fills. */
+  int w = -1;
+  for (int j = 0; j < s->n_vary && !ins_varies; j++)
+    if (coef_of(k, x, s->vary[j])) {
+      if (w >= 0) {
+        w = -1;
+        break;
+      }
+      w = s->vary[j];
+    }
+  if (w >= 0) {
+    /* u0: the index where the variable is at its offset (lane 0 is at val). */
+    int64_t c = coef_of(k, x, w), ext = s->var_ext[w], st = s->var_ostride[w], val = s->var_value[w] - s->var_off[w];
+    int64_t u0 = u - c * val;
+    if (st == 1) {
+      for (int l = 0; l < nl;) {
+        int run = (int)(ext - val < nl - l ? ext - val : nl - l);
+        k->ops->strided(x->dt, run, (char *)o + (size_t)l * size, base + (size_t)(u0 + c * val) * size, c);
+        l += run;
+        val = 0;
+      }
+      return;
+    }
+    int64_t pos = s->flat0 % st;
+    for (int l = 0; l < nl;) {
+      int run = (int)(st - pos < nl - l ? st - pos : nl - l);
+      k->ops->fill(x->dt, run, (char *)o + (size_t)l * size, base + (size_t)(u0 + c * val) * size);
+      l += run;
+      pos = 0;
+      val = val + 1 == ext ? 0 : val + 1;
+    }
+    return;
+  }
   k->ops->fill(KILN_DTYPE_I64, nl, s->idx, &u);
   for (int t = 0; t < x->n_aff; t++) {
     int id = k->aff_var[x->aff + t];
@@ -816,6 +853,10 @@ static bool eval_reduce_rows(ik_state *s, const kiln_interp_kernel *k, int i) {
   double by_lanes = (double)ext * (double)x->n_list * (double)(IK_OVERHEAD + nl);
   if (by_rows >= by_lanes) return false;
   int64_t saved_ostride[2 * KILN_MAX_RANK + 2], saved_flat0 = s->flat0, g0 = s->flat0 / m;
+  /* The rows' order is whole where no variable set aside is a digit of it. */
+  bool saved_whole = s->whole;
+  for (int j = 0; j < n_vary; j++)
+    if (s->var_ostride[s->vary[j]] >= m && !reads_var(k, x, s->vary[j])) s->whole = false;
   int saved_vary[2 * KILN_MAX_RANK + 2];
   memcpy(saved_vary, s->vary, sizeof saved_vary);
   for (int j = 0; j < n_read; j++) saved_ostride[j] = s->var_ostride[read[j]];
@@ -869,6 +910,7 @@ static bool eval_reduce_rows(ik_state *s, const kiln_interp_kernel *k, int i) {
   }
   s->nl = nl;
   s->flat0 = saved_flat0;
+  s->whole = saved_whole;
   for (int j = 0; j < n_read; j++) {
     int w = read[j];
     set_varying_var(s, w, s->var_off[w], saved_ostride[j], s->var_ext[w]);
@@ -905,6 +947,7 @@ static void eval_reduce(ik_state *s, const kiln_interp_kernel *k, int i) {
    * reduction's own variable, into per-lane partial results, folded. */
   int saved_nl = s->nl, v = x->var, saved_n = s->n_vary;
   int64_t saved_flat0 = s->flat0;
+  bool saved_whole = s->whole;
   int saved[2 * KILN_MAX_RANK + 2];
   /* The block's own varying variables are set aside (the body reads none
    * of them: they are not free in it), their lanes kept. */
@@ -918,6 +961,7 @@ static void eval_reduce(ik_state *s, const kiln_interp_kernel *k, int i) {
     int n = (int)(x->extent - k0 < L ? x->extent - k0 : L);
     s->nl = n;
     s->flat0 = 0;
+    s->whole = true;
     set_varying_var(s, v, k0, 1, n);
     eval_list(s, k, x->list, x->n_list);
     ops->combine(x->rop, x->dt, n, acc, slot(s, x->a), s->scalar[x->a]);
@@ -933,6 +977,7 @@ static void eval_reduce(ik_state *s, const kiln_interp_kernel *k, int i) {
   for (int j = 0; j < saved_n; j++) s->varying[saved[j]] = 1;
   s->nl = saved_nl;
   s->flat0 = saved_flat0;
+  s->whole = saved_whole;
   s->scalar[i] = 1;
 }
 
@@ -1004,6 +1049,7 @@ static void set_block_vars(ik_state *s, const kiln_interp_kernel *k, int64_t e, 
   s->n_vary = 0;
   s->nl = n;
   s->flat0 = e;
+  s->whole = true; /* the loops from vary_level in, the outermost not wrapping within a block */
   for (int l = 0; l < k->rank; l++) {
     int v = k->loop_var[l];
     if (l < vl) {
