@@ -1162,17 +1162,17 @@ static void conv_native_epilogue(void *vctx, float *c, int64_t ldc, int64_t m0, 
   const kiln_rt_epilogue_ctx *e = vctx;
   const ik_launch *x = (const ik_launch *)e->buffers;
   const kiln_conv_call *cc = &x->k->conv;
+  const kiln_lanes_ops *ops = x->k->ops;
   for (int64_t i = 0; i < mb; i++) {
     float *row = c + i * ldc;
-    if (cc->add_buf >= 0) {
-      const float *add = (const float *)x->buffers[cc->add_buf] + e->base + (m0 + i) * e->row + n0;
-      for (int64_t j = 0; j < nb; j++) row[j] += add[j];
-    }
-    if (cc->clip)
-      for (int64_t j = 0; j < nb; j++) {
-        float v = row[j] < cc->lo ? cc->lo : row[j];
-        row[j] = v > cc->hi ? cc->hi : v;
+    for (int64_t j0 = 0; j0 < nb; j0 += INT32_MAX) {
+      int n = (int)(nb - j0 < INT32_MAX ? nb - j0 : INT32_MAX);
+      if (cc->add_buf >= 0) {
+        const float *add = (const float *)x->buffers[cc->add_buf] + e->base + (m0 + i) * e->row + n0 + j0;
+        ops->binary(TE_ADD, KILN_DTYPE_F32, n, row + j0, row + j0, 0, add, 0);
       }
+      if (cc->clip) ops->clip(n, row + j0, row + j0, cc->lo, cc->hi);
+    }
   }
 }
 

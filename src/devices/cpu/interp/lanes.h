@@ -56,6 +56,9 @@ typedef struct kiln_lanes_ops {
   void (*fold)(te_reduce_op rop, kiln_dtype dt, int n, const void *x, void *out);
   /* o[l] = v[0] for n lanes. */
   void (*fill)(kiln_dtype dt, int n, void *o, const void *v);
+  /* o[l] = min(max(a[l], lo), hi) as a Relu or Clip epilogue computes it
+   * (NaN kept, a zero's sign too). */
+  void (*clip)(int n, float *o, const float *a, float lo, float hi);
   /* o[l] = start + l. */
   void (*ramp)(int n, int64_t *o, int64_t start);
   /* idx[l] += c * (x[l] - x0): a gather's index, one term at a time. */

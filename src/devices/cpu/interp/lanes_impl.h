@@ -440,6 +440,13 @@ static void lanes_fold(te_reduce_op rop, kiln_dtype dt, int n, const void *x, vo
 
 static void lanes_fill(kiln_dtype dt, int n, void *o, const void *v) { lanes_store(dt, n, o, 1, v, 1); }
 
+static void lanes_clip(int n, float *o, const float *a, float lo, float hi) {
+  for (int l = 0; l < n; l++) {
+    float v = a[l] < lo ? lo : a[l];
+    o[l] = v > hi ? hi : v;
+  }
+}
+
 static void lanes_ramp(int n, int64_t *o, int64_t start) {
   for (int l = 0; l < n; l++) o[l] = start + l;
 }
@@ -465,6 +472,7 @@ const kiln_lanes_ops LANES_TABLE = {
     .combine = lanes_combine,
     .fold = lanes_fold,
     .fill = lanes_fill,
+    .clip = lanes_clip,
     .ramp = lanes_ramp,
     .index_add = lanes_index_add,
 };
