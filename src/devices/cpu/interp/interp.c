@@ -713,6 +713,51 @@ static int64_t coef_of(const kiln_interp_kernel *k, const ik_ins *x, int v) {
   return 0;
 }
 
+/* A load at affine index u (at lane 0) over lanes whose varying
+ * variables are every digit of their order: the digits innermost first
+ * (each stepping when the one inside it wraps), a strided copy per run of
+ * the innermost. False where the runs would be short, having done
+ * nothing. */
+static bool eval_load_by_runs(ik_state *s, const kiln_interp_kernel *k, const ik_ins *x, void *o, int64_t u) {
+  int var[2 * KILN_MAX_RANK + 2], n = 0;
+  for (int j = 0; j < s->n_vary; j++) {
+    int v = s->vary[j];
+    if (s->var_ext[v] == 1) continue; /* one value: in u already */
+    int at = n++;
+    while (at > 0 && s->var_ostride[var[at - 1]] > s->var_ostride[v]) {
+      var[at] = var[at - 1];
+      at--;
+    }
+    var[at] = v;
+  }
+  if (!n || s->var_ostride[var[0]] != 1 || s->var_ext[var[0]] < 8) return false;
+  int64_t val[2 * KILN_MAX_RANK + 2], coef[2 * KILN_MAX_RANK + 2];
+  for (int j = 0; j < n; j++) {
+    if (j && s->var_ostride[var[j]] != s->var_ostride[var[j - 1]] * s->var_ext[var[j - 1]]) return false;
+    val[j] = s->var_value[var[j]] - s->var_off[var[j]];
+    coef[j] = coef_of(k, x, var[j]);
+  }
+  const char *base = s->buffers[x->buf];
+  size_t size = lane_size(x->dt);
+  int64_t ext0 = s->var_ext[var[0]], at = u;
+  for (int l = 0; l < s->nl;) {
+    int run = (int)(ext0 - val[0] < s->nl - l ? ext0 - val[0] : s->nl - l);
+    k->ops->strided(x->dt, run, (char *)o + (size_t)l * size, base + (size_t)at * size, coef[0]);
+    l += run;
+    at += coef[0] * run;
+    val[0] += run;
+    for (int j = 0; j < n && val[j] == s->var_ext[var[j]]; j++) {
+      at -= coef[j] * val[j];
+      val[j] = 0;
+      if (j + 1 < n) {
+        val[j + 1]++;
+        at += coef[j + 1];
+      }
+    }
+  }
+  return true;
+}
+
 /* A load at an affine index: a strided copy when the block's lanes step
  * through the index evenly, else a gather. */
 static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_ins *x, void *o, int i) {
@@ -766,6 +811,10 @@ static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_
     return;
   }
   int nl = s->nl;
+  /* Every digit of the lanes' order varying (a transpose's rows): runs of
+   * the innermost variable are strided copies, the index carried from
+   * run to run as the digits wrap. */
+  if (s->whole && !ins_varies && eval_load_by_runs(s, k, x, o, u)) return;
   /* One varying variable read (a LayerNorm's scale, a channel's bias
    * under a block of several rows or channels): its runs of values are
    * strided copies, or its runs of one value fills. */
