@@ -31,7 +31,8 @@ typedef struct ik_ins {
   int buf;          /* TE_LOAD */
   int fn;           /* TE_CALL1/2: kiln_lanes_fn */
   int aff;          /* TE_LOAD: its index as aff_c0 + sum of terms coef * (a variable, or an instruction's value:
-                       k->aff_var[t] = var, or -1 - instruction); -1: operand a is the index */
+                       k->aff_var[t] = var, or -1 - instruction; a variable divided by aff_div[t] > 0, or its
+                       remainder by -aff_div[t] where negative); -1: operand a is the index */
   int n_aff;
   int64_t aff_c0;
   int64_t extent;   /* TE_REDUCE */
@@ -48,7 +49,7 @@ struct kiln_interp_kernel {
   int n_lists_total;
   int *var_list;
   int *aff_var;
-  int64_t *aff_coef;
+  int64_t *aff_coef, *aff_div;
   int n_vars;       /* te variables */
   int n_bufs;       /* te buffers (the state slot follows them) */
   kiln_dtype *buf_dtype;
@@ -84,8 +85,8 @@ typedef struct builder {
   int *var_list;
   int n_var_list, cap_var_list;
   int *aff_var;
-  int64_t *aff_coef;
-  int n_aff, cap_aff_var, cap_aff_coef;
+  int64_t *aff_coef, *aff_div;
+  int n_aff, cap_aff_var, cap_aff_coef, cap_aff_div;
   char *mark;        /* per instruction: in the list being built */
   uint64_t *vset;    /* per instruction: free variables, words per instruction */
   int words;
@@ -215,7 +216,7 @@ static int lower_reduce(builder *bd, const te_expr *e) {
 typedef struct index_sum {
   int n, cap;
   int *id;
-  int64_t *coef;
+  int64_t *coef, *div;
   int64_t c0;
 } index_sum;
 
@@ -255,24 +256,33 @@ static void index_terms(builder *bd, const te_expr *e, int64_t k, index_sum *x, 
     default: break;
   }
   int id;
+  int64_t div = 0;
   if (e->op == TE_VAR) {
     id = e->var;
+  } else if ((e->op == TE_DIV || e->op == TE_MOD) && e->dtype == KILN_DTYPE_I64 && e->a->op == TE_VAR &&
+             e->b->op == TE_CONST && e->b->i > 0) {
+    /* a loop variable's quotient or remainder (a reshape's unflattened
+     * index): split into digits of the lanes' order where it can be */
+    id = e->a->var;
+    div = e->op == TE_DIV ? e->b->i : -e->b->i;
   } else {
     int i = convert(bd, lower_expr(bd, e), KILN_DTYPE_I64);
     if (i < 0) return;
     id = -1 - i;
   }
   for (int t = 0; t < x->n; t++)
-    if (x->id[t] == id) {
+    if (x->id[t] == id && x->div[t] == div) {
       x->coef[t] = (int64_t)((uint64_t)x->coef[t] + (uint64_t)k); /* wraps as the index arithmetic would */
       return;
     }
-  int cap = x->cap;
-  if (!grow((void **)&x->id, &x->cap, x->n + 1, sizeof(int)) || !grow((void **)&x->coef, &cap, x->n + 1, sizeof(int64_t))) {
+  int cap = x->cap, cap2 = x->cap;
+  if (!grow((void **)&x->id, &x->cap, x->n + 1, sizeof(int)) || !grow((void **)&x->coef, &cap, x->n + 1, sizeof(int64_t)) ||
+      !grow((void **)&x->div, &cap2, x->n + 1, sizeof(int64_t))) {
     bd->st = KILN_OOM();
     return;
   }
   x->id[x->n] = id;
+  x->div[x->n] = div;
   x->coef[x->n++] = k;
 }
 
@@ -281,7 +291,8 @@ static int lower_load(builder *bd, const te_expr *e) {
   index_sum sum = {0};
   index_terms(bd, e->a, 1, &sum, 0);
   if (!bd->st && (!grow((void **)&bd->aff_var, &bd->cap_aff_var, bd->n_aff + sum.n + 1, sizeof(int)) ||
-                  !grow((void **)&bd->aff_coef, &bd->cap_aff_coef, bd->n_aff + sum.n + 1, sizeof(int64_t))))
+                  !grow((void **)&bd->aff_coef, &bd->cap_aff_coef, bd->n_aff + sum.n + 1, sizeof(int64_t)) ||
+                  !grow((void **)&bd->aff_div, &bd->cap_aff_div, bd->n_aff + sum.n + 1, sizeof(int64_t))))
     bd->st = KILN_OOM();
   int i = -1;
   if (!bd->st) {
@@ -290,6 +301,7 @@ static int lower_load(builder *bd, const te_expr *e) {
     for (int t = 0; t < sum.n; t++) {
       if (!sum.coef[t]) continue;
       bd->aff_var[bd->n_aff] = sum.id[t];
+      bd->aff_div[bd->n_aff] = sum.div[t];
       bd->aff_coef[bd->n_aff++] = sum.coef[t];
     }
     x.n_aff = bd->n_aff - x.aff;
@@ -297,6 +309,7 @@ static int lower_load(builder *bd, const te_expr *e) {
   }
   free(sum.id);
   free(sum.coef);
+  free(sum.div);
   if (i < 0) return -1;
   uint64_t *s = vset_of(bd, i);
   for (int t = 0; t < x.n_aff; t++) {
@@ -450,6 +463,7 @@ void kiln_interp_kernel_destroy(kiln_interp_kernel *k) {
   free(k->var_list);
   free(k->aff_var);
   free(k->aff_coef);
+  free(k->aff_div);
   free(k->buf_dtype);
   free(k);
 }
@@ -550,6 +564,7 @@ kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nes
   k->var_list = bd.var_list;
   k->aff_var = bd.aff_var;
   k->aff_coef = bd.aff_coef;
+  k->aff_div = bd.aff_div;
   free(bd.of_expr);
   free(bd.vset);
   if (st) {
@@ -590,6 +605,7 @@ typedef struct ik_state {
                            by step * var_ostride in each steps evenly across the lanes) */
   void *const *buffers;
   int64_t idx[L];
+  int64_t split[L];     /* a variable's quotients or remainders, for a gather's index */
 } ik_state;
 
 static pthread_key_t state_key;
@@ -706,52 +722,97 @@ static const int64_t *var_lanes_of(ik_state *s, const kiln_interp_kernel *k, int
   return lanes;
 }
 
-/* The coefficient of variable v in an affine load's index (0: not read). */
-static int64_t coef_of(const kiln_interp_kernel *k, const ik_ins *x, int v) {
-  for (int t = 0; t < x->n_aff; t++)
-    if (k->aff_var[x->aff + t] == v) return k->aff_coef[x->aff + t];
-  return 0;
-}
+/* An affine term's value at a variable's value v (a quotient or remainder when split). */
+static inline int64_t term_value(int64_t v, int64_t div) { return div > 0 ? v / div : div < 0 ? v % -div : v; }
 
-/* A load at affine index u (at lane 0) over lanes whose varying
- * variables are every digit of their order: the digits innermost first
- * (each stepping when the one inside it wraps), a strided copy per run of
- * the innermost. False where the runs would be short, having done
- * nothing. */
-static bool eval_load_by_runs(ik_state *s, const kiln_interp_kernel *k, const ik_ins *x, void *o, int64_t u) {
-  int var[2 * KILN_MAX_RANK + 2], n = 0;
+/* A digit of the lanes' order an affine load reads: lane l has it at
+ * ((flat0 + l) / os) % ext, val at lane 0; the index steps by coef per unit. */
+typedef struct ik_digit {
+  int64_t os, ext, val, coef;
+} ik_digit;
+
+/* The varying variables an affine load reads as digits, innermost first
+ * (ones of one value left out: they are in the index at lane 0 already).
+ * A variable read as a quotient and a remainder by d where d divides its
+ * extent and offset is two digits. False where a variable is read as a
+ * quotient or remainder otherwise. */
+static bool load_digits(const ik_state *s, const kiln_interp_kernel *k, const ik_ins *x, ik_digit *dg, int *out_n) {
+  int n = 0;
   for (int j = 0; j < s->n_vary; j++) {
     int v = s->vary[j];
-    if (s->var_ext[v] == 1) continue; /* one value: in u already */
-    int at = n++;
-    while (at > 0 && s->var_ostride[var[at - 1]] > s->var_ostride[v]) {
-      var[at] = var[at - 1];
-      at--;
+    int64_t coef = 0, c_div = 0, c_mod = 0, d = 0;
+    for (int t = 0; t < x->n_aff; t++) {
+      if (k->aff_var[x->aff + t] != v) continue;
+      int64_t c = k->aff_coef[x->aff + t], div = k->aff_div[x->aff + t];
+      if (!div) {
+        coef += c;
+        continue;
+      }
+      int64_t dd = div > 0 ? div : -div;
+      if (d && dd != d) return false;
+      d = dd;
+      if (div > 0) c_div += c;
+      else c_mod += c;
     }
-    var[at] = v;
+    int64_t os = s->var_ostride[v], ext = s->var_ext[v], w = s->var_value[v] - s->var_off[v];
+    ik_digit lo = {os, ext, w, coef}, hi = {0, 1, 0, 0};
+    if (d) {
+      if (ext % d || s->var_off[v] % d) return false;
+      lo = (ik_digit){os, d, w % d, coef + c_mod};
+      hi = (ik_digit){os * d, ext / d, w / d, d * coef + c_div};
+    }
+    const ik_digit two[2] = {lo, hi};
+    for (int p = 0; p < 2; p++) {
+      if (two[p].ext == 1) continue;
+      int at = n++;
+      while (at > 0 && dg[at - 1].os > two[p].os) {
+        dg[at] = dg[at - 1];
+        at--;
+      }
+      dg[at] = two[p];
+    }
   }
-  if (!n || s->var_ostride[var[0]] != 1 || s->var_ext[var[0]] < 8) return false;
-  int64_t val[2 * KILN_MAX_RANK + 2], coef[2 * KILN_MAX_RANK + 2];
-  for (int j = 0; j < n; j++) {
-    if (j && s->var_ostride[var[j]] != s->var_ostride[var[j - 1]] * s->var_ext[var[j - 1]]) return false;
-    val[j] = s->var_value[var[j]] - s->var_off[var[j]];
-    coef[j] = coef_of(k, x, var[j]);
+  *out_n = n;
+  return true;
+}
+
+/* A load at affine index u (at lane 0) over lanes whose digits are all
+ * varying (s->whole), innermost first, each stepping when the one inside
+ * it wraps: a strided copy per run of the innermost, the index carried
+ * from run to run. False where the runs would be short, having done
+ * nothing. */
+static bool eval_load_by_runs(ik_state *s, const kiln_interp_kernel *k, const ik_ins *x, void *o, int64_t u,
+                              ik_digit *dg, int n) {
+  for (int j = 1; j < n; j++)
+    if (dg[j].os != dg[j - 1].os * dg[j - 1].ext) return false;
+  /* Digits the index steps through as one (rows of a plane copied
+   * whole) are one digit: longer runs. */
+  int m = 0;
+  for (int j = 1; j < n; j++) {
+    if (dg[j].coef == dg[m].coef * dg[m].ext) {
+      dg[m].val += dg[m].ext * dg[j].val;
+      dg[m].ext *= dg[j].ext;
+    } else {
+      dg[++m] = dg[j];
+    }
   }
+  if (n) n = m + 1;
+  if (!n || dg[0].os != 1 || dg[0].ext < 8) return false;
   const char *base = s->buffers[x->buf];
   size_t size = lane_size(x->dt);
-  int64_t ext0 = s->var_ext[var[0]], at = u;
+  int64_t at = u;
   for (int l = 0; l < s->nl;) {
-    int run = (int)(ext0 - val[0] < s->nl - l ? ext0 - val[0] : s->nl - l);
-    k->ops->strided(x->dt, run, (char *)o + (size_t)l * size, base + (size_t)at * size, coef[0]);
+    int run = (int)(dg[0].ext - dg[0].val < s->nl - l ? dg[0].ext - dg[0].val : s->nl - l);
+    k->ops->strided(x->dt, run, (char *)o + (size_t)l * size, base + (size_t)at * size, dg[0].coef);
     l += run;
-    at += coef[0] * run;
-    val[0] += run;
-    for (int j = 0; j < n && val[j] == s->var_ext[var[j]]; j++) {
-      at -= coef[j] * val[j];
-      val[j] = 0;
+    at += dg[0].coef * run;
+    dg[0].val += run;
+    for (int j = 0; j < n && dg[j].val == dg[j].ext; j++) {
+      at -= dg[j].coef * dg[j].val;
+      dg[j].val = 0;
       if (j + 1 < n) {
-        val[j + 1]++;
-        at += coef[j + 1];
+        dg[j + 1].val++;
+        at += dg[j + 1].coef;
       }
     }
   }
@@ -759,7 +820,7 @@ static bool eval_load_by_runs(ik_state *s, const kiln_interp_kernel *k, const ik
 }
 
 /* A load at an affine index: a strided copy when the block's lanes step
- * through the index evenly, else a gather. */
+ * through the index evenly, copies by runs of its digits, else a gather. */
 static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_ins *x, void *o, int i) {
   int64_t u = x->aff_c0;
   bool varies = false, ins_varies = false;
@@ -776,12 +837,8 @@ static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_
       u += c * v;
       continue;
     }
-    if (!s->varying[id]) {
-      u += c * s->var_value[id];
-      continue;
-    }
-    varies = true;
-    u += c * s->var_value[id]; /* u: the index at lane 0 (but for varying values) */
+    varies |= s->varying[id];
+    u += c * term_value(s->var_value[id], k->aff_div[x->aff + t]); /* u: the index at lane 0 (but for varying values) */
   }
   const char *base = s->buffers[x->buf];
   size_t size = lane_size(x->dt);
@@ -791,74 +848,69 @@ static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_
     return;
   }
   s->scalar[i] = 0;
-  /* Even: every varying variable's coefficient is step times its stride
-   * in the lanes' order (those the index does not read included: they
-   * must then have step 0), so lane l reads u + l * step. */
-  int64_t step = 0;
-  bool found = false;
-  for (int j = 0; j < s->n_vary && !found; j++)
-    if (s->var_ostride[s->vary[j]] == 1) {
-      step = coef_of(k, x, s->vary[j]);
-      found = true;
+  int nl = s->nl, n = 0;
+  ik_digit dg[2 * (2 * KILN_MAX_RANK + 2)];
+  if (!ins_varies && load_digits(s, k, x, dg, &n)) {
+    /* Even: every digit's coefficient is step times its stride in the
+     * lanes' order, and the digits are the whole order, so lane l reads
+     * u + l * step. */
+    bool even = s->whole && n > 0 && dg[0].os == 1;
+    for (int j = 0; j < n && even; j++) even = dg[j].coef == dg[0].coef * dg[j].os;
+    if (even) {
+      k->ops->strided(x->dt, nl, o, base + (size_t)u * size, dg[0].coef);
+      return;
     }
-  bool even = found && !ins_varies && s->whole;
-  for (int j = 0; j < s->n_vary && even; j++) {
-    int v = s->vary[j];
-    even = coef_of(k, x, v) == step * s->var_ostride[v];
-  }
-  if (even) {
-    k->ops->strided(x->dt, s->nl, o, base + (size_t)u * size, step);
-    return;
-  }
-  int nl = s->nl;
-  /* Every digit of the lanes' order varying (a transpose's rows): runs of
-   * the innermost variable are strided copies, the index carried from
-   * run to run as the digits wrap. */
-  if (s->whole && !ins_varies && eval_load_by_runs(s, k, x, o, u)) return;
-  /* One varying variable read (a LayerNorm's scale, a channel's bias
-   * under a block of several rows or channels): its runs of values are
-   * strided copies, or its runs of one value fills. */
-  int w = -1;
-  for (int j = 0; j < s->n_vary && !ins_varies; j++)
-    if (coef_of(k, x, s->vary[j])) {
-      if (w >= 0) {
-        w = -1;
-        break;
+    /* One digit read (a LayerNorm's scale, a channel's bias under a
+     * block of several rows or channels): its runs of values are strided
+     * copies, or its runs of one value fills. */
+    int w = -1;
+    for (int j = 0; j < n; j++)
+      if (dg[j].coef) {
+        if (w >= 0) {
+          w = -1;
+          break;
+        }
+        w = j;
       }
-      w = s->vary[j];
-    }
-  if (w >= 0) {
-    /* u0: the index where the variable is at its offset (lane 0 is at val). */
-    int64_t c = coef_of(k, x, w), ext = s->var_ext[w], st = s->var_ostride[w], val = s->var_value[w] - s->var_off[w];
-    int64_t u0 = u - c * val;
-    if (st == 1) {
+    if (w >= 0) {
+      /* u0: the index where the digit is 0 (lane 0 is at val). */
+      int64_t c = dg[w].coef, ext = dg[w].ext, st = dg[w].os, val = dg[w].val, u0 = u - c * val;
+      if (st == 1) {
+        for (int l = 0; l < nl;) {
+          int run = (int)(ext - val < nl - l ? ext - val : nl - l);
+          k->ops->strided(x->dt, run, (char *)o + (size_t)l * size, base + (size_t)(u0 + c * val) * size, c);
+          l += run;
+          val = 0;
+        }
+        return;
+      }
+      int64_t pos = s->flat0 % st;
       for (int l = 0; l < nl;) {
-        int run = (int)(ext - val < nl - l ? ext - val : nl - l);
-        k->ops->strided(x->dt, run, (char *)o + (size_t)l * size, base + (size_t)(u0 + c * val) * size, c);
+        int run = (int)(st - pos < nl - l ? st - pos : nl - l);
+        k->ops->fill(x->dt, run, (char *)o + (size_t)l * size, base + (size_t)(u0 + c * val) * size);
         l += run;
-        val = 0;
+        pos = 0;
+        val = val + 1 == ext ? 0 : val + 1;
       }
       return;
     }
-    int64_t pos = s->flat0 % st;
-    for (int l = 0; l < nl;) {
-      int run = (int)(st - pos < nl - l ? st - pos : nl - l);
-      k->ops->fill(x->dt, run, (char *)o + (size_t)l * size, base + (size_t)(u0 + c * val) * size);
-      l += run;
-      pos = 0;
-      val = val + 1 == ext ? 0 : val + 1;
-    }
-    return;
+    /* Every digit of the lanes' order varying (a transpose's rows, a
+     * reshape's): by runs of the innermost. */
+    if (s->whole && eval_load_by_runs(s, k, x, o, u, dg, n)) return;
   }
   k->ops->fill(KILN_DTYPE_I64, nl, s->idx, &u);
   for (int t = 0; t < x->n_aff; t++) {
     int id = k->aff_var[x->aff + t];
-    int64_t c = k->aff_coef[x->aff + t];
+    int64_t c = k->aff_coef[x->aff + t], div = k->aff_div[x->aff + t];
     if (id < 0) {
       int j = -1 - id;
       if (!s->scalar[j]) k->ops->index_add(nl, s->idx, c, slot(s, j), 0);
-    } else if (s->varying[id]) {
+    } else if (s->varying[id] && !div) {
       k->ops->index_add(nl, s->idx, c, var_lanes_of(s, k, id), s->var_value[id]);
+    } else if (s->varying[id]) {
+      int64_t d = div > 0 ? div : -div;
+      k->ops->binary(div > 0 ? TE_DIV : TE_MOD, KILN_DTYPE_I64, nl, s->split, var_lanes_of(s, k, id), 0, &d, 1);
+      k->ops->index_add(nl, s->idx, c, s->split, s->split[0]);
     }
   }
   k->ops->gather(x->dt, nl, o, base, s->idx);
