@@ -998,17 +998,11 @@ static bool eval_reduce_rows(ik_state *s, const kiln_interp_kernel *k, int i) {
     }
   }
   unsigned char sums[SLOT_BYTES];
-  for (int r = 0; r < rows; r++) {
-    memcpy(sums + (size_t)r * size, x->bytes, size);
-    ops->fold(x->rop, x->dt, (int)ek, acc + (size_t)(r * ek) * size, sums + (size_t)r * size);
-  }
+  ops->fill(x->dt, rows, sums, x->bytes);
+  ops->fold(x->rop, x->dt, rows, (int)ek, acc, sums);
   /* Back to the block's lanes: each row's sum over its lanes, the
    * variables as they were. */
-  for (int r = 0; r < rows; r++) {
-    int64_t at = r ? first + (r - 1) * m : 0, len = r ? m : first;
-    if (at + len > nl) len = nl - at;
-    ops->fill(x->dt, (int)len, acc + (size_t)at * size, sums + (size_t)r * size);
-  }
+  ops->spread(x->dt, nl, acc, (int)(first < nl ? first : nl), (int)(m < nl ? m : nl), sums);
   s->nl = nl;
   s->flat0 = saved_flat0;
   s->whole = saved_whole;
@@ -1069,7 +1063,7 @@ static void eval_reduce(ik_state *s, const kiln_interp_kernel *k, int i) {
   }
   unsigned char result[8];
   memcpy(result, x->bytes, sizeof result);
-  ops->fold(x->rop, x->dt, (int)used, acc, result);
+  ops->fold(x->rop, x->dt, 1, (int)used, acc, result);
   memcpy(acc, result, sizeof result);
   s->varying[v] = 0;
   s->changed[v] = ++s->tick;

@@ -396,10 +396,10 @@ static void lanes_combine(te_reduce_op rop, kiln_dtype dt, int n, void *acc, con
  * then combined in order: the C renderer's unrolled reductions do the
  * same. Max and min give the same result in any order. */
 #define LANES_FOLD(T, OP)                                          \
-  do {                                                             \
-    const T *x_ = x;                                               \
+  for (int row_ = 0; row_ < rows; row_++) {                        \
+    const T *x_ = (const T *)x + (size_t)row_ * (size_t)n;         \
     T r;                                                           \
-    memcpy(&r, out, sizeof r);                                     \
+    memcpy(&r, (char *)out + (size_t)row_ * sizeof r, sizeof r);   \
     int l = 0;                                                     \
     if (n >= 16) {                                                 \
       T p[8];                                                      \
@@ -418,10 +418,10 @@ static void lanes_combine(te_reduce_op rop, kiln_dtype dt, int n, void *acc, con
       T acc_ = r, y_ = x_[l];                                      \
       r = (OP);                                                    \
     }                                                              \
-    memcpy(out, &r, sizeof r);                                     \
-  } while (0)
+    memcpy((char *)out + (size_t)row_ * sizeof r, &r, sizeof r);   \
+  }
 
-static void lanes_fold(te_reduce_op rop, kiln_dtype dt, int n, const void *x, void *out) {
+static void lanes_fold(te_reduce_op rop, kiln_dtype dt, int rows, int n, const void *x, void *out) {
   switch (dt) {
 #define X(DT, T, U, FLOAT)                                                                                      \
   case DT:                                                                                                      \
@@ -434,6 +434,29 @@ static void lanes_fold(te_reduce_op rop, kiln_dtype dt, int n, const void *x, vo
     return;
     LANES_ALL(X)
 #undef X
+    default: return;
+  }
+}
+
+static void lanes_spread(kiln_dtype dt, int n, void *o, int first, int m, const void *v) {
+  switch (lanes_size(dt)) {
+#define S(SIZE, T)                                                          \
+  case SIZE: {                                                              \
+    T *o_ = o;                                                              \
+    const char *v_ = v;                                                     \
+    for (int l = 0, r = 0; l < n; r++) {                                    \
+      int end = r ? (first + r * m < n ? first + r * m : n) : (first < n ? first : n); \
+      T x_;                                                                 \
+      memcpy(&x_, v_ + (size_t)r * SIZE, SIZE);                             \
+      for (; l < end; l++) o_[l] = x_;                                      \
+    }                                                                       \
+    return;                                                                 \
+  }
+    S(1, uint8_t)
+    S(2, uint16_t)
+    S(4, uint32_t)
+    S(8, uint64_t)
+#undef S
     default: return;
   }
 }
@@ -471,6 +494,7 @@ const kiln_lanes_ops LANES_TABLE = {
     .store = lanes_store,
     .combine = lanes_combine,
     .fold = lanes_fold,
+    .spread = lanes_spread,
     .fill = lanes_fill,
     .clip = lanes_clip,
     .ramp = lanes_ramp,
