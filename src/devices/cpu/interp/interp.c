@@ -731,6 +731,22 @@ typedef struct ik_digit {
   int64_t os, ext, val, coef;
 } ik_digit;
 
+/* Digit (os, ext, val, coef) into dg[0, n) ordered by os; returns the new count (a digit of one value
+ * is left out). */
+static inline int insert_digit(ik_digit *dg, int n, int64_t os, int64_t ext, int64_t val, int64_t coef) {
+  if (ext == 1) return n;
+  int at = n;
+  while (at > 0 && dg[at - 1].os > os) {
+    dg[at] = dg[at - 1];
+    at--;
+  }
+  dg[at].os = os;
+  dg[at].ext = ext;
+  dg[at].val = val;
+  dg[at].coef = coef;
+  return n + 1;
+}
+
 /* The varying variables an affine load reads as digits, innermost first
  * (ones of one value left out: they are in the index at lane 0 already).
  * A variable read as a quotient and a remainder by d where d divides its
@@ -755,22 +771,13 @@ static bool load_digits(const ik_state *s, const kiln_interp_kernel *k, const ik
       else c_mod += c;
     }
     int64_t os = s->var_ostride[v], ext = s->var_ext[v], w = s->var_value[v] - s->var_off[v];
-    ik_digit lo = {os, ext, w, coef}, hi = {0, 1, 0, 0};
-    if (d) {
-      if (ext % d || s->var_off[v] % d) return false;
-      lo = (ik_digit){os, d, w % d, coef + c_mod};
-      hi = (ik_digit){os * d, ext / d, w / d, d * coef + c_div};
+    if (!d) {
+      n = insert_digit(dg, n, os, ext, w, coef);
+      continue;
     }
-    const ik_digit two[2] = {lo, hi};
-    for (int p = 0; p < 2; p++) {
-      if (two[p].ext == 1) continue;
-      int at = n++;
-      while (at > 0 && dg[at - 1].os > two[p].os) {
-        dg[at] = dg[at - 1];
-        at--;
-      }
-      dg[at] = two[p];
-    }
+    if (ext % d || s->var_off[v] % d) return false;
+    n = insert_digit(dg, n, os, d, w % d, coef + c_mod);
+    n = insert_digit(dg, n, os * d, ext / d, w / d, d * coef + c_div);
   }
   *out_n = n;
   return true;
