@@ -17,6 +17,7 @@
 /* What evaluating one instruction costs beyond its lane loop, in lanes
  * of work (for choosing between evaluation orders). */
 #define IK_OVERHEAD 32
+#define IK_MEMO_KEY 64 /* int64s of a reduction's rows key (ik_memo) */
 
 /* ---- the program ----------------------------------------------------------------- */
 
@@ -40,6 +41,7 @@ typedef struct ik_ins {
   int list, n_list; /* TE_REDUCE: its body's evaluation list (k->lists) */
   unsigned char bytes[8]; /* TE_CONST's value; TE_REDUCE's initial value (dt's bytes) */
   int vars, n_vars; /* free index variables (k->var_list) */
+  int memo;         /* TE_REDUCE: its slot for the last rows' sums (ik_memo), -1 */
 } ik_ins;
 
 struct kiln_interp_kernel {
@@ -71,6 +73,7 @@ struct kiln_interp_kernel {
   bool has_epilogue;
   bool pack_b;      /* GEMM: B is a constant every batch index shares (packed once) */
   const kiln_lanes_ops *ops;
+  int n_memo;
 };
 
 const char *kiln_interp_isa(void) { return kiln_lanes()->name; }
@@ -452,6 +455,8 @@ static kiln_status_t finish_vars(builder *bd) {
       bd->var_list[bd->n_var_list++] = v;
     }
     k->ins[i].n_vars = bd->n_var_list - k->ins[i].vars;
+    /* (not a tensorized call's sum: the tile stands for it) */
+    k->ins[i].memo = k->ins[i].op == TE_REDUCE && i != k->sum && 4 * k->ins[i].n_vars + 2 <= IK_MEMO_KEY ? k->n_memo++ : -1;
   }
   return NULL;
 }
@@ -577,6 +582,16 @@ kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nes
 
 /* ---- evaluation state (per thread) ------------------------------------------------ */
 
+/* A reduction's last sums by rows: its value is a function of its free
+ * variables' values alone (within a launch), so rows whose variables
+ * hold the same values again (LayerNorm's mean, needed again inside the
+ * variance's rows) have the same sums. */
+typedef struct ik_memo {
+  int n_key; /* 0: none */
+  int64_t key[IK_MEMO_KEY];
+  unsigned char sums[SLOT_BYTES];
+} ik_memo;
+
 /* What one thread needs to evaluate one kernel; thread-local, reused by
  * every kernel the thread runs, reset when the kernel or launch changes
  * (cached values are only good within one launch: the buffers change). */
@@ -595,6 +610,7 @@ typedef struct ik_state {
   int64_t *var_ext, *var_off;
   int64_t *var_lanes;   /* per variable: L lanes, when varying, as of lanes_at */
   uint64_t *lanes_at;   /* per variable: the tick var_lanes were written at (its changed) */
+  struct ik_memo *memo; /* per reduction (ins.memo) */
   uint8_t *varying;     /* per variable: in vary[] */
   int vary[2 * KILN_MAX_RANK + 2]; /* the variables that vary across the block's lanes */
   int n_vary;
@@ -629,7 +645,7 @@ static ik_state *state_for(const kiln_interp_kernel *k, uint64_t launch, void *c
   }
   if (s->k == k && s->launch == launch) return s;
   size_t n = (size_t)k->n_ins, v = (size_t)k->n_vars + 1;
-  size_t need = n * SLOT_BYTES + n * (1 + 8) + v * (6 * 8 + 1 + (size_t)L * 8) + 64;
+  size_t need = n * SLOT_BYTES + (size_t)k->n_memo * sizeof(ik_memo) + n * (1 + 8) + v * (6 * 8 + 1 + (size_t)L * 8) + 64;
   if (need > s->cap) {
     free(s->vals);
     s->vals = aligned_alloc(64, (need + 63) / 64 * 64);
@@ -640,6 +656,8 @@ static ik_state *state_for(const kiln_interp_kernel *k, uint64_t launch, void *c
     }
   }
   unsigned char *p = s->vals + n * SLOT_BYTES;
+  s->memo = (ik_memo *)p, p += (size_t)k->n_memo * sizeof(ik_memo);
+  for (int i = 0; i < k->n_memo; i++) s->memo[i].n_key = 0;
   s->var_lanes = (int64_t *)p, p += v * (size_t)L * 8;
   s->at = (uint64_t *)p, p += n * 8;
   s->changed = (uint64_t *)p, p += v * 8;
@@ -960,6 +978,32 @@ static bool eval_reduce_rows(ik_state *s, const kiln_interp_kernel *k, int i) {
                    (double)rows * (double)(IK_OVERHEAD + ek) + nl;
   double by_lanes = (double)ext * (double)x->n_list * (double)(IK_OVERHEAD + nl);
   if (by_rows >= by_lanes) return false;
+  /* The key of these rows: each free variable's value, or its place in
+   * the rows' order; the first row; how many. */
+  int64_t key[IK_MEMO_KEY];
+  int n_key = 0;
+  ik_memo *memo = x->memo >= 0 ? &s->memo[x->memo] : NULL;
+  if (memo) {
+    for (int j = 0; j < x->n_vars; j++) {
+      int w = k->var_list[x->vars + j];
+      if (!s->varying[w]) {
+        key[n_key++] = 0;
+        key[n_key++] = s->var_value[w];
+        continue;
+      }
+      key[n_key++] = s->var_off[w] + 1; /* may be 0: kept apart from the scalar case's tag by the next */
+      key[n_key++] = s->var_ext[w];
+      key[n_key++] = s->var_ostride[w] / m;
+      key[n_key++] = w;
+    }
+    key[n_key++] = s->flat0 / m;
+    key[n_key++] = rows;
+    if (memo->n_key == n_key && !memcmp(memo->key, key, (size_t)n_key * sizeof key[0])) {
+      ops->spread(x->dt, nl, slot(s, i), (int)(first < nl ? first : nl), (int)(m < nl ? m : nl), memo->sums);
+      s->scalar[i] = 0;
+      return true;
+    }
+  }
   int64_t saved_ostride[2 * KILN_MAX_RANK + 2], saved_flat0 = s->flat0, g0 = s->flat0 / m;
   /* The rows' order is whole where no variable set aside is a digit of it. */
   bool saved_whole = s->whole;
@@ -1007,6 +1051,11 @@ static bool eval_reduce_rows(ik_state *s, const kiln_interp_kernel *k, int i) {
   unsigned char sums[SLOT_BYTES];
   ops->fill(x->dt, rows, sums, x->bytes);
   ops->fold(x->rop, x->dt, rows, (int)ek, acc, sums);
+  if (memo) {
+    memo->n_key = n_key;
+    memcpy(memo->key, key, (size_t)n_key * sizeof key[0]);
+    memcpy(memo->sums, sums, (size_t)rows * size);
+  }
   /* Back to the block's lanes: each row's sum over its lanes, the
    * variables as they were. */
   ops->spread(x->dt, nl, acc, (int)(first < nl ? first : nl), (int)(m < nl ? m : nl), sums);
