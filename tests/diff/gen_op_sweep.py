@@ -352,6 +352,15 @@ def reduce_cases():
     x = m.source([5, 17], 'T')
     mx = m.node('ReduceMax', [x], axes=[-1], keepdims=1)
     m.out(m.node('Exp', [m.node('Sub', [x, mx])]))
+    # rows of a reduction that reads some of the loops a block spans: x
+    # broadcast along axis 0 (the interpreter evaluates several rows at once)
+    for tag, shape, to in [('3d', [1, 3, 17], [2, 3, 17]), ('4d', [1, 3, 5, 1], [2, 3, 5, 7])]:
+        m = case('ReduceMean_broadcast_rows_%s' % tag, 13)
+        x = m.node('Expand', [m.source(shape), m.const(ints(to))])
+        m.out(m.node('ReduceMean', [m.node('Exp', [x])], axes=[-1], keepdims=1))
+        m = case('ReduceMean_broadcast_rows_sub_%s' % tag, 13)
+        x = m.node('Expand', [m.source(shape), m.const(ints(to))])
+        m.out(m.node('Sub', [x, m.node('ReduceMean', [x], axes=[-1], keepdims=1)]))
     m = case('ReduceSum_first_axis_fused', 13)
     x = m.source([6, 17])
     s = m.node('ReduceSum', [x, m.const(ints([0]))], keepdims=1)

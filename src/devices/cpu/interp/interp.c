@@ -14,6 +14,10 @@
 
 #define L KILN_LANES
 #define SLOT_BYTES ((size_t)L * 8) /* one value: up to L lanes of up to 8 bytes */
+/* What evaluating one instruction costs beyond its lane loop, in lanes
+ * of work (for choosing between evaluation orders). */
+#define IK_OVERHEAD 32
+#define IK_MEMO_KEY 64 /* int64s of a reduction's rows key (ik_memo) */
 
 /* ---- the program ----------------------------------------------------------------- */
 
@@ -28,7 +32,8 @@ typedef struct ik_ins {
   int buf;          /* TE_LOAD */
   int fn;           /* TE_CALL1/2: kiln_lanes_fn */
   int aff;          /* TE_LOAD: its index as aff_c0 + sum of terms coef * (a variable, or an instruction's value:
-                       k->aff_var[t] = var, or -1 - instruction); -1: operand a is the index */
+                       k->aff_var[t] = var, or -1 - instruction; a variable divided by aff_div[t] > 0, or its
+                       remainder by -aff_div[t] where negative); -1: operand a is the index */
   int n_aff;
   int64_t aff_c0;
   int64_t extent;   /* TE_REDUCE */
@@ -36,6 +41,7 @@ typedef struct ik_ins {
   int list, n_list; /* TE_REDUCE: its body's evaluation list (k->lists) */
   unsigned char bytes[8]; /* TE_CONST's value; TE_REDUCE's initial value (dt's bytes) */
   int vars, n_vars; /* free index variables (k->var_list) */
+  int memo;         /* TE_REDUCE: its slot for the last rows' sums (ik_memo), -1 */
 } ik_ins;
 
 struct kiln_interp_kernel {
@@ -45,7 +51,7 @@ struct kiln_interp_kernel {
   int n_lists_total;
   int *var_list;
   int *aff_var;
-  int64_t *aff_coef;
+  int64_t *aff_coef, *aff_div;
   int n_vars;       /* te variables */
   int n_bufs;       /* te buffers (the state slot follows them) */
   kiln_dtype *buf_dtype;
@@ -60,6 +66,7 @@ struct kiln_interp_kernel {
   int64_t parallel_total, grain, inner; /* parallel iterations, chunk, elements per iteration */
   int vary_level;   /* loops at and below it vary within a block; above it, one value per block */
   int64_t row_len;  /* elements of one value of the loops above vary_level */
+  int64_t row_run;  /* a block ends where one of these runs of elements does (the rows of a hoisted reduction) */
   kiln_gemm_call gemm;  /* the nest's tensorized call, if any (gemm.sum not used: it points into the builder) */
   kiln_conv_call conv;  /* conv.tag points at conv_tag */
   te_conv_tag conv_tag;
@@ -68,6 +75,7 @@ struct kiln_interp_kernel {
   bool has_epilogue;
   bool pack_b;      /* GEMM: B is a constant every batch index shares (packed once) */
   const kiln_lanes_ops *ops;
+  int n_memo;
 };
 
 const char *kiln_interp_isa(void) { return kiln_lanes()->name; }
@@ -82,8 +90,8 @@ typedef struct builder {
   int *var_list;
   int n_var_list, cap_var_list;
   int *aff_var;
-  int64_t *aff_coef;
-  int n_aff, cap_aff_var, cap_aff_coef;
+  int64_t *aff_coef, *aff_div;
+  int n_aff, cap_aff_var, cap_aff_coef, cap_aff_div;
   char *mark;        /* per instruction: in the list being built */
   uint64_t *vset;    /* per instruction: free variables, words per instruction */
   int words;
@@ -213,7 +221,7 @@ static int lower_reduce(builder *bd, const te_expr *e) {
 typedef struct index_sum {
   int n, cap;
   int *id;
-  int64_t *coef;
+  int64_t *coef, *div;
   int64_t c0;
 } index_sum;
 
@@ -253,24 +261,33 @@ static void index_terms(builder *bd, const te_expr *e, int64_t k, index_sum *x, 
     default: break;
   }
   int id;
+  int64_t div = 0;
   if (e->op == TE_VAR) {
     id = e->var;
+  } else if ((e->op == TE_DIV || e->op == TE_MOD) && e->dtype == KILN_DTYPE_I64 && e->a->op == TE_VAR &&
+             e->b->op == TE_CONST && e->b->i > 0) {
+    /* a loop variable's quotient or remainder (a reshape's unflattened
+     * index): split into digits of the lanes' order where it can be */
+    id = e->a->var;
+    div = e->op == TE_DIV ? e->b->i : -e->b->i;
   } else {
     int i = convert(bd, lower_expr(bd, e), KILN_DTYPE_I64);
     if (i < 0) return;
     id = -1 - i;
   }
   for (int t = 0; t < x->n; t++)
-    if (x->id[t] == id) {
+    if (x->id[t] == id && x->div[t] == div) {
       x->coef[t] = (int64_t)((uint64_t)x->coef[t] + (uint64_t)k); /* wraps as the index arithmetic would */
       return;
     }
-  int cap = x->cap;
-  if (!grow((void **)&x->id, &x->cap, x->n + 1, sizeof(int)) || !grow((void **)&x->coef, &cap, x->n + 1, sizeof(int64_t))) {
+  int cap = x->cap, cap2 = x->cap;
+  if (!grow((void **)&x->id, &x->cap, x->n + 1, sizeof(int)) || !grow((void **)&x->coef, &cap, x->n + 1, sizeof(int64_t)) ||
+      !grow((void **)&x->div, &cap2, x->n + 1, sizeof(int64_t))) {
     bd->st = KILN_OOM();
     return;
   }
   x->id[x->n] = id;
+  x->div[x->n] = div;
   x->coef[x->n++] = k;
 }
 
@@ -279,7 +296,8 @@ static int lower_load(builder *bd, const te_expr *e) {
   index_sum sum = {0};
   index_terms(bd, e->a, 1, &sum, 0);
   if (!bd->st && (!grow((void **)&bd->aff_var, &bd->cap_aff_var, bd->n_aff + sum.n + 1, sizeof(int)) ||
-                  !grow((void **)&bd->aff_coef, &bd->cap_aff_coef, bd->n_aff + sum.n + 1, sizeof(int64_t))))
+                  !grow((void **)&bd->aff_coef, &bd->cap_aff_coef, bd->n_aff + sum.n + 1, sizeof(int64_t)) ||
+                  !grow((void **)&bd->aff_div, &bd->cap_aff_div, bd->n_aff + sum.n + 1, sizeof(int64_t))))
     bd->st = KILN_OOM();
   int i = -1;
   if (!bd->st) {
@@ -288,6 +306,7 @@ static int lower_load(builder *bd, const te_expr *e) {
     for (int t = 0; t < sum.n; t++) {
       if (!sum.coef[t]) continue;
       bd->aff_var[bd->n_aff] = sum.id[t];
+      bd->aff_div[bd->n_aff] = sum.div[t];
       bd->aff_coef[bd->n_aff++] = sum.coef[t];
     }
     x.n_aff = bd->n_aff - x.aff;
@@ -295,6 +314,7 @@ static int lower_load(builder *bd, const te_expr *e) {
   }
   free(sum.id);
   free(sum.coef);
+  free(sum.div);
   if (i < 0) return -1;
   uint64_t *s = vset_of(bd, i);
   for (int t = 0; t < x.n_aff; t++) {
@@ -437,6 +457,8 @@ static kiln_status_t finish_vars(builder *bd) {
       bd->var_list[bd->n_var_list++] = v;
     }
     k->ins[i].n_vars = bd->n_var_list - k->ins[i].vars;
+    /* (not a tensorized call's sum: the tile stands for it) */
+    k->ins[i].memo = k->ins[i].op == TE_REDUCE && i != k->sum && 4 * k->ins[i].n_vars + 2 <= IK_MEMO_KEY ? k->n_memo++ : -1;
   }
   return NULL;
 }
@@ -448,6 +470,7 @@ void kiln_interp_kernel_destroy(kiln_interp_kernel *k) {
   free(k->var_list);
   free(k->aff_var);
   free(k->aff_coef);
+  free(k->aff_div);
   free(k->buf_dtype);
   free(k);
 }
@@ -504,15 +527,29 @@ kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nes
     k->inner = 1;
     for (int l = nest->parallel_dims; l < nest->rank; l++) k->inner *= nest->extents[l];
     /* A block covers consecutive elements over the innermost loops whose
-     * product reaches 64 (short rows would make short blocks). */
+     * product reaches 64 (short rows would make short blocks), or half a
+     * block where a reduction is hoisted out of an inner loop: its rows
+     * are then evaluated several at a time (eval_reduce_rows). */
+    bool hoisted = false;
+    for (int i = 0; i < nest->n_sites; i++)
+      hoisted |= !nest->sites[i].owner && nest->sites[i].level + 1 < nest->rank;
+    int64_t reach = hoisted ? L / 2 : 64;
     int vl = nest->rank > 0 ? nest->rank - 1 : 0;
-    while (vl > 0 && k->stride[vl - 1] < 64) vl--;
-    /* ...but never over a loop a reduction is hoisted out of: its
-     * variables would vary across the block, and each lane would compute
-     * the row's reduction itself (Softmax over rows of 49: 49 times). */
+    while (vl > 0 && k->stride[vl - 1] < reach) vl--;
+    /* ...but a block never covers a loop a reduction is hoisted out of
+     * whose rows are too long for two in a block: a row is then one
+     * block, the reduction one scalar. Blocks of shorter rows hold whole
+     * rows (row_run: the longest). */
     for (int i = 0; i < nest->n_sites; i++) {
       const kiln_reduce_site *site = &nest->sites[i];
-      if (!site->owner && site->level + 1 < nest->rank && site->level + 1 > vl) vl = site->level + 1;
+      if (!site->owner && site->level + 1 < nest->rank && site->level + 1 > vl && 2 * k->stride[site->level] > L)
+        vl = site->level + 1;
+    }
+    k->row_run = 1;
+    for (int i = 0; i < nest->n_sites; i++) {
+      const kiln_reduce_site *site = &nest->sites[i];
+      if (!site->owner && site->level + 1 < nest->rank && site->level + 1 > vl && k->stride[site->level] > k->row_run)
+        k->row_run = k->stride[site->level];
     }
     k->vary_level = vl;
     k->row_len = nest->rank > 0 ? k->stride[vl] * nest->extents[vl] : 1;
@@ -543,6 +580,7 @@ kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nes
   k->var_list = bd.var_list;
   k->aff_var = bd.aff_var;
   k->aff_coef = bd.aff_coef;
+  k->aff_div = bd.aff_div;
   free(bd.of_expr);
   free(bd.vset);
   if (st) {
@@ -555,6 +593,16 @@ kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nes
 
 /* ---- evaluation state (per thread) ------------------------------------------------ */
 
+/* A reduction's last sums by rows: its value is a function of its free
+ * variables' values alone (within a launch), so rows whose variables
+ * hold the same values again (LayerNorm's mean, needed again inside the
+ * variance's rows) have the same sums. */
+typedef struct ik_memo {
+  int n_key; /* 0: none */
+  int64_t key[IK_MEMO_KEY];
+  unsigned char sums[SLOT_BYTES];
+} ik_memo;
+
 /* What one thread needs to evaluate one kernel; thread-local, reused by
  * every kernel the thread runs, reset when the kernel or launch changes
  * (cached values are only good within one launch: the buffers change). */
@@ -566,16 +614,25 @@ typedef struct ik_state {
   uint8_t *scalar;      /* per instruction: its value is lane 0 for every lane */
   uint64_t *at;         /* per instruction: the tick it was computed at (0: never) */
   uint64_t *changed;    /* per variable: the tick its value last changed */
-  int64_t *var_value;   /* per variable: its value, when not varying */
-  int64_t *var_lanes;   /* per variable: L lanes, when varying */
-  int64_t *var_ostride; /* per variable, when varying: its step in the block's linear order */
+  int64_t *var_value;   /* per variable: its value, when not varying; when varying, its lane 0's */
+  /* A varying variable's lane l holds var_off + ((flat0 + l) / var_ostride) % var_ext: its lanes are
+   * written out (var_lanes) only when read as lanes (var_lanes_of). */
+  int64_t *var_ostride; /* per variable, when varying: its step in the lanes' order */
+  int64_t *var_ext, *var_off;
+  int64_t *var_lanes;   /* per variable: L lanes, when varying, as of lanes_at */
+  uint64_t *lanes_at;   /* per variable: the tick var_lanes were written at (its changed) */
+  struct ik_memo *memo; /* per reduction (ins.memo) */
   uint8_t *varying;     /* per variable: in vary[] */
   int vary[2 * KILN_MAX_RANK + 2]; /* the variables that vary across the block's lanes */
   int n_vary;
   uint64_t tick;
   int nl;               /* lanes of the current block */
+  int64_t flat0;        /* where lane 0 is in the lanes' order (var_ostride's): rows start at its multiples */
+  bool whole;           /* the varying variables are every digit of the lanes' order (an index stepping
+                           by step * var_ostride in each steps evenly across the lanes) */
   void *const *buffers;
   int64_t idx[L];
+  int64_t split[L];     /* a variable's quotients or remainders, for a gather's index */
 } ik_state;
 
 static pthread_key_t state_key;
@@ -599,7 +656,7 @@ static ik_state *state_for(const kiln_interp_kernel *k, uint64_t launch, void *c
   }
   if (s->k == k && s->launch == launch) return s;
   size_t n = (size_t)k->n_ins, v = (size_t)k->n_vars + 1;
-  size_t need = n * SLOT_BYTES + n * (1 + 8) + v * (8 + 8 + 8 + 1 + (size_t)L * 8) + 64;
+  size_t need = n * SLOT_BYTES + (size_t)k->n_memo * sizeof(ik_memo) + n * (1 + 8) + v * (6 * 8 + 1 + (size_t)L * 8) + 64;
   if (need > s->cap) {
     free(s->vals);
     s->vals = aligned_alloc(64, (need + 63) / 64 * 64);
@@ -610,15 +667,21 @@ static ik_state *state_for(const kiln_interp_kernel *k, uint64_t launch, void *c
     }
   }
   unsigned char *p = s->vals + n * SLOT_BYTES;
+  s->memo = (ik_memo *)p, p += (size_t)k->n_memo * sizeof(ik_memo);
+  for (int i = 0; i < k->n_memo; i++) s->memo[i].n_key = 0;
   s->var_lanes = (int64_t *)p, p += v * (size_t)L * 8;
   s->at = (uint64_t *)p, p += n * 8;
   s->changed = (uint64_t *)p, p += v * 8;
   s->var_value = (int64_t *)p, p += v * 8;
   s->var_ostride = (int64_t *)p, p += v * 8;
+  s->var_ext = (int64_t *)p, p += v * 8;
+  s->var_off = (int64_t *)p, p += v * 8;
+  s->lanes_at = (uint64_t *)p, p += v * 8;
   s->scalar = p, p += n;
   s->varying = p;
   memset(s->at, 0, n * 8);
   memset(s->changed, 0, v * 8);
+  memset(s->lanes_at, 0, v * 8);
   memset(s->varying, 0, v);
   s->n_vary = 0;
   s->tick = 1;
@@ -648,15 +711,152 @@ static void set_scalar_var(ik_state *s, int var, int64_t value) {
 
 static void eval_list(ik_state *s, const kiln_interp_kernel *k, int start, int n);
 
-/* The coefficient of variable v in an affine load's index (0: not read). */
-static int64_t coef_of(const kiln_interp_kernel *k, const ik_ins *x, int v) {
-  for (int t = 0; t < x->n_aff; t++)
-    if (k->aff_var[x->aff + t] == v) return k->aff_coef[x->aff + t];
-  return 0;
+/* Varying variable v from lane 0 on: off + ((flat0 + l) / ostride) % ext. */
+static void set_varying_var(ik_state *s, int v, int64_t off, int64_t ostride, int64_t ext) {
+  s->varying[v] = 1;
+  s->var_off[v] = off;
+  s->var_ostride[v] = ostride;
+  s->var_ext[v] = ext;
+  s->var_value[v] = off + (s->flat0 / ostride) % ext;
+  s->changed[v] = ++s->tick;
+}
+
+/* A varying variable's lanes, written out on first use: runs of equal
+ * values (ostride long, the first cut short by where flat0 starts),
+ * stepping by one and wrapping at the extent; ostride 1 makes ramps. */
+static const int64_t *var_lanes_of(ik_state *s, const kiln_interp_kernel *k, int v) {
+  int64_t *lanes = s->var_lanes + (size_t)v * L;
+  if (s->lanes_at[v] == s->changed[v]) return lanes;
+  s->lanes_at[v] = s->changed[v];
+  int64_t ext = s->var_ext[v], st = s->var_ostride[v], off = s->var_off[v], val = (s->flat0 / st) % ext;
+  int n = s->nl, l = 0;
+  if (st == 1) {
+    while (l < n) {
+      int run = (int)(ext - val < n - l ? ext - val : n - l);
+      k->ops->ramp(run, lanes + l, off + val);
+      l += run;
+      val = 0;
+    }
+    return lanes;
+  }
+  int64_t pos = s->flat0 % st;
+  while (l < n) {
+    int run = (int)(st - pos < n - l ? st - pos : n - l);
+    int64_t x = off + val;
+    k->ops->fill(KILN_DTYPE_I64, run, lanes + l, &x);
+    l += run;
+    pos = 0;
+    val = val + 1 == ext ? 0 : val + 1;
+  }
+  return lanes;
+}
+
+/* An affine term's value at a variable's value v (a quotient or remainder when split). */
+static inline int64_t term_value(int64_t v, int64_t div) { return div > 0 ? v / div : div < 0 ? v % -div : v; }
+
+/* A digit of the lanes' order an affine load reads: lane l has it at
+ * ((flat0 + l) / os) % ext, val at lane 0; the index steps by coef per unit. */
+typedef struct ik_digit {
+  int64_t os, ext, val, coef;
+} ik_digit;
+
+/* Digit (os, ext, val, coef) into dg[0, n) ordered by os; returns the new count (a digit of one value
+ * is left out). */
+static inline int insert_digit(ik_digit *dg, int n, int64_t os, int64_t ext, int64_t val, int64_t coef) {
+  if (ext == 1) return n;
+  int at = n;
+  while (at > 0 && dg[at - 1].os > os) {
+    dg[at] = dg[at - 1];
+    at--;
+  }
+  dg[at].os = os;
+  dg[at].ext = ext;
+  dg[at].val = val;
+  dg[at].coef = coef;
+  return n + 1;
+}
+
+/* The varying variables an affine load reads as digits, innermost first
+ * (ones of one value left out: they are in the index at lane 0 already).
+ * A variable read as a quotient and a remainder by d where d divides its
+ * extent and offset is two digits. False where a variable is read as a
+ * quotient or remainder otherwise. */
+static bool load_digits(const ik_state *s, const kiln_interp_kernel *k, const ik_ins *x, ik_digit *dg, int *out_n) {
+  int n = 0;
+  for (int j = 0; j < s->n_vary; j++) {
+    int v = s->vary[j];
+    int64_t coef = 0, c_div = 0, c_mod = 0, d = 0;
+    for (int t = 0; t < x->n_aff; t++) {
+      if (k->aff_var[x->aff + t] != v) continue;
+      int64_t c = k->aff_coef[x->aff + t], div = k->aff_div[x->aff + t];
+      if (!div) {
+        coef += c;
+        continue;
+      }
+      int64_t dd = div > 0 ? div : -div;
+      if (d && dd != d) return false;
+      d = dd;
+      if (div > 0) c_div += c;
+      else c_mod += c;
+    }
+    int64_t os = s->var_ostride[v], ext = s->var_ext[v], w = s->var_value[v] - s->var_off[v];
+    if (!d) {
+      n = insert_digit(dg, n, os, ext, w, coef);
+      continue;
+    }
+    if (ext % d || s->var_off[v] % d) return false;
+    n = insert_digit(dg, n, os, d, w % d, coef + c_mod);
+    n = insert_digit(dg, n, os * d, ext / d, w / d, d * coef + c_div);
+  }
+  *out_n = n;
+  return true;
+}
+
+/* A load at affine index u (at lane 0) over lanes whose digits are all
+ * varying (s->whole), innermost first, each stepping when the one inside
+ * it wraps: a strided copy per run of the innermost, the index carried
+ * from run to run. False where the runs would be short, having done
+ * nothing. */
+static bool eval_load_by_runs(ik_state *s, const kiln_interp_kernel *k, const ik_ins *x, void *o, int64_t u,
+                              ik_digit *dg, int n) {
+  for (int j = 1; j < n; j++)
+    if (dg[j].os != dg[j - 1].os * dg[j - 1].ext) return false;
+  /* Digits the index steps through as one (rows of a plane copied
+   * whole) are one digit: longer runs. */
+  int m = 0;
+  for (int j = 1; j < n; j++) {
+    if (dg[j].coef == dg[m].coef * dg[m].ext) {
+      dg[m].val += dg[m].ext * dg[j].val;
+      dg[m].ext *= dg[j].ext;
+    } else {
+      dg[++m] = dg[j];
+    }
+  }
+  if (n) n = m + 1;
+  if (!n || dg[0].os != 1 || dg[0].ext < 8) return false;
+  const char *base = s->buffers[x->buf];
+  size_t size = lane_size(x->dt);
+  int64_t at = u;
+  for (int l = 0; l < s->nl;) {
+    int run = (int)(dg[0].ext - dg[0].val < s->nl - l ? dg[0].ext - dg[0].val : s->nl - l);
+    k->ops->strided(x->dt, run, (char *)o + (size_t)l * size, base + (size_t)at * size, dg[0].coef);
+    l += run;
+    at += dg[0].coef * run;
+    dg[0].val += run;
+    for (int j = 0; j < n && dg[j].val == dg[j].ext; j++) {
+      at -= dg[j].coef * dg[j].val;
+      dg[j].val = 0;
+      if (j + 1 < n) {
+        dg[j + 1].val++;
+        at += dg[j + 1].coef;
+      }
+    }
+  }
+  return true;
 }
 
 /* A load at an affine index: a strided copy when the block's lanes step
- * through the index evenly, else a gather. */
+ * through the index evenly, copies by runs of its digits, else a gather. */
 static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_ins *x, void *o, int i) {
   int64_t u = x->aff_c0;
   bool varies = false, ins_varies = false;
@@ -673,12 +873,8 @@ static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_
       u += c * v;
       continue;
     }
-    if (!s->varying[id]) {
-      u += c * s->var_value[id];
-      continue;
-    }
-    varies = true;
-    u += c * s->var_lanes[(size_t)id * L]; /* u: the index at lane 0 (but for varying values) */
+    varies |= s->varying[id];
+    u += c * term_value(s->var_value[id], k->aff_div[x->aff + t]); /* u: the index at lane 0 (but for varying values) */
   }
   const char *base = s->buffers[x->buf];
   size_t size = lane_size(x->dt);
@@ -688,39 +884,206 @@ static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_
     return;
   }
   s->scalar[i] = 0;
-  /* Even: every varying variable's coefficient is step times its stride
-   * in the lanes' order (those the index does not read included: they
-   * must then have step 0), so lane l reads u + l * step. */
-  int64_t step = 0;
-  bool found = false;
-  for (int j = 0; j < s->n_vary && !found; j++)
-    if (s->var_ostride[s->vary[j]] == 1) {
-      step = coef_of(k, x, s->vary[j]);
-      found = true;
+  int nl = s->nl, n = 0;
+  ik_digit dg[2 * (2 * KILN_MAX_RANK + 2)];
+  if (!ins_varies && load_digits(s, k, x, dg, &n)) {
+    /* Even: every digit's coefficient is step times its stride in the
+     * lanes' order, and the digits are the whole order, so lane l reads
+     * u + l * step. */
+    bool even = s->whole && n > 0 && dg[0].os == 1;
+    for (int j = 0; j < n && even; j++) even = dg[j].coef == dg[0].coef * dg[j].os;
+    if (even) {
+      k->ops->strided(x->dt, nl, o, base + (size_t)u * size, dg[0].coef);
+      return;
     }
-  bool even = found && !ins_varies;
-  for (int j = 0; j < s->n_vary && even; j++) {
-    int v = s->vary[j];
-    even = coef_of(k, x, v) == step * s->var_ostride[v];
+    /* One digit read (a LayerNorm's scale, a channel's bias under a
+     * block of several rows or channels): its runs of values are strided
+     * copies, or its runs of one value fills. */
+    int w = -1;
+    for (int j = 0; j < n; j++)
+      if (dg[j].coef) {
+        if (w >= 0) {
+          w = -1;
+          break;
+        }
+        w = j;
+      }
+    if (w >= 0) {
+      /* u0: the index where the digit is 0 (lane 0 is at val). */
+      int64_t c = dg[w].coef, ext = dg[w].ext, st = dg[w].os, val = dg[w].val, u0 = u - c * val;
+      if (st == 1) {
+        for (int l = 0; l < nl;) {
+          int run = (int)(ext - val < nl - l ? ext - val : nl - l);
+          k->ops->strided(x->dt, run, (char *)o + (size_t)l * size, base + (size_t)(u0 + c * val) * size, c);
+          l += run;
+          val = 0;
+        }
+        return;
+      }
+      int64_t pos = s->flat0 % st;
+      for (int l = 0; l < nl;) {
+        int run = (int)(st - pos < nl - l ? st - pos : nl - l);
+        k->ops->fill(x->dt, run, (char *)o + (size_t)l * size, base + (size_t)(u0 + c * val) * size);
+        l += run;
+        pos = 0;
+        val = val + 1 == ext ? 0 : val + 1;
+      }
+      return;
+    }
+    /* Every digit of the lanes' order varying (a transpose's rows, a
+     * reshape's): by runs of the innermost. */
+    if (s->whole && eval_load_by_runs(s, k, x, o, u, dg, n)) return;
   }
-  if (even) {
-    k->ops->strided(x->dt, s->nl, o, base + (size_t)u * size, step);
-    return;
-  }
-  int nl = s->nl;
   k->ops->fill(KILN_DTYPE_I64, nl, s->idx, &u);
   for (int t = 0; t < x->n_aff; t++) {
     int id = k->aff_var[x->aff + t];
-    int64_t c = k->aff_coef[x->aff + t];
+    int64_t c = k->aff_coef[x->aff + t], div = k->aff_div[x->aff + t];
     if (id < 0) {
       int j = -1 - id;
       if (!s->scalar[j]) k->ops->index_add(nl, s->idx, c, slot(s, j), 0);
+    } else if (s->varying[id] && !div) {
+      k->ops->index_add(nl, s->idx, c, var_lanes_of(s, k, id), s->var_value[id]);
     } else if (s->varying[id]) {
-      const int64_t *lanes = s->var_lanes + (size_t)id * L;
-      k->ops->index_add(nl, s->idx, c, lanes, lanes[0]);
+      int64_t d = div > 0 ? div : -div;
+      k->ops->binary(div > 0 ? TE_DIV : TE_MOD, KILN_DTYPE_I64, nl, s->split, var_lanes_of(s, k, id), 0, &d, 1);
+      k->ops->index_add(nl, s->idx, c, s->split, s->split[0]);
     }
   }
   k->ops->gather(x->dt, nl, o, base, s->idx);
+}
+
+/* Whether instruction x reads variable v. */
+static bool reads_var(const kiln_interp_kernel *k, const ik_ins *x, int v) {
+  for (int j = 0; j < x->n_vars; j++)
+    if (k->var_list[x->vars + j] == v) return true;
+  return false;
+}
+
+/* A reduction that reads some of the block's varying variables, by rows:
+ * the lanes where the variables it reads hold one value (a row of
+ * Softmax or LayerNorm: runs of consecutive lanes) share one sum, so the
+ * body is evaluated over lanes (row, k) for every row of the block at
+ * once, each row folded, and its sum spread over the row's lanes. With
+ * rows of one lane this is a lane-by-lane evaluation batched (a full
+ * reduction nested in another). Returns false, having done nothing, where
+ * one pass along the variable over the block's lanes is cheaper. */
+static bool eval_reduce_rows(ik_state *s, const kiln_interp_kernel *k, int i) {
+  const ik_ins *x = &k->ins[i];
+  const kiln_lanes_ops *ops = k->ops;
+  int nl = s->nl, n_vary = s->n_vary, n_read = 0, read[2 * KILN_MAX_RANK + 2];
+  int64_t m = INT64_MAX;
+  for (int j = 0; j < n_vary; j++)
+    if (reads_var(k, x, s->vary[j])) {
+      read[n_read++] = s->vary[j];
+      if (s->var_ostride[s->vary[j]] < m) m = s->var_ostride[s->vary[j]];
+    }
+  /* Each variable read is constant over aligned runs of m in the lanes'
+   * order when m divides its step; a variable stepping otherwise (none of
+   * the nests' loops do) leaves rows of one lane. */
+  for (int j = 0; j < n_read; j++)
+    if (m < 1 || s->var_ostride[read[j]] % m) m = 1;
+  int64_t first = m - s->flat0 % m; /* lanes of the first row */
+  int rows = nl <= first ? 1 : 1 + (int)((nl - first + m - 1) / m);
+  int64_t ext = x->extent, ek = ext < L / rows ? ext : L / rows, chunks = (ext + ek - 1) / ek;
+  double by_rows = (double)chunks * (double)x->n_list * (double)(IK_OVERHEAD + rows * ek) +
+                   (double)rows * (double)(IK_OVERHEAD + ek) + nl;
+  double by_lanes = (double)ext * (double)x->n_list * (double)(IK_OVERHEAD + nl);
+  if (by_rows >= by_lanes) return false;
+  /* The key of these rows: each free variable's value, or its place in
+   * the rows' order; the first row; how many. */
+  int64_t key[IK_MEMO_KEY];
+  int n_key = 0;
+  ik_memo *memo = x->memo >= 0 ? &s->memo[x->memo] : NULL;
+  if (memo) {
+    for (int j = 0; j < x->n_vars; j++) {
+      int w = k->var_list[x->vars + j];
+      if (!s->varying[w]) {
+        key[n_key++] = 0;
+        key[n_key++] = s->var_value[w];
+        continue;
+      }
+      key[n_key++] = s->var_off[w] + 1; /* may be 0: kept apart from the scalar case's tag by the next */
+      key[n_key++] = s->var_ext[w];
+      key[n_key++] = s->var_ostride[w] / m;
+      key[n_key++] = w;
+    }
+    key[n_key++] = s->flat0 / m;
+    key[n_key++] = rows;
+    if (memo->n_key == n_key && !memcmp(memo->key, key, (size_t)n_key * sizeof key[0])) {
+      ops->spread(x->dt, nl, slot(s, i), (int)(first < nl ? first : nl), (int)(m < nl ? m : nl), memo->sums);
+      s->scalar[i] = 0;
+      return true;
+    }
+  }
+  int64_t saved_ostride[2 * KILN_MAX_RANK + 2], saved_flat0 = s->flat0, g0 = s->flat0 / m;
+  /* The rows' order is whole where no variable set aside is a digit of it. */
+  bool saved_whole = s->whole;
+  for (int j = 0; j < n_vary; j++)
+    if (s->var_ostride[s->vary[j]] >= m && !reads_var(k, x, s->vary[j])) s->whole = false;
+  int saved_vary[2 * KILN_MAX_RANK + 2];
+  memcpy(saved_vary, s->vary, sizeof saved_vary);
+  for (int j = 0; j < n_read; j++) saved_ostride[j] = s->var_ostride[read[j]];
+  /* The varying variables the body does not read are set aside, their lanes kept. */
+  for (int j = 0; j < n_vary; j++) s->varying[saved_vary[j]] = 0;
+  int v = x->var;
+  memcpy(s->vary, read, (size_t)n_read * sizeof(int));
+  s->vary[n_read] = v;
+  s->n_vary = n_read + 1;
+  for (int j = 0; j < n_read; j++) s->varying[read[j]] = 1;
+  size_t size = lane_size(x->dt);
+  unsigned char *acc = slot(s, i);
+  ops->fill(x->dt, (int)(rows * ek), acc, x->bytes);
+  int64_t laid = 0; /* lanes per row the variables read are laid out for */
+  for (int64_t k0 = 0; k0 < ext; k0 += ek) {
+    int64_t n = ext - k0 < ek ? ext - k0 : ek;
+    /* Lane r * n + j is row r's element k0 + j: the lanes' order is a
+     * flat index of rows n long, row g0 the first. */
+    s->nl = (int)(rows * n);
+    s->flat0 = g0 * n;
+    if (n != laid) {
+      for (int j = 0; j < n_read; j++) {
+        int w = read[j];
+        set_varying_var(s, w, s->var_off[w], saved_ostride[j] / m * n, s->var_ext[w]);
+      }
+      laid = n;
+    }
+    set_varying_var(s, v, k0, 1, n);
+    eval_list(s, k, x->list, x->n_list);
+    const unsigned char *body = slot(s, x->a);
+    int bs = s->scalar[x->a];
+    if (n == ek) {
+      ops->combine(x->rop, x->dt, (int)(rows * ek), acc, body, bs);
+    } else {
+      for (int r = 0; r < rows; r++)
+        ops->combine(x->rop, x->dt, (int)n, acc + (size_t)(r * ek) * size, bs ? body : body + (size_t)(r * n) * size,
+                     bs);
+    }
+  }
+  unsigned char sums[SLOT_BYTES];
+  ops->fill(x->dt, rows, sums, x->bytes);
+  ops->fold(x->rop, x->dt, rows, (int)ek, acc, sums);
+  if (memo) {
+    memo->n_key = n_key;
+    memcpy(memo->key, key, (size_t)n_key * sizeof key[0]);
+    memcpy(memo->sums, sums, (size_t)rows * size);
+  }
+  /* Back to the block's lanes: each row's sum over its lanes, the
+   * variables as they were. */
+  ops->spread(x->dt, nl, acc, (int)(first < nl ? first : nl), (int)(m < nl ? m : nl), sums);
+  s->nl = nl;
+  s->flat0 = saved_flat0;
+  s->whole = saved_whole;
+  for (int j = 0; j < n_read; j++) {
+    int w = read[j];
+    set_varying_var(s, w, s->var_off[w], saved_ostride[j], s->var_ext[w]);
+  }
+  s->varying[v] = 0;
+  s->changed[v] = ++s->tick;
+  memcpy(s->vary, saved_vary, sizeof saved_vary);
+  s->n_vary = n_vary;
+  for (int j = 0; j < n_vary; j++) s->varying[saved_vary[j]] = 1;
+  s->scalar[i] = 0;
+  return true;
 }
 
 static void eval_reduce(ik_state *s, const kiln_interp_kernel *k, int i) {
@@ -730,6 +1093,7 @@ static void eval_reduce(ik_state *s, const kiln_interp_kernel *k, int i) {
   bool lanewise = false;
   for (int j = 0; j < x->n_vars && !lanewise; j++) lanewise = s->varying[k->var_list[x->vars + j]];
   if (lanewise) {
+    if (eval_reduce_rows(s, k, i)) return;
     /* Each lane its own sum: the variable one value at a time, the body
      * over the block. */
     ops->fill(x->dt, s->nl, acc, x->bytes);
@@ -744,6 +1108,8 @@ static void eval_reduce(ik_state *s, const kiln_interp_kernel *k, int i) {
   /* One value for the block: the body evaluated in blocks along the
    * reduction's own variable, into per-lane partial results, folded. */
   int saved_nl = s->nl, v = x->var, saved_n = s->n_vary;
+  int64_t saved_flat0 = s->flat0;
+  bool saved_whole = s->whole;
   int saved[2 * KILN_MAX_RANK + 2];
   /* The block's own varying variables are set aside (the body reads none
    * of them: they are not free in it), their lanes kept. */
@@ -753,20 +1119,18 @@ static void eval_reduce(ik_state *s, const kiln_interp_kernel *k, int i) {
   s->n_vary = 1;
   int64_t used = x->extent < L ? x->extent : L;
   ops->fill(x->dt, (int)used, acc, x->bytes);
-  s->varying[v] = 1;
-  s->var_ostride[v] = 1;
-  int64_t *lanes = s->var_lanes + (size_t)v * L;
   for (int64_t k0 = 0; k0 < x->extent; k0 += L) {
     int n = (int)(x->extent - k0 < L ? x->extent - k0 : L);
-    for (int l = 0; l < n; l++) lanes[l] = k0 + l;
     s->nl = n;
-    s->changed[v] = ++s->tick;
+    s->flat0 = 0;
+    s->whole = true;
+    set_varying_var(s, v, k0, 1, n);
     eval_list(s, k, x->list, x->n_list);
     ops->combine(x->rop, x->dt, n, acc, slot(s, x->a), s->scalar[x->a]);
   }
   unsigned char result[8];
   memcpy(result, x->bytes, sizeof result);
-  ops->fold(x->rop, x->dt, (int)used, acc, result);
+  ops->fold(x->rop, x->dt, 1, (int)used, acc, result);
   memcpy(acc, result, sizeof result);
   s->varying[v] = 0;
   s->changed[v] = ++s->tick;
@@ -774,6 +1138,8 @@ static void eval_reduce(ik_state *s, const kiln_interp_kernel *k, int i) {
   s->n_vary = saved_n;
   for (int j = 0; j < saved_n; j++) s->varying[saved[j]] = 1;
   s->nl = saved_nl;
+  s->flat0 = saved_flat0;
+  s->whole = saved_whole;
   s->scalar[i] = 1;
 }
 
@@ -794,7 +1160,7 @@ static void eval_ins(ik_state *s, const kiln_interp_kernel *k, int i) {
       return;
     case TE_VAR:
       if (s->varying[x->var]) {
-        memcpy(o, s->var_lanes + (size_t)x->var * L, (size_t)s->nl * 8);
+        memcpy(o, var_lanes_of(s, k, x->var), (size_t)s->nl * 8);
         s->scalar[i] = 0;
       } else {
         memcpy(o, &s->var_value[x->var], 8);
@@ -843,49 +1209,17 @@ static void eval_list(ik_state *s, const kiln_interp_kernel *k, int start, int n
 static void set_block_vars(ik_state *s, const kiln_interp_kernel *k, int64_t e, int n) {
   int vl = k->vary_level;
   s->n_vary = 0;
+  s->nl = n;
+  s->flat0 = e;
+  s->whole = true; /* the loops from vary_level in, the outermost not wrapping within a block */
   for (int l = 0; l < k->rank; l++) {
     int v = k->loop_var[l];
-    int64_t value = (e / k->stride[l]) % k->extents[l];
     if (l < vl) {
-      set_scalar_var(s, v, value);
+      set_scalar_var(s, v, (e / k->stride[l]) % k->extents[l]);
       continue;
     }
-    s->varying[v] = 1;
     s->vary[s->n_vary++] = v;
-    s->var_ostride[v] = k->stride[l];
-    s->var_lanes[(size_t)v * L] = value;
-    s->changed[v] = ++s->tick;
-  }
-  s->nl = n;
-  if (vl == k->rank - 1 && k->rank > 0) { /* one varying loop: a ramp */
-    int64_t *lanes = s->var_lanes + (size_t)k->loop_var[vl] * L;
-    for (int l = 1; l < n; l++) lanes[l] = lanes[0] + l;
-    return;
-  }
-  /* Several varying loops: each loop's lanes are runs of equal values
-   * (stride[d] long, the first cut short by where e starts), stepping by
-   * one and wrapping at the extent; the innermost loop's runs are ramps. */
-  for (int d = vl; d < k->rank; d++) {
-    int64_t *lanes = s->var_lanes + (size_t)k->loop_var[d] * L;
-    int64_t ext = k->extents[d], st = k->stride[d], val = lanes[0];
-    int l = 0;
-    if (st == 1) {
-      while (l < n) {
-        int run = (int)(ext - val < n - l ? ext - val : n - l);
-        for (int j = 0; j < run; j++) lanes[l + j] = val + j;
-        l += run;
-        val = 0;
-      }
-      continue;
-    }
-    int64_t pos = e % st;
-    while (l < n) {
-      int run = (int)(st - pos < n - l ? st - pos : n - l);
-      for (int j = 0; j < run; j++) lanes[l + j] = val;
-      l += run;
-      pos = 0;
-      val = val + 1 == ext ? 0 : val + 1;
-    }
+    set_varying_var(s, v, 0, k->stride[l], k->extents[l]);
   }
 }
 
@@ -900,6 +1234,8 @@ static void eval_range(ik_state *s, const kiln_interp_kernel *k, int64_t e0, int
     if (n > L) n = L;
     int64_t to_row_end = k->row_len - e % k->row_len;
     if (n > to_row_end) n = to_row_end;
+    int64_t whole_rows = L / k->row_run * k->row_run - e % k->row_run;
+    if (n > whole_rows) n = whole_rows;
     set_block_vars(s, k, e, (int)n);
     if (sum) {
       memcpy(slot(s, k->sum), (const char *)sum + (size_t)(e - e0) * 4, (size_t)n * 4); /* f32 or int32 sums */
@@ -988,17 +1324,17 @@ static void conv_native_epilogue(void *vctx, float *c, int64_t ldc, int64_t m0, 
   const kiln_rt_epilogue_ctx *e = vctx;
   const ik_launch *x = (const ik_launch *)e->buffers;
   const kiln_conv_call *cc = &x->k->conv;
+  const kiln_lanes_ops *ops = x->k->ops;
   for (int64_t i = 0; i < mb; i++) {
     float *row = c + i * ldc;
-    if (cc->add_buf >= 0) {
-      const float *add = (const float *)x->buffers[cc->add_buf] + e->base + (m0 + i) * e->row + n0;
-      for (int64_t j = 0; j < nb; j++) row[j] += add[j];
-    }
-    if (cc->clip)
-      for (int64_t j = 0; j < nb; j++) {
-        float v = row[j] < cc->lo ? cc->lo : row[j];
-        row[j] = v > cc->hi ? cc->hi : v;
+    for (int64_t j0 = 0; j0 < nb; j0 += INT32_MAX) {
+      int n = (int)(nb - j0 < INT32_MAX ? nb - j0 : INT32_MAX);
+      if (cc->add_buf >= 0) {
+        const float *add = (const float *)x->buffers[cc->add_buf] + e->base + (m0 + i) * e->row + n0 + j0;
+        ops->binary(TE_ADD, KILN_DTYPE_F32, n, row + j0, row + j0, 0, add, 0);
       }
+      if (cc->clip) ops->clip(n, row + j0, row + j0, cc->lo, cc->hi);
+    }
   }
 }
 

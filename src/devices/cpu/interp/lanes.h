@@ -52,10 +52,18 @@ typedef struct kiln_lanes_ops {
   void (*store)(kiln_dtype dt, int n, void *base, int64_t stride, const void *x, int xs);
   /* acc[l] = combine(acc[l], x[l]) for n lanes. */
   void (*combine)(te_reduce_op rop, kiln_dtype dt, int n, void *acc, const void *x, int xs);
-  /* *out = combine(*out, x[0], ..., x[n-1]). */
-  void (*fold)(te_reduce_op rop, kiln_dtype dt, int n, const void *x, void *out);
+  /* out[r] = combine(out[r], x[r * n], ..., x[r * n + n - 1]) for each of rows rows. */
+  void (*fold)(te_reduce_op rop, kiln_dtype dt, int rows, int n, const void *x, void *out);
+  /* o[l] = v[r] for the lanes of row r: row 0 is lanes [0, first), row r
+   * lanes [first + (r - 1) * m, first + r * m), up to n lanes. */
+  void (*spread)(kiln_dtype dt, int n, void *o, int first, int m, const void *v);
   /* o[l] = v[0] for n lanes. */
   void (*fill)(kiln_dtype dt, int n, void *o, const void *v);
+  /* o[l] = min(max(a[l], lo), hi) as a Relu or Clip epilogue computes it
+   * (NaN kept, a zero's sign too). */
+  void (*clip)(int n, float *o, const float *a, float lo, float hi);
+  /* o[l] = start + l. */
+  void (*ramp)(int n, int64_t *o, int64_t start);
   /* idx[l] += c * (x[l] - x0): a gather's index, one term at a time. */
   void (*index_add)(int n, int64_t *idx, int64_t c, const int64_t *x, int64_t x0);
 } kiln_lanes_ops;

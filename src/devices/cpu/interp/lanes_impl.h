@@ -359,8 +359,27 @@ static void lanes_store(kiln_dtype dt, int n, void *base, int64_t stride, const 
     memmove(base, x, (size_t)n * size);
     return;
   }
-  char *b_ = base;
-  for (int l = 0; l < n; l++) memcpy(b_ + (int64_t)l * stride * (int64_t)size, (const char *)x + (xs ? 0 : (size_t)l * size), size);
+  switch (size) {
+#define S(SIZE, T)                                                                              \
+  case SIZE: {                                                                                  \
+    char *b_ = base;                                                                            \
+    T v;                                                                                        \
+    memcpy(&v, x, SIZE);                                                                        \
+    if (xs && stride == 1)                                                                      \
+      for (int l = 0; l < n; l++) memcpy(b_ + (int64_t)l * SIZE, &v, SIZE);                     \
+    else if (xs)                                                                                \
+      for (int l = 0; l < n; l++) memcpy(b_ + (int64_t)l * stride * SIZE, &v, SIZE);            \
+    else                                                                                        \
+      for (int l = 0; l < n; l++) memcpy(b_ + (int64_t)l * stride * SIZE, (const char *)x + (size_t)l * SIZE, SIZE); \
+    return;                                                                                     \
+  }
+    S(1, uint8_t)
+    S(2, uint16_t)
+    S(4, uint32_t)
+    S(8, uint64_t)
+#undef S
+    default: return;
+  }
 }
 
 static void lanes_combine(te_reduce_op rop, kiln_dtype dt, int n, void *acc, const void *x, int xs) {
@@ -374,11 +393,87 @@ static void lanes_combine(te_reduce_op rop, kiln_dtype dt, int n, void *acc, con
   }
 }
 
-static void lanes_fold(te_reduce_op rop, kiln_dtype dt, int n, const void *x, void *out) {
-  for (int l = 0; l < n; l++) lanes_combine(rop, dt, 1, out, (const char *)x + (size_t)l * lanes_size(dt), 1);
+/* Eight partial results over lanes l mod 8 (vector registers' worth),
+ * then combined in order: the C renderer's unrolled reductions do the
+ * same. Max and min give the same result in any order. */
+#define LANES_FOLD(T, OP)                                          \
+  for (int row_ = 0; row_ < rows; row_++) {                        \
+    const T *x_ = (const T *)x + (size_t)row_ * (size_t)n;         \
+    T r;                                                           \
+    memcpy(&r, (char *)out + (size_t)row_ * sizeof r, sizeof r);   \
+    int l = 0;                                                     \
+    if (n >= 16) {                                                 \
+      T p[8];                                                      \
+      for (int u = 0; u < 8; u++) p[u] = x_[u];                    \
+      for (l = 8; l + 8 <= n; l += 8)                              \
+        for (int u = 0; u < 8; u++) {                              \
+          T acc_ = p[u], y_ = x_[l + u];                           \
+          p[u] = (OP);                                             \
+        }                                                          \
+      for (int u = 0; u < 8; u++) {                                \
+        T acc_ = r, y_ = p[u];                                     \
+        r = (OP);                                                  \
+      }                                                            \
+    }                                                              \
+    for (; l < n; l++) {                                           \
+      T acc_ = r, y_ = x_[l];                                      \
+      r = (OP);                                                    \
+    }                                                              \
+    memcpy((char *)out + (size_t)row_ * sizeof r, &r, sizeof r);   \
+  }
+
+static void lanes_fold(te_reduce_op rop, kiln_dtype dt, int rows, int n, const void *x, void *out) {
+  switch (dt) {
+#define X(DT, T, U, FLOAT)                                                                                      \
+  case DT:                                                                                                      \
+    switch (rop) {                                                                                              \
+      case TE_RSUM: LANES_FOLD(T, FLOAT ? (T)(acc_ + y_) : (T)((U)acc_ + (U)y_)); return;                      \
+      case TE_RPROD: LANES_FOLD(T, FLOAT ? (T)(acc_ * y_) : (T)((uint64_t)(U)acc_ * (uint64_t)(U)y_)); return; \
+      case TE_RMAX: LANES_FOLD(T, (y_ != y_ || y_ > acc_) ? y_ : acc_); return;                                 \
+      case TE_RMIN: LANES_FOLD(T, (y_ != y_ || y_ < acc_) ? y_ : acc_); return;                                 \
+    }                                                                                                           \
+    return;
+    LANES_ALL(X)
+#undef X
+    default: return;
+  }
+}
+
+static void lanes_spread(kiln_dtype dt, int n, void *o, int first, int m, const void *v) {
+  switch (lanes_size(dt)) {
+#define S(SIZE, T)                                                          \
+  case SIZE: {                                                              \
+    T *o_ = o;                                                              \
+    const char *v_ = v;                                                     \
+    for (int l = 0, r = 0; l < n; r++) {                                    \
+      int end = r ? (first + r * m < n ? first + r * m : n) : (first < n ? first : n); \
+      T x_;                                                                 \
+      memcpy(&x_, v_ + (size_t)r * SIZE, SIZE);                             \
+      for (; l < end; l++) o_[l] = x_;                                      \
+    }                                                                       \
+    return;                                                                 \
+  }
+    S(1, uint8_t)
+    S(2, uint16_t)
+    S(4, uint32_t)
+    S(8, uint64_t)
+#undef S
+    default: return;
+  }
 }
 
 static void lanes_fill(kiln_dtype dt, int n, void *o, const void *v) { lanes_store(dt, n, o, 1, v, 1); }
+
+static void lanes_clip(int n, float *o, const float *a, float lo, float hi) {
+  for (int l = 0; l < n; l++) {
+    float v = a[l] < lo ? lo : a[l];
+    o[l] = v > hi ? hi : v;
+  }
+}
+
+static void lanes_ramp(int n, int64_t *o, int64_t start) {
+  for (int l = 0; l < n; l++) o[l] = start + l;
+}
 
 static void lanes_index_add(int n, int64_t *idx, int64_t c, const int64_t *x, int64_t x0) {
   /* unsigned: the index arithmetic wraps as the generated code's would */
@@ -400,6 +495,9 @@ const kiln_lanes_ops LANES_TABLE = {
     .store = lanes_store,
     .combine = lanes_combine,
     .fold = lanes_fold,
+    .spread = lanes_spread,
     .fill = lanes_fill,
+    .clip = lanes_clip,
+    .ramp = lanes_ramp,
     .index_add = lanes_index_add,
 };
