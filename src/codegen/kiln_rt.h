@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_RT_ABI_VERSION 6
+#define KILN_RT_ABI_VERSION 7
 
 typedef void (*kiln_rt_parallel_fn)(void *ctx, int64_t begin, int64_t end, int thread);
 typedef void (*kiln_rt_epilogue_fn)(void *ctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, int64_t nb);
@@ -149,6 +149,29 @@ typedef struct kiln_rt_pool_args {
   void *const *epilogue_buffers;
 } kiln_rt_pool_args;
 
+/* A resampling (kiln.Resize's tables) of f32 x [planes, in...] into y
+ * [planes, out...] (nsp <= 6 dims after the planes): along each of
+ * n_axes resampled dims (axis: its index among those dims), output o is
+ * the sum over t < taps of weight[o*taps + t] (1 when weight is NULL) times
+ * the input at index[o*taps + t] clamped into [0, in); the other dims are
+ * copied (in == out). Dims are resampled innermost first, each sum in tap
+ * order. Then, when set, epilogue over y in place, one plane a tile
+ * (kiln_rt_epilogue_ctx: base 0, row the plane's elements). */
+typedef struct kiln_rt_resample_args {
+  int nsp;
+  int64_t planes;
+  int64_t in[6], out[6];
+  int n_axes;
+  int axis[3];
+  int64_t taps[3];
+  const int32_t *index[3];
+  const float *weight[3];
+  const float *x;
+  float *y;
+  kiln_rt_epilogue_fn epilogue;
+  void *const *epilogue_buffers;
+} kiln_rt_resample_args;
+
 typedef struct kiln_rt {
   int abi_version;
   void *pool; /* the session's thread pool */
@@ -174,6 +197,9 @@ typedef struct kiln_rt {
   /* MaxPool or AveragePool (kiln_rt_pool_args) over the thread pool; out of
    * memory reported through fail. */
   void (*pooling)(const struct kiln_rt *rt, const kiln_rt_pool_args *args);
+  /* Resize by tables (kiln_rt_resample_args) over the thread pool; out of
+   * memory reported through fail. */
+  void (*resample)(const struct kiln_rt *rt, const kiln_rt_resample_args *args);
 } kiln_rt;
 
 #endif

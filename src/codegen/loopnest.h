@@ -172,6 +172,13 @@ typedef struct kiln_pool_call {
   const te_pool_tag *tag; /* borrowed from the builder */
 } kiln_pool_call;
 
+/* Tensorization onto the runtime's resampling (kiln_rt.resample), as
+ * kiln_pool_call. */
+typedef struct kiln_resample_call {
+  bool ok;
+  const te_resample_tag *tag; /* borrowed from the builder */
+} kiln_resample_call;
+
 kiln_loop_schedule kiln_loop_schedule_default(void);
 
 /* Where each reduction is computed. */
@@ -212,6 +219,7 @@ typedef struct kiln_loop_nest {
   kiln_gemm_call gemm;            /* gemm.ok: rendered as GEMM calls (C dialect) */
   kiln_conv_call conv;            /* conv.ok: rendered as a kiln_rt.conv call (C dialect) */
   kiln_pool_call pool;            /* pool.ok: rendered as a kiln_rt.pooling call (C dialect) */
+  kiln_resample_call resample;    /* resample.ok: rendered as a kiln_rt.resample call (C dialect) */
   bool index32;                   /* narrow_indices held: render int64 index values as 32-bit ints */
 } kiln_loop_nest;
 
@@ -267,6 +275,8 @@ void kiln_schedule_conv(const te_builder *b, kiln_loop_nest *nest);
 /* The schedule step of tensorized pooling: fills nest->pool (see
  * kiln_pool_call). */
 void kiln_schedule_pool(const te_builder *b, kiln_loop_nest *nest);
+/* The schedule step of tensorized resampling: fills nest->resample. */
+void kiln_schedule_resample(const te_builder *b, kiln_loop_nest *nest);
 /* The schedule step of cooperative rows: fills nest->rows (and sets the
  * row loops to GPU_BLOCK, the rest to GPU_THREAD) when every top-level
  * reduction is an f32 one at the innermost parallel loop, each flattened

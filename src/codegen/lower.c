@@ -848,6 +848,27 @@ static te_expr *compute_resample(te_builder *b, const te_tensor *t, te_expr *con
   te_expr *acc = te_at(b, X, sub);
   if (weight) acc = te_binary(b, TE_MUL, weight, acc);
   for (int v = nv - 1; v >= 0; v--) acc = te_reduce(b, TE_RSUM, vars[v], extents[v], acc);
+  /* Tables and input read straight from buffers, no extrapolation: a
+   * runtime routine may compute it (te_resample_tag). */
+  bool bufs = X->kind == TE_VIEW_BUFFER && !outside && acc;
+  te_resample_tag tag = {.value = acc, .x_buf = bufs ? X->buf : -1, .rank = t->rank};
+  for (int d = 0; bufs && d < t->rank; d++) {
+    tag.idx[d] = idx[d];
+    tag.in[d] = X->dims[d];
+    tag.out[d] = t->dims[d];
+    int k = (int)t->p[d];
+    if (!k) continue;
+    const te_tensor *I = t->in[k], *W = t->ip ? NULL : t->in[k + 1];
+    if (tag.n_axes == 3 || I->kind != TE_VIEW_BUFFER || (W && W->kind != TE_VIEW_BUFFER)) {
+      bufs = false;
+      break;
+    }
+    tag.axis[tag.n_axes] = d;
+    tag.index_buf[tag.n_axes] = I->buf;
+    tag.weight_buf[tag.n_axes] = W ? W->buf : -1;
+    tag.taps[tag.n_axes++] = I->dims[1];
+  }
+  if (bufs && tag.n_axes > 0) te_tag_resample(b, &tag);
   return outside ? te_select(b, outside, f32c(b, t->fp[0]), acc) : acc;
 }
 

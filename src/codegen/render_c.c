@@ -264,10 +264,11 @@ void render_c_element(render_ctx *r, const kiln_loop_nest *nest) {
 kiln_status_t kiln_render_c(const te_builder *b, const kiln_loop_nest *nest, const char *name, kiln_strbuf *src) {
   render_ctx r;
   KILN_TRY(render_init(&r, &c_dialect, b, src));
-  if (nest->gemm.ok || nest->conv.ok || nest->pool.ok) {
+  if (nest->gemm.ok || nest->conv.ok || nest->pool.ok || nest->resample.ok) {
     if (nest->gemm.ok) render_c_gemm(&r, nest, name);
     else if (nest->conv.ok) render_c_conv(&r, nest, name);
-    else render_c_pool(&r, nest, name);
+    else if (nest->pool.ok) render_c_pool(&r, nest, name);
+    else render_c_resample(&r, nest, name);
     bool bad = r.bad;
     char why[sizeof r.why];
     memcpy(why, r.why, sizeof why);

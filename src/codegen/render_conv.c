@@ -275,3 +275,33 @@ void render_c_pool(render_ctx *r, const kiln_loop_nest *nest, const char *name) 
   render_close_scope(r);
   kiln_strbuf_puts(r->s, "}\n\n");
 }
+
+void render_c_resample(render_ctx *r, const kiln_loop_nest *nest, const char *name) {
+  const te_resample_tag *t = nest->resample.tag;
+  bool has_epilogue = nest->value != t->value;
+  if (has_epilogue) epilogue(r, nest, name, t->value, false, false);
+  kiln_strbuf_printf(r->s, "KILN_EXPORT void %s(const kiln_rt *rt, void *const *buffers) {\n", name);
+  r->indent = 0;
+  render_open_scope(r); /* indent 1 */
+  render_line(r, "kiln_rt_resample_args a = {0};");
+  render_line(r, "a.nsp = %d;", t->rank - 2);
+  render_line(r, "a.planes = INT64_C(%lld);", (long long)(t->out[0] * t->out[1]));
+  ints(r, "in", t->in + 2, t->rank - 2);
+  ints(r, "out", t->out + 2, t->rank - 2);
+  render_line(r, "a.n_axes = %d;", t->n_axes);
+  for (int k = 0; k < t->n_axes; k++) {
+    render_line(r, "a.axis[%d] = %d;", k, t->axis[k] - 2);
+    render_line(r, "a.taps[%d] = INT64_C(%lld);", k, (long long)t->taps[k]);
+    render_line(r, "a.index[%d] = (const int32_t *)buffers[%d];", k, t->index_buf[k]);
+    if (t->weight_buf[k] >= 0) render_line(r, "a.weight[%d] = (const float *)buffers[%d];", k, t->weight_buf[k]);
+  }
+  render_line(r, "a.x = (const float *)buffers[%d];", t->x_buf);
+  render_line(r, "a.y = (float *)buffers[%d];", nest->out_buf);
+  if (has_epilogue) {
+    render_line(r, "a.epilogue = %s_epilogue;", name);
+    render_line(r, "a.epilogue_buffers = buffers;");
+  }
+  render_line(r, "rt->resample(rt, &a);");
+  render_close_scope(r);
+  kiln_strbuf_puts(r->s, "}\n\n");
+}

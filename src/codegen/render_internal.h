@@ -138,6 +138,7 @@ void render_c_epilogue_element(render_ctx *r, const kiln_loop_nest *nest, const 
  * (render_conv.c): one kiln_rt.conv call. */
 void render_c_conv(render_ctx *r, const kiln_loop_nest *nest, const char *name);
 void render_c_pool(render_ctx *r, const kiln_loop_nest *nest, const char *name);
+void render_c_resample(render_ctx *r, const kiln_loop_nest *nest, const char *name);
 /* Emits one reduction: accumulator, loop, nested sites, combine. */
 void render_emit_reduce(render_ctx *r, const kiln_loop_nest *nest, const te_expr *red);
 

@@ -163,6 +163,7 @@ kiln_status_t kiln_schedule_kernel(te_builder *b, const te_tensor *root, int out
   if (!st && s.tensorize_gemm) kiln_schedule_conv(b, out);
   if (!st && s.tensorize_gemm) kiln_schedule_gemm(b, out, s.gemm_any_size);
   if (!st && s.tensorize_gemm) kiln_schedule_pool(b, out);
+  if (!st && s.tensorize_gemm) kiln_schedule_resample(b, out);
   /* Then cooperative rows: a row's reductions split over a group replace
    * one thread per row (and any thread tile, which would copy them). */
   if (!st && s.row_threads && s.parallel_dims == KILN_PARALLEL_UNTIL_REDUCTION)
@@ -175,7 +176,7 @@ kiln_status_t kiln_schedule_kernel(te_builder *b, const te_tensor *root, int out
    * placed together (their reductions loop over the same variables, so
    * they run as one loop). */
   int tile = KILN_MIN(s.thread_tile, KILN_MAX_THREAD_TILE), pd = out->parallel_dims;
-  if (!st && !out->tiles.n_red && !out->rows.threads && !out->gemm.ok && !out->conv.ok && !out->pool.ok && out->jam_inner <= 1 && tile > 1 && s.parallel_dims == KILN_PARALLEL_UNTIL_REDUCTION && pd > 0 &&
+  if (!st && !out->tiles.n_red && !out->rows.threads && !out->gemm.ok && !out->conv.ok && !out->pool.ok && !out->resample.ok && out->jam_inner <= 1 && tile > 1 && s.parallel_dims == KILN_PARALLEL_UNTIL_REDUCTION && pd > 0 &&
       reads_tile_dim && out->extents[pd - 1] % tile == 0 && out->extents[pd - 1] > tile) {
     int v = out->vars[pd - 1];
     for (int j = 1; j < tile; j++)
@@ -212,7 +213,7 @@ static bool repeats_invariant_sum(const te_expr *e, int var, bool inside_variant
 
 kiln_status_t kiln_schedule_jam_inner(te_builder *b, kiln_loop_nest *nest, int max_extent) {
   int rank = nest->rank, pd = nest->parallel_dims;
-  if (nest->tiles.n_red || nest->rows.threads || nest->thread_tile > 1 || nest->gemm.ok || nest->conv.ok || nest->pool.ok ||
+  if (nest->tiles.n_red || nest->rows.threads || nest->thread_tile > 1 || nest->gemm.ok || nest->conv.ok || nest->pool.ok || nest->resample.ok ||
       nest->jam_inner > 1)
     return NULL;
   if (rank < 1 || pd != rank - 1 || max_extent > KILN_MAX_JAM) return NULL;

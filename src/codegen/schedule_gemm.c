@@ -350,3 +350,39 @@ void kiln_schedule_pool(const te_builder *b, kiln_loop_nest *nest) {
   }
   nest->pool = (kiln_pool_call){.ok = true, .tag = t};
 }
+
+/* The tagged resampling the element is f of, or NULL. */
+static const te_resample_tag *find_resample(const te_builder *b, const te_expr *e) {
+  if (!e) return NULL;
+  const te_resample_tag *t = te_resample_tag_of(b, e);
+  if (t) return t;
+  if (e->op == TE_REDUCE) return NULL;
+  t = find_resample(b, e->a);
+  if (!t) t = find_resample(b, e->b);
+  if (!t) t = find_resample(b, e->c);
+  return t;
+}
+
+void kiln_schedule_resample(const te_builder *b, kiln_loop_nest *nest) {
+  if (nest->tiles.n_red || nest->rows.threads || nest->gemm.ok || nest->conv.ok || nest->pool.ok) return;
+  const te_resample_tag *t = find_resample(b, nest->value);
+  if (!t || te_get_buffer(b, nest->out_buf)->dtype != KILN_DTYPE_F32 || nest->value->dtype != KILN_DTYPE_F32) return;
+  if (te_get_buffer(b, t->x_buf)->dtype != KILN_DTYPE_F32 || t->x_buf == nest->out_buf) return;
+  for (int k = 0; k < t->n_axes; k++)
+    if (t->index_buf[k] == nest->out_buf || t->weight_buf[k] == nest->out_buf ||
+        te_get_buffer(b, t->index_buf[k])->dtype != KILN_DTYPE_I32 ||
+        (t->weight_buf[k] >= 0 && te_get_buffer(b, t->weight_buf[k])->dtype != KILN_DTYPE_F32))
+      return;
+  if (nest->rank != t->rank || reads_other(nest->value, t->value, nest->out_buf)) return;
+  /* The routine's planes are the first two dims (N, C: what Resize leaves
+   * alone), its tiles one plane each, as the C epilogue expects. */
+  if (t->rank < 3 || t->rank > 2 + 6) return;
+  for (int k = 0; k < t->n_axes; k++)
+    if (t->axis[k] < 2) return;
+  for (int l = 0; l < nest->rank; l++) {
+    const te_expr *i = t->idx[l];
+    bool own = i->op == TE_VAR ? i->var == nest->vars[l] : t->out[l] == 1 && i->op == TE_CONST && i->i == 0;
+    if (nest->extents[l] != t->out[l] || !own) return;
+  }
+  nest->resample = (kiln_resample_call){.ok = true, .tag = t};
+}

@@ -21,6 +21,8 @@ struct te_builder {
   int n_conv_tags, cap_conv_tags;
   te_pool_tag *pool_tags;
   int n_pool_tags, cap_pool_tags;
+  te_resample_tag *resample_tags;
+  int n_resample_tags, cap_resample_tags;
   int64_t *var_extent; /* per variable: its loop's extent, 0 when unknown */
   int cap_var_extent;
   bool oom;
@@ -63,6 +65,7 @@ void te_builder_destroy(te_builder *b) {
   free(b->buffers);
   free(b->conv_tags);
   free(b->pool_tags);
+  free(b->resample_tags);
   free(b->var_extent);
   free(b);
 }
@@ -134,6 +137,27 @@ void te_tag_pool(te_builder *b, const te_pool_tag *tag) {
 const te_pool_tag *te_pool_tag_of(const te_builder *b, const te_expr *value) {
   for (int i = 0; i < b->n_pool_tags; i++)
     if (b->pool_tags[i].value == value) return &b->pool_tags[i];
+  return NULL;
+}
+
+void te_tag_resample(te_builder *b, const te_resample_tag *tag) {
+  if (!tag->value || te_resample_tag_of(b, tag->value)) return;
+  if (b->n_resample_tags == b->cap_resample_tags) {
+    int cap = b->cap_resample_tags ? b->cap_resample_tags * 2 : 4;
+    te_resample_tag *n = realloc(b->resample_tags, (size_t)cap * sizeof *n);
+    if (!n) {
+      b->oom = true;
+      return;
+    }
+    b->resample_tags = n;
+    b->cap_resample_tags = cap;
+  }
+  b->resample_tags[b->n_resample_tags++] = *tag;
+}
+
+const te_resample_tag *te_resample_tag_of(const te_builder *b, const te_expr *value) {
+  for (int i = 0; i < b->n_resample_tags; i++)
+    if (b->resample_tags[i].value == value) return &b->resample_tags[i];
   return NULL;
 }
 

@@ -217,6 +217,26 @@ void te_tag_pool(te_builder *b, const te_pool_tag *tag);
 /* The pool tag recorded for this expression, or NULL. */
 const te_pool_tag *te_pool_tag_of(const te_builder *b, const te_expr *value);
 
+/* A resampling (kiln.Resample: Resize with constant tables, f32, no
+ * extrapolation value): `value` is the element for output idx, the sum
+ * over each resampled axis' taps of the weights' product times x at the
+ * taps' input indices (clamped into the input). Per resampled axis (at
+ * most 3, in axis order): its axis, its [out, taps] int32 index table's
+ * buffer and its f32 weight table's (-1: nearest, weight 1). */
+typedef struct te_resample_tag {
+  const te_expr *value;
+  const te_expr *idx[KILN_MAX_RANK];
+  int x_buf;
+  int rank;
+  int64_t in[KILN_MAX_RANK], out[KILN_MAX_RANK];
+  int n_axes;
+  int axis[3], index_buf[3], weight_buf[3];
+  int64_t taps[3];
+} te_resample_tag;
+
+void te_tag_resample(te_builder *b, const te_resample_tag *tag);
+const te_resample_tag *te_resample_tag_of(const te_builder *b, const te_expr *value);
+
 te_tensor *te_view_buffer(te_builder *b, int buf);
 te_tensor *te_view_compute(te_builder *b, kiln_dtype dtype, int rank, const int64_t *dims, te_compute_fn fn);
 /* Element idx of view t. */

@@ -76,6 +76,8 @@ kiln_rt kiln_cpu_rt(kiln_threadpool *pool, int threads);
 
 /* kiln_rt.pooling (cpu_pool.c): MaxPool and AveragePool as separable passes. */
 void kiln_cpu_pool(const kiln_rt *rt, const kiln_rt_pool_args *a);
+/* kiln_rt.resample (cpu_resample.c): Resize tables as separable passes. */
+void kiln_cpu_resample(const kiln_rt *rt, const kiln_rt_resample_args *a);
 
 /* ConvTranspose (a->transposed; cpu_conv_transpose.c): SGEMM then col2im,
  * with a's bias, residual and clip or epilogue. cols: scratch of

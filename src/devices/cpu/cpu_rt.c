@@ -167,5 +167,5 @@ static void rt_conv(const kiln_rt *rt, const kiln_rt_conv_args *a, kiln_rt_state
 
 kiln_rt kiln_cpu_rt(kiln_threadpool *pool, int threads) {
   return (kiln_rt){KILN_RT_ABI_VERSION, pool, threads, rt_parallel_for, rt_sgemm, rt_sgemm_packed_b, rt_conv, rt_fail,
-                    rt_igemm, rt_igemm_packed_b, kiln_cpu_pool};
+                    rt_igemm, rt_igemm_packed_b, kiln_cpu_pool, kiln_cpu_resample};
 }

@@ -72,6 +72,8 @@ struct kiln_interp_kernel {
   te_conv_tag conv_tag;
   kiln_pool_call pool;  /* pool.tag points at pool_tag */
   te_pool_tag pool_tag;
+  kiln_resample_call resample; /* resample.tag points at resample_tag */
+  te_resample_tag resample_tag;
   bool has_epilogue;
   bool pack_b;      /* GEMM: B is a constant every batch index shares (packed once) */
   const kiln_lanes_ops *ops;
@@ -510,6 +512,7 @@ kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nes
     const te_expr *sum = nest->gemm.ok   ? nest->gemm.sum
                          : nest->conv.ok ? nest->conv.tag->reduce
                          : nest->pool.ok ? nest->pool.tag->value
+                         : nest->resample.ok ? nest->resample.tag->value
                                          : NULL;
     if (sum) k->sum = bd.of_expr[sum->id];
   }
@@ -560,6 +563,12 @@ kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nes
       k->conv.tag = &k->conv_tag;
       k->has_epilogue = nest->value != nest->conv.tag->reduce;
     }
+    k->resample = nest->resample;
+    if (nest->resample.ok) {
+      k->resample_tag = *nest->resample.tag;
+      k->resample.tag = &k->resample_tag;
+      k->has_epilogue = nest->value != nest->resample.tag->value;
+    }
     k->pool = nest->pool;
     if (nest->pool.ok) {
       k->pool_tag = *nest->pool.tag;
@@ -572,7 +581,7 @@ kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nes
       k->pack_b = te_get_buffer(b, g->b_buf)->constant && (g->b_zp_buf < 0 || te_get_buffer(b, g->b_zp_buf)->constant);
       for (int i = 0; i < g->n_batch; i++) k->pack_b &= g->b_stride[i] == 0 || nest->extents[g->batch_loops[i]] == 1;
     }
-    if ((nest->gemm.ok || nest->conv.ok || nest->pool.ok) && k->has_epilogue && k->sum < 0)
+    if ((nest->gemm.ok || nest->conv.ok || nest->pool.ok || nest->resample.ok) && k->has_epilogue && k->sum < 0)
       st = kiln_error(KILN_INTERNAL, "interp: the tensorized sum is not in the element");
   }
   k->lists = bd.lists;
@@ -1516,6 +1525,30 @@ static void run_pool(ik_launch *x) {
   x->rt->pooling(x->rt, &a);
 }
 
+/* A tensorized resize (render_conv.c's render_c_resample), as run_pool. */
+static void run_resample(ik_launch *x) {
+  const kiln_interp_kernel *k = x->k;
+  const te_resample_tag *t = &k->resample_tag;
+  kiln_rt_resample_args a = {.nsp = t->rank - 2, .planes = t->out[0] * t->out[1], .n_axes = t->n_axes};
+  for (int i = 0; i < t->rank - 2; i++) {
+    a.in[i] = t->in[2 + i];
+    a.out[i] = t->out[2 + i];
+  }
+  for (int j = 0; j < t->n_axes; j++) {
+    a.axis[j] = t->axis[j] - 2;
+    a.taps[j] = t->taps[j];
+    a.index[j] = x->buffers[t->index_buf[j]];
+    a.weight[j] = t->weight_buf[j] >= 0 ? x->buffers[t->weight_buf[j]] : NULL;
+  }
+  a.x = x->buffers[t->x_buf];
+  a.y = x->buffers[k->out_buf];
+  if (k->has_epilogue) {
+    a.epilogue = conv_epilogue;
+    a.epilogue_buffers = (void *const *)x;
+  }
+  x->rt->resample(x->rt, &a);
+}
+
 void kiln_interp_kernel_run(const kiln_interp_kernel *k, const kiln_rt *rt, void *const *buffers) {
   ik_launch x = {.k = k, .rt = rt, .buffers = buffers, .id = atomic_fetch_add(&launch_counter, 1) + 1};
   if (k->gemm.ok) {
@@ -1524,6 +1557,8 @@ void kiln_interp_kernel_run(const kiln_interp_kernel *k, const kiln_rt *rt, void
     run_conv(&x);
   } else if (k->pool.ok) {
     run_pool(&x);
+  } else if (k->resample.ok) {
+    run_resample(&x);
   } else if (k->parallel_total > 0) {
     rt->parallel_for(rt->pool, k->parallel_total, k->grain, plain_body, &x);
   }
