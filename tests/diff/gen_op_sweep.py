@@ -1106,6 +1106,9 @@ def pool_cases():
         pool('ncT', op, [1, 3, 9, 11], 'T', opset=opset, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
         pool('ncS', op, [1, 3, 9, 9], 'S', opset=opset, kernel_shape=[2, 2], strides=[2, 2])
         pool('global_like', op, [1, 4, 7, 7], opset=opset, kernel_shape=[7, 7])
+        # stride 1 with padding (Inception's 3x3, an SPP block's 5x5): the padded-plane path
+        pool('3x3_s1_pad', op, [1, 5, 13, 11], opset=opset, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+        pool('5x5_s1_spp', op, [1, 3, 9, 10], opset=opset, kernel_shape=[5, 5], pads=[2, 2, 2, 2])
     # a pool with elementwise work after it (the runtime routine's epilogue)
     for op in ('MaxPool', 'AveragePool'):
         m = case('%s_epilogue' % op, 12 if op == 'MaxPool' else 11)

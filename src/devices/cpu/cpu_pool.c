@@ -67,6 +67,55 @@ static bool identity_axis(const kiln_rt_pool_args *a, int i) {
   return a->kernel[i] == 1 && a->stride[i] == 1 && a->pad_begin[i] == 0 && a->in[i] == a->out[i];
 }
 
+/* A 2-D window of stride 1 (3x3/1 in Inception, 5x5/1 in SPP blocks) on
+ * a padded copy of the plane: padding holds the reduction's identity (what
+ * the definition adds or compares for a padded tap), the rows are Wp =
+ * OW + (KW-1)*dw wide, and both passes are single loops over the whole
+ * plane; the columns past OW of each row are computed and dropped. */
+static bool padded_path(const kiln_rt_pool_args *a) {
+  return a->nsp == 2 && a->stride[0] == 1 && a->stride[1] == 1;
+}
+
+static void padded_dims(const kiln_rt_pool_args *a, int64_t *hp, int64_t *wp) {
+  *hp = a->out[0] + (a->kernel[0] - 1) * a->dilation[0];
+  *wp = a->out[1] + (a->kernel[1] - 1) * a->dilation[1];
+}
+
+static void pool_plane_padded(const pool_job *j, const float *x, float *y, float *scratch) {
+  const kiln_rt_pool_args *a = j->a;
+  int64_t hp, wp, H = a->in[0], W = a->in[1], OH = a->out[0], OW = a->out[1];
+  padded_dims(a, &hp, &wp);
+  float *padded = scratch, *rows = scratch + hp * wp, *out = padded; /* the last pass reuses the first buffer */
+  const float init = a->max ? -INFINITY : 0.0f;
+  int64_t top = a->pad_begin[0], left = a->pad_begin[1];
+  for (int64_t r = 0; r < hp; r++) {
+    float *dst = padded + r * wp;
+    int64_t ih = r - top;
+    int64_t c0 = left < wp ? left : wp, n = ih >= 0 && ih < H ? W : 0;
+    if (n > wp - c0) n = wp - c0;
+    for (int64_t c = 0; c < c0; c++) dst[c] = init;
+    for (int64_t c = 0; c < n; c++) dst[c0 + c] = x[ih * W + c];
+    for (int64_t c = c0 + n; c < wp; c++) dst[c] = init;
+  }
+  /* along W: every padded row at once (the last KW-1 columns of the last
+   * row have no window and are not computed) */
+  int64_t nw = hp * wp - (a->kernel[1] - 1) * a->dilation[1];
+#ifdef POOL_HAVE_AVX2
+  if (j->avx2) flat_taps_avx2(padded, rows, nw, a->kernel[1], a->dilation[1], a->max);
+  else
+#endif
+    flat_taps_generic(padded, rows, nw, a->kernel[1], a->dilation[1], a->max);
+  /* along H: rows oh, oh + dh, ... of the W pass */
+  int64_t nh = (OH - 1) * wp + OW;
+#ifdef POOL_HAVE_AVX2
+  if (j->avx2) flat_taps_avx2(rows, out, nh, a->kernel[0], a->dilation[0] * wp, a->max);
+  else
+#endif
+    flat_taps_generic(rows, out, nh, a->kernel[0], a->dilation[0] * wp, a->max);
+  for (int64_t oh = 0; oh < OH; oh++)
+    for (int64_t ow = 0; ow < OW; ow++) y[oh * OW + ow] = out[oh * wp + ow];
+}
+
 static void pool_planes(void *ctx, int64_t begin, int64_t end, int thread) {
   (void)thread;
   const pool_job *j = ctx;
@@ -85,6 +134,10 @@ static void pool_planes(void *ctx, int64_t begin, int64_t end, int thread) {
   for (int64_t p = begin; p < end; p++) {
     const float *src = a->x + p * in_size;
     float *y = a->y + p * out_size;
+    if (padded_path(a)) {
+      pool_plane_padded(j, src, y, scratch);
+      goto finish;
+    }
     /* dims of the block as the passes go: axes before i at the input's
      * size, axis i and after at the output's. */
     int64_t dims[3];
@@ -122,6 +175,7 @@ static void pool_planes(void *ctx, int64_t begin, int64_t end, int thread) {
     }
     if (last_pass < 0) /* every axis the identity: a copy */
       for (int64_t e = 0; e < out_size; e++) y[e] = src[e];
+  finish:
     if (!a->max) {
 #ifdef POOL_HAVE_AVX2
       if (j->avx2) divide_avx2(y, nsp, a->out, j->count);
@@ -195,6 +249,11 @@ void kiln_cpu_pool(const kiln_rt *rt, const kiln_rt_pool_args *a) {
     if (i > 0 && e > biggest) biggest = e;
   }
   j.scratch = (size_t)(2 * biggest);
+  if (padded_path(a)) {
+    int64_t hp, wp;
+    padded_dims(a, &hp, &wp);
+    j.scratch = (size_t)(2 * hp * wp);
+  }
   rt->parallel_for(rt->pool, a->planes, 1, pool_planes, &j);
   free(ranges);
   free(counts);

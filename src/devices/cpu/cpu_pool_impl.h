@@ -1,40 +1,79 @@
-/* cpu_pool_impl.h — the loops of kiln_rt.pooling (cpu_pool.c), included once
- * per instruction set with POOL_FN naming its copy (a target pragma
+/* cpu_pool_impl.h — the loops of kiln_rt.pooling (cpu_pool.c), included
+ * once per instruction set with POOL_FN naming its copy (a target pragma
  * around the AVX2 one). Each pass reduces one axis of a [outer, len,
  * inner] block over the window; max keeps NaN as TE_RMAX does
- * ((v != v || v > acc) ? v : acc), sums add in window order from 0. */
+ * ((v != v || v > acc) ? v : acc), sums add in window order from 0. Where
+ * every tap of an output is inside the input, an output's taps are
+ * combined in registers and stored once (3 taps unrolled: the common
+ * window), so short rows (13 pixels) are not K read-modify-write passes. */
+
+#ifndef POOL_OP
+#define POOL_OP(max, acc, v) ((max) ? (((v) != (v) || (v) > (acc)) ? (v) : (acc)) : (acc) + (v))
+#endif
 
 /* Along the innermost axis (inner = 1): dst[r][o] over src[r][...], for
- * rows r < outer. The taps of one k are a strided run over the outputs
- * whose position is inside the input, [lo[k], hi[k]). */
-static void POOL_FN(pass_last)(const float *src, float *dst, int64_t outer, int64_t len_in, int64_t len_out,
-                               const pool_axis *ax, bool max) {
-  const int64_t s = ax->stride;
+ * rows r < outer. Tap k reads inside the input for outputs [lo[k], hi[k]). */
+static inline __attribute__((always_inline)) void POOL_FN(last_body)(const float *src, float *dst, int64_t outer,
+                                                                    int64_t len_in, int64_t len_out,
+                                                                    const pool_axis *ax, const bool max) {
+  const int64_t s = ax->stride, d = ax->dilation, K = ax->kernel;
+  const float init = max ? -INFINITY : 0.0f;
+  int64_t lo_all = 0, hi_all = len_out;
+  for (int64_t k = 0; k < K; k++) {
+    lo_all = ax->lo[k] > lo_all ? ax->lo[k] : lo_all;
+    hi_all = ax->hi[k] < hi_all ? ax->hi[k] : hi_all;
+  }
+  if (hi_all < lo_all) hi_all = lo_all;
   for (int64_t r = 0; r < outer; r++) {
-    const float *in = src + r * len_in;
+    const float *in = src + r * len_in - ax->pad_begin;
     float *out = dst + r * len_out;
-    const float init = max ? -INFINITY : 0.0f;
-    for (int64_t o = 0; o < len_out; o++) out[o] = init;
-    for (int64_t k = 0; k < ax->kernel; k++) {
-      const float *at = in + k * ax->dilation - ax->pad_begin;
-      const int64_t lo = ax->lo[k], hi = ax->hi[k];
-      if (max) {
-        if (s == 1) {
-          for (int64_t o = lo; o < hi; o++) {
-            float v = at[o];
-            out[o] = (v != v || v > out[o]) ? v : out[o];
-          }
-        } else {
-          for (int64_t o = lo; o < hi; o++) {
-            float v = at[o * s];
-            out[o] = (v != v || v > out[o]) ? v : out[o];
-          }
+    /* the borders: taps checked one by one */
+    for (int64_t o = 0; o < len_out; o++) {
+      if (o == lo_all) o = hi_all;
+      if (o >= len_out) break;
+      float acc = init;
+      for (int64_t k = 0; k < K; k++)
+        if (o >= ax->lo[k] && o < ax->hi[k]) {
+          float v = in[o * s + k * d];
+          acc = POOL_OP(max, acc, v);
         }
-      } else {
+      out[o] = acc;
+    }
+    /* the interior */
+    if (K == 3 && s == 1) {
+      for (int64_t o = lo_all; o < hi_all; o++) {
+        float a0 = in[o], a1 = in[o + d], a2 = in[o + 2 * d], acc = init;
+        acc = POOL_OP(max, acc, a0);
+        acc = POOL_OP(max, acc, a1);
+        out[o] = POOL_OP(max, acc, a2);
+      }
+    } else if (K == 3 && s == 2) {
+      for (int64_t o = lo_all; o < hi_all; o++) {
+        float a0 = in[2 * o], a1 = in[2 * o + d], a2 = in[2 * o + 2 * d], acc = init;
+        acc = POOL_OP(max, acc, a0);
+        acc = POOL_OP(max, acc, a1);
+        out[o] = POOL_OP(max, acc, a2);
+      }
+    } else if (K == 2 && s == 2) {
+      for (int64_t o = lo_all; o < hi_all; o++) {
+        float a0 = in[2 * o], a1 = in[2 * o + d], acc = init;
+        acc = POOL_OP(max, acc, a0);
+        out[o] = POOL_OP(max, acc, a1);
+      }
+    } else {
+      for (int64_t o = lo_all; o < hi_all; o++) out[o] = init;
+      for (int64_t k = 0; k < K; k++) {
+        const float *at = in + k * d;
         if (s == 1) {
-          for (int64_t o = lo; o < hi; o++) out[o] += at[o];
+          for (int64_t o = lo_all; o < hi_all; o++) {
+            float v = at[o];
+            out[o] = POOL_OP(max, out[o], v);
+          }
         } else {
-          for (int64_t o = lo; o < hi; o++) out[o] += at[o * s];
+          for (int64_t o = lo_all; o < hi_all; o++) {
+            float v = at[o * s];
+            out[o] = POOL_OP(max, out[o], v);
+          }
         }
       }
     }
@@ -43,28 +82,95 @@ static void POOL_FN(pass_last)(const float *src, float *dst, int64_t outer, int6
 
 /* Along a middle axis: dst[r][o][j] over src[r][pos][j], j < inner (one
  * contiguous row of the axes after it per tap). */
-static void POOL_FN(pass_mid)(const float *src, float *dst, int64_t outer, int64_t len_in, int64_t len_out,
-                              int64_t inner, const pool_axis *ax, bool max) {
+static inline __attribute__((always_inline)) void POOL_FN(mid_body)(const float *src, float *dst, int64_t outer,
+                                                                   int64_t len_in, int64_t len_out, int64_t inner,
+                                                                   const pool_axis *ax, const bool max) {
+  const float init = max ? -INFINITY : 0.0f;
   for (int64_t r = 0; r < outer; r++) {
     for (int64_t o = 0; o < len_out; o++) {
       float *out = dst + (r * len_out + o) * inner;
-      const float init = max ? -INFINITY : 0.0f;
-      for (int64_t j = 0; j < inner; j++) out[j] = init;
+      const float *rows[64];
+      int n = 0;
       for (int64_t k = 0; k < ax->kernel; k++) {
         int64_t pos = o * ax->stride - ax->pad_begin + k * ax->dilation;
         if (pos < 0 || pos >= len_in) continue; /* padding: never read */
+        if (n == 64) break; /* (more taps go through the loop below) */
+        rows[n++] = src + (r * len_in + pos) * inner;
+      }
+      if (n == 3 && ax->kernel <= 64) {
+        const float *r0 = rows[0], *r1 = rows[1], *r2 = rows[2];
+        for (int64_t j = 0; j < inner; j++) {
+          float a0 = r0[j], a1 = r1[j], a2 = r2[j], acc = init;
+          acc = POOL_OP(max, acc, a0);
+          acc = POOL_OP(max, acc, a1);
+          out[j] = POOL_OP(max, acc, a2);
+        }
+        continue;
+      }
+      if (n == 2 && ax->kernel <= 64) {
+        const float *r0 = rows[0], *r1 = rows[1];
+        for (int64_t j = 0; j < inner; j++) {
+          float a0 = r0[j], a1 = r1[j], acc = init;
+          acc = POOL_OP(max, acc, a0);
+          out[j] = POOL_OP(max, acc, a1);
+        }
+        continue;
+      }
+      for (int64_t j = 0; j < inner; j++) out[j] = init;
+      for (int64_t k = 0; k < ax->kernel; k++) {
+        int64_t pos = o * ax->stride - ax->pad_begin + k * ax->dilation;
+        if (pos < 0 || pos >= len_in) continue;
         const float *in = src + (r * len_in + pos) * inner;
-        if (max) {
-          for (int64_t j = 0; j < inner; j++) {
-            float v = in[j];
-            out[j] = (v != v || v > out[j]) ? v : out[j];
-          }
-        } else {
-          for (int64_t j = 0; j < inner; j++) out[j] += in[j];
+        for (int64_t j = 0; j < inner; j++) {
+          float v = in[j];
+          out[j] = POOL_OP(max, out[j], v);
         }
       }
     }
   }
+}
+
+/* dst[i] = the taps src[i + k*step] (k < K) combined, i < n: one long
+ * loop over a padded plane (stride 1), however short its rows. */
+static inline __attribute__((always_inline)) void POOL_FN(flat_body)(const float *src, float *dst, int64_t n,
+                                                                    int64_t K, int64_t step, const bool max) {
+  const float init = max ? -INFINITY : 0.0f;
+  if (K == 3) {
+    for (int64_t i = 0; i < n; i++) {
+      float a0 = src[i], a1 = src[i + step], a2 = src[i + 2 * step], acc = init;
+      acc = POOL_OP(max, acc, a0);
+      acc = POOL_OP(max, acc, a1);
+      dst[i] = POOL_OP(max, acc, a2);
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) dst[i] = init;
+  for (int64_t k = 0; k < K; k++) {
+    const float *at = src + k * step;
+    for (int64_t i = 0; i < n; i++) {
+      float v = at[i];
+      dst[i] = POOL_OP(max, dst[i], v);
+    }
+  }
+}
+
+static void POOL_FN(flat_taps)(const float *src, float *dst, int64_t n, int64_t K, int64_t step, bool max) {
+  if (max) POOL_FN(flat_body)(src, dst, n, K, step, true);
+  else POOL_FN(flat_body)(src, dst, n, K, step, false);
+}
+
+/* The passes with max a constant in each copy (the compiler does not
+ * unswitch the loops on it by itself). */
+static void POOL_FN(pass_last)(const float *src, float *dst, int64_t outer, int64_t len_in, int64_t len_out,
+                               const pool_axis *ax, bool max) {
+  if (max) POOL_FN(last_body)(src, dst, outer, len_in, len_out, ax, true);
+  else POOL_FN(last_body)(src, dst, outer, len_in, len_out, ax, false);
+}
+
+static void POOL_FN(pass_mid)(const float *src, float *dst, int64_t outer, int64_t len_in, int64_t len_out,
+                              int64_t inner, const pool_axis *ax, bool max) {
+  if (max) POOL_FN(mid_body)(src, dst, outer, len_in, len_out, inner, ax, true);
+  else POOL_FN(mid_body)(src, dst, outer, len_in, len_out, inner, ax, false);
 }
 
 /* y /= the window's count, the product over axes in axis order. */
