@@ -105,6 +105,15 @@ static kiln_status_t place(te_builder *b, const kiln_loop_schedule *s, int n_val
     for (int r = 0; r < out->n_sites; r++)
       if (!out->sites[r].owner && out->sites[r].level + 1 < pd) pd = out->sites[r].level + 1;
   }
+  /* Chosen for threads: no deeper than a reduction's loop either. A
+   * reduction placed at loop L inside a parallel loop flattened over
+   * deeper loops is computed once per iteration of those (Softmax over the
+   * flattened [1000, 1, 1] of an opset-11 classifier: its max and sum
+   * 1000 times); fewer parallel iterations cost less than that. */
+  if (s->parallel_dims == -1)
+    for (int r = 0; r < out->n_sites; r++)
+      if (!out->sites[r].owner && out->sites[r].level >= 0 && out->sites[r].level + 1 < pd)
+        pd = out->sites[r].level + 1;
   out->parallel_dims = pd;
   *reads_tile_dim = false;
   for (int r = 0; r < out->n_sites && pd > 0; r++)
