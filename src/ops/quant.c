@@ -143,13 +143,28 @@ static kiln_status_t dequantize_kernel(kiln_kernel_ctx *ctx) {
   qaxis q;
   KILN_TRY(qaxis_make(ctx, x, scale, zp, &q));
   kiln_tensor *y;
-  KILN_TRY(kiln_kernel_output_tensor(ctx, 0, KILN_DTYPE_F32, x->rank, x->dims, &y));
+  KILN_TRY(kiln_tensor_new_uninit(KILN_DTYPE_F32, x->rank, x->dims, &y));
+  KILN_TRY(kiln_kernel_set_output(ctx, 0, y));
   const float *s = scale->data;
   float *yd = y->data;
-  for (int64_t i = 0; i < x->numel; i++) {
-    int64_t p = qaxis_index(&q, i);
-    float z = zp ? (float)kiln_load_i64(zp->data, zp->dtype, p) : 0.0f;
-    yd[i] = ((float)kiln_load_i64(x->data, x->dtype, i) - z) * s[p];
+  /* Runs of `inner` elements share a parameter: the weights of a whole
+   * quantized model are dequantized here when it is folded. */
+  int64_t run = q.count == 1 ? x->numel : q.inner;
+  for (int64_t base = 0, r = 0; run > 0 && base < x->numel; base += run, r++) {
+    int64_t p = q.count == 1 ? 0 : r % q.count;
+    float z = zp ? (float)kiln_load_i64(zp->data, zp->dtype, p) : 0.0f, sp = s[p];
+    float *yr = yd + base;
+    switch (x->dtype) {
+      case KILN_DTYPE_I8:
+        for (int64_t j = 0; j < run; j++) yr[j] = ((float)((const int8_t *)x->data)[base + j] - z) * sp;
+        break;
+      case KILN_DTYPE_U8:
+        for (int64_t j = 0; j < run; j++) yr[j] = ((float)((const uint8_t *)x->data)[base + j] - z) * sp;
+        break;
+      default:
+        for (int64_t j = 0; j < run; j++) yr[j] = ((float)((const int32_t *)x->data)[base + j] - z) * sp;
+        break;
+    }
   }
   return NULL;
 }
