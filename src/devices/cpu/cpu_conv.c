@@ -1067,7 +1067,7 @@ kiln_status_t kiln_conv_plan_create(const kiln_conv_geom *c, kiln_conv_algo algo
     default: break;
   }
   size_t total = round64(sizeof hdr) + payload;
-  kiln_conv_plan *p = aligned_alloc(64, round64(total));
+  kiln_conv_plan *p = kiln_alloc_aligned(round64(total));
   if (!p) return kiln_error(KILN_OUT_OF_MEMORY, "out of memory for a conv plan (%zu bytes)", total);
   *p = hdr;
   if (algo == KILN_CONV_GEMM_T || algo == KILN_CONV_IM2COL_T)
