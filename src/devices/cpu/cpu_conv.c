@@ -74,6 +74,7 @@ enum { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
 
 #define WINO_LANES 16 /* channels transformed together */
 #define WINO_T 6      /* input tile edge: F(4x4, 3x3) */
+#define WINO_WEIGHT_ROWS 4 /* input channels of U transformed and packed together */
 
 struct kiln_conv_plan {
   kiln_conv_geom c;
@@ -934,11 +935,13 @@ static void run_winograd(const kiln_conv_plan *p, kiln_threadpool *pool, const f
   }
 }
 
-/* U_xi[ci][co] = (G g G^T)[xi] for g = w[co][ci], packed as SGEMM's B. */
+/* U_xi[ci][co] = (G g G^T)[xi] for g = w[co][ci], packed as SGEMM's B
+ * WINO_WEIGHT_ROWS input channels at a time: the block's 36 pieces stay in
+ * cache, and U (4x the weights) is written once, into the plan. */
 static kiln_status_t wino_transform_weights(kiln_conv_plan *p, const float *w) {
   const kiln_conv_geom *c = &p->c;
   int64_t ci = c->ci, co = c->co;
-  float *u = malloc((size_t)36 * (size_t)(ci * co) * sizeof(float));
+  float *u = malloc((size_t)36 * WINO_WEIGHT_ROWS * (size_t)co * sizeof(float));
   if (!u) return KILN_OOM();
   static const double G[6][3] = {{1.0 / 4, 0, 0},
                                  {-1.0 / 6, -1.0 / 6, -1.0 / 6},
@@ -946,19 +949,24 @@ static kiln_status_t wino_transform_weights(kiln_conv_plan *p, const float *w) {
                                  {1.0 / 24, 1.0 / 12, 1.0 / 6},
                                  {1.0 / 24, -1.0 / 12, 1.0 / 6},
                                  {0, 0, 1}};
-  for (int64_t i = 0; i < ci; i++)
-    for (int64_t o = 0; o < co; o++) {
-      const float *g = w + (o * ci + i) * 9;
-      double tmp[6][3];
-      for (int a = 0; a < 6; a++)
-        for (int b = 0; b < 3; b++) tmp[a][b] = G[a][0] * g[0 * 3 + b] + G[a][1] * g[1 * 3 + b] + G[a][2] * g[2 * 3 + b];
-      for (int a = 0; a < 6; a++)
-        for (int b = 0; b < 6; b++)
-          u[(size_t)(a * 6 + b) * (size_t)(ci * co) + (size_t)(i * co + o)] =
-              (float)(tmp[a][0] * G[b][0] + tmp[a][1] * G[b][1] + tmp[a][2] * G[b][2]);
-    }
-  for (int xi = 0; xi < 36; xi++)
-    kiln_sgemm_pack_b(false, ci, co, u + (size_t)xi * (size_t)(ci * co), co, (char *)p + p->u_offset + (size_t)xi * p->u_bytes);
+  for (int64_t i0 = 0; i0 < ci; i0 += WINO_WEIGHT_ROWS) {
+    int64_t rows = min64(WINO_WEIGHT_ROWS, ci - i0);
+    for (int64_t o = 0; o < co; o++)
+      for (int64_t i = 0; i < rows; i++) {
+        const float *g = w + (o * ci + i0 + i) * 9;
+        double tmp[6][3];
+        for (int a = 0; a < 6; a++)
+          for (int b = 0; b < 3; b++)
+            tmp[a][b] = G[a][0] * g[0 * 3 + b] + G[a][1] * g[1 * 3 + b] + G[a][2] * g[2 * 3 + b];
+        for (int a = 0; a < 6; a++)
+          for (int b = 0; b < 6; b++)
+            u[(size_t)((a * 6 + b) * rows + i) * (size_t)co + (size_t)o] =
+                (float)(tmp[a][0] * G[b][0] + tmp[a][1] * G[b][1] + tmp[a][2] * G[b][2]);
+      }
+    for (int xi = 0; xi < 36; xi++)
+      kiln_sgemm_pack_b_rows(ci, co, i0, rows, u + (size_t)xi * (size_t)(rows * co), co,
+                             (char *)p + p->u_offset + (size_t)xi * p->u_bytes);
+  }
   free(u);
   return NULL;
 }
