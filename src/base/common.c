@@ -2,6 +2,22 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
+
+#define HUGE_PAGE_BYTES ((size_t)2 << 20)
+
+void *kiln_alloc_aligned(size_t bytes) {
+  size_t align = bytes >= HUGE_PAGE_BYTES ? HUGE_PAGE_BYTES : 64;
+  void *p = NULL;
+  if (posix_memalign(&p, align, bytes ? bytes : 64)) return NULL;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  /* Only the whole huge pages inside the block get one: no memory is added. */
+  if (align == HUGE_PAGE_BYTES) (void)madvise(p, bytes, MADV_HUGEPAGE); /* advice: failing is harmless */
+#endif
+  return p;
+}
 
 char *kiln_strdup(const char *s) {
   if (!s) return NULL;

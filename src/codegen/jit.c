@@ -18,6 +18,7 @@
 #include "base/cpu_features.h"
 #include "base/files.h"
 #include "base/hash.h"
+#include "codegen/loopnest.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -39,7 +40,7 @@
 
 extern char **environ;
 
-#define JIT_KEY_VERSION "kiln-jit-1"
+#define JIT_KEY_VERSION "kiln-jit-2"
 #define FOOTER_MAGIC "KILNJIT1"
 #define FOOTER_SIZE (8 + 8 + KILN_SHA256_SIZE)
 #define MAX_ENTRY_BYTES ((int64_t)1 << 30)
@@ -1035,13 +1036,25 @@ static kiln_status_t jit_many(int n, const char *const *sources, const char *con
     goto done;
   }
 
-  /* One job per distinct key. */
-  kiln_sha256_ctx prefix;
+  /* One job per distinct key. A source that starts with the C preamble
+   * hashes its digest (a fixed-size field), then the rest. */
+  kiln_sha256_ctx prefix, after_preamble;
   key_prefix(cc, batch.flags, &prefix);
+  const char *preamble = kiln_c_preamble();
+  size_t preamble_len = strlen(preamble);
+  uint8_t preamble_digest[KILN_SHA256_SIZE];
+  kiln_sha256_ctx ph;
+  kiln_sha256_init(&ph);
+  hash_field(&ph, preamble);
+  kiln_sha256_final(&ph, preamble_digest);
+  after_preamble = prefix;
+  hash_field(&after_preamble, "preamble sha256");
+  kiln_sha256_update(&after_preamble, preamble_digest, sizeof preamble_digest);
   const char *dump_dir = kiln_dump_dir("c");
   for (int i = 0; i < n; i++) {
-    kiln_sha256_ctx h = prefix;
-    hash_field(&h, sources[i]);
+    bool shared = preamble_len && !strncmp(sources[i], preamble, preamble_len);
+    kiln_sha256_ctx h = shared ? after_preamble : prefix;
+    hash_field(&h, shared ? sources[i] + preamble_len : sources[i]);
     uint8_t digest[KILN_SHA256_SIZE];
     kiln_sha256_final(&h, digest);
     char key[KILN_SHA256_HEX_SIZE];

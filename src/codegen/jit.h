@@ -48,7 +48,9 @@
  * Cache: $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln
  * (created 0700). Entry `<key>.so`, key = SHA-256 of (source, compiler path
  * and --version output, flags, the CPU's signature (what -march=native
- * targets), kiln version). An entry is the ELF object followed by a 48-byte
+ * targets), kiln version); a source that starts with kiln_c_preamble() is
+ * hashed as that preamble's hash then the rest (hashed once per batch, not
+ * once per kernel: it is most of a small kernel's text). An entry is the ELF object followed by a 48-byte
  * footer (magic, ELF size, SHA-256 of the ELF bytes), checked before every
  * load: a truncated, corrupt or garbage entry is deleted and rebuilt
  * silently. Entries are built in a temporary file in the cache directory and

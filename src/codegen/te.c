@@ -2,7 +2,7 @@
 
 #include <math.h>
 
-#define TE_BUCKETS 4096
+#define TE_MIN_BUCKETS 256 /* the hash table starts this small (a builder per fusion attempt) and doubles */
 #define TE_CHUNK (64 * 1024)
 
 typedef struct te_chunk {
@@ -13,7 +13,8 @@ typedef struct te_chunk {
 
 struct te_builder {
   te_chunk *chunks;
-  te_expr *buckets[TE_BUCKETS];
+  te_expr **buckets; /* n_buckets chains, a power of two, at most two expressions per chain on average */
+  int n_buckets;
   int n_exprs, n_vars;
   te_buffer *buffers;
   int n_buffers, cap_buffers;
@@ -51,7 +52,14 @@ static void *arena_alloc(te_builder *b, size_t n) {
 
 kiln_status_t te_builder_create(te_builder **out) {
   te_builder *b = calloc(1, sizeof *b);
-  if (!b) return KILN_OOM();
+  te_expr **buckets = calloc(TE_MIN_BUCKETS, sizeof *buckets);
+  if (!b || !buckets) {
+    free(b);
+    free(buckets);
+    return KILN_OOM();
+  }
+  b->buckets = buckets;
+  b->n_buckets = TE_MIN_BUCKETS;
   *out = b;
   return NULL;
 }
@@ -62,6 +70,7 @@ void te_builder_destroy(te_builder *b) {
     n = c->next;
     free(c);
   }
+  free(b->buckets);
   free(b->buffers);
   free(b->conv_tags);
   free(b->pool_tags);
@@ -211,10 +220,29 @@ static bool same(const te_expr *x, const te_expr *y) {
          x->a == y->a && x->b == y->b && x->c == y->c;
 }
 
+/* Twice the chains, the expressions relinked by their stored hashes; a
+ * failed allocation keeps the old table (longer chains, same results). */
+static void grow_buckets(te_builder *b) {
+  int n = b->n_buckets * 2;
+  te_expr **grown = calloc((size_t)n, sizeof *grown);
+  if (!grown) return;
+  for (int k = 0; k < b->n_buckets; k++)
+    for (te_expr *e = b->buckets[k], *next; e; e = next) {
+      next = e->next_in_bucket;
+      te_expr **to = &grown[e->hash & (uint64_t)(n - 1)];
+      e->next_in_bucket = *to;
+      *to = e;
+    }
+  free(b->buckets);
+  b->buckets = grown;
+  b->n_buckets = n;
+}
+
 static te_expr *intern(te_builder *b, const te_expr *proto) {
   if (b->oom) return NULL;
   uint64_t h = hash_of(proto);
-  te_expr **bucket = &b->buckets[h % TE_BUCKETS];
+  if (b->n_exprs >= 2 * b->n_buckets) grow_buckets(b);
+  te_expr **bucket = &b->buckets[h & (uint64_t)(b->n_buckets - 1)];
   for (te_expr *e = *bucket; e; e = e->next_in_bucket)
     if (e->hash == h && same(e, proto)) return e;
   te_expr *e = arena_alloc(b, sizeof *e);

@@ -117,6 +117,10 @@ kiln_status_t kiln_graph_intern_value(kiln_graph *g, const char *name, int *out_
     *out_id = id;
     return NULL;
   }
+  return kiln_graph_add_value(g, name, out_id);
+}
+
+kiln_status_t kiln_graph_add_value(kiln_graph *g, const char *name, int *out_id) {
   if (g->n_values == g->cap_values) {
     int cap = g->cap_values ? g->cap_values * 2 : 16;
     kiln_value_def *n = realloc(g->values, (size_t)cap * sizeof *n);

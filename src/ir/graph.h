@@ -127,6 +127,9 @@ kiln_status_t kiln_graph_clone(const kiln_graph *src, kiln_graph *parent, kiln_g
 int kiln_graph_find_value(const kiln_graph *g, const char *name);
 /* Returns the id of `name`, creating an untyped value if needed. */
 kiln_status_t kiln_graph_intern_value(kiln_graph *g, const char *name, int *out_id);
+/* Appends an untyped value named `name`, which the caller knows is not in
+ * the graph yet (no search). */
+kiln_status_t kiln_graph_add_value(kiln_graph *g, const char *name, int *out_id);
 /* Appends a node; takes ownership of nothing (copies strings, arrays).
  * Returns the new node index. Attributes are added with the kiln_node_add_*
  * functions afterwards. */

@@ -513,7 +513,11 @@ kiln_status_t kiln_mv_kernel_ConstantOfShape(kiln_kernel_ctx *ctx) {
                    KILN_MAX_RANK);
   for (int64_t i = 0; !s && i < n; i++)
     if (shape[i] < 0) s = kiln_error(KILN_INVALID_ARGUMENT, "input 0 (shape): negative dim %lld", (long long)shape[i]);
-  if (!s) s = kiln_kernel_output_tensor(ctx, 0, v ? v->dtype : KILN_DTYPE_F32, (int)n, shape, &y);
+  /* Zeros without a value; a number fills every element below, so its
+   * output is not zeroed first (folding makes whole weights this way). */
+  bool fills = v && v->dtype != KILN_DTYPE_STRING;
+  if (!s && !fills) s = kiln_kernel_output_tensor(ctx, 0, v ? v->dtype : KILN_DTYPE_F32, (int)n, shape, &y);
+  if (!s && fills && !(s = kiln_tensor_new_uninit(v->dtype, (int)n, shape, &y))) s = kiln_kernel_set_output(ctx, 0, y);
   free(shape);
   KILN_TRY(s);
   if (!v) return NULL; /* zeros */

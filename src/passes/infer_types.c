@@ -84,7 +84,10 @@ static kiln_status_t shape_only_value(kiln_graph *g, const kiln_node *n) {
   return NULL;
 }
 
-static void evaluate_known(kiln_graph *g, const kiln_node *n) {
+/* Evaluates node n when its inputs are known; `types` are its outputs'
+ * inferred types: a node whose every output is known to be too large to
+ * keep (weights made by ConstantOfShape or Expand) is not evaluated. */
+static void evaluate_known(kiln_graph *g, const kiln_node *n, const kiln_type *types) {
   const kiln_op_def *op = n->op;
   if (!op || !op->ref_kernel || (op->flags & (KILN_OP_NONDETERMINISTIC | KILN_OP_CONTROL_FLOW))) return;
   if (kiln_node_is(n, KILN_OP_Shape) || kiln_node_is(n, KILN_OP_Size)) {
@@ -92,6 +95,11 @@ static void evaluate_known(kiln_graph *g, const kiln_node *n) {
     return;
   }
   if (n->n_inputs > 16 || n->n_outputs > 16) return;
+  bool small = false;
+  for (int i = 0; i < n->n_outputs && !small; i++)
+    small = n->outputs[i] >= 0 && (!type_fully_known(&types[i]) ||
+                                   kiln_shape_numel(types[i].rank, types[i].dims) <= KNOWN_VALUE_MAX_ELEMENTS);
+  if (!small) return;
   kiln_value *in[16] = {0}, *out[16] = {0};
   bool wanted[16];
   bool ok = true;
@@ -166,10 +174,12 @@ kiln_status_t kiln_pass_infer_types(kiln_graph *g) {
                              n->op_type, at->name);
     }
     if (!n->op || !n->op->infer) continue;
-    evaluate_known(g, n);
     kiln_type out_types[64];
     if (n->n_inputs > 64 || n->n_outputs > 64) continue;
+    /* The outputs' types depend on the inputs only, not on what
+     * evaluate_known finds for the outputs. */
     kiln_status_t st = kiln_infer_node_outputs(g, n, out_types);
+    if (!st) evaluate_known(g, n, out_types);
     for (int i = 0; i < n->n_outputs && !st; i++) {
       int id = n->outputs[i];
       if (id < 0) continue;

@@ -149,7 +149,7 @@ static kiln_status_t unique_name(kiln_graph *g, const char *base, char **out) {
 kiln_status_t kiln_opt_new_value(kiln_graph *g, const char *base, const kiln_type *type, int *out_id) {
   char *name;
   KILN_TRY(unique_name(g, base, &name));
-  kiln_status_t st = kiln_graph_intern_value(g, name, out_id);
+  kiln_status_t st = kiln_graph_add_value(g, name, out_id); /* unique_name searched already */
   free(name);
   if (st) return st;
   if (type) kiln_type_copy(&g->values[*out_id].type, type);

@@ -78,10 +78,10 @@ static kiln_status_t tensor_alloc(kiln_dtype dtype, int rank, const int64_t *dim
   int64_t bytes;
   KILN_TRY(tensor_header(dtype, rank, dims, out, &bytes));
   kiln_tensor *t = *out;
-  /* Round up so aligned_alloc's size rule holds; at least one line so data != NULL. */
+  /* At least one line so data != NULL. */
   size_t alloc = ((size_t)bytes + 63) & ~(size_t)63;
   if (alloc == 0) alloc = 64;
-  t->data = aligned_alloc(64, alloc);
+  t->data = kiln_alloc_aligned(alloc);
   if (!t->data) {
     free(t);
     *out = NULL;

@@ -74,6 +74,7 @@ enum { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
 
 #define WINO_LANES 16 /* channels transformed together */
 #define WINO_T 6      /* input tile edge: F(4x4, 3x3) */
+#define WINO_WEIGHT_LANES 8 /* output channels of the weights transformed together */
 
 struct kiln_conv_plan {
   kiln_conv_geom c;
@@ -934,31 +935,73 @@ static void run_winograd(const kiln_conv_plan *p, kiln_threadpool *pool, const f
   }
 }
 
-/* U_xi[ci][co] = (G g G^T)[xi] for g = w[co][ci], packed as SGEMM's B. */
-static kiln_status_t wino_transform_weights(kiln_conv_plan *p, const float *w) {
-  const kiln_conv_geom *c = &p->c;
-  int64_t ci = c->ci, co = c->co;
-  float *u = malloc((size_t)36 * (size_t)(ci * co) * sizeof(float));
-  if (!u) return KILN_OOM();
+/* Winograd's weight transform for WINO_WEIGHT_LANES output channels
+ * o0.. (nl of them real) and input channels i0..i0+rows:
+ * u[(xi * rows + i) * co + o] = (G g G^T)[xi] for g = w[o][i0 + i], in
+ * double, the lanes side by side so the compiler vectorizes them. */
+CONV_INLINE void wino_weights_body(const float *restrict w, int64_t ci, int64_t co, int64_t i0, int64_t rows,
+                                   int64_t o0, int nl, float *restrict u) {
+  enum { L = WINO_WEIGHT_LANES };
   static const double G[6][3] = {{1.0 / 4, 0, 0},
                                  {-1.0 / 6, -1.0 / 6, -1.0 / 6},
                                  {-1.0 / 6, 1.0 / 6, -1.0 / 6},
                                  {1.0 / 24, 1.0 / 12, 1.0 / 6},
                                  {1.0 / 24, -1.0 / 12, 1.0 / 6},
                                  {0, 0, 1}};
-  for (int64_t i = 0; i < ci; i++)
-    for (int64_t o = 0; o < co; o++) {
-      const float *g = w + (o * ci + i) * 9;
-      double tmp[6][3];
-      for (int a = 0; a < 6; a++)
-        for (int b = 0; b < 3; b++) tmp[a][b] = G[a][0] * g[0 * 3 + b] + G[a][1] * g[1 * 3 + b] + G[a][2] * g[2 * 3 + b];
-      for (int a = 0; a < 6; a++)
-        for (int b = 0; b < 6; b++)
-          u[(size_t)(a * 6 + b) * (size_t)(ci * co) + (size_t)(i * co + o)] =
-              (float)(tmp[a][0] * G[b][0] + tmp[a][1] * G[b][1] + tmp[a][2] * G[b][2]);
+  for (int64_t i = 0; i < rows; i++) {
+    double g[9][L], tmp[6][3][L];
+    for (int l = 0; l < L; l++) {
+      const float *src = w + ((o0 + (l < nl ? l : 0)) * ci + i0 + i) * 9;
+      for (int k = 0; k < 9; k++) g[k][l] = src[k];
     }
-  for (int xi = 0; xi < 36; xi++)
-    kiln_sgemm_pack_b(false, ci, co, u + (size_t)xi * (size_t)(ci * co), co, (char *)p + p->u_offset + (size_t)xi * p->u_bytes);
+    for (int a = 0; a < 6; a++)
+      for (int b = 0; b < 3; b++)
+        for (int l = 0; l < L; l++)
+          tmp[a][b][l] = G[a][0] * g[0 * 3 + b][l] + G[a][1] * g[1 * 3 + b][l] + G[a][2] * g[2 * 3 + b][l];
+    for (int a = 0; a < 6; a++)
+      for (int b = 0; b < 6; b++) {
+        float out[L];
+        for (int l = 0; l < L; l++)
+          out[l] = (float)(tmp[a][0][l] * G[b][0] + tmp[a][1][l] * G[b][1] + tmp[a][2][l] * G[b][2]);
+        float *dst = u + ((a * 6 + b) * rows + i) * co + o0;
+        for (int l = 0; l < nl; l++) dst[l] = out[l];
+      }
+  }
+}
+
+static void wino_weights_generic(const float *w, int64_t ci, int64_t co, int64_t i0, int64_t rows, int64_t o0, int nl,
+                                 float *u) {
+  wino_weights_body(w, ci, co, i0, rows, o0, nl, u);
+}
+#if CONV_X86
+/* AVX2 without FMA: the same roundings as the generic build. */
+static __attribute__((target("avx2"))) void wino_weights_avx2(const float *w, int64_t ci, int64_t co, int64_t i0,
+                                                              int64_t rows, int64_t o0, int nl, float *u) {
+  wino_weights_body(w, ci, co, i0, rows, o0, nl, u);
+}
+#endif
+
+/* U_xi[ci][co] = (G g G^T)[xi] for g = w[co][ci], packed as SGEMM's B a
+ * block of input channels at a time: the block's 36 pieces (about 256 KB)
+ * stay in cache, and U (4x the weights) is written once, into the plan. */
+static kiln_status_t wino_transform_weights(kiln_conv_plan *p, const float *w) {
+  const kiln_conv_geom *c = &p->c;
+  int64_t ci = c->ci, co = c->co;
+  int64_t block = max64(4, min64(32, 2048 / max64(1, co)));
+  float *u = malloc((size_t)36 * (size_t)block * (size_t)co * sizeof(float));
+  if (!u) return KILN_OOM();
+  void (*fn)(const float *, int64_t, int64_t, int64_t, int64_t, int64_t, int, float *) = wino_weights_generic;
+#if CONV_X86
+  if (p->isa >= ISA_AVX2) fn = wino_weights_avx2;
+#endif
+  for (int64_t i0 = 0; i0 < ci; i0 += block) {
+    int64_t rows = min64(block, ci - i0);
+    for (int64_t o0 = 0; o0 < co; o0 += WINO_WEIGHT_LANES)
+      fn(w, ci, co, i0, rows, o0, (int)min64(WINO_WEIGHT_LANES, co - o0), u);
+    for (int xi = 0; xi < 36; xi++)
+      kiln_sgemm_pack_b_rows(ci, co, i0, rows, u + (size_t)xi * (size_t)(rows * co), co,
+                             (char *)p + p->u_offset + (size_t)xi * p->u_bytes);
+  }
   free(u);
   return NULL;
 }
@@ -1067,7 +1110,7 @@ kiln_status_t kiln_conv_plan_create(const kiln_conv_geom *c, kiln_conv_algo algo
     default: break;
   }
   size_t total = round64(sizeof hdr) + payload;
-  kiln_conv_plan *p = aligned_alloc(64, round64(total));
+  kiln_conv_plan *p = kiln_alloc_aligned(round64(total));
   if (!p) return kiln_error(KILN_OUT_OF_MEMORY, "out of memory for a conv plan (%zu bytes)", total);
   *p = hdr;
   if (algo == KILN_CONV_GEMM_T || algo == KILN_CONV_IM2COL_T)

@@ -650,7 +650,8 @@ size_t kiln_sgemm_packed_b_size(int64_t k, int64_t n) {
   return PACKED_B_HEADER + (size_t)floats * sizeof(float);
 }
 
-void kiln_sgemm_pack_b(bool trans_b, int64_t k, int64_t n, const float *b, int64_t ldb, void *packed) {
+/* Writes packed's header; the kernel that packs. */
+static const kiln_gemm_kernel *packed_b_begin(int64_t k, int64_t n, void *packed) {
   const kiln_gemm_kernel *kern = kiln_gemm_active_kernel();
   packed_b_header *h = packed;
   memset(h, 0, PACKED_B_HEADER);
@@ -659,8 +660,20 @@ void kiln_sgemm_pack_b(bool trans_b, int64_t k, int64_t n, const float *b, int64
   h->nr = kern->nr;
   h->k = k;
   h->n = n;
+  return kern;
+}
+
+void kiln_sgemm_pack_b(bool trans_b, int64_t k, int64_t n, const float *b, int64_t ldb, void *packed) {
+  const kiln_gemm_kernel *kern = packed_b_begin(k, n, packed);
   float *data = (float *)((char *)packed + PACKED_B_HEADER);
   if (k > 0 && n > 0) kern->pack_b(trans_b, b, ldb, 0, k, 0, n, kern->nr, data, k * kern->nr);
+}
+
+void kiln_sgemm_pack_b_rows(int64_t k, int64_t n, int64_t p0, int64_t kb, const float *b, int64_t ldb, void *packed) {
+  const kiln_gemm_kernel *kern = packed_b_begin(k, n, packed);
+  float *data = (float *)((char *)packed + PACKED_B_HEADER);
+  /* Row p of strip s lives at data + s * k * nr + p * nr. */
+  if (kb > 0 && n > 0) kern->pack_b(false, b, ldb, 0, kb, 0, n, kern->nr, data + p0 * kern->nr, k * kern->nr);
 }
 
 void kiln_sgemm(kiln_threadpool *pool, const kiln_sgemm_args *g) {

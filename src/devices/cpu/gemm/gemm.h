@@ -87,6 +87,12 @@ size_t kiln_sgemm_packed_b_size(int64_t k, int64_t n);
  * 64-byte aligned and hold kiln_sgemm_packed_b_size(k, n) bytes. */
 void kiln_sgemm_pack_b(bool trans_b, int64_t k, int64_t n, const float *b, int64_t ldb, void *packed);
 
+/* Packs rows [p0, p0 + kb) of a K x N B (not transposed; b points at row
+ * p0) into `packed`, as kiln_sgemm_pack_b(false, k, n, ...) would: a B made
+ * a block of rows at a time (Winograd's transformed weights) is packed
+ * without a whole copy of it. Every row packed once makes the same buffer. */
+void kiln_sgemm_pack_b_rows(int64_t k, int64_t n, int64_t p0, int64_t kb, const float *b, int64_t ldb, void *packed);
+
 /* The name of the micro-kernel in use ("avx512", "avx2" or "generic"), for logs and benches. */
 const char *kiln_sgemm_kernel_name(void);
 
