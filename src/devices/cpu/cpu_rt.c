@@ -48,7 +48,7 @@ static void packed_b_destroy(kiln_rt_state *s) {
  * out of memory) that the caller fills. */
 static packed_b_state *packed_b_slot(const kiln_rt *rt, int64_t k, int64_t n, size_t bytes, kiln_rt_state **slot) {
   packed_b_state *s = calloc(1, sizeof *s);
-  void *packed = bytes ? aligned_alloc(64, (bytes + 63) & ~(size_t)63) : NULL;
+  void *packed = bytes ? kiln_alloc_aligned(bytes) : NULL;
   if (!s || !packed) {
     free(s);
     free(packed);
@@ -94,7 +94,7 @@ static void conv_destroy(kiln_rt_state *s) {
  * time), grown to `bytes`. */
 static kiln_status_t grow_scratch(cpu_exec *x, size_t bytes) {
   if (bytes <= x->scratch_bytes) return NULL;
-  float *grown = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+  float *grown = kiln_alloc_aligned(bytes);
   if (!grown) return kiln_error(KILN_OUT_OF_MEMORY, "out of memory for the convolution scratch (%zu bytes)", bytes);
   free(x->scratch);
   x->scratch = grown;
