@@ -246,14 +246,37 @@ void render_c_conv(render_ctx *r, const kiln_loop_nest *nest, const char *name) 
   kiln_strbuf_puts(r->s, "}\n\n");
 }
 
-void render_c_pool(render_ctx *r, const kiln_loop_nest *nest, const char *name) {
-  const te_pool_tag *t = nest->pool.tag;
-  bool has_epilogue = nest->value != t->value;
-  if (has_epilogue) epilogue(r, nest, name, t->value, false, false);
+/* The entry point of a plane routine's call (pooling, resample): its
+ * epilogue first when f is more than the routine's value, then `TYPE a`
+ * (the caller fills the geometry between open and close). */
+static bool plane_call_open(render_ctx *r, const kiln_loop_nest *nest, const char *name, const te_expr *value,
+                            const char *type) {
+  bool has_epilogue = nest->value != value;
+  if (has_epilogue) epilogue(r, nest, name, value, false, false);
   kiln_strbuf_printf(r->s, "KILN_EXPORT void %s(const kiln_rt *rt, void *const *buffers) {\n", name);
   r->indent = 0;
   render_open_scope(r); /* indent 1 */
-  render_line(r, "kiln_rt_pool_args a = {0};");
+  render_line(r, "%s a = {0};", type);
+  return has_epilogue;
+}
+
+/* x, y, the epilogue and the call `rt->FN(rt, &a)`. */
+static void plane_call_close(render_ctx *r, const kiln_loop_nest *nest, const char *name, int x_buf,
+                             bool has_epilogue, const char *fn) {
+  render_line(r, "a.x = (const float *)buffers[%d];", x_buf);
+  render_line(r, "a.y = (float *)buffers[%d];", nest->out_buf);
+  if (has_epilogue) {
+    render_line(r, "a.epilogue = %s_epilogue;", name);
+    render_line(r, "a.epilogue_buffers = buffers;");
+  }
+  render_line(r, "rt->%s(rt, &a);", fn);
+  render_close_scope(r);
+  kiln_strbuf_puts(r->s, "}\n\n");
+}
+
+void render_c_pool(render_ctx *r, const kiln_loop_nest *nest, const char *name) {
+  const te_pool_tag *t = nest->pool.tag;
+  bool has_epilogue = plane_call_open(r, nest, name, t->value, "kiln_rt_pool_args");
   render_line(r, "a.nsp = %d;", t->nsp);
   render_line(r, "a.max = %s;", t->max ? "true" : "false");
   render_line(r, "a.count_include_pad = %s;", t->count_include_pad ? "true" : "false");
@@ -265,25 +288,12 @@ void render_c_pool(render_ctx *r, const kiln_loop_nest *nest, const char *name) 
   ints(r, "dilation", t->dilation, t->nsp);
   ints(r, "pad_begin", t->pad_begin, t->nsp);
   ints(r, "pad_end", t->pad_end, t->nsp);
-  render_line(r, "a.x = (const float *)buffers[%d];", t->x_buf);
-  render_line(r, "a.y = (float *)buffers[%d];", nest->out_buf);
-  if (has_epilogue) {
-    render_line(r, "a.epilogue = %s_epilogue;", name);
-    render_line(r, "a.epilogue_buffers = buffers;");
-  }
-  render_line(r, "rt->pooling(rt, &a);");
-  render_close_scope(r);
-  kiln_strbuf_puts(r->s, "}\n\n");
+  plane_call_close(r, nest, name, t->x_buf, has_epilogue, "pooling");
 }
 
 void render_c_resample(render_ctx *r, const kiln_loop_nest *nest, const char *name) {
   const te_resample_tag *t = nest->resample.tag;
-  bool has_epilogue = nest->value != t->value;
-  if (has_epilogue) epilogue(r, nest, name, t->value, false, false);
-  kiln_strbuf_printf(r->s, "KILN_EXPORT void %s(const kiln_rt *rt, void *const *buffers) {\n", name);
-  r->indent = 0;
-  render_open_scope(r); /* indent 1 */
-  render_line(r, "kiln_rt_resample_args a = {0};");
+  bool has_epilogue = plane_call_open(r, nest, name, t->value, "kiln_rt_resample_args");
   render_line(r, "a.nsp = %d;", t->rank - 2);
   render_line(r, "a.planes = INT64_C(%lld);", (long long)(t->out[0] * t->out[1]));
   ints(r, "in", t->in + 2, t->rank - 2);
@@ -295,13 +305,5 @@ void render_c_resample(render_ctx *r, const kiln_loop_nest *nest, const char *na
     render_line(r, "a.index[%d] = (const int32_t *)buffers[%d];", k, t->index_buf[k]);
     if (t->weight_buf[k] >= 0) render_line(r, "a.weight[%d] = (const float *)buffers[%d];", k, t->weight_buf[k]);
   }
-  render_line(r, "a.x = (const float *)buffers[%d];", t->x_buf);
-  render_line(r, "a.y = (float *)buffers[%d];", nest->out_buf);
-  if (has_epilogue) {
-    render_line(r, "a.epilogue = %s_epilogue;", name);
-    render_line(r, "a.epilogue_buffers = buffers;");
-  }
-  render_line(r, "rt->resample(rt, &a);");
-  render_close_scope(r);
-  kiln_strbuf_puts(r->s, "}\n\n");
+  plane_call_close(r, nest, name, t->x_buf, has_epilogue, "resample");
 }

@@ -1,6 +1,7 @@
 #include "codegen/te.h"
 
 #include <math.h>
+#include <string.h>
 
 #define TE_MIN_BUCKETS 256 /* the hash table starts this small (a builder per fusion attempt) and doubles */
 #define TE_CHUNK (64 * 1024)
@@ -107,19 +108,26 @@ void te_buffer_set_constant(te_builder *b, int i) {
   if (i >= 0 && i < b->n_buffers) b->buffers[i].constant = true;
 }
 
-void te_tag_conv(te_builder *b, const te_conv_tag *tag) {
-  if (!tag->reduce || te_conv_tag_of(b, tag->reduce)) return;
-  if (b->n_conv_tags == b->cap_conv_tags) {
-    int cap = b->cap_conv_tags ? b->cap_conv_tags * 2 : 4;
-    te_conv_tag *n = realloc(b->conv_tags, (size_t)cap * sizeof *n);
-    if (!n) {
+/* Appends a tag of `size` bytes to a growable array (the three tag
+ * kinds share this); out of memory is the builder's sticky error. */
+static void append_tag(te_builder *b, void **arr, int *n, int *cap, size_t size, const void *tag) {
+  if (*n == *cap) {
+    int c = *cap ? *cap * 2 : 4;
+    void *grown = realloc(*arr, (size_t)c * size);
+    if (!grown) {
       b->oom = true;
       return;
     }
-    b->conv_tags = n;
-    b->cap_conv_tags = cap;
+    *arr = grown;
+    *cap = c;
   }
-  b->conv_tags[b->n_conv_tags++] = *tag;
+  memcpy((char *)*arr + (size_t)*n * size, tag, size);
+  (*n)++;
+}
+
+void te_tag_conv(te_builder *b, const te_conv_tag *tag) {
+  if (!tag->reduce || te_conv_tag_of(b, tag->reduce)) return;
+  append_tag(b, (void **)&b->conv_tags, &b->n_conv_tags, &b->cap_conv_tags, sizeof *tag, tag);
 }
 
 const te_conv_tag *te_conv_tag_of(const te_builder *b, const te_expr *reduce) {
@@ -130,17 +138,7 @@ const te_conv_tag *te_conv_tag_of(const te_builder *b, const te_expr *reduce) {
 
 void te_tag_pool(te_builder *b, const te_pool_tag *tag) {
   if (!tag->value || te_pool_tag_of(b, tag->value)) return;
-  if (b->n_pool_tags == b->cap_pool_tags) {
-    int cap = b->cap_pool_tags ? b->cap_pool_tags * 2 : 4;
-    te_pool_tag *n = realloc(b->pool_tags, (size_t)cap * sizeof *n);
-    if (!n) {
-      b->oom = true;
-      return;
-    }
-    b->pool_tags = n;
-    b->cap_pool_tags = cap;
-  }
-  b->pool_tags[b->n_pool_tags++] = *tag;
+  append_tag(b, (void **)&b->pool_tags, &b->n_pool_tags, &b->cap_pool_tags, sizeof *tag, tag);
 }
 
 const te_pool_tag *te_pool_tag_of(const te_builder *b, const te_expr *value) {
@@ -151,17 +149,7 @@ const te_pool_tag *te_pool_tag_of(const te_builder *b, const te_expr *value) {
 
 void te_tag_resample(te_builder *b, const te_resample_tag *tag) {
   if (!tag->value || te_resample_tag_of(b, tag->value)) return;
-  if (b->n_resample_tags == b->cap_resample_tags) {
-    int cap = b->cap_resample_tags ? b->cap_resample_tags * 2 : 4;
-    te_resample_tag *n = realloc(b->resample_tags, (size_t)cap * sizeof *n);
-    if (!n) {
-      b->oom = true;
-      return;
-    }
-    b->resample_tags = n;
-    b->cap_resample_tags = cap;
-  }
-  b->resample_tags[b->n_resample_tags++] = *tag;
+  append_tag(b, (void **)&b->resample_tags, &b->n_resample_tags, &b->cap_resample_tags, sizeof *tag, tag);
 }
 
 const te_resample_tag *te_resample_tag_of(const te_builder *b, const te_expr *value) {

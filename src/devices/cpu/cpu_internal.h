@@ -74,6 +74,25 @@ typedef struct cpu_exec {
  * cpu_exec (cpu_exec.rt): its calls reach the exec's scratch and error. */
 kiln_rt kiln_cpu_rt(kiln_threadpool *pool, int threads);
 
+/* A routine over planes (cpu_planes.c): plane(job, x + i * in_size,
+ * y + i * out_size, scratch) for every plane i over the pool, scratch
+ * `scratch` floats per chunk of planes (out of memory: oom_message through
+ * rt->fail), then the epilogue over the plane (a tile of one row: base 0,
+ * row out_size). Everything is borrowed. */
+typedef struct kiln_cpu_planes {
+  const kiln_rt *rt;
+  const char *oom_message;
+  void (*plane)(const void *job, const float *x, float *y, float *scratch);
+  const void *job;
+  const float *x;
+  float *y;
+  int64_t in_size, out_size;
+  size_t scratch;
+  kiln_rt_epilogue_fn epilogue;
+  void *const *epilogue_buffers;
+} kiln_cpu_planes;
+void kiln_cpu_run_planes(const kiln_cpu_planes *p, int64_t planes);
+
 /* kiln_rt.pooling (cpu_pool.c): MaxPool and AveragePool as separable passes. */
 void kiln_cpu_pool(const kiln_rt *rt, const kiln_rt_pool_args *a);
 /* kiln_rt.resample (cpu_resample.c): Resize tables as separable passes. */

@@ -116,38 +116,25 @@ static void pool_plane_padded(const pool_job *j, const float *x, float *y, float
     for (int64_t ow = 0; ow < OW; ow++) y[oh * OW + ow] = out[oh * wp + ow];
 }
 
-static void pool_planes(void *ctx, int64_t begin, int64_t end, int thread) {
-  (void)thread;
-  const pool_job *j = ctx;
+/* One plane: the passes (or the padded path), then the average's division. */
+static void pool_plane(const void *job, const float *src, float *y, float *scratch) {
+  const pool_job *j = job;
   const kiln_rt_pool_args *a = j->a;
   int nsp = a->nsp;
-  int64_t in_size = 1, out_size = 1;
-  for (int i = 0; i < nsp; i++) {
-    in_size *= a->in[i];
-    out_size *= a->out[i];
-  }
-  float *scratch = j->scratch ? malloc(j->scratch * sizeof(float)) : NULL;
-  if (j->scratch && !scratch) {
-    j->rt->fail(j->rt, "out of memory for a pool's scratch");
-    return;
-  }
-  for (int64_t p = begin; p < end; p++) {
-    const float *src = a->x + p * in_size;
-    float *y = a->y + p * out_size;
-    if (padded_path(a)) {
-      pool_plane_padded(j, src, y, scratch);
-      goto finish;
-    }
+  if (padded_path(a)) {
+    pool_plane_padded(j, src, y, scratch);
+  } else {
     /* dims of the block as the passes go: axes before i at the input's
      * size, axis i and after at the output's. */
-    int64_t dims[3];
-    for (int i = 0; i < nsp; i++) dims[i] = a->in[i];
+    int64_t dims[3], out_size = 1;
+    for (int i = 0; i < nsp; i++) {
+      dims[i] = a->in[i];
+      out_size *= a->out[i];
+    }
     float *bufs[2] = {scratch, scratch ? scratch + j->scratch / 2 : NULL};
     int last_pass = -1;
     for (int i = nsp - 1; i >= 0; i--)
-      if (!identity_axis(a, i)) {
-        last_pass = i; /* the outermost reduced axis: its pass writes y */
-      }
+      if (!identity_axis(a, i)) last_pass = i; /* the outermost reduced axis: its pass writes y */
     int flip = 0;
     for (int i = nsp - 1; i >= 0; i--) {
       if (identity_axis(a, i)) continue;
@@ -175,20 +162,14 @@ static void pool_planes(void *ctx, int64_t begin, int64_t end, int thread) {
     }
     if (last_pass < 0) /* every axis the identity: a copy */
       for (int64_t e = 0; e < out_size; e++) y[e] = src[e];
-  finish:
-    if (!a->max) {
-#ifdef POOL_HAVE_AVX2
-      if (j->avx2) divide_avx2(y, nsp, a->out, j->count);
-      else
-#endif
-        divide_generic(y, nsp, a->out, j->count);
-    }
-    if (a->epilogue) {
-      kiln_rt_epilogue_ctx e = {a->epilogue_buffers, 0, out_size};
-      a->epilogue(&e, y, out_size, p, 0, 1, out_size);
-    }
   }
-  free(scratch);
+  if (!a->max) {
+#ifdef POOL_HAVE_AVX2
+    if (j->avx2) divide_avx2(y, nsp, a->out, j->count);
+    else
+#endif
+      divide_generic(y, nsp, a->out, j->count);
+  }
 }
 
 void kiln_cpu_pool(const kiln_rt *rt, const kiln_rt_pool_args *a) {
@@ -254,7 +235,14 @@ void kiln_cpu_pool(const kiln_rt *rt, const kiln_rt_pool_args *a) {
     padded_dims(a, &hp, &wp);
     j.scratch = (size_t)(2 * hp * wp);
   }
-  rt->parallel_for(rt->pool, a->planes, 1, pool_planes, &j);
+  kiln_cpu_planes planes = {.rt = rt, .oom_message = "out of memory for a pool's scratch", .plane = pool_plane,
+                            .job = &j, .x = a->x, .y = a->y, .in_size = 1, .out_size = 1, .scratch = j.scratch,
+                            .epilogue = a->epilogue, .epilogue_buffers = a->epilogue_buffers};
+  for (int i = 0; i < nsp; i++) {
+    planes.in_size *= a->in[i];
+    planes.out_size *= a->out[i];
+  }
+  kiln_cpu_run_planes(&planes, a->planes);
   free(ranges);
   free(counts);
 }

@@ -45,49 +45,33 @@ typedef struct resample_job {
   bool avx2;
 } resample_job;
 
-static void resample_planes(void *ctx, int64_t begin, int64_t end, int thread) {
-  (void)thread;
-  const resample_job *j = ctx;
+/* One plane: a pass per resampled axis, innermost first; the last writes y. */
+static void resample_plane(const void *job, const float *src, float *y, float *scratch) {
+  const resample_job *j = job;
   const kiln_rt_resample_args *a = j->a;
   int nsp = a->nsp;
-  int64_t in_size = 1, out_size = 1;
+  int64_t dims[6], out_size = 1;
   for (int i = 0; i < nsp; i++) {
-    in_size *= a->in[i];
+    dims[i] = a->in[i];
     out_size *= a->out[i];
   }
-  float *scratch = j->scratch ? malloc(j->scratch * sizeof(float)) : NULL;
-  if (j->scratch && !scratch) {
-    j->rt->fail(j->rt, "out of memory for a resize's scratch");
-    return;
-  }
-  for (int64_t p = begin; p < end; p++) {
-    const float *src = a->x + p * in_size;
-    float *y = a->y + p * out_size;
-    int64_t dims[6];
-    for (int i = 0; i < nsp; i++) dims[i] = a->in[i];
-    for (int k = 0; k < a->n_axes; k++) {
-      int t = j->order[k], ax = a->axis[t];
-      int64_t outer = 1, inner = 1;
-      for (int d = 0; d < ax; d++) outer *= dims[d];
-      for (int d = ax + 1; d < nsp; d++) inner *= dims[d];
-      float *dst = k == a->n_axes - 1 ? y : scratch + (size_t)(k & 1) * (j->scratch / 2);
+  for (int k = 0; k < a->n_axes; k++) {
+    int t = j->order[k], ax = a->axis[t];
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < ax; d++) outer *= dims[d];
+    for (int d = ax + 1; d < nsp; d++) inner *= dims[d];
+    float *dst = k == a->n_axes - 1 ? y : scratch + (size_t)(k & 1) * (j->scratch / 2);
 #ifdef RESAMPLE_HAVE_AVX2
-      if (j->avx2)
-        pass_avx2(src, dst, outer, dims[ax], a->out[ax], inner, a->taps[t], a->index[t], a->weight[t]);
-      else
+    if (j->avx2)
+      pass_avx2(src, dst, outer, dims[ax], a->out[ax], inner, a->taps[t], a->index[t], a->weight[t]);
+    else
 #endif
-        pass_generic(src, dst, outer, dims[ax], a->out[ax], inner, a->taps[t], a->index[t], a->weight[t]);
-      dims[ax] = a->out[ax];
-      src = dst;
-    }
-    if (a->n_axes == 0)
-      for (int64_t e = 0; e < out_size; e++) y[e] = src[e];
-    if (a->epilogue) {
-      kiln_rt_epilogue_ctx e = {a->epilogue_buffers, 0, out_size};
-      a->epilogue(&e, y, out_size, p, 0, 1, out_size);
-    }
+      pass_generic(src, dst, outer, dims[ax], a->out[ax], inner, a->taps[t], a->index[t], a->weight[t]);
+    dims[ax] = a->out[ax];
+    src = dst;
   }
-  free(scratch);
+  if (a->n_axes == 0)
+    for (int64_t e = 0; e < out_size; e++) y[e] = src[e];
 }
 
 void kiln_cpu_resample(const kiln_rt *rt, const kiln_rt_resample_args *a) {
@@ -111,5 +95,12 @@ void kiln_cpu_resample(const kiln_rt *rt, const kiln_rt_resample_args *a) {
     if (e > biggest) biggest = e;
   }
   j.scratch = (size_t)(2 * biggest);
-  rt->parallel_for(rt->pool, a->planes, 1, resample_planes, &j);
+  kiln_cpu_planes planes = {.rt = rt, .oom_message = "out of memory for a resize's scratch",
+                            .plane = resample_plane, .job = &j, .x = a->x, .y = a->y, .in_size = 1, .out_size = 1,
+                            .scratch = j.scratch, .epilogue = a->epilogue, .epilogue_buffers = a->epilogue_buffers};
+  for (int i = 0; i < a->nsp; i++) {
+    planes.in_size *= a->in[i];
+    planes.out_size *= a->out[i];
+  }
+  kiln_cpu_run_planes(&planes, a->planes);
 }

@@ -1,0 +1,30 @@
+/* The per-plane driver of the cpu's plane routines (kiln_rt.pooling,
+ * kiln_rt.resample): planes spread over the pool, one scratch block per
+ * chunk of planes, each plane computed by the routine and then given to
+ * the kernel's epilogue while it is in cache (one plane a tile). */
+#include <stdlib.h>
+
+#include "devices/cpu/cpu_internal.h"
+
+static void run_chunk(void *ctx, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  const kiln_cpu_planes *p = ctx;
+  float *scratch = p->scratch ? malloc(p->scratch * sizeof(float)) : NULL;
+  if (p->scratch && !scratch) {
+    p->rt->fail(p->rt, p->oom_message);
+    return;
+  }
+  for (int64_t i = begin; i < end; i++) {
+    float *y = p->y + i * p->out_size;
+    p->plane(p->job, p->x + i * p->in_size, y, scratch);
+    if (p->epilogue) {
+      kiln_rt_epilogue_ctx e = {p->epilogue_buffers, 0, p->out_size};
+      p->epilogue(&e, y, p->out_size, i, 0, 1, p->out_size);
+    }
+  }
+  free(scratch);
+}
+
+void kiln_cpu_run_planes(const kiln_cpu_planes *p, int64_t planes) {
+  p->rt->parallel_for(p->rt->pool, planes, 1, run_chunk, (void *)p);
+}
