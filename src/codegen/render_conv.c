@@ -183,6 +183,17 @@ static void ints(render_ctx *r, const char *field, const int64_t *v, int n) {
   for (int i = 0; i < n; i++) render_line(r, "a.%s[%d] = INT64_C(%lld);", field, i, (long long)v[i]);
 }
 
+/* A window's geometry (conv and pool args share the field names). */
+static void window_ints(render_ctx *r, int nsp, const int64_t *in, const int64_t *out, const int64_t *kernel,
+                        const int64_t *stride, const int64_t *dilation, const int64_t *pad_begin) {
+  ints(r, "in", in, nsp);
+  ints(r, "out", out, nsp);
+  ints(r, "kernel", kernel, nsp);
+  ints(r, "stride", stride, nsp);
+  ints(r, "dilation", dilation, nsp);
+  ints(r, "pad_begin", pad_begin, nsp);
+}
+
 void render_c_conv(render_ctx *r, const kiln_loop_nest *nest, const char *name) {
   const te_conv_tag *t = nest->conv.tag;
   const kiln_conv_call *cc = &nest->conv;
@@ -200,12 +211,7 @@ void render_c_conv(render_ctx *r, const kiln_loop_nest *nest, const char *name) 
   render_line(r, "a.ci = INT64_C(%lld);", (long long)t->ci);
   render_line(r, "a.co = INT64_C(%lld);", (long long)t->co);
   render_line(r, "a.group = INT64_C(%lld);", (long long)t->group);
-  ints(r, "in", t->in, t->nsp);
-  ints(r, "out", t->out, t->nsp);
-  ints(r, "kernel", t->kernel, t->nsp);
-  ints(r, "stride", t->stride, t->nsp);
-  ints(r, "dilation", t->dilation, t->nsp);
-  ints(r, "pad_begin", t->pad_begin, t->nsp);
+  window_ints(r, t->nsp, t->in, t->out, t->kernel, t->stride, t->dilation, t->pad_begin);
   if (t->integer) {
     render_line(r, "a.integer = true;");
     render_line(r, "a.xq = buffers[%d];", t->x_buf);
@@ -281,12 +287,7 @@ void render_c_pool(render_ctx *r, const kiln_loop_nest *nest, const char *name) 
   render_line(r, "a.max = %s;", t->max ? "true" : "false");
   render_line(r, "a.count_include_pad = %s;", t->count_include_pad ? "true" : "false");
   render_line(r, "a.planes = INT64_C(%lld);", (long long)(t->n * t->c));
-  ints(r, "in", t->in, t->nsp);
-  ints(r, "out", t->out, t->nsp);
-  ints(r, "kernel", t->kernel, t->nsp);
-  ints(r, "stride", t->stride, t->nsp);
-  ints(r, "dilation", t->dilation, t->nsp);
-  ints(r, "pad_begin", t->pad_begin, t->nsp);
+  window_ints(r, t->nsp, t->in, t->out, t->kernel, t->stride, t->dilation, t->pad_begin);
   ints(r, "pad_end", t->pad_end, t->nsp);
   plane_call_close(r, nest, name, t->x_buf, has_epilogue, "pooling");
 }

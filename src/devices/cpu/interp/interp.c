@@ -1448,6 +1448,20 @@ static void run_gemm(ik_launch *x) {
   }
 }
 
+/* A tag's window geometry into a runtime call's args (conv and pool tags
+ * and args share the field names). */
+#define COPY_WINDOW(a, t)                      \
+  do {                                         \
+    for (int i_ = 0; i_ < (t)->nsp; i_++) {    \
+      (a).in[i_] = (t)->in[i_];                \
+      (a).out[i_] = (t)->out[i_];              \
+      (a).kernel[i_] = (t)->kernel[i_];        \
+      (a).stride[i_] = (t)->stride[i_];        \
+      (a).dilation[i_] = (t)->dilation[i_];    \
+      (a).pad_begin[i_] = (t)->pad_begin[i_];  \
+    }                                          \
+  } while (0)
+
 static void run_conv(ik_launch *x) {
   const kiln_interp_kernel *k = x->k;
   const te_conv_tag *t = &k->conv_tag;
@@ -1460,14 +1474,7 @@ static void run_conv(ik_launch *x) {
   a.ci = t->ci;
   a.co = t->co;
   a.group = t->group;
-  for (int i = 0; i < t->nsp; i++) {
-    a.in[i] = t->in[i];
-    a.out[i] = t->out[i];
-    a.kernel[i] = t->kernel[i];
-    a.stride[i] = t->stride[i];
-    a.dilation[i] = t->dilation[i];
-    a.pad_begin[i] = t->pad_begin[i];
-  }
+  COPY_WINDOW(a, t);
   if (t->integer) { /* ConvInteger: render_conv.c's integer form */
     a.integer = true;
     a.xq = x->buffers[t->x_buf];
@@ -1507,15 +1514,8 @@ static void run_pool(ik_launch *x) {
   const kiln_interp_kernel *k = x->k;
   const te_pool_tag *t = &k->pool_tag;
   kiln_rt_pool_args a = {.nsp = t->nsp, .max = t->max, .count_include_pad = t->count_include_pad, .planes = t->n * t->c};
-  for (int i = 0; i < t->nsp; i++) {
-    a.in[i] = t->in[i];
-    a.out[i] = t->out[i];
-    a.kernel[i] = t->kernel[i];
-    a.stride[i] = t->stride[i];
-    a.dilation[i] = t->dilation[i];
-    a.pad_begin[i] = t->pad_begin[i];
-    a.pad_end[i] = t->pad_end[i];
-  }
+  COPY_WINDOW(a, t);
+  for (int i = 0; i < t->nsp; i++) a.pad_end[i] = t->pad_end[i];
   a.x = x->buffers[t->x_buf];
   a.y = x->buffers[k->out_buf];
   if (k->has_epilogue) {
