@@ -78,6 +78,9 @@ struct kiln_interp_kernel {
   bool pack_b;      /* GEMM: B is a constant every batch index shares (packed once) */
   const kiln_lanes_ops *ops;
   int n_memo;
+  size_t *slot_off; /* per instruction: its slot in the state's values, L lanes of its dtype (at least 4
+                       bytes each: slots of 4-byte lanes packed tight keep a kernel's values in L1) */
+  size_t slot_bytes;
 };
 
 const char *kiln_interp_isa(void) { return kiln_lanes()->name; }
@@ -474,6 +477,7 @@ void kiln_interp_kernel_destroy(kiln_interp_kernel *k) {
   free(k->aff_coef);
   free(k->aff_div);
   free(k->buf_dtype);
+  free(k->slot_off);
   free(k);
 }
 
@@ -584,6 +588,15 @@ kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nes
     if ((nest->gemm.ok || nest->conv.ok || nest->pool.ok || nest->resample.ok) && k->has_epilogue && k->sum < 0)
       st = kiln_error(KILN_INTERNAL, "interp: the tensorized sum is not in the element");
   }
+  if (!st) {
+    k->slot_off = malloc(((size_t)k->n_ins + 1) * sizeof *k->slot_off);
+    if (!k->slot_off) st = KILN_OOM();
+    for (int i = 0; !st && i < k->n_ins; i++) {
+      size_t lane = k->ins[i].op == TE_VAR ? 8 : lane_size(k->ins[i].dt);
+      k->slot_off[i] = k->slot_bytes;
+      k->slot_bytes += (size_t)L * (lane < 4 ? 4 : lane);
+    }
+  }
   k->lists = bd.lists;
   k->n_lists_total = bd.n_lists;
   k->var_list = bd.var_list;
@@ -619,7 +632,9 @@ typedef struct ik_state {
   const kiln_interp_kernel *k;
   uint64_t launch;
   size_t cap;
-  unsigned char *vals;  /* n_ins slots of SLOT_BYTES */
+  unsigned char *vals;  /* the instructions' slots (k->slot_off), then the rest */
+  const void **val;     /* per instruction: where its lanes are, its slot or, for a load of one
+                           contiguous run, the buffer itself (no copy) */
   uint8_t *scalar;      /* per instruction: its value is lane 0 for every lane */
   uint64_t *at;         /* per instruction: the tick it was computed at (0: never) */
   uint64_t *changed;    /* per variable: the tick its value last changed */
@@ -665,7 +680,8 @@ static ik_state *state_for(const kiln_interp_kernel *k, uint64_t launch, void *c
   }
   if (s->k == k && s->launch == launch) return s;
   size_t n = (size_t)k->n_ins, v = (size_t)k->n_vars + 1;
-  size_t need = n * SLOT_BYTES + (size_t)k->n_memo * sizeof(ik_memo) + n * (1 + 8) + v * (6 * 8 + 1 + (size_t)L * 8) + 64;
+  size_t need = k->slot_bytes + (size_t)k->n_memo * sizeof(ik_memo) + n * (1 + 8 + sizeof(void *)) +
+                v * (6 * 8 + 1 + (size_t)L * 8) + 64;
   if (need > s->cap) {
     free(s->vals);
     s->vals = aligned_alloc(64, (need + 63) / 64 * 64);
@@ -675,11 +691,12 @@ static ik_state *state_for(const kiln_interp_kernel *k, uint64_t launch, void *c
       return NULL;
     }
   }
-  unsigned char *p = s->vals + n * SLOT_BYTES;
+  unsigned char *p = s->vals + k->slot_bytes;
   s->memo = (ik_memo *)p, p += (size_t)k->n_memo * sizeof(ik_memo);
   for (int i = 0; i < k->n_memo; i++) s->memo[i].n_key = 0;
   s->var_lanes = (int64_t *)p, p += v * (size_t)L * 8;
   s->at = (uint64_t *)p, p += n * 8;
+  s->val = (const void **)p, p += n * sizeof(void *);
   s->changed = (uint64_t *)p, p += v * 8;
   s->var_value = (int64_t *)p, p += v * 8;
   s->var_ostride = (int64_t *)p, p += v * 8;
@@ -700,7 +717,9 @@ static ik_state *state_for(const kiln_interp_kernel *k, uint64_t launch, void *c
   return s;
 }
 
-static void *slot(const ik_state *s, int i) { return s->vals + (size_t)i * SLOT_BYTES; }
+static void *slot(const ik_state *s, int i) { return s->vals + s->k->slot_off[i]; }
+/* Instruction i's value as an operand (valid once it was evaluated). */
+static const void *in(const ik_state *s, int i) { return s->val[i]; }
 
 static bool valid(const ik_state *s, const kiln_interp_kernel *k, int i) {
   uint64_t at = s->at[i];
@@ -878,7 +897,7 @@ static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_
         varies = ins_varies = true;
         continue;
       }
-      memcpy(&v, slot(s, j), 8);
+      memcpy(&v, in(s, j), 8);
       u += c * v;
       continue;
     }
@@ -902,6 +921,13 @@ static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_
     bool even = s->whole && n > 0 && dg[0].os == 1;
     for (int j = 0; j < n && even; j++) even = dg[j].coef == dg[0].coef * dg[j].os;
     if (even) {
+      /* One contiguous run is read where it is, but from the output
+       * buffer (a later block's stores would change it under a value
+       * still valid). */
+      if (dg[0].coef == 1 && s->buffers[x->buf] != s->buffers[k->out_buf]) {
+        s->val[i] = base + (size_t)u * size;
+        return;
+      }
       k->ops->strided(x->dt, nl, o, base + (size_t)u * size, dg[0].coef);
       return;
     }
@@ -949,7 +975,7 @@ static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_
     int64_t c = k->aff_coef[x->aff + t], div = k->aff_div[x->aff + t];
     if (id < 0) {
       int j = -1 - id;
-      if (!s->scalar[j]) k->ops->index_add(nl, s->idx, c, slot(s, j), 0);
+      if (!s->scalar[j]) k->ops->index_add(nl, s->idx, c, in(s, j), 0);
     } else if (s->varying[id] && !div) {
       k->ops->index_add(nl, s->idx, c, var_lanes_of(s, k, id), s->var_value[id]);
     } else if (s->varying[id]) {
@@ -1058,7 +1084,7 @@ static bool eval_reduce_rows(ik_state *s, const kiln_interp_kernel *k, int i) {
     }
     set_varying_var(s, v, k0, 1, n);
     eval_list(s, k, x->list, x->n_list);
-    const unsigned char *body = slot(s, x->a);
+    const unsigned char *body = in(s, x->a);
     int bs = s->scalar[x->a];
     if (n == ek) {
       ops->combine(x->rop, x->dt, (int)(rows * ek), acc, body, bs);
@@ -1109,7 +1135,7 @@ static void eval_reduce(ik_state *s, const kiln_interp_kernel *k, int i) {
     for (int64_t kk = 0; kk < x->extent; kk++) {
       set_scalar_var(s, x->var, kk);
       eval_list(s, k, x->list, x->n_list);
-      ops->combine(x->rop, x->dt, s->nl, acc, slot(s, x->a), s->scalar[x->a]);
+      ops->combine(x->rop, x->dt, s->nl, acc, in(s, x->a), s->scalar[x->a]);
     }
     s->scalar[i] = 0;
     return;
@@ -1135,7 +1161,7 @@ static void eval_reduce(ik_state *s, const kiln_interp_kernel *k, int i) {
     s->whole = true;
     set_varying_var(s, v, k0, 1, n);
     eval_list(s, k, x->list, x->n_list);
-    ops->combine(x->rop, x->dt, n, acc, slot(s, x->a), s->scalar[x->a]);
+    ops->combine(x->rop, x->dt, n, acc, in(s, x->a), s->scalar[x->a]);
   }
   unsigned char result[8];
   memcpy(result, x->bytes, sizeof result);
@@ -1156,10 +1182,11 @@ static void eval_ins(ik_state *s, const kiln_interp_kernel *k, int i) {
   const ik_ins *x = &k->ins[i];
   const kiln_lanes_ops *ops = k->ops;
   void *o = slot(s, i);
+  s->val[i] = o;
   int as = x->a >= 0 ? s->scalar[x->a] : 1, bs = x->b >= 0 ? s->scalar[x->b] : 1,
       cs = x->c >= 0 ? s->scalar[x->c] : 1;
-  const void *a = x->a >= 0 ? slot(s, x->a) : NULL, *b = x->b >= 0 ? slot(s, x->b) : NULL,
-             *c = x->c >= 0 ? slot(s, x->c) : NULL;
+  const void *a = x->a >= 0 ? in(s, x->a) : NULL, *b = x->b >= 0 ? in(s, x->b) : NULL,
+             *c = x->c >= 0 ? in(s, x->c) : NULL;
   int all_scalar = as && bs && cs;
   int n = all_scalar ? 1 : s->nl;
   switch (x->op) {
@@ -1247,12 +1274,12 @@ static void eval_range(ik_state *s, const kiln_interp_kernel *k, int64_t e0, int
     if (n > whole_rows) n = whole_rows;
     set_block_vars(s, k, e, (int)n);
     if (sum) {
-      memcpy(slot(s, k->sum), (const char *)sum + (size_t)(e - e0) * 4, (size_t)n * 4); /* f32 or int32 sums */
+      s->val[k->sum] = (const char *)sum + (size_t)(e - e0) * 4; /* f32 or int32 sums, read in place */
       s->scalar[k->sum] = 0;
       s->at[k->sum] = ++s->tick;
     }
     eval_list(s, k, k->value_list, k->n_value_list);
-    k->ops->store(k->buf_dtype[k->out_buf], (int)n, (char *)out + (size_t)(e - e0) * size, 1, slot(s, k->value),
+    k->ops->store(k->buf_dtype[k->out_buf], (int)n, (char *)out + (size_t)(e - e0) * size, 1, in(s, k->value),
                   s->scalar[k->value]);
     e += n;
   }
@@ -1298,6 +1325,13 @@ static void tile_epilogue(const ik_launch *x, int64_t base, int64_t row, void *c
   ik_state *s = launch_state(x);
   if (!s) return;
   size_t out_size = lane_size(x->k->buf_dtype[x->k->out_buf]);
+  /* Rows that follow each other in both the output and the tile (a
+   * convolution over 1x1 planes calls with rows of one element) are one
+   * range: eval_range blocks it by the nest's rows itself. */
+  if (mb > 1 && row == nb && ldc == nb) {
+    nb *= mb;
+    mb = 1;
+  }
   for (int64_t i = 0; i < mb; i++) {
     int64_t e = base + (m0 + i) * row + n0;
     char *tile_row = (char *)c + (size_t)(i * ldc) * 4;
