@@ -5,10 +5,16 @@
  *   Cast(x, to=dtype of x), CastLike same -> x
  *   Transpose(x, identity perm)           -> x
  *   Transpose(Transpose(x, p1), p2)       -> Transpose(x, p1∘p2)  (or x)
+ *   Transpose(x, p) moving only dims of 1  -> Reshape(x)  (a view)
  *   U(Transpose(x, p)) -> Transpose(U(x), p)  U a unary elementwise op, the
  *                                            Transpose's only reader: the
  *                                            Transposes an NHWC export puts
  *                                            around each Conv meet and cancel
+ *   Transpose(x, p) read by several nodes, each a kept-dims Reduce* or a pointwise op (unary, or
+ *   Add/Sub/Mul/Div with a small or constant other operand) whose result a Transpose undoes next
+ *                                         -> each reads x, a Transpose by p after it (the other
+ *                                            operand permuted back): the undoing pairs cancel
+ *                                            (squeeze-excite blocks of NHWC exports)
  *   Reshape(R(x), s)                      -> Reshape(x, s)  R in Reshape/Flatten/Squeeze/Unsqueeze,
  *                                            when s copies no dim (no 0, or allowzero)
  * and, where inferred shapes are exact (kiln_opt_shapes_trusted):
@@ -24,6 +30,7 @@
 #include "passes/passes_opt.h"
 
 #include <stdio.h>
+#include <string.h>
 
 static bool is_reshape_like(const kiln_node *n) {
   kiln_op_id id = kiln_node_op_id(n);
@@ -187,7 +194,27 @@ static kiln_status_t simplify_node(kiln_graph *g, const kiln_opt_uses *u, int id
       return NULL;
     }
     int p = g->values[x].producer;
-    if (p < 0 || !kiln_node_is(&g->nodes[p], KILN_OP_Transpose) || !g->nodes[p].op) return NULL;
+    if (p < 0 || !kiln_node_is(&g->nodes[p], KILN_OP_Transpose) || !g->nodes[p].op) {
+      /* Moving only dims of 1 (a pooled [N,C,1,1] to [N,1,1,C]) moves no
+       * element: a Reshape, which is a view. */
+      if (!top || !kiln_opt_shape_known(tx) || tx->rank != r2 || !kiln_opt_shape_known(ty)) return NULL;
+      int last = -1;
+      for (int i = 0; i < r2; i++) {
+        if (tx->dims[p2[i]] == 0) return NULL;
+        if (tx->dims[p2[i]] == 1) continue;
+        if (p2[i] < last) return NULL;
+        last = (int)p2[i];
+      }
+      kiln_tensor *s;
+      int64_t r = ty->rank;
+      KILN_TRY(kiln_tensor_new(KILN_DTYPE_I64, 1, &r, &s));
+      memcpy(s->data, ty->dims, (size_t)r * sizeof(int64_t));
+      int ins[2] = {x, -1};
+      KILN_TRY(kiln_opt_new_const(g, g->values[y].name, s, &ins[1]));
+      KILN_TRY(kiln_opt_rewrite_node(g, idx, "Reshape", "", 13, 2, ins, 1, &y));
+      *changed = true;
+      return NULL;
+    }
     int r1;
     int64_t p1[KILN_MAX_RANK], pc[KILN_MAX_RANK];
     if (!transpose_perm(g, &g->nodes[p], &r1, p1) || r1 != r2) return NULL;
@@ -312,6 +339,239 @@ static kiln_status_t split_to_slices(kiln_graph *g, int idx) {
   return NULL;
 }
 
+/* ---- a Transpose with several readers, sunk past all of them ---------------------- */
+
+static bool is_binary_pointwise(const kiln_node *n) {
+  switch (kiln_node_op_id(n)) {
+    case KILN_OP_Add: case KILN_OP_Sub: case KILN_OP_Mul: case KILN_OP_Div:
+      return n->n_inputs == 2 && n->n_outputs == 1;
+    default: return false;
+  }
+}
+
+static bool is_reduce(const kiln_node *n) {
+  switch (kiln_node_op_id(n)) {
+    case KILN_OP_ReduceMean: case KILN_OP_ReduceSum: case KILN_OP_ReduceMax: case KILN_OP_ReduceMin:
+    case KILN_OP_ReduceProd: case KILN_OP_ReduceL1: case KILN_OP_ReduceL2: case KILN_OP_ReduceSumSquare:
+    case KILN_OP_ReduceLogSum: case KILN_OP_ReduceLogSumExp:
+      return n->n_outputs == 1;
+    default: return false;
+  }
+}
+
+/* A Reduce*'s axes (the attribute, or a constant input 1); false when
+ * unknown or empty. *from_input: they came from input 1. */
+static bool reduce_axes_of(const kiln_graph *g, const kiln_node *n, int64_t *axes, int *count, bool *from_input) {
+  int na = 0;
+  const int64_t *a = kiln_attr_ints(n, "axes", &na);
+  *from_input = false;
+  if (n->n_inputs > 1 && n->inputs[1] >= 0) {
+    const kiln_tensor *t = kiln_opt_const(g, n->inputs[1]);
+    if (a || !t || t->dtype != KILN_DTYPE_I64 || t->rank != 1 || t->numel > KILN_MAX_RANK) return false;
+    na = (int)t->numel;
+    a = t->data;
+    *from_input = true;
+  }
+  if (!a || na < 1 || na > KILN_MAX_RANK) return false;
+  memcpy(axes, a, (size_t)na * sizeof(int64_t));
+  *count = na;
+  return true;
+}
+
+static int64_t numel_of(const kiln_type *t) {
+  int64_t n = 1;
+  for (int i = 0; i < t->rank; i++) n *= t->dims[i];
+  return n;
+}
+
+/* Whether value v's one reader is a Transpose that undoes perm p. */
+static bool undone_next(const kiln_graph *g, const kiln_opt_uses *u, int v, int rank, const int64_t *p) {
+  int c = kiln_opt_sole_consumer(u, v);
+  if (c < 0 || !kiln_node_is(&g->nodes[c], KILN_OP_Transpose)) return false;
+  int r2;
+  int64_t p2[KILN_MAX_RANK];
+  if (!transpose_perm(g, &g->nodes[c], &r2, p2) || r2 != rank) return false;
+  for (int i = 0; i < rank; i++)
+    if (p[p2[i]] != i) return false;
+  return true;
+}
+
+/* What a reader of x = Transpose(src, p) must be for the Transpose to go
+ * after it (x's type: rank r, numel nx): 0 when it cannot. A reader whose
+ * output is as big as x pays only where a Transpose after it undoes p (the
+ * two then cancel); a reduction's kept-dims result is small. */
+enum { SINK_NO, SINK_UNARY, SINK_BINARY, SINK_REDUCE };
+static int sink_kind(const kiln_graph *g, const kiln_opt_uses *u, int r, int x, int rank, const int64_t *p,
+                     int64_t nx) {
+  const kiln_node *n = &g->nodes[r];
+  int y = out0(n);
+  if (!n->op || y < 0 || !kiln_opt_shape_known(&g->values[y].type)) return SINK_NO; /* y keeps its id: a pinned one too */
+  if (is_unary_pointwise(n)) return undone_next(g, u, y, rank, p) ? SINK_UNARY : SINK_NO;
+  if (is_binary_pointwise(n)) {
+    int c = n->inputs[0] == x ? n->inputs[1] : n->inputs[0];
+    if (c < 0 || c == x || !kiln_opt_shape_known(&g->values[c].type)) return SINK_NO;
+    const kiln_type *ct = &g->values[c].type;
+    /* The other operand, permuted the other way: the same rank (a numel-1
+     * one needs nothing), and small or constant. */
+    bool fits = numel_of(ct) == 1 || (ct->rank == rank && (kiln_opt_const(g, c) || numel_of(ct) * 8 <= nx));
+    return fits && undone_next(g, u, y, rank, p) ? SINK_BINARY : SINK_NO;
+  }
+  if (is_reduce(n) && n->inputs[0] == x) {
+    int64_t axes[KILN_MAX_RANK];
+    int na;
+    bool from_input;
+    if (!reduce_axes_of(g, n, axes, &na, &from_input)) return SINK_NO;
+    for (int i = 0; i < na; i++)
+      if (axes[i] < -rank || axes[i] >= rank) return SINK_NO;
+    return numel_of(&g->values[y].type) * 8 <= nx ? SINK_REDUCE : SINK_NO;
+  }
+  return SINK_NO;
+}
+
+/* dims permuted: out[k] = in[perm[k]]. */
+static kiln_type permuted_type(const kiln_type *t, const int64_t *perm) {
+  kiln_type r = *t;
+  memset(r.dim_params, 0, sizeof r.dim_params); /* the shape is known: no symbolic names to carry */
+  for (int k = 0; k < t->rank; k++) r.dims[k] = t->dims[perm[k]];
+  return r;
+}
+
+/* Inserts y = Transpose(x, perm) at pos. */
+static kiln_status_t insert_transpose(kiln_graph *g, int pos, const char *name, int x, int y, int rank,
+                                      const int64_t *perm) {
+  int at;
+  KILN_TRY(kiln_opt_insert_node(g, pos, name, "Transpose", "", 13, 1, &x, 1, &y, &at));
+  return kiln_opt_set_attr_ints(&g->nodes[at], "perm", rank, perm);
+}
+
+/* x = Transpose(src, p) read by several nodes, each a pointwise op whose
+ * result a Transpose undoes next, or a kept-dims reduction: every reader
+ * reads src, a Transpose by p after each restores its result, and a
+ * binary op's other operand is permuted the other way. The Transposes
+ * after the pointwise readers then cancel with the ones that undo them
+ * (an NHWC export's squeeze-excite block: its ReduceMean and gating Mul
+ * read the Transposed activation). *changed when rewritten. */
+static kiln_status_t sink_transpose_readers(kiln_graph *g, const kiln_opt_uses *u, int idx, bool *changed) {
+  *changed = false;
+  const kiln_node *t = &g->nodes[idx];
+  int x = out0(t), src = in0(t), rank;
+  int64_t p[KILN_MAX_RANK], pinv[KILN_MAX_RANK];
+  if (!t->op || x < 0 || src < 0 || u->pinned[x] || t->n_outputs != 1 || !transpose_perm(g, t, &rank, p)) return NULL;
+  const kiln_type *xt = &g->values[x].type;
+  if (!kiln_opt_shape_known(xt) || xt->rank != rank || u->count[x] < 1) return NULL;
+  int64_t nx = numel_of(xt);
+  for (int k = 0; k < rank; k++) pinv[p[k]] = k;
+  int n_readers = u->start[x + 1] - u->start[x];
+  if (n_readers != u->count[x] || n_readers > 64) return NULL;
+  int readers[64], kinds[64];
+  for (int i = 0; i < n_readers; i++) {
+    readers[i] = u->cons[u->start[x] + i];
+    for (int j = 0; j < i; j++)
+      if (readers[j] == readers[i]) return NULL; /* read twice by one node */
+    if (readers[i] <= idx) return NULL;
+    kinds[i] = sink_kind(g, u, readers[i], x, rank, p, nx);
+    if (kinds[i] == SINK_NO) return NULL;
+  }
+  /* Latest reader first: insertions then never move a reader still to do. */
+  for (int i = 1; i < n_readers; i++)
+    for (int j = i; j > 0 && readers[j - 1] < readers[j]; j--) {
+      int tr = readers[j], tk = kinds[j];
+      readers[j] = readers[j - 1], kinds[j] = kinds[j - 1];
+      readers[j - 1] = tr, kinds[j - 1] = tk;
+    }
+  for (int i = 0; i < n_readers; i++) {
+    int r = readers[i];
+    char name[300];
+    if (kinds[i] == SINK_BINARY) {
+      kiln_node *n = &g->nodes[r];
+      int slot = n->inputs[0] == x ? 1 : 0, c = n->inputs[slot];
+      if (numel_of(&g->values[c].type) != 1) {
+        kiln_type ct = permuted_type(&g->values[c].type, pinv);
+        int c2;
+        KILN_TRY(kiln_opt_new_value(g, g->values[c].name, &ct, &c2));
+        snprintf(name, sizeof name, "%s_unpermuted", g->values[c].name);
+        KILN_TRY(insert_transpose(g, r, name, c, c2, rank, pinv));
+        r++;
+        g->nodes[r].inputs[slot] = c2;
+      }
+    }
+    kiln_node *n = &g->nodes[r];
+    for (int k = 0; k < n->n_inputs; k++)
+      if (n->inputs[k] == x) n->inputs[k] = src;
+    if (kinds[i] == SINK_REDUCE) {
+      int64_t axes[KILN_MAX_RANK];
+      int na;
+      bool from_input;
+      reduce_axes_of(g, n, axes, &na, &from_input);
+      for (int k = 0; k < na; k++) axes[k] = p[axes[k] < 0 ? axes[k] + rank : axes[k]];
+      if (from_input) {
+        kiln_tensor *at;
+        int64_t len = na;
+        KILN_TRY(kiln_tensor_new(KILN_DTYPE_I64, 1, &len, &at));
+        memcpy(at->data, axes, (size_t)na * sizeof(int64_t));
+        int aid;
+        KILN_TRY(kiln_opt_new_const(g, g->values[g->nodes[r].inputs[1]].name, at, &aid));
+        g->nodes[r].inputs[1] = aid;
+      } else {
+        KILN_TRY(kiln_opt_set_attr_ints(&g->nodes[r], "axes", na, axes));
+      }
+    }
+    /* The result is permuted by p, or, when a reduction drops its axes,
+     * by q: the order its kept axes had in x among their order in src. */
+    int out_rank = rank;
+    int64_t q[KILN_MAX_RANK], qinv[KILN_MAX_RANK];
+    memcpy(q, p, sizeof q);
+    if (kinds[i] == SINK_REDUCE && kiln_attr_int(&g->nodes[r], "keepdims", 1) == 0) {
+      int64_t axes[KILN_MAX_RANK], kept_src[KILN_MAX_RANK];
+      int na;
+      bool from_input, dropped[KILN_MAX_RANK] = {0};
+      reduce_axes_of(g, &g->nodes[r], axes, &na, &from_input); /* already in src's axes */
+      for (int k = 0; k < na; k++) dropped[axes[k]] = true;
+      int nk = 0;
+      for (int m = 0; m < rank; m++)
+        if (!dropped[m]) kept_src[nk++] = m;
+      out_rank = 0;
+      bool ident = true;
+      for (int k = 0; k < rank; k++) {
+        if (dropped[p[k]]) continue;
+        int at = 0;
+        while (kept_src[at] != p[k]) at++;
+        q[out_rank] = at;
+        ident &= at == out_rank++;
+      }
+      if (ident) continue; /* the kept axes keep their order: src's result is x's */
+    }
+    for (int k = 0; k < out_rank; k++) qinv[q[k]] = k;
+    int y = out0(&g->nodes[r]), y2;
+    kiln_type yt = permuted_type(&g->values[y].type, qinv);
+    KILN_TRY(kiln_opt_new_value(g, g->values[y].name, &yt, &y2));
+    g->nodes[r].outputs[0] = y2;
+    g->values[y2].producer = r;
+    snprintf(name, sizeof name, "%s_permuted", g->values[y].name);
+    KILN_TRY(insert_transpose(g, r + 1, name, y2, y, out_rank, q));
+  }
+  *changed = true;
+  return NULL;
+}
+
+static kiln_status_t sink_transposes(kiln_graph *g) {
+  if (!kiln_opt_shapes_trusted(g)) return NULL;
+  kiln_opt_uses u;
+  KILN_TRY(kiln_opt_uses_build(g, &u));
+  kiln_status_t st = NULL;
+  for (int idx = 0; idx < g->n_nodes && !st; idx++) {
+    if (!kiln_node_is(&g->nodes[idx], KILN_OP_Transpose)) continue;
+    bool changed = false;
+    st = sink_transpose_readers(g, &u, idx, &changed);
+    if (!st && changed) {
+      kiln_opt_uses_free(&u);
+      st = kiln_opt_uses_build(g, &u);
+    }
+  }
+  kiln_opt_uses_free(&u);
+  return st;
+}
+
 static kiln_status_t simplify_graph(kiln_graph *g) {
   KILN_TRY(kiln_opt_run_on_subgraphs(g, simplify_graph));
   /* Splits first, from the end, so an insertion moves no node still to visit. */
@@ -346,6 +606,8 @@ static kiln_status_t simplify_graph(kiln_graph *g) {
   }
   free(dead);
   kiln_opt_uses_free(&u);
+  /* The pairs this makes cancel in the next round of the pipeline. */
+  if (!st) st = sink_transposes(g);
   return st;
 }
 

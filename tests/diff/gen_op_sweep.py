@@ -1259,6 +1259,30 @@ def structure_cases():
     m.out(m.node('Sigmoid', [t]))
     m.out(m.node('Tanh', [t]))
     m.out(m.node('Exp', [m.node('Transpose', [m.node('Neg', [x])], perm=[1, 2, 0])]))
+    # a Transpose read by several nodes sinks past all of them (simplify's
+    # sink_transpose_readers): an NHWC squeeze-excite block (ReduceMean
+    # keepdims, MatMul, gate Mul, back to NCHW), a keepdims=0 pool whose
+    # kept axes keep or change their order, axes as an input (ReduceSum-13),
+    # a constant and a scalar other operand, and a reader that blocks it
+    m = case('Struct_transpose_sink_se')
+    x = m.source([1, 6, 5, 7])
+    a = m.node('Relu', [m.node('Transpose', [x], perm=[0, 2, 3, 1])])
+    g = m.node('Sigmoid', [m.node('MatMul', [m.node('ReduceMean', [a], axes=[1, 2]), m.randc([6, 6])])])
+    s = m.node('Mul', [a, g])
+    m.out(m.node('Transpose', [s], perm=[0, 3, 1, 2]))
+    m.out(m.node('ReduceMean', [a], axes=[1, 2], keepdims=0))
+    m = case('Struct_transpose_sink_reduce')
+    x = m.source([2, 3, 8, 9])
+    t = m.node('Transpose', [x], perm=[0, 2, 3, 1])
+    m.out(m.node('ReduceMax', [t], axes=[1], keepdims=0))
+    m.out(m.node('ReduceSum', [t, m.const(np.array([2, -1], dtype=np.int64))], keepdims=1))
+    m.out(m.node('Transpose', [m.node('Sub', [m.const(np.float32(0.5)), t])], perm=[0, 3, 1, 2]))
+    m.out(m.node('Transpose', [m.node('Div', [t, m.randc([1, 1, 9, 3])])], perm=[0, 3, 1, 2]))
+    m = case('Struct_transpose_sink_blocked')
+    x = m.source([2, 3, 4, 5])
+    t = m.node('Transpose', [x], perm=[0, 2, 3, 1])
+    m.out(m.node('ReduceMean', [t], axes=[1, 2]))
+    m.out(m.node('Add', [t, m.source([2, 4, 5, 3])]))
     m = case('Struct_dropout_ratio')
     m.out(m.node('Dropout', [m.source([3, 17]), m.const(np.float32(0.3)), m.const(np.array(False))]))
 
