@@ -151,6 +151,11 @@ typedef struct kiln_device_vtable {
   kiln_status_t (*record)(kiln_device *dev, void *state, struct kiln_plan *plan, int flush,
                           const struct kiln_plan_bindings *bind);
   kiln_status_t (*enqueue_recorded)(kiln_device *dev, void *state, const struct kiln_plan *plan, int flush);
+  /* Optional, for host-memory devices: runs a host step of the plan (a node
+   * whose shapes are known only when it runs) with the device's own
+   * routines where it has one (kiln_host_kernel_fn's contract, user = the
+   * plan state); ref's kernel runs the rest. */
+  kiln_status_t (*host_kernel)(void *state, kiln_kernel_ctx *ctx, bool *handled);
 } kiln_device_vtable;
 
 typedef struct kiln_prepare_options {

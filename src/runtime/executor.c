@@ -287,6 +287,12 @@ kiln_status_t kiln_run_ref_node(const kiln_graph *g, const kiln_node *node, kiln
 
 kiln_status_t kiln_run_ref_node_with(const kiln_graph *g, const kiln_node *node, kiln_value *const *ins,
                                      kiln_value **outs, kiln_subgraph_runner run_subgraph, void *runner_data) {
+  return kiln_run_host_node(g, node, ins, outs, run_subgraph, runner_data, NULL, NULL);
+}
+
+kiln_status_t kiln_run_host_node(const kiln_graph *g, const kiln_node *node, kiln_value *const *ins,
+                                 kiln_value **outs, kiln_subgraph_runner run_subgraph, void *runner_data,
+                                 kiln_host_kernel_fn native, void *native_user) {
   if ((node->op->flags & KILN_OP_CONTROL_FLOW) && !run_subgraph)
     return kiln_error(KILN_INTERNAL, "control flow run without a subgraph runner");
   KILN_TRY(kiln_run_deadline_check());
@@ -310,7 +316,9 @@ kiln_status_t kiln_run_ref_node_with(const kiln_graph *g, const kiln_node *node,
   for (int i = 0; i < node->n_inputs; i++) in[i] = ins[i];
   for (int i = 0; i < node->n_outputs; i++) wanted[i] = node->outputs[i] >= 0;
   kiln_kernel_ctx ctx = {node, node->opset, node->n_inputs, in, node->n_outputs, res, wanted, run_subgraph, runner_data};
-  kiln_status_t st = node->op->ref_kernel(&ctx);
+  bool handled = false;
+  kiln_status_t st = native ? native(native_user, &ctx, &handled) : NULL;
+  if (!st && !handled) st = node->op->ref_kernel(&ctx);
   for (int i = 0; i < node->n_outputs && !st; i++) {
     int v = node->outputs[i];
     if (v < 0) continue;

@@ -52,6 +52,14 @@ kiln_status_t kiln_run_ref_node(const kiln_graph *g, const kiln_node *node, kiln
  * its bodies through run_subgraph(runner_data, ...). */
 kiln_status_t kiln_run_ref_node_with(const kiln_graph *g, const kiln_node *node, kiln_value *const *ins,
                                      kiln_value **outs, kiln_subgraph_runner run_subgraph, void *runner_data);
+/* A device's own kernel for a host step (a node whose shapes are only
+ * known when it runs): it fills ctx's outputs and sets *handled, or leaves
+ * both alone and ref's kernel runs the node. */
+typedef kiln_status_t (*kiln_host_kernel_fn)(void *user, kiln_kernel_ctx *ctx, bool *handled);
+/* kiln_run_ref_node_with, trying native(native_user, ...) first (native may be NULL). */
+kiln_status_t kiln_run_host_node(const kiln_graph *g, const kiln_node *node, kiln_value *const *ins,
+                                 kiln_value **outs, kiln_subgraph_runner run_subgraph, void *runner_data,
+                                 kiln_host_kernel_fn native, void *native_user);
 
 /* Names of outer-scope values that `g` (and its nested subgraphs) read. */
 kiln_status_t kiln_graph_outer_names(const kiln_graph *g, kiln_ptr_vec *out_names);

@@ -267,7 +267,8 @@ static kiln_status_t run_host_step(struct kiln_executable *x, const kiln_plan_st
     else if ((st = wrap_value(g, v, b->host[v], &owned[i])) == NULL) ins[i] = owned[i];
   }
   body_runner runner = {x, node, b, host};
-  if (!st) st = kiln_run_ref_node_with(g, node, ins, outs, run_body, &runner);
+  if (!st)
+    st = kiln_run_host_node(g, node, ins, outs, run_body, &runner, x->dev->vt->host_kernel, x->state);
   for (int i = 0; i < node->n_outputs && !st; i++) {
     int v = node->outputs[i];
     if (v < 0) continue;

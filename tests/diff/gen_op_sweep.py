@@ -1423,6 +1423,67 @@ def large_cases():
                  axes=[2], keepdims=1))
 
 
+def host_cases():
+    """Host steps the cpu runs on its own routines (devices/cpu/cpu_host.c)
+    between compiled kernels: nodes whose shapes are known only when they run
+    (rows picked by NonZero) and ops no device compiles (RoiAlign,
+    ScatterElements), checked against ref's kernels."""
+    def picked_rows(m, x):
+        # the rows of x [r, c] whose max is positive: [n, c], n known only at run time
+        keep = m.node('Greater', [m.node('ReduceMax', [x], axes=[1], keepdims=0), m.const(np.float32(0.0))])
+        return m.node('Gather', [x, m.node('Squeeze', [m.node('NonZero', [keep]), m.const(ints([0]))])], axis=0)
+    for tag, c_shape, attrs in (('bias', [17], dict(transB=1)), ('row', [1, 17], dict(transB=1, alpha=0.5, beta=2.0)),
+                                ('scalar', [1], dict(transB=1, beta=-1.0)), ('none', None, dict(transB=1)),
+                                ('transA', [17], dict(transA=1, transB=1))):
+        m = case('mixed_host_Gemm_%s' % tag)
+        r = picked_rows(m, m.node('Add', [m.source([9, 20]), m.const(np.float32(0.3))]))
+        if attrs.get('transA'):
+            r = m.node('Transpose', [r], perm=[1, 0])
+        ins = [r, m.randc([17, 20])] + ([m.randc(c_shape)] if c_shape else [])
+        m.out(m.node('Relu', [m.node('Gemm', ins, **attrs)]))
+    m = case('mixed_host_MatMul_rows')
+    r = picked_rows(m, m.source([11, 33]))
+    m.out(m.node('MatMul', [r, m.randc([33, 9])]))
+    m.out(m.node('MatMul', [m.node('Unsqueeze', [r, m.const(ints([0]))]), m.randc([33, 5])]))
+    m = case('mixed_host_Expand_rows')
+    r = picked_rows(m, m.source([7, 6]))
+    n = m.node('Slice', [m.node('Shape', [r]), m.const(ints([0])), m.const(ints([1]))])
+    m.out(m.node('Neg', [m.node('Expand', [m.source([2, 1, 1]), m.node('Concat', [m.const(ints([2])), n, m.const(ints([5]))], axis=0)])]))
+    m.out(m.node('Expand', [m.node('Unsqueeze', [r, m.const(ints([0]))]), m.const(ints([3, 1, 1]))]))
+    rng = np.random.default_rng(7)
+    def rois(nr, h, w):
+        y0, x0 = rng.uniform(-2, h, nr), rng.uniform(-2, w, nr)
+        return np.stack([x0, y0, x0 + rng.uniform(0, w, nr), y0 + rng.uniform(0, h, nr)], 1).astype(np.float32)
+    for tag, opset, attrs in (('avg16', 16, dict(output_height=3, output_width=4, sampling_ratio=2, spatial_scale=0.5)),
+                              ('max16', 16, dict(mode='max', output_height=2, output_width=2, sampling_ratio=0,
+                                                 coordinate_transformation_mode='output_half_pixel')),
+                              ('avg10', 10, dict(output_height=5, output_width=5, sampling_ratio=0, spatial_scale=0.5))):
+        m = case('mixed_host_RoiAlign_%s' % tag, opset)
+        x = m.node('Relu', [m.source([2, 3, 10, 12])])
+        y = m.node('RoiAlign', [x, m.const(rois(6, 20, 24)), m.const(np.array([0, 1, 1, 0, 1, 0], dtype=np.int64))], **attrs)
+        m.out(m.node('Sigmoid', [y]))
+    # NonMaxSuppression: clustered boxes (many overlaps, some corners given
+    # reversed), scores from the model (ties broken by index), with and
+    # without a score threshold, center boxes, a max_output cap
+    for tag, center, maxo, thr in (('corners', 0, 5, 0.1), ('center', 1, 100, None), ('cap1', 0, 1, -1.0)):
+        m = case('mixed_host_NonMaxSuppression_%s' % tag)
+        base = rng.uniform(0, 10, (2, 40, 2)).astype(np.float32)
+        size = rng.uniform(0.5, 4, (2, 40, 2)).astype(np.float32)
+        boxes = np.concatenate([base, base + size], 2) if not center else np.concatenate([base, size], 2)
+        if not center:
+            boxes[:, ::3] = boxes[:, ::3][:, :, [2, 3, 0, 1]]
+        scores = m.node('Sigmoid', [m.source([2, 3, 40])])
+        ins = [m.const(boxes.astype(np.float32)), scores, m.const(np.array([maxo], dtype=np.int64)),
+               m.const(np.array([0.4], dtype=np.float32))]
+        if thr is not None:
+            ins.append(m.const(np.array([thr], dtype=np.float32)))
+        m.out(m.node('Add', [m.node('NonMaxSuppression', ins, center_point_box=center), m.const(np.int64(1))]))
+    m = case('mixed_host_ScatterElements', 13)
+    x = m.node('Relu', [m.source([4, 5, 6])])
+    idx = rng.integers(-5, 5, size=(4, 3, 6)).astype(np.int64)
+    m.out(m.node('Tanh', [m.node('ScatterElements', [x, m.const(idx), m.source([4, 3, 6])], axis=1)]))
+
+
 def main(argv):
     if len(argv) < 2:
         print('usage: gen_op_sweep.py OUTDIR [--list]', file=sys.stderr)
@@ -1430,7 +1491,7 @@ def main(argv):
     out = argv[1]
     for gen in (unary_cases, binary_cases, where_cases, reduce_cases, softmax_cases, movement_cases, matmul_cases,
                 gemm_cases, conv_cases, conv_transpose_cases, dtype_cases, rnn_cases, pool_cases, layernorm_cases, epilogue_cases, structure_cases, pattern_cases,
-                large_cases):
+                large_cases, host_cases):
         gen()
     os.makedirs(out, exist_ok=True)
     names = set()

@@ -64,6 +64,7 @@ static const kiln_device_vtable cpu_vtable = {
     .launch_step = kiln_cpu_launch_step,
     .plan_end = kiln_cpu_plan_end,
     .plan_describe = cpu_plan_describe,
+    .host_kernel = kiln_cpu_host_kernel,
 };
 
 static kiln_device cpu_device = {&cpu_vtable, NULL};

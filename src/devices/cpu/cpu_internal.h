@@ -74,6 +74,9 @@ typedef struct cpu_exec {
  * cpu_exec (cpu_exec.rt): its calls reach the exec's scratch and error. */
 kiln_rt kiln_cpu_rt(kiln_threadpool *pool, int threads);
 
+/* The device's host_kernel hook (cpu_host.c): Gemm and MatMul host steps on the SGEMM. */
+kiln_status_t kiln_cpu_host_kernel(void *state, kiln_kernel_ctx *ctx, bool *handled);
+
 /* A routine over planes (cpu_planes.c): plane(job, x + i * in_size,
  * y + i * out_size, scratch) for every plane i over the pool, scratch
  * `scratch` floats per chunk of planes (out of memory: oom_message through
