@@ -593,6 +593,11 @@ def conv_cases():
     conv('1d_s2_d2', [1, 4, 31], [6, 4, 3], strides=[2], dilations=[2])
     conv('3d', [1, 2, 5, 6, 7], [3, 2, 3, 3, 3], pads=[1, 1, 1, 1, 1, 1])
     conv('3d_s2', [1, 2, 7, 7, 7], [4, 2, 3, 3, 3], strides=[2, 2, 2])
+    # big enough for the blocked im2col over (od, oh) rows, a block ending mid-plane; depth stride,
+    # padding and dilation, two images
+    conv('3d_blocked', [1, 4, 5, 12, 14], [6, 4, 3, 3, 3], pads=[1, 1, 1, 1, 1, 1])
+    conv('3d_blocked_s2_d2', [2, 3, 9, 11, 16], [5, 3, 3, 3, 2], pads=[2, 1, 0, 2, 1, 1], strides=[2, 1, 1],
+         dilations=[2, 1, 2])
     conv('same_upper', [1, 3, 10, 10], [4, 3, 3, 3], auto_pad='SAME_UPPER', strides=[2, 2])
     conv('same_lower', [1, 3, 10, 10], [4, 3, 3, 3], auto_pad='SAME_LOWER', strides=[2, 2])
     conv('same_upper_s1', [1, 3, 9, 9], [4, 3, 4, 4], auto_pad='SAME_UPPER')

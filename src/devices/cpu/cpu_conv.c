@@ -279,15 +279,16 @@ typedef struct im2col_ctx {
 
 /* Output rows [oh0, oh1) of the im2col row of kernel offset koff over
  * plane xp, into dst ((oh1 - oh0) * OW values): zeros where the window
- * leaves the image, a copy or strided gather inside. */
-static void im2col_2d(const kiln_conv_geom *c, const float *xp, const int64_t *koff, float *dst, int64_t oh0,
-                      int64_t oh1) {
-  int64_t H = c->in_sp[0], W = c->in_sp[1], OW = c->out_sp[1], sw = c->stride[1];
-  int64_t off = koff[1] * c->dil[1] - c->pad_begin[1];
+ * leaves the image, a copy or strided gather inside. a: the index of the
+ * plane's first axis among the spatial ones (0 in 2-D, 1 in 3-D). */
+static void im2col_plane(const kiln_conv_geom *c, int a, const float *xp, const int64_t *koff, float *dst,
+                         int64_t oh0, int64_t oh1) {
+  int64_t H = c->in_sp[a], W = c->in_sp[a + 1], OW = c->out_sp[a + 1], sw = c->stride[a + 1];
+  int64_t off = koff[a + 1] * c->dil[a + 1] - c->pad_begin[a + 1];
   int64_t lo = max64(ceil_div(-off, sw), 0), hi = min64(floor_div(W - 1 - off, sw), OW - 1);
   for (int64_t oh = oh0; oh < oh1; oh++) {
     float *d = dst + (oh - oh0) * OW;
-    int64_t ih = oh * c->stride[0] - c->pad_begin[0] + koff[0] * c->dil[0];
+    int64_t ih = oh * c->stride[a] - c->pad_begin[a] + koff[a] * c->dil[a];
     if (ih < 0 || ih >= H || hi < lo) {
       memset(d, 0, (size_t)OW * sizeof(float));
       continue;
@@ -302,6 +303,31 @@ static void im2col_2d(const kiln_conv_geom *c, const float *xp, const int64_t *k
     if (hi < OW - 1) memset(d + hi + 1, 0, (size_t)(OW - 1 - hi) * sizeof(float));
   }
 }
+
+/* Output rows [r0, r1) of the im2col row of kernel offset koff over one
+ * channel xc, a row being OW outputs: in 2-D the rows are oh, in 3-D the
+ * flattened (od, oh), each run of one od a plane's rows (or zeros where
+ * the window's depth leaves the input). */
+static void im2col_2d(const kiln_conv_geom *c, const float *xc, const int64_t *koff, float *dst, int64_t r0,
+                      int64_t r1) {
+  if (c->nsp == 2) {
+    im2col_plane(c, 0, xc, koff, dst, r0, r1);
+    return;
+  }
+  int64_t OH = c->out_sp[1], OW = c->out_sp[2], D = c->in_sp[0], plane = c->in_sp[1] * c->in_sp[2];
+  for (int64_t r = r0; r < r1;) {
+    int64_t od = r / OH, oh0 = r % OH, oh1 = min64(OH, oh0 + (r1 - r));
+    int64_t id = od * c->stride[0] - c->pad_begin[0] + koff[0] * c->dil[0];
+    float *d = dst + (r - r0) * OW;
+    if (id < 0 || id >= D) memset(d, 0, (size_t)((oh1 - oh0) * OW) * sizeof(float));
+    else im2col_plane(c, 1, xc + id * plane, koff, d, oh0, oh1);
+    r += oh1 - oh0;
+  }
+}
+
+/* Output rows of the im2col matrix in the blocked and row forms: OH in
+ * 2-D, OD * OH in 3-D. */
+static int64_t im2col_out_rows(const kiln_conv_geom *c) { return c->nsp == 3 ? c->out_sp[0] * c->out_sp[1] : c->out_sp[0]; }
 
 /* Rows of the im2col matrix: one per (channel, kernel offset). 2-D rows are
  * filled a whole output row at a time. */
@@ -322,8 +348,8 @@ static void im2col_rows(void *vctx, int64_t begin, int64_t end, int thread) {
     }
     const float *xp = ic->x + ch * in_plane;
     float *dst = ic->col + row * c->osize;
-    if (c->nsp == 2) {
-      im2col_2d(c, xp, koff, dst, 0, c->out_sp[0]);
+    if (c->nsp >= 2) {
+      im2col_2d(c, xp, koff, dst, 0, im2col_out_rows(c));
       continue;
     }
     for (int64_t o = 0; o < c->osize; o++) {
@@ -360,12 +386,20 @@ static void im2col_blocks(void *vctx, int64_t begin, int64_t end, int thread) {
   const im2col_blk_ctx *b = vctx;
   const kiln_conv_plan *p = b->p;
   const kiln_conv_geom *c = &p->c;
-  int64_t OH = c->out_sp[0], OW = c->out_sp[1], kprod = c->k[0] * c->k[1], in_plane = c->in_sp[0] * c->in_sp[1];
+  int64_t OH = im2col_out_rows(c), OW = c->out_sp[c->nsp - 1], kprod = 1, in_plane = 1;
+  for (int i = 0; i < c->nsp; i++) {
+    kprod *= c->k[i];
+    in_plane *= c->in_sp[i];
+  }
   float *col = b->scratch + (size_t)thread * p->blk_floats;
   for (int64_t blk = begin; blk < end; blk++) {
     int64_t oh0 = blk * p->blk_rows, oh1 = min64(OH, oh0 + p->blk_rows), nb = (oh1 - oh0) * OW, n0 = oh0 * OW;
     for (int64_t row = 0; row < c->kdim; row++) {
-      int64_t koff[2] = {(row % kprod) / c->k[1], row % c->k[1]};
+      int64_t koff[3] = {0, 0, 0}, kk = row % kprod;
+      for (int i = c->nsp - 1; i >= 0; i--) {
+        koff[i] = kk % c->k[i];
+        kk /= c->k[i];
+      }
       im2col_2d(c, b->x + (row / kprod) * in_plane, koff, col + row * nb, oh0, oh1);
     }
     kiln_rt_epilogue_ctx ectx = {b->epi ? b->epi->buffers : NULL, b->y_base + n0, c->osize};
@@ -390,7 +424,7 @@ static void run_gemm(const kiln_conv_plan *p, kiln_threadpool *pool, const float
       if (p->algo == KILN_CONV_IM2COL && p->blk_rows > 0) {
         im2col_blk_ctx b = {p, xg, w + gi * cog * c->kdim, bias ? bias + gi * cog : NULL,
                             y + (img * c->co + gi * cog) * c->osize, (img * c->co + gi * cog) * c->osize, cog, scratch, epi};
-        kiln_parallel_for(pool, ceil_div(c->out_sp[0], p->blk_rows), 1, im2col_blocks, &b);
+        kiln_parallel_for(pool, ceil_div(im2col_out_rows(c), p->blk_rows), 1, im2col_blocks, &b);
         continue;
       }
       if (p->algo == KILN_CONV_IM2COL) {
@@ -1028,8 +1062,10 @@ kiln_status_t kiln_conv_plan_create(const kiln_conv_geom *c, kiln_conv_algo algo
       /* Blocked when the blocks can be wide enough for the micro-kernel
        * and many enough to share among the threads; each block's columns
        * (about 512 KB) stay in the thread's L2. */
-      if (c->nsp == 2 && c->kdim <= 1152) {
-        int64_t OH = c->out_sp[0], OW = c->out_sp[1];
+      /* 3-D: the rows are (od, oh), and always blocked (a video model's
+       * whole im2col matrix is tens of MB, written then read back). */
+      if ((c->nsp == 2 && c->kdim <= 1152) || c->nsp == 3) {
+        int64_t OH = im2col_out_rows(c), OW = c->out_sp[c->nsp - 1];
         int64_t rows = max64(1, max64(256, (int64_t)(131072 / c->kdim)) / OW);
         rows = min64(rows, ceil_div(OH, 2 * (int64_t)threads));
         if (rows * OW >= 128 && ceil_div(OH, rows) >= 2 * threads) {
