@@ -16,7 +16,7 @@
 
 #include "codegen/te.h"
 
-#define KILN_LANES 256
+#define KILN_LANES 512
 
 /* The math functions lower.c calls (TE_CALL1/TE_CALL2 by name). */
 typedef enum kiln_lanes_fn {
