@@ -68,7 +68,15 @@ typedef struct cpu_exec {
   float *scratch;      /* convolution scratch shared by every launch (they run one at a time); owned */
   size_t scratch_bytes;
   kiln_status_t rt_error; /* what a runtime call of the running launch reported (kiln_rt.fail); owned */
+  /* Constant B operands packed for the SGEMM, shared by every launch that
+   * multiplies by the same weights (an unrolled RNN's steps all read R):
+   * one reference each here (cpu_rt.c), released by plan_end. */
+  struct cpu_packed_b **packed;
+  int n_packed, cap_packed;
 } cpu_exec;
+
+/* Drops the exec's references to its shared packed B operands (cpu_rt.c). */
+void kiln_cpu_release_packed(cpu_exec *x);
 
 /* The table generated code gets (cpu_rt.c); rt must then live inside a
  * cpu_exec (cpu_exec.rt): its calls reach the exec's scratch and error. */

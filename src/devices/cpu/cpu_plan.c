@@ -271,6 +271,7 @@ void kiln_cpu_plan_end(kiln_device *dev, void *state, kiln_plan *p) {
     kiln_interp_kernel_destroy(x->steps[i].interp);
   }
   free(x->steps);
+  kiln_cpu_release_packed(x);
   free(x->scratch);
   kiln_threadpool_destroy(x->pool);
   kiln_status_free(x->rt_error);

@@ -34,14 +34,22 @@ static void rt_igemm(void *pool, const kiln_rt_igemm_args *a) {
 
 /* ---- B packed once -------------------------------------------------------------- */
 
-typedef struct packed_b_state {
+/* A packed B, shared (refs) by the launches' state slots and, for an
+ * SGEMM operand, the exec's table (key: what was packed). */
+typedef struct cpu_packed_b {
   kiln_rt_state base;
   void *packed; /* 64-byte aligned; owned */
+  int refs;
+  const void *b; /* the key: B's address and layout */
+  int64_t k, n, ldb;
+  bool trans_b;
 } packed_b_state;
 
 static void packed_b_destroy(kiln_rt_state *s) {
-  free(((packed_b_state *)s)->packed);
-  free(s);
+  packed_b_state *p = (packed_b_state *)s;
+  if (--p->refs > 0) return;
+  free(p->packed);
+  free(p);
 }
 
 /* The packed B in *slot, or a new state of `bytes` (NULL, reported, when
@@ -60,15 +68,45 @@ static packed_b_state *packed_b_slot(const kiln_rt *rt, int64_t k, int64_t n, si
   }
   s->base.destroy = packed_b_destroy;
   s->packed = packed;
+  s->refs = 1;
   *slot = &s->base;
   return s;
 }
 
+void kiln_cpu_release_packed(cpu_exec *x) {
+  for (int i = 0; i < x->n_packed; i++) packed_b_destroy(&x->packed[i]->base);
+  free(x->packed);
+  x->packed = NULL;
+  x->n_packed = x->cap_packed = 0;
+}
+
+/* Launches run one at a time (a plan is used by one thread at a time), so
+ * the table needs no lock. */
 static const void *rt_sgemm_packed_b(const kiln_rt *rt, const kiln_rt_sgemm_args *a, kiln_rt_state **slot) {
   if (*slot) return ((packed_b_state *)*slot)->packed;
+  cpu_exec *x = exec_of(rt);
+  for (int i = 0; i < x->n_packed; i++) {
+    packed_b_state *p = x->packed[i];
+    if (p->b == a->b && p->k == a->k && p->n == a->n && p->ldb == a->ldb && p->trans_b == a->trans_b) {
+      p->refs++;
+      *slot = &p->base;
+      return p->packed;
+    }
+  }
   packed_b_state *s = packed_b_slot(rt, a->k, a->n, kiln_sgemm_packed_b_size(a->k, a->n), slot);
-  if (s) kiln_sgemm_pack_b(a->trans_b, a->k, a->n, a->b, a->ldb, s->packed);
-  return s ? s->packed : NULL;
+  if (!s) return NULL;
+  kiln_sgemm_pack_b(a->trans_b, a->k, a->n, a->b, a->ldb, s->packed);
+  s->b = a->b, s->k = a->k, s->n = a->n, s->ldb = a->ldb, s->trans_b = a->trans_b;
+  if (x->n_packed == x->cap_packed) {
+    int cap = x->cap_packed ? 2 * x->cap_packed : 16;
+    packed_b_state **t = realloc(x->packed, (size_t)cap * sizeof *t);
+    if (!t) return s->packed; /* not shared: still this launch's */
+    x->packed = t;
+    x->cap_packed = cap;
+  }
+  s->refs++;
+  x->packed[x->n_packed++] = s;
+  return s->packed;
 }
 
 static const void *rt_igemm_packed_b(const kiln_rt *rt, const kiln_rt_igemm_args *a, kiln_rt_state **slot) {
