@@ -1446,6 +1446,25 @@ def host_cases():
             r = m.node('Transpose', [r], perm=[1, 0])
         ins = [r, m.randc([17, 20])] + ([m.randc(c_shape)] if c_shape else [])
         m.out(m.node('Relu', [m.node('Gemm', ins, **attrs)]))
+    # Conv / ConvTranspose over the images NonZero keeps (a mask head over a detector's kept boxes)
+    def picked_images(m, shape):
+        x = m.source(shape)
+        keep = m.node('Greater', [m.node('ReduceMax', [x], axes=list(range(1, len(shape))), keepdims=0),
+                                  m.const(np.float32(0.5))])
+        return m.node('Gather', [x, m.node('Squeeze', [m.node('NonZero', [keep]), m.const(ints([0]))])], axis=0)
+    for tag, xs, ws, attrs, bias in (('2d', [6, 4, 9, 11], [5, 4, 3, 3], dict(pads=[1, 1, 1, 1]), True),
+                                     ('2d_s2_group', [5, 4, 10, 9], [6, 2, 3, 2], dict(strides=[2, 1], group=2, dilations=[1, 2]), False),
+                                     ('1d_same', [5, 3, 17], [4, 3, 4], dict(auto_pad='SAME_UPPER'), True),
+                                     ('3d', [4, 2, 5, 6, 7], [3, 2, 3, 3, 3], dict(pads=[1, 0, 1, 1, 0, 1]), True)):
+        m = case('mixed_host_Conv_%s' % tag)
+        ins = [picked_images(m, xs), m.randc(ws)] + ([m.randc([ws[0]])] if bias else [])
+        m.out(m.node('Relu', [m.node('Conv', ins, **attrs)]))
+    for tag, xs, ws, attrs, bias in (('2d_s2', [6, 3, 5, 6], [3, 4, 3, 3], dict(strides=[2, 2], output_padding=[1, 0], pads=[1, 0, 1, 1]), True),
+                                     ('2d_group_shape', [5, 4, 4, 5], [4, 1, 2, 3], dict(group=2, strides=[2, 2], output_shape=[9, 11]), False),
+                                     ('1d', [5, 2, 9], [2, 3, 4], dict(strides=[3], dilations=[2]), True)):
+        m = case('mixed_host_ConvTranspose_%s' % tag)
+        ins = [picked_images(m, xs), m.randc(ws)] + ([m.randc([ws[1] * attrs.get('group', 1)])] if bias else [])
+        m.out(m.node('Tanh', [m.node('ConvTranspose', ins, **attrs)]))
     m = case('mixed_host_MatMul_rows')
     r = picked_rows(m, m.source([11, 33]))
     m.out(m.node('MatMul', [r, m.randc([33, 9])]))

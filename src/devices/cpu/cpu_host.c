@@ -6,6 +6,8 @@
  * speed (a detector's box head, a [rois, 12544] x [12544, 1024] Gemm, took
  * two seconds there). The cpu runs the heavy ones on its own routines
  * instead, with the shapes of the run: Gemm and MatMul on the SGEMM,
+ * Conv and ConvTranspose through the routine compiled kernels call
+ * (kiln_rt.conv, planned for the shapes at hand),
  * RoiAlign with its bilinear taps computed once per roi for every channel,
  * ScatterElements (no reduction) and Expand as copies, NonMaxSuppression
  * with its IoU tests over blocks of the kept boxes (the same greedy
@@ -20,6 +22,7 @@
 
 #include "devices/cpu/gemm/gemm.h"
 #include "ops/op.h"
+#include "ops/window.h"
 
 /* Gemm: Y = alpha * op(A) op(B) + beta * C, A and B f32 matrices, C absent
  * or of shape [N], [1, N], [M, 1], [M, N] or one element. */
@@ -511,11 +514,60 @@ static kiln_status_t host_nms(kiln_kernel_ctx *ctx, bool *handled) {
   return err;
 }
 
+/* ---- Conv and ConvTranspose (f32) --------------------------------------------------- */
+
+static kiln_status_t host_conv(cpu_exec *x, kiln_kernel_ctx *ctx, bool transposed, bool *handled) {
+  const kiln_node *n = ctx->node;
+  kiln_tensor *xt = kiln_kernel_input(ctx, 0), *wt = kiln_kernel_input(ctx, 1), *bt = kiln_kernel_input(ctx, 2);
+  if (!xt || !wt || xt->dtype != KILN_DTYPE_F32 || wt->dtype != KILN_DTYPE_F32 || xt->rank < 3 || xt->rank > 5 ||
+      wt->rank != xt->rank || (bt && (bt->dtype != KILN_DTYPE_F32 || bt->rank != 1)))
+    return NULL;
+  /* ConvTranspose's output_shape asks for sizes; ref's rules, in one place (ops/window.h). */
+  int nsp = xt->rank - 2;
+  int64_t group = kiln_attr_int(n, "group", 1), ci = xt->dims[1];
+  if (group < 1 || ci % group) return NULL;
+  int64_t co = transposed ? wt->dims[1] * group : wt->dims[0];
+  if ((transposed ? wt->dims[0] != ci : wt->dims[1] * group != ci) || co < 1 || (!transposed && co % group))
+    return NULL;
+  if (bt && bt->dims[0] != co) return NULL;
+  kiln_window win;
+  kiln_status_t st = transposed ? kiln_conv_transpose_window(n, nsp, xt->dims + 2, wt->dims + 2, &win)
+                                : kiln_window_init(n, nsp, xt->dims + 2, wt->dims + 2, true, false, &win);
+  if (st) { /* ref words the attribute's error */
+    kiln_status_free(st);
+    return NULL;
+  }
+  kiln_rt_conv_args a = {0};
+  a.nsp = nsp;
+  a.transposed = transposed;
+  a.n = xt->dims[0], a.ci = ci, a.co = co, a.group = group;
+  int64_t dims[5] = {xt->dims[0], co, 1, 1, 1};
+  for (int i = 0; i < nsp; i++) {
+    if (win.out[i] < 1 || win.kernel[i] < 1 || win.stride[i] < 1 || win.dilation[i] < 1) return NULL;
+    a.in[i] = xt->dims[2 + i], a.out[i] = win.out[i], a.kernel[i] = win.kernel[i];
+    a.stride[i] = win.stride[i], a.dilation[i] = win.dilation[i], a.pad_begin[i] = win.pad_begin[i];
+    dims[2 + i] = win.out[i];
+  }
+  kiln_tensor *y;
+  KILN_TRY(kiln_kernel_output_tensor(ctx, 0, KILN_DTYPE_F32, xt->rank, dims, &y));
+  *handled = true;
+  if (y->numel == 0 || xt->numel == 0) return NULL;
+  a.x = xt->data, a.w = wt->data, a.y = y->data, a.bias = bt ? bt->data : NULL;
+  kiln_rt_state *slot = NULL;
+  x->rt.conv(&x->rt, &a, &slot);
+  if (slot) slot->destroy(slot);
+  st = x->rt_error;
+  x->rt_error = NULL;
+  return st;
+}
+
 kiln_status_t kiln_cpu_host_kernel(void *state, kiln_kernel_ctx *ctx, bool *handled) {
   cpu_exec *x = state;
   switch (kiln_node_op_id(ctx->node)) {
     case KILN_OP_Gemm: return host_gemm(x, ctx, handled);
     case KILN_OP_MatMul: return host_matmul(x, ctx, handled);
+    case KILN_OP_Conv: return host_conv(x, ctx, false, handled);
+    case KILN_OP_ConvTranspose: return host_conv(x, ctx, true, handled);
     case KILN_OP_RoiAlign: return host_roi_align(x, ctx, handled);
     case KILN_OP_ScatterElements: return host_scatter_elements(ctx, handled);
     case KILN_OP_Expand: return host_expand(ctx, handled);
