@@ -22,12 +22,17 @@
  *   R2(R1(x)) (Squeeze-Unsqueeze pairs, ...) whose output shape is x's         -> x
  *   Reshape(x, computed shape) with a fully known output -> Reshape(x, constant)
  *
+ *   Conv whose kernel has taps that read only padding at every output
+ *   position (large dilations over small maps) -> the weights sliced to the
+ *                                            taps that read the input, pads shrunk
+ *
  *   Split(x) with known part sizes        -> a Slice per part
  *
  * Removing a node whose output is a graph output keeps that output's
  * name: the producer of the input writes the output instead, or the node
  * stays (input is a graph input or another output). */
 #include "passes/passes_opt.h"
+#include "ops/window.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -572,6 +577,89 @@ static kiln_status_t sink_transposes(kiln_graph *g) {
   return st;
 }
 
+/* ---- a convolution's taps that never meet the input ------------------------------- */
+
+/* Whether tap k of an axis (in, out, stride s, dilation d, pad_begin p)
+ * reads the input at some output position. */
+static bool tap_reads_input(int64_t k, int64_t in, int64_t out, int64_t s, int64_t d, int64_t p) {
+  int64_t first = p - k * d; /* position o reads o * s - first */
+  int64_t o0 = first <= 0 ? 0 : (first + s - 1) / s;
+  return o0 < out && o0 * s - first < in;
+}
+
+/* Conv with constant weights whose kernel has taps that read only padding
+ * at every output position (DeepLab's ASPP: 3x3 at dilation 36 over a
+ * 28x28 map is its center tap): the weights sliced to the taps that read
+ * the input, the pads shrunk by what was cut, the output unchanged. */
+static kiln_status_t trim_conv_taps(kiln_graph *g, int idx, bool *changed) {
+  kiln_node *n = &g->nodes[idx];
+  if (!kiln_node_is(n, KILN_OP_Conv) || n->n_inputs < 2 || n->n_outputs != 1) return NULL;
+  int x = n->inputs[0], wid = n->inputs[1], y = n->outputs[0];
+  const kiln_tensor *w = x >= 0 && wid >= 0 ? kiln_opt_const(g, wid) : NULL;
+  if (!w || y < 0 || !kiln_opt_shape_known(&g->values[x].type) || !kiln_opt_shape_known(&g->values[y].type)) return NULL;
+  const kiln_type *xt = &g->values[x].type, *yt = &g->values[y].type;
+  int nsp = xt->rank - 2;
+  if (nsp < 1 || nsp > 3 || w->rank != xt->rank || yt->rank != xt->rank) return NULL;
+  kiln_window win;
+  kiln_status_t st = kiln_window_init(n, nsp, xt->dims + 2, w->dims + 2, true, false, &win);
+  if (st) { /* the kernel reports it */
+    kiln_status_free(st);
+    return NULL;
+  }
+  int64_t lo[3], hi[3], pb[3], pe[3];
+  bool trims = false;
+  for (int i = 0; i < nsp; i++) {
+    int64_t K = w->dims[2 + i], in = xt->dims[2 + i], out = yt->dims[2 + i];
+    lo[i] = 0, hi[i] = K - 1;
+    while (lo[i] < K && !tap_reads_input(lo[i], in, out, win.stride[i], win.dilation[i], win.pad_begin[i])) lo[i]++;
+    while (hi[i] > lo[i] && !tap_reads_input(hi[i], in, out, win.stride[i], win.dilation[i], win.pad_begin[i])) hi[i]--;
+    if (lo[i] == K || out < 1) return NULL; /* nothing read: left as is */
+    pb[i] = win.pad_begin[i] - lo[i] * win.dilation[i];
+    pe[i] = win.pad_end[i] - (K - 1 - hi[i]) * win.dilation[i];
+    if (pb[i] < 0 || pe[i] < 0) return NULL;
+    trims |= lo[i] > 0 || hi[i] < K - 1;
+  }
+  if (!trims) return NULL;
+  int64_t dims[5];
+  for (int i = 0; i < 2; i++) dims[i] = w->dims[i];
+  for (int i = 0; i < nsp; i++) dims[2 + i] = hi[i] - lo[i] + 1;
+  kiln_tensor *t;
+  KILN_TRY(kiln_tensor_new(w->dtype, w->rank, dims, &t));
+  size_t es = kiln_dtype_size(w->dtype);
+  int64_t kin[3] = {1, 1, 1}, kout[3] = {1, 1, 1};
+  for (int i = 0; i < nsp; i++) kin[i] = w->dims[2 + i], kout[i] = dims[2 + i];
+  const char *src = w->data;
+  char *dst = t->data;
+  for (int64_t f = 0; f < dims[0] * dims[1]; f++)
+    for (int64_t a = 0; a < kout[0]; a++)
+      for (int64_t b = 0; b < kout[1]; b++)
+        for (int64_t c = 0; c < kout[2]; c++) {
+          int64_t ia = a + lo[0], ib = nsp > 1 ? b + lo[1] : b, ic = nsp > 2 ? c + lo[2] : c;
+          int64_t from = ((f * kin[0] + ia) * kin[1] + ib) * kin[2] + ic, to = ((f * kout[0] + a) * kout[1] + b) * kout[2] + c;
+          memcpy(dst + (size_t)to * es, src + (size_t)from * es, es);
+        }
+  int nw;
+  KILN_TRY(kiln_opt_new_const(g, g->values[wid].name, t, &nw));
+  n = &g->nodes[idx];
+  n->inputs[1] = nw;
+  int64_t pads[6];
+  for (int i = 0; i < nsp; i++) pads[i] = pb[i], pads[nsp + i] = pe[i];
+  KILN_TRY(kiln_opt_set_attr_ints(n, "pads", 2 * nsp, pads));
+  KILN_TRY(kiln_opt_set_attr_string(n, "auto_pad", "NOTSET"));
+  if (kiln_node_attr(n, "kernel_shape")) KILN_TRY(kiln_opt_set_attr_ints(n, "kernel_shape", nsp, dims + 2));
+  *changed = true;
+  return NULL;
+}
+
+static kiln_status_t trim_conv_taps_all(kiln_graph *g) {
+  if (!kiln_opt_shapes_trusted(g)) return NULL;
+  for (int idx = 0; idx < g->n_nodes; idx++) {
+    bool changed = false;
+    KILN_TRY(trim_conv_taps(g, idx, &changed));
+  }
+  return NULL;
+}
+
 static kiln_status_t simplify_graph(kiln_graph *g) {
   KILN_TRY(kiln_opt_run_on_subgraphs(g, simplify_graph));
   /* Splits first, from the end, so an insertion moves no node still to visit. */
@@ -608,6 +696,7 @@ static kiln_status_t simplify_graph(kiln_graph *g) {
   kiln_opt_uses_free(&u);
   /* The pairs this makes cancel in the next round of the pipeline. */
   if (!st) st = sink_transposes(g);
+  if (!st) st = trim_conv_taps_all(g);
   return st;
 }
 

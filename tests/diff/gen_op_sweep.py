@@ -599,6 +599,13 @@ def conv_cases():
     conv('3d_blocked_s2_d2', [2, 3, 9, 11, 16], [5, 3, 3, 3, 2], pads=[2, 1, 0, 2, 1, 1], strides=[2, 1, 1],
          dilations=[2, 1, 2])
     conv('same_upper', [1, 3, 10, 10], [4, 3, 3, 3], auto_pad='SAME_UPPER', strides=[2, 2])
+    # taps that read only padding (simplify trims them): DeepLab's ASPP at a dilation past the map, on one
+    # axis or both, a stride, SAME padding, 1-D
+    conv('dil_trim', [1, 3, 6, 7], [4, 3, 3, 3], pads=[5, 5, 5, 5], dilations=[5, 5])
+    conv('dil_trim_h', [1, 2, 5, 9], [3, 2, 3, 3], pads=[6, 1, 6, 1], dilations=[6, 1])
+    conv('dil_trim_s2', [1, 2, 8, 8], [3, 2, 5, 3], pads=[8, 1, 8, 1], strides=[2, 1], dilations=[4, 2])
+    conv('dil_trim_same', [1, 2, 4, 4], [2, 2, 3, 3], auto_pad='SAME_UPPER', dilations=[7, 7])
+    conv('dil_trim_1d', [1, 3, 5], [2, 3, 5], pads=[8, 8], dilations=[4])
     conv('same_lower', [1, 3, 10, 10], [4, 3, 3, 3], auto_pad='SAME_LOWER', strides=[2, 2])
     conv('same_upper_s1', [1, 3, 9, 9], [4, 3, 4, 4], auto_pad='SAME_UPPER')
     conv('same_lower_s1', [1, 3, 9, 9], [4, 3, 4, 4], auto_pad='SAME_LOWER')
