@@ -10,6 +10,7 @@
  * strictly above score_threshold and suppresses IoU strictly above
  * iou_threshold, computed in float like ONNX Runtime. */
 #include "ops/misc_internal.h"
+#include "ops/roi_align.h"
 
 #include <math.h>
 
@@ -195,13 +196,7 @@ kiln_status_t kiln_misc_grid_sample_infer(kiln_infer_ctx *ctx) {
 
 /* ---- RoiAlign -------------------------------------------------------------- */
 
-typedef struct roi_tap {
-  int64_t pos[4];
-  double w[4];
-} roi_tap;
-
-/* Bilinear taps of (y, x) in an h×w plane, as ONNX Runtime computes them. */
-static void roi_bilinear(double y, double x, int64_t h, int64_t w, roi_tap *t) {
+void kiln_roi_bilinear(double y, double x, int64_t h, int64_t w, kiln_roi_tap *t) {
   memset(t, 0, sizeof *t);
   if (y < -1.0 || y > (double)h || x < -1.0 || x > (double)w) return; /* outside: contributes 0 */
   if (y <= 0) y = 0;
@@ -325,8 +320,8 @@ kiln_status_t kiln_misc_roi_align_kernel(kiln_kernel_ctx *ctx) {
             double yy = sh + (double)ph * bin_h + ((double)iy + 0.5) * bin_h / (double)gh;
             for (int64_t ix = 0; ix < gw; ix++) {
               double xx = sw + (double)pw * bin_w + ((double)ix + 0.5) * bin_w / (double)gw;
-              roi_tap t;
-              roi_bilinear(yy, xx, h, w, &t);
+              kiln_roi_tap t;
+              kiln_roi_bilinear(yy, xx, h, w, &t);
               double v[4];
               for (int k = 0; k < 4; k++) v[k] = t.w[k] * kiln_load_f64(x->data, x->dtype, xbase + t.pos[k]);
               if (is_max) {

@@ -22,6 +22,7 @@
 
 #include "devices/cpu/gemm/gemm.h"
 #include "ops/op.h"
+#include "ops/roi_align.h"
 #include "ops/window.h"
 
 /* Gemm: Y = alpha * op(A) op(B) + beta * C, A and B f32 matrices, C absent
@@ -104,41 +105,20 @@ static kiln_status_t host_matmul(cpu_exec *x, kiln_kernel_ctx *ctx, bool *handle
 
 /* ---- RoiAlign (f32) ------------------------------------------------------------------ */
 
-/* One sample's bilinear taps in an h x w plane (ref's roi_bilinear, in
- * misc_vision.c, which follows ONNX Runtime): positions and weights, all
- * zero outside the plane. */
+/* One sample's taps (ops/roi_align.h, ref's rule), narrowed for the
+ * channel loop: int32 positions, f32 weights. */
 typedef struct roi_tap {
   int32_t pos[4];
   float w[4];
 } roi_tap;
 
 static void roi_tap_at(double y, double x, int64_t h, int64_t w, roi_tap *t) {
-  memset(t, 0, sizeof *t);
-  if (y < -1.0 || y > (double)h || x < -1.0 || x > (double)w) return;
-  if (y <= 0) y = 0;
-  if (x <= 0) x = 0;
-  int64_t y_lo = (int64_t)y, x_lo = (int64_t)x, y_hi, x_hi;
-  if (y_lo >= h - 1) {
-    y_hi = y_lo = h - 1;
-    y = (double)y_lo;
-  } else {
-    y_hi = y_lo + 1;
+  kiln_roi_tap r;
+  kiln_roi_bilinear(y, x, h, w, &r);
+  for (int k = 0; k < 4; k++) {
+    t->pos[k] = (int32_t)r.pos[k];
+    t->w[k] = (float)r.w[k];
   }
-  if (x_lo >= w - 1) {
-    x_hi = x_lo = w - 1;
-    x = (double)x_lo;
-  } else {
-    x_hi = x_lo + 1;
-  }
-  double ly = y - (double)y_lo, lx = x - (double)x_lo, hy = 1 - ly, hx = 1 - lx;
-  t->pos[0] = (int32_t)(y_lo * w + x_lo);
-  t->pos[1] = (int32_t)(y_lo * w + x_hi);
-  t->pos[2] = (int32_t)(y_hi * w + x_lo);
-  t->pos[3] = (int32_t)(y_hi * w + x_hi);
-  t->w[0] = (float)(hy * hx);
-  t->w[1] = (float)(hy * lx);
-  t->w[2] = (float)(ly * hx);
-  t->w[3] = (float)(ly * lx);
 }
 
 typedef struct roi_job {
