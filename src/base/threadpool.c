@@ -30,6 +30,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdalign.h>
 #include <stdatomic.h>
@@ -146,6 +147,14 @@ static void wake_all(kiln_threadpool *pool, _Atomic uint32_t *addr) {
 #endif
 }
 
+/* Spinning threads give their CPU away every this many polls (about
+ * 10 us): on a shared or oversubscribed host a worker and the thread it
+ * waits for can land on one CPU, and a spinner that never yields holds it
+ * for the scheduler's whole time slice (runs of a sub-millisecond model
+ * then took 1-2 ms now and then at 2 threads). sched_yield returns at once
+ * when nothing else wants the CPU. */
+#define SPIN_YIELD_POLLS 256
+
 /* Spins (up to the pool's spin time) while *addr == value; returns the
  * last value read. */
 static uint32_t spin_while_equal(kiln_threadpool *pool, _Atomic uint32_t *addr, uint32_t value) {
@@ -158,6 +167,7 @@ static uint32_t spin_while_equal(kiln_threadpool *pool, _Atomic uint32_t *addr, 
     v = atomic_load_explicit(addr, memory_order_acquire);
     if (v != value) return v;
     if ((i & 31) == 0 && now_ns() > deadline) return v;
+    if (i % SPIN_YIELD_POLLS == 0) sched_yield();
   }
 }
 
@@ -169,6 +179,7 @@ static void caller_wait_for(kiln_threadpool *pool, _Atomic uint32_t *counter, ui
   for (int i = 1; atomic_load_explicit(counter, memory_order_acquire) != target; i++) {
     if (spin_ns > 0 && ((i & 31) || now_ns() <= deadline)) {
       cpu_relax();
+      if (i % SPIN_YIELD_POLLS == 0) sched_yield();
       continue;
     }
     atomic_store(&pool->caller_waiting, 1);
