@@ -1472,6 +1472,13 @@ def host_cases():
         m = case('mixed_host_ConvTranspose_%s' % tag)
         ins = [picked_images(m, xs), m.randc(ws)] + ([m.randc([ws[1] * attrs.get('group', 1)])] if bias else [])
         m.out(m.node('Tanh', [m.node('ConvTranspose', ins, **attrs)]))
+    # a string tensor expanded to a run-time shape (ref deep-copies strings; the cpu leaves them to it), read
+    # back as numbers
+    m = case('mixed_host_Expand_string')
+    r = picked_rows(m, m.source([7, 6]))
+    n = m.node('Slice', [m.node('Shape', [r]), m.const(ints([0])), m.const(ints([1]))])
+    st = m.const(np.array([['1.5'], ['-2.25']], dtype=object))
+    m.out(m.node('Cast', [m.node('Expand', [st, m.node('Concat', [m.const(ints([2])), n], axis=0)])], to=1))
     # no row kept: every host kernel on empty operands
     m = case('mixed_host_empty_rows')
     x = m.source([9, 20])

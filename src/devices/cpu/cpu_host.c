@@ -258,7 +258,9 @@ static kiln_status_t host_roi_align(cpu_exec *x, kiln_kernel_ctx *ctx, bool *han
 
 static kiln_status_t host_scatter_elements(kiln_kernel_ctx *ctx, bool *handled) {
   kiln_tensor *xt = kiln_kernel_input(ctx, 0), *it = kiln_kernel_input(ctx, 1), *ut = kiln_kernel_input(ctx, 2);
-  if (!xt || !it || !ut || ut->dtype != xt->dtype || it->dtype != KILN_DTYPE_I64 || xt->rank < 1 ||
+  /* Strings own their bytes: copying the pointers would share them (ref deep-copies). */
+  if (!xt || !it || !ut || xt->dtype == KILN_DTYPE_STRING || ut->dtype != xt->dtype || it->dtype != KILN_DTYPE_I64 ||
+      xt->rank < 1 ||
       it->rank != xt->rank || !kiln_shape_equal(ut->rank, ut->dims, it->rank, it->dims))
     return NULL;
   const char *red = kiln_attr_string(ctx->node, "reduction", "none");
@@ -305,8 +307,8 @@ static kiln_status_t host_scatter_elements(kiln_kernel_ctx *ctx, bool *handled) 
 
 static kiln_status_t host_expand(kiln_kernel_ctx *ctx, bool *handled) {
   kiln_tensor *xt = kiln_kernel_input(ctx, 0), *st = kiln_kernel_input(ctx, 1);
-  if (!xt || !st || st->dtype != KILN_DTYPE_I64 || st->rank != 1 || st->numel > KILN_MAX_RANK ||
-      (xt->rank == 0 && st->numel == 0))
+  if (!xt || !st || xt->dtype == KILN_DTYPE_STRING || st->dtype != KILN_DTYPE_I64 || st->rank != 1 ||
+      st->numel > KILN_MAX_RANK || (xt->rank == 0 && st->numel == 0))
     return NULL;
   /* numpy broadcasting of x's shape with the requested one. */
   int rank = xt->rank > (int)st->numel ? xt->rank : (int)st->numel;
