@@ -30,15 +30,25 @@ kiln_status_t kiln_kernel_set_output(kiln_kernel_ctx *ctx, int i, kiln_tensor *t
   return NULL;
 }
 
-kiln_status_t kiln_kernel_output_tensor(kiln_kernel_ctx *ctx, int i, kiln_dtype dtype, int rank,
-                                        const int64_t *dims, kiln_tensor **out) {
+static kiln_status_t output_tensor(kiln_kernel_ctx *ctx, int i, kiln_dtype dtype, int rank, const int64_t *dims,
+                                   bool zeroed, kiln_tensor **out) {
   kiln_tensor *t;
   char s[256];
-  kiln_status_t st = kiln_tensor_new(dtype, rank, dims, &t);
+  kiln_status_t st = zeroed ? kiln_tensor_new(dtype, rank, dims, &t) : kiln_tensor_new_uninit(dtype, rank, dims, &t);
   if (st) return kiln_status_annotate(st, "output %d %s", i, kiln_shape_str(rank, dims, s, sizeof s));
   KILN_TRY(kiln_kernel_set_output(ctx, i, t));
   *out = t;
   return NULL;
+}
+
+kiln_status_t kiln_kernel_output_tensor(kiln_kernel_ctx *ctx, int i, kiln_dtype dtype, int rank,
+                                        const int64_t *dims, kiln_tensor **out) {
+  return output_tensor(ctx, i, dtype, rank, dims, true, out);
+}
+
+kiln_status_t kiln_kernel_output_uninit(kiln_kernel_ctx *ctx, int i, kiln_dtype dtype, int rank,
+                                        const int64_t *dims, kiln_tensor **out) {
+  return output_tensor(ctx, i, dtype, rank, dims, false, out);
 }
 
 void kiln_infer_set(kiln_infer_ctx *ctx, int i, kiln_dtype dtype, int rank, const int64_t *dims) {

@@ -103,6 +103,9 @@ kiln_status_t kiln_kernel_require_input(const kiln_kernel_ctx *ctx, int i, kiln_
 /* Allocates output i (zero-filled) and stores it in ctx->outputs[i]. *out is borrowed. */
 kiln_status_t kiln_kernel_output_tensor(kiln_kernel_ctx *ctx, int i, kiln_dtype dtype, int rank,
                                         const int64_t *dims, kiln_tensor **out);
+/* The same with the data uninitialized, for a kernel that writes every element. */
+kiln_status_t kiln_kernel_output_uninit(kiln_kernel_ctx *ctx, int i, kiln_dtype dtype, int rank,
+                                        const int64_t *dims, kiln_tensor **out);
 /* Stores an owned tensor as output i (takes the reference). */
 kiln_status_t kiln_kernel_set_output(kiln_kernel_ctx *ctx, int i, kiln_tensor *t);
 

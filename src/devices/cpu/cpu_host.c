@@ -11,8 +11,10 @@
  * RoiAlign with its bilinear taps computed once per roi for every channel,
  * ScatterElements (no reduction) and Expand as copies, NonMaxSuppression
  * with its IoU tests over blocks of the kept boxes (the same greedy
- * selection, bit for bit). Anything else, or a case these do not cover (other dtypes, broadcasts,
- * malformed inputs: ref's kernel words the error), is left to ref.
+ * selection, bit for bit). Each writes every element of its outputs,
+ * which are allocated uninitialized. Anything else, or a case these do
+ * not cover (other dtypes, strings, broadcasts, malformed inputs: ref's
+ * kernel words the error), is left to ref.
  */
 #include "devices/cpu/cpu_internal.h"
 
@@ -50,7 +52,7 @@ static kiln_status_t host_gemm(cpu_exec *x, kiln_kernel_ctx *ctx, bool *handled)
   }
   kiln_tensor *y;
   int64_t dims[2] = {m, nn};
-  KILN_TRY(kiln_kernel_output_tensor(ctx, 0, KILN_DTYPE_F32, 2, dims, &y));
+  KILN_TRY(kiln_kernel_output_uninit(ctx, 0, KILN_DTYPE_F32, 2, dims, &y));
   *handled = true;
   float *yd = y->data;
   float *bias = NULL;
@@ -90,7 +92,7 @@ static kiln_status_t host_matmul(cpu_exec *x, kiln_kernel_ctx *ctx, bool *handle
   }
   dims[a->rank - 1] = nn;
   kiln_tensor *y;
-  KILN_TRY(kiln_kernel_output_tensor(ctx, 0, KILN_DTYPE_F32, a->rank, dims, &y));
+  KILN_TRY(kiln_kernel_output_uninit(ctx, 0, KILN_DTYPE_F32, a->rank, dims, &y));
   *handled = true;
   int64_t m = a->dims[a->rank - 2], batches = b->rank == 2 ? 1 : rows / (m > 0 ? m : 1);
   if (b->rank == 2) m = rows;
@@ -234,7 +236,7 @@ static kiln_status_t host_roi_align(cpu_exec *x, kiln_kernel_ctx *ctx, bool *han
   if (j.h == 0 || j.w == 0) return NULL;
   int64_t dims[4] = {nr, j.c, j.oh, j.ow};
   kiln_tensor *y;
-  KILN_TRY(kiln_kernel_output_tensor(ctx, 0, KILN_DTYPE_F32, 4, dims, &y));
+  KILN_TRY(kiln_kernel_output_uninit(ctx, 0, KILN_DTYPE_F32, 4, dims, &y));
   *handled = true;
   if (y->numel == 0) return NULL;
   j.y = y->data;
@@ -277,7 +279,7 @@ static kiln_status_t host_scatter_elements(kiln_kernel_ctx *ctx, bool *handled) 
   for (int64_t i = 0; i < it->numel; i++)
     if (idx[i] < -ext || idx[i] >= ext) return NULL;
   kiln_tensor *y;
-  KILN_TRY(kiln_kernel_output_tensor(ctx, 0, xt->dtype, rank, xt->dims, &y));
+  KILN_TRY(kiln_kernel_output_uninit(ctx, 0, xt->dtype, rank, xt->dims, &y));
   *handled = true;
   size_t es = kiln_dtype_size(xt->dtype);
   memcpy(y->data, xt->data, (size_t)xt->numel * es);
@@ -322,7 +324,7 @@ static kiln_status_t host_expand(kiln_kernel_ctx *ctx, bool *handled) {
     dims[d] = a == 1 ? b : a;
   }
   kiln_tensor *y;
-  KILN_TRY(kiln_kernel_output_tensor(ctx, 0, xt->dtype, rank, dims, &y));
+  KILN_TRY(kiln_kernel_output_uninit(ctx, 0, xt->dtype, rank, dims, &y));
   *handled = true;
   if (y->numel == 0) return NULL;
   size_t es = kiln_dtype_size(xt->dtype);
@@ -483,7 +485,7 @@ static kiln_status_t host_nms(kiln_kernel_ctx *ctx, bool *handled) {
   if (!err) {
     int64_t dims[2] = {count, 3};
     kiln_tensor *y;
-    err = kiln_kernel_output_tensor(ctx, 0, KILN_DTYPE_I64, 2, dims, &y);
+    err = kiln_kernel_output_uninit(ctx, 0, KILN_DTYPE_I64, 2, dims, &y);
     if (!err) {
       *handled = true;
       if (count) memcpy(y->data, rows, (size_t)count * 3 * sizeof *rows);
@@ -531,7 +533,7 @@ static kiln_status_t host_conv(cpu_exec *x, kiln_kernel_ctx *ctx, bool transpose
     dims[2 + i] = win.out[i];
   }
   kiln_tensor *y;
-  KILN_TRY(kiln_kernel_output_tensor(ctx, 0, KILN_DTYPE_F32, xt->rank, dims, &y));
+  KILN_TRY(kiln_kernel_output_uninit(ctx, 0, KILN_DTYPE_F32, xt->rank, dims, &y));
   *handled = true;
   if (y->numel == 0 || xt->numel == 0) return NULL;
   a.x = xt->data, a.w = wt->data, a.y = y->data, a.bias = bt ? bt->data : NULL;
