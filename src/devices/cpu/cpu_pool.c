@@ -32,20 +32,11 @@ typedef struct pool_axis {
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define POOL_HAVE_AVX2 1
-#ifdef __clang__
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#endif
+#include "devices/cpu/target_avx2_begin.h"
 #define POOL_FN(name) name##_avx2
 #include "devices/cpu/cpu_pool_impl.h"
 #undef POOL_FN
-#ifdef __clang__
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+#include "devices/cpu/target_avx2_end.h"
 #endif
 
 typedef struct pool_job {

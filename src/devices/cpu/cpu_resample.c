@@ -21,20 +21,11 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define RESAMPLE_HAVE_AVX2 1
-#ifdef __clang__
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#endif
+#include "devices/cpu/target_avx2_begin.h"
 #define RESAMPLE_FN(name) name##_avx2
 #include "devices/cpu/cpu_resample_impl.h"
 #undef RESAMPLE_FN
-#ifdef __clang__
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+#include "devices/cpu/target_avx2_end.h"
 #endif
 
 typedef struct resample_job {

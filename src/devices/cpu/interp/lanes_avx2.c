@@ -2,17 +2,11 @@
  * the same source under a target pragma; kiln_lanes() only returns it
  * when the CPU has both. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#ifdef __clang__
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
-#else
-#pragma GCC target("avx2,fma")
-#endif
+#include "devices/cpu/target_avx2_begin.h"
 #define LANES_TABLE kiln_lanes_avx2
 #define LANES_NAME "avx2"
 #include "devices/cpu/interp/lanes_impl.h"
-#ifdef __clang__
-#pragma clang attribute pop
-#endif
+#include "devices/cpu/target_avx2_end.h"
 #else
 typedef int kiln_lanes_avx2_unused; /* ISO C: no empty translation unit */
 #endif
