@@ -598,7 +598,9 @@ def export_weight_only_int8(e, out):
     ]
     g = h.make_graph(nodes, "weight_only_int8", [h.make_tensor_value_info("input", TP.FLOAT, [1, 3, 32, 32])],
                      [h.make_tensor_value_info("output", TP.FLOAT, [1, 10])], inits)
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)], producer_name="kiln export_zoo")
+    # IR 8 is what opsets 13-14 need; the onnx library would stamp its newest, which older runtimes refuse
+    # (ONNX Runtime 1.30: "Unsupported model IR version: 14").
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)], producer_name="kiln export_zoo", ir_version=8)
     onnx.checker.check_model(m)
     x = ((rng.random((1, 3, 32, 32), np.float32) - np.array(IMAGENET_MEAN, np.float32).reshape(1, 3, 1, 1))
          / np.array(IMAGENET_STD, np.float32).reshape(1, 3, 1, 1)).astype(np.float32)
@@ -652,7 +654,8 @@ def export_nhwc(e, out):
               h.make_node("Add", ["logits", hb], ["output"], name="head_bias")]
     g = h.make_graph(nodes, "nhwc_tf", [h.make_tensor_value_info("input", TP.FLOAT, [1, 96, 96, 3])],
                      [h.make_tensor_value_info("output", TP.FLOAT, [1, 10])], inits)
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 14)], producer_name="kiln export_zoo (tf2onnx-style)")
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 14)], producer_name="kiln export_zoo (tf2onnx-style)",
+                     ir_version=8)  # as weight_only_int8
     onnx.checker.check_model(m)
     x = (rng.random((1, 96, 96, 3), np.float32) * 2 - 1).astype(np.float32)  # Keras MobileNet scaling
     onnx.save(m, os.path.join(out, e["name"] + ".onnx"))

@@ -26,6 +26,9 @@
 #
 # Needs /usr/bin/python3 (or $KILN_PYTHON) with onnx and numpy; without them
 # prints SKIP and exits 77, or fails when KILN_REQUIRE_PYTHON=1.
+# KILN_DIFF_MODELS=DIR takes the models from DIR/sweep and DIR/random
+# instead (made by KILN_DIFF_KEEP=1 elsewhere, or by the three generators):
+# for a machine whose Python has another onnx, or none (the GPU machine).
 set -u
 if [ $# -lt 2 ]; then
   echo "usage: $0 KILN_DIFF_BINARY SOURCE_DIR" >&2
@@ -43,7 +46,8 @@ device=${KILN_DIFF_DEVICE:-cpu}
 min_random=${KILN_DIFF_MIN_RANDOM:-200}
 export KILN_CACHE_DIR=${KILN_CACHE_DIR:-$(cd "$(dirname "$bin")" && pwd)/kiln_diff_cache}
 
-if ! "$py" -c 'import onnx, numpy' > /dev/null 2>&1; then
+models=${KILN_DIFF_MODELS:-}
+if [ -z "$models" ] && ! "$py" -c 'import onnx, numpy' > /dev/null 2>&1; then
   if [ "${KILN_REQUIRE_PYTHON:-}" = 1 ]; then
     echo "FAIL: KILN_REQUIRE_PYTHON=1 but $py with onnx and numpy is missing" >&2
     exit 1
@@ -64,17 +68,19 @@ else
 fi
 echo "device $device vs ref; seed $seed (reproduce with KILN_DIFF_SEED=$seed), kernel cache $KILN_CACHE_DIR"
 
-if ! "$py" "$src/tests/diff/gen_op_sweep.py" "$tmp/sweep" > "$tmp/gen_sweep.log" 2>&1; then
+if [ -n "$models" ]; then
+  echo "models from $models (KILN_DIFF_MODELS): the seed above does not apply to them"
+  cp -r "$models/sweep" "$models/random" "$tmp/" || exit 1
+  : > "$tmp/gen_random.log"
+elif ! "$py" "$src/tests/diff/gen_op_sweep.py" "$tmp/sweep" > "$tmp/gen_sweep.log" 2>&1; then
   cat "$tmp/gen_sweep.log"
   echo "FAIL: gen_op_sweep.py failed" >&2
   exit 1
-fi
-if ! "$py" "$src/tests/diff/gen_control_flow.py" "$tmp/sweep" > "$tmp/gen_control_flow.log" 2>&1; then
+elif ! "$py" "$src/tests/diff/gen_control_flow.py" "$tmp/sweep" > "$tmp/gen_control_flow.log" 2>&1; then
   cat "$tmp/gen_control_flow.log"
   echo "FAIL: gen_control_flow.py failed" >&2
   exit 1
-fi
-if ! "$py" "$src/tests/diff/gen_random_graphs.py" "$tmp/random" --count "$count" --seed "$seed" \
+elif ! "$py" "$src/tests/diff/gen_random_graphs.py" "$tmp/random" --count "$count" --seed "$seed" \
      > "$tmp/gen_random.log" 2>&1; then
   cat "$tmp/gen_random.log"
   echo "FAIL: gen_random_graphs.py failed" >&2

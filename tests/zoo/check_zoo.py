@@ -3,6 +3,7 @@
 
     /usr/bin/python3 tests/zoo/check_zoo.py [--kiln build/kiln] [--zoo-dir DIR] [--tier suite|full]
                                            [--device cpu] [--only NAME,...] [--timeout 300] [--no-export]
+                                           [--ort-python PYTHON]
 
 The ctest `zoo.cpu` (tests/CMakeLists.txt) runs it on the suite tier with
 --zoo-dir build/zoo. It
@@ -221,9 +222,11 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per model and runtime (default %(default)s)")
     ap.add_argument("--no-export", action="store_true", help="check the models already in --zoo-dir")
+    ap.add_argument("--ort-python", help="a python3 that imports onnxruntime, instead of bench/.venv's (e.g. on a "
+                                         "machine with no network for pip)")
     args = ap.parse_args()
     t_start = time.time()
-    py = venv_python()
+    py = args.ort_python or venv_python()
     zoo = os.path.abspath(args.zoo_dir)
     if not args.no_export:
         cmd = [sys.executable, EXPORT_ZOO, "--out", zoo, "--tier", args.tier] + (["--only", args.only] if args.only
