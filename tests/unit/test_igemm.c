@@ -2,7 +2,9 @@
  * 2^32): random shapes with edges (m, n, k off the 6 x 16 tile, odd k,
  * k past one K block, k = 0), both transposes, u8/s8 operands with zero
  * points 0, 128, -3 and extremes, per-row A zero points, packed B, the epilogue's tiles, 1 and 2
- * threads, every micro-kernel this CPU can run. */
+ * threads, every micro-kernel this CPU can run; and B within +-64 of its
+ * zero point (the quads layout: vpmaddubsw), at its bounds and just past
+ * them (one value of 65: the pairs layout again). */
 #include "devices/cpu/gemm/igemm.h"
 
 #include <stdio.h>
@@ -25,6 +27,7 @@ typedef struct igemm_case {
   bool trans_a, trans_b, a_signed, b_signed, packed, epi;
   int32_t za, zb;
   bool row_zeros; /* a zero point per row of A (ConvInteger's per-channel w zero points) */
+  int narrow_b;   /* 1: B - zb within +-64 (the quads layout), often at +-64; 2: the same with one value at 65 */
 } igemm_case;
 
 static int32_t val(const void *x, bool s, int64_t o) { return s ? ((const int8_t *)x)[o] : ((const uint8_t *)x)[o]; }
@@ -44,6 +47,18 @@ static void run_case(kiln_threadpool *pool, const char *kname, const igemm_case 
   /* Extreme values often: 0, 255 / -128, 127. */
   for (size_t i = 0; i < asz; i += 3) a[i] = rnd() & 1 ? 0x80 : 0x7f;
   for (size_t i = 1; i < bsz; i += 4) b[i] = rnd() & 1 ? 0xff : 0x00;
+  if (t->narrow_b) { /* B - zb in [-64, 64], clamped to B's type */
+    int32_t lo = t->b_signed ? -128 : 0, hi = t->b_signed ? 127 : 255;
+    for (size_t i = 0; i < bsz; i++) {
+      int32_t v = t->zb + (i % 5 == 0 ? (rnd() & 1 ? 64 : -64) : (int32_t)rnd_int(-64, 64));
+      v = v < lo ? lo : v > hi ? hi : v;
+      b[i] = (uint8_t)v;
+    }
+    if (t->narrow_b == 2 && t->k > 0 && t->zb + 65 <= hi) { /* one element of op(B) past the bound */
+      int64_t p = rnd_int(0, t->k - 1), j = rnd_int(0, n - 1);
+      b[t->trans_b ? j * ldb + p : p * ldb + j] = (uint8_t)(t->zb + 65);
+    }
+  }
   for (int64_t i = 0; i < m * ldc; i++) c[i] = (int32_t)rnd();
   kiln_igemm_args g = {.trans_a = t->trans_a, .trans_b = t->trans_b, .a_signed = t->a_signed, .b_signed = t->b_signed,
                        .m = m, .n = n, .k = k, .a = a, .lda = lda, .b = b, .ldb = ldb, .a_zero = t->za,
@@ -134,6 +149,16 @@ static void run_suite(kiln_threadpool *pool, const char *kname) {
       run_case(pool, kname, &t);
     }
   }
+  /* B within +-64 of its zero point: the quads layout, every signedness, edges and random shapes. */
+  for (int r = 0; r < 40; r++) {
+    igemm_case t = random_case(r < 20 ? 20 : 70, r < 20 ? 40 : 300, r < 20 ? 20 : 600);
+    t.narrow_b = r % 8 == 7 ? 2 : 1;
+    if (r % 4 == 0) t.zb = 0, t.b_signed = true; /* reduce_range weights */
+    run_case(pool, kname, &t);
+  }
+  igemm_case narrow_big = {.m = 7, .n = 17, .k = 40001, .a_signed = false, .b_signed = true, .za = -255, .zb = 0,
+                           .narrow_b = 1};
+  run_case(pool, kname, &narrow_big);
   /* Sums past int32 wrap as an int32 loop's would (k large, A - za in [255, 510]). */
   igemm_case big = {.m = 7, .n = 17, .k = 40001, .a_signed = false, .b_signed = true, .za = -255, .zb = 127};
   run_case(pool, kname, &big);

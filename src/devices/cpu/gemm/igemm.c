@@ -33,6 +33,19 @@ void kiln_igemm_kernel_generic(int64_t kp, const int32_t *ap, const int32_t *bp,
     }
 }
 
+void kiln_igemm_quad_kernel_generic(int64_t kq, const int32_t *ap, const int32_t *bp, int32_t *c, int64_t ldc,
+                                    int mr, int nr, bool accumulate) {
+  for (int r = 0; r < mr; r++)
+    for (int j = 0; j < nr; j++) {
+      uint32_t s = accumulate ? (uint32_t)c[r * ldc + j] : 0;
+      for (int64_t q = 0; q < kq; q++) {
+        uint32_t a = (uint32_t)ap[q * IGEMM_MR + r], b = (uint32_t)bp[q * IGEMM_NR + j];
+        for (int t = 0; t < 4; t++) s += (uint32_t)((int32_t)(uint8_t)(a >> 8 * t) * (int8_t)(uint8_t)(b >> 8 * t));
+      }
+      c[r * ldc + j] = (int32_t)s;
+    }
+}
+
 /* ---- the kernel choice ------------------------------------------------------------------ */
 
 typedef struct igemm_kernel {
@@ -81,6 +94,14 @@ bool kiln_igemm_force_kernel(const char *name) {
   return false;
 }
 
+/* The quads kernel that goes with the chosen pairs kernel: portable C when
+ * that one is (or is forced to be), else AVX2's where the CPU has it. */
+static kiln_igemm_kernel_fn quad_kernel(void) {
+  if (strcmp(chosen()->name, "generic") && kiln_igemm_quad_kernel_avx2 && kiln_cpu_features_get()->avx2)
+    return kiln_igemm_quad_kernel_avx2;
+  return kiln_igemm_quad_kernel_generic;
+}
+
 /* ---- packing ------------------------------------------------------------------------------- */
 
 /* op(X)[row, p] - zero of an 8-bit operand stored rows x K (or K x rows when trans). */
@@ -108,11 +129,56 @@ static int32_t a_zero_of(const kiln_igemm_args *g, const int32_t *rows, int64_t 
   return rows && row < g->m ? rows[row] : g->a_zero;
 }
 
+static int64_t kquads(int64_t k) { return (k + 3) / 4; }
+
+/* A packed B starts with a 64-byte header naming its layout; the panels
+ * follow, and in the quads layout B's column sums after them (one int32
+ * per column of every panel). */
+enum { LAYOUT_PAIRS = 1, LAYOUT_QUADS = 2 };
+#define HEADER_WORDS 16
+
 size_t kiln_igemm_packed_b_size(int64_t k, int64_t n) {
   if (k < 0 || n < 0) return 0;
   uint64_t panels = ((uint64_t)n + IGEMM_NR - 1) / IGEMM_NR, bytes;
-  if (__builtin_mul_overflow(panels, (uint64_t)kpairs(k) * IGEMM_NR * 4, &bytes) || bytes > SIZE_MAX) return 0;
-  return (size_t)bytes;
+  uint64_t words = (uint64_t)(kpairs(k) > kquads(k) + 1 ? kpairs(k) : kquads(k) + 1); /* per panel column */
+  if (__builtin_mul_overflow(panels, words * IGEMM_NR * 4, &bytes) || bytes > SIZE_MAX - HEADER_WORDS * 4) return 0;
+  return (size_t)bytes + HEADER_WORDS * 4;
+}
+
+/* Whether every op(B) - b_zero lies within +-IGEMM_QUAD_BOUND (the quads layout's condition). */
+static bool quads_fit(const kiln_igemm_args *g) {
+  int32_t lo = g->b_signed ? -128 : 0, hi = g->b_signed ? 127 : 255;
+  if (lo - g->b_zero >= -IGEMM_QUAD_BOUND && hi - g->b_zero <= IGEMM_QUAD_BOUND) return true;
+  for (int64_t p = 0; p < g->k; p++) {
+    for (int64_t j = 0; j < g->n; j++) {
+      int64_t o = g->trans_b ? j * g->ldb + p : p * g->ldb + j;
+      int32_t v = (g->b_signed ? ((const int8_t *)g->b)[o] : ((const uint8_t *)g->b)[o]) - g->b_zero;
+      if (v < -IGEMM_QUAD_BOUND || v > IGEMM_QUAD_BOUND) return false;
+    }
+  }
+  return true;
+}
+
+/* Quad panels [j0, j1) and their columns' sums. */
+static void pack_b_quads(const kiln_igemm_args *g, int32_t *data, int32_t *colsum, int64_t j0, int64_t j1) {
+  int64_t kq = kquads(g->k);
+  for (int64_t panel = j0; panel < j1; panel++) {
+    uint8_t *out = (uint8_t *)(data + panel * kq * IGEMM_NR);
+    int64_t c0 = panel * IGEMM_NR;
+    for (int j = 0; j < IGEMM_NR; j++) {
+      uint32_t sum = 0;
+      for (int64_t p = 0; p < 4 * kq; p++) {
+        int32_t v = 0;
+        if (c0 + j < g->n && p < g->k) {
+          int64_t o = g->trans_b ? (c0 + j) * g->ldb + p : p * g->ldb + c0 + j;
+          v = (g->b_signed ? ((const int8_t *)g->b)[o] : ((const uint8_t *)g->b)[o]) - g->b_zero;
+        }
+        out[((p / 4) * IGEMM_NR + j) * 4 + p % 4] = (uint8_t)(int8_t)v;
+        sum += (uint32_t)v;
+      }
+      colsum[c0 + j] = (int32_t)sum;
+    }
+  }
 }
 
 /* Panels [j0, j1) of the packed B. */
@@ -139,27 +205,40 @@ static void pack_b_panels(const kiln_igemm_args *g, int32_t *packed, int64_t j0,
   }
 }
 
-void kiln_igemm_pack_b(const kiln_igemm_args *g, void *packed) {
-  pack_b_panels(g, packed, 0, (g->n + IGEMM_NR - 1) / IGEMM_NR);
-}
-
 typedef struct pack_job {
   const kiln_igemm_args *g;
-  int32_t *packed;
+  int32_t *data, *colsum; /* colsum: the quads layout's, else NULL */
 } pack_job;
 
 static void pack_task(void *ctx, int64_t begin, int64_t end, int thread) {
   (void)thread;
   const pack_job *job = ctx;
-  pack_b_panels(job->g, job->packed, begin, end);
+  if (job->colsum)
+    pack_b_quads(job->g, job->data, job->colsum, begin, end);
+  else
+    pack_b_panels(job->g, job->data, begin, end);
 }
+
+/* Packs op(B) into `packed` (kiln_igemm_packed_b_size bytes), in the
+ * quads layout where B's values allow it. */
+static void pack_b(kiln_threadpool *pool, const kiln_igemm_args *g, int32_t *packed) {
+  int64_t panels = (g->n + IGEMM_NR - 1) / IGEMM_NR;
+  bool quads = quads_fit(g);
+  memset(packed, 0, HEADER_WORDS * 4);
+  packed[0] = quads ? LAYOUT_QUADS : LAYOUT_PAIRS;
+  pack_job job = {g, packed + HEADER_WORDS, quads ? packed + HEADER_WORDS + panels * kquads(g->k) * IGEMM_NR : NULL};
+  kiln_parallel_for(pool, panels, 8, pack_task, &job);
+}
+
+void kiln_igemm_pack_b(const kiln_igemm_args *g, void *packed) { pack_b(NULL, g, packed); }
 
 /* ---- the driver ------------------------------------------------------------------------------ */
 
 typedef struct igemm_run {
   const kiln_igemm_args *g;
-  const int32_t *pb; /* packed B */
-  const int32_t *rows; /* A's zero point per row, or NULL */
+  const int32_t *pb;     /* packed B's panels */
+  const int32_t *colsum; /* the quads layout's column sums, else NULL */
+  const int32_t *rows;   /* A's zero point per row, or NULL */
   kiln_igemm_kernel_fn kernel;
   int64_t tasks_n; /* column blocks */
 } igemm_run;
@@ -240,6 +319,96 @@ static void task(void *ctx, int64_t begin, int64_t end, int thread) {
   free(ap);
 }
 
+/* ---- the quads layout (igemm_internal.h) ---- */
+
+#define KCQ 128 /* K quads of a block: the same 512 K as KCP pairs */
+
+/* A's element as the quads kernel reads it: uint8, a signed A offset by 128. */
+static uint32_t a_u8(const kiln_igemm_args *g, int64_t row, int64_t p) {
+  uint8_t v = ((const uint8_t *)g->a)[g->trans_a ? p * g->lda + row : row * g->lda + p];
+  return g->a_signed ? v ^ 0x80u : v;
+}
+
+/* What the quads kernel's sums are corrected by per row: the zero point in A's uint8 form. */
+static int32_t a_zero_u8(const igemm_run *run, int64_t row) {
+  return a_zero_of(run->g, run->rows, row) + (run->g->a_signed ? 128 : 0);
+}
+
+/* Word (q, r) of A's quads: row `row`, K 4q..4q+3 (0 past k or past the rows). */
+static int32_t a_quad(const kiln_igemm_args *g, int64_t row, int64_t q) {
+  uint32_t w = 0;
+  if (row < g->m)
+    for (int t = 0; t < 4 && 4 * q + t < g->k; t++) w |= a_u8(g, row, 4 * q + t) << 8 * t;
+  return (int32_t)w;
+}
+
+/* C[i0..i1, j0..j1] -= a's zero point (uint8 form) x B's column sum: the kernel summed uint8 A. */
+static void quads_correct(const igemm_run *run, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  const kiln_igemm_args *g = run->g;
+  for (int64_t i = i0; i < i1; i++) {
+    uint32_t z = (uint32_t)a_zero_u8(run, i);
+    if (!z) continue;
+    int32_t *row = g->c + i * g->ldc;
+    for (int64_t j = j0; j < j1; j++) row[j] = (int32_t)((uint32_t)row[j] - z * (uint32_t)run->colsum[j]);
+  }
+}
+
+static void task_quads(void *ctx, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  const igemm_run *run = ctx;
+  const kiln_igemm_args *g = run->g;
+  int64_t kq = kquads(g->k);
+  int32_t *ap = malloc((size_t)MC * KCQ * sizeof *ap);
+  for (int64_t t = begin; t < end; t++) {
+    int64_t i0 = (t / run->tasks_n) * MC, j0 = (t % run->tasks_n) * NC;
+    int64_t i1 = i0 + MC < g->m ? i0 + MC : g->m, j1 = j0 + NC < g->n ? j0 + NC : g->n;
+    if (!ap) { /* plain loops over the packed quads */
+      for (int64_t i = i0; i < i1; i++)
+        for (int64_t j = j0; j < j1; j++) {
+          const int8_t *bq = (const int8_t *)(run->pb + (j / IGEMM_NR) * kq * IGEMM_NR);
+          uint32_t s = 0;
+          for (int64_t p = 0; p < g->k; p++)
+            s += (uint32_t)((int32_t)a_u8(g, i, p) * bq[((p / 4) * IGEMM_NR + j % IGEMM_NR) * 4 + p % 4]);
+          g->c[i * g->ldc + j] = (int32_t)s;
+        }
+    } else {
+      int64_t q0 = 0;
+      do {
+        int64_t qc = kq - q0 < KCQ ? kq - q0 : KCQ;
+        for (int64_t r0 = i0; r0 < i1; r0 += IGEMM_MR) {
+          int32_t *panel = ap + (r0 - i0) * KCQ;
+          for (int r = 0; r < IGEMM_MR; r++) {
+            int64_t row = r0 + r;
+            if (!g->trans_a && row < g->m && 4 * (q0 + qc) <= g->k) { /* whole quads of one row: copy them */
+              const uint8_t *src = (const uint8_t *)g->a + row * g->lda + 4 * q0;
+              uint32_t flip = g->a_signed ? 0x80808080u : 0;
+              for (int64_t q = 0; q < qc; q++) {
+                uint32_t w;
+                memcpy(&w, src + 4 * q, 4);
+                panel[q * IGEMM_MR + r] = (int32_t)(w ^ flip);
+              }
+              continue;
+            }
+            for (int64_t q = 0; q < qc; q++) panel[q * IGEMM_MR + r] = a_quad(g, row, q0 + q);
+          }
+        }
+        for (int64_t c0 = j0; c0 < j1; c0 += IGEMM_NR) {
+          const int32_t *bpanel = run->pb + (c0 / IGEMM_NR) * kq * IGEMM_NR + q0 * IGEMM_NR;
+          int nr = j1 - c0 < IGEMM_NR ? (int)(j1 - c0) : IGEMM_NR;
+          for (int64_t r0 = i0; r0 < i1; r0 += IGEMM_MR) {
+            int mr = i1 - r0 < IGEMM_MR ? (int)(i1 - r0) : IGEMM_MR;
+            run->kernel(qc, ap + (r0 - i0) * KCQ, bpanel, g->c + r0 * g->ldc + c0, g->ldc, mr, nr, q0 > 0);
+          }
+        }
+        q0 += qc;
+      } while (q0 < kq);
+    }
+    quads_correct(run, i0, i1, j0, j1);
+    if (g->epilogue) g->epilogue(g->epilogue_ctx, g->c + i0 * g->ldc + j0, g->ldc, i0, j0, i1 - i0, j1 - j0);
+  }
+  free(ap);
+}
+
 /* The whole product with plain loops, B read as stored (no memory to pack it). */
 static void all_plain(const kiln_igemm_args *g, const int32_t *rows) {
   for (int64_t i = 0; i < g->m; i++)
@@ -262,22 +431,24 @@ void kiln_igemm_rows(kiln_threadpool *pool, const kiln_igemm_args *g, const int3
     return;
   }
   int32_t *own = NULL;
-  const int32_t *pb = g->packed_b;
-  if (!pb) {
+  const int32_t *packed = g->packed_b;
+  if (!packed) {
     size_t bytes = kiln_igemm_packed_b_size(g->k, g->n);
     own = bytes ? aligned_alloc(64, (bytes + 63) & ~(size_t)63) : NULL;
-    if (!own && bytes) {
+    if (!own) {
       all_plain(g, rows);
       return;
     }
-    pack_job job = {g, own};
-    kiln_parallel_for(pool, (g->n + IGEMM_NR - 1) / IGEMM_NR, 8, pack_task, &job);
-    pb = own;
+    pack_b(pool, g, own);
+    packed = own;
   }
-  igemm_run run = {g, pb, rows, *chosen()->fn, (g->n + NC - 1) / NC};
+  bool quads = packed[0] == LAYOUT_QUADS;
+  int64_t panels = (g->n + IGEMM_NR - 1) / IGEMM_NR;
+  igemm_run run = {g, packed + HEADER_WORDS, quads ? packed + HEADER_WORDS + panels * kquads(g->k) * IGEMM_NR : NULL,
+                   rows, quads ? quad_kernel() : *chosen()->fn, (g->n + NC - 1) / NC};
   int64_t tasks = (g->m + MC - 1) / MC * run.tasks_n;
   /* Tiny products stay on the caller's thread. */
   double macs = (double)g->m * (double)g->n * (double)g->k;
-  kiln_parallel_for(macs < 65536.0 ? NULL : pool, tasks, 1, task, &run);
+  kiln_parallel_for(macs < 65536.0 ? NULL : pool, tasks, 1, quads ? task_quads : task, &run);
   free(own);
 }

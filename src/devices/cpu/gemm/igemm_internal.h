@@ -16,6 +16,17 @@
 #define IGEMM_MR 6
 #define IGEMM_NR 16
 
+/* The quads layout, used when every op(B) - b_zero lies in
+ * [-IGEMM_QUAD_BOUND, IGEMM_QUAD_BOUND] (as dynamic quantization's
+ * reduce_range weights do): B - b_zero as int8 and A as uint8 (a signed A
+ * offset by 128), four consecutive K elements a 32-bit word (the element
+ * at 4q in its lowest byte), words placed as the pairs' are: A word (q, r)
+ * at q * IGEMM_MR + r, B word (q, j) at q * IGEMM_NR + j of its panel,
+ * padding 0. A u8 x s8 product pair then sums to at most 255 * 64 * 2 =
+ * 32640, inside int16, so AVX2's vpmaddubsw is exact here; the driver
+ * subtracts a_zero (+ 128) times B's column sums afterwards. */
+#define IGEMM_QUAD_BOUND 64
+
 /* C[0..mr, 0..nr] (= or +=, modulo 2^32) the kp-pair product of a packed
  * A micro-panel and a packed B panel; mr <= IGEMM_MR, nr <= IGEMM_NR. */
 typedef void (*kiln_igemm_kernel_fn)(int64_t kp, const int32_t *ap, const int32_t *bp, int32_t *c, int64_t ldc,
@@ -25,5 +36,11 @@ void kiln_igemm_kernel_generic(int64_t kp, const int32_t *ap, const int32_t *bp,
                                int nr, bool accumulate);
 /* NULL where the compiler cannot build them (not x86-64 GCC/clang). */
 extern const kiln_igemm_kernel_fn kiln_igemm_kernel_avx2, kiln_igemm_kernel_avxvnni, kiln_igemm_kernel_avx512vnni;
+
+/* The same contract over quads (kp counts quads): C = or += the sum of
+ * u8(A) * s8(B) over them. */
+void kiln_igemm_quad_kernel_generic(int64_t kq, const int32_t *ap, const int32_t *bp, int32_t *c, int64_t ldc, int mr,
+                                    int nr, bool accumulate);
+extern const kiln_igemm_kernel_fn kiln_igemm_quad_kernel_avx2;
 
 #endif

@@ -6,7 +6,8 @@
  * cpu_features says the CPU has it. The VNNI variants are untested on the
  * machine this was written on (Zen 1: no VNNI); they differ from the AVX2
  * one in the multiply-add alone, which is exact in both (no saturation:
- * vpdpwssd, not vpdpwssds). */
+ * vpdpwssd, not vpdpwssds). The quads kernel (AVX2 vpmaddubsw) serves B
+ * whose values lie within +-64 of its zero point. */
 #include "devices/cpu/gemm/igemm_internal.h"
 
 #include <string.h>
@@ -60,6 +61,18 @@ __attribute__((target("avx2"))) static void kernel_avx2(int64_t kp, const int32_
 }
 const kiln_igemm_kernel_fn kiln_igemm_kernel_avx2 = kernel_avx2;
 
+/* Quads (igemm_internal.h): 32 u8 x s8 products as 16 exact int16 pair sums
+ * (the operands' range keeps vpmaddubsw from saturating), widened to 8
+ * int32 sums of four by vpmaddwd with ones. */
+#define MADD_QUADS_AVX2(acc, a, b) \
+  _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((a), (b)), _mm256_set1_epi16(1)))
+
+__attribute__((target("avx2"))) static void quad_kernel_avx2(int64_t kp, const int32_t *ap, const int32_t *bp,
+                                                             int32_t *c, int64_t ldc, int mr, int nr, bool accumulate) {
+  IGEMM_KERNEL_BODY(MADD_QUADS_AVX2)
+}
+const kiln_igemm_kernel_fn kiln_igemm_quad_kernel_avx2 = quad_kernel_avx2;
+
 #if (defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11) || (defined(__clang__) && __clang_major__ >= 12)
 #define MADD_AVXVNNI(acc, a, b) _mm256_dpwssd_avx_epi32((acc), (a), (b))
 __attribute__((target("avx2,avxvnni"))) static void kernel_avxvnni(int64_t kp, const int32_t *ap, const int32_t *bp,
@@ -82,5 +95,5 @@ const kiln_igemm_kernel_fn kiln_igemm_kernel_avx512vnni = kernel_avx512vnni;
 
 #else
 const kiln_igemm_kernel_fn kiln_igemm_kernel_avx2 = NULL, kiln_igemm_kernel_avxvnni = NULL,
-                           kiln_igemm_kernel_avx512vnni = NULL;
+                           kiln_igemm_kernel_avx512vnni = NULL, kiln_igemm_quad_kernel_avx2 = NULL;
 #endif
