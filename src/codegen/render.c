@@ -231,6 +231,13 @@ static void emit_reduce_lanes(render_ctx *r, const te_expr *red, const char *ty,
   render_line(r, "int64_t kiln_k%d = 0;", v);
   render_line(r, "for (; kiln_k%d + %d <= %s; kiln_k%d += %d) {", v, lanes, lim, v, lanes);
   render_open_scope(r);
+  /* A float max or min keeps NaN with a two-part select, which GCC -O3
+   * vectorizes only when it does not fully unroll the lane loop first:
+   * unrolled, the select became scalar branches (ReduceMin over 98k
+   * floats, Zen 1: 74 -> 24 us). Sums vectorize either way and are faster
+   * unrolled, so only these get the pragma (only the C dialect has lanes). */
+  if ((red->rop == TE_RMAX || red->rop == TE_RMIN) && (red->dtype == KILN_DTYPE_F32 || red->dtype == KILN_DTYPE_F64))
+    render_line(r, "_Pragma(\"GCC unroll 1\")");
   render_line(r, "for (int kiln_u = 0; kiln_u < %d; kiln_u++) {", lanes);
   render_open_scope(r);
   render_line(r, "const int64_t v%d = kiln_k%d + kiln_u;", v, v);

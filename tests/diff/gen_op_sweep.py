@@ -963,6 +963,13 @@ def dtype_cases():
     m = dcase('DQL_nan')
     for o in dql(m, m.node('Sqrt', [m.source([6, 7])])):
         m.out(o)
+    # Float max/min over rows long enough for the C renderer's lanes (render.c emit_reduce_lanes, NaN kept
+    # by a select GCC must vectorize unrolled only once): NaN in some rows (sqrt of x + 2.5: about a third
+    # of the 70-long rows), at any lane or in the remainder.
+    m = dcase('Reduce_nan_lanes')
+    r = m.node('Sqrt', [m.node('Add', [m.source([9, 70]), m.const(np.float32(2.5))])])
+    m.out(m.node('ReduceMax', [r], axes=[1], keepdims=0))
+    m.out(m.node('ReduceMin', [r], axes=[1], keepdims=0))
     m = dcase('DQL_matmul_chain')
     y, ys, yz = dql(m, m.source([4, 48]))
     w = m.const(m.rng.randint(-127, 128, [48, 16]).astype(np.int8))
