@@ -287,6 +287,13 @@ kiln_status_t kiln_render_c(const te_builder *b, const kiln_loop_nest *nest, con
   }
   r.indent = 1;
   render_emit_sites(&r, nest, -1, NULL);
+  /* No iteration reads what another writes: an output shares memory with
+   * an input only in place, element for element (runtime/plan.c). Said to
+   * the compiler, so a kernel reading many buffers still vectorizes: GCC
+   * gives up past 10 run-time alias checks (BERT's QDQ GELU reads 12
+   * buffers: 15 -> 1.5 ms), clang past 8. */
+  kiln_strbuf_puts(src, "#if defined(__clang__)\n  _Pragma(\"clang loop vectorize(assume_safety)\")\n"
+                        "#elif defined(__GNUC__)\n  _Pragma(\"GCC ivdep\")\n#endif\n");
   kiln_strbuf_puts(src, "  for (int64_t f = begin; f < end; f++) {\n");
   render_c_element(&r, nest);
   kiln_strbuf_puts(src, "  }\n}\n");
