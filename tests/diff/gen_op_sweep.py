@@ -606,6 +606,11 @@ def conv_cases():
     conv('dil_trim_s2', [1, 2, 8, 8], [3, 2, 5, 3], pads=[8, 1, 8, 1], strides=[2, 1], dilations=[4, 2])
     conv('dil_trim_same', [1, 2, 4, 4], [2, 2, 3, 3], auto_pad='SAME_UPPER', dilations=[7, 7])
     conv('dil_trim_1d', [1, 3, 5], [2, 3, 5], pads=[8, 8], dilations=[4])
+    # dilated taps that read padding for about half the outputs, channels enough for the per-tap GEMMs
+    # (cpu_conv_taps.c, chosen at most 70% real products): whole-row taps read in place, the others gathered;
+    # asymmetric padding
+    conv('dil_taps', [1, 64, 13, 13], [32, 64, 3, 3], pads=[6, 6, 6, 6], dilations=[6, 6])
+    conv('dil_taps_asym', [1, 64, 11, 12], [40, 64, 3, 3], pads=[4, 5, 3, 2], dilations=[4, 5])
     conv('same_lower', [1, 3, 10, 10], [4, 3, 3, 3], auto_pad='SAME_LOWER', strides=[2, 2])
     conv('same_upper_s1', [1, 3, 9, 9], [4, 3, 4, 4], auto_pad='SAME_UPPER')
     conv('same_lower_s1', [1, 3, 9, 9], [4, 3, 4, 4], auto_pad='SAME_LOWER')

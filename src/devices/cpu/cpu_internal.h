@@ -159,6 +159,8 @@ typedef enum kiln_conv_algo {
                           masked lanes (cpu_conv_dw.c) */
   KILN_CONV_DWK,       /* depthwise, 1-D or 2-D, any kernel, stride, dilation and padding, AVX2: padded rows
                           split into column phases, every tap a contiguous run (cpu_conv_dwk.c) */
+  KILN_CONV_TAPS,      /* 2-D, group 1, stride 1, constant weights: one GEMM per kernel tap over the outputs
+                          whose input for it is inside the image (cpu_conv_taps.c): no products of padding */
   KILN_CONV_N_ALGOS
 } kiln_conv_algo;
 
@@ -238,6 +240,19 @@ void kiln_conv_dw_direct_run(const kiln_conv_geom *c, kiln_threadpool *pool, con
 bool kiln_conv_dwk_applies(const kiln_conv_geom *c);
 /* Scratch floats each thread needs. */
 size_t kiln_conv_dwk_thread_floats(const kiln_conv_geom *c);
+
+/* ---- one GEMM per tap (cpu_conv_taps.c) ------------------------------------------
+ * y = conv(x, w) + bias as sum over taps of W_tap [Co, Ci] x the input
+ * shifted, over each tap's rectangle of outputs whose input is inside the
+ * image; wt from kiln_conv_taps_pack; no epilogue (the caller's). */
+bool kiln_conv_taps_applies(const kiln_conv_geom *c);
+/* The share of im2col's products that read the image, not padding. */
+double kiln_conv_taps_valid_fraction(const kiln_conv_geom *c);
+size_t kiln_conv_taps_weight_floats(const kiln_conv_geom *c);
+void kiln_conv_taps_pack(const kiln_conv_geom *c, const float *w, float *dst);
+size_t kiln_conv_taps_scratch_floats(const kiln_conv_geom *c);
+void kiln_conv_taps_run(const kiln_conv_geom *c, kiln_threadpool *pool, const float *wt, const float *x,
+                        const float *bias, float *y, float *scratch);
 void kiln_conv_dwk_run(const kiln_conv_geom *c, kiln_threadpool *pool, const float *x, const float *w,
                        const float *bias, float *y, float *scratch, size_t thread_floats,
                        const kiln_conv_epilogue *epi);
