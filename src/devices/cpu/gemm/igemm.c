@@ -240,6 +240,7 @@ typedef struct igemm_run {
   const int32_t *colsum; /* the quads layout's column sums, else NULL */
   const int32_t *rows;   /* A's zero point per row, or NULL */
   kiln_igemm_kernel_fn kernel;
+  int64_t nc;      /* columns of a task */
   int64_t tasks_n; /* column blocks */
 } igemm_run;
 
@@ -282,8 +283,8 @@ static void task(void *ctx, int64_t begin, int64_t end, int thread) {
   int64_t kp = kpairs(g->k);
   int32_t *ap = malloc((size_t)MC * KCP * sizeof *ap);
   for (int64_t t = begin; t < end; t++) {
-    int64_t i0 = (t / run->tasks_n) * MC, j0 = (t % run->tasks_n) * NC;
-    int64_t i1 = i0 + MC < g->m ? i0 + MC : g->m, j1 = j0 + NC < g->n ? j0 + NC : g->n;
+    int64_t i0 = (t / run->tasks_n) * MC, j0 = (t % run->tasks_n) * run->nc;
+    int64_t i1 = i0 + MC < g->m ? i0 + MC : g->m, j1 = j0 + run->nc < g->n ? j0 + run->nc : g->n;
     if (!ap) {
       block_plain(run, i0, i1, j0, j1);
     } else {
@@ -360,8 +361,8 @@ static void task_quads(void *ctx, int64_t begin, int64_t end, int thread) {
   int64_t kq = kquads(g->k);
   int32_t *ap = malloc((size_t)MC * KCQ * sizeof *ap);
   for (int64_t t = begin; t < end; t++) {
-    int64_t i0 = (t / run->tasks_n) * MC, j0 = (t % run->tasks_n) * NC;
-    int64_t i1 = i0 + MC < g->m ? i0 + MC : g->m, j1 = j0 + NC < g->n ? j0 + NC : g->n;
+    int64_t i0 = (t / run->tasks_n) * MC, j0 = (t % run->tasks_n) * run->nc;
+    int64_t i1 = i0 + MC < g->m ? i0 + MC : g->m, j1 = j0 + run->nc < g->n ? j0 + run->nc : g->n;
     if (!ap) { /* plain loops over the packed quads */
       for (int64_t i = i0; i < i1; i++)
         for (int64_t j = j0; j < j1; j++) {
@@ -444,11 +445,21 @@ void kiln_igemm_rows(kiln_threadpool *pool, const kiln_igemm_args *g, const int3
   }
   bool quads = packed[0] == LAYOUT_QUADS;
   int64_t panels = (g->n + IGEMM_NR - 1) / IGEMM_NR;
-  igemm_run run = {g, packed + HEADER_WORDS, quads ? packed + HEADER_WORDS + panels * kquads(g->k) * IGEMM_NR : NULL,
-                   rows, quads ? quad_kernel() : *chosen()->fn, (g->n + NC - 1) / NC};
-  int64_t tasks = (g->m + MC - 1) / MC * run.tasks_n;
   /* Tiny products stay on the caller's thread. */
   double macs = (double)g->m * (double)g->n * (double)g->k;
-  kiln_parallel_for(macs < 65536.0 ? NULL : pool, tasks, 1, quads ? task_quads : task, &run);
+  if (macs < 65536.0) pool = NULL;
+  /* Narrower column blocks while the blocks do not share evenly among the
+   * threads (BERT's [128, 768] outputs: 9 blocks of 48 x 256 left one of 2
+   * threads idle a ninth of the time); each block re-packs its A panel, a
+   * K-th of its work. */
+  int64_t nc = NC, threads = pool ? kiln_threadpool_size(pool) : 1;
+  for (; nc > 4 * IGEMM_NR; nc /= 2) {
+    int64_t blocks = (g->m + MC - 1) / MC * ((g->n + nc - 1) / nc);
+    if ((blocks + threads - 1) / threads * threads * 100 <= blocks * 105) break; /* within 5% of even */
+  }
+  igemm_run run = {g, packed + HEADER_WORDS, quads ? packed + HEADER_WORDS + panels * kquads(g->k) * IGEMM_NR : NULL,
+                   rows, quads ? quad_kernel() : *chosen()->fn, nc, (g->n + nc - 1) / nc};
+  int64_t tasks = (g->m + MC - 1) / MC * run.tasks_n;
+  kiln_parallel_for(pool, tasks, 1, quads ? task_quads : task, &run);
   free(own);
 }
