@@ -100,12 +100,68 @@ void kiln_graph_free(kiln_graph *g) {
   free(g->inputs);
   free(g->outputs);
   free(g->name);
+  kiln_graph_names_changed(g);
   free(g);
 }
 
+/* ---- the name index ---------------------------------------------------------------
+ * Open addressing over value ids keyed by name; a name seen twice maps to
+ * its latest id, as the scan from the end finds it. It covers ids
+ * [0, covered) and is used only while covered == n_values: anything that
+ * appends values around kiln_graph_add_value leaves it behind (lookups scan
+ * until the next kiln_graph_index_names), and whatever removes or renames
+ * values drops it (kiln_graph_names_changed). */
+struct kiln_name_index {
+  int *slots; /* value ids, -1 empty */
+  size_t cap; /* a power of two, at least twice the ids */
+  int covered;
+};
+
+static uint64_t name_hash(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static void index_put(const kiln_graph *g, struct kiln_name_index *ix, int id) {
+  size_t slot = (size_t)name_hash(g->values[id].name) & (ix->cap - 1);
+  for (; ix->slots[slot] >= 0; slot = (slot + 1) & (ix->cap - 1))
+    if (!strcmp(g->values[ix->slots[slot]].name, g->values[id].name)) break;
+  ix->slots[slot] = id;
+}
+
+void kiln_graph_names_changed(kiln_graph *g) {
+  if (!g->name_index) return;
+  free(g->name_index->slots);
+  free(g->name_index);
+  g->name_index = NULL;
+}
+
+void kiln_graph_index_names(kiln_graph *g) {
+  struct kiln_name_index *ix = g->name_index;
+  if (ix && ix->covered > g->n_values) kiln_graph_names_changed(g), ix = NULL; /* values removed */
+  size_t need = 16;
+  while (need < 2 * (size_t)g->n_values + 2) need *= 2;
+  if (!ix || ix->cap < need) { /* (re)build at a size with room to grow */
+    kiln_graph_names_changed(g);
+    if (!(ix = calloc(1, sizeof *ix)) || !(ix->slots = malloc(2 * need * sizeof(int)))) {
+      free(ix);
+      return;
+    }
+    ix->cap = 2 * need;
+    for (size_t i = 0; i < ix->cap; i++) ix->slots[i] = -1;
+    g->name_index = ix;
+  }
+  for (; ix->covered < g->n_values; ix->covered++) index_put(g, ix, ix->covered);
+}
+
 int kiln_graph_find_value(const kiln_graph *g, const char *name) {
-  /* Linear scan is fine for the reference path; the importer keeps its own
-   * hash map while building large graphs. */
+  const struct kiln_name_index *ix = g->name_index;
+  if (ix && ix->covered == g->n_values) {
+    for (size_t slot = (size_t)name_hash(name) & (ix->cap - 1); ix->slots[slot] >= 0; slot = (slot + 1) & (ix->cap - 1))
+      if (!strcmp(g->values[ix->slots[slot]].name, name)) return ix->slots[slot];
+    return -1;
+  }
   for (int i = g->n_values - 1; i >= 0; i--)
     if (!strcmp(g->values[i].name, name)) return i;
   return -1;
@@ -136,6 +192,11 @@ kiln_status_t kiln_graph_add_value(kiln_graph *g, const char *name, int *out_id)
   v->type.rank = -1;
   for (int i = 0; i < KILN_MAX_RANK; i++) v->type.dims[i] = -1;
   *out_id = g->n_values++;
+  struct kiln_name_index *ix = g->name_index;
+  if (ix && ix->covered == g->n_values - 1) { /* keep an up-to-date index so */
+    if (2 * (size_t)g->n_values + 2 > ix->cap) kiln_graph_index_names(g); /* grows it (or drops it) */
+    else index_put(g, ix, ix->covered++);
+  }
   return NULL;
 }
 

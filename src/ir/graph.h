@@ -114,6 +114,10 @@ typedef struct kiln_graph {
   /* Borrowed: the model's cache of folded constants (passes/fold_cache.h)
    * on a session's specialized graph; NULL elsewhere (clones too). */
   struct kiln_fold_cache *fold_cache;
+  /* Owned: value names -> ids (graph.c), built by kiln_graph_index_names
+   * and kept up by kiln_graph_add_value; kiln_graph_find_value uses it
+   * while it covers every value, else scans. NULL until built; not cloned. */
+  struct kiln_name_index *name_index;
 } kiln_graph;
 
 kiln_status_t kiln_graph_new(const char *name, kiln_graph *parent, kiln_graph **out);
@@ -130,6 +134,13 @@ kiln_status_t kiln_graph_intern_value(kiln_graph *g, const char *name, int *out_
 /* Appends an untyped value named `name`, which the caller knows is not in
  * the graph yet (no search). */
 kiln_status_t kiln_graph_add_value(kiln_graph *g, const char *name, int *out_id);
+/* Builds (or brings up to date) the name index kiln_graph_find_value uses,
+ * for a graph about to gain many values (the passes' fresh names: a scan
+ * per new value is quadratic). Without memory it leaves none: lookups scan. */
+void kiln_graph_index_names(kiln_graph *g);
+/* Drops the name index; code that removes, reorders or renames values
+ * (not appends) must call it. */
+void kiln_graph_names_changed(kiln_graph *g);
 /* Appends a node; takes ownership of nothing (copies strings, arrays).
  * Returns the new node index. Attributes are added with the kiln_node_add_*
  * functions afterwards. */

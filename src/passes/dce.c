@@ -66,6 +66,7 @@ static kiln_status_t compact_values(kiln_graph *g) {
     w++;
   }
   g->n_values = w;
+  kiln_graph_names_changed(g); /* ids moved */
   for (int n = 0; n < g->n_nodes; n++) {
     kiln_node *node = &g->nodes[n];
     for (int i = 0; i < node->n_inputs; i++)
