@@ -1544,6 +1544,13 @@ def host_cases():
     x = m.node('Relu', [m.source([4, 5, 6])])
     idx = rng.integers(-5, 5, size=(4, 3, 6)).astype(np.int64)
     m.out(m.node('Tanh', [m.node('ScatterElements', [x, m.const(idx), m.source([4, 3, 6])], axis=1)]))
+    # one index per row of the last dim (a multi-scale RoiAlign's boxes scattered back by level): whole rows,
+    # duplicates (the later wins), negative indices, and one row that is not constant
+    m = case('mixed_host_ScatterElements_rows', 13)
+    x = m.node('Relu', [m.source([5, 4, 6])])
+    idx = np.repeat(rng.integers(-5, 5, size=(7, 3, 1)), 6, axis=2).astype(np.int64)
+    idx[6, 2, 3] = (idx[6, 2, 0] + 6) % 5
+    m.out(m.node('Tanh', [m.node('ScatterElements', [x, m.const(idx), m.source([7, 3, 6])], axis=0)]))
 
 
 def main(argv):
