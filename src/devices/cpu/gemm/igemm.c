@@ -276,6 +276,22 @@ static void pack_a_row(const kiln_igemm_args *g, int32_t z, int64_t row, int64_t
   if (full < pc) out[full * IGEMM_MR] = pair((g->a_signed ? (int8_t)src[2 * full] : src[2 * full]) - z, 0);
 }
 
+/* The micro-kernel over output block [i0, i1) x [j0, j1) for K words
+ * [w0, w0 + wc) (pairs or quads; `words` in all), A's panels packed
+ * `panel_words` deep, C accumulated after the first K block. */
+static void block_tiles(const igemm_run *run, const int32_t *ap, int64_t panel_words, int64_t words, int64_t w0,
+                        int64_t wc, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  const kiln_igemm_args *g = run->g;
+  for (int64_t c0 = j0; c0 < j1; c0 += IGEMM_NR) {
+    const int32_t *bpanel = run->pb + (c0 / IGEMM_NR) * words * IGEMM_NR + w0 * IGEMM_NR;
+    int nr = j1 - c0 < IGEMM_NR ? (int)(j1 - c0) : IGEMM_NR;
+    for (int64_t r0 = i0; r0 < i1; r0 += IGEMM_MR) {
+      int mr = i1 - r0 < IGEMM_MR ? (int)(i1 - r0) : IGEMM_MR;
+      run->kernel(wc, ap + (r0 - i0) * panel_words, bpanel, g->c + r0 * g->ldc + c0, g->ldc, mr, nr, w0 > 0);
+    }
+  }
+}
+
 static void task(void *ctx, int64_t begin, int64_t end, int thread) {
   (void)thread;
   const igemm_run *run = ctx;
@@ -304,14 +320,7 @@ static void task(void *ctx, int64_t begin, int64_t end, int thread) {
                   word(g->a, g->a_signed, g->trans_a, g->lda, a_zero_of(g, run->rows, row), g->m, g->k, row, p0 + p);
           }
         }
-        for (int64_t c0 = j0; c0 < j1; c0 += IGEMM_NR) {
-          const int32_t *bpanel = run->pb + (c0 / IGEMM_NR) * kp * IGEMM_NR + p0 * IGEMM_NR;
-          int nr = j1 - c0 < IGEMM_NR ? (int)(j1 - c0) : IGEMM_NR;
-          for (int64_t r0 = i0; r0 < i1; r0 += IGEMM_MR) {
-            int mr = i1 - r0 < IGEMM_MR ? (int)(i1 - r0) : IGEMM_MR;
-            run->kernel(pc, ap + (r0 - i0) * KCP, bpanel, g->c + r0 * g->ldc + c0, g->ldc, mr, nr, p0 > 0);
-          }
-        }
+        block_tiles(run, ap, KCP, kp, p0, pc, i0, i1, j0, j1);
         p0 += pc;
       } while (p0 < kp);
     }
@@ -393,14 +402,7 @@ static void task_quads(void *ctx, int64_t begin, int64_t end, int thread) {
             for (int64_t q = 0; q < qc; q++) panel[q * IGEMM_MR + r] = a_quad(g, row, q0 + q);
           }
         }
-        for (int64_t c0 = j0; c0 < j1; c0 += IGEMM_NR) {
-          const int32_t *bpanel = run->pb + (c0 / IGEMM_NR) * kq * IGEMM_NR + q0 * IGEMM_NR;
-          int nr = j1 - c0 < IGEMM_NR ? (int)(j1 - c0) : IGEMM_NR;
-          for (int64_t r0 = i0; r0 < i1; r0 += IGEMM_MR) {
-            int mr = i1 - r0 < IGEMM_MR ? (int)(i1 - r0) : IGEMM_MR;
-            run->kernel(qc, ap + (r0 - i0) * KCQ, bpanel, g->c + r0 * g->ldc + c0, g->ldc, mr, nr, q0 > 0);
-          }
-        }
+        block_tiles(run, ap, KCQ, kq, q0, qc, i0, i1, j0, j1);
         q0 += qc;
       } while (q0 < kq);
     }
