@@ -23,25 +23,24 @@ models on the machine and checks a vulkan device); this one takes any kiln
 device and the models scripts/gpu-check carries in.
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "models"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import run_bench  # noqa: E402  (its `kiln bench --json` runner)
 
 
 def kiln_samples(args, model, iterations):
-    cmd = [args.kiln, "bench", model, "--device", args.device, "--warmup", "3", "--iterations", str(iterations),
-           "--json"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-    if r.returncode != 0:
-        raise RuntimeError((r.stderr.strip() or r.stdout.strip()).splitlines()[-1][:400])
-    out = json.loads(r.stdout[r.stdout.index("{"):])
+    """kiln's latencies (ms) and its `kiln bench --json` record, through run_bench.py's runner."""
+    try:
+        out = run_bench.kiln_bench(args, model, [], 0, iterations, warmup=3, timeout=args.timeout)
+    except RuntimeError as e:
+        raise RuntimeError(str(e).splitlines()[-1][:400]) from None
     return out["samples_ms"], out
 
 
@@ -91,7 +90,7 @@ def main():
         for _ in range(args.rounds):
             try:
                 s, info = kiln_samples(args, path, args.iterations)
-            except (RuntimeError, subprocess.TimeoutExpired) as e:
+            except (RuntimeError, OSError) as e:
                 err = str(e)
                 break
             first = first or info

@@ -276,6 +276,12 @@ static void pack_a_row(const kiln_igemm_args *g, int32_t z, int64_t row, int64_t
   if (full < pc) out[full * IGEMM_MR] = pair((g->a_signed ? (int8_t)src[2 * full] : src[2 * full]) - z, 0);
 }
 
+/* Output block t of the run: rows [i0, i1), columns [j0, j1). */
+static void block_of(const igemm_run *run, int64_t t, int64_t *i0, int64_t *i1, int64_t *j0, int64_t *j1) {
+  *i0 = (t / run->tasks_n) * MC, *j0 = (t % run->tasks_n) * run->nc;
+  *i1 = *i0 + MC < run->g->m ? *i0 + MC : run->g->m, *j1 = *j0 + run->nc < run->g->n ? *j0 + run->nc : run->g->n;
+}
+
 /* The micro-kernel over output block [i0, i1) x [j0, j1) for K words
  * [w0, w0 + wc) (pairs or quads; `words` in all), A's panels packed
  * `panel_words` deep, C accumulated after the first K block. */
@@ -299,8 +305,8 @@ static void task(void *ctx, int64_t begin, int64_t end, int thread) {
   int64_t kp = kpairs(g->k);
   int32_t *ap = malloc((size_t)MC * KCP * sizeof *ap);
   for (int64_t t = begin; t < end; t++) {
-    int64_t i0 = (t / run->tasks_n) * MC, j0 = (t % run->tasks_n) * run->nc;
-    int64_t i1 = i0 + MC < g->m ? i0 + MC : g->m, j1 = j0 + run->nc < g->n ? j0 + run->nc : g->n;
+    int64_t i0, i1, j0, j1;
+    block_of(run, t, &i0, &i1, &j0, &j1);
     if (!ap) {
       block_plain(run, i0, i1, j0, j1);
     } else {
@@ -370,8 +376,8 @@ static void task_quads(void *ctx, int64_t begin, int64_t end, int thread) {
   int64_t kq = kquads(g->k);
   int32_t *ap = malloc((size_t)MC * KCQ * sizeof *ap);
   for (int64_t t = begin; t < end; t++) {
-    int64_t i0 = (t / run->tasks_n) * MC, j0 = (t % run->tasks_n) * run->nc;
-    int64_t i1 = i0 + MC < g->m ? i0 + MC : g->m, j1 = j0 + run->nc < g->n ? j0 + run->nc : g->n;
+    int64_t i0, i1, j0, j1;
+    block_of(run, t, &i0, &i1, &j0, &j1);
     if (!ap) { /* plain loops over the packed quads */
       for (int64_t i = i0; i < i1; i++)
         for (int64_t j = j0; j < j1; j++) {
