@@ -39,7 +39,15 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
   bool *has_reduce = malloc(((size_t)nn + 1) * sizeof *has_reduce);
   bool *has_contraction = malloc(((size_t)nn + 1) * sizeof *has_contraction);
   int *operands = malloc(((size_t)nn + 1) * sizeof *operands); /* per group root: inputs, repeats counted */
-  if (!f->cls || !f->uses || !f->group_of || !f->n_members || !has_reduce || !has_contraction || !operands) {
+  /* Each group as a list (head at the root, next per node) while merging:
+   * a merge relabels only the merged group's members. */
+  int *next = malloc(((size_t)nn + 1) * sizeof *next), *tail = malloc(((size_t)nn + 1) * sizeof *tail);
+  f->members = malloc(((size_t)nn + 1) * sizeof *f->members);
+  f->member_start = malloc(((size_t)nn + 1) * sizeof *f->member_start);
+  if (!f->cls || !f->uses || !f->group_of || !f->n_members || !has_reduce || !has_contraction || !operands || !next ||
+      !tail || !f->members || !f->member_start) {
+    free(next);
+    free(tail);
     free(operands);
     free(has_reduce);
     free(has_contraction);
@@ -60,6 +68,8 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
     }
     if (st) {
       kiln_ptr_vec_free(&names);
+      free(next);
+      free(tail);
       free(operands);
       free(has_reduce);
       free(has_contraction);
@@ -69,6 +79,8 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
     f->cls[n] = cls[n];
     f->group_of[n] = n;
     f->n_members[n] = 1;
+    next[n] = -1;
+    tail[n] = n;
     operands[n] = node->n_inputs;
     has_contraction[n] = contraction_epilogues && cls[n] == KILN_OPCLASS_CONTRACTION;
     has_reduce[n] = cls[n] == KILN_OPCLASS_REDUCTION || has_contraction[n];
@@ -112,8 +124,10 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
       }
       if (!ok || operands[n] - 1 + operands[p] > KILN_FUSION_MAX_OPERANDS) continue;
       /* Merge p's group into n's. */
-      for (int k = 0; k < n; k++)
-        if (f->group_of[k] == p) f->group_of[k] = n;
+      for (int k = p; k >= 0; k = next[k]) f->group_of[k] = n;
+      next[tail[p]] = next[n];
+      next[n] = p;
+      if (tail[n] == n) tail[n] = tail[p];
       has_reduce[n] |= has_reduce[p];
       has_contraction[n] |= has_contraction[p];
       f->n_members[n] += f->n_members[p];
@@ -121,7 +135,17 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
       operands[n] += operands[p] - 1;
     }
   }
+  /* Members in node order per group (lowering goes producers first). */
+  int at = 0;
+  for (int n = 0; n < nn; n++) {
+    f->member_start[n] = at;
+    at += f->n_members[n];
+  }
+  for (int n = 0; n < nn; n++) tail[n] = f->member_start[n]; /* reused: each group's fill cursor */
+  for (int n = 0; n < nn; n++) f->members[tail[f->group_of[n]]++] = n;
   kiln_ptr_vec_free(&names);
+  free(next);
+  free(tail);
   free(operands);
   free(has_reduce);
   free(has_contraction);
@@ -133,6 +157,8 @@ void kiln_fusion_free(kiln_fusion *f) {
   free(f->uses);
   free(f->group_of);
   free(f->n_members);
+  free(f->members);
+  free(f->member_start);
   memset(f, 0, sizeof *f);
 }
 
@@ -154,16 +180,39 @@ static bool flattenable(const kiln_graph *g, const kiln_fusion *f, int root) {
   return true;
 }
 
+typedef struct view_map {
+  int *value;
+  te_tensor **view;
+  int n;
+} view_map;
+
+static te_tensor *view_of(const view_map *m, int v) {
+  for (int i = m->n - 1; i >= 0; i--) /* the latest first: a member mostly reads the one before */
+    if (m->value[i] == v) return m->view[i];
+  return NULL;
+}
+
+static void view_add(view_map *m, int v, te_tensor *view) {
+  m->value[m->n] = v;
+  m->view[m->n++] = view;
+}
+
 kiln_status_t kiln_fusion_build(const kiln_graph *g, const kiln_fusion *f, int root, bool allow_flat,
                                 kiln_fused_kernel *out) {
   memset(out, 0, sizeof *out);
   te_builder *b;
   KILN_TRY(te_builder_create(&b));
   kiln_status_t st = NULL;
-  te_tensor **views = calloc((size_t)g->n_values + 1, sizeof *views);
-  int *args = malloc(((size_t)g->n_values + 1) * sizeof(int));
+  /* The group's values and their views: a small list searched linearly
+   * (a group reads at most KILN_FUSION_MAX_OPERANDS values from outside);
+   * a table per value of g would cost O(values) per kernel. */
+  const int *members = &f->members[f->member_start[root]];
+  int n_members = f->n_members[root], cap = 1;
+  for (int m = 0; m < n_members; m++) cap += g->nodes[members[m]].n_inputs + 1;
+  view_map views = {malloc((size_t)cap * sizeof(int)), malloc((size_t)cap * sizeof(te_tensor *)), 0};
+  int *args = malloc((size_t)cap * sizeof(int));
   int n_args = 0;
-  if (!views || !args) {
+  if (!views.value || !views.view || !args) {
     st = KILN_OOM();
     goto done;
   }
@@ -174,8 +223,8 @@ kiln_status_t kiln_fusion_build(const kiln_graph *g, const kiln_fusion *f, int r
   te_add_buffer(b, ov->type.dtype, flat ? 1 : ov->type.rank, flat ? &numel : ov->type.dims, g->nodes[root].outputs[0]);
   args[n_args++] = g->nodes[root].outputs[0];
   out->elementwise_only = true;
-  for (int n = 0; n <= root && !st; n++) {
-    if (f->group_of[n] != root) continue;
+  for (int m = 0; m < n_members && !st; m++) {
+    int n = members[m];
     if (f->cls[n] != KILN_OPCLASS_ELEMENTWISE && f->cls[n] != KILN_OPCLASS_BROADCAST) out->elementwise_only = false;
     const kiln_node *node = &g->nodes[n];
     const te_tensor *ins[16] = {0};
@@ -186,7 +235,8 @@ kiln_status_t kiln_fusion_build(const kiln_graph *g, const kiln_fusion *f, int r
     for (int i = 0; i < node->n_inputs; i++) {
       int v = node->inputs[i];
       if (v < 0 || kiln_lower_is_param_input(node, i)) continue; /* read at compile time */
-      if (!views[v]) {
+      te_tensor *view = view_of(&views, v);
+      if (!view) {
         /* Read from outside the group: a kernel argument. */
         const kiln_value_def *vd = &g->values[v];
         bool scalar = kiln_type_numel(&vd->type) == 1;
@@ -194,9 +244,10 @@ kiln_status_t kiln_fusion_build(const kiln_graph *g, const kiln_fusion *f, int r
                        : te_add_buffer(b, vd->type.dtype, vd->type.rank, vd->type.dims, v);
         if (vd->constant) te_buffer_set_constant(b, buf);
         args[n_args++] = v;
-        views[v] = te_view_buffer(b, buf);
+        view = te_view_buffer(b, buf);
+        view_add(&views, v, view);
       }
-      ins[i] = views[v];
+      ins[i] = view;
     }
     te_tensor *o = NULL;
     st = kiln_lower_node(b, g, node, ins, &o);
@@ -207,13 +258,13 @@ kiln_status_t kiln_fusion_build(const kiln_graph *g, const kiln_fusion *f, int r
         o->rank = 1;
         o->dims[0] = numel;
       }
-      views[node->outputs[0]] = o;
+      view_add(&views, node->outputs[0], o);
     }
   }
   if (!st) st = te_builder_status(b);
   if (!st) {
     out->b = b;
-    out->root = views[g->nodes[root].outputs[0]];
+    out->root = view_of(&views, g->nodes[root].outputs[0]);
     out->n_args = n_args;
     out->args = args;
     out->flat = flat;
@@ -222,7 +273,8 @@ kiln_status_t kiln_fusion_build(const kiln_graph *g, const kiln_fusion *f, int r
     args = NULL;
   }
 done:
-  free(views);
+  free(views.value);
+  free(views.view);
   free(args);
   te_builder_destroy(b);
   return st;

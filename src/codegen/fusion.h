@@ -20,6 +20,9 @@ typedef struct kiln_fusion {
   int *uses;          /* per value: how many node inputs read it; owned */
   int *group_of;      /* per node: the root node of its group (itself if it is a root); owned */
   int *n_members;     /* per node: group size if a root, else 0; owned */
+  int *members;       /* every node, grouped: root r's members, ascending, are
+                         members[member_start[r] .. + n_members[r]); owned */
+  int *member_start;  /* per node: where its group starts in members if a root; owned */
 } kiln_fusion;
 
 /* Groups the nodes of g whose class (cls[n], from the device) is

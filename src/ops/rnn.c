@@ -39,7 +39,7 @@ static const act_info act_table[] = {
     {"Softplus", ACT_SOFTPLUS, false, false, 0, 0},
 };
 
-static double act_apply(const rnn_act *a, double x) {
+double kiln_rnn_act_apply(const rnn_act *a, double x) {
   switch (a->kind) {
     case ACT_RELU: return x > 0 ? x : 0;
     case ACT_TANH: return tanh(x);
@@ -204,13 +204,13 @@ static void run_row(const rnn_cfg *c, const rnn_data *in, int64_t d, int64_t b, 
       xw[g] = v;
     }
     if (c->kind == RNN_SIMPLE) {
-      for (int64_t j = 0; j < H; j++) tmp[j] = act_apply(&act[0], clip_pre(c, xw[j] + rec_dot(R, Rb, H, j, hT)));
+      for (int64_t j = 0; j < H; j++) tmp[j] = kiln_rnn_act_apply(&act[0], clip_pre(c, xw[j] + rec_dot(R, Rb, H, j, hT)));
       memcpy(hT, tmp, sizeof(double) * (size_t)H);
     } else if (c->kind == RNN_GRU) { /* gates z r h */
       double *z = tmp, *rh = tmp2;   /* rh: r (.) H_{t-1}, or r itself with linear_before_reset */
       for (int64_t j = 0; j < H; j++) {
-        z[j] = act_apply(&act[0], clip_pre(c, xw[j] + rec_dot(R, Rb, H, j, hT)));
-        double r = act_apply(&act[0], clip_pre(c, xw[H + j] + rec_dot(R, Rb, H, H + j, hT)));
+        z[j] = kiln_rnn_act_apply(&act[0], clip_pre(c, xw[j] + rec_dot(R, Rb, H, j, hT)));
+        double r = kiln_rnn_act_apply(&act[0], clip_pre(c, xw[H + j] + rec_dot(R, Rb, H, H + j, hT)));
         rh[j] = c->linear_before_reset ? r : r * hT[j];
       }
       /* the candidate overwrites xw's h slice (each j reads only its own) */
@@ -218,7 +218,7 @@ static void run_row(const rnn_cfg *c, const rnn_data *in, int64_t d, int64_t b, 
       for (int64_t j = 0; j < H; j++) {
         double pre = c->linear_before_reset ? cand[j] + rh[j] * rec_dot(R, Rb, H, 2 * H + j, hT)
                                             : cand[j] + rec_dot(R, Rb, H, 2 * H + j, rh);
-        cand[j] = act_apply(&act[1], clip_pre(c, pre));
+        cand[j] = kiln_rnn_act_apply(&act[1], clip_pre(c, pre));
       }
       for (int64_t j = 0; j < H; j++) hT[j] = (1.0 - z[j]) * cand[j] + z[j] * hT[j];
     } else { /* LSTM: gates i o f c, peepholes i o f */
@@ -226,15 +226,15 @@ static void run_row(const rnn_cfg *c, const rnn_data *in, int64_t d, int64_t b, 
       for (int64_t j = 0; j < H; j++) {
         double cprev = cT[j];
         double pi = P ? P[j] * cprev : 0.0, pf = P ? P[2 * H + j] * cprev : 0.0;
-        double ig = act_apply(&act[0], clip_pre(c, xw[j] + rec_dot(R, Rb, H, j, hT) + pi));
+        double ig = kiln_rnn_act_apply(&act[0], clip_pre(c, xw[j] + rec_dot(R, Rb, H, j, hT) + pi));
         double fg = c->input_forget
                         ? 1.0 - ig
-                        : act_apply(&act[0], clip_pre(c, xw[2 * H + j] + rec_dot(R, Rb, H, 2 * H + j, hT) + pf));
-        double cg = act_apply(&act[1], clip_pre(c, xw[3 * H + j] + rec_dot(R, Rb, H, 3 * H + j, hT)));
+                        : kiln_rnn_act_apply(&act[0], clip_pre(c, xw[2 * H + j] + rec_dot(R, Rb, H, 2 * H + j, hT) + pf));
+        double cg = kiln_rnn_act_apply(&act[1], clip_pre(c, xw[3 * H + j] + rec_dot(R, Rb, H, 3 * H + j, hT)));
         cnew[j] = fg * cprev + ig * cg;
         double po = P ? P[H + j] * cnew[j] : 0.0;
-        double og = act_apply(&act[0], clip_pre(c, xw[H + j] + rec_dot(R, Rb, H, H + j, hT) + po));
-        hnew[j] = og * act_apply(&act[2], cnew[j]);
+        double og = kiln_rnn_act_apply(&act[0], clip_pre(c, xw[H + j] + rec_dot(R, Rb, H, H + j, hT) + po));
+        hnew[j] = og * kiln_rnn_act_apply(&act[2], cnew[j]);
       }
       memcpy(hT, hnew, sizeof(double) * (size_t)H);
       memcpy(cT, cnew, sizeof(double) * (size_t)H);

@@ -47,5 +47,8 @@ typedef struct rnn_cfg {
 /* The cell's configuration from the node's attributes (shapes are filled
  * in by the caller). Errors name the attribute. */
 kiln_status_t kiln_rnn_config_of(const kiln_node *node, rnn_kind kind, rnn_cfg *c);
+/* The activation at x, in double (ref's cells; the cpu's routine uses it
+ * for the functions it has no float loop for). */
+double kiln_rnn_act_apply(const rnn_act *a, double x);
 
 #endif

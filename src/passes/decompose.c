@@ -20,6 +20,9 @@
  *       the gates' slices, peepholes, clip, activations, the state update
  *       with sequence_lens: H = Where(t < len, H_new, H), Y[t] = Where(t < len, H_new, 0)
  *     Y = Concat of the steps (trees of at most 8 inputs), Y_h / Y_c the last states.
+ *   A device that runs the recurrent ops whole on a routine of its own
+ *   (KILN_DEVICE_FEATURE_RECURRENT_ROUTINE: the cpu, devices/cpu/cpu_rnn.c)
+ *   gets kiln_pass_decompose_keep_recurrent, which leaves them.
  *   Why unrolled rather than a Loop over a compiled body (runtime/plan_bodies):
  *   the specialized graph knows the sequence length, a Loop iteration is a
  *   host step (a body-plan call per time step, the state passed through the
@@ -38,7 +41,8 @@
 
 typedef struct builder {
   kiln_graph *g;
-  int pos;         /* where the next node goes */
+  int pos;         /* where the new nodes go (kiln_opt_move_tail when done) */
+  int first;       /* n_nodes before the first new node: they are appended at the end */
   char base[200];  /* the decomposed node's name */
   int count;
   kiln_status_t st;
@@ -73,10 +77,17 @@ static int node(builder *b, const char *op, int opset, int n_in, const int *ins,
   if (b->st) return -1;
   char name[256];
   snprintf(name, sizeof name, "%s_%d_%s", b->base, b->count++, op);
-  int idx;
-  b->st = kiln_opt_insert_node(b->g, b->pos, name, op, "", opset, n_in, ins, 1, &out, &idx);
-  if (!b->st) b->pos = idx + 1;
+  b->st = kiln_opt_append_node(b->g, name, op, "", opset, n_in, ins, 1, &out);
   return out;
+}
+
+/* The node node() appended last. */
+static kiln_node *last(builder *b) { return &b->g->nodes[b->g->n_nodes - 1]; }
+
+/* Moves the appended nodes into place. */
+static kiln_status_t finish(builder *b) {
+  if (!b->st) b->st = kiln_opt_move_tail(b->g, b->first, b->pos);
+  return b->st;
 }
 
 static kiln_status_t decompose_dql(kiln_graph *g, int ni) {
@@ -86,7 +97,7 @@ static kiln_status_t decompose_dql(kiln_graph *g, int ni) {
   const kiln_type *xt = &g->values[x].type;
   if (xt->kind != KILN_TYPE_TENSOR || xt->dtype != KILN_DTYPE_F32 || xt->rank < 0) return NULL;
   int outs[3] = {n->outputs[0], n->outputs[1], n->outputs[2]};
-  builder b = {g, ni + 1, "", 0, NULL};
+  builder b = {.g = g};
   snprintf(b.base, sizeof b.base, "%s", n->name);
   int rank = xt->rank;
   int64_t dims[KILN_MAX_RANK];
@@ -99,13 +110,14 @@ static kiln_status_t decompose_dql(kiln_graph *g, int ni) {
   free(dead);
   if (st) return st;
   b.pos = ni;
+  b.first = g->n_nodes;
   int zero = scalar_const(&b, KILN_DTYPE_F32, 0.0);
   int isnan_ = node(&b, "IsNaN", 13, 1, &x, -1, KILN_DTYPE_BOOL, rank, dims);
   int xc = node(&b, "Where", 16, 3, (int[]){isnan_, zero, x}, -1, KILN_DTYPE_F32, rank, dims);
   int mn = node(&b, "ReduceMin", 13, 1, &xc, -1, KILN_DTYPE_F32, 0, NULL);
-  if (!b.st) b.st = kiln_opt_set_attr_int(&g->nodes[b.pos - 1], "keepdims", 0);
+  if (!b.st) b.st = kiln_opt_set_attr_int(last(&b), "keepdims", 0);
   int mx = node(&b, "ReduceMax", 13, 1, &xc, -1, KILN_DTYPE_F32, 0, NULL);
-  if (!b.st) b.st = kiln_opt_set_attr_int(&g->nodes[b.pos - 1], "keepdims", 0);
+  if (!b.st) b.st = kiln_opt_set_attr_int(last(&b), "keepdims", 0);
   int lo = node(&b, "Min", 13, 2, (int[]){mn, zero}, -1, KILN_DTYPE_F32, 0, NULL); /* the range holds 0 */
   int hi = node(&b, "Max", 13, 2, (int[]){mx, zero}, -1, KILN_DTYPE_F32, 0, NULL);
   int range = node(&b, "Sub", 14, 2, (int[]){hi, lo}, -1, KILN_DTYPE_F32, 0, NULL);
@@ -116,11 +128,11 @@ static kiln_status_t decompose_dql(kiln_graph *g, int ni) {
   int rr = node(&b, "Round", 11, 1, &r, -1, KILN_DTYPE_F32, 0, NULL);
   int clipped = node(&b, "Clip", 13, 3, (int[]){rr, zero, k255}, -1, KILN_DTYPE_F32, 0, NULL);
   int zp = node(&b, "Cast", 13, 1, &clipped, outs[2] >= 0 ? outs[2] : -1, KILN_DTYPE_U8, 0, NULL);
-  if (!b.st) b.st = kiln_opt_set_attr_int(&g->nodes[b.pos - 1], "to", KILN_DTYPE_U8);
+  if (!b.st) b.st = kiln_opt_set_attr_int(last(&b), "to", KILN_DTYPE_U8);
   int q = node(&b, "QuantizeLinear", 13, 3, (int[]){x, scale, zp}, -1, KILN_DTYPE_U8, rank, dims);
   int pos = node(&b, "Greater", 13, 2, (int[]){scale, zero}, -1, KILN_DTYPE_BOOL, 0, NULL);
   if (outs[0] >= 0) node(&b, "Where", 16, 3, (int[]){pos, q, zp}, outs[0], KILN_DTYPE_U8, rank, dims);
-  return b.st;
+  return finish(&b);
 }
 
 #define KILN_RNN_MAX_STEPS 512
@@ -142,7 +154,7 @@ static int ints_const(builder *b, int n, const int64_t *v) {
 }
 
 static int last_set_float(builder *b, const char *name, double v) {
-  if (!b->st) b->st = kiln_opt_set_attr_float(&b->g->nodes[b->pos - 1], name, (float)v);
+  if (!b->st) b->st = kiln_opt_set_attr_float(last(b), name, (float)v);
   return 0;
 }
 
@@ -173,7 +185,7 @@ static int transpose(builder *b, int x, int rank, const int64_t *perm, const int
   int64_t dims[KILN_MAX_RANK];
   for (int i = 0; i < rank; i++) dims[i] = in_dims[perm[i]];
   int y = node(b, "Transpose", 13, 1, &x, out, g_dtype(b, x), rank, dims);
-  if (!b->st) b->st = kiln_opt_set_attr_ints(&b->g->nodes[b->pos - 1], "perm", rank, perm);
+  if (!b->st) b->st = kiln_opt_set_attr_ints(last(b), "perm", rank, perm);
   return y;
 }
 
@@ -191,12 +203,12 @@ static int concat0(builder *b, const int *ids, int n, int rank, const int64_t *p
     /* parts differ in length along axis 0: concat them with their sizes */
     dims[0] = n;
     int y = node(b, "Concat", 13, np, parts, out, KILN_DTYPE_F32, rank, dims);
-    if (!b->st) b->st = kiln_opt_set_attr_int(&b->g->nodes[b->pos - 1], "axis", 0);
+    if (!b->st) b->st = kiln_opt_set_attr_int(last(b), "axis", 0);
     return y;
   }
   dims[0] = n;
   int y = node(b, "Concat", 13, n, ids, out, KILN_DTYPE_F32, rank, dims);
-  if (!b->st) b->st = kiln_opt_set_attr_int(&b->g->nodes[b->pos - 1], "axis", 0);
+  if (!b->st) b->st = kiln_opt_set_attr_int(last(b), "axis", 0);
   return y;
 }
 
@@ -315,7 +327,7 @@ static kiln_status_t decompose_rnn(kiln_graph *g, int ni, rnn_kind kind) {
   }
   int outs[3] = {-1, -1, -1};
   for (int i = 0; i < 3 && i < n->n_outputs; i++) outs[i] = n->outputs[i];
-  builder b = {g, ni, "", 0, NULL};
+  builder b = {.g = g, .pos = ni};
   snprintf(b.base, sizeof b.base, "%s", n->name);
   bool *dead = calloc((size_t)g->n_nodes, sizeof *dead);
   if (!dead) return KILN_OOM();
@@ -323,6 +335,7 @@ static kiln_status_t decompose_rnn(kiln_graph *g, int ni, rnn_kind kind) {
   st = kiln_opt_remove_nodes(g, dead);
   free(dead);
   if (st) return st;
+  b.first = g->n_nodes;
 
   int64_t bh[2] = {s.B, s.H}, st3[3] = {s.nd, s.B, s.H};
   int64_t p102[3] = {1, 0, 2};
@@ -351,7 +364,7 @@ static kiln_status_t decompose_rnn(kiln_graph *g, int ni, rnn_kind kind) {
         if (!b.st) b.st = kiln_tensor_new(KILN_DTYPE_F32, 1, &s.H, &zh);
         rbx = node(&b, "Concat", 13, 2, (int[]){slice(&b, rb, 0, 0, 2 * s.H, 1, &GH), const_of(&b, zh)}, -1,
                    KILN_DTYPE_F32, 1, &GH);
-        if (!b.st) b.st = kiln_opt_set_attr_int(&g->nodes[b.pos - 1], "axis", 0);
+        if (!b.st) b.st = kiln_opt_set_attr_int(last(&b), "axis", 0);
         rb_h = slice(&b, rb, 0, 2 * s.H, GH, 1, &GH);
       }
       xw = f2(&b, "Add", xw, f2(&b, "Add", wb, rbx, 1, &GH), 3, tbg);
@@ -454,7 +467,7 @@ static kiln_status_t decompose_rnn(kiln_graph *g, int ni, rnn_kind kind) {
   int64_t ydims[4] = {s.T, s.nd, s.B, s.H}, p2013[4] = {2, 0, 1, 3};
   if (outs[0] >= 0) {
     int y = node(&b, "Concat", 13, (int)s.nd, y_dirs, c.layout ? -1 : outs[0], KILN_DTYPE_F32, 4, ydims);
-    if (!b.st) b.st = kiln_opt_set_attr_int(&g->nodes[b.pos - 1], "axis", 1);
+    if (!b.st) b.st = kiln_opt_set_attr_int(last(&b), "axis", 1);
     if (c.layout) transpose(&b, y, 4, p2013, ydims, outs[0]);
   }
   for (int k = 1; k <= (kind == RNN_LSTM ? 2 : 1); k++) {
@@ -463,20 +476,27 @@ static kiln_status_t decompose_rnn(kiln_graph *g, int ni, rnn_kind kind) {
     int y = concat0(&b, k == 1 ? h_dirs : c_dirs, (int)s.nd, 3, piece, c.layout ? -1 : outs[k]);
     if (c.layout) transpose(&b, y, 3, p102, st3, outs[k]);
   }
-  return b.st;
+  return finish(&b);
 }
 
-static kiln_status_t decompose_graph(kiln_graph *g) {
-  KILN_TRY(kiln_opt_run_on_subgraphs(g, decompose_graph));
+static kiln_status_t decompose_graph(kiln_graph *g, bool keep_recurrent) {
   for (int ni = g->n_nodes - 1; ni >= 0; ni--) /* from the end: insertions move no node still to visit */
     switch (kiln_node_op_id(&g->nodes[ni])) {
       case KILN_OP_DynamicQuantizeLinear: KILN_TRY(decompose_dql(g, ni)); break;
-      case KILN_OP_RNN: KILN_TRY(decompose_rnn(g, ni, RNN_SIMPLE)); break;
-      case KILN_OP_GRU: KILN_TRY(decompose_rnn(g, ni, RNN_GRU)); break;
-      case KILN_OP_LSTM: KILN_TRY(decompose_rnn(g, ni, RNN_LSTM)); break;
+      case KILN_OP_RNN: KILN_TRY(keep_recurrent ? NULL : decompose_rnn(g, ni, RNN_SIMPLE)); break;
+      case KILN_OP_GRU: KILN_TRY(keep_recurrent ? NULL : decompose_rnn(g, ni, RNN_GRU)); break;
+      case KILN_OP_LSTM: KILN_TRY(keep_recurrent ? NULL : decompose_rnn(g, ni, RNN_LSTM)); break;
       default: break;
     }
   return NULL;
 }
 
-kiln_status_t kiln_pass_decompose(kiln_graph *g) { return decompose_graph(g); }
+kiln_status_t kiln_pass_decompose(kiln_graph *g) {
+  KILN_TRY(kiln_opt_run_on_subgraphs(g, kiln_pass_decompose));
+  return decompose_graph(g, false);
+}
+
+kiln_status_t kiln_pass_decompose_keep_recurrent(kiln_graph *g) {
+  KILN_TRY(kiln_opt_run_on_subgraphs(g, kiln_pass_decompose_keep_recurrent));
+  return decompose_graph(g, true);
+}

@@ -44,6 +44,8 @@ kiln_status_t kiln_pass_fold_batchnorm(kiln_graph *g);
 kiln_status_t kiln_pass_patterns(kiln_graph *g);
 kiln_status_t kiln_pass_resample_tables(kiln_graph *g);
 kiln_status_t kiln_pass_decompose(kiln_graph *g);
+/* The same, RNN, GRU and LSTM left whole. */
+kiln_status_t kiln_pass_decompose_keep_recurrent(kiln_graph *g);
 /* A QDQ Conv (DequantizeLinear x and w) as ConvInteger, Cast, scale (qdq_integer.c). */
 kiln_status_t kiln_pass_qdq_integer(kiln_graph *g);
 
@@ -54,8 +56,10 @@ kiln_status_t kiln_opt_run_on_subgraphs(kiln_graph *g, kiln_status_t (*fn)(kiln_
 /* Runs the passes above to a fixed point. level 0: nothing; >= 1: all. */
 kiln_status_t kiln_optimize_graph(kiln_graph *g, int level);
 /* The same; fuse_attention false: the patterns pass leaves attention as
- * MatMul, Softmax, MatMul (for a device without a fused attention kernel). */
-kiln_status_t kiln_optimize_graph_for(kiln_graph *g, int level, bool fuse_attention);
+ * MatMul, Softmax, MatMul (for a device without a fused attention kernel);
+ * keep_recurrent: RNN, GRU and LSTM stay whole (a device that runs them
+ * on a routine of its own). */
+kiln_status_t kiln_optimize_graph_for(kiln_graph *g, int level, bool fuse_attention, bool keep_recurrent);
 /* The patterns pass without the attention rewrite. */
 kiln_status_t kiln_pass_patterns_unfused_attention(kiln_graph *g);
 
@@ -104,6 +108,16 @@ kiln_status_t kiln_opt_new_const(kiln_graph *g, const char *base, kiln_tensor *t
 kiln_status_t kiln_opt_insert_node(kiln_graph *g, int pos, const char *name, const char *op_type, const char *domain,
                                    int opset, int n_inputs, const int *inputs, int n_outputs, const int *outputs,
                                    int *out_index);
+/* Many insertions at one place in O(nodes + new nodes): append each new
+ * node at the end (kiln_opt_append_node: opset and op resolved, its
+ * outputs' producers set), then kiln_opt_move_tail(g, first, pos) moves the
+ * nodes appended since n_nodes was `first` to index pos, in their order,
+ * and updates every producer once. Inserting one by one costs a shift of
+ * every later node and a producer rebuild per node: quadratic in an
+ * unrolled recurrence's thousands of step nodes. */
+kiln_status_t kiln_opt_append_node(kiln_graph *g, const char *name, const char *op_type, const char *domain, int opset,
+                                   int n_inputs, const int *inputs, int n_outputs, const int *outputs);
+kiln_status_t kiln_opt_move_tail(kiln_graph *g, int first, int pos);
 /* Turns node idx into another op in place (attributes dropped, op resolved). */
 kiln_status_t kiln_opt_rewrite_node(kiln_graph *g, int idx, const char *op_type, const char *domain, int opset,
                                     int n_inputs, const int *inputs, int n_outputs, const int *outputs);

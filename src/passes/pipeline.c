@@ -222,6 +222,33 @@ kiln_status_t kiln_opt_insert_node(kiln_graph *g, int pos, const char *name, con
   return NULL;
 }
 
+kiln_status_t kiln_opt_append_node(kiln_graph *g, const char *name, const char *op_type, const char *domain, int opset,
+                                   int n_inputs, const int *inputs, int n_outputs, const int *outputs) {
+  int idx;
+  KILN_TRY(kiln_graph_add_node(g, name, op_type, domain, n_inputs, inputs, n_outputs, outputs, &idx));
+  g->nodes[idx].opset = opset;
+  g->nodes[idx].op = kiln_op_find(domain, op_type);
+  for (int k = 0; k < n_outputs; k++)
+    if (outputs[k] >= 0) g->values[outputs[k]].producer = idx;
+  return NULL;
+}
+
+kiln_status_t kiln_opt_move_tail(kiln_graph *g, int first, int pos) {
+  if (first < 0 || first > g->n_nodes || pos < 0 || pos > first)
+    return kiln_error(KILN_INTERNAL, "moving nodes %d.. of %d to %d", first, g->n_nodes, pos);
+  size_t n_tail = (size_t)(g->n_nodes - first);
+  if (n_tail && pos < first) {
+    kiln_node *tail = malloc(n_tail * sizeof *tail);
+    if (!tail) return KILN_OOM();
+    memcpy(tail, &g->nodes[first], n_tail * sizeof *tail);
+    memmove(&g->nodes[pos + n_tail], &g->nodes[pos], (size_t)(first - pos) * sizeof *tail);
+    memcpy(&g->nodes[pos], tail, n_tail * sizeof *tail);
+    free(tail);
+  }
+  fix_producers(g);
+  return NULL;
+}
+
 kiln_status_t kiln_opt_rewrite_node(kiln_graph *g, int idx, const char *op_type, const char *domain, int opset,
                                     int n_inputs, const int *inputs, int n_outputs, const int *outputs) {
   kiln_node *n = &g->nodes[idx];
@@ -404,7 +431,7 @@ static const named_pass pipeline[] = {
 
 #define MAX_ROUNDS 8
 
-kiln_status_t kiln_optimize_graph_for(kiln_graph *g, int level, bool fuse_attention) {
+kiln_status_t kiln_optimize_graph_for(kiln_graph *g, int level, bool fuse_attention, bool keep_recurrent) {
   if (!g) return kiln_error(KILN_INVALID_ARGUMENT, "NULL graph");
   if (level <= 0) return NULL;
   for (int round = 0; round < MAX_ROUNDS; round++) {
@@ -412,6 +439,7 @@ kiln_status_t kiln_optimize_graph_for(kiln_graph *g, int level, bool fuse_attent
     for (size_t p = 0; p < KILN_ARRAY_SIZE(pipeline); p++) {
       kiln_pass_fn fn = pipeline[p].fn;
       if (fn == kiln_pass_patterns && !fuse_attention) fn = kiln_pass_patterns_unfused_attention;
+      if (fn == kiln_pass_decompose && keep_recurrent) fn = kiln_pass_decompose_keep_recurrent;
       KILN_RETURN_IF_ERROR(kiln_run_pass(g, pipeline[p].name, fn), "optimize round %d", round + 1);
     }
     if (graph_fingerprint(g) == before) break;
@@ -419,4 +447,4 @@ kiln_status_t kiln_optimize_graph_for(kiln_graph *g, int level, bool fuse_attent
   return NULL;
 }
 
-kiln_status_t kiln_optimize_graph(kiln_graph *g, int level) { return kiln_optimize_graph_for(g, level, true); }
+kiln_status_t kiln_optimize_graph(kiln_graph *g, int level) { return kiln_optimize_graph_for(g, level, true, false); }

@@ -67,6 +67,11 @@ enum {
    * as MatMul, Softmax, MatMul, which their contraction templates run
    * (KILN_FUSED_ATTENTION=0/1 overrides, for tests and comparisons). */
   KILN_DEVICE_FEATURE_FUSED_ATTENTION = 1 << 4,
+  /* It runs RNN, GRU and LSTM whole, as a host routine of its own (the
+   * plan's host_routine says which nodes), so the optimizer keeps them
+   * whole instead of unrolling the recurrence into step kernels
+   * (KILN_RECURRENT_ROUTINE=0/1 overrides, for tests and comparisons). */
+  KILN_DEVICE_FEATURE_RECURRENT_ROUTINE = 1 << 5,
 };
 
 typedef struct kiln_device kiln_device;

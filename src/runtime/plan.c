@@ -27,8 +27,9 @@ static kiln_status_t kernel_step(kiln_plan *p, int root, kiln_plan_step *s) {
   if (!s->args) return KILN_OOM();
   memcpy(s->args, s->fk.args, (size_t)s->fk.n_args * sizeof(int));
   s->n_args = s->fk.n_args;
-  for (int k = 0; k < root; k++)
-    if (p->fusion.group_of[k] == root) s->flops += kiln_node_flops(g, &g->nodes[k]);
+  const int *members = &p->fusion.members[p->fusion.member_start[root]];
+  for (int m = 0; m < s->n_fused; m++)
+    if (members[m] != root) s->flops += kiln_node_flops(g, &g->nodes[members[m]]);
   snprintf(s->name, sizeof s->name, "%s%s", s->node->op_type, s->n_fused > 1 ? "+fused" : "");
   return NULL;
 }
@@ -61,7 +62,9 @@ static kiln_status_t build_steps(kiln_plan *p, const kiln_op_class *cls) {
     s->out_value = node->outputs[0];
     if (cls[n] == KILN_OPCLASS_NONE) {
       s->kind = KILN_STEP_HOST;
-      snprintf(s->name, sizeof s->name, "ref:%s", node->op_type);
+      s->routine = p->target.host_routine && p->target.host_routine(p->target.user, g, node);
+      snprintf(s->name, sizeof s->name, "%s:%s", s->routine ? "host" : "ref", node->op_type);
+      p->n_routine += s->routine;
       KILN_TRY(outer_reads(g, node, s));
       for (int k = 0; k < node->n_outputs; k++)
         if (node->outputs[k] >= 0) p->kinds[node->outputs[k]] = KILN_VALUE_HOST;
@@ -312,19 +315,38 @@ void kiln_plan_free(kiln_plan *p) {
 
 static bool is_control_flow(const kiln_node *node) { return node->op && (node->op->flags & KILN_OP_CONTROL_FLOW); }
 
+bool kiln_plan_step_on_ref(const kiln_plan_step *s) {
+  return s->kind == KILN_STEP_HOST && !s->routine && !is_control_flow(s->node);
+}
+
+int kiln_plan_nodes_on_ref(const kiln_plan *p) {
+  int n = 0;
+  for (int i = 0; i < p->n_steps; i++) n += kiln_plan_step_on_ref(&p->steps[i]);
+  return n;
+}
+
 void kiln_plan_describe(const kiln_plan *p, FILE *out) {
-  int n_segments = 0, n_control = 0;
+  int n_segments = 0, n_control = 0, n_ref = kiln_plan_nodes_on_ref(p);
   for (int f = 0; f < p->n_flushes; f++) n_segments += p->flushes[f].device_end > p->flushes[f].device_begin;
   for (int i = 0; i < p->n_steps; i++) n_control += p->steps[i].kind == KILN_STEP_HOST && is_control_flow(p->steps[i].node);
   fprintf(out, "plan: %d nodes after optimization -> %d generated kernels (fusing %d nodes), %d nodes on ref", p->g->n_nodes,
-          p->n_kernels, p->n_fused_nodes, p->n_host - n_control);
+          p->n_kernels, p->n_fused_nodes, n_ref);
+  if (p->n_routine) {
+    fprintf(out, ", %d on the device's own routines (", p->n_routine);
+    for (int i = 0, first = 1; i < p->n_steps; i++)
+      if (p->steps[i].kind == KILN_STEP_HOST && p->steps[i].routine) {
+        fprintf(out, "%s%s", first ? "" : ", ", p->steps[i].node->op_type);
+        first = 0;
+      }
+    fprintf(out, ")");
+  }
   if (n_control) fprintf(out, ", %d control-flow nodes on the host (their bodies' plans below)", n_control);
   fprintf(out, "; %d device segments\n", n_segments);
-  if (p->n_host > n_control) {
+  if (n_ref) {
     fprintf(out, "fell back to ref:\n");
     for (int i = 0; i < p->n_steps; i++) {
       const kiln_plan_step *s = &p->steps[i];
-      if (s->kind != KILN_STEP_HOST || is_control_flow(s->node)) continue;
+      if (!kiln_plan_step_on_ref(s)) continue;
       const char *why = NULL;
       p->target.claim(p->target.user, p->g, s->node, &why);
       fprintf(out, "  %-24s %-28s %s\n", s->node->op_type, s->node->name, why ? why : "?");

@@ -41,7 +41,8 @@
 
 typedef enum kiln_plan_step_kind {
   KILN_STEP_KERNEL, /* a fused group: the device renders its tensor expression */
-  KILN_STEP_HOST,   /* a node the device does not claim: its reference kernel on host values */
+  KILN_STEP_HOST,   /* a node the device does not claim: its reference kernel on host values, or a
+                       routine of the device's own (host_routine) */
 } kiln_plan_step_kind;
 
 typedef enum kiln_plan_value_kind {
@@ -57,7 +58,8 @@ typedef enum kiln_plan_value_kind {
 typedef struct kiln_plan_step {
   kiln_plan_step_kind kind;
   const kiln_node *node; /* the node, or the group's root (KERNEL) */
-  char name[64];         /* "Conv", "Add+fused", "ref:NonZero" */
+  char name[64];         /* "Conv", "Add+fused", "ref:NonZero", "host:LSTM" (a routine) */
+  bool routine;          /* HOST: the device runs it on a routine of its own (not ref) */
   int n_fused;           /* KERNEL: nodes in the group */
   int n_args;
   int *args;             /* KERNEL: value id per binding, the kernel's buffers (output first); owned */
@@ -93,6 +95,10 @@ typedef struct kiln_plan_target {
   int64_t size_rounding;  /* value sizes round up to this (>= 1) */
   /* The class of node on this device (NONE: ref runs it), *why (static) saying why not. */
   kiln_op_class (*claim)(void *user, const kiln_graph *g, const kiln_node *node, const char **why);
+  /* True for a node it does not claim yet runs on a routine of its own
+   * (the host_kernel hook) rather than ref: the plan counts it apart from
+   * the nodes on ref. May be NULL. */
+  bool (*host_routine)(void *user, const kiln_graph *g, const kiln_node *node);
   /* Schedules a KERNEL step right after it is lowered (may be NULL). */
   kiln_status_t (*schedule)(void *user, kiln_plan *plan, int step);
   /* After a failed build: true to build again (the device has narrowed its
@@ -113,6 +119,7 @@ struct kiln_plan {
   kiln_plan_flush *flushes;
   int n_flushes;
   int n_kernels, n_host, n_fused_nodes;
+  int n_routine; /* of n_host: on the device's own routines */
 };
 
 /* Builds the plan of g for target (steps, memory, flushes);
@@ -125,6 +132,10 @@ void kiln_plan_free(kiln_plan *plan);
 int64_t kiln_plan_value_bytes(const kiln_plan *plan, int v);
 /* `kiln info --device`: steps, fused groups, what ref runs and why, memory. */
 void kiln_plan_describe(const kiln_plan *plan, FILE *out);
+/* Host steps that run on ref: neither control flow (its bodies have plans)
+ * nor the device's own routines. */
+bool kiln_plan_step_on_ref(const kiln_plan_step *s);
+int kiln_plan_nodes_on_ref(const kiln_plan *plan);
 
 /* Where each value lives during a run, per value id: its device buffer and
  * offset, and (host-memory devices) its host address. Steps read them in

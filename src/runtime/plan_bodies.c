@@ -368,16 +368,17 @@ void kiln_body_plans_describe(const kiln_body_plans *bp, FILE *out, int indent) 
         continue;
       }
       const kiln_plan *p = kiln_plan_of(s->exec);
-      int n_control = 0;
+      int n_ref = kiln_plan_nodes_on_ref(p), n_control = 0;
       for (int j = 0; j < p->n_steps; j++)
         n_control += p->steps[j].kind == KILN_STEP_HOST && (p->steps[j].node->op->flags & KILN_OP_CONTROL_FLOW);
-      fprintf(out, "%d kernels (fusing %d nodes), %d nodes on ref", p->n_kernels, p->n_fused_nodes, p->n_host - n_control);
+      fprintf(out, "%d kernels (fusing %d nodes), %d nodes on ref", p->n_kernels, p->n_fused_nodes, n_ref);
       for (int j = 0, first = 1; j < p->n_steps; j++)
-        if (p->steps[j].kind == KILN_STEP_HOST && !(p->steps[j].node->op->flags & KILN_OP_CONTROL_FLOW)) {
+        if (kiln_plan_step_on_ref(&p->steps[j])) {
           fprintf(out, "%s%s", first ? " (" : ", ", p->steps[j].node->op_type);
           first = 0;
         }
-      fprintf(out, "%s", p->n_host > n_control ? ")" : "");
+      fprintf(out, "%s", n_ref ? ")" : "");
+      if (p->n_routine) fprintf(out, ", %d on the device's own routines", p->n_routine);
       if (n_control) fprintf(out, ", %d control-flow nodes", n_control);
       fprintf(out, "; arena %.2f MiB\n", (double)p->arena_bytes / (1 << 20));
       kiln_body_plans_describe(kiln_plan_bodies_of(s->exec), out, indent + 2);

@@ -10,6 +10,9 @@
 #     non-contiguous (transposed, strided, reversed) inputs; each model must
 #     be compiled with no node left to ref (--fail-on-fallback), except the
 #     mixed_* ones, which put ref steps between compiled ones on purpose;
+#   - on the cpu, the sweep's RNN/GRU/LSTM models once more with
+#     KILN_RECURRENT_ROUTINE=0: the unrolled step kernels other devices
+#     compile, where the cpu otherwise runs its own recurrent routine;
 #   - with it, the control-flow cases (tests/diff/gen_control_flow.py, cf_*:
 #     If, nested If, Loop with scan outputs and with a data-dependent trip
 #     count, Scan), whose bodies must compile as well;
@@ -135,6 +138,16 @@ run_split "$tmp/sweep.list" "$tmp/sweep.out" --fail-on-fallback
 if [ -s "$tmp/mixed.list" ]; then
   xargs -d '\n' "$bin" --devices "$device,ref" --seed "$seed" --report-fallbacks < "$tmp/mixed.list" >> "$tmp/sweep.out" 2>&1
 fi
+# The cpu runs RNN, GRU and LSTM whole on a routine of its own; the unrolled
+# step kernels the other devices compile (passes/decompose.c) are checked on
+# the cpu as well, with the routine off.
+: > "$tmp/unrolled.list"
+[ "$device" = cpu ] && grep -E '/(dtype_)?(RNN|GRU|LSTM)_' "$tmp/sweep.list" > "$tmp/unrolled.list"
+: > "$tmp/unrolled.out"
+if [ -s "$tmp/unrolled.list" ]; then
+  KILN_RECURRENT_ROUTINE=0 xargs -d '\n' "$bin" --devices "$device,ref" --seed "$seed" --fail-on-fallback \
+    < "$tmp/unrolled.list" > "$tmp/unrolled.out" 2>&1
+fi
 # three threads: kernels of the big graphs split their loops unevenly
 : > "$tmp/random.out"
 [ -s "$tmp/random.list" ] && run_split "$tmp/random.list" "$tmp/random.out" --report-fallbacks --threads 3
@@ -146,7 +159,9 @@ fi
 known=$src/tests/diff/known_failures.txt
 sed -e 's/#.*//' -e 's/[[:space:]]*$//' -e '/^$/d' "$known" 2>/dev/null | sort -u > "$tmp/known"
 
-for set in sweep random; do
+sets="sweep random"
+[ -s "$tmp/unrolled.list" ] && sets="$sets unrolled"
+for set in $sets; do
   out=$tmp/$set.out
   expected=$(cat "$tmp/$set.list" $([ "$set" = sweep ] && echo "$tmp/mixed.list") | wc -l)
   pass=0 fail=0 xfail=0
@@ -169,7 +184,7 @@ for set in sweep random; do
       pass=$((pass + 1))
     fi
   done < <(grep -e '^PASS ' -e '^FAIL ' "$out")
-  [ "$set" = sweep ] && grep '^FALLBACK ' "$out"
+  [ "$set" != random ] && grep '^FALLBACK ' "$out"
   ran=$(grep -c -e '^PASS ' -e '^FAIL ' "$out")
   echo "$set: $ran models: $pass passed, $fail failed, $xfail known failures"
   # A crash ends a kiln_diff process early: count results, not summary lines.

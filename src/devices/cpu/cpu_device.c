@@ -39,10 +39,11 @@ static void cpu_query(const kiln_device *dev, kiln_device_info *out) {
   }
   out->description = description;
   out->host_memory = true;
+  out->features = KILN_DEVICE_FEATURE_RECURRENT_ROUTINE;
 }
 
 static bool cpu_supports(const kiln_device *dev, const kiln_graph *g, const kiln_node *node, const char **reason) {
-  return kiln_lower_class(g, node, reason) != KILN_OPCLASS_NONE;
+  return kiln_cpu_recurrent_routine(g, node) || kiln_lower_class(g, node, reason) != KILN_OPCLASS_NONE;
 }
 
 static void cpu_plan_describe(kiln_device *dev, void *state, const kiln_plan *p, FILE *out) {

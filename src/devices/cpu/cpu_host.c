@@ -30,22 +30,30 @@
 /* B packed once for the plan when it is a constant of the plan's graph
  * (a detector's box head: fc6's 12544 x 1024 weights were packed on every
  * run), shared through the table the compiled launches use (cpu_rt.c);
- * *slot holds this call's reference (release it after the GEMM). NULL:
- * pack per call (not a constant, or no memory). */
-static const void *host_packed_b(cpu_exec *x, const kiln_node *n, int input, const kiln_tensor *b, bool trans_b,
-                                 int64_t k, int64_t nn, kiln_rt_state **slot) {
+ * `sub` (ldb apart rows) may be a block inside the constant (one
+ * direction of a recurrent weight). *slot holds this call's reference
+ * (release it after the GEMM). NULL: pack per call (not a constant, or no
+ * memory). */
+const void *kiln_cpu_host_packed_b(cpu_exec *x, const kiln_node *n, int input, const kiln_tensor *b, const float *sub,
+                                   bool trans_b, int64_t k, int64_t nn, int64_t ldb, kiln_rt_state **slot) {
   *slot = NULL;
   const kiln_graph *g = x->g;
   if (!g || n < g->nodes || n >= g->nodes + g->n_nodes || input >= n->n_inputs || n->inputs[input] < 0) return NULL;
   const kiln_tensor *cst = g->values[n->inputs[input]].constant;
-  if (!cst || cst->data != b->data) return NULL;
-  kiln_rt_sgemm_args a = {.trans_b = trans_b, .k = k, .n = nn, .b = b->data, .ldb = b->dims[1]};
+  if (!cst || cst->data != b->data || sub < (const float *)b->data || sub >= (const float *)b->data + b->numel)
+    return NULL;
+  kiln_rt_sgemm_args a = {.trans_b = trans_b, .k = k, .n = nn, .b = sub, .ldb = ldb};
   const void *pb = x->rt.sgemm_packed_b(&x->rt, &a, slot);
   if (!pb) { /* out of memory: the unpacked path needs none of it */
     kiln_status_free(x->rt_error);
     x->rt_error = NULL;
   }
   return pb;
+}
+
+static const void *host_packed_b(cpu_exec *x, const kiln_node *n, int input, const kiln_tensor *b, bool trans_b,
+                                 int64_t k, int64_t nn, kiln_rt_state **slot) {
+  return kiln_cpu_host_packed_b(x, n, input, b, b->data, trans_b, k, nn, b->dims[1], slot);
 }
 
 /* Gemm: Y = alpha * op(A) op(B) + beta * C, A and B f32 matrices, C absent
@@ -600,6 +608,9 @@ kiln_status_t kiln_cpu_host_kernel(void *state, kiln_kernel_ctx *ctx, bool *hand
     case KILN_OP_ScatterElements: return host_scatter_elements(ctx, handled);
     case KILN_OP_Expand: return host_expand(ctx, handled);
     case KILN_OP_NonMaxSuppression: return host_nms(ctx, handled);
+    case KILN_OP_RNN:
+    case KILN_OP_GRU:
+    case KILN_OP_LSTM: return kiln_cpu_host_recurrent(x, ctx, handled);
     default: return NULL;
   }
 }

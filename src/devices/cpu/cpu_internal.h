@@ -84,6 +84,18 @@ kiln_rt kiln_cpu_rt(kiln_threadpool *pool, int threads);
 
 /* The device's host_kernel hook (cpu_host.c): Gemm and MatMul host steps on the SGEMM. */
 kiln_status_t kiln_cpu_host_kernel(void *state, kiln_kernel_ctx *ctx, bool *handled);
+/* op(B) for the SGEMM, packed once per plan when B is a constant of the
+ * plan's graph read by node n's input `input`; sub: the block of b
+ * multiplied (ldb apart rows). NULL: not a constant, or no memory (pack
+ * per call). *slot: this call's reference, destroy it after the GEMM. */
+const void *kiln_cpu_host_packed_b(cpu_exec *x, const kiln_node *n, int input, const kiln_tensor *b, const float *sub,
+                                   bool trans_b, int64_t k, int64_t nn, int64_t ldb, kiln_rt_state **slot);
+/* RNN, GRU and LSTM as one host routine (cpu_rnn.c); *handled false:
+ * left to ref (another dtype, or inputs ref rejects with its error). */
+kiln_status_t kiln_cpu_host_recurrent(cpu_exec *x, kiln_kernel_ctx *ctx, bool *handled);
+/* Whether the routine runs this node (an f32 X): the plan says so, and
+ * the optimizer keeps the node whole for it. */
+bool kiln_cpu_recurrent_routine(const kiln_graph *g, const kiln_node *node);
 
 /* A routine over planes (cpu_planes.c): plane(job, x + i * in_size,
  * y + i * out_size, scratch) for every plane i over the pool, scratch

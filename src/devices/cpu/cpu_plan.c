@@ -75,6 +75,11 @@ static kiln_op_class cpu_claim(void *user, const kiln_graph *g, const kiln_node 
   return kiln_lower_class(g, node, why);
 }
 
+static bool cpu_host_routine(void *user, const kiln_graph *g, const kiln_node *node) {
+  (void)user;
+  return kiln_cpu_recurrent_routine(g, node);
+}
+
 /* ---- the plan hooks ----------------------------------------------------------- */
 
 kiln_status_t kiln_cpu_plan_begin(kiln_device *dev, const kiln_graph *g, const kiln_prepare_options *opts,
@@ -98,6 +103,7 @@ kiln_status_t kiln_cpu_plan_begin(kiln_device *dev, const kiln_graph *g, const k
       .alignment = 64,
       .size_rounding = 1,
       .claim = cpu_claim,
+      .host_routine = cpu_host_routine,
       .schedule = cpu_schedule,
       .user = x,
   };
