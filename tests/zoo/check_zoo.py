@@ -64,13 +64,17 @@ DEFAULT_TOL = (1e-3, 1e-4)
 # 1e-2 of the output's magnitude covers a step at the logits. (The suite's two
 # quantized models match ORT exactly today: max |d| 0 and 7e-7.)
 TOLERANCE = {name: (1e-2, 1e-2, why) for name, why in [
-    ("small_cnn_qdq", "static QDQ int8"), ("resnet50_qdq", "static QDQ int8"),
+    ("small_cnn_qdq", "static QDQ int8"),
     ("transformer_encoder_int8_dynamic", "dynamic int8"), ("resnet50_int8_dynamic", "dynamic int8")]}
 # name -> (max relative L2 error ||kiln - ort|| / ||ort||, why), instead of element-wise limits. The 12-layer
 # BERT encoder with int8 activations is chaotic at its quantizers' rounding boundaries: kiln's own cpu and ref
 # devices differ by 8.6% (relative L2) on bert_encoder_qdq, kiln vs ORT by 8.8%, and int8 vs the float model by
 # 13.6%; element-wise limits cannot tell a wrong kernel from that. 0.15 still fails an op that computes garbage.
+# ResNet-50 QDQ (50 quantized layers) is the same on a smaller scale: on an AVX-512 EPYC the logits of ref,
+# ORT and kiln's AVX-512, AVX2 and portable paths (and KILN_QDQ_INTEGER=1) each differ from every other by
+# 1.3-1.5% relative L2 and up to 47 at logits of magnitude 3190 (ref vs ORT too), beyond an element-wise 1e-2.
 REL_L2 = {
+    "resnet50_qdq": (0.05, "static QDQ int8 through 50 layers: rounding-boundary flips compound"),
     "bert_encoder_qdq": (0.15, "static QDQ int8 through 12 layers: rounding-boundary flips compound"),
     "bert_encoder_int8_dynamic": (0.15, "dynamic int8 through 12 layers: rounding-boundary flips compound"),
 }
