@@ -1151,6 +1151,8 @@ static te_expr *map_exp_sub(te_builder *b, te_expr *x, te_expr *m) {
   return te_call1(b, "kiln_expf", te_binary(b, TE_SUB, x, m));
 }
 
+static void tag_global_pool(te_builder *b, const te_tensor *in, te_expr *const *idx, const te_expr *value, bool max);
+
 static te_expr *compute_reduce(te_builder *b, const te_tensor *t, te_expr *const *idx) {
   const te_tensor *in = t->in[0];
   const int64_t *mask = t->p;
@@ -1158,11 +1160,23 @@ static te_expr *compute_reduce(te_builder *b, const te_tensor *t, te_expr *const
   int64_t count = 1;
   for (int i = 0; i < in->rank; i++)
     if (mask[i]) count *= in->dims[i];
+  /* ReduceMean / ReduceMax over every axis after the second, keepdims:
+   * a global pool (squeeze-excite blocks), tagged as GlobalAveragePool is. */
+  bool global = keep && in->rank >= 3;
+  for (int i = 0; i < in->rank && global; i++) global = (mask[i] != 0) == (i >= 2);
   switch ((reduce_kind)t->ip) {
     case R_SUM: return reduce_over(b, in, mask, keep, idx, TE_RSUM, NULL, NULL);
-    case R_MEAN:
-      return te_binary(b, TE_MUL, reduce_over(b, in, mask, keep, idx, TE_RSUM, NULL, NULL), f32c(b, 1.0 / (double)count));
-    case R_MAX: return reduce_over(b, in, mask, keep, idx, TE_RMAX, NULL, NULL);
+    case R_MEAN: {
+      te_expr *v =
+          te_binary(b, TE_MUL, reduce_over(b, in, mask, keep, idx, TE_RSUM, NULL, NULL), f32c(b, 1.0 / (double)count));
+      if (global && in->dtype == KILN_DTYPE_F32) tag_global_pool(b, in, idx, v, false);
+      return v;
+    }
+    case R_MAX: {
+      te_expr *v = reduce_over(b, in, mask, keep, idx, TE_RMAX, NULL, NULL);
+      if (global && in->dtype == KILN_DTYPE_F32) tag_global_pool(b, in, idx, v, true);
+      return v;
+    }
     case R_MIN: return reduce_over(b, in, mask, keep, idx, TE_RMIN, NULL, NULL);
     case R_PROD: return reduce_over(b, in, mask, keep, idx, TE_RPROD, NULL, NULL);
     case R_SUMSQ: return reduce_over(b, in, mask, keep, idx, TE_RSUM, map_sq, NULL);
@@ -1192,7 +1206,27 @@ static te_expr *compute_softmax(te_builder *b, const te_tensor *t, te_expr *cons
   return te_binary(b, TE_DIV, te_call1(b, "kiln_expf", shifted), s);
 }
 
-/* Global pools: reduce every axis after the channel. */
+/* value (the max, or the mean, over every axis of `in` after the channel,
+ * keepdims) tagged as a pool whose window is the whole plane, where `in`
+ * is a buffer with 1-3 spatial axes. */
+static void tag_global_pool(te_builder *b, const te_tensor *in, te_expr *const *idx, const te_expr *value, bool max) {
+  int ns = in->rank - 2;
+  if (!value || in->kind != TE_VIEW_BUFFER || ns < 1 || ns > 3 || kiln_shape_numel(in->rank, in->dims) <= 0) return;
+  te_pool_tag tag = {.value = value, .x_buf = in->buf, .nsp = ns, .max = max, .n = in->dims[0], .c = in->dims[1]};
+  for (int i = 0; i < 2 + ns; i++) tag.idx[i] = idx[i];
+  for (int i = 0; i < ns; i++) {
+    tag.in[i] = tag.kernel[i] = in->dims[2 + i];
+    tag.out[i] = tag.stride[i] = tag.dilation[i] = 1;
+  }
+  te_tag_pool(b, &tag);
+}
+
+/* Global pools: reduce every axis after the channel. Read straight from a
+ * buffer with 1-3 spatial axes, the element is tagged as the pool whose
+ * window is the whole plane (te_pool_tag), so a runtime routine may
+ * compute it (the cpu: one vectorized reduction per plane, in both tiers;
+ * its interpreter evaluated the nested reductions 45x slower than the
+ * compiled loop on a 32x32 plane). */
 static te_expr *compute_global_pool(te_builder *b, const te_tensor *t, te_expr *const *idx) {
   const te_tensor *in = t->in[0];
   int64_t mask[KILN_MAX_RANK] = {0}, count = 1;
@@ -1200,8 +1234,11 @@ static te_expr *compute_global_pool(te_builder *b, const te_tensor *t, te_expr *
     mask[i] = 1;
     count *= in->dims[i];
   }
-  if (t->ip) return reduce_over(b, in, mask, true, idx, TE_RMAX, NULL, NULL);
-  return te_binary(b, TE_MUL, reduce_over(b, in, mask, true, idx, TE_RSUM, NULL, NULL), f32c(b, 1.0 / (double)count));
+  te_expr *value = t->ip ? reduce_over(b, in, mask, true, idx, TE_RMAX, NULL, NULL)
+                         : te_binary(b, TE_MUL, reduce_over(b, in, mask, true, idx, TE_RSUM, NULL, NULL),
+                                     f32c(b, 1.0 / (double)count));
+  tag_global_pool(b, in, idx, value, t->ip != 0);
+  return value;
 }
 
 /* Windowed pools. p: [0..s) kernel, [4..) strides, [8..) dilations, [12..)

@@ -975,6 +975,15 @@ def dtype_cases():
     r = m.node('Sqrt', [m.node('Add', [m.source([9, 70]), m.const(np.float32(2.5))])])
     m.out(m.node('ReduceMax', [r], axes=[1], keepdims=0))
     m.out(m.node('ReduceMin', [r], axes=[1], keepdims=0))
+    # Global pools on the cpu's whole-plane routine (cpu_pool.c plane_reduce: 16 floats a step, NaN kept
+    # lane by lane): NaN in some planes, at a vector lane or in the 99-element plane's remainder; ReduceMax
+    # and ReduceMean over the spatial axes take the same routine.
+    m = dcase('GlobalPool_nan_planes')
+    r = m.node('Sqrt', [m.node('Add', [m.source([2, 5, 9, 11]), m.const(np.float32(2.5))])])
+    m.out(m.node('GlobalMaxPool', [r]))
+    m.out(m.node('GlobalAveragePool', [r]))
+    m.out(m.node('ReduceMax', [r], axes=[2, 3], keepdims=1))
+    m.out(m.node('ReduceMean', [r], axes=[2, 3], keepdims=1))
     m = dcase('DQL_matmul_chain')
     y, ys, yz = dql(m, m.source([4, 48]))
     w = m.const(m.rng.randint(-127, 128, [48, 16]).astype(np.int8))
@@ -1152,6 +1161,11 @@ def pool_cases():
                              ('unit', [1, 4, 1, 1], 'plain'), ('ncT', [1, 3, 5, 17], 'T'), ('ncS', [2, 3, 5, 15], 'S')]:
             m = case('%s_%s' % (op, tag))
             m.out(m.node(op, [m.source(xs, how)]))
+    # ReduceMean / ReduceMax over every spatial axis with keepdims: a global pool (squeeze-excite blocks)
+    for op in ('ReduceMean', 'ReduceMax'):
+        for tag, xs in [('2d', [1, 6, 13, 17]), ('1d', [2, 3, 40]), ('3d', [1, 2, 3, 5, 7])]:
+            m = case('%s_spatial_%s' % (op, tag))
+            m.out(m.node(op, [m.source(xs)], axes=list(range(2, len(xs))), keepdims=1))
     m = case('GlobalAveragePool_conv_relu')  # the classifier head of CNNs
     y = m.node('Relu', [m.node('Conv', [m.source([1, 4, 9, 9]), m.randc([8, 4, 3, 3]), m.randc([8])], pads=[1, 1, 1, 1])])
     m.out(m.node('Flatten', [m.node('GlobalAveragePool', [y])]))

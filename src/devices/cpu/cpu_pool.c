@@ -2,6 +2,9 @@
  * separable passes, one axis at a time (innermost first), over each
  * plane.
  *
+ * A window over the whole plane (a global pool, or a pool whose kernel is
+ * the input) is one vectorized reduction per plane instead.
+ *
  * A window is a box, so its max is the max over the last axis' taps, then
  * over the next axis' of those, and so on; its sum likewise, in the order
  * the tensor-expression definition (lower.c's compute_pool) nests them,
@@ -15,6 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/cpu_features.h"
 #include "devices/cpu/cpu_internal.h"
@@ -46,6 +50,7 @@ typedef struct pool_job {
   float *count[3];   /* average: each axis' count per output position */
   size_t scratch;    /* floats of scratch per plane */
   bool avx2;
+  bool whole;        /* one window covering the whole plane (a global pool): one reduction per plane */
 } pool_job;
 
 /* Floor division for a positive divisor. */
@@ -112,6 +117,17 @@ static void pool_plane(const void *job, const float *src, float *y, float *scrat
   const pool_job *j = job;
   const kiln_rt_pool_args *a = j->a;
   int nsp = a->nsp;
+  if (j->whole) {
+    int64_t n = 1;
+    for (int i = 0; i < nsp; i++) n *= a->in[i];
+#ifdef POOL_HAVE_AVX2
+    float v = j->avx2 ? plane_reduce_avx2(src, n, a->max) : plane_reduce_generic(src, n, a->max);
+#else
+    float v = plane_reduce_generic(src, n, a->max);
+#endif
+    y[0] = a->max ? v : v / (float)n;
+    return;
+  }
   if (padded_path(a)) {
     pool_plane_padded(j, src, y, scratch);
   } else {
@@ -221,7 +237,11 @@ void kiln_cpu_pool(const kiln_rt *rt, const kiln_rt_pool_args *a) {
     if (i > 0 && e > biggest) biggest = e;
   }
   j.scratch = (size_t)(2 * biggest);
-  if (padded_path(a)) {
+  j.whole = true;
+  for (int i = 0; i < nsp; i++)
+    j.whole = j.whole && a->kernel[i] == a->in[i] && a->out[i] == 1 && a->pad_begin[i] == 0 && a->dilation[i] == 1;
+  if (j.whole) j.scratch = 0;
+  else if (padded_path(a)) {
     int64_t hp, wp;
     padded_dims(a, &hp, &wp);
     j.scratch = (size_t)(2 * hp * wp);

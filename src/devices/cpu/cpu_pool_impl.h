@@ -188,3 +188,37 @@ static void POOL_FN(divide)(float *y, int nsp, const int64_t *out, float *const 
       }
     }
 }
+
+/* A whole plane to one value (global pools): two 8-float vector
+ * accumulators (GCC/clang vector types; the loop vectorizer leaves a
+ * float reduction alone without reassociation), the sum reassociated
+ * (both tiers call this routine, so they agree with each other); max keeps
+ * NaN as POOL_OP does, lane by lane. */
+#ifndef POOL_VEC_TYPES
+#define POOL_VEC_TYPES
+typedef float pool_v8 __attribute__((vector_size(32)));
+typedef int32_t pool_i8 __attribute__((vector_size(32)));
+#endif
+static float POOL_FN(plane_reduce)(const float *x, int64_t n, bool max) {
+  const float init = max ? -INFINITY : 0.0f;
+  pool_v8 a0 = {init, init, init, init, init, init, init, init}, a1 = a0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    pool_v8 u, w;
+    memcpy(&u, x + i, sizeof u);
+    memcpy(&w, x + i + 8, sizeof w);
+    if (max) {
+      pool_i8 mu = (u != u) | (u > a0), mw = (w != w) | (w > a1);
+      a0 = (pool_v8)(((pool_i8)u & mu) | ((pool_i8)a0 & ~mu));
+      a1 = (pool_v8)(((pool_i8)w & mw) | ((pool_i8)a1 & ~mw));
+    } else {
+      a0 += u;
+      a1 += w;
+    }
+  }
+  float r = init;
+  for (int l = 0; l < 8; l++) r = POOL_OP(max, r, a0[l]);
+  for (int l = 0; l < 8; l++) r = POOL_OP(max, r, a1[l]);
+  for (; i < n; i++) r = POOL_OP(max, r, x[i]);
+  return r;
+}
