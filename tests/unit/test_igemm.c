@@ -4,7 +4,9 @@
  * points 0, 128, -3 and extremes, per-row A zero points, packed B, the epilogue's tiles, 1 and 2
  * threads, every micro-kernel this CPU can run; and B within +-64 of its
  * zero point (the quads layout: vpmaddubsw), at its bounds and just past
- * them (one value of 65: the pairs layout again). */
+ * them (one value of 65: the pairs layout again, or on VNNI the full-range
+ * quads layout, as every random B whose values minus its zero point fit
+ * int8 is there). */
 #include "devices/cpu/gemm/igemm.h"
 
 #include <stdio.h>

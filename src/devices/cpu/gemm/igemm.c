@@ -94,13 +94,21 @@ bool kiln_igemm_force_kernel(const char *name) {
   return false;
 }
 
-/* The quads kernel that goes with the chosen pairs kernel: portable C when
- * that one is (or is forced to be), else AVX2's where the CPU has it. */
-static kiln_igemm_kernel_fn quad_kernel(void) {
-  if (strcmp(chosen()->name, "generic") && kiln_igemm_quad_kernel_avx2 && kiln_cpu_features_get()->avx2)
+/* The quads kernel of the chosen pairs kernel's instruction set (portable C
+ * when that one is, or is forced to be); full: B takes the whole int8
+ * range, which only vpdpbusd (and C) sum exactly. */
+static kiln_igemm_kernel_fn quad_kernel_for(const igemm_kernel *k, bool full) {
+  if (!strcmp(k->name, "avx512vnni") && kiln_igemm_quad_kernel_avx512vnni) return kiln_igemm_quad_kernel_avx512vnni;
+  if (!strcmp(k->name, "avxvnni") && kiln_igemm_quad_kernel_avxvnni) return kiln_igemm_quad_kernel_avxvnni;
+  if (!full && strcmp(k->name, "generic") && kiln_igemm_quad_kernel_avx2 && kiln_cpu_features_get()->avx2)
     return kiln_igemm_quad_kernel_avx2;
   return kiln_igemm_quad_kernel_generic;
 }
+
+static kiln_igemm_kernel_fn quad_kernel(bool full) { return quad_kernel_for(chosen(), full); }
+
+/* Whether the chosen kernels sum full-range quads exactly in registers. */
+static bool quads_full_fast(void) { return quad_kernel(true) != kiln_igemm_quad_kernel_generic; }
 
 /* ---- packing ------------------------------------------------------------------------------- */
 
@@ -134,7 +142,7 @@ static int64_t kquads(int64_t k) { return (k + 3) / 4; }
 /* A packed B starts with a 64-byte header naming its layout; the panels
  * follow, and in the quads layout B's column sums after them (one int32
  * per column of every panel). */
-enum { LAYOUT_PAIRS = 1, LAYOUT_QUADS = 2 };
+enum { LAYOUT_PAIRS = 1, LAYOUT_QUADS = 2, LAYOUT_QUADS_FULL = 3 /* quads, B - b_zero anywhere in int8 */ };
 #define HEADER_WORDS 16
 
 size_t kiln_igemm_packed_b_size(int64_t k, int64_t n) {
@@ -145,18 +153,26 @@ size_t kiln_igemm_packed_b_size(int64_t k, int64_t n) {
   return (size_t)bytes + HEADER_WORDS * 4;
 }
 
-/* Whether every op(B) - b_zero lies within +-IGEMM_QUAD_BOUND (the quads layout's condition). */
-static bool quads_fit(const kiln_igemm_args *g) {
-  int32_t lo = g->b_signed ? -128 : 0, hi = g->b_signed ? 127 : 255;
-  if (lo - g->b_zero >= -IGEMM_QUAD_BOUND && hi - g->b_zero <= IGEMM_QUAD_BOUND) return true;
+/* Whether every op(B) - b_zero lies in [lo, hi]. */
+static bool b_within(const kiln_igemm_args *g, int32_t lo, int32_t hi) {
+  int32_t vmin = (g->b_signed ? -128 : 0) - g->b_zero, vmax = (g->b_signed ? 127 : 255) - g->b_zero;
+  if (vmin >= lo && vmax <= hi) return true;
   for (int64_t p = 0; p < g->k; p++) {
     for (int64_t j = 0; j < g->n; j++) {
       int64_t o = g->trans_b ? j * g->ldb + p : p * g->ldb + j;
       int32_t v = (g->b_signed ? ((const int8_t *)g->b)[o] : ((const uint8_t *)g->b)[o]) - g->b_zero;
-      if (v < -IGEMM_QUAD_BOUND || v > IGEMM_QUAD_BOUND) return false;
+      if (v < lo || v > hi) return false;
     }
   }
   return true;
+}
+
+/* The layout op(B) is packed in: quads within +-IGEMM_QUAD_BOUND (every
+ * quads kernel), full-range quads where the CPU has vpdpbusd, else pairs. */
+static int32_t b_layout(const kiln_igemm_args *g) {
+  if (b_within(g, -IGEMM_QUAD_BOUND, IGEMM_QUAD_BOUND)) return LAYOUT_QUADS;
+  if (quads_full_fast() && b_within(g, -128, 127)) return LAYOUT_QUADS_FULL;
+  return LAYOUT_PAIRS;
 }
 
 /* Quad panels [j0, j1) and their columns' sums. */
@@ -223,9 +239,10 @@ static void pack_task(void *ctx, int64_t begin, int64_t end, int thread) {
  * quads layout where B's values allow it. */
 static void pack_b(kiln_threadpool *pool, const kiln_igemm_args *g, int32_t *packed) {
   int64_t panels = (g->n + IGEMM_NR - 1) / IGEMM_NR;
-  bool quads = quads_fit(g);
+  int32_t layout = b_layout(g);
+  bool quads = layout != LAYOUT_PAIRS;
   memset(packed, 0, HEADER_WORDS * 4);
-  packed[0] = quads ? LAYOUT_QUADS : LAYOUT_PAIRS;
+  packed[0] = layout;
   pack_job job = {g, packed + HEADER_WORDS, quads ? packed + HEADER_WORDS + panels * kquads(g->k) * IGEMM_NR : NULL};
   kiln_parallel_for(pool, panels, 8, pack_task, &job);
 }
@@ -451,7 +468,7 @@ void kiln_igemm_rows(kiln_threadpool *pool, const kiln_igemm_args *g, const int3
     pack_b(pool, g, own);
     packed = own;
   }
-  bool quads = packed[0] == LAYOUT_QUADS;
+  bool quads = packed[0] == LAYOUT_QUADS || packed[0] == LAYOUT_QUADS_FULL;
   int64_t panels = (g->n + IGEMM_NR - 1) / IGEMM_NR;
   /* Tiny products stay on the caller's thread. */
   double macs = (double)g->m * (double)g->n * (double)g->k;
@@ -466,7 +483,7 @@ void kiln_igemm_rows(kiln_threadpool *pool, const kiln_igemm_args *g, const int3
     if ((blocks + threads - 1) / threads * threads * 100 <= blocks * 105) break; /* within 5% of even */
   }
   igemm_run run = {g, packed + HEADER_WORDS, quads ? packed + HEADER_WORDS + panels * kquads(g->k) * IGEMM_NR : NULL,
-                   rows, quads ? quad_kernel() : *chosen()->fn, nc, (g->n + nc - 1) / nc};
+                   rows, quads ? quad_kernel(packed[0] == LAYOUT_QUADS_FULL) : *chosen()->fn, nc, (g->n + nc - 1) / nc};
   int64_t tasks = (g->m + MC - 1) / MC * run.tasks_n;
   kiln_parallel_for(pool, tasks, 1, quads ? task_quads : task, &run);
   free(own);

@@ -24,7 +24,10 @@
  * at q * IGEMM_MR + r, B word (q, j) at q * IGEMM_NR + j of its panel,
  * padding 0. A u8 x s8 product pair then sums to at most 255 * 64 * 2 =
  * 32640, inside int16, so AVX2's vpmaddubsw is exact here; the driver
- * subtracts a_zero (+ 128) times B's column sums afterwards. */
+ * subtracts a_zero (+ 128) times B's column sums afterwards. On VNNI
+ * (vpdpbusd: four products summed exactly in 32 bits) the same layout
+ * holds any B - b_zero in [-128, 127]; packed so, it is marked full and
+ * only the VNNI and portable quads kernels read it. */
 #define IGEMM_QUAD_BOUND 64
 
 /* C[0..mr, 0..nr] (= or +=, modulo 2^32) the kp-pair product of a packed
@@ -42,5 +45,7 @@ extern const kiln_igemm_kernel_fn kiln_igemm_kernel_avx2, kiln_igemm_kernel_avxv
 void kiln_igemm_quad_kernel_generic(int64_t kq, const int32_t *ap, const int32_t *bp, int32_t *c, int64_t ldc, int mr,
                                     int nr, bool accumulate);
 extern const kiln_igemm_kernel_fn kiln_igemm_quad_kernel_avx2;
+/* The same over vpdpbusd (exact for any int8 B - b_zero: the full layout). */
+extern const kiln_igemm_kernel_fn kiln_igemm_quad_kernel_avxvnni, kiln_igemm_quad_kernel_avx512vnni;
 
 #endif

@@ -3,11 +3,11 @@
  * word broadcast per row. AVX2: vpmaddwd + vpaddd; AVX-VNNI and AVX-512
  * VNNI (its 256-bit form, AVX512VL): the same pair product fused into one
  * vpdpwssd. Each is compiled with a target attribute and only called when
- * cpu_features says the CPU has it. The VNNI variants are untested on the
- * machine this was written on (Zen 1: no VNNI); they differ from the AVX2
- * one in the multiply-add alone, which is exact in both (no saturation:
- * vpdpwssd, not vpdpwssds). The quads kernel (AVX2 vpmaddubsw) serves B
- * whose values lie within +-64 of its zero point. */
+ * cpu_features says the CPU has it. They differ from the AVX2 one in the
+ * multiply-add alone, which is exact in both (no saturation: vpdpwssd,
+ * not vpdpwssds). The quads kernels: AVX2's vpmaddubsw serves B whose
+ * values lie within +-64 of its zero point; the VNNI ones' vpdpbusd any
+ * int8 B - zero point (first run on an AVX-512 VNNI EPYC, Zen 4). */
 #include "devices/cpu/gemm/igemm_internal.h"
 
 #include <string.h>
@@ -81,8 +81,16 @@ __attribute__((target("avx2,avxvnni"))) static void kernel_avxvnni(int64_t kp, c
   IGEMM_KERNEL_BODY(MADD_AVXVNNI)
 }
 const kiln_igemm_kernel_fn kiln_igemm_kernel_avxvnni = kernel_avxvnni;
+#define MADD_QUADS_AVXVNNI(acc, a, b) _mm256_dpbusd_avx_epi32((acc), (a), (b))
+__attribute__((target("avx2,avxvnni"))) static void quad_kernel_avxvnni(int64_t kq, const int32_t *ap,
+                                                                        const int32_t *bp, int32_t *c, int64_t ldc,
+                                                                        int mr, int nr, bool accumulate) {
+  int64_t kp = kq;
+  IGEMM_KERNEL_BODY(MADD_QUADS_AVXVNNI)
+}
+const kiln_igemm_kernel_fn kiln_igemm_quad_kernel_avxvnni = quad_kernel_avxvnni;
 #else
-const kiln_igemm_kernel_fn kiln_igemm_kernel_avxvnni = NULL;
+const kiln_igemm_kernel_fn kiln_igemm_kernel_avxvnni = NULL, kiln_igemm_quad_kernel_avxvnni = NULL;
 #endif
 
 #define MADD_AVX512VNNI(acc, a, b) _mm256_dpwssd_epi32((acc), (a), (b))
@@ -93,7 +101,21 @@ kernel_avx512vnni(int64_t kp, const int32_t *ap, const int32_t *bp, int32_t *c, 
 }
 const kiln_igemm_kernel_fn kiln_igemm_kernel_avx512vnni = kernel_avx512vnni;
 
+/* Quads on VNNI: vpdpbusd sums four u8 x s8 products per lane exactly into
+ * the int32 accumulator (wrapping, no saturation: not vpdpbusds), so B may
+ * take the whole int8 range (LAYOUT_QUADS_FULL), 32 products an
+ * instruction against the pairs' 16. */
+#define MADD_QUADS_AVX512VNNI(acc, a, b) _mm256_dpbusd_epi32((acc), (a), (b))
+__attribute__((target("avx2,avx512f,avx512vl,avx512vnni"))) static void
+quad_kernel_avx512vnni(int64_t kq, const int32_t *ap, const int32_t *bp, int32_t *c, int64_t ldc, int mr, int nr,
+                       bool accumulate) {
+  int64_t kp = kq;
+  IGEMM_KERNEL_BODY(MADD_QUADS_AVX512VNNI)
+}
+const kiln_igemm_kernel_fn kiln_igemm_quad_kernel_avx512vnni = quad_kernel_avx512vnni;
+
 #else
 const kiln_igemm_kernel_fn kiln_igemm_kernel_avx2 = NULL, kiln_igemm_kernel_avxvnni = NULL,
-                           kiln_igemm_kernel_avx512vnni = NULL, kiln_igemm_quad_kernel_avx2 = NULL;
+                           kiln_igemm_kernel_avx512vnni = NULL, kiln_igemm_quad_kernel_avx2 = NULL,
+                           kiln_igemm_quad_kernel_avxvnni = NULL, kiln_igemm_quad_kernel_avx512vnni = NULL;
 #endif
