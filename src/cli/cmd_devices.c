@@ -19,12 +19,13 @@ int kiln_cmd_devices(int argc, char **argv) {
     if (info.compute_units) printf("; compute units: %d", info.compute_units);
     if (info.subgroup_size) printf("; subgroup size: %d", info.subgroup_size);
     if (info.driver) printf("; driver: %s", info.driver);
-    printf("; features:%s%s%s%s%s%s\n", info.features & KILN_DEVICE_FEATURE_ALL_DTYPES ? " all-dtypes" : "",
+    printf("; features:%s%s%s%s%s%s%s\n", info.features & KILN_DEVICE_FEATURE_ALL_DTYPES ? " all-dtypes" : "",
            info.features & KILN_DEVICE_FEATURE_FP16 ? " fp16" : "",
            info.features & KILN_DEVICE_FEATURE_INT8_DOT ? " int8-dot" : "",
            info.features & KILN_DEVICE_FEATURE_COOPERATIVE_MATRIX ? " cooperative-matrix" : "",
            info.features & KILN_DEVICE_FEATURE_FUSED_ATTENTION ? " fused-attention" : "",
-           info.features & KILN_DEVICE_FEATURE_RECURRENT_ROUTINE ? " recurrent-routine" : "");
+           info.features & KILN_DEVICE_FEATURE_RECURRENT_ROUTINE ? " recurrent-routine" : "",
+           info.features & KILN_DEVICE_FEATURE_QDQ_INTEGER ? " qdq-integer" : "");
   }
   const char *names[16], *reasons[16];
   int n_absent = kiln_device_absent_list(names, reasons, 16);

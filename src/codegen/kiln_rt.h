@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_RT_ABI_VERSION 7
+#define KILN_RT_ABI_VERSION 8
 
 typedef void (*kiln_rt_parallel_fn)(void *ctx, int64_t begin, int64_t end, int thread);
 typedef void (*kiln_rt_epilogue_fn)(void *ctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, int64_t nb);
@@ -137,7 +137,9 @@ typedef struct kiln_rt_conv_args {
  * positions inside the input, or with count_include_pad inside
  * [-pad_begin, in + pad_end). Then, when set, epilogue over every element
  * of y in place, one plane a tile (kiln_rt_epilogue_ctx: base 0, row the
- * plane's elements). */
+ * plane's elements). y NULL (an output that is not f32, a QDQ graph's
+ * quantized MaxPool): each plane is pooled into the routine's scratch and
+ * the epilogue, then required, reads it there and stores the output. */
 typedef struct kiln_rt_pool_args {
   int nsp;
   bool max, count_include_pad;

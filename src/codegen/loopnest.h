@@ -170,6 +170,7 @@ typedef struct kiln_conv_call {
 typedef struct kiln_pool_call {
   bool ok;
   const te_pool_tag *tag; /* borrowed from the builder */
+  bool scratch;           /* the output is not f32: the routine pools into its scratch, the epilogue stores */
 } kiln_pool_call;
 
 /* Tensorization onto the runtime's resampling (kiln_rt.resample), as

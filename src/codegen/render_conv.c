@@ -48,9 +48,10 @@ static bool pixels_flat(const kiln_loop_nest *nest, const te_expr *e, const te_e
 
 /* One element of an epilogue row at column j (i the row; the loops'
  * variables declared). */
-static void epilogue_element(render_ctx *r, const kiln_loop_nest *nest, const te_expr *sum, bool scratch) {
+static void epilogue_element(render_ctx *r, const kiln_loop_nest *nest, const te_expr *sum, bool integer,
+                             bool scratch) {
   if (scratch) { /* the sums in the runtime's scratch, the output stored here */
-    render_line(r, "const int32_t r%d = c[i * ldc + j];", sum->id);
+    render_line(r, "const %s r%d = c[i * ldc + j];", integer ? "int32_t" : "float", sum->id);
     render_ensure(r, nest->value);
     char val[48];
     render_name_of(r, nest->value, val, sizeof val);
@@ -108,7 +109,7 @@ static void epilogue(render_ctx *r, const kiln_loop_nest *nest, const char *name
     render_open_scope(r);
     for (int l = 2; l < rank - 1; l++) render_line(r, "const int64_t v%d = 0;", nest->vars[l]);
     render_line(r, "const int64_t v%d = kiln_p + j;", last);
-    epilogue_element(r, nest, sum, scratch);
+    epilogue_element(r, nest, sum, integer, scratch);
     render_close_scope(r);
     render_line(r, "}");
     end_rows(r);
@@ -129,7 +130,7 @@ static void epilogue(render_ctx *r, const kiln_loop_nest *nest, const char *name
   render_line(r, "for (; j < kiln_end; j++) {");
   render_open_scope(r);
   render_line(r, "const int64_t v%d = kiln_v0 + j;", last); /* shadows the run's start inside the run */
-  epilogue_element(r, nest, sum, scratch);
+  epilogue_element(r, nest, sum, integer, scratch);
   render_close_scope(r);
   render_line(r, "}");
   /* The run ended at the innermost loop's end (or the tile's): carry
@@ -256,9 +257,9 @@ void render_c_conv(render_ctx *r, const kiln_loop_nest *nest, const char *name) 
  * epilogue first when f is more than the routine's value, then `TYPE a`
  * (the caller fills the geometry between open and close). */
 static bool plane_call_open(render_ctx *r, const kiln_loop_nest *nest, const char *name, const te_expr *value,
-                            const char *type) {
+                            const char *type, bool scratch) {
   bool has_epilogue = nest->value != value;
-  if (has_epilogue) epilogue(r, nest, name, value, false, false);
+  if (has_epilogue) epilogue(r, nest, name, value, false, scratch);
   kiln_strbuf_printf(r->s, "KILN_EXPORT void %s(const kiln_rt *rt, void *const *buffers) {\n", name);
   r->indent = 0;
   render_open_scope(r); /* indent 1 */
@@ -268,9 +269,10 @@ static bool plane_call_open(render_ctx *r, const kiln_loop_nest *nest, const cha
 
 /* x, y, the epilogue and the call `rt->FN(rt, &a)`. */
 static void plane_call_close(render_ctx *r, const kiln_loop_nest *nest, const char *name, int x_buf,
-                             bool has_epilogue, const char *fn) {
+                             bool has_epilogue, const char *fn, bool scratch) {
   render_line(r, "a.x = (const float *)buffers[%d];", x_buf);
-  render_line(r, "a.y = (float *)buffers[%d];", nest->out_buf);
+  if (scratch) render_line(r, "a.y = NULL; /* the output is not f32: the epilogue stores it */");
+  else render_line(r, "a.y = (float *)buffers[%d];", nest->out_buf);
   if (has_epilogue) {
     render_line(r, "a.epilogue = %s_epilogue;", name);
     render_line(r, "a.epilogue_buffers = buffers;");
@@ -282,19 +284,19 @@ static void plane_call_close(render_ctx *r, const kiln_loop_nest *nest, const ch
 
 void render_c_pool(render_ctx *r, const kiln_loop_nest *nest, const char *name) {
   const te_pool_tag *t = nest->pool.tag;
-  bool has_epilogue = plane_call_open(r, nest, name, t->value, "kiln_rt_pool_args");
+  bool has_epilogue = plane_call_open(r, nest, name, t->value, "kiln_rt_pool_args", nest->pool.scratch);
   render_line(r, "a.nsp = %d;", t->nsp);
   render_line(r, "a.max = %s;", t->max ? "true" : "false");
   render_line(r, "a.count_include_pad = %s;", t->count_include_pad ? "true" : "false");
   render_line(r, "a.planes = INT64_C(%lld);", (long long)(t->n * t->c));
   window_ints(r, t->nsp, t->in, t->out, t->kernel, t->stride, t->dilation, t->pad_begin);
   ints(r, "pad_end", t->pad_end, t->nsp);
-  plane_call_close(r, nest, name, t->x_buf, has_epilogue, "pooling");
+  plane_call_close(r, nest, name, t->x_buf, has_epilogue, "pooling", nest->pool.scratch);
 }
 
 void render_c_resample(render_ctx *r, const kiln_loop_nest *nest, const char *name) {
   const te_resample_tag *t = nest->resample.tag;
-  bool has_epilogue = plane_call_open(r, nest, name, t->value, "kiln_rt_resample_args");
+  bool has_epilogue = plane_call_open(r, nest, name, t->value, "kiln_rt_resample_args", false);
   render_line(r, "a.nsp = %d;", t->rank - 2);
   render_line(r, "a.planes = INT64_C(%lld);", (long long)(t->out[0] * t->out[1]));
   ints(r, "in", t->in + 2, t->rank - 2);
@@ -306,5 +308,5 @@ void render_c_resample(render_ctx *r, const kiln_loop_nest *nest, const char *na
     render_line(r, "a.index[%d] = (const int32_t *)buffers[%d];", k, t->index_buf[k]);
     if (t->weight_buf[k] >= 0) render_line(r, "a.weight[%d] = (const float *)buffers[%d];", k, t->weight_buf[k]);
   }
-  plane_call_close(r, nest, name, t->x_buf, has_epilogue, "resample");
+  plane_call_close(r, nest, name, t->x_buf, has_epilogue, "resample", false);
 }

@@ -337,8 +337,11 @@ void kiln_schedule_pool(const te_builder *b, kiln_loop_nest *nest) {
   if (nest->tiles.n_red || nest->rows.threads || nest->gemm.ok || nest->conv.ok) return;
   const te_pool_tag *t = find_pool(b, nest->value);
   /* The routine writes f32 pools into the output and f runs over them in
-   * place: an output of another dtype has no room for them. */
-  if (!t || te_get_buffer(b, nest->out_buf)->dtype != KILN_DTYPE_F32 || nest->value->dtype != KILN_DTYPE_F32) return;
+   * place; an output of another dtype gets them in the routine's scratch
+   * (pool.scratch), f storing the output. */
+  if (!t) return;
+  bool scratch = te_get_buffer(b, nest->out_buf)->dtype != KILN_DTYPE_F32 || nest->value->dtype != KILN_DTYPE_F32;
+  if (scratch && nest->value == t->value) return; /* no epilogue to store it */
   if (te_get_buffer(b, t->x_buf)->dtype != KILN_DTYPE_F32 || t->x_buf == nest->out_buf) return;
   if (nest->rank != 2 + t->nsp || reads_other(nest->value, t->value, nest->out_buf)) return;
   int64_t want[2 + 3] = {t->n, t->c};
@@ -348,7 +351,7 @@ void kiln_schedule_pool(const te_builder *b, kiln_loop_nest *nest) {
     bool own = i->op == TE_VAR ? i->var == nest->vars[l] : want[l] == 1 && i->op == TE_CONST && i->i == 0;
     if (nest->extents[l] != want[l] || !own) return;
   }
-  nest->pool = (kiln_pool_call){.ok = true, .tag = t};
+  nest->pool = (kiln_pool_call){.ok = true, .tag = t, .scratch = scratch};
 }
 
 /* The tagged resampling the element is f of, or NULL. */

@@ -55,11 +55,15 @@ kiln_status_t kiln_opt_run_on_subgraphs(kiln_graph *g, kiln_status_t (*fn)(kiln_
 
 /* Runs the passes above to a fixed point. level 0: nothing; >= 1: all. */
 kiln_status_t kiln_optimize_graph(kiln_graph *g, int level);
-/* The same; fuse_attention false: the patterns pass leaves attention as
- * MatMul, Softmax, MatMul (for a device without a fused attention kernel);
- * keep_recurrent: RNN, GRU and LSTM stay whole (a device that runs them
- * on a routine of its own). */
-kiln_status_t kiln_optimize_graph_for(kiln_graph *g, int level, bool fuse_attention, bool keep_recurrent);
+/* What a device wants of the optimizer (kiln_plan_optimize_for derives it
+ * from the device's features). */
+typedef struct kiln_optimize_options {
+  bool fuse_attention; /* false: the patterns pass leaves attention as MatMul, Softmax, MatMul (no fused kernel) */
+  bool keep_recurrent; /* RNN, GRU and LSTM stay whole (a device that runs them on a routine of its own) */
+  bool qdq_integer;    /* QDQ convolutions become ConvInteger (a device whose integer kernels beat its float ones) */
+} kiln_optimize_options;
+/* The same, for a device. */
+kiln_status_t kiln_optimize_graph_for(kiln_graph *g, int level, const kiln_optimize_options *opts);
 /* The patterns pass without the attention rewrite. */
 kiln_status_t kiln_pass_patterns_unfused_attention(kiln_graph *g);
 

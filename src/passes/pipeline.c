@@ -431,15 +431,16 @@ static const named_pass pipeline[] = {
 
 #define MAX_ROUNDS 8
 
-kiln_status_t kiln_optimize_graph_for(kiln_graph *g, int level, bool fuse_attention, bool keep_recurrent) {
+kiln_status_t kiln_optimize_graph_for(kiln_graph *g, int level, const kiln_optimize_options *opts) {
   if (!g) return kiln_error(KILN_INVALID_ARGUMENT, "NULL graph");
   if (level <= 0) return NULL;
   for (int round = 0; round < MAX_ROUNDS; round++) {
     uint64_t before = graph_fingerprint(g);
     for (size_t p = 0; p < KILN_ARRAY_SIZE(pipeline); p++) {
       kiln_pass_fn fn = pipeline[p].fn;
-      if (fn == kiln_pass_patterns && !fuse_attention) fn = kiln_pass_patterns_unfused_attention;
-      if (fn == kiln_pass_decompose && keep_recurrent) fn = kiln_pass_decompose_keep_recurrent;
+      if (fn == kiln_pass_qdq_integer && !opts->qdq_integer) continue;
+      if (fn == kiln_pass_patterns && !opts->fuse_attention) fn = kiln_pass_patterns_unfused_attention;
+      if (fn == kiln_pass_decompose && opts->keep_recurrent) fn = kiln_pass_decompose_keep_recurrent;
       KILN_RETURN_IF_ERROR(kiln_run_pass(g, pipeline[p].name, fn), "optimize round %d", round + 1);
     }
     if (graph_fingerprint(g) == before) break;
@@ -447,4 +448,8 @@ kiln_status_t kiln_optimize_graph_for(kiln_graph *g, int level, bool fuse_attent
   return NULL;
 }
 
-kiln_status_t kiln_optimize_graph(kiln_graph *g, int level) { return kiln_optimize_graph_for(g, level, true, false); }
+kiln_status_t kiln_optimize_graph(kiln_graph *g, int level) {
+  const char *q = getenv("KILN_QDQ_INTEGER");
+  kiln_optimize_options o = {.fuse_attention = true, .qdq_integer = q && !strcmp(q, "1")};
+  return kiln_optimize_graph_for(g, level, &o);
+}

@@ -12,9 +12,10 @@
  * the scale, bias and what follows (Relu, the next QuantizeLinear) as its
  * epilogue.
  *
- * Opt-in (KILN_QDQ_INTEGER=1): it is a graph rewrite, so it reaches every
- * device, and on CPUs without VNNI the int16 pair products of kiln_igemm
- * run no faster than the f32 convolutions they replace (docs/ARCHITECTURE.md). */
+ * For a device that asks for it (KILN_DEVICE_FEATURE_QDQ_INTEGER: the cpu
+ * where it has VNNI, whose vpdpbusd quads beat its f32 convolutions; on
+ * CPUs without, kiln_igemm's int16 pair products run no faster than them)
+ * or with KILN_QDQ_INTEGER=1; =0 turns it off (kiln_plan_optimize_for). */
 #include "passes/passes_opt.h"
 
 #include <stdio.h>
@@ -146,7 +147,4 @@ static kiln_status_t qdq_graph(kiln_graph *g) {
   return NULL;
 }
 
-kiln_status_t kiln_pass_qdq_integer(kiln_graph *g) {
-  const char *on = getenv("KILN_QDQ_INTEGER");
-  return on && !strcmp(on, "1") ? qdq_graph(g) : NULL;
-}
+kiln_status_t kiln_pass_qdq_integer(kiln_graph *g) { return qdq_graph(g); }

@@ -72,6 +72,11 @@ enum {
    * whole instead of unrolling the recurrence into step kernels
    * (KILN_RECURRENT_ROUTINE=0/1 overrides, for tests and comparisons). */
   KILN_DEVICE_FEATURE_RECURRENT_ROUTINE = 1 << 5,
+  /* Its integer convolutions beat its float ones, so the optimizer turns a
+   * QDQ Conv (DequantizeLinear'd 8-bit input and weights) into ConvInteger
+   * for it (passes/qdq_integer.c; the cpu where it has VNNI;
+   * KILN_QDQ_INTEGER=0/1 overrides). */
+  KILN_DEVICE_FEATURE_QDQ_INTEGER = 1 << 6,
 };
 
 typedef struct kiln_device kiln_device;

@@ -195,14 +195,16 @@ const kiln_body_plans *kiln_plan_bodies_of(const struct kiln_executable *x) { re
 
 kiln_status_t kiln_plan_optimize_for(kiln_device *dev, kiln_graph *g) {
   const char *lvl = getenv("KILN_OPT_LEVEL"), *fa = getenv("KILN_FUSED_ATTENTION");
-  const char *rr = getenv("KILN_RECURRENT_ROUTINE");
+  const char *rr = getenv("KILN_RECURRENT_ROUTINE"), *qi = getenv("KILN_QDQ_INTEGER");
   int level = lvl ? atoi(lvl) : 1;
   kiln_device_info dinfo;
   dev->vt->query(dev, &dinfo);
   bool fuse_attention = fa && *fa ? atoi(fa) != 0 : (dinfo.features & KILN_DEVICE_FEATURE_FUSED_ATTENTION) != 0;
   /* Only a device with the routine may keep them (=1 elsewhere: ignored). */
   bool keep_recurrent = (dinfo.features & KILN_DEVICE_FEATURE_RECURRENT_ROUTINE) && !(rr && *rr && !atoi(rr));
-  return kiln_optimize_graph_for(g, level, fuse_attention, keep_recurrent);
+  bool qdq_integer = qi && *qi ? atoi(qi) != 0 : (dinfo.features & KILN_DEVICE_FEATURE_QDQ_INTEGER) != 0;
+  kiln_optimize_options o = {fuse_attention, keep_recurrent, qdq_integer};
+  return kiln_optimize_graph_for(g, level, &o);
 }
 
 /* ---- execute ------------------------------------------------------------------- */

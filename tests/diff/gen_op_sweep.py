@@ -870,6 +870,29 @@ def dtype_cases():
     q = m.node('QuantizeLinear', [m.source([4, 6]), m.const(np.linspace(0.01, 0.05, 6).astype(np.float32)),
                                   m.const(np.zeros(6, np.int8))], axis=-1)
     m.out(m.node('DequantizeLinear', [q, m.const(np.linspace(0.01, 0.05, 6).astype(np.float32))], axis=-1))
+    # QDQ convolutions as quantize_static writes them: DequantizeLinear of a quantized input (u8, zero point
+    # 0 as after a Relu: B's values beyond int8, the unsigned-B quads; or 128) and of int8 weights (per
+    # channel or per tensor) into a Conv with a bias and a Relu; and the input's MaxPool quantized again
+    # (a u8 output: the pool routine's scratch plane). passes/qdq_integer.c makes the Conv a ConvInteger where the cpu has VNNI
+    # (KILN_QDQ_INTEGER=1 anywhere; run_diff.sh runs these both ways); the outputs are dequantized
+    # convolutions, which the integer path computes exactly up to the float scale.
+    def qdq_conv(name, xs, ws, x_zp, per_channel, group=1, **attrs):
+        m = dcase(name)
+        xq = m.node('QuantizeLinear', [m.node('Mul', [m.node('Abs', [m.source(xs)]), m.const(np.float32(30.0))])
+                                       if x_zp == 0 else m.source(xs), m.const(np.float32(0.05)), m.const(np.uint8(x_zp))])
+        x = m.node('DequantizeLinear', [xq, m.const(np.float32(0.05)), m.const(np.uint8(x_zp))])
+        wq = m.rng.randint(-128, 128, ws).astype(np.int8)
+        wsc = (np.linspace(0.002, 0.01, ws[0]) if per_channel else np.array(0.004)).astype(np.float32)
+        w = m.node('DequantizeLinear', [m.const(wq), m.const(wsc), m.const(np.zeros(wsc.shape, np.int8))],
+                   **({'axis': 0} if per_channel else {}))
+        m.out(m.node('Relu', [m.node('Conv', [x, w, m.randc([ws[0]])], group=group, **attrs)]))
+        # the input's MaxPool, requantized with its own parameters: exact on every path (no sum to round)
+        p = m.node('MaxPool', [x], kernel_shape=[2, 2], strides=[2, 2])
+        m.out(m.node('QuantizeLinear', [p, m.const(np.float32(0.05)), m.const(np.uint8(x_zp))]))
+    qdq_conv('QDQ_conv_relu_zp0', [1, 8, 12, 12], [16, 8, 3, 3], 0, True, pads=[1, 1, 1, 1])
+    qdq_conv('QDQ_conv_zp128_tensor', [1, 5, 11, 13], [7, 5, 3, 3], 128, False, strides=[2, 2], pads=[1, 0, 1, 2])
+    qdq_conv('QDQ_conv_1x1_zp0', [2, 24, 9, 9], [12, 24, 1, 1], 0, True)
+    qdq_conv('QDQ_conv_depthwise', [1, 6, 10, 10], [6, 1, 3, 3], 0, True, group=6, pads=[1, 1, 1, 1])
     # MatMulInteger (int32 sums of zero-point-shifted int8/uint8 products): 2-D, batched with broadcast, no
     # zero points, a dynamic-quantization chain (QuantizeLinear -> MatMulInteger -> Cast -> Mul)
     m = dcase('MatMulInteger_u8_i8')

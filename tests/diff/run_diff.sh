@@ -12,7 +12,9 @@
 #     mixed_* ones, which put ref steps between compiled ones on purpose;
 #   - on the cpu, the sweep's RNN/GRU/LSTM models once more with
 #     KILN_RECURRENT_ROUTINE=0: the unrolled step kernels other devices
-#     compile, where the cpu otherwise runs its own recurrent routine;
+#     compile, where the cpu otherwise runs its own recurrent routine; and
+#     its QDQ convolutions with KILN_QDQ_INTEGER=1 and =0 (ConvInteger and
+#     float, whichever the machine's default is);
 #   - with it, the control-flow cases (tests/diff/gen_control_flow.py, cf_*:
 #     If, nested If, Loop with scan outputs and with a data-dependent trip
 #     count, Scan), whose bodies must compile as well;
@@ -138,16 +140,26 @@ run_split "$tmp/sweep.list" "$tmp/sweep.out" --fail-on-fallback
 if [ -s "$tmp/mixed.list" ]; then
   xargs -d '\n' "$bin" --devices "$device,ref" --seed "$seed" --report-fallbacks < "$tmp/mixed.list" >> "$tmp/sweep.out" 2>&1
 fi
-# The cpu runs RNN, GRU and LSTM whole on a routine of its own; the unrolled
-# step kernels the other devices compile (passes/decompose.c) are checked on
-# the cpu as well, with the routine off.
-: > "$tmp/unrolled.list"
-[ "$device" = cpu ] && grep -E '/(dtype_)?(RNN|GRU|LSTM)_' "$tmp/sweep.list" > "$tmp/unrolled.list"
-: > "$tmp/unrolled.out"
-if [ -s "$tmp/unrolled.list" ]; then
-  KILN_RECURRENT_ROUTINE=0 xargs -d '\n' "$bin" --devices "$device,ref" --seed "$seed" --fail-on-fallback \
-    < "$tmp/unrolled.list" > "$tmp/unrolled.out" 2>&1
-fi
+# Sweep models again on the cpu with an optimizer choice flipped (set name,
+# models matching a pattern, the environment): the RNN, GRU and LSTM the cpu
+# runs whole on its routine as the unrolled step kernels the other devices
+# compile (passes/decompose.c); the QDQ convolutions both as ConvInteger
+# (passes/qdq_integer.c, the default where the cpu has VNNI) and as float.
+extra_sets=""
+extra_set() {
+  local name=$1 pattern=$2
+  shift 2
+  : > "$tmp/$name.list"
+  : > "$tmp/$name.out"
+  [ "$device" = cpu ] && grep -E "$pattern" "$tmp/sweep.list" > "$tmp/$name.list"
+  [ -s "$tmp/$name.list" ] || return 0
+  env "$@" xargs -d '\n' "$bin" --devices "$device,ref" --seed "$seed" --fail-on-fallback \
+    < "$tmp/$name.list" > "$tmp/$name.out" 2>&1
+  extra_sets="$extra_sets $name"
+}
+extra_set unrolled '/(dtype_)?(RNN|GRU|LSTM)_' KILN_RECURRENT_ROUTINE=0
+extra_set qdq_integer '/dtype_QDQ_conv_' KILN_QDQ_INTEGER=1
+extra_set qdq_float '/dtype_QDQ_conv_' KILN_QDQ_INTEGER=0
 # three threads: kernels of the big graphs split their loops unevenly
 : > "$tmp/random.out"
 [ -s "$tmp/random.list" ] && run_split "$tmp/random.list" "$tmp/random.out" --report-fallbacks --threads 3
@@ -159,9 +171,7 @@ fi
 known=$src/tests/diff/known_failures.txt
 sed -e 's/#.*//' -e 's/[[:space:]]*$//' -e '/^$/d' "$known" 2>/dev/null | sort -u > "$tmp/known"
 
-sets="sweep random"
-[ -s "$tmp/unrolled.list" ] && sets="$sets unrolled"
-for set in $sets; do
+for set in sweep random $extra_sets; do
   out=$tmp/$set.out
   expected=$(cat "$tmp/$set.list" $([ "$set" = sweep ] && echo "$tmp/mixed.list") | wc -l)
   pass=0 fail=0 xfail=0

@@ -966,13 +966,13 @@ static void test_attention(void) {
      * and the MatMuls stay. */
     kiln_graph *unfused;
     MUST(kiln_graph_clone(g, NULL, &unfused));
-    MUST(kiln_optimize_graph_for(unfused, 1, false, false));
+    MUST(kiln_optimize_graph_for(unfused, 1, &(kiln_optimize_options){.fuse_attention = false}));
     CHECK(!find_op(unfused, "FusedAttention") && count_op(unfused, "Softmax") == 1 && count_op(unfused, "MatMul") == 2,
           "attention variant %d unfused: %d FusedAttention, %d Softmax, %d MatMul", variant,
           count_op(unfused, "FusedAttention"), count_op(unfused, "Softmax"), count_op(unfused, "MatMul"));
     kiln_graph_free(unfused);
     MUST(kiln_graph_clone(g, NULL, &unfused));
-    MUST(kiln_optimize_graph_for(unfused, 1, true, false));
+    MUST(kiln_optimize_graph_for(unfused, 1, &(kiln_optimize_options){.fuse_attention = true}));
     CHECK(find_op(unfused, "FusedAttention"), "attention variant %d: the clone fused with fuse_attention", variant);
     kiln_graph_free(unfused);
     check_passes("attention", g, PASSES(P_PATTERNS, P_SIMPLIFY, P_DCE));

@@ -40,6 +40,11 @@ static void cpu_query(const kiln_device *dev, kiln_device_info *out) {
   out->description = description;
   out->host_memory = true;
   out->features = KILN_DEVICE_FEATURE_RECURRENT_ROUTINE;
+  /* With VNNI the 8-bit GEMM's vpdpbusd quads (gemm/igemm*) beat the f32
+   * convolutions (QDQ ResNet-50: 67 against 77 ms fp32 on a Zen 4); without,
+   * its int16 pairs do not. */
+  const kiln_cpu_features *cf = kiln_cpu_features_get();
+  if (cf->avx512_vnni || cf->avx_vnni) out->features |= KILN_DEVICE_FEATURE_QDQ_INTEGER;
 }
 
 static bool cpu_supports(const kiln_device *dev, const kiln_graph *g, const kiln_node *node, const char **reason) {

@@ -110,6 +110,14 @@ static kiln_igemm_kernel_fn quad_kernel(bool full) { return quad_kernel_for(chos
 /* Whether the chosen kernels sum full-range quads exactly in registers. */
 static bool quads_full_fast(void) { return quad_kernel(true) != kiln_igemm_quad_kernel_generic; }
 
+/* The unsigned-B quads kernel of the chosen instruction set, or NULL. */
+static kiln_igemm_kernel_fn quad_ub_kernel(void) {
+  const igemm_kernel *k = chosen();
+  if (!strcmp(k->name, "avx512vnni")) return kiln_igemm_quad_ub_kernel_avx512vnni;
+  if (!strcmp(k->name, "avxvnni")) return kiln_igemm_quad_ub_kernel_avxvnni;
+  return NULL;
+}
+
 /* ---- packing ------------------------------------------------------------------------------- */
 
 /* op(X)[row, p] - zero of an 8-bit operand stored rows x K (or K x rows when trans). */
@@ -142,7 +150,12 @@ static int64_t kquads(int64_t k) { return (k + 3) / 4; }
 /* A packed B starts with a 64-byte header naming its layout; the panels
  * follow, and in the quads layout B's column sums after them (one int32
  * per column of every panel). */
-enum { LAYOUT_PAIRS = 1, LAYOUT_QUADS = 2, LAYOUT_QUADS_FULL = 3 /* quads, B - b_zero anywhere in int8 */ };
+enum {
+  LAYOUT_PAIRS = 1,
+  LAYOUT_QUADS = 2,
+  LAYOUT_QUADS_FULL = 3, /* quads, B - b_zero anywhere in int8 */
+  LAYOUT_QUADS_UB = 4,   /* quads of B's own bytes (u8 form), A - a_zero the int8 operand */
+};
 #define HEADER_WORDS 16
 
 size_t kiln_igemm_packed_b_size(int64_t k, int64_t n) {
@@ -153,26 +166,68 @@ size_t kiln_igemm_packed_b_size(int64_t k, int64_t n) {
   return (size_t)bytes + HEADER_WORDS * 4;
 }
 
-/* Whether every op(B) - b_zero lies in [lo, hi]. */
-static bool b_within(const kiln_igemm_args *g, int32_t lo, int32_t hi) {
+/* The range of op(B) - b_zero: its dtype's where that decides nothing, else one scan. */
+static void b_range(const kiln_igemm_args *g, int32_t *lo, int32_t *hi) {
   int32_t vmin = (g->b_signed ? -128 : 0) - g->b_zero, vmax = (g->b_signed ? 127 : 255) - g->b_zero;
-  if (vmin >= lo && vmax <= hi) return true;
+  *lo = vmin, *hi = vmax;
+  if ((vmin >= -IGEMM_QUAD_BOUND && vmax <= IGEMM_QUAD_BOUND) || vmin > 127 || vmax < -128) return;
+  int32_t mn = INT32_MAX, mx = INT32_MIN;
   for (int64_t p = 0; p < g->k; p++) {
     for (int64_t j = 0; j < g->n; j++) {
       int64_t o = g->trans_b ? j * g->ldb + p : p * g->ldb + j;
-      int32_t v = (g->b_signed ? ((const int8_t *)g->b)[o] : ((const uint8_t *)g->b)[o]) - g->b_zero;
-      if (v < lo || v > hi) return false;
+      int32_t v = g->b_signed ? ((const int8_t *)g->b)[o] : ((const uint8_t *)g->b)[o];
+      mn = v < mn ? v : mn;
+      mx = v > mx ? v : mx;
     }
   }
-  return true;
+  if (mn <= mx) *lo = mn - g->b_zero, *hi = mx - g->b_zero;
 }
 
 /* The layout op(B) is packed in: quads within +-IGEMM_QUAD_BOUND (every
- * quads kernel), full-range quads where the CPU has vpdpbusd, else pairs. */
-static int32_t b_layout(const kiln_igemm_args *g) {
-  if (b_within(g, -IGEMM_QUAD_BOUND, IGEMM_QUAD_BOUND)) return LAYOUT_QUADS;
-  if (quads_full_fast() && b_within(g, -128, 127)) return LAYOUT_QUADS_FULL;
+ * quads kernel), full-range quads where the CPU has vpdpbusd, else
+ * unsigned-B quads where allowed (a B packed for this call alone, an A
+ * that fits int8, vpdpbusd), else pairs. */
+static int32_t b_layout(const kiln_igemm_args *g, bool allow_ub) {
+  int32_t lo = (g->b_signed ? -128 : 0) - g->b_zero, hi = (g->b_signed ? 127 : 255) - g->b_zero;
+  if (lo >= -IGEMM_QUAD_BOUND && hi <= IGEMM_QUAD_BOUND) return LAYOUT_QUADS;
+  if (allow_ub) return LAYOUT_QUADS_UB; /* any B, as fast as the full layout: no scan of B */
+  b_range(g, &lo, &hi);
+  if (lo >= -IGEMM_QUAD_BOUND && hi <= IGEMM_QUAD_BOUND) return LAYOUT_QUADS;
+  if (quads_full_fast() && lo >= -128 && hi <= 127) return LAYOUT_QUADS_FULL;
+  if (allow_ub) return LAYOUT_QUADS_UB;
   return LAYOUT_PAIRS;
+}
+
+/* B's element in u8 form (a signed B offset by 128). */
+static uint8_t b_u8(const kiln_igemm_args *g, int64_t p, int64_t j) {
+  int64_t o = g->trans_b ? j * g->ldb + p : p * g->ldb + j;
+  uint8_t v = ((const uint8_t *)g->b)[o];
+  return g->b_signed ? (uint8_t)(v ^ 0x80u) : v;
+}
+
+/* Unsigned-B quad panels [j0, j1): B's own bytes, padding 0. */
+static void pack_b_quads_ub(const kiln_igemm_args *g, int32_t *data, int64_t j0, int64_t j1) {
+  int64_t kq = kquads(g->k);
+  for (int64_t panel = j0; panel < j1; panel++) {
+    uint8_t *out = (uint8_t *)(data + panel * kq * IGEMM_NR);
+    int64_t c0 = panel * IGEMM_NR;
+    if (!g->trans_b && c0 + IGEMM_NR <= g->n) { /* K x N rows, a full panel: rows copied */
+      uint8_t flip = g->b_signed ? 0x80u : 0;
+      for (int64_t p = 0; p < 4 * kq; p++) {
+        uint8_t *o = out + (p / 4) * IGEMM_NR * 4 + p % 4;
+        if (p >= g->k) {
+          for (int j = 0; j < IGEMM_NR; j++) o[4 * j] = 0;
+          continue;
+        }
+        const uint8_t *src = (const uint8_t *)g->b + p * g->ldb + c0;
+        for (int j = 0; j < IGEMM_NR; j++) o[4 * j] = src[j] ^ flip;
+      }
+      continue;
+    }
+    for (int j = 0; j < IGEMM_NR; j++)
+      for (int64_t p = 0; p < 4 * kq; p++)
+        out[((p / 4) * IGEMM_NR + j) * 4 + p % 4] = c0 + j < g->n && p < g->k ? b_u8(g, p, c0 + j) : 0;
+  }
 }
 
 /* Quad panels [j0, j1) and their columns' sums. */
@@ -223,31 +278,35 @@ static void pack_b_panels(const kiln_igemm_args *g, int32_t *packed, int64_t j0,
 
 typedef struct pack_job {
   const kiln_igemm_args *g;
-  int32_t *data, *colsum; /* colsum: the quads layout's, else NULL */
+  int32_t layout;
+  int32_t *data, *colsum; /* colsum: the quads layouts', else NULL */
 } pack_job;
 
 static void pack_task(void *ctx, int64_t begin, int64_t end, int thread) {
   (void)thread;
   const pack_job *job = ctx;
-  if (job->colsum)
+  if (job->layout == LAYOUT_QUADS_UB)
+    pack_b_quads_ub(job->g, job->data, begin, end);
+  else if (job->layout != LAYOUT_PAIRS)
     pack_b_quads(job->g, job->data, job->colsum, begin, end);
   else
     pack_b_panels(job->g, job->data, begin, end);
 }
 
-/* Packs op(B) into `packed` (kiln_igemm_packed_b_size bytes), in the
- * quads layout where B's values allow it. */
-static void pack_b(kiln_threadpool *pool, const kiln_igemm_args *g, int32_t *packed) {
+/* Packs op(B) into `packed` (kiln_igemm_packed_b_size bytes), in a quads
+ * layout where B's values and the CPU allow it (allow_ub: see b_layout). */
+static void pack_b(kiln_threadpool *pool, const kiln_igemm_args *g, int32_t *packed, bool allow_ub) {
   int64_t panels = (g->n + IGEMM_NR - 1) / IGEMM_NR;
-  int32_t layout = b_layout(g);
+  int32_t layout = b_layout(g, allow_ub);
   bool quads = layout != LAYOUT_PAIRS;
   memset(packed, 0, HEADER_WORDS * 4);
   packed[0] = layout;
-  pack_job job = {g, packed + HEADER_WORDS, quads ? packed + HEADER_WORDS + panels * kquads(g->k) * IGEMM_NR : NULL};
+  pack_job job = {g, layout, packed + HEADER_WORDS,
+                  quads ? packed + HEADER_WORDS + panels * kquads(g->k) * IGEMM_NR : NULL};
   kiln_parallel_for(pool, panels, 8, pack_task, &job);
 }
 
-void kiln_igemm_pack_b(const kiln_igemm_args *g, void *packed) { pack_b(NULL, g, packed); }
+void kiln_igemm_pack_b(const kiln_igemm_args *g, void *packed) { pack_b(NULL, g, packed, false); }
 
 /* ---- the driver ------------------------------------------------------------------------------ */
 
@@ -255,6 +314,7 @@ typedef struct igemm_run {
   const kiln_igemm_args *g;
   const int32_t *pb;     /* packed B's panels */
   const int32_t *colsum; /* the quads layout's column sums, else NULL */
+  bool ub;               /* the unsigned-B quads layout */
   const int32_t *rows;   /* A's zero point per row, or NULL */
   kiln_igemm_kernel_fn kernel;
   int64_t nc;      /* columns of a task */
@@ -375,9 +435,63 @@ static int32_t a_quad(const kiln_igemm_args *g, int64_t row, int64_t q) {
   return (int32_t)w;
 }
 
+/* A's element minus its zero point as the unsigned-B kernel reads it (int8: checked by a_fits_s8). */
+static int32_t a_s8(const igemm_run *run, int64_t row, int64_t p) {
+  const kiln_igemm_args *g = run->g;
+  return at(g->a, g->a_signed, g->trans_a, g->lda, row, p, a_zero_of(g, run->rows, row));
+}
+
+/* Word (q, r) of A's quads in the unsigned-B layout: A - a_zero as int8 bytes. */
+static int32_t a_quad_s8(const igemm_run *run, int64_t row, int64_t q) {
+  uint32_t w = 0;
+  if (row < run->g->m)
+    for (int t = 0; t < 4 && 4 * q + t < run->g->k; t++) w |= (uint32_t)(uint8_t)(int8_t)a_s8(run, row, 4 * q + t) << 8 * t;
+  return (int32_t)w;
+}
+
+/* Whether every A - a_zero fits int8 (the unsigned-B layout's condition on A). */
+static bool a_fits_s8(const kiln_igemm_args *g, const int32_t *rows) {
+  for (int64_t i = 0; i < g->m; i++) {
+    int32_t z = a_zero_of(g, rows, i), lo = (g->a_signed ? -128 : 0) - z, hi = (g->a_signed ? 127 : 255) - z;
+    if (lo >= -128 && hi <= 127) continue;
+    for (int64_t p = 0; p < g->k; p++) {
+      int32_t v = at(g->a, g->a_signed, g->trans_a, g->lda, i, p, z);
+      if (v < -128 || v > 127) return false;
+    }
+  }
+  return true;
+}
+
+/* Unsigned-B layout: C[i0..i1, j0..j1] -= B's zero point (u8 form) x A's row sums. */
+static void quads_ub_correct(const igemm_run *run, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  const kiln_igemm_args *g = run->g;
+  uint32_t z = (uint32_t)(g->b_zero + (g->b_signed ? 128 : 0));
+  if (!z) return;
+  for (int64_t i = i0; i < i1; i++) {
+    uint32_t sum = 0;
+    if (!g->trans_a) { /* one run of K */
+      const uint8_t *src = (const uint8_t *)g->a + i * g->lda;
+      int64_t acc = 0;
+      if (g->a_signed)
+        for (int64_t p = 0; p < g->k; p++) acc += (int8_t)src[p];
+      else
+        for (int64_t p = 0; p < g->k; p++) acc += src[p];
+      sum = (uint32_t)(uint64_t)acc - (uint32_t)a_zero_of(g, run->rows, i) * (uint32_t)g->k;
+    } else {
+      for (int64_t p = 0; p < g->k; p++) sum += (uint32_t)a_s8(run, i, p);
+    }
+    int32_t *row = g->c + i * g->ldc;
+    for (int64_t j = j0; j < j1; j++) row[j] = (int32_t)((uint32_t)row[j] - z * sum);
+  }
+}
+
 /* C[i0..i1, j0..j1] -= a's zero point (uint8 form) x B's column sum: the kernel summed uint8 A. */
 static void quads_correct(const igemm_run *run, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   const kiln_igemm_args *g = run->g;
+  if (run->ub) {
+    quads_ub_correct(run, i0, i1, j0, j1);
+    return;
+  }
   for (int64_t i = i0; i < i1; i++) {
     uint32_t z = (uint32_t)a_zero_u8(run, i);
     if (!z) continue;
@@ -400,8 +514,10 @@ static void task_quads(void *ctx, int64_t begin, int64_t end, int thread) {
         for (int64_t j = j0; j < j1; j++) {
           const int8_t *bq = (const int8_t *)(run->pb + (j / IGEMM_NR) * kq * IGEMM_NR);
           uint32_t s = 0;
-          for (int64_t p = 0; p < g->k; p++)
-            s += (uint32_t)((int32_t)a_u8(g, i, p) * bq[((p / 4) * IGEMM_NR + j % IGEMM_NR) * 4 + p % 4]);
+          for (int64_t p = 0; p < g->k; p++) {
+            int8_t b = bq[((p / 4) * IGEMM_NR + j % IGEMM_NR) * 4 + p % 4];
+            s += run->ub ? (uint32_t)(a_s8(run, i, p) * (int32_t)(uint8_t)b) : (uint32_t)((int32_t)a_u8(g, i, p) * b);
+          }
           g->c[i * g->ldc + j] = (int32_t)s;
         }
     } else {
@@ -412,6 +528,23 @@ static void task_quads(void *ctx, int64_t begin, int64_t end, int thread) {
           int32_t *panel = ap + (r0 - i0) * KCQ;
           for (int r = 0; r < IGEMM_MR; r++) {
             int64_t row = r0 + r;
+            if (run->ub) {
+              if (!g->trans_a && row < g->m && 4 * (q0 + qc) <= g->k) { /* whole quads of one row */
+                const uint8_t *src = (const uint8_t *)g->a + row * g->lda + 4 * q0;
+                int32_t z = a_zero_of(g, run->rows, row);
+                for (int64_t q = 0; q < qc; q++) {
+                  uint32_t w = 0;
+                  for (int t = 0; t < 4; t++) {
+                    int32_t v = (g->a_signed ? (int8_t)src[4 * q + t] : src[4 * q + t]) - z;
+                    w |= (uint32_t)(uint8_t)(int8_t)v << 8 * t;
+                  }
+                  panel[q * IGEMM_MR + r] = (int32_t)w;
+                }
+                continue;
+              }
+              for (int64_t q = 0; q < qc; q++) panel[q * IGEMM_MR + r] = a_quad_s8(run, row, q0 + q);
+              continue;
+            }
             if (!g->trans_a && row < g->m && 4 * (q0 + qc) <= g->k) { /* whole quads of one row: copy them */
               const uint8_t *src = (const uint8_t *)g->a + row * g->lda + 4 * q0;
               uint32_t flip = g->a_signed ? 0x80808080u : 0;
@@ -465,10 +598,12 @@ void kiln_igemm_rows(kiln_threadpool *pool, const kiln_igemm_args *g, const int3
       all_plain(g, rows);
       return;
     }
-    pack_b(pool, g, own);
+    /* Packed for this call: A is known, so the unsigned-B quads may serve. */
+    pack_b(pool, g, own, quad_ub_kernel() && a_fits_s8(g, rows));
     packed = own;
   }
-  bool quads = packed[0] == LAYOUT_QUADS || packed[0] == LAYOUT_QUADS_FULL;
+  bool ub = packed[0] == LAYOUT_QUADS_UB; /* only this call packs it, its kernel at hand */
+  bool quads = packed[0] == LAYOUT_QUADS || packed[0] == LAYOUT_QUADS_FULL || ub;
   int64_t panels = (g->n + IGEMM_NR - 1) / IGEMM_NR;
   /* Tiny products stay on the caller's thread. */
   double macs = (double)g->m * (double)g->n * (double)g->k;
@@ -482,8 +617,14 @@ void kiln_igemm_rows(kiln_threadpool *pool, const kiln_igemm_args *g, const int3
     int64_t blocks = (g->m + MC - 1) / MC * ((g->n + nc - 1) / nc);
     if ((blocks + threads - 1) / threads * threads * 100 <= blocks * 105) break; /* within 5% of even */
   }
-  igemm_run run = {g, packed + HEADER_WORDS, quads ? packed + HEADER_WORDS + panels * kquads(g->k) * IGEMM_NR : NULL,
-                   rows, quads ? quad_kernel(packed[0] == LAYOUT_QUADS_FULL) : *chosen()->fn, nc, (g->n + nc - 1) / nc};
+  igemm_run run = {g,
+                   packed + HEADER_WORDS,
+                   quads ? packed + HEADER_WORDS + panels * kquads(g->k) * IGEMM_NR : NULL,
+                   ub,
+                   rows,
+                   ub ? quad_ub_kernel() : quads ? quad_kernel(packed[0] == LAYOUT_QUADS_FULL) : *chosen()->fn,
+                   nc,
+                   (g->n + nc - 1) / nc};
   int64_t tasks = (g->m + MC - 1) / MC * run.tasks_n;
   kiln_parallel_for(pool, tasks, 1, quads ? task_quads : task, &run);
   free(own);

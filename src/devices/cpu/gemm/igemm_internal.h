@@ -27,7 +27,13 @@
  * subtracts a_zero (+ 128) times B's column sums afterwards. On VNNI
  * (vpdpbusd: four products summed exactly in 32 bits) the same layout
  * holds any B - b_zero in [-128, 127]; packed so, it is marked full and
- * only the VNNI and portable quads kernels read it. */
+ * only the VNNI and portable quads kernels read it. Where B - b_zero does
+ * not fit int8 (u8 activations of zero point 0 after a Relu) VNNI takes
+ * the unsigned-B quads layout: B's bytes as they are (u8; a signed B
+ * offset by 128), A - a_zero as int8 (weights), the roles of vpdpbusd's
+ * operands swapped; the driver subtracts B's zero point (u8 form) times
+ * A's row sums. Only a B packed by the call itself takes it (A is known
+ * there: it must fit int8); a B packed ahead (kiln_igemm_pack_b) never. */
 #define IGEMM_QUAD_BOUND 64
 
 /* C[0..mr, 0..nr] (= or +=, modulo 2^32) the kp-pair product of a packed
@@ -47,5 +53,8 @@ void kiln_igemm_quad_kernel_generic(int64_t kq, const int32_t *ap, const int32_t
 extern const kiln_igemm_kernel_fn kiln_igemm_quad_kernel_avx2;
 /* The same over vpdpbusd (exact for any int8 B - b_zero: the full layout). */
 extern const kiln_igemm_kernel_fn kiln_igemm_quad_kernel_avxvnni, kiln_igemm_quad_kernel_avx512vnni;
+/* Quads with the roles swapped (the unsigned-B layout): B's bytes u8, A's
+ * (A - a_zero) s8; C = or += their quad products. VNNI only. */
+extern const kiln_igemm_kernel_fn kiln_igemm_quad_ub_kernel_avxvnni, kiln_igemm_quad_ub_kernel_avx512vnni;
 
 #endif

@@ -89,8 +89,17 @@ __attribute__((target("avx2,avxvnni"))) static void quad_kernel_avxvnni(int64_t 
   IGEMM_KERNEL_BODY(MADD_QUADS_AVXVNNI)
 }
 const kiln_igemm_kernel_fn kiln_igemm_quad_kernel_avxvnni = quad_kernel_avxvnni;
+#define MADD_QUADS_UB_AVXVNNI(acc, a, b) _mm256_dpbusd_avx_epi32((acc), (b), (a))
+__attribute__((target("avx2,avxvnni"))) static void quad_ub_kernel_avxvnni(int64_t kq, const int32_t *ap,
+                                                                           const int32_t *bp, int32_t *c, int64_t ldc,
+                                                                           int mr, int nr, bool accumulate) {
+  int64_t kp = kq;
+  IGEMM_KERNEL_BODY(MADD_QUADS_UB_AVXVNNI)
+}
+const kiln_igemm_kernel_fn kiln_igemm_quad_ub_kernel_avxvnni = quad_ub_kernel_avxvnni;
 #else
-const kiln_igemm_kernel_fn kiln_igemm_kernel_avxvnni = NULL, kiln_igemm_quad_kernel_avxvnni = NULL;
+const kiln_igemm_kernel_fn kiln_igemm_kernel_avxvnni = NULL, kiln_igemm_quad_kernel_avxvnni = NULL,
+                           kiln_igemm_quad_ub_kernel_avxvnni = NULL;
 #endif
 
 #define MADD_AVX512VNNI(acc, a, b) _mm256_dpwssd_epi32((acc), (a), (b))
@@ -114,8 +123,21 @@ quad_kernel_avx512vnni(int64_t kq, const int32_t *ap, const int32_t *bp, int32_t
 }
 const kiln_igemm_kernel_fn kiln_igemm_quad_kernel_avx512vnni = quad_kernel_avx512vnni;
 
+/* Quads with the operands' roles swapped (LAYOUT_QUADS_UB): B's bytes are
+ * the unsigned operand, A's (A - its zero point, int8) the signed one: a
+ * u8 activation times an s8 weight whatever the activation's zero point. */
+#define MADD_QUADS_UB_AVX512VNNI(acc, a, b) _mm256_dpbusd_epi32((acc), (b), (a))
+__attribute__((target("avx2,avx512f,avx512vl,avx512vnni"))) static void
+quad_ub_kernel_avx512vnni(int64_t kq, const int32_t *ap, const int32_t *bp, int32_t *c, int64_t ldc, int mr, int nr,
+                          bool accumulate) {
+  int64_t kp = kq;
+  IGEMM_KERNEL_BODY(MADD_QUADS_UB_AVX512VNNI)
+}
+const kiln_igemm_kernel_fn kiln_igemm_quad_ub_kernel_avx512vnni = quad_ub_kernel_avx512vnni;
+
 #else
 const kiln_igemm_kernel_fn kiln_igemm_kernel_avx2 = NULL, kiln_igemm_kernel_avxvnni = NULL,
                            kiln_igemm_kernel_avx512vnni = NULL, kiln_igemm_quad_kernel_avx2 = NULL,
-                           kiln_igemm_quad_kernel_avxvnni = NULL, kiln_igemm_quad_kernel_avx512vnni = NULL;
+                           kiln_igemm_quad_kernel_avxvnni = NULL, kiln_igemm_quad_kernel_avx512vnni = NULL,
+                           kiln_igemm_quad_ub_kernel_avxvnni = NULL, kiln_igemm_quad_ub_kernel_avx512vnni = NULL;
 #endif

@@ -1542,6 +1542,13 @@ static void run_conv(ik_launch *x) {
   x->rt->conv(x->rt, &a, (kiln_rt_state **)x->buffers[k->n_bufs]);
 }
 
+/* A pool of an output that is not f32: the plane in the routine's scratch,
+ * the elements stored into the output. */
+static void pool_scratch_epilogue(void *vctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, int64_t nb) {
+  const kiln_rt_epilogue_ctx *e = vctx;
+  tile_epilogue((const ik_launch *)e->buffers, e->base, e->row, c, ldc, m0, n0, mb, nb, true);
+}
+
 /* A tensorized pool (render_conv.c's render_c_pool): the runtime's
  * routine, the interpreter as its per-plane epilogue. */
 static void run_pool(ik_launch *x) {
@@ -1551,9 +1558,9 @@ static void run_pool(ik_launch *x) {
   COPY_WINDOW(a, t);
   for (int i = 0; i < t->nsp; i++) a.pad_end[i] = t->pad_end[i];
   a.x = x->buffers[t->x_buf];
-  a.y = x->buffers[k->out_buf];
+  a.y = k->pool.scratch ? NULL : x->buffers[k->out_buf];
   if (k->has_epilogue) {
-    a.epilogue = conv_epilogue;
+    a.epilogue = k->pool.scratch ? pool_scratch_epilogue : conv_epilogue;
     a.epilogue_buffers = (void *const *)x;
   }
   x->rt->pooling(x->rt, &a);
