@@ -53,87 +53,51 @@
     for (int j = 0; j < nr; j++)                                                                    \
       c[r * ldc + j] = accumulate ? (int32_t)((uint32_t)c[r * ldc + j] + (uint32_t)tile[r][j]) : tile[r][j];
 
-#define MADD_AVX2(acc, a, b) _mm256_add_epi32((acc), _mm256_madd_epi16((a), (b)))
+/* A micro-kernel named NAME for TARGET (a target attribute string) over
+ * MADD, exported as kiln_igemm_NAME (kp counts pairs or quads). */
+#define IGEMM_KERNEL(NAME, TARGET, MADD)                                                                   \
+  __attribute__((target(TARGET))) static void NAME(int64_t kp, const int32_t *ap, const int32_t *bp, int32_t *c, \
+                                                   int64_t ldc, int mr, int nr, bool accumulate) {           \
+    IGEMM_KERNEL_BODY(MADD)                                                                                \
+  }                                                                                                        \
+  const kiln_igemm_kernel_fn kiln_igemm_##NAME = NAME;
 
-__attribute__((target("avx2"))) static void kernel_avx2(int64_t kp, const int32_t *ap, const int32_t *bp, int32_t *c,
-                                                        int64_t ldc, int mr, int nr, bool accumulate) {
-  IGEMM_KERNEL_BODY(MADD_AVX2)
-}
-const kiln_igemm_kernel_fn kiln_igemm_kernel_avx2 = kernel_avx2;
+#define MADD_AVX2(acc, a, b) _mm256_add_epi32((acc), _mm256_madd_epi16((a), (b)))
+IGEMM_KERNEL(kernel_avx2, "avx2", MADD_AVX2)
 
 /* Quads (igemm_internal.h): 32 u8 x s8 products as 16 exact int16 pair sums
  * (the operands' range keeps vpmaddubsw from saturating), widened to 8
  * int32 sums of four by vpmaddwd with ones. */
 #define MADD_QUADS_AVX2(acc, a, b) \
   _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((a), (b)), _mm256_set1_epi16(1)))
+IGEMM_KERNEL(quad_kernel_avx2, "avx2", MADD_QUADS_AVX2)
 
-__attribute__((target("avx2"))) static void quad_kernel_avx2(int64_t kp, const int32_t *ap, const int32_t *bp,
-                                                             int32_t *c, int64_t ldc, int mr, int nr, bool accumulate) {
-  IGEMM_KERNEL_BODY(MADD_QUADS_AVX2)
-}
-const kiln_igemm_kernel_fn kiln_igemm_quad_kernel_avx2 = quad_kernel_avx2;
-
+/* VNNI: pairs by vpdpwssd; quads by vpdpbusd, which sums four u8 x s8
+ * products per lane exactly into the int32 accumulator (wrapping, no
+ * saturation: not vpdpbusds), so B may take the whole int8 range
+ * (LAYOUT_QUADS_FULL), 32 products an instruction against the pairs' 16;
+ * and quads with the operands' roles swapped (LAYOUT_QUADS_UB): B's bytes
+ * the unsigned operand, A - its zero point the signed one, a u8
+ * activation times an s8 weight whatever the activation's zero point. */
 #if (defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11) || (defined(__clang__) && __clang_major__ >= 12)
 #define MADD_AVXVNNI(acc, a, b) _mm256_dpwssd_avx_epi32((acc), (a), (b))
-__attribute__((target("avx2,avxvnni"))) static void kernel_avxvnni(int64_t kp, const int32_t *ap, const int32_t *bp,
-                                                                   int32_t *c, int64_t ldc, int mr, int nr,
-                                                                   bool accumulate) {
-  IGEMM_KERNEL_BODY(MADD_AVXVNNI)
-}
-const kiln_igemm_kernel_fn kiln_igemm_kernel_avxvnni = kernel_avxvnni;
 #define MADD_QUADS_AVXVNNI(acc, a, b) _mm256_dpbusd_avx_epi32((acc), (a), (b))
-__attribute__((target("avx2,avxvnni"))) static void quad_kernel_avxvnni(int64_t kq, const int32_t *ap,
-                                                                        const int32_t *bp, int32_t *c, int64_t ldc,
-                                                                        int mr, int nr, bool accumulate) {
-  int64_t kp = kq;
-  IGEMM_KERNEL_BODY(MADD_QUADS_AVXVNNI)
-}
-const kiln_igemm_kernel_fn kiln_igemm_quad_kernel_avxvnni = quad_kernel_avxvnni;
 #define MADD_QUADS_UB_AVXVNNI(acc, a, b) _mm256_dpbusd_avx_epi32((acc), (b), (a))
-__attribute__((target("avx2,avxvnni"))) static void quad_ub_kernel_avxvnni(int64_t kq, const int32_t *ap,
-                                                                           const int32_t *bp, int32_t *c, int64_t ldc,
-                                                                           int mr, int nr, bool accumulate) {
-  int64_t kp = kq;
-  IGEMM_KERNEL_BODY(MADD_QUADS_UB_AVXVNNI)
-}
-const kiln_igemm_kernel_fn kiln_igemm_quad_ub_kernel_avxvnni = quad_ub_kernel_avxvnni;
+IGEMM_KERNEL(kernel_avxvnni, "avx2,avxvnni", MADD_AVXVNNI)
+IGEMM_KERNEL(quad_kernel_avxvnni, "avx2,avxvnni", MADD_QUADS_AVXVNNI)
+IGEMM_KERNEL(quad_ub_kernel_avxvnni, "avx2,avxvnni", MADD_QUADS_UB_AVXVNNI)
 #else
 const kiln_igemm_kernel_fn kiln_igemm_kernel_avxvnni = NULL, kiln_igemm_quad_kernel_avxvnni = NULL,
                            kiln_igemm_quad_ub_kernel_avxvnni = NULL;
 #endif
 
+#define AVX512VNNI "avx2,avx512f,avx512vl,avx512vnni"
 #define MADD_AVX512VNNI(acc, a, b) _mm256_dpwssd_epi32((acc), (a), (b))
-__attribute__((target("avx2,avx512f,avx512vl,avx512vnni"))) static void
-kernel_avx512vnni(int64_t kp, const int32_t *ap, const int32_t *bp, int32_t *c, int64_t ldc, int mr, int nr,
-                  bool accumulate) {
-  IGEMM_KERNEL_BODY(MADD_AVX512VNNI)
-}
-const kiln_igemm_kernel_fn kiln_igemm_kernel_avx512vnni = kernel_avx512vnni;
-
-/* Quads on VNNI: vpdpbusd sums four u8 x s8 products per lane exactly into
- * the int32 accumulator (wrapping, no saturation: not vpdpbusds), so B may
- * take the whole int8 range (LAYOUT_QUADS_FULL), 32 products an
- * instruction against the pairs' 16. */
 #define MADD_QUADS_AVX512VNNI(acc, a, b) _mm256_dpbusd_epi32((acc), (a), (b))
-__attribute__((target("avx2,avx512f,avx512vl,avx512vnni"))) static void
-quad_kernel_avx512vnni(int64_t kq, const int32_t *ap, const int32_t *bp, int32_t *c, int64_t ldc, int mr, int nr,
-                       bool accumulate) {
-  int64_t kp = kq;
-  IGEMM_KERNEL_BODY(MADD_QUADS_AVX512VNNI)
-}
-const kiln_igemm_kernel_fn kiln_igemm_quad_kernel_avx512vnni = quad_kernel_avx512vnni;
-
-/* Quads with the operands' roles swapped (LAYOUT_QUADS_UB): B's bytes are
- * the unsigned operand, A's (A - its zero point, int8) the signed one: a
- * u8 activation times an s8 weight whatever the activation's zero point. */
 #define MADD_QUADS_UB_AVX512VNNI(acc, a, b) _mm256_dpbusd_epi32((acc), (b), (a))
-__attribute__((target("avx2,avx512f,avx512vl,avx512vnni"))) static void
-quad_ub_kernel_avx512vnni(int64_t kq, const int32_t *ap, const int32_t *bp, int32_t *c, int64_t ldc, int mr, int nr,
-                          bool accumulate) {
-  int64_t kp = kq;
-  IGEMM_KERNEL_BODY(MADD_QUADS_UB_AVX512VNNI)
-}
-const kiln_igemm_kernel_fn kiln_igemm_quad_ub_kernel_avx512vnni = quad_ub_kernel_avx512vnni;
+IGEMM_KERNEL(kernel_avx512vnni, AVX512VNNI, MADD_AVX512VNNI)
+IGEMM_KERNEL(quad_kernel_avx512vnni, AVX512VNNI, MADD_QUADS_AVX512VNNI)
+IGEMM_KERNEL(quad_ub_kernel_avx512vnni, AVX512VNNI, MADD_QUADS_UB_AVX512VNNI)
 
 #else
 const kiln_igemm_kernel_fn kiln_igemm_kernel_avx2 = NULL, kiln_igemm_kernel_avxvnni = NULL,
