@@ -1496,6 +1496,23 @@ static void run_gemm(ik_launch *x) {
     }                                          \
   } while (0)
 
+/* The epilogue over a whole f32 output in place, chunks of elements over the pool. */
+#define WHOLE_EPILOGUE_CHUNK 8192
+typedef struct whole_epilogue {
+  const ik_launch *x;
+  float *y;
+  int64_t numel;
+} whole_epilogue;
+
+static void whole_epilogue_chunks(void *ctx, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  const whole_epilogue *w = ctx;
+  for (int64_t c = begin; c < end; c++) {
+    int64_t e0 = c * WHOLE_EPILOGUE_CHUNK, n = w->numel - e0 < WHOLE_EPILOGUE_CHUNK ? w->numel - e0 : WHOLE_EPILOGUE_CHUNK;
+    tile_epilogue(w->x, 0, w->numel, w->y + e0, w->numel, 0, e0, 1, n, false);
+  }
+}
+
 static void run_conv(ik_launch *x) {
   const kiln_interp_kernel *k = x->k;
   const te_conv_tag *t = &k->conv_tag;
@@ -1535,11 +1552,22 @@ static void run_conv(ik_launch *x) {
     a.lo = cc->lo;
     a.hi = cc->hi;
   }
+  /* An f32 output's epilogue runs after the routine over the whole output
+   * in large ranges: per tile (a depthwise routine's tiles are rows of a
+   * plane) the interpreter's per-range cost dominated (nhwc_tf's
+   * Conv+HardSwish: 8x the compiled kernel's time). */
+  bool deferred = k->has_epilogue && !cc->native && !t->integer;
   if (native) a.epilogue = conv_native_epilogue;
-  else if (k->has_epilogue && !cc->native && !t->integer) a.epilogue = conv_epilogue;
-  else if (k->has_epilogue && !cc->native) a.iepilogue = conv_iepilogue;
+  else if (k->has_epilogue && !cc->native && t->integer) a.iepilogue = conv_iepilogue;
   if (a.epilogue || a.iepilogue) a.epilogue_buffers = (void *const *)x;
   x->rt->conv(x->rt, &a, (kiln_rt_state **)x->buffers[k->n_bufs]);
+  if (deferred) {
+    int64_t numel = t->n * t->co;
+    for (int i = 0; i < t->nsp; i++) numel *= t->out[i];
+    whole_epilogue w = {x, a.y, numel};
+    x->rt->parallel_for(x->rt->pool, (numel + WHOLE_EPILOGUE_CHUNK - 1) / WHOLE_EPILOGUE_CHUNK, 1, whole_epilogue_chunks,
+                        &w);
+  }
 }
 
 /* A pool of an output that is not f32: the plane in the routine's scratch,
