@@ -37,10 +37,21 @@ static void im2col(const kiln_rt_conv_args *a, const uint8_t *x, int64_t cig, ui
                 continue;
               }
               const uint8_t *src = x + c * isize + (i0 * in[1] + i1) * in[2];
-              for (int64_t o2 = 0; o2 < out[2]; o2++) {
-                int64_t i2 = o2 * st[2] - pb[2] + k2 * dil[2];
-                *row++ = i2 >= 0 && i2 < in[2] ? src[i2] : pad;
+              /* Outputs [lo, hi) read inside the row: padding around them,
+               * a copy (stride 1) or a strided gather between. */
+              int64_t first = k2 * dil[2] - pb[2]; /* i2 of o2 = 0 */
+              int64_t lo = first >= 0 ? 0 : (-first + st[2] - 1) / st[2];
+              int64_t hi = in[2] - first <= 0 ? 0 : (in[2] - first + st[2] - 1) / st[2];
+              if (hi > out[2]) hi = out[2];
+              if (lo > hi) lo = hi;
+              memset(row, pad, (size_t)lo);
+              if (st[2] == 1) {
+                memcpy(row + lo, src + first + lo, (size_t)(hi - lo));
+              } else {
+                for (int64_t o2 = lo; o2 < hi; o2++) row[o2] = src[first + o2 * st[2]];
               }
+              memset(row + hi, pad, (size_t)(out[2] - hi));
+              row += out[2];
             }
           }
         }
