@@ -1,6 +1,7 @@
 /* decompose: ops with more than one output rewritten as the graph of
  * single-output ops they compute, so compiling devices fuse and compile
- * them (a kernel has one output).
+ * them (a kernel has one output); and a Concat of more than 8 inputs as a
+ * tree of Concats of at most 8 (a compiled view's operands).
  *
  *   DynamicQuantizeLinear(x) -> y, y_scale, y_zero_point   (ops/quant.c's rules):
  *     xc    = Where(IsNaN(x), 0, x)           NaN does not count (ref skips it)
@@ -479,10 +480,78 @@ static kiln_status_t decompose_rnn(kiln_graph *g, int ni, rnn_kind kind) {
   return finish(&b);
 }
 
+/* Concat of ids along `axis` (shapes known, equal but along axis), at
+ * most 8 inputs a node (a compiled view holds 8 operands): a tree whose
+ * inner Concats fuse into the last one's kernel. out: an existing value,
+ * or -1. */
+static int concat_tree(builder *b, const int *ids, int n, int64_t axis, int opset, int out) {
+  if (b->st) return -1;
+  const kiln_type *t0 = &b->g->values[ids[0]].type;
+  int rank = t0->rank;
+  kiln_dtype dt = t0->dtype;
+  int64_t dims[KILN_MAX_RANK];
+  memcpy(dims, t0->dims, sizeof(int64_t) * (size_t)rank);
+  int parts[8];
+  if (n > 8) {
+    int np = 0, per = (n + 7) / 8;
+    for (int i = 0; i < n; i += per) {
+      int k = n - i < per ? n - i : per;
+      parts[np++] = k == 1 ? ids[i] : concat_tree(b, ids + i, k, axis, opset, -1);
+    }
+    ids = parts;
+    n = np;
+  }
+  dims[axis] = 0;
+  for (int i = 0; i < n && !b->st; i++) dims[axis] += b->g->values[ids[i]].type.dims[axis];
+  int y = node(b, "Concat", opset, n, ids, out, dt, rank, dims);
+  if (!b->st) b->st = kiln_opt_set_attr_int(last(b), "axis", axis);
+  return y;
+}
+
+/* A Concat of more than 8 inputs (DenseNet's blocks: up to 33) as a tree of
+ * Concats of at most 8; shapes must be known (else ref runs it). */
+static kiln_status_t decompose_concat(kiln_graph *g, int ni) {
+  const kiln_node *n = &g->nodes[ni];
+  if (n->n_outputs != 1 || n->outputs[0] < 0) return NULL;
+  int nin = n->n_inputs, rank = -1;
+  for (int i = 0; i < nin; i++) {
+    const kiln_type *t = n->inputs[i] >= 0 ? &g->values[n->inputs[i]].type : NULL;
+    if (!t || t->kind != KILN_TYPE_TENSOR || !kiln_opt_shape_known(t) || (rank >= 0 && t->rank != rank)) return NULL;
+    rank = t->rank;
+  }
+  int64_t axis = kiln_attr_int(n, "axis", 0);
+  if (rank < 1 || axis < -rank || axis >= rank) return NULL; /* ref words it */
+  if (axis < 0) axis += rank;
+  int *ins = malloc((size_t)nin * sizeof *ins);
+  bool *dead = calloc((size_t)g->n_nodes, sizeof *dead);
+  if (!ins || !dead) {
+    free(ins);
+    free(dead);
+    return KILN_OOM();
+  }
+  memcpy(ins, n->inputs, (size_t)nin * sizeof *ins);
+  int out = n->outputs[0], opset = n->opset;
+  builder b = {.g = g, .pos = ni};
+  snprintf(b.base, sizeof b.base, "%s", n->name);
+  dead[ni] = true;
+  kiln_status_t st = kiln_opt_remove_nodes(g, dead);
+  free(dead);
+  if (!st) {
+    b.first = g->n_nodes;
+    concat_tree(&b, ins, nin, axis, opset, out);
+    st = finish(&b);
+  }
+  free(ins);
+  return st;
+}
+
 static kiln_status_t decompose_graph(kiln_graph *g, bool keep_recurrent) {
   for (int ni = g->n_nodes - 1; ni >= 0; ni--) /* from the end: insertions move no node still to visit */
     switch (kiln_node_op_id(&g->nodes[ni])) {
       case KILN_OP_DynamicQuantizeLinear: KILN_TRY(decompose_dql(g, ni)); break;
+      case KILN_OP_Concat:
+        if (g->nodes[ni].n_inputs > 8) KILN_TRY(decompose_concat(g, ni));
+        break;
       case KILN_OP_RNN: KILN_TRY(keep_recurrent ? NULL : decompose_rnn(g, ni, RNN_SIMPLE)); break;
       case KILN_OP_GRU: KILN_TRY(keep_recurrent ? NULL : decompose_rnn(g, ni, RNN_GRU)); break;
       case KILN_OP_LSTM: KILN_TRY(keep_recurrent ? NULL : decompose_rnn(g, ni, RNN_LSTM)); break;

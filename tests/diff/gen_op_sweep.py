@@ -290,11 +290,16 @@ def where_cases():
     x = m.source([3, 17])
     c = m.node('Greater', [x, m.const(np.float32(0.0))])
     m.out(m.node('Where', [c, x, m.source([17])]))
-    # a host step of more than 64 inputs between compiled ones (SSDlite concatenates 90 score maps)
-    m = case('mixed_Concat_n70')
+    # Concats of more than 8 inputs become trees of at most 8 (passes/decompose.c): 70 one-row slices (more
+    # operands than a fused kernel takes: some inner Concats stay kernels of their own), and DenseNet's
+    # channel concatenations of feature maps of different widths
+    m = case('Concat_n70_tree')
     x = m.source([70, 3])
     parts = [m.node('Slice', [x, m.const(ints([i])), m.const(ints([i + 1])), m.const(ints([0]))]) for i in range(70)]
     m.out(m.node('Relu', [m.node('Concat', parts, axis=0)]))
+    m = case('Concat_n20_channels')
+    parts = [m.node('Relu', [m.source([1, 2 + i % 5, 5, 6])]) for i in range(20)]
+    m.out(m.node('Concat', parts, axis=-3))
 
 
 # ---- reductions --------------------------------------------------------------------
