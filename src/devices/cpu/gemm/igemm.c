@@ -194,7 +194,6 @@ static int32_t b_layout(const kiln_igemm_args *g, bool allow_ub) {
   b_range(g, &lo, &hi);
   if (lo >= -IGEMM_QUAD_BOUND && hi <= IGEMM_QUAD_BOUND) return LAYOUT_QUADS;
   if (quads_full_fast() && lo >= -128 && hi <= 127) return LAYOUT_QUADS_FULL;
-  if (allow_ub) return LAYOUT_QUADS_UB;
   return LAYOUT_PAIRS;
 }
 
