@@ -70,12 +70,13 @@ enum {
   /* It runs RNN, GRU and LSTM whole, as a host routine of its own (the
    * plan's host_routine says which nodes), so the optimizer keeps them
    * whole instead of unrolling the recurrence into step kernels
-   * (KILN_RECURRENT_ROUTINE=0/1 overrides, for tests and comparisons). */
+   * (KILN_RECURRENT_ROUTINE=0 unrolls them anyway, for tests and
+   * comparisons). */
   KILN_DEVICE_FEATURE_RECURRENT_ROUTINE = 1 << 5,
   /* Its integer convolutions beat its float ones, so the optimizer turns a
    * QDQ Conv (DequantizeLinear'd 8-bit input and weights) into ConvInteger
-   * for it (passes/qdq_integer.c; the cpu where it has VNNI;
-   * KILN_QDQ_INTEGER=0/1 overrides). */
+   * for it (passes/qdq_integer.c; a host device whose processor has 8-bit
+   * dot-product instructions; KILN_QDQ_INTEGER=0/1 overrides). */
   KILN_DEVICE_FEATURE_QDQ_INTEGER = 1 << 6,
 };
 
