@@ -190,28 +190,34 @@ static int transpose(builder *b, int x, int rank, const int64_t *perm, const int
   return y;
 }
 
-/* Concat along axis 0 of pieces [1, rest...], at most 8 inputs a node. */
-static int concat0(builder *b, const int *ids, int n, int rank, const int64_t *piece, int out) {
+/* Concat of ids along `axis` (shapes known, equal but along axis), at
+ * most 8 inputs a node (a compiled view holds 8 operands): a tree whose
+ * inner Concats fuse into the last one's kernel. out: an existing value,
+ * or -1. */
+static int concat_tree(builder *b, const int *ids, int n, int64_t axis, int opset, int out) {
+  if (b->st) return -1;
+  const kiln_type *t0 = &b->g->values[ids[0]].type;
+  int rank = t0->rank;
+  kiln_dtype dt = t0->dtype;
   int64_t dims[KILN_MAX_RANK];
-  memcpy(dims, piece, sizeof(int64_t) * (size_t)rank);
+  memcpy(dims, t0->dims, sizeof(int64_t) * (size_t)rank);
+  int parts[8];
   if (n > 8) {
-    int parts[8], np = 0, per = (n + 7) / 8;
+    int np = 0, per = (n + 7) / 8;
     for (int i = 0; i < n; i += per) {
       int k = n - i < per ? n - i : per;
-      dims[0] = k;
-      parts[np++] = k == 1 ? ids[i] : concat0(b, ids + i, k, rank, piece, -1);
+      parts[np++] = k == 1 ? ids[i] : concat_tree(b, ids + i, k, axis, opset, -1);
     }
-    /* parts differ in length along axis 0: concat them with their sizes */
-    dims[0] = n;
-    int y = node(b, "Concat", 13, np, parts, out, KILN_DTYPE_F32, rank, dims);
-    if (!b->st) b->st = kiln_opt_set_attr_int(last(b), "axis", 0);
-    return y;
+    ids = parts;
+    n = np;
   }
-  dims[0] = n;
-  int y = node(b, "Concat", 13, n, ids, out, KILN_DTYPE_F32, rank, dims);
-  if (!b->st) b->st = kiln_opt_set_attr_int(last(b), "axis", 0);
+  dims[axis] = 0;
+  for (int i = 0; i < n && !b->st; i++) dims[axis] += b->g->values[ids[i]].type.dims[axis];
+  int y = node(b, "Concat", opset, n, ids, out, dt, rank, dims);
+  if (!b->st) b->st = kiln_opt_set_attr_int(last(b), "axis", axis);
   return y;
 }
+
 
 /* Rows [r0, r1) of direction d of a [nd, rows, cols] weight, transposed to
  * [cols, r1 - r0] (the MatMul's B). A constant weight gives a constant
@@ -459,53 +465,23 @@ static kiln_status_t decompose_rnn(kiln_graph *g, int ni, rnn_kind kind) {
       int64_t piece[4] = {1, 1, s.B, s.H};
       if (outs[0] >= 0) ys[t] = reshape(&b, y_t, 4, piece, -1);
     }
-    int64_t piece[4] = {1, 1, s.B, s.H}, one_bh[3] = {1, s.B, s.H};
-    if (outs[0] >= 0) y_dirs[d] = concat0(&b, ys, (int)s.T, 4, piece, -1);
+    int64_t one_bh[3] = {1, s.B, s.H};
+    if (outs[0] >= 0) y_dirs[d] = concat_tree(&b, ys, (int)s.T, 0, 13, -1);
     h_dirs[d] = reshape(&b, h, 3, one_bh, -1);
     if (kind == RNN_LSTM) c_dirs[d] = reshape(&b, cs, 3, one_bh, -1);
   }
   free(ys);
   int64_t ydims[4] = {s.T, s.nd, s.B, s.H}, p2013[4] = {2, 0, 1, 3};
   if (outs[0] >= 0) {
-    int y = node(&b, "Concat", 13, (int)s.nd, y_dirs, c.layout ? -1 : outs[0], KILN_DTYPE_F32, 4, ydims);
-    if (!b.st) b.st = kiln_opt_set_attr_int(last(&b), "axis", 1);
+    int y = concat_tree(&b, y_dirs, (int)s.nd, 1, 13, c.layout ? -1 : outs[0]);
     if (c.layout) transpose(&b, y, 4, p2013, ydims, outs[0]);
   }
   for (int k = 1; k <= (kind == RNN_LSTM ? 2 : 1); k++) {
     if (outs[k] < 0) continue;
-    int64_t piece[3] = {1, s.B, s.H};
-    int y = concat0(&b, k == 1 ? h_dirs : c_dirs, (int)s.nd, 3, piece, c.layout ? -1 : outs[k]);
+    int y = concat_tree(&b, k == 1 ? h_dirs : c_dirs, (int)s.nd, 0, 13, c.layout ? -1 : outs[k]);
     if (c.layout) transpose(&b, y, 3, p102, st3, outs[k]);
   }
   return finish(&b);
-}
-
-/* Concat of ids along `axis` (shapes known, equal but along axis), at
- * most 8 inputs a node (a compiled view holds 8 operands): a tree whose
- * inner Concats fuse into the last one's kernel. out: an existing value,
- * or -1. */
-static int concat_tree(builder *b, const int *ids, int n, int64_t axis, int opset, int out) {
-  if (b->st) return -1;
-  const kiln_type *t0 = &b->g->values[ids[0]].type;
-  int rank = t0->rank;
-  kiln_dtype dt = t0->dtype;
-  int64_t dims[KILN_MAX_RANK];
-  memcpy(dims, t0->dims, sizeof(int64_t) * (size_t)rank);
-  int parts[8];
-  if (n > 8) {
-    int np = 0, per = (n + 7) / 8;
-    for (int i = 0; i < n; i += per) {
-      int k = n - i < per ? n - i : per;
-      parts[np++] = k == 1 ? ids[i] : concat_tree(b, ids + i, k, axis, opset, -1);
-    }
-    ids = parts;
-    n = np;
-  }
-  dims[axis] = 0;
-  for (int i = 0; i < n && !b->st; i++) dims[axis] += b->g->values[ids[i]].type.dims[axis];
-  int y = node(b, "Concat", opset, n, ids, out, dt, rank, dims);
-  if (!b->st) b->st = kiln_opt_set_attr_int(last(b), "axis", axis);
-  return y;
 }
 
 /* A Concat of more than 8 inputs (DenseNet's blocks: up to 33) as a tree of

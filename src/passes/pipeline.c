@@ -210,14 +210,9 @@ kiln_status_t kiln_opt_insert_node(kiln_graph *g, int pos, const char *name, con
                                    int opset, int n_inputs, const int *inputs, int n_outputs, const int *outputs,
                                    int *out_index) {
   if (pos < 0 || pos > g->n_nodes) return kiln_error(KILN_INTERNAL, "insert position %d of %d", pos, g->n_nodes);
-  int idx;
-  KILN_TRY(kiln_graph_add_node(g, name, op_type, domain, n_inputs, inputs, n_outputs, outputs, &idx));
-  kiln_node node = g->nodes[idx];
-  memmove(&g->nodes[pos + 1], &g->nodes[pos], (size_t)(idx - pos) * sizeof node);
-  g->nodes[pos] = node;
-  g->nodes[pos].opset = opset;
-  g->nodes[pos].op = kiln_op_find(domain, op_type);
-  fix_producers(g);
+  int first = g->n_nodes;
+  KILN_TRY(kiln_opt_append_node(g, name, op_type, domain, opset, n_inputs, inputs, n_outputs, outputs));
+  KILN_TRY(kiln_opt_move_tail(g, first, pos));
   if (out_index) *out_index = pos;
   return NULL;
 }

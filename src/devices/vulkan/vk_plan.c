@@ -160,8 +160,8 @@ static kiln_status_t vk_schedule(void *user, kiln_plan *p, int i) {
     kiln_strbuf_free(&src);
     if (kiln_status_code_of(st) == KILN_UNSUPPORTED) {
       int root = (int)(ps->node - p->g->nodes);
-      for (int k = 0; k < p->g->n_nodes; k++)
-        if (p->fusion.group_of[k] == root) x->denied[k] = true;
+      const int *members = &p->fusion.members[p->fusion.member_start[root]];
+      for (int m = 0; m < p->fusion.n_members[root]; m++) x->denied[members[m]] = true;
       x->retry = true;
     }
     return st;

@@ -314,6 +314,7 @@ typedef struct igemm_run {
   const int32_t *pb;     /* packed B's panels */
   const int32_t *colsum; /* the quads layout's column sums, else NULL */
   bool ub;               /* the unsigned-B quads layout */
+  const uint32_t *a_sums; /* ub: A's row sums (a_row_sums) */
   const int32_t *rows;   /* A's zero point per row, or NULL */
   kiln_igemm_kernel_fn kernel;
   int64_t nc;      /* columns of a task */
@@ -461,26 +462,24 @@ static bool a_fits_s8(const kiln_igemm_args *g, const int32_t *rows) {
   return true;
 }
 
+/* A's row sums of A - a_zero (modulo 2^32), once per call: the unsigned-B correction's. */
+static void a_row_sums(const kiln_igemm_args *g, const int32_t *rows, uint32_t *sums) {
+  for (int64_t i = 0; i < g->m; i++) {
+    uint32_t sum = 0;
+    int32_t z = a_zero_of(g, rows, i);
+    for (int64_t p = 0; p < g->k; p++) sum += (uint32_t)at(g->a, g->a_signed, g->trans_a, g->lda, i, p, z);
+    sums[i] = sum;
+  }
+}
+
 /* Unsigned-B layout: C[i0..i1, j0..j1] -= B's zero point (u8 form) x A's row sums. */
 static void quads_ub_correct(const igemm_run *run, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   const kiln_igemm_args *g = run->g;
   uint32_t z = (uint32_t)(g->b_zero + (g->b_signed ? 128 : 0));
   if (!z) return;
   for (int64_t i = i0; i < i1; i++) {
-    uint32_t sum = 0;
-    if (!g->trans_a) { /* one run of K */
-      const uint8_t *src = (const uint8_t *)g->a + i * g->lda;
-      int64_t acc = 0;
-      if (g->a_signed)
-        for (int64_t p = 0; p < g->k; p++) acc += (int8_t)src[p];
-      else
-        for (int64_t p = 0; p < g->k; p++) acc += src[p];
-      sum = (uint32_t)(uint64_t)acc - (uint32_t)a_zero_of(g, run->rows, i) * (uint32_t)g->k;
-    } else {
-      for (int64_t p = 0; p < g->k; p++) sum += (uint32_t)a_s8(run, i, p);
-    }
     int32_t *row = g->c + i * g->ldc;
-    for (int64_t j = j0; j < j1; j++) row[j] = (int32_t)((uint32_t)row[j] - z * sum);
+    for (int64_t j = j0; j < j1; j++) row[j] = (int32_t)((uint32_t)row[j] - z * run->a_sums[i]);
   }
 }
 
@@ -589,6 +588,7 @@ void kiln_igemm_rows(kiln_threadpool *pool, const kiln_igemm_args *g, const int3
     return;
   }
   int32_t *own = NULL;
+  uint32_t *a_sums = NULL;
   const int32_t *packed = g->packed_b;
   if (!packed) {
     size_t bytes = kiln_igemm_packed_b_size(g->k, g->n);
@@ -598,10 +598,12 @@ void kiln_igemm_rows(kiln_threadpool *pool, const kiln_igemm_args *g, const int3
       return;
     }
     /* Packed for this call: A is known, so the unsigned-B quads may serve. */
-    pack_b(pool, g, own, quad_ub_kernel() && a_fits_s8(g, rows));
+    bool allow_ub = quad_ub_kernel() && a_fits_s8(g, rows) && (a_sums = malloc((size_t)g->m * sizeof *a_sums));
+    pack_b(pool, g, own, allow_ub);
     packed = own;
   }
-  bool ub = packed[0] == LAYOUT_QUADS_UB; /* only this call packs it, its kernel at hand */
+  bool ub = packed[0] == LAYOUT_QUADS_UB; /* only this call packs it, its kernel and a_sums at hand */
+  if (ub) a_row_sums(g, rows, a_sums);
   bool quads = packed[0] == LAYOUT_QUADS || packed[0] == LAYOUT_QUADS_FULL || ub;
   int64_t panels = (g->n + IGEMM_NR - 1) / IGEMM_NR;
   /* Tiny products stay on the caller's thread. */
@@ -620,6 +622,7 @@ void kiln_igemm_rows(kiln_threadpool *pool, const kiln_igemm_args *g, const int3
                    packed + HEADER_WORDS,
                    quads ? packed + HEADER_WORDS + panels * kquads(g->k) * IGEMM_NR : NULL,
                    ub,
+                   a_sums,
                    rows,
                    ub ? quad_ub_kernel() : quads ? quad_kernel(packed[0] == LAYOUT_QUADS_FULL) : *chosen()->fn,
                    nc,
@@ -627,4 +630,5 @@ void kiln_igemm_rows(kiln_threadpool *pool, const kiln_igemm_args *g, const int3
   int64_t tasks = (g->m + MC - 1) / MC * run.tasks_n;
   kiln_parallel_for(pool, tasks, 1, quads ? task_quads : task, &run);
   free(own);
+  free(a_sums);
 }
