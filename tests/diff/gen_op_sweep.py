@@ -1012,6 +1012,15 @@ def dtype_cases():
     m.out(m.node('GlobalAveragePool', [r]))
     m.out(m.node('ReduceMax', [r], axes=[2, 3], keepdims=1))
     m.out(m.node('ReduceMean', [r], axes=[2, 3], keepdims=1))
+    # Stride-2 pools of 2 and 3 taps along rows wide enough for the pool routine's eight-output vector
+    # path (cpu_pool_impl.h stride2_vec: taps as the even and odd lanes of contiguous loads), NaN at any
+    # lane, a remainder past the last eight, padding at the borders.
+    m = dcase('Pool_stride2_nan_rows')
+    r = m.node('Sqrt', [m.node('Add', [m.source([2, 3, 9, 45]), m.const(np.float32(2.5))])])
+    m.out(m.node('MaxPool', [r], kernel_shape=[2, 2], strides=[2, 2]))
+    m.out(m.node('MaxPool', [r], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]))
+    m.out(m.node('AveragePool', [r], kernel_shape=[2, 2], strides=[2, 2]))
+    m.out(m.node('AveragePool', [r], kernel_shape=[3, 3], strides=[2, 2], pads=[0, 1, 0, 1]))
     m = dcase('DQL_matmul_chain')
     y, ys, yz = dql(m, m.source([4, 48]))
     w = m.const(m.rng.randint(-127, 128, [48, 16]).astype(np.int8))
