@@ -277,7 +277,7 @@ kiln_status_t kiln_render_c(const te_builder *b, const kiln_loop_nest *nest, con
     return kiln_strbuf_status(src);
   }
   int64_t total = kiln_loop_nest_threads(nest);
-  r.reduce_lanes = 8; /* two AVX vectors of f32 (one AVX-512 vector: the compiler merges them) */
+  r.reduce_lanes = 32; /* up to four AVX vectors of f32 (two AVX-512 ones), fewer for short extents */
   kiln_strbuf_printf(src, "static void %s_body(void *ctx, int64_t begin, int64_t end, int thread) {\n", name);
   kiln_strbuf_puts(src, "  void *const *buffers = (void *const *)ctx;\n  (void)thread;\n");
   kiln_status_t bst = declare_buffers(b, nest, src);

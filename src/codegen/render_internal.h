@@ -69,10 +69,11 @@ struct render_ctx {
    * times in one invocation; a driver that stops loops past max_trips
    * (llvmpipe: 65535 per loop per invocation, silently) fails the render. */
   int64_t max_trips;      /* 0: no limit */
-  /* C on CPUs: a leaf f32/f64 reduction of at least 4 * reduce_lanes
-   * elements keeps reduce_lanes partial accumulators, combined at the
-   * end, so the compiler can vectorize it (a single accumulator is a
-   * serial chain it may not reorder); 0/1: one accumulator. */
+  /* C on CPUs: a leaf f32/f64 reduction of at least 32 elements keeps
+   * up to reduce_lanes partial accumulators (halved down to 8 until the
+   * extent holds eight steps), combined at the end, so the compiler can
+   * vectorize it (a single accumulator is a serial chain it may not
+   * reorder); 0/1: one accumulator. */
   int reduce_lanes;
   int64_t trips;          /* product of the enclosing loops' counts */
   int64_t trip_stack[3 * KILN_MAX_RANK + 8];
