@@ -7,6 +7,25 @@
 #include "devices/cpu/cpu_internal.h"
 #include "devices/cpu/gemm/igemm.h"
 
+/* dst[0..n) = v and dst[0..n) = src[0..n): inline loops for the short
+ * runs im2col writes (a row of a small map is 8-64 bytes, where a libc
+ * call per run cost more than the bytes: small_cnn_qdq), libc past 64. */
+static inline void fill_run(uint8_t *dst, uint8_t v, int64_t n) {
+  if (n > 64) {
+    memset(dst, v, (size_t)n);
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) dst[i] = v;
+}
+
+static inline void copy_run(uint8_t *restrict dst, const uint8_t *restrict src, int64_t n) {
+  if (n > 64) {
+    memcpy(dst, src, (size_t)n);
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) dst[i] = src[i];
+}
+
 /* One image and group's columns: row (c, taps) of K, column the output
  * pixel; a tap outside the input reads x_zero. Axes are padded to three
  * (extent 1) so one loop nest serves 1-D to 3-D. */
@@ -32,7 +51,7 @@ static void im2col(const kiln_rt_conv_args *a, const uint8_t *x, int64_t cig, ui
             for (int64_t o1 = 0; o1 < out[1]; o1++) {
               int64_t i1 = o1 * st[1] - pb[1] + k1 * dil[1];
               if (i0 < 0 || i0 >= in[0] || i1 < 0 || i1 >= in[1]) {
-                memset(row, pad, (size_t)out[2]);
+                fill_run(row, pad, out[2]);
                 row += out[2];
                 continue;
               }
@@ -44,13 +63,13 @@ static void im2col(const kiln_rt_conv_args *a, const uint8_t *x, int64_t cig, ui
               int64_t hi = in[2] - first <= 0 ? 0 : (in[2] - first + st[2] - 1) / st[2];
               if (hi > out[2]) hi = out[2];
               if (lo > hi) lo = hi;
-              memset(row, pad, (size_t)lo);
+              fill_run(row, pad, lo);
               if (st[2] == 1) {
-                memcpy(row + lo, src + first + lo, (size_t)(hi - lo));
+                copy_run(row + lo, src + first + lo, hi - lo);
               } else {
                 for (int64_t o2 = lo; o2 < hi; o2++) row[o2] = src[first + o2 * st[2]];
               }
-              memset(row + hi, pad, (size_t)(out[2] - hi));
+              fill_run(row + hi, pad, out[2] - hi);
               row += out[2];
             }
           }

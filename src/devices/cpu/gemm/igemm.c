@@ -204,6 +204,37 @@ static uint8_t b_u8(const kiln_igemm_args *g, int64_t p, int64_t j) {
   return g->b_signed ? (uint8_t)(v ^ 0x80u) : v;
 }
 
+#if IGEMM_NR == 16 && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12))
+#define IGEMM_HAVE_QUAD_TRANSPOSE 1
+typedef uint8_t igemm_v16 __attribute__((vector_size(16)));
+/* One quad of a 16-column panel from four K rows r[0..3] of B (16 bytes
+ * each, XORed with flip): column j's four bytes at 4j, the quads layout's
+ * word. Byte interleaves (SSE2's unpacks where there is SSE2) instead of
+ * 64 single-byte stores: ConvInteger's B is packed on every call. */
+static void quad_transpose16(const uint8_t *const r[4], uint8_t flip, uint8_t *out) {
+  igemm_v16 a, b, c, d, f = {flip, flip, flip, flip, flip, flip, flip, flip,
+                             flip, flip, flip, flip, flip, flip, flip, flip};
+  memcpy(&a, r[0], 16);
+  memcpy(&b, r[1], 16);
+  memcpy(&c, r[2], 16);
+  memcpy(&d, r[3], 16);
+  a ^= f, b ^= f, c ^= f, d ^= f;
+  igemm_v16 ab_lo = __builtin_shufflevector(a, b, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  igemm_v16 ab_hi = __builtin_shufflevector(a, b, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  igemm_v16 cd_lo = __builtin_shufflevector(c, d, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  igemm_v16 cd_hi = __builtin_shufflevector(c, d, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  /* pairs (a_j, b_j) and (c_j, d_j) as 16-bit units, interleaved */
+  igemm_v16 q0 = __builtin_shufflevector(ab_lo, cd_lo, 0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23);
+  igemm_v16 q1 = __builtin_shufflevector(ab_lo, cd_lo, 8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30, 31);
+  igemm_v16 q2 = __builtin_shufflevector(ab_hi, cd_hi, 0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23);
+  igemm_v16 q3 = __builtin_shufflevector(ab_hi, cd_hi, 8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30, 31);
+  memcpy(out, &q0, 16);
+  memcpy(out + 16, &q1, 16);
+  memcpy(out + 32, &q2, 16);
+  memcpy(out + 48, &q3, 16);
+}
+#endif
+
 /* Unsigned-B quad panels [j0, j1): B's own bytes, padding 0. */
 static void pack_b_quads_ub(const kiln_igemm_args *g, int32_t *data, int64_t j0, int64_t j1) {
   int64_t kq = kquads(g->k);
@@ -212,6 +243,26 @@ static void pack_b_quads_ub(const kiln_igemm_args *g, int32_t *data, int64_t j0,
     int64_t c0 = panel * IGEMM_NR;
     if (!g->trans_b && c0 + IGEMM_NR <= g->n) { /* K x N rows, a full panel: rows copied */
       uint8_t flip = g->b_signed ? 0x80u : 0;
+#ifdef IGEMM_HAVE_QUAD_TRANSPOSE
+      static const uint8_t zeros[16] = {0};
+      for (int64_t q = 0; q < kq; q++) {
+        const uint8_t *rows[4];
+        for (int t = 0; t < 4; t++) {
+          int64_t p = 4 * q + t;
+          rows[t] = p < g->k ? (const uint8_t *)g->b + p * g->ldb + c0 : zeros;
+        }
+        /* padding rows are 0 after the flip, as the scalar loop writes them */
+        if (4 * q + 3 < g->k || !flip) {
+          quad_transpose16(rows, flip, out + q * IGEMM_NR * 4);
+          continue;
+        }
+        for (int t = 0; t < 4; t++) {
+          uint8_t *o = out + q * IGEMM_NR * 4 + t;
+          for (int j = 0; j < IGEMM_NR; j++) o[4 * j] = 4 * q + t < g->k ? rows[t][j] ^ flip : 0;
+        }
+      }
+      continue;
+#endif
       for (int64_t p = 0; p < 4 * kq; p++) {
         uint8_t *o = out + (p / 4) * IGEMM_NR * 4 + p % 4;
         if (p >= g->k) {
