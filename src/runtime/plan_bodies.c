@@ -15,6 +15,7 @@ typedef struct body_spec {
   struct kiln_executable *exec; /* owned; NULL: runs on the interpreter, see why */
   char why[200];
   int64_t runs;
+  bool general; /* some dims of sig are -1: runs of any size there fit it (sig_fits) */
 } body_spec;
 
 typedef struct body_entry {
@@ -206,6 +207,17 @@ static kiln_status_t specialize(kiln_body_plans *bp, body_entry *e, int64_t *sig
     def->constant = def->known_value = NULL;
     kiln_type_init_tensor(&def->type, (kiln_dtype)s[1], (int)s[2], s + 3);
   }
+  /* The body's other values keep the types the enclosing graph's
+   * inference gave them for its first inputs (a Loop's carried tokens of
+   * length 1: the Concat after them i64[2]); inference merges into those,
+   * so their dims are forgotten first and inferred for this signature. */
+  for (int ni = 0; c && !st && ni < c->n_nodes; ni++)
+    for (int o = 0; o < c->nodes[ni].n_outputs; o++) {
+      int id = c->nodes[ni].outputs[o];
+      kiln_value_def *def = id >= 0 ? &c->values[id] : NULL;
+      if (!def || def->constant || def->type.kind != KILN_TYPE_TENSOR) continue;
+      for (int d = 0; d < def->type.rank; d++) def->type.dims[d] = -1;
+    }
   if (!st) st = kiln_run_pass(c, "infer-types", kiln_pass_infer_types);
   if (!st) st = kiln_plan_optimize_for(bp->dev, c);
   if (!st) st = kiln_plan_prepare(bp->dev, c, &bp->opts, &spec->exec);
@@ -218,11 +230,37 @@ static kiln_status_t specialize(kiln_body_plans *bp, body_entry *e, int64_t *sig
   return NULL;
 }
 
+/* Whether a signature of one run (every dim known) fits spec signature
+ * `general`: the same kinds, dtypes and ranks, and the same dims wherever
+ * general's is known (a -1 there takes any). */
+static bool sig_fits(const int64_t *general, const int64_t *sig, int n_inputs) {
+  for (int i = 0; i < n_inputs; i++) {
+    const int64_t *g = general + (size_t)i * SIG_STRIDE, *s = sig + (size_t)i * SIG_STRIDE;
+    if (g[0] != s[0] || g[1] != s[1] || g[2] != s[2]) return false;
+    for (int d = 0; d < KILN_MAX_RANK; d++)
+      if (g[3 + d] >= 0 && g[3 + d] != s[3 + d]) return false;
+  }
+  return true;
+}
+
+/* The spec for a run's signature: its own, else a general one it fits,
+ * else a new one. A signature that differs from an earlier spec's only in
+ * some dims (a loop-carried value that grows each iteration: a greedy
+ * decoder's tokens) gets a general spec with those dims unknown, so the
+ * body is prepared once for all of them, not per iteration (each of those
+ * a new compile, the ninth on the interpreter): the nodes whose shapes
+ * then stay unknown run as host steps with the shapes of the run. */
 static kiln_status_t add_spec(kiln_body_plans *bp, body_entry *e, const int64_t *sig, body_spec **out) {
   *out = NULL;
-  size_t n = (size_t)e->closed->n_inputs * SIG_STRIDE;
+  int ni = e->closed->n_inputs;
+  size_t n = (size_t)ni * SIG_STRIDE;
   for (int i = 0; i < e->n_specs; i++)
     if (!memcmp(e->specs[i].sig, sig, n * sizeof *sig)) {
+      *out = &e->specs[i];
+      return NULL;
+    }
+  for (int i = 0; i < e->n_specs; i++)
+    if (e->specs[i].general && sig_fits(e->specs[i].sig, sig, ni)) {
       *out = &e->specs[i];
       return NULL;
     }
@@ -230,8 +268,24 @@ static kiln_status_t add_spec(kiln_body_plans *bp, body_entry *e, const int64_t 
   int64_t *copy = malloc(n * sizeof *copy + 1);
   if (!copy) return KILN_OOM();
   memcpy(copy, sig, n * sizeof *copy);
+  bool general = false;
+  for (int i = 0; i < e->n_specs && !general; i++) {
+    const int64_t *other = e->specs[i].sig;
+    bool same_structure = true;
+    for (int k = 0; k < ni && same_structure; k++) {
+      const int64_t *a = other + (size_t)k * SIG_STRIDE, *b = sig + (size_t)k * SIG_STRIDE;
+      same_structure = a[0] == b[0] && a[1] == b[1] && a[2] == b[2]; /* kind, dtype, rank */
+    }
+    if (!same_structure) continue;
+    for (int k = 0; k < ni; k++)
+      for (int d = 0; d < KILN_MAX_RANK; d++) {
+        int64_t *c = copy + (size_t)k * SIG_STRIDE + 3 + d;
+        if (*c != other[(size_t)k * SIG_STRIDE + 3 + d]) *c = -1, general = true;
+      }
+  }
   body_spec *s = &e->specs[e->n_specs];
   kiln_status_t st = specialize(bp, e, copy, s);
+  s->general = general;
   e->n_specs++; /* failed or not: the signature's verdict is kept */
   *out = s;
   return st;

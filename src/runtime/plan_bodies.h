@@ -11,7 +11,10 @@
  *      of the arena on a host-memory device, the readback the enclosing plan
  *      makes before the step on others);
  *   2. specialized per input signature (kind, dtype and shape of every input
- *      and outer value): types re-inferred with those shapes, optimized like
+ *      and outer value; a signature that differs from an earlier one only
+ *      in some dims, a loop-carried value growing each iteration, gets one
+ *      general spec with those dims unknown, which every later such
+ *      signature fits): types re-inferred with those shapes, optimized like
  *      the session's graph (kiln_plan_optimize_for) and prepared on the
  *      session's device (kiln_plan_prepare: claims, fusion, memory plan,
  *      its own bodies in turn), then cached;
