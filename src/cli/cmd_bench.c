@@ -696,7 +696,7 @@ int kiln_cmd_bench(int argc, char **argv) {
   t_total = kiln_cli_now() - t_timed;
   /* What the device did in the last timed run (queue submissions and
    * command buffers on GPUs): asynchronous devices batch the whole plan. */
-  if (!st && o.profile && sess->exec && sess->devices[0]->vt->plan_run_stats) {
+  if (!st && o.profile && sess->exec) {
     FILE *mf = open_memstream(&run_stats, &run_stats_len);
     if (mf) {
       kiln_plan_run_stats(sess->devices[0], sess->exec, mf);

@@ -302,7 +302,10 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
     return inputs_broadcast_to_output(g, n) ? NULL : "inputs that do not broadcast to the output";
   }
   if (reduce_kind_of(id) >= 0 || is_softmax(id)) {
-    if (!is_f32(in0)) return "dtype other than f32";
+    /* Integer min and max are exact in any order (a detector's per-class
+     * ReduceMin over int64 candidate counts); sums and the rest stay f32. */
+    bool int_ok = (id == KILN_OP_ReduceMin || id == KILN_OP_ReduceMax) && is_integer(dtype_of(in0));
+    if (!is_f32(in0) && !int_ok) return "dtype other than f32";
     bool mask[KILN_MAX_RANK];
     bool ok = is_softmax(id) ? softmax_axes(n, in0->type.rank, mask) : reduce_axes(g, n, in0->type.rank, mask);
     if (!ok) return "axes that are not constants";

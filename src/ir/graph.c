@@ -531,6 +531,62 @@ static kiln_status_t clone_into(const kiln_graph *src, kiln_graph *g) {
   return NULL;
 }
 
+kiln_status_t kiln_graph_of_node(const kiln_graph *src, int node_index, kiln_graph **out) {
+  *out = NULL;
+  if (node_index < 0 || node_index >= src->n_nodes) return kiln_error(KILN_INTERNAL, "node %d out of range", node_index);
+  const kiln_node *sn = &src->nodes[node_index];
+  kiln_graph *g;
+  KILN_TRY(kiln_graph_new(sn->name, NULL, &g));
+  int *ins = calloc((size_t)sn->n_inputs + 1, sizeof *ins), *outs = calloc((size_t)sn->n_outputs + 1, sizeof *outs);
+  kiln_status_t st = ins && outs ? NULL : KILN_OOM();
+  for (int k = 0; k < sn->n_inputs + sn->n_outputs && !st; k++) {
+    bool is_in = k < sn->n_inputs;
+    int v = is_in ? sn->inputs[k] : sn->outputs[k - sn->n_inputs], id = -1;
+    if (v >= 0) {
+      const kiln_value_def *sv = &src->values[v];
+      int before = g->n_values;
+      st = kiln_graph_intern_value(g, sv->name, &id);
+      if (!st && g->n_values > before) {
+        kiln_value_def *d = &g->values[id];
+        kiln_type_copy(&d->type, &sv->type);
+        d->constant = kiln_tensor_retain(sv->constant);
+      }
+    }
+    if (is_in) ins[k] = id;
+    else outs[k - sn->n_inputs] = id;
+  }
+  int ni = -1;
+  if (!st)
+    st = kiln_graph_add_node(g, sn->name, sn->op_type, sn->domain, sn->n_inputs, ins, sn->n_outputs, outs, &ni);
+  if (!st) {
+    kiln_node *d = &g->nodes[ni];
+    d->opset = sn->opset;
+    d->op = sn->op;
+    if (sn->n_attrs > 0 && !(d->attrs = calloc((size_t)sn->n_attrs, sizeof *d->attrs))) st = KILN_OOM();
+    for (int a = 0; a < sn->n_attrs && !st; a++) {
+      d->n_attrs = a + 1;
+      st = clone_attr(&sn->attrs[a], &d->attrs[a], g);
+    }
+  }
+  /* Inputs: each distinct value that is not a constant, in the node's order. */
+  for (int k = 0; k < sn->n_inputs && !st; k++) {
+    int id = ins[k];
+    if (id < 0 || g->values[id].constant || g->values[id].is_graph_input) continue;
+    st = kiln_graph_add_input(g, id);
+  }
+  for (int k = 0; k < sn->n_outputs && !st; k++)
+    if (outs[k] >= 0) st = kiln_graph_add_output(g, outs[k]);
+  if (!st) st = kiln_graph_toposort(g);
+  free(ins);
+  free(outs);
+  if (st) {
+    kiln_graph_free(g);
+    return st;
+  }
+  *out = g;
+  return NULL;
+}
+
 kiln_status_t kiln_graph_clone(const kiln_graph *src, kiln_graph *parent, kiln_graph **out) {
   *out = NULL;
   kiln_graph *g;

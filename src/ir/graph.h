@@ -127,6 +127,13 @@ void kiln_graph_free(kiln_graph *g);
  * copy's parent is `parent`. node->op pointers are kept. */
 kiln_status_t kiln_graph_clone(const kiln_graph *src, kiln_graph *parent, kiln_graph **out);
 
+/* A graph of node node_index of src alone: the values it reads and writes
+ * (names and types copied, constants shared by reference), every distinct
+ * non-constant input a graph input in the node's input order, its outputs
+ * the graph's outputs. A node with subgraphs keeps them (cloned); names
+ * they read from src's scope stay unbound. */
+kiln_status_t kiln_graph_of_node(const kiln_graph *src, int node_index, kiln_graph **out);
+
 /* Finds the value id of `name` in this graph, or -1. */
 int kiln_graph_find_value(const kiln_graph *g, const char *name);
 /* Returns the id of `name`, creating an untyped value if needed. */

@@ -172,6 +172,15 @@ typedef struct kiln_device_vtable {
 typedef struct kiln_prepare_options {
   int threads; /* 0 = the number of physical cores */
   bool fp16;   /* keep float tensors in fp16 where the device supports it (KILN_PRECISION_FP16) */
+  /* The device state of the executable this one runs inside (a control-flow
+   * body, a node specialized when its shapes became known), or NULL: a
+   * device may share what that one owns (the cpu: its thread pool) rather
+   * than make its own. It outlives this executable. */
+  void *parent_state;
+  /* Run-time specializations of single nodes: no kernel compiled by a
+   * compiler for this executable (one per shape would cost more than it
+   * saves); a device with precompiled kernels uses those. */
+  bool precompiled_only;
 } kiln_prepare_options;
 
 struct kiln_device {

@@ -60,6 +60,8 @@ typedef struct kiln_plan_step {
   const kiln_node *node; /* the node, or the group's root (KERNEL) */
   char name[64];         /* "Conv", "Add+fused", "ref:NonZero", "host:LSTM" (a routine) */
   bool routine;          /* HOST: the device runs it on a routine of its own (not ref) */
+  bool dynamic;          /* HOST: an op the device compiles, whose shapes are known only when it runs:
+                            specialized to each run's shapes then (plan_bodies.h), ref past the bound */
   int n_fused;           /* KERNEL: nodes in the group */
   int n_args;
   int *args;             /* KERNEL: value id per binding, the kernel's buffers (output first); owned */
@@ -99,6 +101,11 @@ typedef struct kiln_plan_target {
    * (the host_kernel hook) rather than ref: the plan counts it apart from
    * the nodes on ref. May be NULL. */
   bool (*host_routine)(void *user, const kiln_graph *g, const kiln_node *node);
+  /* True when a node whose shapes are only known at run time should be
+   * specialized to them then (a plan of one node, cached per signature),
+   * rather than run on ref: a device whose specialization is cheap (the
+   * cpu: precompiled kernels, no compiler call). */
+  bool specialize_at_run_time;
   /* Schedules a KERNEL step right after it is lowered (may be NULL). */
   kiln_status_t (*schedule)(void *user, kiln_plan *plan, int step);
   /* After a failed build: true to build again (the device has narrowed its
@@ -120,6 +127,7 @@ struct kiln_plan {
   int n_flushes;
   int n_kernels, n_host, n_fused_nodes;
   int n_routine; /* of n_host: on the device's own routines */
+  int n_dynamic; /* of n_host: specialized when they run (kiln_plan_step.dynamic) */
 };
 
 /* Builds the plan of g for target (steps, memory, flushes);
@@ -133,7 +141,7 @@ int64_t kiln_plan_value_bytes(const kiln_plan *plan, int v);
 /* `kiln info --device`: steps, fused groups, what ref runs and why, memory. */
 void kiln_plan_describe(const kiln_plan *plan, FILE *out);
 /* Host steps that run on ref: neither control flow (its bodies have plans)
- * nor the device's own routines. */
+ * nor the device's own routines nor specialized when they run. */
 bool kiln_plan_step_on_ref(const kiln_plan_step *s);
 int kiln_plan_nodes_on_ref(const kiln_plan *plan);
 

@@ -2,6 +2,7 @@
 #include "runtime/plan_bodies.h"
 
 #include "base/limits.h"
+#include "codegen/lower.h"
 #include "passes/passes.h"
 #include "passes/passes_opt.h"
 #include "runtime/executor.h"
@@ -18,17 +19,31 @@ typedef struct body_spec {
   bool general; /* some dims of sig are -1: runs of any size there fit it (sig_fits) */
 } body_spec;
 
+/* A node entry's parameter inputs (kiln_lower_is_param_input: a Reshape's
+ * shape, a Slice's starts) are read when lowering, so their values are part
+ * of its signature and constants of each specialization; at most this many
+ * bytes each. */
+#define PARAM_MAX_BYTES 256
+#define PARAM_WORDS (3 + KILN_MAX_RANK + PARAM_MAX_BYTES / 8) /* dtype, numel, rank, dims, the bytes */
+
 typedef struct body_entry {
   const kiln_node *node;  /* borrowed from the enclosing graph */
-  const kiln_graph *body; /* borrowed: one of node's subgraphs */
+  const kiln_graph *body; /* borrowed: one of node's subgraphs; NULL for a node entry */
   const char *attr;       /* borrowed: the attribute holding it */
+  /* A node entry (kiln_body_plans_run_node): `closed` is the node alone. */
+  bool for_node;
+  int *graph_input_of;    /* per node input: its index among closed's inputs, or -1; owned */
+  int n_params;
+  int *param_input;       /* per parameter: the node input it is; owned */
+  int *param_value;       /* per parameter: its value in closed; owned */
   kiln_graph *closed;     /* owned: body with its outer-scope names as inputs after its own */
   int n_outer;
   int *outer_ids;         /* per outer input: the enclosing graph's value (-1: it has none); owned */
   char **outer_names;     /* borrowed from `closed`'s value names */
   body_spec specs[KILN_BODY_MAX_SIGNATURES];
   int n_specs;
-  int64_t over_bound_runs; /* runs interpreted because every signature slot was taken */
+  int64_t over_bound_runs; /* runs interpreted because every signature slot was taken (a node entry: or
+                              a parameter did not fit one) */
 } body_entry;
 
 struct kiln_body_plans {
@@ -57,6 +72,9 @@ static void entry_free(kiln_device *dev, body_entry *e) {
     free(e->specs[i].sig);
   }
   kiln_graph_free(e->closed);
+  free(e->graph_input_of);
+  free(e->param_input);
+  free(e->param_value);
   free(e->outer_ids);
   free(e->outer_names);
   free(e);
@@ -125,7 +143,7 @@ static kiln_status_t close_body(const kiln_graph *g, body_entry *e) {
 static kiln_status_t entry_for(kiln_body_plans *bp, const kiln_node *node, const kiln_graph *body,
                                body_entry **out) {
   for (int i = 0; i < bp->n_entries; i++)
-    if (bp->entries[i]->body == body) {
+    if (!bp->entries[i]->for_node && bp->entries[i]->body == body) {
       *out = bp->entries[i];
       return NULL;
     }
@@ -188,6 +206,11 @@ static void sig_str(const int64_t *sig, int n, char *buf, size_t size) {
   }
 }
 
+/* int64 words of an entry's signatures: per closed input, then per parameter. */
+static size_t sig_words(const body_entry *e) {
+  return (size_t)e->closed->n_inputs * SIG_STRIDE + (size_t)e->n_params * PARAM_WORDS;
+}
+
 /* ---- specializing ------------------------------------------------------------------ */
 
 /* The closed body with the signature's tensor types, re-inferred,
@@ -207,6 +230,18 @@ static kiln_status_t specialize(kiln_body_plans *bp, body_entry *e, int64_t *sig
     def->constant = def->known_value = NULL;
     kiln_type_init_tensor(&def->type, (kiln_dtype)s[1], (int)s[2], s + 3);
   }
+  /* A node entry's parameters: this signature's values, as constants. */
+  for (int k = 0; c && !st && k < e->n_params; k++) {
+    const int64_t *w = sig + (size_t)c->n_inputs * SIG_STRIDE + (size_t)k * PARAM_WORDS;
+    kiln_tensor *t = NULL;
+    st = kiln_tensor_new((kiln_dtype)w[0], (int)w[2], w + 3, &t);
+    if (st) break;
+    memcpy(t->data, w + 3 + KILN_MAX_RANK, (size_t)w[1] * kiln_dtype_size(t->dtype));
+    kiln_value_def *def = &c->values[e->param_value[k]];
+    kiln_tensor_release(def->constant);
+    def->constant = t;
+    kiln_type_init_tensor(&def->type, t->dtype, t->rank, t->dims);
+  }
   /* The body's other values keep the types the enclosing graph's
    * inference gave them for its first inputs (a Loop's carried tokens of
    * length 1: the Concat after them i64[2]); inference merges into those,
@@ -220,8 +255,16 @@ static kiln_status_t specialize(kiln_body_plans *bp, body_entry *e, int64_t *sig
     }
   if (!st) st = kiln_run_pass(c, "infer-types", kiln_pass_infer_types);
   if (!st) st = kiln_plan_optimize_for(bp->dev, c);
-  if (!st) st = kiln_plan_prepare(bp->dev, c, &bp->opts, &spec->exec);
+  kiln_prepare_options opts = bp->opts;
+  opts.precompiled_only = opts.precompiled_only || e->for_node;
+  if (!st) st = kiln_plan_prepare(bp->dev, c, &opts, &spec->exec);
   spec->graph = c;
+  /* A node the specialization still leaves to ref gains nothing from it. */
+  if (!st && e->for_node && kiln_plan_nodes_on_ref(kiln_plan_of(spec->exec)) > 0) {
+    kiln_plan_executable_free(bp->dev, spec->exec);
+    spec->exec = NULL;
+    snprintf(spec->why, sizeof spec->why, "on ref with the shapes of the run too");
+  }
   if (st && kiln_status_code_of(st) == KILN_OUT_OF_MEMORY) return st;
   if (st) {
     snprintf(spec->why, sizeof spec->why, "%s", kiln_status_message(st));
@@ -253,13 +296,13 @@ static bool sig_fits(const int64_t *general, const int64_t *sig, int n_inputs) {
 static kiln_status_t add_spec(kiln_body_plans *bp, body_entry *e, const int64_t *sig, body_spec **out) {
   *out = NULL;
   int ni = e->closed->n_inputs;
-  size_t n = (size_t)ni * SIG_STRIDE;
+  size_t n = sig_words(e);
   for (int i = 0; i < e->n_specs; i++)
     if (!memcmp(e->specs[i].sig, sig, n * sizeof *sig)) {
       *out = &e->specs[i];
       return NULL;
     }
-  for (int i = 0; i < e->n_specs; i++)
+  for (int i = 0; i < e->n_specs && !e->for_node; i++)
     if (e->specs[i].general && sig_fits(e->specs[i].sig, sig, ni)) {
       *out = &e->specs[i];
       return NULL;
@@ -269,7 +312,8 @@ static kiln_status_t add_spec(kiln_body_plans *bp, body_entry *e, const int64_t 
   if (!copy) return KILN_OOM();
   memcpy(copy, sig, n * sizeof *copy);
   bool general = false;
-  for (int i = 0; i < e->n_specs && !general; i++) {
+  /* (a node entry's point is the shapes: it never generalizes) */
+  for (int i = 0; i < e->n_specs && !general && !e->for_node; i++) {
     const int64_t *other = e->specs[i].sig;
     bool same_structure = true;
     for (int k = 0; k < ni && same_structure; k++) {
@@ -407,6 +451,132 @@ kiln_status_t kiln_body_plans_run(kiln_body_plans *bp, const kiln_node *node, co
   return st;
 }
 
+/* A gather's indices: compiled kernels take constant indices only (their
+ * range checked when lowering), so a specialization bakes the run's small
+ * index tensors in as parameters. */
+static bool gather_indices(const kiln_node *node, int i) {
+  kiln_op_id id = kiln_node_op_id(node);
+  return i == 1 && (id == KILN_OP_Gather || id == KILN_OP_GatherElements || id == KILN_OP_GatherND);
+}
+
+/* The entry of a node specialized at run time: the node alone as a
+ * graph, its parameter inputs apart. */
+static kiln_status_t node_entry_for(kiln_body_plans *bp, const kiln_node *node, body_entry **out) {
+  for (int i = 0; i < bp->n_entries; i++)
+    if (bp->entries[i]->for_node && bp->entries[i]->node == node) {
+      *out = bp->entries[i];
+      return NULL;
+    }
+  body_entry **l = realloc(bp->entries, ((size_t)bp->n_entries + 1) * sizeof *l);
+  if (!l) return KILN_OOM();
+  bp->entries = l;
+  body_entry *e = calloc(1, sizeof *e);
+  if (!e) return KILN_OOM();
+  e->node = node;
+  e->for_node = true;
+  e->attr = "node";
+  kiln_status_t st = kiln_graph_of_node(bp->g, (int)(node - bp->g->nodes), &e->closed);
+  int n_in = node->n_inputs;
+  if (!st) {
+    e->graph_input_of = malloc(((size_t)n_in + 1) * sizeof(int));
+    e->param_input = malloc(((size_t)n_in + 1) * sizeof(int));
+    e->param_value = malloc(((size_t)n_in + 1) * sizeof(int));
+    if (!e->graph_input_of || !e->param_input || !e->param_value) st = KILN_OOM();
+  }
+  kiln_graph *c = e->closed;
+  for (int i = 0; !st && i < n_in; i++) {
+    e->graph_input_of[i] = -1;
+    int v = node->inputs[i];
+    if (v < 0) continue;
+    int id = c->nodes[0].inputs[i];
+    if (c->values[id].constant) continue;
+    if (kiln_lower_is_param_input(node, i) || gather_indices(node, i)) {
+      /* a parameter: a plain value of the graph, its constant set per signature */
+      e->param_input[e->n_params] = i;
+      e->param_value[e->n_params++] = id;
+      continue;
+    }
+    for (int k = 0; k < c->n_inputs; k++)
+      if (c->inputs[k] == id) e->graph_input_of[i] = k;
+  }
+  /* Parameters leave the graph's inputs (they become constants). */
+  if (!st && e->n_params) {
+    int n = 0;
+    for (int k = 0; k < c->n_inputs; k++) {
+      bool param = false;
+      for (int q = 0; q < e->n_params; q++) param = param || c->inputs[k] == e->param_value[q];
+      if (param) c->values[c->inputs[k]].is_graph_input = false;
+      else c->inputs[n++] = c->inputs[k];
+    }
+    c->n_inputs = n;
+    for (int i = 0; i < n_in; i++) {
+      e->graph_input_of[i] = -1;
+      int id = node->inputs[i] >= 0 ? c->nodes[0].inputs[i] : -1;
+      for (int k = 0; id >= 0 && k < n; k++)
+        if (c->inputs[k] == id) e->graph_input_of[i] = k;
+    }
+  }
+  if (st) {
+    entry_free(bp->dev, e);
+    return st;
+  }
+  bp->entries[bp->n_entries++] = e;
+  *out = e;
+  return NULL;
+}
+
+/* A parameter's words of the signature; false when it cannot be one. */
+static bool param_sig(const kiln_value *v, int64_t *w) {
+  memset(w, 0, PARAM_WORDS * sizeof *w);
+  if (!v || v->kind != KILN_VALUE_TENSOR || !v->tensor) return false;
+  const kiln_tensor *t = v->tensor;
+  size_t bytes = (size_t)t->numel * kiln_dtype_size(t->dtype);
+  if (t->dtype == KILN_DTYPE_STRING || bytes > PARAM_MAX_BYTES) return false;
+  w[0] = t->dtype;
+  w[1] = t->numel;
+  w[2] = t->rank;
+  for (int d = 0; d < t->rank; d++) w[3 + d] = t->dims[d];
+  memcpy(w + 3 + KILN_MAX_RANK, t->data, bytes);
+  return true;
+}
+
+kiln_status_t kiln_body_plans_run_node(kiln_body_plans *bp, const kiln_node *node, kiln_value *const *inputs,
+                                       int n_outputs, kiln_value **outs, bool *handled) {
+  *handled = false;
+  body_entry *e;
+  KILN_TRY(node_entry_for(bp, node, &e));
+  int nc = e->closed->n_inputs;
+  kiln_value *vals_s[16] = {0}, **vals = nc <= 16 ? vals_s : calloc((size_t)nc, sizeof *vals);
+  int64_t sig_s[16 * SIG_STRIDE + 4 * PARAM_WORDS];
+  size_t words = sig_words(e);
+  int64_t *sig = words <= sizeof sig_s / sizeof sig_s[0] ? sig_s : malloc(words * sizeof *sig);
+  kiln_status_t st = vals && sig ? NULL : KILN_OOM();
+  bool ok = !st;
+  for (int i = 0; ok && i < node->n_inputs; i++)
+    if (e->graph_input_of[i] >= 0) vals[e->graph_input_of[i]] = inputs[i];
+  for (int i = 0; ok && i < nc; i++) {
+    ok = vals[i] && vals[i]->kind == KILN_VALUE_TENSOR && vals[i]->tensor &&
+         vals[i]->tensor->dtype != KILN_DTYPE_STRING; /* strings: the host step's path, as planned ones */
+    if (ok) sig_of_value(vals[i], sig + (size_t)i * SIG_STRIDE);
+  }
+  for (int q = 0; ok && q < e->n_params; q++)
+    ok = param_sig(inputs[e->param_input[q]], sig + (size_t)nc * SIG_STRIDE + (size_t)q * PARAM_WORDS);
+  body_spec *s = NULL;
+  if (ok) st = add_spec(bp, e, sig, &s);
+  if (!st && s && s->exec) {
+    s->runs++;
+    *handled = true;
+    st = kiln_plan_execute(bp->dev, s->exec, vals, n_outputs, outs, NULL);
+  } else if (!st && s) {
+    s->runs++; /* a signature the specialization leaves to ref: the host step's path */
+  } else if (!st) {
+    e->over_bound_runs++; /* past the bound, or a parameter too big for a signature: the host step's path */
+  }
+  if (vals != vals_s) free(vals);
+  if (sig != sig_s) free(sig);
+  return st;
+}
+
 /* ---- describing ------------------------------------------------------------------- */
 
 void kiln_body_plans_describe(const kiln_body_plans *bp, FILE *out, int indent) {
@@ -416,7 +586,10 @@ void kiln_body_plans_describe(const kiln_body_plans *bp, FILE *out, int indent) 
       const body_spec *s = &e->specs[k];
       char sig[512];
       sig_str(s->sig, e->closed->n_inputs, sig, sizeof sig);
-      fprintf(out, "%*sbody of %s '%s' (%s) for [%s]: ", indent, "", e->node->op_type, e->node->name, e->attr, sig);
+      if (e->for_node)
+        fprintf(out, "%*snode '%s' (%s) specialized for [%s]: ", indent, "", e->node->name, e->node->op_type, sig);
+      else
+        fprintf(out, "%*sbody of %s '%s' (%s) for [%s]: ", indent, "", e->node->op_type, e->node->name, e->attr, sig);
       if (!s->exec) {
         fprintf(out, "%d nodes on ref (the interpreter): %s\n", e->closed->n_nodes, s->why);
         continue;
@@ -437,10 +610,47 @@ void kiln_body_plans_describe(const kiln_body_plans *bp, FILE *out, int indent) 
       fprintf(out, "; arena %.2f MiB\n", (double)p->arena_bytes / (1 << 20));
       kiln_body_plans_describe(kiln_plan_bodies_of(s->exec), out, indent + 2);
     }
-    if (e->over_bound_runs)
+    if (e->over_bound_runs && e->for_node)
+      fprintf(out, "%*snode '%s' (%s): %lld runs on ref: more than %d signatures, or a parameter past %d bytes\n",
+              indent, "", e->node->name, e->node->op_type, (long long)e->over_bound_runs, KILN_BODY_MAX_SIGNATURES,
+              PARAM_MAX_BYTES);
+    else if (e->over_bound_runs)
       fprintf(out, "%*sbody of %s '%s' (%s): %lld runs on ref (the interpreter): more than %d input signatures\n",
               indent, "", e->node->op_type, e->node->name, e->attr, (long long)e->over_bound_runs,
               KILN_BODY_MAX_SIGNATURES);
+  }
+}
+
+void kiln_body_plans_node_summary(const kiln_body_plans *bp, FILE *out) {
+  int nodes = 0, compiled = 0, specs = 0, left = 0;
+  for (int i = 0; bp && i < bp->n_entries; i++) {
+    const body_entry *e = bp->entries[i];
+    if (!e->for_node) continue;
+    bool on_ref = e->over_bound_runs > 0, ran = on_ref, ok = false;
+    for (int k = 0; k < e->n_specs; k++) {
+      specs += e->specs[k].exec != NULL;
+      on_ref = on_ref || (!e->specs[k].exec && e->specs[k].runs);
+      ok = ok || (e->specs[k].exec && e->specs[k].runs);
+      ran = ran || e->specs[k].runs;
+    }
+    nodes += ran;
+    compiled += ok;
+    left += on_ref;
+  }
+  if (!nodes) return;
+  fprintf(out, "run-time shapes: %d of %d nodes ran specialized to them (%d plans)", compiled, nodes, specs);
+  if (!left) {
+    fprintf(out, ", none left to ref\n");
+    return;
+  }
+  fprintf(out, "; left to ref in some runs:\n");
+  for (int i = 0; bp && i < bp->n_entries; i++) {
+    const body_entry *e = bp->entries[i];
+    if (!e->for_node) continue;
+    const char *why = e->over_bound_runs ? "more signatures than the bound, or a parameter too big for one" : NULL;
+    for (int k = 0; k < e->n_specs && !why; k++)
+      if (!e->specs[k].exec && e->specs[k].runs) why = e->specs[k].why;
+    if (why) fprintf(out, "  %-24s %-28s %s\n", e->node->op_type, e->node->name, why);
   }
 }
 

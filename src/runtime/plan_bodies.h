@@ -58,6 +58,21 @@ kiln_status_t kiln_body_plans_run(kiln_body_plans *bp, const kiln_node *node, co
                                   kiln_value *const *inputs, int n_outputs, kiln_value **outs,
                                   kiln_outer_value_fn outer, void *user);
 
+/* Runs node (a node of g that the plan marked dynamic: its shapes are
+ * known only now) on inputs (borrowed, the node's input order) through a
+ * plan of the node alone specialized to their shapes and to the values of
+ * its parameter inputs (kiln_lower_is_param_input), cached per signature
+ * like a body's, prepared with precompiled kernels only. *handled false:
+ * the caller runs its host step as before (the specialization still leaves
+ * it to ref, the signatures are past the bound, or a parameter is past
+ * 256 bytes). outs[0..n_outputs) owned when handled. */
+kiln_status_t kiln_body_plans_run_node(kiln_body_plans *bp, const kiln_node *node, kiln_value *const *inputs,
+                                       int n_outputs, kiln_value **outs, bool *handled);
+
+/* After runs: how many nodes were specialized to their run-time shapes,
+ * and each that some run left to ref (and why); nothing when none was. */
+void kiln_body_plans_node_summary(const kiln_body_plans *bp, FILE *out);
+
 /* A line per body signature ("body of Loop 'l' (body) [f32[4,8], ...]: ..."),
  * nested bodies indented below theirs. */
 void kiln_body_plans_describe(const kiln_body_plans *bp, FILE *out, int indent);

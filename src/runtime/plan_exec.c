@@ -155,7 +155,10 @@ kiln_status_t kiln_plan_prepare(kiln_device *dev, const kiln_graph *g, const kil
   if (!st && dev->vt->plan_compile) st = dev->vt->plan_compile(dev, x->state, x->plan, &x->bind);
   for (int f = 0; !st && dev->vt->record && f < x->plan->n_flushes; f++)
     st = dev->vt->record(dev, x->state, x->plan, f, &x->bind);
-  if (!st) st = kiln_body_plans_create(dev, g, opts, &x->bodies);
+  kiln_prepare_options body_opts = {0};
+  if (opts) body_opts = *opts;
+  body_opts.parent_state = x->state; /* bodies and run-time specializations share what the device may */
+  if (!st) st = kiln_body_plans_create(dev, g, &body_opts, &x->bodies);
   if (!st) st = kiln_body_plans_prepare_known(x->bodies, x->plan);
   if (st) {
     kiln_plan_executable_free(dev, x);
@@ -187,6 +190,7 @@ void kiln_plan_describe_executable(kiln_device *dev, const struct kiln_executabl
 
 void kiln_plan_run_stats(kiln_device *dev, const struct kiln_executable *x, FILE *out) {
   if (dev->vt->plan_run_stats) dev->vt->plan_run_stats(dev, x->state, x->plan, out);
+  kiln_body_plans_node_summary(x->bodies, out);
 }
 
 const kiln_plan *kiln_plan_of(const struct kiln_executable *x) { return x->plan; }
@@ -272,7 +276,9 @@ static kiln_status_t run_host_step(struct kiln_executable *x, const kiln_plan_st
     else if ((st = wrap_value(g, v, b->host[v], &owned[i])) == NULL) ins[i] = owned[i];
   }
   body_runner runner = {x, node, b, host};
-  if (!st)
+  bool handled = false;
+  if (!st && s->dynamic) st = kiln_body_plans_run_node(x->bodies, node, ins, 1, outs, &handled); /* one output */
+  if (!st && !handled)
     st = kiln_run_host_node(g, node, ins, outs, run_body, &runner, x->dev->vt->host_kernel, x->state);
   for (int i = 0; i < node->n_outputs && !st; i++) {
     int v = node->outputs[i];
@@ -316,6 +322,10 @@ static kiln_status_t copy_outputs(const kiln_plan *p, const kiln_plan_bindings *
     int id = g->outputs[i];
     if (host[id]) {
       st = kiln_value_share(host[id], &outs[i]);
+    } else if (g->values[id].constant) { /* a copy of its own (strings deep: the graph owns theirs) */
+      kiln_tensor *ot;
+      st = kiln_tensor_clone(g->values[id].constant, &ot);
+      if (!st) st = kiln_value_from_tensor(ot, &outs[i]);
     } else {
       const kiln_type *t = &g->values[id].type;
       kiln_tensor *ot;

@@ -800,6 +800,14 @@ def dtype_cases():
     for tag, to in (('i64', I64), ('i32', I32), ('i8', I8), ('u8', U8), ('bool', B)):
         m = dcase('Cast_f32_%s' % tag)
         m.out(ints_of(m, [3, 17], 300.0, to))     # beyond int8/uint8: saturate to int64, then wrap
+    # Integer ReduceMin/ReduceMax compiled (lower.c: exact in any order): int64 and int32, one axis and all,
+    # keepdims both ways, extremes past int32 in the int64 one.
+    for tag, to, scale in (('i64', I64, 3e9), ('i32', I32, 1e6), ('u8', U8, 100.0)):
+        m = dcase('ReduceMinMax_%s' % tag)
+        x = ints_of(m, [3, 5, 37], scale, to)
+        m.out(m.node('ReduceMin', [x], axes=[2], keepdims=0))
+        m.out(m.node('ReduceMax', [x], axes=[1], keepdims=1))
+        m.out(m.node('ReduceMin', [x], keepdims=1))
     m = dcase('Cast_nan_inf_i64')                  # NaN -> 0, +-inf saturate
     m.out(m.node('Cast', [m.node('Div', [m.node('Log', [m.source([5, 9])]), m.source([5, 9])])], to=I64))
     m = dcase('Cast_i64_f32_chain')
@@ -1542,6 +1550,11 @@ def host_cases():
     n = m.node('Slice', [m.node('Shape', [r]), m.const(ints([0])), m.const(ints([1]))])
     st = m.const(np.array([['1.5'], ['-2.25']], dtype=object))
     m.out(m.node('Cast', [m.node('Expand', [st, m.node('Concat', [m.const(ints([2])), n], axis=0)])], to=1))
+    # a string constant as a graph output (the plan copies it out: its strings deep-copied, the graph keeps
+    # its own) next to a computed one
+    m = case('mixed_host_string_constant_out')
+    m.out(m.node('Identity', [m.const(np.array(['a', 'bc', ''], dtype=object))]))
+    m.out(m.node('Relu', [m.source([3, 4])]))
     # no row kept: every host kernel on empty operands
     m = case('mixed_host_empty_rows')
     x = m.source([9, 20])
@@ -1554,6 +1567,26 @@ def host_cases():
     m.out(m.node('ConvTranspose', [img, m.randc([4, 2, 2, 1])], strides=[2, 1]))
     n = m.node('Slice', [m.node('Shape', [r]), m.const(ints([0])), m.const(ints([1]))])
     m.out(m.node('Expand', [m.source([2, 1, 1]), m.node('Concat', [m.const(ints([2])), n, m.const(ints([5]))], axis=0)]))
+    # Ops whose shapes only the run tells, specialized to them when they run (runtime/plan_bodies.c
+    # kiln_body_plans_run_node: a plan of the node alone per signature, parameter inputs baked in):
+    # elementwise float and int64 over NonZero's indices, a Transpose, a Slice, an integer ReduceMax, a
+    # ConstantOfShape of the run's shape, a Gather with small run-time indices, a Where, a Cast; none
+    # kept (empty operands) in the second.
+    for tag, bar in (('some', 0.0), ('none', 100.0)):
+        m = case('mixed_dynamic_%s' % tag)
+        x = m.source([6, 9])
+        nz = m.node('NonZero', [m.node('Greater', [x, m.const(np.float32(bar))])])  # i64 [2, n]
+        t = m.node('Transpose', [nz], perm=[1, 0])                                  # [n, 2]
+        m.out(m.node('Add', [m.node('Mul', [t, m.const(ints([3, 5]))]), m.const(ints([1]))]))
+        m.out(m.node('ReduceMax', [nz], axes=[0], keepdims=0))
+        f = m.node('Cast', [m.node('Slice', [t, m.const(ints([0])), m.const(ints([1])), m.const(ints([1]))])], to=1)
+        m.out(m.node('Sigmoid', [m.node('Mul', [f, m.const(np.float32(0.3))])]))
+        shape = m.node('Shape', [t])
+        m.out(m.node('Add', [m.node('ConstantOfShape', [shape], value=helper.make_tensor('v', 1, [1], [1.5])),
+                             m.node('Cast', [t], to=1)]))
+        rows = m.node('Gather', [x, m.node('Slice', [nz, m.const(ints([0])), m.const(ints([1]))])], axis=0)
+        m.out(m.node('Where', [m.node('Greater', [rows, m.const(np.float32(0.5))]), rows,
+                               m.node('Neg', [rows])]))
     m = case('mixed_host_MatMul_rows')
     r = picked_rows(m, m.source([11, 33]))
     m.out(m.node('MatMul', [r, m.randc([33, 9])]))

@@ -162,6 +162,16 @@ static bool compare_output(const options *o, int k, const kiln_value *got, const
   }
   bool ok = true;
   bool is_float = kiln_dtype_is_float(a->dtype);
+  if (a->dtype == KILN_DTYPE_STRING) { /* exactly, element by element */
+    const char *const *sa_ = a->data, *const *sb_ = b->data;
+    for (int64_t i = 0; i < a->numel; i++)
+      if (strcmp(sa_[i] ? sa_[i] : "", sb_[i] ? sb_[i] : "")) {
+        snprintf(msg, msg_size, "output %d at %lld: \"%s\" vs \"%s\"", k, (long long)i, sa_[i] ? sa_[i] : "",
+                 sb_[i] ? sb_[i] : "");
+        return false;
+      }
+    return true;
+  }
   if (!is_float && !kiln_dtype_is_int(a->dtype) && a->dtype != KILN_DTYPE_BOOL) {
     snprintf(msg, msg_size, "output %d: dtype %s is not compared", k, kiln_dtype_name(a->dtype));
     return false;
@@ -258,7 +268,7 @@ static void count_body(void *user, int depth, const kiln_node *owner, const char
   }
   for (int i = 0; i < plan->n_steps; i++) {
     const kiln_plan_step *s = &plan->steps[i];
-    if (s->kind != KILN_STEP_HOST) continue;
+    if (s->kind != KILN_STEP_HOST || s->routine || s->dynamic) continue; /* dynamic: visited as its own plans */
     const char *reason = NULL;
     plan->target.claim(plan->target.user, plan->g, s->node, &reason);
     count_node(fc, plan->g, s->node, true, reason, where);
@@ -273,13 +283,23 @@ static int report_fallbacks(const options *o, const char *name, const kiln_sessi
   if (!g) return 0;
   bool has_control = false;
   for (int i = 0; i < g->n_nodes; i++) has_control |= is_control_flow(&g->nodes[i]);
+  /* Host steps the plan runs on the device's routines, or specializes to
+   * their shapes when they run (their plans are visited below), are no
+   * fallback. */
+  const kiln_plan *plan = s->exec ? kiln_plan_of(s->exec) : NULL;
+  bool *handled = calloc((size_t)g->n_nodes + 1, sizeof *handled);
+  for (int i = 0; plan && handled && i < plan->n_steps; i++) {
+    const kiln_plan_step *st = &plan->steps[i];
+    if (st->kind == KILN_STEP_HOST && (st->routine || st->dynamic)) handled[st->node - g->nodes] = true;
+  }
   for (int i = 0; i < g->n_nodes; i++) {
     const kiln_node *node = &g->nodes[i];
     const char *reason = NULL;
     kiln_device *d = s->devices[0];
-    if (d->vt->supports(d, g, node, &reason)) continue;
+    if ((handled && handled[i]) || d->vt->supports(d, g, node, &reason)) continue;
     count_node(&fc, g, node, has_control, reason, "");
   }
+  free(handled);
   if (s->exec) kiln_body_plans_visit(kiln_plan_bodies_of(s->exec), 0, count_body, &fc);
   *scalars = fc.scalars;
   *bodies = fc.bodies;

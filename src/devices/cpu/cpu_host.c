@@ -9,7 +9,7 @@
  * Conv and ConvTranspose through the routine compiled kernels call
  * (kiln_rt.conv, planned for the shapes at hand),
  * RoiAlign with its bilinear taps computed once per roi for every channel,
- * ScatterElements (no reduction) and Expand as copies, NonMaxSuppression
+ * ScatterElements (no reduction), Expand and Concat as copies, NonMaxSuppression
  * with its IoU tests over blocks of the kept boxes (the same greedy
  * selection, bit for bit). Each writes every element of its outputs,
  * which are allocated uninitialized. Anything else, or a case these do
@@ -597,6 +597,62 @@ static kiln_status_t host_conv(cpu_exec *x, kiln_kernel_ctx *ctx, bool transpose
   return st;
 }
 
+/* ---- Concat of run-time shapes: a copy per input and outer row --------------------------- */
+
+static kiln_status_t host_concat(kiln_kernel_ctx *ctx, bool *handled) {
+  const kiln_node *n = ctx->node;
+  kiln_tensor *first = n->n_inputs > 0 ? kiln_kernel_input(ctx, 0) : NULL;
+  if (!first || first->dtype == KILN_DTYPE_STRING || first->rank < 1) return NULL;
+  int rank = first->rank;
+  int64_t axis = kiln_attr_int(n, "axis", 0);
+  if (axis < -rank || axis >= rank) return NULL; /* ref words the error */
+  if (axis < 0) axis += rank;
+  int64_t dims[KILN_MAX_RANK];
+  memcpy(dims, first->dims, sizeof(int64_t) * (size_t)rank);
+  dims[axis] = 0;
+  for (int i = 0; i < n->n_inputs; i++) {
+    kiln_tensor *t = kiln_kernel_input(ctx, i);
+    if (!t || t->dtype != first->dtype || t->rank != rank) return NULL;
+    for (int d = 0; d < rank; d++)
+      if (d != axis && t->dims[d] != first->dims[d]) return NULL;
+    dims[axis] += t->dims[axis];
+  }
+  kiln_tensor *y;
+  KILN_TRY(kiln_kernel_output_uninit(ctx, 0, first->dtype, rank, dims, &y));
+  *handled = true;
+  size_t es = kiln_dtype_size(first->dtype);
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; d++) outer *= dims[d];
+  for (int d = (int)axis + 1; d < rank; d++) inner *= dims[d];
+  size_t row = (size_t)(dims[axis] * inner) * es;
+  char *out = y->data;
+  for (int i = 0, at = 0; i < n->n_inputs; i++) {
+    kiln_tensor *t = kiln_kernel_input(ctx, i);
+    size_t block = (size_t)(t->dims[axis] * inner) * es;
+    for (int64_t o = 0; o < outer && block; o++) memcpy(out + (size_t)o * row + at, (const char *)t->data + (size_t)o * block, block);
+    at += (int)block;
+  }
+  return NULL;
+}
+
+bool kiln_cpu_host_routine_of(const kiln_graph *g, const kiln_node *node) {
+  if (kiln_cpu_recurrent_routine(g, node)) return true;
+  int out = node->n_outputs > 0 ? node->outputs[0] : -1;
+  kiln_dtype dt = out >= 0 ? g->values[out].type.dtype : KILN_DTYPE_UNDEFINED;
+  switch (kiln_node_op_id(node)) {
+    case KILN_OP_Gemm:
+    case KILN_OP_MatMul:
+    case KILN_OP_Conv:
+    case KILN_OP_ConvTranspose:
+    case KILN_OP_RoiAlign: return dt == KILN_DTYPE_F32;
+    case KILN_OP_ScatterElements:
+    case KILN_OP_Expand:
+    case KILN_OP_Concat: return dt != KILN_DTYPE_STRING; /* any other (the copy checks at run time) */
+    case KILN_OP_NonMaxSuppression: return true;
+    default: return false;
+  }
+}
+
 kiln_status_t kiln_cpu_host_kernel(void *state, kiln_kernel_ctx *ctx, bool *handled) {
   cpu_exec *x = state;
   switch (kiln_node_op_id(ctx->node)) {
@@ -607,6 +663,7 @@ kiln_status_t kiln_cpu_host_kernel(void *state, kiln_kernel_ctx *ctx, bool *hand
     case KILN_OP_RoiAlign: return host_roi_align(x, ctx, handled);
     case KILN_OP_ScatterElements: return host_scatter_elements(ctx, handled);
     case KILN_OP_Expand: return host_expand(ctx, handled);
+    case KILN_OP_Concat: return host_concat(ctx, handled);
     case KILN_OP_NonMaxSuppression: return host_nms(ctx, handled);
     case KILN_OP_RNN:
     case KILN_OP_GRU:

@@ -63,7 +63,8 @@ typedef struct cpu_exec {
   bool compiling;
   atomic_bool compiled;  /* the background compile has finished */
   atomic_int kernels_jit, kernels_interp; /* steps on each tier now (for describe) */
-  kiln_threadpool *pool; /* owned */
+  kiln_threadpool *pool; /* owned, or the parent executable's (pool_borrowed) */
+  bool pool_borrowed;
   kiln_rt rt;          /* what generated code calls (cpu_rt.c finds the exec from it) */
   float *scratch;      /* convolution scratch shared by every launch (they run one at a time); owned */
   size_t scratch_bytes;
@@ -82,6 +83,11 @@ void kiln_cpu_release_packed(cpu_exec *x);
  * cpu_exec (cpu_exec.rt): its calls reach the exec's scratch and error. */
 kiln_rt kiln_cpu_rt(kiln_threadpool *pool, int threads);
 
+/* Whether the cpu runs host step `node` on a routine of its own
+ * (kiln_cpu_host_kernel: the plan target's host_routine), judged from the
+ * dtypes the plan knows; a run whose values a routine does not take (ref
+ * words their error) still goes to ref. */
+bool kiln_cpu_host_routine_of(const kiln_graph *g, const kiln_node *node);
 /* The device's host_kernel hook (cpu_host.c): Gemm and MatMul host steps on the SGEMM. */
 kiln_status_t kiln_cpu_host_kernel(void *state, kiln_kernel_ctx *ctx, bool *handled);
 /* op(B) for the SGEMM, packed once per plan when B is a constant of the

@@ -77,7 +77,7 @@ static kiln_op_class cpu_claim(void *user, const kiln_graph *g, const kiln_node 
 
 static bool cpu_host_routine(void *user, const kiln_graph *g, const kiln_node *node) {
   (void)user;
-  return kiln_cpu_recurrent_routine(g, node);
+  return kiln_cpu_host_routine_of(g, node);
 }
 
 /* ---- the plan hooks ----------------------------------------------------------- */
@@ -88,10 +88,22 @@ kiln_status_t kiln_cpu_plan_begin(kiln_device *dev, const kiln_graph *g, const k
   cpu_exec *x = calloc(1, sizeof *x);
   if (!x) return KILN_OOM();
   x->g = g;
-  x->mode = jit_mode();
+  x->mode = opts && opts->precompiled_only ? CPU_JIT_OFF : jit_mode();
   x->steps = calloc((size_t)g->n_nodes + 1, sizeof *x->steps);
   int threads = opts && opts->threads > 0 ? opts->threads : kiln_physical_cores();
-  kiln_status_t st = x->steps ? kiln_threadpool_create(threads, &x->pool) : KILN_OOM();
+  /* A body or run-time specialization runs on its parent's pool: it runs
+   * inside the parent's run, on the same thread, never at the same time. */
+  const cpu_exec *parent = opts ? opts->parent_state : NULL;
+  kiln_status_t st = NULL;
+  if (!x->steps) {
+    st = KILN_OOM();
+  } else if (parent && parent->pool) {
+    x->pool = parent->pool;
+    x->pool_borrowed = true;
+    threads = kiln_threadpool_size(x->pool);
+  } else {
+    st = kiln_threadpool_create(threads, &x->pool);
+  }
   if (st) {
     kiln_cpu_plan_end(dev, x, NULL);
     return st;
@@ -104,6 +116,7 @@ kiln_status_t kiln_cpu_plan_begin(kiln_device *dev, const kiln_graph *g, const k
       .size_rounding = 1,
       .claim = cpu_claim,
       .host_routine = cpu_host_routine,
+      .specialize_at_run_time = true, /* its interpreter runs a specialization at once */
       .schedule = cpu_schedule,
       .user = x,
   };
@@ -279,7 +292,7 @@ void kiln_cpu_plan_end(kiln_device *dev, void *state, kiln_plan *p) {
   free(x->steps);
   kiln_cpu_release_packed(x);
   free(x->scratch);
-  kiln_threadpool_destroy(x->pool);
+  if (!x->pool_borrowed) kiln_threadpool_destroy(x->pool);
   kiln_status_free(x->rt_error);
   free(x);
 }
