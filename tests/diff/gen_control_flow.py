@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the control-flow cases of kiln's differential test into OUTDIR as
-cf_*.onnx: If, nested If, Loop and Scan whose bodies hold fusable ops
+cf_*.onnx: If, nested If, Loop (one with carried tokens that grow) and Scan whose bodies hold fusable ops
 (MatMul, Conv, elementwise) and read values of the enclosing graphs, for
 kiln_diff to run on a compiling device and on ref with random inputs.
 
@@ -164,6 +164,24 @@ def loop_with_if(outdir):
           c('zero', 0.0)])
 
 
+def loop_growing(outdir):
+    """Loop whose carried tokens grow by one each iteration (a greedy
+    decoder's): the body's second signature differs from its first in that
+    dim only, so one general spec (runtime/plan_bodies.c) serves every
+    length; state through MatMul + Tanh, the token an ArgMax of it,
+    appended by a Concat whose shape only the run tells."""
+    body = helper.make_graph(
+        [n('Identity', ['cond_in'], ['cond_out']),
+         n('MatMul', ['h', 'W'], ['b0']), n('Add', ['b0', 'x'], ['b1']), n('Tanh', ['b1'], ['h2']),
+         n('ReduceMax', ['h2'], ['m'], axes=[1], keepdims=0), n('ArgMax', ['m'], ['tok'], axis=0, keepdims=1),
+         n('Concat', ['toks', 'tok'], ['toks2'], axis=0)],
+        'body', [vi('i', I64, []), vi('cond_in', B, []), vi('h', F, [3, 8]), vi('toks', I64, ['k'])],
+        [vi('cond_out', B, []), vi('h2', F, [3, 8]), vi('toks2', I64, ['k1'])])
+    nodes = [n('Loop', ['M', 'true', 'x', 't0'], ['hN', 'toksN'], body=body)]
+    save(outdir, 'cf_loop_growing', nodes, [vi('x', F, [3, 8])], [vi('hN', F, [3, 8]), vi('toksN', I64, ['n'])],
+         [w('W', 8, 8, scale=0.6), c('M', 7, np.int64), c('true', True, np.bool_), c('t0', [1], np.int64)])
+
+
 def scan(outdir):
     """Scan over the leading axis: state through MatMul + Tanh, one scan output."""
     body = helper.make_graph(
@@ -181,7 +199,7 @@ def main():
         sys.exit(2)
     outdir = sys.argv[1]
     os.makedirs(outdir, exist_ok=True)
-    for make in (if_matmul, if_conv, nested_if, loop_scan_outputs, loop_dynamic_trip, loop_with_if, scan):
+    for make in (if_matmul, if_conv, nested_if, loop_scan_outputs, loop_dynamic_trip, loop_with_if, loop_growing, scan):
         make(outdir)
 
 

@@ -25,21 +25,13 @@ typedef int32_t pool_i8 __attribute__((vector_size(32)));
 #define POOL_EVEN(u, w) __builtin_shuffle((u), (w), (pool_i8){0, 2, 4, 6, 8, 10, 12, 14})
 #define POOL_ODD(u, w) __builtin_shuffle((u), (w), (pool_i8){1, 3, 5, 7, 9, 11, 13, 15})
 #endif
-/* The helpers below pass vectors by value; they are static and always
- * inlined, so the portable copy's "AVX vector return without AVX" ABI
- * note concerns no call that exists. */
-#pragma GCC diagnostic ignored "-Wpsabi"
-/* POOL_OP on eight lanes: max keeps a NaN v, as TE_RMAX does. */
-static inline __attribute__((always_inline)) pool_v8 pool_v8_op(bool max, pool_v8 acc, pool_v8 v) {
-  if (!max) return acc + v;
-  pool_i8 m = (v != v) | (v > acc);
-  return (pool_v8)(((pool_i8)v & m) | ((pool_i8)acc & ~m));
-}
-static inline __attribute__((always_inline)) pool_v8 pool_v8_load(const float *p) {
-  pool_v8 v;
-  __builtin_memcpy(&v, p, sizeof v);
-  return v;
-}
+/* POOL_OP on eight lanes: max keeps a NaN v, as TE_RMAX does. Macros,
+ * not functions: a vector passed by value is an ABI question (clang
+ * refuses it in the portable copy), and acc and v here are variables. */
+#define POOL_V8_OP(max, acc, v)                                                                                  \
+  ((max) ? (pool_v8)((((pool_i8)(v)) & (((v) != (v)) | ((v) > (acc)))) |                                        \
+                     (((pool_i8)(acc)) & ~(((v) != (v)) | ((v) > (acc)))))                                       \
+         : (acc) + (v))
 #endif
 
 /* The interior of a stride-2 row of 2 or 3 taps (dilation 1), eight
@@ -54,14 +46,21 @@ static inline __attribute__((always_inline)) int64_t POOL_FN(stride2_vec)(const 
   int64_t o = lo;
   for (; o + 8 <= hi; o += 8) {
     const float *p = in + 2 * o;
-    pool_v8 u = pool_v8_load(p), w = pool_v8_load(p + 8);
-    pool_v8 acc = pool_v8_op(max, vinit, POOL_EVEN(u, w));
+    pool_v8 u, w, t, acc;
+    __builtin_memcpy(&u, p, sizeof u);
+    __builtin_memcpy(&w, p + 8, sizeof w);
+    t = POOL_EVEN(u, w);
+    acc = POOL_V8_OP(max, vinit, t);
     if (K == 2) {
-      acc = pool_v8_op(max, acc, POOL_ODD(u, w));
+      t = POOL_ODD(u, w);
+      acc = POOL_V8_OP(max, acc, t);
     } else { /* taps 1 and 2: the even and odd lanes of in[2o + 1 ...], read up to 2o + 16 */
-      pool_v8 u1 = pool_v8_load(p + 1), w1 = pool_v8_load(p + 9);
-      acc = pool_v8_op(max, acc, POOL_EVEN(u1, w1));
-      acc = pool_v8_op(max, acc, POOL_ODD(u1, w1));
+      __builtin_memcpy(&u, p + 1, sizeof u);
+      __builtin_memcpy(&w, p + 9, sizeof w);
+      t = POOL_EVEN(u, w);
+      acc = POOL_V8_OP(max, acc, t);
+      t = POOL_ODD(u, w);
+      acc = POOL_V8_OP(max, acc, t);
     }
     __builtin_memcpy(out + o, &acc, sizeof acc);
   }
@@ -258,8 +257,11 @@ static float POOL_FN(plane_reduce)(const float *x, int64_t n, bool max) {
   pool_v8 a0 = {init, init, init, init, init, init, init, init}, a1 = a0;
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    a0 = pool_v8_op(max, a0, pool_v8_load(x + i));
-    a1 = pool_v8_op(max, a1, pool_v8_load(x + i + 8));
+    pool_v8 u, w;
+    memcpy(&u, x + i, sizeof u);
+    memcpy(&w, x + i + 8, sizeof w);
+    a0 = POOL_V8_OP(max, a0, u);
+    a1 = POOL_V8_OP(max, a1, w);
   }
   float r = init;
   for (int l = 0; l < 8; l++) r = POOL_OP(max, r, a0[l]);
