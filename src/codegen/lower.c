@@ -448,11 +448,14 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
       return NULL;
     case KILN_OP_Gather: {
       const kiln_tensor *ind = const_input(g, n, 1);
+      const kiln_value_def *iv = input_def(g, n, 1);
       if (!is_plain(in0)) return "dtype not computed by compiled kernels";
-      if (!ind || (ind->dtype != KILN_DTYPE_I64 && ind->dtype != KILN_DTYPE_I32))
-        return "indices that are not constants (computed at run time: ref checks their range)";
+      kiln_dtype idt = ind ? ind->dtype : iv ? dtype_of(iv) : KILN_DTYPE_UNDEFINED;
+      if (idt != KILN_DTYPE_I64 && idt != KILN_DTYPE_I32) return "indices of dtype other than int64 or int32";
+      if (!ind && (!iv || !fully_known(&iv->type))) return "indices of a shape not known before running";
       int64_t axis = kiln_attr_int(n, "axis", 0), r = in0->type.rank;
       if (axis < -r || axis >= r) return "an axis out of range (ref reports it)";
+      if (!ind) return NULL; /* run-time indices: the plan checks their range before the kernel */
       int64_t dim = in0->type.dims[axis < 0 ? axis + r : axis];
       for (int64_t i = 0; i < ind->numel; i++) {
         int64_t v = kiln_load_i64(ind->data, ind->dtype, i);
@@ -608,6 +611,17 @@ bool kiln_lower_is_param_input(const kiln_node *n, int i) {
     case KILN_OP_Dropout: return true;
     default: return reduce_kind_of(kiln_node_op_id(n)) >= 0;
   }
+}
+
+bool kiln_lower_runtime_indices(const kiln_graph *g, const kiln_node *n, int *input, int64_t *bound) {
+  if (!kiln_node_is(n, KILN_OP_Gather) || n->n_inputs < 2 || n->inputs[1] < 0 || const_input(g, n, 1)) return false;
+  const kiln_value_def *in0 = input_def(g, n, 0);
+  if (!in0 || in0->type.rank < 1) return false;
+  int64_t axis = kiln_attr_int(n, "axis", 0), r = in0->type.rank;
+  if (axis < -r || axis >= r) return false;
+  *input = 1;
+  *bound = in0->type.dims[axis < 0 ? axis + r : axis];
+  return true;
 }
 
 bool kiln_lower_reduces_trailing(const kiln_graph *g, const kiln_node *n) {
@@ -1042,8 +1056,10 @@ static te_expr *compute_tile(te_builder *b, const te_tensor *t, te_expr *const *
   return te_at(b, in, sub);
 }
 
-/* Gather with constant indices (in range: checked by the claim). p[0]:
- * axis; in[1]: the indices. */
+/* Gather: constant indices (in range: checked by the claim) or run-time
+ * ones (checked by the plan before the kernel runs: kiln_plan_step.checks);
+ * negative ones wrap, and the clamp keeps every load inside the data
+ * whatever an index holds. p[0]: axis; in[1]: the indices. */
 static te_expr *compute_gather(te_builder *b, const te_tensor *t, te_expr *const *idx) {
   const te_tensor *data = t->in[0], *ind = t->in[1];
   int axis = (int)t->p[0], ri = ind->rank;

@@ -32,6 +32,13 @@ bool kiln_lower_reduces_trailing(const kiln_graph *g, const kiln_node *node);
  * kernel needs no buffer for it. */
 bool kiln_lower_is_param_input(const kiln_node *node, int i);
 
+/* True when node reads indices known only at run time whose range its
+ * compute definition does not check (a Gather's, clamped to stay inside
+ * the data): the plan checks them against [-bound, bound) before the
+ * kernel runs, so an index out of range is the same error ref reports.
+ * *input: which input holds them. */
+bool kiln_lower_runtime_indices(const kiln_graph *g, const kiln_node *node, int *input, int64_t *bound);
+
 /* Builds node's output 0 view from its input views (inputs[i] NULL for
  * absent or constant-parameter inputs the op reads from g instead). */
 kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_node *node,

@@ -1,6 +1,7 @@
 /* Building the shared plan (see plan.h): steps, memory, flushes. */
 #include "runtime/plan.h"
 
+#include "codegen/lower.h"
 #include "passes/memory_plan.h"
 #include "passes/passes.h"
 #include "passes/passes_opt.h"
@@ -17,6 +18,21 @@ int64_t kiln_plan_value_bytes(const kiln_plan *p, int v) {
 
 /* ---- steps ----------------------------------------------------------------------- */
 
+/* The device's claim, less what the plan cannot do for it: run-time
+ * indices are range-checked on the host before the kernel, which needs the
+ * values in host memory. */
+static kiln_op_class plan_claim(const kiln_plan_target *t, const kiln_graph *g, const kiln_node *node,
+                                const char **why) {
+  kiln_op_class c = t->claim(t->user, g, node, why);
+  int input;
+  int64_t bound;
+  if (c != KILN_OPCLASS_NONE && !t->host_memory && kiln_lower_runtime_indices(g, node, &input, &bound)) {
+    if (why) *why = "indices computed at run time (their range is checked on the host; this device keeps them apart)";
+    return KILN_OPCLASS_NONE;
+  }
+  return c;
+}
+
 static kiln_status_t kernel_step(kiln_plan *p, int root, kiln_plan_step *s) {
   const kiln_graph *g = p->g;
   KILN_TRY(kiln_fusion_build(g, &p->fusion, root, true, &s->fk));
@@ -30,6 +46,15 @@ static kiln_status_t kernel_step(kiln_plan *p, int root, kiln_plan_step *s) {
   const int *members = &p->fusion.members[p->fusion.member_start[root]];
   for (int m = 0; m < s->n_fused; m++)
     if (members[m] != root) s->flops += kiln_node_flops(g, &g->nodes[members[m]]);
+  for (int m = 0; m < s->n_fused; m++) {
+    const kiln_node *mn = &g->nodes[members[m]];
+    kiln_index_check c = {mn, 0, -1, 0};
+    if (!kiln_lower_runtime_indices(g, mn, &c.input, &c.bound)) continue;
+    c.value = mn->inputs[c.input];
+    kiln_index_check *grown = realloc(s->checks, ((size_t)s->n_checks + 1) * sizeof *grown);
+    if (!grown) return KILN_OOM();
+    (s->checks = grown)[s->n_checks++] = c;
+  }
   snprintf(s->name, sizeof s->name, "%s%s", s->node->op_type, s->n_fused > 1 ? "+fused" : "");
   return NULL;
 }
@@ -82,6 +107,29 @@ static bool dynamic_candidate(const kiln_graph *g, const kiln_node *node) {
     if (!kiln_opt_shape_known(t)) unknown = true;
   }
   return unknown;
+}
+
+kiln_status_t kiln_plan_check_indices(const kiln_plan *p, int step, const void *(*value_data)(void *user, int v),
+                                      void *user) {
+  const kiln_plan_step *s = &p->steps[step];
+  for (int c = 0; c < s->n_checks; c++) {
+    const kiln_index_check *k = &s->checks[c];
+    const kiln_type *t = &p->g->values[k->value].type;
+    const void *data = value_data(user, k->value);
+    int64_t n = kiln_type_numel(t);
+    if (!data || n <= 0) continue;
+    for (int64_t i = 0; i < n; i++) {
+      int64_t v = t->dtype == KILN_DTYPE_I32 ? ((const int32_t *)data)[i] : ((const int64_t *)data)[i];
+      if (v < -k->bound || v >= k->bound) {
+        /* The executor names the step's root; a fused member names itself too. */
+        char who[160] = "";
+        if (k->node != s->node) snprintf(who, sizeof who, "node '%s' (%s): ", k->node->name, k->node->op_type);
+        return kiln_error(KILN_OUT_OF_RANGE, "%sinput %d (indices): value %lld out of range [%lld, %lld)", who,
+                          k->input, (long long)v, (long long)-k->bound, (long long)k->bound);
+      }
+    }
+  }
+  return NULL;
 }
 
 static kiln_status_t build_steps(kiln_plan *p, const kiln_op_class *cls) {
@@ -299,7 +347,7 @@ static kiln_status_t build_once(const kiln_graph *g, const kiln_plan_target *tar
   }
   for (int i = 0; i < g->n_inputs && !st; i++)
     if (!g->values[g->inputs[i]].constant) p->kinds[g->inputs[i]] = KILN_VALUE_INPUT;
-  for (int n = 0; n < nn && !st; n++) cls[n] = target->claim(target->user, g, &g->nodes[n], NULL);
+  for (int n = 0; n < nn && !st; n++) cls[n] = plan_claim(target, g, &g->nodes[n], NULL);
   if (!st) st = kiln_fusion_plan(g, cls, true, &p->fusion);
   if (!st) st = build_steps(p, cls);
   if (!st) {
@@ -332,6 +380,7 @@ void kiln_plan_free(kiln_plan *p) {
   for (int i = 0; p->steps && i < p->n_steps; i++) {
     free(p->steps[i].args);
     free(p->steps[i].outer);
+    free(p->steps[i].checks);
     kiln_fused_kernel_free(&p->steps[i].fk);
   }
   for (int i = 0; p->flushes && i < p->n_flushes; i++) {
@@ -396,7 +445,7 @@ void kiln_plan_describe(const kiln_plan *p, FILE *out) {
       const kiln_plan_step *s = &p->steps[i];
       if (!kiln_plan_step_on_ref(s)) continue;
       const char *why = NULL;
-      p->target.claim(p->target.user, p->g, s->node, &why);
+      plan_claim(&p->target, p->g, s->node, &why);
       fprintf(out, "  %-24s %-28s %s\n", s->node->op_type, s->node->name, why ? why : "?");
     }
   }

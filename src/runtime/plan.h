@@ -55,6 +55,16 @@ typedef enum kiln_plan_value_kind {
                             memory: uploaded into the arena after it */
 } kiln_plan_value_kind;
 
+/* Indices a KERNEL step reads that only the run knows and its kernel does
+ * not check (kiln_lower_runtime_indices): the executor checks them
+ * against [-bound, bound) before launching the step. */
+typedef struct kiln_index_check {
+  const kiln_node *node; /* the node reading them (for the error) */
+  int input;             /* which input of node */
+  int value;             /* the indices' value id (materialized: fusion does not inline it) */
+  int64_t bound;
+} kiln_index_check;
+
 typedef struct kiln_plan_step {
   kiln_plan_step_kind kind;
   const kiln_node *node; /* the node, or the group's root (KERNEL) */
@@ -73,6 +83,8 @@ typedef struct kiln_plan_step {
   int *outer;            /* HOST with subgraphs (If, Loop, Scan): values of the graph its bodies read by
                             name; they live (and are on the host) until the step has run; owned */
   int64_t flops;
+  int n_checks;
+  kiln_index_check *checks; /* KERNEL: run-time indices to range-check first; owned */
   void *compiled;        /* the device's compiled form of the step; freed by its `release_step` */
 } kiln_plan_step;
 
@@ -140,6 +152,13 @@ void kiln_plan_free(kiln_plan *plan);
 int64_t kiln_plan_value_bytes(const kiln_plan *plan, int v);
 /* `kiln info --device`: steps, fused groups, what ref runs and why, memory. */
 void kiln_plan_describe(const kiln_plan *plan, FILE *out);
+/* The index checks of step i (kiln_index_check) over the run's host
+ * values: the error a reference kernel gives for the first index out of
+ * range, NULL when all are in range. value_data(user, v) is value v's host
+ * bytes (NULL: not on the host, unchecked). */
+kiln_status_t kiln_plan_check_indices(const kiln_plan *plan, int step, const void *(*value_data)(void *user, int v),
+                                      void *user);
+
 /* Host steps that run on ref: neither control flow (its bodies have plans)
  * nor the device's own routines nor specialized when they run. */
 bool kiln_plan_step_on_ref(const kiln_plan_step *s);

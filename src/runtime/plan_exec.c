@@ -488,6 +488,12 @@ static kiln_status_t execute_stepwise(struct kiln_executable *x, run_state *r, c
 
 /* ---- execute --------------------------------------------------------------------- */
 
+/* A value's host bytes during a host-memory run (kiln_plan_check_indices). */
+static const void *host_bytes(void *user, int v) {
+  const kiln_plan_bindings *b = user;
+  return b->host[v];
+}
+
 static kiln_status_t execute_host_memory(struct kiln_executable *x, kiln_plan_bindings *b, kiln_value **host,
                                          const kiln_step_observer *observe) {
   const kiln_plan *p = x->plan;
@@ -496,6 +502,7 @@ static kiln_status_t execute_host_memory(struct kiln_executable *x, kiln_plan_bi
     const kiln_plan_step *s = &p->steps[i];
     if (observe && observe->before) observe->before(observe->user, p->g, s->node);
     st = kiln_run_deadline_check();
+    if (!st && s->n_checks) st = kiln_plan_check_indices(p, i, host_bytes, b);
     if (!st) st = s->kind == KILN_STEP_HOST ? run_host_step(x, s, b, host) : x->dev->vt->launch_step(x->dev, x->state, p, i, b);
     if (st) st = kiln_status_annotate(st, "node '%s' (%s)", s->node->name, s->node->op_type);
     if (!st && observe && observe->after) st = observe_step(p, s, b, host, observe);

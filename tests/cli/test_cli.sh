@@ -46,6 +46,28 @@ check "run writes output_0.npy equal to x+y" \
 check "run prints name, dtype, shape, values" \
   '"$kiln" run "$model" --input x="$tmp/x.npy" --input y="$tmp/y.npy" | grep -q "^sum: f32 \[3,4,5\]"'
 
+# An index out of range at run time: the compiled Gather's range check (the
+# plan, before the kernel) gives the error ref gives, naming node and input.
+$py - "$tmp" <<'PY'
+import sys, numpy as np, onnx
+from onnx import helper as h, TensorProto as T
+d = sys.argv[1]
+g = h.make_graph([h.make_node("Gather", ["data", "ids"], ["y"], name="lookup", axis=0)], "g",
+                 [h.make_tensor_value_info("data", T.FLOAT, [5, 3]), h.make_tensor_value_info("ids", T.INT64, [4])],
+                 [h.make_tensor_value_info("y", T.FLOAT, [4, 3])])
+m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)]); m.ir_version = 8
+onnx.save(m, f"{d}/gather.onnx")
+np.save(f"{d}/data.npy", np.arange(15, dtype=np.float32).reshape(5, 3))
+np.save(f"{d}/ids_ok.npy", np.array([0, -1, 4, -5], np.int64))
+np.save(f"{d}/ids_bad.npy", np.array([0, 5, 1, 2], np.int64))
+PY
+for dev in cpu ref; do
+  expect_error "run-time Gather index out of range on $dev" "lookup.*indices.*5 out of range \[-5, 5\)" -- \
+    run "$tmp/gather.onnx" --device $dev --input data="$tmp/data.npy" --input ids="$tmp/ids_bad.npy"
+done
+check "run-time Gather indices, negative ones too, on cpu" \
+  '"$kiln" run "$tmp/gather.onnx" --device cpu --input data="$tmp/data.npy" --input ids="$tmp/ids_ok.npy" | grep -q "values: 0 1 2 12 13 14 12 13 14 0"'
+
 conv=$data/node/test_basic_conv_with_padding/model.onnx
 check "info shows op histogram and FLOPs" '"$kiln" info "$conv" | grep -q "Conv" && "$kiln" info "$conv" | grep -q "estimated FLOPs: [1-9]"'
 check "info --dot is Graphviz" '"$kiln" info "$conv" --dot | head -1 | grep -q "^digraph"'

@@ -1077,6 +1077,20 @@ def dtype_cases():
     m.out(m.node('Gather', [m.source([7, 5]), m.const(ints([[0, 6, -1], [3, -7, 2]]))], axis=0))
     m = case('Gather_const_scalar_axis1')
     m.out(m.node('Gather', [m.source([2, 9, 4], 'T'), m.const(np.int64(-3))], axis=1))
+    # Gather with indices computed at run time (an embedding lookup of token ids): compiled, their range
+    # checked by the plan before the kernel (kiln_plan_check_indices); negative ones from the data, int64
+    # and int32, a scalar index, the indices' producer kept a buffer.
+    m = case('Gather_runtime_axis0')
+    ids = m.node('Sub', [m.node('Cast', [m.node('Mul', [m.node('Sigmoid', [m.source([3, 4])]), m.const(np.float32(13.99))])],
+                                to=TensorProto.INT64), m.const(np.int64(7))])   # in [-7, 6]
+    m.out(m.node('Relu', [m.node('Gather', [m.source([7, 5]), ids], axis=0)]))
+    m = case('Gather_runtime_i32_axis1')
+    ids = m.node('Cast', [m.node('Mul', [m.node('Sigmoid', [m.source([5])]), m.const(np.float32(8.99))])], to=TensorProto.INT32)
+    m.out(m.node('Gather', [m.source([2, 9, 4], 'T'), ids], axis=1))
+    m = case('Gather_runtime_scalar')
+    ids = m.node('Cast', [m.node('ReduceMax', [m.node('Mul', [m.node('Sigmoid', [m.source([6])]), m.const(np.float32(5.99))])],
+                                 keepdims=0)], to=TensorProto.INT64)
+    m.out(m.node('Gather', [m.source([6, 10]), m.node('Neg', [ids])], axis=0))
     m = case('Gather_const_i32_last')
     m.out(m.node('Gather', [m.source([3, 4, 6]), m.const(np.array([5, 0, 5, 2], np.int32))], axis=-1))
     for op in ('ArgMax', 'ArgMin'):

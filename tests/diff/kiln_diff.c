@@ -283,23 +283,24 @@ static int report_fallbacks(const options *o, const char *name, const kiln_sessi
   if (!g) return 0;
   bool has_control = false;
   for (int i = 0; i < g->n_nodes; i++) has_control |= is_control_flow(&g->nodes[i]);
-  /* Host steps the plan runs on the device's routines, or specializes to
-   * their shapes when they run (their plans are visited below), are no
-   * fallback. */
+  /* On a device with a plan, the plan says: its host steps on ref are the
+   * fallbacks (not those on the device's routines, nor those specialized
+   * to their shapes when they run, whose plans are visited below). */
   const kiln_plan *plan = s->exec ? kiln_plan_of(s->exec) : NULL;
-  bool *handled = calloc((size_t)g->n_nodes + 1, sizeof *handled);
-  for (int i = 0; plan && handled && i < plan->n_steps; i++) {
+  for (int i = 0; plan && i < plan->n_steps; i++) {
     const kiln_plan_step *st = &plan->steps[i];
-    if (st->kind == KILN_STEP_HOST && (st->routine || st->dynamic)) handled[st->node - g->nodes] = true;
+    if (!kiln_plan_step_on_ref(st)) continue;
+    const char *reason = NULL;
+    plan->target.claim(plan->target.user, plan->g, st->node, &reason);
+    count_node(&fc, g, st->node, has_control, reason ? reason : "the plan keeps it on the host", "");
   }
-  for (int i = 0; i < g->n_nodes; i++) {
+  for (int i = 0; !plan && i < g->n_nodes; i++) {
     const kiln_node *node = &g->nodes[i];
     const char *reason = NULL;
     kiln_device *d = s->devices[0];
-    if ((handled && handled[i]) || d->vt->supports(d, g, node, &reason)) continue;
+    if (d->vt->supports(d, g, node, &reason)) continue;
     count_node(&fc, g, node, has_control, reason, "");
   }
-  free(handled);
   if (s->exec) kiln_body_plans_visit(kiln_plan_bodies_of(s->exec), 0, count_body, &fc);
   *scalars = fc.scalars;
   *bodies = fc.bodies;
