@@ -98,9 +98,9 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
       if (p < 0 || !(fusable_class(cls[p]) || has_contraction[p]) || f->group_of[p] != p) continue;
       if (f->uses[v] != 1 || g->values[v].is_graph_output) continue;
       /* Run-time indices stay a buffer: the plan checks their range before the kernel. */
-      int idx_in;
-      int64_t idx_bound;
-      if (kiln_lower_runtime_indices(g, node, &idx_in, &idx_bound) && idx_in == i) continue;
+      int idx_in, idx_nb;
+      int64_t idx_bounds[KILN_MAX_RANK];
+      if (kiln_lower_runtime_indices(g, node, &idx_in, &idx_nb, idx_bounds) && idx_in == i) continue;
       /* A contraction's group computes one sum per element and nothing else. */
       if ((has_contraction[p] || has_contraction[n]) && has_reduce[p] && has_reduce[n]) continue;
       const kiln_type *vt = &g->values[v].type;

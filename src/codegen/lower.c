@@ -463,6 +463,25 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
       }
       return NULL;
     }
+    case KILN_OP_GatherND: {
+      const kiln_value_def *iv = input_def(g, n, 1);
+      const kiln_tensor *ind = const_input(g, n, 1);
+      if (!is_plain(in0)) return "dtype not computed by compiled kernels";
+      if (!iv || (dtype_of(iv) != KILN_DTYPE_I64 && dtype_of(iv) != KILN_DTYPE_I32))
+        return "indices of dtype other than int64 or int32";
+      if (!fully_known(&iv->type)) return "indices of a shape not known before running";
+      int64_t bd = n->opset >= 12 ? kiln_attr_int(n, "batch_dims", 0) : 0, r = in0->type.rank, q = iv->type.rank;
+      int64_t m = q > 0 ? iv->type.dims[q - 1] : 0;
+      if (q < 1 || r < 1 || bd < 0 || bd >= (r < q ? r : q) || m < 1 || m > r - bd)
+        return "batch_dims or index depth out of range (ref reports it)";
+      for (int d = 0; d < bd; d++)
+        if (iv->type.dims[d] != in0->type.dims[d]) return "batch dims that differ (ref reports it)";
+      for (int64_t i = 0; ind && i < ind->numel; i++) {
+        int64_t v = kiln_load_i64(ind->data, ind->dtype, i), dim = in0->type.dims[bd + i % m];
+        if (v < -dim || v >= dim) return "an index out of range (ref reports it)";
+      }
+      return NULL; /* run-time indices: the plan checks their range before the kernel */
+    }
     case KILN_OP_kiln_Resample: {
       if (!is_f32(in0)) return "dtype other than f32";
       bool nearest = kiln_attr_int(n, "nearest", 0) != 0;
@@ -613,14 +632,25 @@ bool kiln_lower_is_param_input(const kiln_node *n, int i) {
   }
 }
 
-bool kiln_lower_runtime_indices(const kiln_graph *g, const kiln_node *n, int *input, int64_t *bound) {
-  if (!kiln_node_is(n, KILN_OP_Gather) || n->n_inputs < 2 || n->inputs[1] < 0 || const_input(g, n, 1)) return false;
-  const kiln_value_def *in0 = input_def(g, n, 0);
-  if (!in0 || in0->type.rank < 1) return false;
-  int64_t axis = kiln_attr_int(n, "axis", 0), r = in0->type.rank;
-  if (axis < -r || axis >= r) return false;
+bool kiln_lower_runtime_indices(const kiln_graph *g, const kiln_node *n, int *input, int *n_bounds, int64_t *bounds) {
+  bool gather = kiln_node_is(n, KILN_OP_Gather), nd = kiln_node_is(n, KILN_OP_GatherND);
+  if ((!gather && !nd) || n->n_inputs < 2 || n->inputs[1] < 0 || const_input(g, n, 1)) return false;
+  const kiln_value_def *in0 = input_def(g, n, 0), *iv = input_def(g, n, 1);
+  if (!in0 || in0->type.rank < 1 || !iv) return false;
+  int64_t r = in0->type.rank;
   *input = 1;
-  *bound = in0->type.dims[axis < 0 ? axis + r : axis];
+  if (gather) {
+    int64_t axis = kiln_attr_int(n, "axis", 0);
+    if (axis < -r || axis >= r) return false;
+    *n_bounds = 1;
+    bounds[0] = in0->type.dims[axis < 0 ? axis + r : axis];
+    return true;
+  }
+  int64_t bd = n->opset >= 12 ? kiln_attr_int(n, "batch_dims", 0) : 0, q = iv->type.rank;
+  int64_t m = q > 0 ? iv->type.dims[q - 1] : -1;
+  if (m < 1 || bd < 0 || m > r - bd) return false;
+  *n_bounds = (int)m;
+  for (int64_t k = 0; k < m; k++) bounds[k] = in0->type.dims[bd + k];
   return true;
 }
 
@@ -1070,6 +1100,28 @@ static te_expr *compute_gather(te_builder *b, const te_tensor *t, te_expr *const
   k = te_select(b, te_binary(b, TE_LT, k, te_idx(b, 0)), te_iadd(b, k, te_idx(b, dim)), k);
   k = te_binary(b, TE_MIN, te_binary(b, TE_MAX, k, te_idx(b, 0)), te_idx(b, dim - 1));
   for (int d = 0; d < data->rank; d++) sub[d] = d < axis ? idx[d] : d == axis ? k : idx[d - 1 + ri];
+  return te_at(b, data, sub);
+}
+
+/* GatherND: data[batch..., idx[..., 0], ..., idx[..., m-1], rest...],
+ * each index component wrapped when negative and clamped inside its dim
+ * (constants range-checked by the claim, run-time ones by the plan before
+ * the kernel). p[0]: batch_dims, p[1]: m (the index depth); in[1]: the
+ * indices [..., m]. */
+static te_expr *compute_gathernd(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *data = t->in[0], *ind = t->in[1];
+  int bd = (int)t->p[0], m = (int)t->p[1], q = ind->rank;
+  te_expr *j[KILN_MAX_RANK] = {0}, *sub[KILN_MAX_RANK] = {0};
+  for (int d = 0; d < q - 1; d++) j[d] = idx[d];
+  for (int d = 0; d < bd; d++) sub[d] = idx[d];
+  for (int k = 0; k < m; k++) {
+    j[q - 1] = te_idx(b, k);
+    te_expr *v = te_cast(b, KILN_DTYPE_I64, te_at(b, ind, j));
+    int64_t dim = data->dims[bd + k];
+    v = te_select(b, te_binary(b, TE_LT, v, te_idx(b, 0)), te_iadd(b, v, te_idx(b, dim)), v);
+    sub[bd + k] = te_binary(b, TE_MIN, te_binary(b, TE_MAX, v, te_idx(b, 0)), te_idx(b, dim - 1));
+  }
+  for (int d = bd + m; d < data->rank; d++) sub[d] = idx[q - 1 + (d - bd - m)];
   return te_at(b, data, sub);
 }
 
@@ -1897,6 +1949,14 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     if (!t) return te_builder_status(b);
     t->in[0] = inputs[0];
     t->n_in = 1;
+  } else if (id == KILN_OP_GatherND) {
+    t = te_view_compute(b, odt, rank, dims, compute_gathernd);
+    if (!t) return te_builder_status(b);
+    t->p[0] = n->opset >= 12 ? kiln_attr_int(n, "batch_dims", 0) : 0;
+    t->p[1] = inputs[1]->dims[inputs[1]->rank - 1];
+    t->in[0] = inputs[0];
+    t->in[1] = inputs[1];
+    t->n_in = 2;
   } else if (id == KILN_OP_Gather) {
     t = te_view_compute(b, odt, rank, dims, compute_gather);
     if (!t) return te_builder_status(b);

@@ -24,9 +24,9 @@ int64_t kiln_plan_value_bytes(const kiln_plan *p, int v) {
 static kiln_op_class plan_claim(const kiln_plan_target *t, const kiln_graph *g, const kiln_node *node,
                                 const char **why) {
   kiln_op_class c = t->claim(t->user, g, node, why);
-  int input;
-  int64_t bound;
-  if (c != KILN_OPCLASS_NONE && !t->host_memory && kiln_lower_runtime_indices(g, node, &input, &bound)) {
+  int input, n_bounds;
+  int64_t bounds[KILN_MAX_RANK];
+  if (c != KILN_OPCLASS_NONE && !t->host_memory && kiln_lower_runtime_indices(g, node, &input, &n_bounds, bounds)) {
     if (why) *why = "indices computed at run time (their range is checked on the host; this device keeps them apart)";
     return KILN_OPCLASS_NONE;
   }
@@ -48,8 +48,8 @@ static kiln_status_t kernel_step(kiln_plan *p, int root, kiln_plan_step *s) {
     if (members[m] != root) s->flops += kiln_node_flops(g, &g->nodes[members[m]]);
   for (int m = 0; m < s->n_fused; m++) {
     const kiln_node *mn = &g->nodes[members[m]];
-    kiln_index_check c = {mn, 0, -1, 0};
-    if (!kiln_lower_runtime_indices(g, mn, &c.input, &c.bound)) continue;
+    kiln_index_check c = {.node = mn, .value = -1};
+    if (!kiln_lower_runtime_indices(g, mn, &c.input, &c.n_bounds, c.bounds)) continue;
     c.value = mn->inputs[c.input];
     kiln_index_check *grown = realloc(s->checks, ((size_t)s->n_checks + 1) * sizeof *grown);
     if (!grown) return KILN_OOM();
@@ -120,12 +120,13 @@ kiln_status_t kiln_plan_check_indices(const kiln_plan *p, int step, const void *
     if (!data || n <= 0) continue;
     for (int64_t i = 0; i < n; i++) {
       int64_t v = t->dtype == KILN_DTYPE_I32 ? ((const int32_t *)data)[i] : ((const int64_t *)data)[i];
-      if (v < -k->bound || v >= k->bound) {
+      int64_t bound = k->bounds[i % k->n_bounds];
+      if (v < -bound || v >= bound) {
         /* The executor names the step's root; a fused member names itself too. */
         char who[160] = "";
         if (k->node != s->node) snprintf(who, sizeof who, "node '%s' (%s): ", k->node->name, k->node->op_type);
         return kiln_error(KILN_OUT_OF_RANGE, "%sinput %d (indices): value %lld out of range [%lld, %lld)", who,
-                          k->input, (long long)v, (long long)-k->bound, (long long)k->bound);
+                          k->input, (long long)v, (long long)-bound, (long long)bound);
       }
     }
   }

@@ -57,12 +57,13 @@ typedef enum kiln_plan_value_kind {
 
 /* Indices a KERNEL step reads that only the run knows and its kernel does
  * not check (kiln_lower_runtime_indices): the executor checks them
- * against [-bound, bound) before launching the step. */
+ * against their bounds before launching the step. */
 typedef struct kiln_index_check {
   const kiln_node *node; /* the node reading them (for the error) */
   int input;             /* which input of node */
   int value;             /* the indices' value id (materialized: fusion does not inline it) */
-  int64_t bound;
+  int n_bounds;
+  int64_t bounds[KILN_MAX_RANK]; /* element i in [-bounds[i % n_bounds], bounds[i % n_bounds]) */
 } kiln_index_check;
 
 typedef struct kiln_plan_step {

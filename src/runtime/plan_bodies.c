@@ -451,14 +451,6 @@ kiln_status_t kiln_body_plans_run(kiln_body_plans *bp, const kiln_node *node, co
   return st;
 }
 
-/* A gather's indices: compiled kernels take constant indices only (their
- * range checked when lowering), so a specialization bakes the run's small
- * index tensors in as parameters. */
-static bool gather_indices(const kiln_node *node, int i) {
-  kiln_op_id id = kiln_node_op_id(node);
-  return i == 1 && (id == KILN_OP_Gather || id == KILN_OP_GatherElements || id == KILN_OP_GatherND);
-}
-
 /* The entry of a node specialized at run time: the node alone as a
  * graph, its parameter inputs apart. */
 static kiln_status_t node_entry_for(kiln_body_plans *bp, const kiln_node *node, body_entry **out) {
@@ -490,7 +482,7 @@ static kiln_status_t node_entry_for(kiln_body_plans *bp, const kiln_node *node, 
     if (v < 0) continue;
     int id = c->nodes[0].inputs[i];
     if (c->values[id].constant) continue;
-    if (kiln_lower_is_param_input(node, i) || gather_indices(node, i)) {
+    if (kiln_lower_is_param_input(node, i)) {
       /* a parameter: a plain value of the graph, its constant set per signature */
       e->param_input[e->n_params] = i;
       e->param_value[e->n_params++] = id;

@@ -1091,6 +1091,18 @@ def dtype_cases():
     ids = m.node('Cast', [m.node('ReduceMax', [m.node('Mul', [m.node('Sigmoid', [m.source([6])]), m.const(np.float32(5.99))])],
                                  keepdims=0)], to=TensorProto.INT64)
     m.out(m.node('Gather', [m.source([6, 10]), m.node('Neg', [ids])], axis=0))
+    # GatherND: constant tuples (negative ones too), run-time ones from the data (a detector's per-class
+    # boxes), batch_dims 1, index depth 1 (rows) and full (elements).
+    m = case('GatherND_const_rows')
+    m.out(m.node('GatherND', [m.source([6, 4, 3]), m.const(ints([[[0, -1], [5, 2]], [[3, 0], [-6, 3]]]))]))
+    m = case('GatherND_runtime_elems')
+    tup = m.node('Cast', [m.node('Mul', [m.node('Sigmoid', [m.source([5, 3])]), m.const(np.float32(3.99))])],
+                 to=TensorProto.INT64)                                    # [5, 3] tuples in [0, 3]
+    m.out(m.node('Tanh', [m.node('GatherND', [m.source([4, 4, 4]), m.node('Neg', [tup])])]))
+    m = case('GatherND_runtime_batch1', 13)
+    tup = m.node('Cast', [m.node('Mul', [m.node('Sigmoid', [m.source([3, 7, 1])]), m.const(np.float32(4.99))])],
+                 to=TensorProto.INT64)                                    # [3, 7, 1] rows in [0, 4]
+    m.out(m.node('GatherND', [m.source([3, 5, 6]), tup], batch_dims=1))
     m = case('Gather_const_i32_last')
     m.out(m.node('Gather', [m.source([3, 4, 6]), m.const(np.array([5, 0, 5, 2], np.int32))], axis=-1))
     for op in ('ArgMax', 'ArgMin'):

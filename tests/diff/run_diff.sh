@@ -133,7 +133,7 @@ mixed='^mixed_'
 [ "$device" != cpu ] && mixed="$mixed|^cf_loop_growing"
 # Gathers whose indices only the run knows compile where the plan can check
 # their range on the host first (host memory: the cpu); elsewhere ref.
-[ "$device" != cpu ] && mixed="$mixed|^Gather_runtime_"
+[ "$device" != cpu ] && mixed="$mixed|^Gather(ND)?_runtime_"
 (cd "$tmp/sweep" && ls -- *.onnx) | grep -E -- "$match" | grep -Ev -- "$mixed" | sed "s:^:$tmp/sweep/:" > "$tmp/sweep.list"
 (cd "$tmp/sweep" && ls -- *.onnx) | grep -E -- "$match" | grep -E -- "$mixed" | sed "s:^:$tmp/sweep/:" > "$tmp/mixed.list"
 if [ ! -s "$tmp/sweep.list" ]; then

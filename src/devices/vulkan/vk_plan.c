@@ -85,8 +85,8 @@ const char *vk_plan_unsupported(const kiln_graph *g, const kiln_node *node) {
   for (int i = 0; i < node->n_inputs; i++) {
     if (node->inputs[i] < 0 || kiln_lower_is_param_input(node, i)) continue;
     kiln_dtype dt = g->values[node->inputs[i]].type.dtype;
-    /* Gather's constant indices (range-checked by the claim) read by their low word */
-    bool index = dt == KILN_DTYPE_I64 && i == 1 && kiln_node_is(node, KILN_OP_Gather);
+    /* Gather's and GatherND's constant indices (range-checked by the claim) read by their low word */
+    bool index = dt == KILN_DTYPE_I64 && i == 1 && (kiln_node_is(node, KILN_OP_Gather) || kiln_node_is(node, KILN_OP_GatherND));
     if (dt != KILN_DTYPE_F32 && dt != KILN_DTYPE_I32 && dt != KILN_DTYPE_BOOL && !index)
       return "an input of dtype other than f32";
   }
