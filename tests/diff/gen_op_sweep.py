@@ -1613,6 +1613,21 @@ def host_cases():
         rows = m.node('Gather', [x, m.node('Slice', [nz, m.const(ints([0])), m.const(ints([1]))])], axis=0)
         m.out(m.node('Where', [m.node('Greater', [rows, m.const(np.float32(0.5))]), rows,
                                m.node('Neg', [rows])]))
+    # TopK over f32 on the cpu's bounded-heap routine against ref's stable sort: ties (values rounded to
+    # tenths), NaN (the largest), smallest and largest, a middle axis, k of 0, 1, some and all.
+    for tag, shape, axis, k, largest in (('last_ties', [4, 50], -1, 7, 1), ('mid_small', [3, 40, 5], 1, 6, 0),
+                                         ('all', [2, 9], 1, 9, 1), ('k0', [3, 8], 1, 0, 1), ('k1_nan', [5, 33], 1, 1, 1),
+                                         ('nan_smallest', [6, 21], 1, 5, 0)):
+        m = case('mixed_host_TopK_%s' % tag)
+        x = m.node('Div', [m.node('Round', [m.node('Mul', [m.source(shape), m.const(np.float32(10.0))])]),
+                           m.const(np.float32(10.0))])
+        if 'nan' in tag:
+            x = m.node('Sqrt', [m.node('Add', [x, m.const(np.float32(1.0))])])
+        outs = [m.fresh('t'), m.fresh('t')]
+        m.nodes.append(helper.make_node('TopK', [x, m.const(ints([k]))], outs, name=m.fresh('n_TopK_'), axis=axis,
+                                        largest=largest))
+        m.out(outs[0])
+        m.out(outs[1])
     m = case('mixed_host_MatMul_rows')
     r = picked_rows(m, m.source([11, 33]))
     m.out(m.node('MatMul', [r, m.randc([33, 9])]))

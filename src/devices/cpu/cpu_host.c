@@ -9,7 +9,8 @@
  * Conv and ConvTranspose through the routine compiled kernels call
  * (kiln_rt.conv, planned for the shapes at hand),
  * RoiAlign with its bilinear taps computed once per roi for every channel,
- * ScatterElements (no reduction), Expand and Concat as copies, NonMaxSuppression
+ * ScatterElements (no reduction), Expand and Concat as copies, TopK over
+ * f32 by a bounded heap (ref sorts every row whole), NonMaxSuppression
  * with its IoU tests over blocks of the kept boxes (the same greedy
  * selection, bit for bit). Each writes every element of its outputs,
  * which are allocated uninitialized. Anything else, or a case these do
@@ -635,6 +636,102 @@ static kiln_status_t host_concat(kiln_kernel_ctx *ctx, bool *handled) {
   return NULL;
 }
 
+/* ---- TopK over f32: the k best of each row by a bounded heap ------------------------------ */
+
+/* One candidate: its value and its index along the axis. */
+typedef struct topk_item {
+  float v;
+  int64_t i;
+} topk_item;
+
+/* Whether a goes before b in ref's stable sort (ops/reduce_scan.c): NaN
+ * counts as the largest value, ties keep index order. With the index as
+ * the last key this is a total order, so the k first under it are exactly
+ * ref's k first, however they are found. */
+static inline bool topk_first(const topk_item *a, const topk_item *b, bool largest) {
+  bool an = a->v != a->v, bn = b->v != b->v;
+  if (an != bn) return largest ? an : bn;
+  if (!an && a->v != b->v) return largest ? a->v > b->v : a->v < b->v;
+  return a->i < b->i;
+}
+
+/* A heap whose root is the item that goes last among those kept. */
+static void topk_sift(topk_item *h, int64_t n, int64_t at, bool largest) {
+  for (;;) {
+    int64_t l = 2 * at + 1, r = l + 1, worst = at;
+    if (l < n && topk_first(&h[worst], &h[l], largest)) worst = l;
+    if (r < n && topk_first(&h[worst], &h[r], largest)) worst = r;
+    if (worst == at) return;
+    topk_item t = h[at];
+    h[at] = h[worst];
+    h[worst] = t;
+    at = worst;
+  }
+}
+
+static kiln_status_t host_topk(kiln_kernel_ctx *ctx, bool *handled) {
+  const kiln_node *n = ctx->node;
+  kiln_tensor *xt = kiln_kernel_input(ctx, 0), *kt = n->n_inputs > 1 ? kiln_kernel_input(ctx, 1) : NULL;
+  if (ctx->opset < 10 || !xt || !kt || xt->dtype != KILN_DTYPE_F32 || xt->rank < 1 || kt->dtype != KILN_DTYPE_I64 ||
+      kt->numel != 1)
+    return NULL; /* ref: the attribute form, other dtypes, and every error */
+  int rank = xt->rank;
+  int64_t axis = kiln_attr_int(n, "axis", -1), k = *(const int64_t *)kt->data;
+  if (axis < -rank || axis >= rank) return NULL;
+  if (axis < 0) axis += rank;
+  int64_t len = xt->dims[axis];
+  if (k < 0 || k > len) return NULL;
+  bool largest = kiln_attr_int(n, "largest", 1) != 0;
+  int64_t dims[KILN_MAX_RANK], outer = 1, inner = 1;
+  memcpy(dims, xt->dims, sizeof(int64_t) * (size_t)rank);
+  dims[axis] = k;
+  for (int d = 0; d < axis; d++) outer *= dims[d];
+  for (int d = (int)axis + 1; d < rank; d++) inner *= dims[d];
+  topk_item *heap = malloc(((size_t)k + 1) * sizeof *heap);
+  if (!heap) return KILN_OOM();
+  kiln_tensor *vt, *it;
+  kiln_status_t st = kiln_kernel_output_uninit(ctx, 0, KILN_DTYPE_F32, rank, dims, &vt);
+  if (!st) st = kiln_kernel_output_uninit(ctx, 1, KILN_DTYPE_I64, rank, dims, &it);
+  if (st) {
+    free(heap);
+    return st;
+  }
+  *handled = true;
+  const float *x = xt->data;
+  float *vals = vt->data;
+  int64_t *idx = it->data;
+  for (int64_t o = 0; o < outer && k > 0; o++)
+    for (int64_t i = 0; i < inner; i++) {
+      const float *row = x + o * len * inner + i;
+      int64_t m = 0;
+      for (int64_t j = 0; j < len; j++) {
+        topk_item c = {row[j * inner], j};
+        if (m < k) { /* fill, then heapify once */
+          heap[m++] = c;
+          if (m == k)
+            for (int64_t a = k / 2 - 1; a >= 0; a--) topk_sift(heap, k, a, largest);
+        } else if (topk_first(&c, &heap[0], largest)) {
+          heap[0] = c;
+          topk_sift(heap, k, 0, largest);
+        }
+      }
+      /* The kept ones in order: pop the last-going root to the back. */
+      for (int64_t e = k - 1; e > 0; e--) {
+        topk_item t = heap[0];
+        heap[0] = heap[e];
+        heap[e] = t;
+        topk_sift(heap, e, 0, largest);
+      }
+      for (int64_t j = 0; j < k; j++) {
+        int64_t at = o * k * inner + j * inner + i;
+        vals[at] = heap[j].v;
+        idx[at] = heap[j].i;
+      }
+    }
+  free(heap);
+  return NULL;
+}
+
 bool kiln_cpu_host_routine_of(const kiln_graph *g, const kiln_node *node) {
   if (kiln_cpu_recurrent_routine(g, node)) return true;
   int out = node->n_outputs > 0 ? node->outputs[0] : -1;
@@ -649,6 +746,9 @@ bool kiln_cpu_host_routine_of(const kiln_graph *g, const kiln_node *node) {
     case KILN_OP_Expand:
     case KILN_OP_Concat: return dt != KILN_DTYPE_STRING; /* any other (the copy checks at run time) */
     case KILN_OP_NonMaxSuppression: return true;
+    case KILN_OP_TopK:
+      return node->opset >= 10 && node->n_inputs > 0 && node->inputs[0] >= 0 &&
+             g->values[node->inputs[0]].type.dtype == KILN_DTYPE_F32;
     default: return false;
   }
 }
@@ -664,6 +764,7 @@ kiln_status_t kiln_cpu_host_kernel(void *state, kiln_kernel_ctx *ctx, bool *hand
     case KILN_OP_ScatterElements: return host_scatter_elements(ctx, handled);
     case KILN_OP_Expand: return host_expand(ctx, handled);
     case KILN_OP_Concat: return host_concat(ctx, handled);
+    case KILN_OP_TopK: return host_topk(ctx, handled);
     case KILN_OP_NonMaxSuppression: return host_nms(ctx, handled);
     case KILN_OP_RNN:
     case KILN_OP_GRU:
