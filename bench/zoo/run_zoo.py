@@ -11,7 +11,8 @@ Run it with the first `python3` on PATH. It
      pip) and exports the selected models with bench/zoo/export_zoo.py into
      --zoo-dir (models already there are skipped; --no-export: only what is
      there);
-  2. per model, `kiln info MODEL --device D` once: the nodes left on ref and
+  2. per model, `kiln info MODEL --device D` once: the nodes left on ref (and
+     the host-only ops apart: Shape, NonZero, reshapes of run-time shapes) and
      their ops ("all" when the whole graph runs on the interpreter, e.g.
      graphs with If or Loop today);
   3. per model and thread count:
@@ -97,7 +98,13 @@ def nodes_on_ref(args, model):
                 break
             op = line.split()[0]
             ops[op] = ops.get(op, 0) + 1
-    return n, ", ".join(f"{op} x{c}" if c > 1 else op for op, c in sorted(ops.items(), key=lambda kv: -kv[1]))
+    listed = ", ".join(f"{op} x{c}" if c > 1 else op for op, c in sorted(ops.items(), key=lambda kv: -kv[1]))
+    # The host's by nature (runtime/plan.c kiln_plan_step_host_only), listed apart: Shape, NonZero, and the
+    # reshapes and block copies of shapes only the run tells.
+    h = re.search(r"(\d+) host-only ops on the host \(([^)]*)\)", out.split("\n", 1)[0] if False else out)
+    if h:
+        listed = (listed + "; " if listed else "") + f"host-only: {h.group(2)}"
+    return n, listed
 
 
 def cold_kiln(args, model, inputs, threads):
@@ -241,7 +248,7 @@ def print_tables(results, meta, threads):
             nref = r.get("nodes_on_ref")
             ref = "?" if nref is None else str(nref)
             if r.get("ref_ops"):
-                ref += f" ({r['ref_ops'][:100]})"
+                ref += f" ({r['ref_ops'][:160]})"
             ck = fmt(r.get("cold_kiln_ms")) if "cold_kiln_ms" in r else (
                 f"FAILED: {r['cold_kiln_error'][:60]}" if "cold_kiln_error" in r else "")
             co = fmt(r.get("cold_ort_ms")) if "cold_ort_ms" in r else (

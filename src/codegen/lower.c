@@ -303,8 +303,12 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
   }
   if (reduce_kind_of(id) >= 0 || is_softmax(id)) {
     /* Integer min and max are exact in any order (a detector's per-class
-     * ReduceMin over int64 candidate counts); sums and the rest stay f32. */
-    bool int_ok = (id == KILN_OP_ReduceMin || id == KILN_OP_ReduceMax) && is_integer(dtype_of(in0));
+     * ReduceMin over int64 candidate counts), and so are sums and products
+     * modulo 2^width, which is what ref computes (a detector's ReduceProd
+     * of a shape); the others stay f32. */
+    bool int_ok = (id == KILN_OP_ReduceMin || id == KILN_OP_ReduceMax || id == KILN_OP_ReduceSum ||
+                   id == KILN_OP_ReduceProd) &&
+                  is_integer(dtype_of(in0)) && dtype_of(in0) != KILN_DTYPE_BOOL;
     if (!is_f32(in0) && !int_ok) return "dtype other than f32";
     bool mask[KILN_MAX_RANK];
     bool ok = is_softmax(id) ? softmax_axes(n, in0->type.rank, mask) : reduce_axes(g, n, in0->type.rank, mask);

@@ -121,7 +121,26 @@ static void c_reduce_init(const render_ctx *r, const te_expr *red, char *buf, si
   else r->d->int_literal(r, red->dtype, v, buf, n);
 }
 
+/* The unsigned type of an integer dtype's width (wrapping arithmetic), or NULL. */
+static const char *c_unsigned_of(kiln_dtype dt) {
+  switch (dt) {
+    case KILN_DTYPE_I64: case KILN_DTYPE_U64: return "uint64_t";
+    case KILN_DTYPE_I32: case KILN_DTYPE_U32: return "uint32_t";
+    case KILN_DTYPE_I16: case KILN_DTYPE_U16: return "uint16_t";
+    case KILN_DTYPE_I8: case KILN_DTYPE_U8: return "uint8_t";
+    default: return NULL;
+  }
+}
+
 static void c_reduce_combine(render_ctx *r, const te_expr *red, const char *acc, const char *x) {
+  /* Integer sums and products wrap, as ref's do (modulo 2^64, then the
+   * element width): in the unsigned type, never C's signed overflow. */
+  const char *u = is_float(red->dtype) ? NULL : c_unsigned_of(red->dtype);
+  if (u && (red->rop == TE_RSUM || red->rop == TE_RPROD)) {
+    kiln_strbuf_printf(r->s, "%s = (%s)((%s)%s %c (%s)(%s));\n", acc, r->d->value_type(r, red->dtype), u, acc,
+                       red->rop == TE_RSUM ? '+' : '*', u, x);
+    return;
+  }
   switch (red->rop) {
     case TE_RSUM: kiln_strbuf_printf(r->s, "%s += %s;\n", acc, x); break;
     case TE_RPROD: kiln_strbuf_printf(r->s, "%s *= %s;\n", acc, x); break;

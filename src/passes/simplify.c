@@ -289,7 +289,7 @@ static kiln_status_t simplify_node(kiln_graph *g, const kiln_opt_uses *u, int id
  * up to the input's. */
 static kiln_status_t split_to_slices(kiln_graph *g, int idx) {
   const kiln_node *n = &g->nodes[idx];
-  if (n->n_inputs < 1 || n->inputs[0] < 0 || n->n_outputs < 2 || n->n_outputs > 64) return NULL;
+  if (n->n_inputs < 1 || n->inputs[0] < 0 || n->n_outputs < 1 || n->n_outputs > 64) return NULL; /* one output too: the whole, a view */
   const kiln_type *xt = &g->values[n->inputs[0]].type;
   if (!kiln_opt_shape_known(xt) || xt->rank < 1) return NULL;
   int64_t axis = kiln_attr_int(n, "axis", 0);

@@ -400,13 +400,35 @@ void kiln_plan_free(kiln_plan *p) {
 
 static bool is_control_flow(const kiln_node *node) { return node->op && (node->op->flags & KILN_OP_CONTROL_FLOW); }
 
-bool kiln_plan_step_on_ref(const kiln_plan_step *s) {
-  return s->kind == KILN_STEP_HOST && !s->routine && !s->dynamic && !is_control_flow(s->node);
+bool kiln_plan_step_host_only(const kiln_plan *p, const kiln_plan_step *s) {
+  if (s->kind != KILN_STEP_HOST || s->routine || s->dynamic || is_control_flow(s->node)) return false;
+  const kiln_node *node = s->node;
+  switch (kiln_node_op_id(node)) {
+    case KILN_OP_Shape:
+    case KILN_OP_Size:
+    case KILN_OP_NonZero: return true; /* metadata, or an output whose size the data decides */
+    case KILN_OP_Reshape:
+    case KILN_OP_Flatten:
+    case KILN_OP_Squeeze:
+    case KILN_OP_Unsqueeze:
+    case KILN_OP_Identity:
+    case KILN_OP_Split:
+    case KILN_OP_Range: /* a relabel, block copies, or a size the values decide: only with run-time shapes */
+      for (int k = 0; k < node->n_outputs; k++)
+        if (node->outputs[k] >= 0 && !kiln_opt_shape_known(&p->g->values[node->outputs[k]].type)) return true;
+      return false;
+    default: return false;
+  }
+}
+
+bool kiln_plan_step_on_ref(const kiln_plan *p, const kiln_plan_step *s) {
+  return s->kind == KILN_STEP_HOST && !s->routine && !s->dynamic && !is_control_flow(s->node) &&
+         !kiln_plan_step_host_only(p, s);
 }
 
 int kiln_plan_nodes_on_ref(const kiln_plan *p) {
   int n = 0;
-  for (int i = 0; i < p->n_steps; i++) n += kiln_plan_step_on_ref(&p->steps[i]);
+  for (int i = 0; i < p->n_steps; i++) n += kiln_plan_step_on_ref(p, &p->steps[i]);
   return n;
 }
 
@@ -438,13 +460,33 @@ void kiln_plan_describe(const kiln_plan *p, FILE *out) {
   }
   if (p->n_dynamic)
     fprintf(out, ", %d with shapes known only when they run (specialized to them then)", p->n_dynamic);
+  int n_host_only = 0;
+  for (int i = 0; i < p->n_steps; i++) n_host_only += kiln_plan_step_host_only(p, &p->steps[i]);
+  if (n_host_only) { /* each op once, with its count */
+    fprintf(out, ", %d host-only ops on the host (", n_host_only);
+    for (int i = 0, first = 1; i < p->n_steps; i++) {
+      const kiln_plan_step *s = &p->steps[i];
+      if (!kiln_plan_step_host_only(p, s)) continue;
+      bool seen = false;
+      for (int j = 0; j < i && !seen; j++)
+        seen = kiln_plan_step_host_only(p, &p->steps[j]) && !strcmp(p->steps[j].node->op_type, s->node->op_type);
+      if (seen) continue;
+      int count = 0;
+      for (int j = i; j < p->n_steps; j++)
+        count += kiln_plan_step_host_only(p, &p->steps[j]) && !strcmp(p->steps[j].node->op_type, s->node->op_type);
+      fprintf(out, "%s%s", first ? "" : ", ", s->node->op_type);
+      if (count > 1) fprintf(out, " x%d", count);
+      first = 0;
+    }
+    fprintf(out, ")");
+  }
   if (n_control) fprintf(out, ", %d control-flow nodes on the host (their bodies' plans below)", n_control);
   fprintf(out, "; %d device segments\n", n_segments);
   if (n_ref) {
     fprintf(out, "fell back to ref:\n");
     for (int i = 0; i < p->n_steps; i++) {
       const kiln_plan_step *s = &p->steps[i];
-      if (!kiln_plan_step_on_ref(s)) continue;
+      if (!kiln_plan_step_on_ref(p, s)) continue;
       const char *why = NULL;
       plan_claim(&p->target, p->g, s->node, &why);
       fprintf(out, "  %-24s %-28s %s\n", s->node->op_type, s->node->name, why ? why : "?");

@@ -160,9 +160,16 @@ void kiln_plan_describe(const kiln_plan *plan, FILE *out);
 kiln_status_t kiln_plan_check_indices(const kiln_plan *plan, int step, const void *(*value_data)(void *user, int v),
                                       void *user);
 
+/* Host steps whose work is the host's by nature: Shape and Size
+ * (metadata), NonZero (its output size is the data's), and with shapes
+ * known only when they run, the relabels and block copies Reshape,
+ * Flatten, Squeeze, Unsqueeze, Identity, Split, and Range (its size the
+ * values'). `kiln info` lists them apart from the nodes on ref. */
+bool kiln_plan_step_host_only(const kiln_plan *plan, const kiln_plan_step *s);
 /* Host steps that run on ref: neither control flow (its bodies have plans)
- * nor the device's own routines nor specialized when they run. */
-bool kiln_plan_step_on_ref(const kiln_plan_step *s);
+ * nor the device's own routines nor specialized when they run nor
+ * host-only. */
+bool kiln_plan_step_on_ref(const kiln_plan *plan, const kiln_plan_step *s);
 int kiln_plan_nodes_on_ref(const kiln_plan *plan);
 
 /* Where each value lives during a run, per value id: its device buffer and

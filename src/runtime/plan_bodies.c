@@ -592,7 +592,7 @@ void kiln_body_plans_describe(const kiln_body_plans *bp, FILE *out, int indent) 
         n_control += p->steps[j].kind == KILN_STEP_HOST && (p->steps[j].node->op->flags & KILN_OP_CONTROL_FLOW);
       fprintf(out, "%d kernels (fusing %d nodes), %d nodes on ref", p->n_kernels, p->n_fused_nodes, n_ref);
       for (int j = 0, first = 1; j < p->n_steps; j++)
-        if (kiln_plan_step_on_ref(&p->steps[j])) {
+        if (kiln_plan_step_on_ref(p, &p->steps[j])) {
           fprintf(out, "%s%s", first ? " (" : ", ", p->steps[j].node->op_type);
           first = 0;
         }

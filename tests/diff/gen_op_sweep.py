@@ -808,6 +808,14 @@ def dtype_cases():
         m.out(m.node('ReduceMin', [x], axes=[2], keepdims=0))
         m.out(m.node('ReduceMax', [x], axes=[1], keepdims=1))
         m.out(m.node('ReduceMin', [x], keepdims=1))
+    # Integer ReduceSum/ReduceProd wrap as ref's do (render_c.c: in the unsigned type): products past 2^63
+    # and past 2^31 (int8 is not a type ONNX's ReduceProd takes).
+    for tag, to, scale in (('i64', I64, 3e6), ('i32', I32, 5e4)):
+        m = dcase('ReduceSumProd_%s' % tag)
+        x = ints_of(m, [4, 6, 9], scale, to)
+        m.out(m.node('ReduceProd', [x], axes=[2], keepdims=0))
+        m.out(m.node('ReduceSum', [x, m.const(ints([1]))], keepdims=1))
+        m.out(m.node('ReduceProd', [x], keepdims=0))
     m = dcase('Cast_nan_inf_i64')                  # NaN -> 0, +-inf saturate
     m.out(m.node('Cast', [m.node('Div', [m.node('Log', [m.source([5, 9])]), m.source([5, 9])])], to=I64))
     m = dcase('Cast_i64_f32_chain')
@@ -1042,6 +1050,10 @@ def dtype_cases():
         outs = [m.fresh('t') for _ in range(n_out)]
         m.nodes.append(helper.make_node('Split', x, outs, name=m.fresh('n_Split_'), **attrs))
         return outs
+    # A Split of one output (an exporter's whole-tensor split): the whole, a view
+    m = case('Split_one_output')
+    outs = split(m, [m.source([6, 4]), m.const(ints([6]))], 1, axis=0)
+    m.out(m.node('Relu', [outs[0]]))
     m = case('Split_sizes')
     a, b, c = split(m, [m.source([4, 10, 3]), m.const(ints([2, 5, 3]))], 3, axis=1)
     m.out(m.node('Relu', [a]))

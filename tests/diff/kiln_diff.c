@@ -289,7 +289,7 @@ static int report_fallbacks(const options *o, const char *name, const kiln_sessi
   const kiln_plan *plan = s->exec ? kiln_plan_of(s->exec) : NULL;
   for (int i = 0; plan && i < plan->n_steps; i++) {
     const kiln_plan_step *st = &plan->steps[i];
-    if (!kiln_plan_step_on_ref(st)) continue;
+    if (!kiln_plan_step_on_ref(plan, st)) continue;
     const char *reason = NULL;
     plan->target.claim(plan->target.user, plan->g, st->node, &reason);
     count_node(&fc, g, st->node, has_control, reason ? reason : "the plan keeps it on the host", "");
