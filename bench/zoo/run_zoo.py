@@ -101,7 +101,7 @@ def nodes_on_ref(args, model):
     listed = ", ".join(f"{op} x{c}" if c > 1 else op for op, c in sorted(ops.items(), key=lambda kv: -kv[1]))
     # The host's by nature (runtime/plan.c kiln_plan_step_host_only), listed apart: Shape, NonZero, and the
     # reshapes and block copies of shapes only the run tells.
-    h = re.search(r"(\d+) host-only ops on the host \(([^)]*)\)", out.split("\n", 1)[0] if False else out)
+    h = re.search(r"(\d+) host-only ops on the host \(([^)]*)\)", out)
     if h:
         listed = (listed + "; " if listed else "") + f"host-only: {h.group(2)}"
     return n, listed
