@@ -140,22 +140,18 @@ static kiln_status_t close_body(const kiln_graph *g, body_entry *e) {
   return st;
 }
 
-static kiln_status_t entry_for(kiln_body_plans *bp, const kiln_node *node, const kiln_graph *body,
-                               body_entry **out) {
-  for (int i = 0; i < bp->n_entries; i++)
-    if (!bp->entries[i]->for_node && bp->entries[i]->body == body) {
-      *out = bp->entries[i];
-      return NULL;
-    }
+/* A zeroed entry, with room for it in bp->entries (entry_commit adds it). */
+static kiln_status_t entry_alloc(kiln_body_plans *bp, body_entry **out) {
+  *out = NULL;
   body_entry **l = realloc(bp->entries, ((size_t)bp->n_entries + 1) * sizeof *l);
   if (!l) return KILN_OOM();
   bp->entries = l;
-  body_entry *e = calloc(1, sizeof *e);
-  if (!e) return KILN_OOM();
-  e->node = node;
-  e->body = body;
-  e->attr = attr_holding(node, body);
-  kiln_status_t st = close_body(bp->g, e);
+  *out = calloc(1, sizeof **out);
+  return *out ? NULL : KILN_OOM();
+}
+
+/* Adds e to bp when its set-up status st is NULL, else frees it and returns st. */
+static kiln_status_t entry_commit(kiln_body_plans *bp, body_entry *e, kiln_status_t st, body_entry **out) {
   if (st) {
     entry_free(bp->dev, e);
     return st;
@@ -163,6 +159,21 @@ static kiln_status_t entry_for(kiln_body_plans *bp, const kiln_node *node, const
   bp->entries[bp->n_entries++] = e;
   *out = e;
   return NULL;
+}
+
+static kiln_status_t entry_for(kiln_body_plans *bp, const kiln_node *node, const kiln_graph *body,
+                               body_entry **out) {
+  for (int i = 0; i < bp->n_entries; i++)
+    if (!bp->entries[i]->for_node && bp->entries[i]->body == body) {
+      *out = bp->entries[i];
+      return NULL;
+    }
+  body_entry *e;
+  KILN_TRY(entry_alloc(bp, &e));
+  e->node = node;
+  e->body = body;
+  e->attr = attr_holding(node, body);
+  return entry_commit(bp, e, close_body(bp->g, e), out);
 }
 
 /* ---- signatures ------------------------------------------------------------------ */
@@ -459,16 +470,13 @@ static kiln_status_t node_entry_for(kiln_body_plans *bp, const kiln_node *node, 
       *out = bp->entries[i];
       return NULL;
     }
-  body_entry **l = realloc(bp->entries, ((size_t)bp->n_entries + 1) * sizeof *l);
-  if (!l) return KILN_OOM();
-  bp->entries = l;
-  body_entry *e = calloc(1, sizeof *e);
-  if (!e) return KILN_OOM();
+  body_entry *e;
+  KILN_TRY(entry_alloc(bp, &e));
   e->node = node;
   e->for_node = true;
   e->attr = "node";
-  kiln_status_t st = kiln_graph_of_node(bp->g, (int)(node - bp->g->nodes), &e->closed);
   int n_in = node->n_inputs;
+  kiln_status_t st = kiln_graph_of_node(bp->g, (int)(node - bp->g->nodes), &e->closed);
   if (!st) {
     e->graph_input_of = malloc(((size_t)n_in + 1) * sizeof(int));
     e->param_input = malloc(((size_t)n_in + 1) * sizeof(int));
@@ -476,45 +484,26 @@ static kiln_status_t node_entry_for(kiln_body_plans *bp, const kiln_node *node, 
     if (!e->graph_input_of || !e->param_input || !e->param_value) st = KILN_OOM();
   }
   kiln_graph *c = e->closed;
+  /* Parameters: plain values of the graph, their constants set per
+   * signature; they leave the graph's inputs. */
+  for (int i = 0; !st && i < n_in; i++) {
+    int id = node->inputs[i] >= 0 ? c->nodes[0].inputs[i] : -1;
+    if (id < 0 || c->values[id].constant || !kiln_lower_is_param_input(node, i)) continue;
+    e->param_input[e->n_params] = i;
+    e->param_value[e->n_params++] = id;
+    c->values[id].is_graph_input = false;
+  }
+  int n = 0;
+  for (int k = 0; !st && k < c->n_inputs; k++)
+    if (c->values[c->inputs[k]].is_graph_input) c->inputs[n++] = c->inputs[k];
+  if (!st) c->n_inputs = n;
   for (int i = 0; !st && i < n_in; i++) {
     e->graph_input_of[i] = -1;
-    int v = node->inputs[i];
-    if (v < 0) continue;
-    int id = c->nodes[0].inputs[i];
-    if (c->values[id].constant) continue;
-    if (kiln_lower_is_param_input(node, i)) {
-      /* a parameter: a plain value of the graph, its constant set per signature */
-      e->param_input[e->n_params] = i;
-      e->param_value[e->n_params++] = id;
-      continue;
-    }
-    for (int k = 0; k < c->n_inputs; k++)
+    int id = node->inputs[i] >= 0 ? c->nodes[0].inputs[i] : -1;
+    for (int k = 0; id >= 0 && k < n; k++)
       if (c->inputs[k] == id) e->graph_input_of[i] = k;
   }
-  /* Parameters leave the graph's inputs (they become constants). */
-  if (!st && e->n_params) {
-    int n = 0;
-    for (int k = 0; k < c->n_inputs; k++) {
-      bool param = false;
-      for (int q = 0; q < e->n_params; q++) param = param || c->inputs[k] == e->param_value[q];
-      if (param) c->values[c->inputs[k]].is_graph_input = false;
-      else c->inputs[n++] = c->inputs[k];
-    }
-    c->n_inputs = n;
-    for (int i = 0; i < n_in; i++) {
-      e->graph_input_of[i] = -1;
-      int id = node->inputs[i] >= 0 ? c->nodes[0].inputs[i] : -1;
-      for (int k = 0; id >= 0 && k < n; k++)
-        if (c->inputs[k] == id) e->graph_input_of[i] = k;
-    }
-  }
-  if (st) {
-    entry_free(bp->dev, e);
-    return st;
-  }
-  bp->entries[bp->n_entries++] = e;
-  *out = e;
-  return NULL;
+  return entry_commit(bp, e, st, out);
 }
 
 /* A parameter's words of the signature; false when it cannot be one. */
