@@ -161,6 +161,26 @@ static kiln_status_t dequantize_kernel(kiln_kernel_ctx *ctx) {
   KILN_TRY(kiln_kernel_set_output(ctx, 0, y));
   const float *s = scale->data;
   float *yd = y->data;
+  /* Parameters per the last axis (a MatMul weight [K, N] per output
+   * column): rows of `count`, each element its own parameter, the zero
+   * points read once (one element per run was a call per weight). */
+  if (q.count > 1 && q.inner == 1 && (x->dtype == KILN_DTYPE_I8 || x->dtype == KILN_DTYPE_U8)) {
+    float *zf = malloc((size_t)q.count * sizeof *zf);
+    if (!zf) return KILN_OOM();
+    for (int64_t p = 0; p < q.count; p++) zf[p] = zp ? (float)kiln_load_i64(zp->data, zp->dtype, p) : 0.0f;
+    for (int64_t base = 0; base < x->numel; base += q.count) {
+      float *yr = yd + base;
+      if (x->dtype == KILN_DTYPE_I8) {
+        const int8_t *xr = (const int8_t *)x->data + base;
+        for (int64_t p = 0; p < q.count; p++) yr[p] = ((float)xr[p] - zf[p]) * s[p];
+      } else {
+        const uint8_t *xr = (const uint8_t *)x->data + base;
+        for (int64_t p = 0; p < q.count; p++) yr[p] = ((float)xr[p] - zf[p]) * s[p];
+      }
+    }
+    free(zf);
+    return NULL;
+  }
   /* Runs of `inner` elements share a parameter: the weights of a whole
    * quantized model are dequantized here when it is folded. */
   int64_t run = q.count == 1 ? x->numel : q.inner;
