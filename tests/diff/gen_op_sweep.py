@@ -816,6 +816,13 @@ def dtype_cases():
         m.out(m.node('ReduceProd', [x], axes=[2], keepdims=0))
         m.out(m.node('ReduceSum', [x, m.const(ints([1]))], keepdims=1))
         m.out(m.node('ReduceProd', [x], keepdims=0))
+    # DequantizeLinear per the last axis (a MatMul weight per output column: ops/quant.c's row path) of
+    # int8 and uint8, zero points per column, against the compiled form.
+    for tag, to, zdt in (('i8', I8, np.int8), ('u8', U8, np.uint8)):
+        m = dcase('DQ_last_axis_%s' % tag)
+        x = ints_of(m, [6, 11], 100.0, to)
+        zp = m.const(m.rng.randint(0, 20, [11]).astype(zdt))
+        m.out(m.node('DequantizeLinear', [x, m.const(m.rng.uniform(0.01, 0.1, [11]).astype(np.float32)), zp], axis=1))
     m = dcase('Cast_nan_inf_i64')                  # NaN -> 0, +-inf saturate
     m.out(m.node('Cast', [m.node('Div', [m.node('Log', [m.source([5, 9])]), m.source([5, 9])])], to=I64))
     m = dcase('Cast_i64_f32_chain')
