@@ -4,8 +4,9 @@
  *
  * An operand is an array of n lanes, or a scalar (its `*s` flag set: lane
  * 0 stands for every lane), so `x * 0.5f` reads the constant once. The
- * loops are written once (lanes_impl.h) and compiled twice, portable and
- * for AVX2 + FMA; kiln_lanes() picks the table for this CPU at run time.
+ * loops are written once (lanes_impl.h) and compiled three times, portable,
+ * for AVX2 + FMA and for AVX-512; kiln_lanes() picks the table for this CPU
+ * at run time.
  * Semantics are those of the C the JIT generates for the same expression
  * (codegen/render_c.c): C's conversions, NaN-propagating min/max, the
  * math helpers of codegen/kiln_math.h; integer arithmetic wraps, integer
@@ -69,7 +70,8 @@ typedef struct kiln_lanes_ops {
 } kiln_lanes_ops;
 
 extern const kiln_lanes_ops kiln_lanes_generic;
-extern const kiln_lanes_ops kiln_lanes_avx2; /* .name NULL where not built (not x86-64 GCC/clang) */
+extern const kiln_lanes_ops kiln_lanes_avx2;   /* .name NULL where not built (not x86-64 GCC/clang) */
+extern const kiln_lanes_ops kiln_lanes_avx512; /* the same */
 /* The table for this CPU (after KILN_CPU_DISABLE). */
 const kiln_lanes_ops *kiln_lanes(void);
 

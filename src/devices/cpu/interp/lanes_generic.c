@@ -10,10 +10,13 @@
 
 #if !(defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)))
 const kiln_lanes_ops kiln_lanes_avx2 = {0};
+const kiln_lanes_ops kiln_lanes_avx512 = {0};
 #endif
 
 const kiln_lanes_ops *kiln_lanes(void) {
   const kiln_cpu_features *cpu = kiln_cpu_features_get();
+  if (kiln_lanes_avx512.name && cpu->avx512f && cpu->avx512bw && cpu->avx512dq && cpu->avx512vl && cpu->fma)
+    return &kiln_lanes_avx512;
   if (kiln_lanes_avx2.name && cpu->avx2 && cpu->fma) return &kiln_lanes_avx2;
   return &kiln_lanes_generic;
 }
