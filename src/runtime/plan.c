@@ -1,6 +1,7 @@
 /* Building the shared plan (see plan.h): steps, memory, flushes. */
 #include "runtime/plan.h"
 
+#include "base/limits.h"
 #include "codegen/lower.h"
 #include "passes/memory_plan.h"
 #include "passes/passes.h"
@@ -202,6 +203,17 @@ static kiln_status_t plan_memory(kiln_plan *p) {
   for (int v = 0; v < nv; v++) {
     buf_of[v] = -1;
     if (!in_arena(p->kinds[v])) continue;
+    /* The tensor cap (base/limits.h) before any arena is sized: a value a
+     * run-time specialization sizes from the data (ConstantOfShape of a
+     * huge shape) is the same error a tensor of that size is. */
+    int64_t numel = kiln_type_numel(&g->values[v].type), bytes = 0, limit = kiln_limits_get()->max_tensor_bytes;
+    if (numel < 0 || !kiln_mul_i64(numel, (int64_t)kiln_dtype_size(g->values[v].type.dtype), &bytes) || bytes > limit) {
+      char t[256];
+      st = kiln_error(KILN_OUT_OF_MEMORY, "value '%s' (%s) is too large (limit %lld bytes%s)", g->values[v].name,
+                      kiln_type_str(&g->values[v].type, t, sizeof t), (long long)limit,
+                      limit < KILN_MAX_TENSOR_BYTES ? ", KILN_MAX_TENSOR_BYTES" : "");
+      goto out;
+    }
     value_of[nb] = v;
     bufs[nb] = (kiln_mem_buffer){kiln_plan_value_bytes(p, v), align, -1, -1, -1};
     buf_of[v] = nb++;
