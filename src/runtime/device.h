@@ -174,7 +174,7 @@ typedef struct kiln_prepare_options {
   bool fp16;   /* keep float tensors in fp16 where the device supports it (KILN_PRECISION_FP16) */
   /* The device state of the executable this one runs inside (a control-flow
    * body, a node specialized when its shapes became known), or NULL: a
-   * device may share what that one owns (the cpu: its thread pool) rather
+   * device may share what that one owns (a thread pool) rather
    * than make its own. It outlives this executable. */
   void *parent_state;
   /* Run-time specializations of single nodes: no kernel compiled by a

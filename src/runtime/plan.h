@@ -116,8 +116,8 @@ typedef struct kiln_plan_target {
   bool (*host_routine)(void *user, const kiln_graph *g, const kiln_node *node);
   /* True when a node whose shapes are only known at run time should be
    * specialized to them then (a plan of one node, cached per signature),
-   * rather than run on ref: a device whose specialization is cheap (the
-   * cpu: precompiled kernels, no compiler call). */
+   * rather than run on ref: a device whose specialization is cheap (one
+   * with precompiled kernels: no compiler call). */
   bool specialize_at_run_time;
   /* Schedules a KERNEL step right after it is lowered (may be NULL). */
   kiln_status_t (*schedule)(void *user, kiln_plan *plan, int step);
