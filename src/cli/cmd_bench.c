@@ -314,7 +314,14 @@ static volatile float fma_seed = 1.0f; /* keeps the loop from being folded */
 #ifdef BENCH_X86
 __attribute__((target("avx512f"))) static float fma_loop_avx512(int64_t iters) {
   __m512 b = _mm512_set1_ps(0.999999f * fma_seed), c = _mm512_set1_ps(1e-7f * fma_seed);
-  __m512 a0 = c, a1 = c, a2 = c, a3 = c, a4 = c, a5 = c, a6 = c, a7 = c, a8 = c, a9 = c, a10 = c, a11 = c;
+  /* Distinct starts: chains that all start at c compute the same values,
+   * and GCC merged the twelve into one (a latency-bound loop counted as
+   * twelve: the peak came out 3x the core's on a Zen 4). */
+#define FMA_START512(k) _mm512_set1_ps(1e-7f * fma_seed * (float)(k + 1))
+  __m512 a0 = FMA_START512(0), a1 = FMA_START512(1), a2 = FMA_START512(2), a3 = FMA_START512(3),
+         a4 = FMA_START512(4), a5 = FMA_START512(5), a6 = FMA_START512(6), a7 = FMA_START512(7),
+         a8 = FMA_START512(8), a9 = FMA_START512(9), a10 = FMA_START512(10), a11 = FMA_START512(11);
+#undef FMA_START512
   for (int64_t i = 0; i < iters; i++) {
     a0 = _mm512_fmadd_ps(a0, b, c), a1 = _mm512_fmadd_ps(a1, b, c), a2 = _mm512_fmadd_ps(a2, b, c);
     a3 = _mm512_fmadd_ps(a3, b, c), a4 = _mm512_fmadd_ps(a4, b, c), a5 = _mm512_fmadd_ps(a5, b, c);
@@ -331,7 +338,11 @@ __attribute__((target("avx512f"))) static float fma_loop_avx512(int64_t iters) {
 
 __attribute__((target("avx2,fma"))) static float fma_loop_avx2(int64_t iters) {
   __m256 b = _mm256_set1_ps(0.999999f * fma_seed), c = _mm256_set1_ps(1e-7f * fma_seed);
-  __m256 a0 = c, a1 = c, a2 = c, a3 = c, a4 = c, a5 = c, a6 = c, a7 = c, a8 = c, a9 = c, a10 = c, a11 = c;
+#define FMA_START256(k) _mm256_set1_ps(1e-7f * fma_seed * (float)(k + 1)) /* distinct: see the AVX-512 loop */
+  __m256 a0 = FMA_START256(0), a1 = FMA_START256(1), a2 = FMA_START256(2), a3 = FMA_START256(3),
+         a4 = FMA_START256(4), a5 = FMA_START256(5), a6 = FMA_START256(6), a7 = FMA_START256(7),
+         a8 = FMA_START256(8), a9 = FMA_START256(9), a10 = FMA_START256(10), a11 = FMA_START256(11);
+#undef FMA_START256
   for (int64_t i = 0; i < iters; i++) {
     a0 = _mm256_fmadd_ps(a0, b, c), a1 = _mm256_fmadd_ps(a1, b, c), a2 = _mm256_fmadd_ps(a2, b, c);
     a3 = _mm256_fmadd_ps(a3, b, c), a4 = _mm256_fmadd_ps(a4, b, c), a5 = _mm256_fmadd_ps(a5, b, c);
@@ -350,7 +361,7 @@ __attribute__((target("avx2,fma"))) static float fma_loop_avx2(int64_t iters) {
 /* Portable: scalar multiply-adds (two FLOPs each). */
 static float fma_loop_scalar(int64_t iters) {
   float b = 0.999999f * fma_seed, c = 1e-7f * fma_seed, a[FMA_CHAINS];
-  for (int k = 0; k < FMA_CHAINS; k++) a[k] = c;
+  for (int k = 0; k < FMA_CHAINS; k++) a[k] = c * (float)(k + 1); /* distinct: see the AVX-512 loop */
   for (int64_t i = 0; i < iters; i++)
     for (int k = 0; k < FMA_CHAINS; k++) a[k] = a[k] * b + c;
   float s = 0;
