@@ -270,11 +270,17 @@ static kiln_status_t specialize(kiln_body_plans *bp, body_entry *e, int64_t *sig
   opts.precompiled_only = opts.precompiled_only || e->for_node;
   if (!st) st = kiln_plan_prepare(bp->dev, c, &opts, &spec->exec);
   spec->graph = c;
-  /* A node the specialization still leaves to ref gains nothing from it. */
-  if (!st && e->for_node && kiln_plan_nodes_on_ref(kiln_plan_of(spec->exec)) > 0) {
+  /* A node the specialization still leaves to ref gains nothing from it,
+   * and one whose shapes it still does not know would be specialized
+   * again inside its own plan, without end (fuzz_pipeline: an output size
+   * that the inputs' values decide). */
+  if (!st && e->for_node &&
+      (kiln_plan_nodes_on_ref(kiln_plan_of(spec->exec)) > 0 || kiln_plan_of(spec->exec)->n_dynamic > 0)) {
+    bool unknown = kiln_plan_of(spec->exec)->n_dynamic > 0;
     kiln_plan_executable_free(bp->dev, spec->exec);
     spec->exec = NULL;
-    snprintf(spec->why, sizeof spec->why, "on ref with the shapes of the run too");
+    snprintf(spec->why, sizeof spec->why, "%s",
+             unknown ? "shapes not known with the run's inputs either" : "on ref with the shapes of the run too");
   }
   if (st && kiln_status_code_of(st) == KILN_OUT_OF_MEMORY) return st;
   if (st) {
