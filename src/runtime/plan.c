@@ -444,54 +444,44 @@ int kiln_plan_nodes_on_ref(const kiln_plan *p) {
   return n;
 }
 
+static bool step_routine(const kiln_plan *p, const kiln_plan_step *s) {
+  (void)p;
+  return s->kind == KILN_STEP_HOST && s->routine;
+}
+
+/* The steps `which` picks, when there are any: `head` with their count,
+ * then each op once with its count ("Concat x7, RoiAlign x2, Gemm") and ")". */
+static void fprint_ops(const kiln_plan *p, FILE *out, const char *head,
+                       bool (*which)(const kiln_plan *, const kiln_plan_step *)) {
+  int n = 0;
+  for (int i = 0; i < p->n_steps; i++) n += which(p, &p->steps[i]);
+  if (!n) return;
+  fprintf(out, head, n);
+  for (int i = 0, first = 1; i < p->n_steps; i++) {
+    const char *op = p->steps[i].node->op_type;
+    if (!which(p, &p->steps[i])) continue;
+    bool seen = false;
+    for (int j = 0; j < i && !seen; j++) seen = which(p, &p->steps[j]) && !strcmp(p->steps[j].node->op_type, op);
+    if (seen) continue;
+    int count = 0;
+    for (int j = i; j < p->n_steps; j++) count += which(p, &p->steps[j]) && !strcmp(p->steps[j].node->op_type, op);
+    fprintf(out, "%s%s", first ? "" : ", ", op);
+    if (count > 1) fprintf(out, " x%d", count);
+    first = 0;
+  }
+  fprintf(out, ")");
+}
+
 void kiln_plan_describe(const kiln_plan *p, FILE *out) {
   int n_segments = 0, n_control = 0, n_ref = kiln_plan_nodes_on_ref(p);
   for (int f = 0; f < p->n_flushes; f++) n_segments += p->flushes[f].device_end > p->flushes[f].device_begin;
   for (int i = 0; i < p->n_steps; i++) n_control += p->steps[i].kind == KILN_STEP_HOST && is_control_flow(p->steps[i].node);
   fprintf(out, "plan: %d nodes after optimization -> %d generated kernels (fusing %d nodes), %d nodes on ref", p->g->n_nodes,
           p->n_kernels, p->n_fused_nodes, n_ref);
-  if (p->n_routine) { /* each op once, with its count */
-    fprintf(out, ", %d on the device's own routines (", p->n_routine);
-    for (int i = 0, first = 1; i < p->n_steps; i++) {
-      const kiln_plan_step *s = &p->steps[i];
-      if (s->kind != KILN_STEP_HOST || !s->routine) continue;
-      bool seen = false;
-      for (int j = 0; j < i && !seen; j++)
-        seen = p->steps[j].kind == KILN_STEP_HOST && p->steps[j].routine &&
-               !strcmp(p->steps[j].node->op_type, s->node->op_type);
-      if (seen) continue;
-      int count = 0;
-      for (int j = i; j < p->n_steps; j++)
-        count += p->steps[j].kind == KILN_STEP_HOST && p->steps[j].routine &&
-                 !strcmp(p->steps[j].node->op_type, s->node->op_type);
-      fprintf(out, "%s%s", first ? "" : ", ", s->node->op_type);
-      if (count > 1) fprintf(out, " x%d", count);
-      first = 0;
-    }
-    fprintf(out, ")");
-  }
+  if (p->n_routine) fprint_ops(p, out, ", %d on the device's own routines (", step_routine);
   if (p->n_dynamic)
     fprintf(out, ", %d with shapes known only when they run (specialized to them then)", p->n_dynamic);
-  int n_host_only = 0;
-  for (int i = 0; i < p->n_steps; i++) n_host_only += kiln_plan_step_host_only(p, &p->steps[i]);
-  if (n_host_only) { /* each op once, with its count */
-    fprintf(out, ", %d host-only ops on the host (", n_host_only);
-    for (int i = 0, first = 1; i < p->n_steps; i++) {
-      const kiln_plan_step *s = &p->steps[i];
-      if (!kiln_plan_step_host_only(p, s)) continue;
-      bool seen = false;
-      for (int j = 0; j < i && !seen; j++)
-        seen = kiln_plan_step_host_only(p, &p->steps[j]) && !strcmp(p->steps[j].node->op_type, s->node->op_type);
-      if (seen) continue;
-      int count = 0;
-      for (int j = i; j < p->n_steps; j++)
-        count += kiln_plan_step_host_only(p, &p->steps[j]) && !strcmp(p->steps[j].node->op_type, s->node->op_type);
-      fprintf(out, "%s%s", first ? "" : ", ", s->node->op_type);
-      if (count > 1) fprintf(out, " x%d", count);
-      first = 0;
-    }
-    fprintf(out, ")");
-  }
+  fprint_ops(p, out, ", %d host-only ops on the host (", kiln_plan_step_host_only);
   if (n_control) fprintf(out, ", %d control-flow nodes on the host (their bodies' plans below)", n_control);
   fprintf(out, "; %d device segments\n", n_segments);
   if (n_ref) {

@@ -237,6 +237,27 @@ static void quad_transpose16(const uint8_t *const r[4], uint8_t sub, uint8_t *ou
   memcpy(out + 32, &q2, 16);
   memcpy(out + 48, &q3, 16);
 }
+
+/* A full 16-column panel of a K x N B (columns c0..c0+15) in the quads
+ * layout, each byte minus `sub` modulo 256, four rows at a time read along
+ * the rows; rows past k hold `sub`, so they pack to 0. sum: when not NULL,
+ * each column's sum of B - b_zero (the quads layout's correction). Both
+ * quads layouts: b_zero for the narrow and full ones, the sign flip (0 or
+ * 0x80) for the unsigned-B one. */
+static void pack_panel_rows(const kiln_igemm_args *g, int64_t c0, uint8_t sub, uint8_t *out, int32_t *sum) {
+  uint8_t pad[16];
+  memset(pad, sub, sizeof pad);
+  for (int64_t q = 0; q < kquads(g->k); q++) {
+    const uint8_t *rows[4];
+    for (int t = 0; t < 4; t++) {
+      int64_t p = 4 * q + t;
+      rows[t] = p < g->k ? (const uint8_t *)g->b + p * g->ldb + c0 : pad;
+      if (sum && p < g->k)
+        for (int j = 0; j < IGEMM_NR; j++) sum[j] += (g->b_signed ? (int8_t)rows[t][j] : rows[t][j]) - g->b_zero;
+    }
+    quad_transpose16(rows, sub, out + q * IGEMM_NR * 4);
+  }
+}
 #endif
 
 /* Unsigned-B quad panels [j0, j1): B's own bytes, padding 0. */
@@ -248,23 +269,7 @@ static void pack_b_quads_ub(const kiln_igemm_args *g, int32_t *data, int64_t j0,
     if (!g->trans_b && c0 + IGEMM_NR <= g->n) { /* K x N rows, a full panel: rows copied */
       uint8_t flip = g->b_signed ? 0x80u : 0;
 #ifdef IGEMM_HAVE_QUAD_TRANSPOSE
-      static const uint8_t zeros[16] = {0};
-      for (int64_t q = 0; q < kq; q++) {
-        const uint8_t *rows[4];
-        for (int t = 0; t < 4; t++) {
-          int64_t p = 4 * q + t;
-          rows[t] = p < g->k ? (const uint8_t *)g->b + p * g->ldb + c0 : zeros;
-        }
-        /* padding rows are 0 after the flip (minus 0x80: the same modulo 256), as the scalar loop writes them */
-        if (4 * q + 3 < g->k || !flip) {
-          quad_transpose16(rows, flip, out + q * IGEMM_NR * 4);
-          continue;
-        }
-        for (int t = 0; t < 4; t++) {
-          uint8_t *o = out + q * IGEMM_NR * 4 + t;
-          for (int j = 0; j < IGEMM_NR; j++) o[4 * j] = 4 * q + t < g->k ? rows[t][j] ^ flip : 0;
-        }
-      }
+      pack_panel_rows(g, c0, flip, out, NULL); /* XOR 0x80 is minus 0x80 modulo 256 */
       continue;
 #endif
       for (int64_t p = 0; p < 4 * kq; p++) {
@@ -292,23 +297,11 @@ static void pack_b_quads(const kiln_igemm_args *g, int32_t *data, int32_t *colsu
     int64_t c0 = panel * IGEMM_NR;
 #ifdef IGEMM_HAVE_QUAD_TRANSPOSE
     if (!g->trans_b && c0 + IGEMM_NR <= g->n) {
-      /* K x N rows, a full panel: four rows at a time, read along the
-       * rows (a column walk read B a stride of N apart per byte); B - b_zero
-       * is the byte minus b_zero modulo 256 for either signedness. Rows past
-       * k hold b_zero, so they pack to 0. */
-      uint8_t zrow[16];
-      memset(zrow, (uint8_t)g->b_zero, sizeof zrow);
+      /* K x N rows, a full panel, read along the rows (a column walk read B
+       * a stride of N apart per byte); B - b_zero is the byte minus b_zero
+       * modulo 256 for either signedness. */
       int32_t sum[IGEMM_NR] = {0};
-      for (int64_t q = 0; q < kq; q++) {
-        const uint8_t *rows[4];
-        for (int t = 0; t < 4; t++) {
-          int64_t p = 4 * q + t;
-          rows[t] = p < g->k ? (const uint8_t *)g->b + p * g->ldb + c0 : zrow;
-          if (p < g->k)
-            for (int j = 0; j < IGEMM_NR; j++) sum[j] += (g->b_signed ? (int8_t)rows[t][j] : rows[t][j]) - g->b_zero;
-        }
-        quad_transpose16(rows, (uint8_t)g->b_zero, out + q * IGEMM_NR * 4);
-      }
+      pack_panel_rows(g, c0, (uint8_t)g->b_zero, out, sum);
       for (int j = 0; j < IGEMM_NR; j++) colsum[c0 + j] = sum[j];
       continue;
     }
