@@ -731,6 +731,8 @@ def tv_params(e):
     kw = {"weights": None}
     if fam == "classification" and e["arch"] in ("inception_v3", "googlenet"):
         kw["aux_logits"], kw["init_weights"] = False, False
+    if fam in ("detection", "segmentation"):
+        kw["weights_backbone"] = None  # the default downloads ImageNet weights (no network here)
     m = getattr(mod, e["arch"])(**kw)
     return sum(p.numel() for p in m.parameters())
 

@@ -39,14 +39,16 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
   f->n_members = malloc(((size_t)nn + 1) * sizeof *f->n_members);
   bool *has_reduce = malloc(((size_t)nn + 1) * sizeof *has_reduce);
   bool *has_contraction = malloc(((size_t)nn + 1) * sizeof *has_contraction);
+  bool *has_injective = malloc(((size_t)nn + 1) * sizeof *has_injective);
   int *operands = malloc(((size_t)nn + 1) * sizeof *operands); /* per group root: inputs, repeats counted */
   /* Each group as a list (head at the root, next per node) while merging:
    * a merge relabels only the merged group's members. */
   int *next = malloc(((size_t)nn + 1) * sizeof *next), *tail = malloc(((size_t)nn + 1) * sizeof *tail);
   f->members = malloc(((size_t)nn + 1) * sizeof *f->members);
   f->member_start = malloc(((size_t)nn + 1) * sizeof *f->member_start);
-  if (!f->cls || !f->uses || !f->group_of || !f->n_members || !has_reduce || !has_contraction || !operands || !next ||
-      !tail || !f->members || !f->member_start) {
+  if (!f->cls || !f->uses || !f->group_of || !f->n_members || !has_reduce || !has_contraction || !has_injective ||
+      !operands || !next || !tail || !f->members || !f->member_start) {
+    free(has_injective);
     free(next);
     free(tail);
     free(operands);
@@ -69,6 +71,7 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
     }
     if (st) {
       kiln_ptr_vec_free(&names);
+      free(has_injective);
       free(next);
       free(tail);
       free(operands);
@@ -85,6 +88,7 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
     operands[n] = node->n_inputs;
     has_contraction[n] = contraction_epilogues && cls[n] == KILN_OPCLASS_CONTRACTION;
     has_reduce[n] = cls[n] == KILN_OPCLASS_REDUCTION || has_contraction[n];
+    has_injective[n] = cls[n] == KILN_OPCLASS_INJECTIVE;
   }
   for (int n = 0; n < nn; n++) {
     const kiln_node *node = &g->nodes[n];
@@ -126,6 +130,11 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
         /* Injective and reduction consumers read each element at most once,
          * except Expand, which repeats them. */
         ok = !kiln_node_is(node, KILN_OP_Expand);
+        /* ...once: a consumer that reads its input several times would
+         * redo an injective producer's index arithmetic on each read
+         * (SSD's Softmax over a concat of six transposed heads: 6x the
+         * time of the two kernels apart). */
+        if (node->op && (node->op->flags & KILN_OP_REREADS_INPUT) && has_injective[p]) ok = false;
       }
       if (!ok || operands[n] - 1 + operands[p] > KILN_FUSION_MAX_OPERANDS) continue;
       /* Merge p's group into n's. */
@@ -135,6 +144,7 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
       if (tail[n] == n) tail[n] = tail[p];
       has_reduce[n] |= has_reduce[p];
       has_contraction[n] |= has_contraction[p];
+      has_injective[n] |= has_injective[p];
       f->n_members[n] += f->n_members[p];
       f->n_members[p] = 0;
       operands[n] += operands[p] - 1;
@@ -154,6 +164,7 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
   free(operands);
   free(has_reduce);
   free(has_contraction);
+  free(has_injective);
   return NULL;
 }
 

@@ -57,6 +57,11 @@ typedef enum kiln_op_class {
 enum {
   KILN_OP_NONDETERMINISTIC = 1 << 0, /* random outputs (Bernoulli, RandomUniformLike, training Dropout) */
   KILN_OP_CONTROL_FLOW = 1 << 1,     /* runs subgraphs (If, Loop, Scan, SequenceMap) */
+  /* Reads each input element several times (a normalization's passes,
+   * overlapping windows, interpolation taps): fusion materializes an
+   * injective producer (a concat of transposed heads, a pad) rather than
+   * redo its index arithmetic on every read. */
+  KILN_OP_REREADS_INPUT = 1 << 2,
 };
 
 typedef struct kiln_op_def {

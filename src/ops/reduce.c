@@ -465,8 +465,10 @@ static kiln_status_t same_as_input0(kiln_infer_ctx *ctx) { return kiln_infer_sam
 
 /* ---- table --------------------------------------------------------------- */
 
+#define RD_OP_F(name, min_in, max_in, min_out, max_out, infer_fn, kernel_fn, cls, fl) \
+  {"", #name, min_in, max_in, min_out, max_out, infer_fn, kernel_fn, fl, .id = KILN_OP_##name, .op_class = cls}
 #define RD_OP(name, min_in, max_in, min_out, max_out, infer_fn, kernel_fn, cls) \
-  {"", #name, min_in, max_in, min_out, max_out, infer_fn, kernel_fn, 0, .id = KILN_OP_##name, .op_class = cls}
+  RD_OP_F(name, min_in, max_in, min_out, max_out, infer_fn, kernel_fn, cls, 0)
 
 static const kiln_op_def reduce_ops[] = {
     RD_OP(ArgMax, 1, 1, 1, 1, arg_infer, argmax_kernel, KILN_OPCLASS_REDUCTION),
@@ -481,8 +483,10 @@ static const kiln_op_def reduce_ops[] = {
     RD_OP(ReduceProd, 1, 2, 1, 1, reduce_infer, reduce_prod_kernel, KILN_OPCLASS_REDUCTION),
     RD_OP(ReduceSum, 1, 2, 1, 1, reduce_infer, reduce_sum_kernel, KILN_OPCLASS_REDUCTION),
     RD_OP(ReduceSumSquare, 1, 2, 1, 1, reduce_infer, reduce_sum_square_kernel, KILN_OPCLASS_REDUCTION),
-    RD_OP(Softmax, 1, 1, 1, 1, same_as_input0, kiln_reduce_softmax_kernel, KILN_OPCLASS_REDUCTION),
-    RD_OP(LogSoftmax, 1, 1, 1, 1, same_as_input0, kiln_reduce_logsoftmax_kernel, KILN_OPCLASS_REDUCTION),
+    RD_OP_F(Softmax, 1, 1, 1, 1, same_as_input0, kiln_reduce_softmax_kernel, KILN_OPCLASS_REDUCTION,
+            KILN_OP_REREADS_INPUT),
+    RD_OP_F(LogSoftmax, 1, 1, 1, 1, same_as_input0, kiln_reduce_logsoftmax_kernel, KILN_OPCLASS_REDUCTION,
+            KILN_OP_REREADS_INPUT),
     RD_OP(Hardmax, 1, 1, 1, 1, same_as_input0, kiln_reduce_hardmax_kernel, KILN_OPCLASS_NONE),
     RD_OP(LpNormalization, 1, 1, 1, 1, same_as_input0, kiln_reduce_lpnorm_kernel, KILN_OPCLASS_NONE),
     RD_OP(CumSum, 2, 2, 1, 1, same_as_input0, kiln_reduce_cumsum_kernel, KILN_OPCLASS_NONE),

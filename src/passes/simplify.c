@@ -129,7 +129,9 @@ static bool is_unary_pointwise(const kiln_node *n) {
 
 /* U at idx reading x = Transpose(src) that nobody else reads: U reads src
  * and the Transpose reads U's result (the two nodes swap places, so the
- * order stays topological). x becomes U's output, of src's shape. */
+ * order stays topological). U's result, of src's shape, is a new value
+ * named after y: x's name keeps its meaning (kiln verify matches values by
+ * name), x is left unused. */
 static bool sink_transpose(kiln_graph *g, const kiln_opt_uses *u, int idx) {
   kiln_node *n = &g->nodes[idx];
   int x = in0(n), y = out0(n);
@@ -141,6 +143,16 @@ static bool sink_transpose(kiln_graph *g, const kiln_opt_uses *u, int idx) {
   if (src < 0 || g->values[src].type.kind != KILN_TYPE_TENSOR || g->values[y].type.kind != KILN_TYPE_TENSOR) return false;
   kiln_type xt = g->values[src].type;
   xt.dtype = g->values[y].type.dtype;
+  int old_x = x;
+  char *base = kiln_strdup(g->values[y].name);
+  kiln_status_t st = base ? kiln_opt_new_value(g, base, NULL, &x) : KILN_OOM();
+  free(base);
+  if (st) {
+    kiln_status_free(st);
+    return false;
+  }
+  n = &g->nodes[idx];
+  g->values[old_x].producer = -1;
   kiln_node t = g->nodes[p];
   g->nodes[p] = *n;
   g->nodes[idx] = t;

@@ -370,6 +370,20 @@ def reduce_cases():
     x = m.source([6, 17])
     s = m.node('ReduceSum', [x, m.const(ints([0]))], keepdims=1)
     m.out(m.node('Div', [x, s]))
+    # means over two axes: NCHW's trailing H and W (the interpreter merges the
+    # two reductions), NHWC's middle ones (a channel's elements C apart), as a
+    # squeeze-excitation block reads them; an instance norm's
+    for tag, shape, axes in [('nchw', [2, 5, 7, 9], [2, 3]), ('nhwc', [2, 7, 9, 5], [1, 2]),
+                             ('nhwc_wide', [1, 6, 6, 70], [1, 2])]:
+        for keep in (0, 1):
+            m = case('ReduceMean_hw_%s_k%d' % (tag, keep), 13)
+            m.out(m.node('ReduceMean', [m.node('Exp', [m.source(shape)]) if keep else m.source(shape)], axes=axes,
+                         keepdims=keep))
+    m = case('ReduceMean_hw_scale', 13)  # SE: x * sigmoid(mean over H, W)
+    x = m.source([1, 6, 5, 7])
+    m.out(m.node('Mul', [x, m.node('Sigmoid', [m.node('ReduceMean', [x], axes=[2, 3], keepdims=1)])]))
+    m = case('ReduceMax_hw3_chain', 13)  # three reduced axes (the inner two merge)
+    m.out(m.node('ReduceMax', [m.source([2, 3, 4, 5, 6])], axes=[2, 3, 4], keepdims=0))
 
 
 def softmax_cases():
@@ -388,6 +402,12 @@ def softmax_cases():
         m = case('%s_then_mul' % op)  # softmax inlined into a consumer
         x = m.source([4, 17])
         m.out(m.node('Mul', [m.node(op, [x]), m.source([4, 17])]))
+        # a concat of transposed heads under it (SSD's class scores): read
+        # three times, the concat is materialized, not fused
+        m = case('%s_concat_heads' % op)
+        heads = [m.node('Reshape', [m.node('Transpose', [m.source([1, 6, 4, 5])], perm=[0, 2, 3, 1]),
+                                    m.const(ints([1, -1, 3]))]) for _ in range(3)]
+        m.out(m.node(op, [m.node('Concat', heads, axis=1)], axis=-1))
     # the decomposed softmax (recognized by the patterns pass)
     m = case('Softmax_decomposed')
     x = m.source([3, 17])

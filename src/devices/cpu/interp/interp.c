@@ -17,7 +17,10 @@
 /* What evaluating one instruction costs beyond its lane loop, in lanes
  * of work (for choosing between evaluation orders). */
 #define IK_OVERHEAD 32
+#define IK_GATHER_COST 4 /* a gathered load, in plain instructions */
 #define IK_MEMO_KEY 64 /* int64s of a reduction's rows key (ik_memo) */
+enum { MOVE_UNTRIED, MOVE_READY, MOVE_NONE };
+#define MOVE_TAG_SHIFT 48 /* a probe's tagged index: leaf + 1 above it, the element's index below */
 
 /* ---- the program ----------------------------------------------------------------- */
 
@@ -52,9 +55,10 @@ struct kiln_interp_kernel {
   int *var_list;
   int *aff_var;
   int64_t *aff_coef, *aff_div;
-  int n_vars;       /* te variables */
+  int n_vars;       /* te variables, then the merged reductions' (lower_reduce) */
   int n_bufs;       /* te buffers (the state slot follows them) */
   kiln_dtype *buf_dtype;
+  int64_t *buf_numel; /* elements of each buffer (a movement's probe checks its indices against them) */
   int value, value_list, n_value_list; /* the element (of the output's dtype) and its list */
   int sum;          /* tensorized: the instruction of the call's sum (the epilogue reads it from the tile) */
   /* the nest */
@@ -78,12 +82,24 @@ struct kiln_interp_kernel {
   bool pack_b;      /* GEMM: B is a constant every batch index shares (packed once) */
   const kiln_lanes_ops *ops;
   int n_memo;
+  /* A movement kernel (every output element one input element or a
+   * constant, chosen by index arithmetic alone: a transpose, a concat, a
+   * channel shuffle): its copies as runs, worked out at the first launch
+   * by a probe of the same program (interp_move below). */
+  bool move_eligible;
+  bool probe;       /* this is such a probe: loads give their element's tagged index, not its value */
+  pthread_mutex_t move_lock;
+  _Atomic int move_state; /* MOVE_* */
+  struct ik_move *move;
   size_t *slot_off; /* per instruction: its slot in the state's values, L lanes of its dtype (at least 4
                        bytes each: slots of 4-byte lanes packed tight keep a kernel's values in L1) */
   size_t slot_bytes;
 };
 
 const char *kiln_interp_isa(void) { return kiln_lanes()->name; }
+
+static bool move_check(const kiln_interp_kernel *k);
+static void move_free(struct ik_move *m);
 
 typedef struct builder {
   kiln_interp_kernel *k;
@@ -100,6 +116,14 @@ typedef struct builder {
   char *mark;        /* per instruction: in the list being built */
   uint64_t *vset;    /* per instruction: free variables, words per instruction */
   int words;
+  /* Two nested reductions of one kind merged into one over a new
+   * variable t (lower_reduce): the outer's variable is t / the inner's
+   * extent, the inner's t % it (subst_div > 0: quotient, < 0: remainder;
+   * 0: not merged). Indexed by te variable. */
+  int *subst_var;
+  int64_t *subst_div;
+  int n_extra;       /* variables made for merged reductions */
+  bool no_merge;     /* a tensorized nest: its sum must stay the expression the tag names */
   kiln_status_t st;
 } builder;
 
@@ -178,11 +202,38 @@ static int lower_expr(builder *bd, const te_expr *e);
 
 static kiln_status_t build_list(builder *bd, int root, int *out_start, int *out_n);
 
+/* Whether reduction e and the one it directly holds are merged into one
+ * reduction over the product of their extents (a mean over H and W, an
+ * instance norm's): one reduction is evaluated in blocks along one
+ * variable, two nested ones block by block of the inner for every value
+ * of the outer. Only a pair whose inner holds no further reduction of
+ * the kind (a chain of three merges its inner two). */
+static bool merges(const builder *bd, const te_expr *e) {
+  const te_expr *in = e->a;
+  int64_t n;
+  return in->op == TE_REDUCE && in->rop == e->rop && in->dtype == e->dtype &&
+         !(in->a->op == TE_REDUCE && in->a->rop == in->rop && in->a->dtype == in->dtype) && bd->n_extra < 63 &&
+         !bd->no_merge &&
+         !bd->subst_div[e->var] && !bd->subst_div[in->var] && !__builtin_mul_overflow(e->extent, in->extent, &n);
+}
+
 static int lower_reduce(builder *bd, const te_expr *e) {
-  int body = convert(bd, lower_expr(bd, e->a), e->dtype);
+  int var = e->var;
+  int64_t extent = e->extent;
+  const te_expr *body_expr = e->a;
+  if (merges(bd, e)) {
+    const te_expr *in = e->a;
+    var = te_var_count(bd->b) + bd->n_extra++;
+    extent = e->extent * in->extent;
+    bd->subst_var[e->var] = bd->subst_var[in->var] = var;
+    bd->subst_div[e->var] = in->extent;
+    bd->subst_div[in->var] = -in->extent;
+    body_expr = in->a;
+  }
+  int body = convert(bd, lower_expr(bd, body_expr), e->dtype);
   if (body < 0) return -1;
   ik_ins x = {.op = TE_REDUCE, .dt = e->dtype, .odt = e->dtype, .a = body, .b = -1, .c = -1, .aff = -1,
-              .var = e->var, .extent = e->extent, .rop = e->rop};
+              .var = var, .extent = extent, .rop = e->rop};
   /* The accumulator's start: the C renderer's (integer max/min from the
    * type's bounds). */
   int64_t lo = 0, hi = 0;
@@ -208,7 +259,7 @@ static int lower_reduce(builder *bd, const te_expr *e) {
   int i = new_ins(bd, &x);
   if (i < 0) return -1;
   uint64_t *s = vset_of(bd, i);
-  s[e->var / 64] &= ~(1ull << (e->var % 64)); /* bound here */
+  s[var / 64] &= ~(1ull << (var % 64)); /* bound here */
   int start = 0, n = 0;
   kiln_status_t st = build_list(bd, body, &start, &n);
   if (st) {
@@ -269,8 +320,12 @@ static void index_terms(builder *bd, const te_expr *e, int64_t k, index_sum *x, 
   int64_t div = 0;
   if (e->op == TE_VAR) {
     id = e->var;
+    if (bd->subst_div[id]) { /* a merged reduction's: the new variable's quotient or remainder */
+      div = bd->subst_div[id];
+      id = bd->subst_var[id];
+    }
   } else if ((e->op == TE_DIV || e->op == TE_MOD) && e->dtype == KILN_DTYPE_I64 && e->a->op == TE_VAR &&
-             e->b->op == TE_CONST && e->b->i > 0) {
+             !bd->subst_div[e->a->var] && e->b->op == TE_CONST && e->b->i > 0) {
     /* a loop variable's quotient or remainder (a reshape's unflattened
      * index): split into digits of the lanes' order where it can be */
     id = e->a->var;
@@ -304,6 +359,28 @@ static int lower_load(builder *bd, const te_expr *e) {
                   !grow((void **)&bd->aff_coef, &bd->cap_aff_coef, bd->n_aff + sum.n + 1, sizeof(int64_t)) ||
                   !grow((void **)&bd->aff_div, &bd->cap_aff_div, bd->n_aff + sum.n + 1, sizeof(int64_t))))
     bd->st = KILN_OOM();
+  /* v / d * (c * d) + v % d * c is v * c (a merged reduction's variable,
+   * a reshape that splits an axis and one that joins it back). */
+  for (int t = 0; t < sum.n; t++) {
+    if (sum.div[t] <= 0 || !sum.coef[t]) continue;
+    for (int r = 0; r < sum.n; r++) {
+      int64_t whole;
+      if (r == t || sum.id[r] != sum.id[t] || sum.div[r] != -sum.div[t] || !sum.coef[r] ||
+          __builtin_mul_overflow(sum.coef[r], sum.div[t], &whole) || whole != sum.coef[t])
+        continue;
+      int p = -1;
+      for (int q = 0; q < sum.n; q++)
+        if (sum.id[q] == sum.id[t] && !sum.div[q]) p = q;
+      if (p >= 0) {
+        sum.coef[p] = (int64_t)((uint64_t)sum.coef[p] + (uint64_t)sum.coef[r]);
+        sum.coef[r] = 0;
+      } else {
+        sum.div[r] = 0;
+      }
+      sum.coef[t] = 0;
+      break;
+    }
+  }
   int i = -1;
   if (!bd->st) {
     x.aff = bd->n_aff;
@@ -348,11 +425,24 @@ static int lower_expr(builder *bd, const te_expr *e) {
       put_bytes(x.bytes, e->dtype, e->i, e->f);
       i = new_ins(bd, &x);
       break;
-    case TE_VAR:
-      x.var = e->var;
+    case TE_VAR: {
+      int v = bd->subst_div[e->var] ? bd->subst_var[e->var] : e->var;
+      x.var = v;
+      x.dt = x.odt = KILN_DTYPE_I64;
       i = new_ins(bd, &x);
-      if (i >= 0) vset_of(bd, i)[e->var / 64] |= 1ull << (e->var % 64);
+      if (i >= 0) vset_of(bd, i)[v / 64] |= 1ull << (v % 64);
+      if (i >= 0 && bd->subst_div[e->var]) { /* a merged reduction's: t / extent or t % extent */
+        int64_t d = bd->subst_div[e->var];
+        ik_ins c = {.op = TE_CONST, .dt = KILN_DTYPE_I64, .odt = KILN_DTYPE_I64, .a = -1, .b = -1, .c = -1, .aff = -1};
+        put_bytes(c.bytes, KILN_DTYPE_I64, d > 0 ? d : -d, 0.0);
+        int ci = new_ins(bd, &c);
+        ik_ins q = {.op = d > 0 ? TE_DIV : TE_MOD, .dt = KILN_DTYPE_I64, .odt = KILN_DTYPE_I64, .a = i, .b = ci,
+                    .c = -1, .aff = -1};
+        i = ci < 0 ? -1 : new_ins(bd, &q);
+      }
+      i = convert(bd, i, e->dtype);
       break;
+    }
     case TE_LOAD: i = lower_load(bd, e); break;
     case TE_REDUCE: i = lower_reduce(bd, e); break;
     case TE_NEG: case TE_ABS:
@@ -477,7 +567,10 @@ void kiln_interp_kernel_destroy(kiln_interp_kernel *k) {
   free(k->aff_coef);
   free(k->aff_div);
   free(k->buf_dtype);
+  free(k->buf_numel);
   free(k->slot_off);
+  if (k->move_eligible) pthread_mutex_destroy(&k->move_lock);
+  move_free(k->move);
   free(k);
 }
 
@@ -494,23 +587,32 @@ kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nes
   bd.words = (k->n_vars + 63) / 64 + 1;
   int n_exprs = te_expr_count(b);
   bd.of_expr = malloc(((size_t)n_exprs + 1) * sizeof(int));
+  bd.subst_var = calloc((size_t)bd.words * 64, sizeof *bd.subst_var);
+  bd.subst_div = calloc((size_t)bd.words * 64, sizeof *bd.subst_div);
   k->buf_dtype = calloc((size_t)k->n_bufs + 1, sizeof *k->buf_dtype);
-  kiln_status_t st = (!bd.of_expr || !k->buf_dtype) ? KILN_OOM() : NULL;
+  kiln_status_t st = (!bd.of_expr || !k->buf_dtype || !bd.subst_var || !bd.subst_div) ? KILN_OOM() : NULL;
   for (int i = 0; !st && i < n_exprs; i++) bd.of_expr[i] = -1;
+  k->buf_numel = calloc((size_t)k->n_bufs + 1, sizeof *k->buf_numel);
+  if (!st && !k->buf_numel) st = KILN_OOM();
   for (int i = 0; !st && i < k->n_bufs; i++) {
-    k->buf_dtype[i] = te_get_buffer(b, i)->dtype;
+    const te_buffer *tb = te_get_buffer(b, i);
+    k->buf_numel[i] = 1;
+    for (int d = 0; d < tb->rank; d++) k->buf_numel[i] *= tb->dims[d];
+    k->buf_dtype[i] = tb->dtype;
     if (!has_lanes(k->buf_dtype[i]))
       st = kiln_error(KILN_UNSUPPORTED, "interp: buffer %d of dtype %s", i, kiln_dtype_name(k->buf_dtype[i]));
   }
   k->out_buf = nest->out_buf;
   k->rank = nest->rank;
   k->sum = -1;
+  bd.no_merge = nest->gemm.ok || nest->conv.ok || nest->pool.ok || nest->resample.ok;
   if (!st) {
     kiln_dtype out_dt = k->buf_dtype[nest->out_buf];
     k->value = convert(&bd, lower_expr(&bd, nest->value), out_dt);
     st = bd.st;
     if (!st && k->value < 0) st = kiln_error(KILN_INTERNAL, "interp: the element did not lower");
   }
+  k->n_vars += bd.n_extra;
   if (!st) st = build_list(&bd, k->value, &k->value_list, &k->n_value_list);
   if (!st) {
     const te_expr *sum = nest->gemm.ok   ? nest->gemm.sum
@@ -603,8 +705,14 @@ kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nes
   k->aff_var = bd.aff_var;
   k->aff_coef = bd.aff_coef;
   k->aff_div = bd.aff_div;
+  if (!st && move_check(k)) {
+    if (pthread_mutex_init(&k->move_lock, NULL)) st = kiln_error(KILN_INTERNAL, "interp: pthread_mutex_init failed");
+    else k->move_eligible = true;
+  }
   free(bd.of_expr);
   free(bd.vset);
+  free(bd.subst_var);
+  free(bd.subst_div);
   if (st) {
     kiln_interp_kernel_destroy(k);
     return st;
@@ -883,6 +991,8 @@ static bool eval_load_by_runs(ik_state *s, const kiln_interp_kernel *k, const ik
   return true;
 }
 
+static void affine_index_lanes(ik_state *s, const kiln_interp_kernel *k, const ik_ins *x, int64_t u);
+
 /* A load at an affine index: a strided copy when the block's lanes step
  * through the index evenly, copies by runs of its digits, else a gather. */
 static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_ins *x, void *o, int i) {
@@ -969,6 +1079,14 @@ static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_
      * reshape's): by runs of the innermost. */
     if (s->whole && eval_load_by_runs(s, k, x, o, u, dg, n)) return;
   }
+  affine_index_lanes(s, k, x, u);
+  k->ops->gather(x->dt, nl, o, base, s->idx);
+}
+
+/* A load's index at every lane into s->idx (u: at lane 0, but for the
+ * varying terms). */
+static void affine_index_lanes(ik_state *s, const kiln_interp_kernel *k, const ik_ins *x, int64_t u) {
+  int nl = s->nl;
   k->ops->fill(KILN_DTYPE_I64, nl, s->idx, &u);
   for (int t = 0; t < x->n_aff; t++) {
     int id = k->aff_var[x->aff + t];
@@ -984,7 +1102,6 @@ static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_
       k->ops->index_add(nl, s->idx, c, s->split, s->split[0]);
     }
   }
-  k->ops->gather(x->dt, nl, o, base, s->idx);
 }
 
 /* Whether instruction x reads variable v. */
@@ -1002,6 +1119,8 @@ static bool reads_var(const kiln_interp_kernel *k, const ik_ins *x, int v) {
  * rows of one lane this is a lane-by-lane evaluation batched (a full
  * reduction nested in another). Returns false, having done nothing, where
  * one pass along the variable over the block's lanes is cheaper. */
+static void reduce_one(ik_state *s, const kiln_interp_kernel *k, int i, unsigned char *out);
+
 static bool eval_reduce_rows(ik_state *s, const kiln_interp_kernel *k, int i) {
   const ik_ins *x = &k->ins[i];
   const kiln_lanes_ops *ops = k->ops;
@@ -1020,10 +1139,63 @@ static bool eval_reduce_rows(ik_state *s, const kiln_interp_kernel *k, int i) {
   int64_t first = m - s->flat0 % m; /* lanes of the first row */
   int rows = nl <= first ? 1 : 1 + (int)((nl - first + m - 1) / m);
   int64_t ext = x->extent, ek = ext < L / rows ? ext : L / rows, chunks = (ext + ek - 1) / ek;
-  double by_rows = (double)chunks * (double)x->n_list * (double)(IK_OVERHEAD + rows * ek) +
+  /* Three orders, costed per instruction (IK_OVERHEAD) and per lane of
+   * its work: by rows (lanes (row, k)), by lanes (k one value at a time,
+   * the block's lanes), or each row alone (reduce_one per row: lanes along
+   * k). A load's lanes cost by how they step through its index: in place
+   * (one contiguous run) nothing, a strided copy 1, a gather
+   * IK_GATHER_COST, where NHWC's mean over H and W by rows gathers (rows
+   * are channels, a channel's elements C apart) and NCHW's by lanes copies
+   * with stride H * W. */
+  int64_t inner = -1; /* the read variable innermost in the block */
+  for (int j = 0; j < n_read; j++)
+    if (inner < 0 || s->var_ostride[read[j]] < s->var_ostride[inner]) inner = read[j];
+  double w_rows = 0, w_lanes = 0, w_each = 0;
+  for (int j = 0; j < x->n_list; j++) {
+    const ik_ins *y = &k->ins[k->lists[x->list + j]];
+    if (y->op != TE_LOAD) {
+      w_rows += 1, w_lanes += 1, w_each += 1;
+      continue;
+    }
+    if (y->aff < 0) {
+      w_rows += IK_GATHER_COST, w_lanes += IK_GATHER_COST, w_each += IK_GATHER_COST;
+      continue;
+    }
+    int64_t ck = 0, c_in = 0;
+    bool k_div = false, in_div = false, uneven = false;
+    for (int t = 0; t < y->n_aff; t++) {
+      int v = k->aff_var[y->aff + t];
+      if (v == x->var) {
+        k_div |= k->aff_div[y->aff + t] != 0;
+        ck += k->aff_coef[y->aff + t];
+      } else if (v == inner) {
+        in_div |= k->aff_div[y->aff + t] != 0;
+        c_in += k->aff_coef[y->aff + t];
+      }
+    }
+    for (int r = 0; r < n_read && !uneven; r++) {
+      int64_t cw = 0;
+      for (int t = 0; t < y->n_aff; t++)
+        if (k->aff_var[y->aff + t] == read[r]) {
+          if (k->aff_div[y->aff + t]) uneven = true;
+          cw += k->aff_coef[y->aff + t];
+        }
+      if (cw && ck && cw != ck * (s->var_ostride[read[r]] / m) * ek) uneven = true;
+    }
+    w_rows += k_div || (uneven && rows > 1) ? IK_GATHER_COST : ck == 1 ? 0 : 1;
+    w_lanes += in_div ? IK_GATHER_COST : c_in == 1 ? 0 : 1;
+    w_each += k_div ? IK_GATHER_COST : ck == 1 ? 0 : 1;
+  }
+  int64_t e_lanes = ext < L ? ext : L, e_chunks = (ext + L - 1) / L;
+  double by_rows = (double)chunks * ((double)x->n_list * IK_OVERHEAD + w_rows * (double)(rows * ek)) +
                    (double)rows * (double)(IK_OVERHEAD + ek) + nl;
-  double by_lanes = (double)ext * (double)x->n_list * (double)(IK_OVERHEAD + nl);
-  if (by_rows >= by_lanes) return false;
+  double by_lanes = (double)ext * ((double)x->n_list * IK_OVERHEAD + w_lanes * nl);
+  /* (a row alone also sets its variables, sets the block aside and back,
+   * and folds its partial sums) */
+  double by_each = (double)rows * ((double)e_chunks * ((double)x->n_list * IK_OVERHEAD + w_each * (double)e_lanes) +
+                                   4 * IK_OVERHEAD + (double)e_lanes);
+  if (by_lanes <= by_rows && by_lanes <= by_each) return false;
+  bool each = by_each < by_rows;
   /* The key of these rows: each free variable's value, or its place in
    * the rows' order; the first row; how many. */
   int64_t key[IK_MEMO_KEY];
@@ -1049,6 +1221,31 @@ static bool eval_reduce_rows(ik_state *s, const kiln_interp_kernel *k, int i) {
       s->scalar[i] = 0;
       return true;
     }
+  }
+  if (each) {
+    /* Each row alone: its variables one value, the reduction one value. */
+    unsigned char sums[SLOT_BYTES];
+    size_t size = lane_size(x->dt);
+    int64_t r_off[2 * KILN_MAX_RANK + 2], r_os[2 * KILN_MAX_RANK + 2], r_ext[2 * KILN_MAX_RANK + 2], flat0 = s->flat0;
+    for (int j = 0; j < n_read; j++) {
+      r_off[j] = s->var_off[read[j]];
+      r_os[j] = s->var_ostride[read[j]];
+      r_ext[j] = s->var_ext[read[j]];
+    }
+    for (int r = 0; r < rows; r++) {
+      int64_t l0 = r == 0 ? 0 : first + (int64_t)(r - 1) * m;
+      for (int j = 0; j < n_read; j++) set_scalar_var(s, read[j], r_off[j] + ((flat0 + l0) / r_os[j]) % r_ext[j]);
+      reduce_one(s, k, i, sums + (size_t)r * size);
+    }
+    for (int j = 0; j < n_read; j++) set_varying_var(s, read[j], r_off[j], r_os[j], r_ext[j]);
+    if (memo) {
+      memo->n_key = n_key;
+      memcpy(memo->key, key, (size_t)n_key * sizeof key[0]);
+      memcpy(memo->sums, sums, (size_t)rows * size);
+    }
+    ops->spread(x->dt, nl, slot(s, i), (int)(first < nl ? first : nl), (int)(m < nl ? m : nl), sums);
+    s->scalar[i] = 0;
+    return true;
   }
   int64_t saved_ostride[2 * KILN_MAX_RANK + 2], saved_flat0 = s->flat0, g0 = s->flat0 / m;
   /* The rows' order is whole where no variable set aside is a digit of it. */
@@ -1121,27 +1318,13 @@ static bool eval_reduce_rows(ik_state *s, const kiln_interp_kernel *k, int i) {
   return true;
 }
 
-static void eval_reduce(ik_state *s, const kiln_interp_kernel *k, int i) {
+/* Reduction i's one value (its body reads no varying variable) into
+ * out: the body evaluated in blocks along the reduction's own variable,
+ * into per-lane partial results (its slot), folded. */
+static void reduce_one(ik_state *s, const kiln_interp_kernel *k, int i, unsigned char *out) {
   const ik_ins *x = &k->ins[i];
   const kiln_lanes_ops *ops = k->ops;
   void *acc = slot(s, i);
-  bool lanewise = false;
-  for (int j = 0; j < x->n_vars && !lanewise; j++) lanewise = s->varying[k->var_list[x->vars + j]];
-  if (lanewise) {
-    if (eval_reduce_rows(s, k, i)) return;
-    /* Each lane its own sum: the variable one value at a time, the body
-     * over the block. */
-    ops->fill(x->dt, s->nl, acc, x->bytes);
-    for (int64_t kk = 0; kk < x->extent; kk++) {
-      set_scalar_var(s, x->var, kk);
-      eval_list(s, k, x->list, x->n_list);
-      ops->combine(x->rop, x->dt, s->nl, acc, in(s, x->a), s->scalar[x->a]);
-    }
-    s->scalar[i] = 0;
-    return;
-  }
-  /* One value for the block: the body evaluated in blocks along the
-   * reduction's own variable, into per-lane partial results, folded. */
   int saved_nl = s->nl, v = x->var, saved_n = s->n_vary;
   int64_t saved_flat0 = s->flat0;
   bool saved_whole = s->whole;
@@ -1166,7 +1349,7 @@ static void eval_reduce(ik_state *s, const kiln_interp_kernel *k, int i) {
   unsigned char result[8];
   memcpy(result, x->bytes, sizeof result);
   ops->fold(x->rop, x->dt, 1, (int)used, acc, result);
-  memcpy(acc, result, sizeof result);
+  memcpy(out, result, sizeof result);
   s->varying[v] = 0;
   s->changed[v] = ++s->tick;
   memcpy(s->vary, saved, sizeof saved);
@@ -1175,7 +1358,92 @@ static void eval_reduce(ik_state *s, const kiln_interp_kernel *k, int i) {
   s->nl = saved_nl;
   s->flat0 = saved_flat0;
   s->whole = saved_whole;
+}
+
+static void eval_reduce(ik_state *s, const kiln_interp_kernel *k, int i) {
+  const ik_ins *x = &k->ins[i];
+  const kiln_lanes_ops *ops = k->ops;
+  void *acc = slot(s, i);
+  bool lanewise = false;
+  for (int j = 0; j < x->n_vars && !lanewise; j++) lanewise = s->varying[k->var_list[x->vars + j]];
+  if (lanewise) {
+    if (eval_reduce_rows(s, k, i)) return;
+    /* Each lane its own sum: the variable one value at a time, the body
+     * over the block. */
+    ops->fill(x->dt, s->nl, acc, x->bytes);
+    /* A body that is one load read where it is (a mean over H and W of an
+     * NHWC tensor: each value of the variable a run of channels): the
+     * runs combined straight from the buffer, one step apart. */
+    const ik_ins *y = &k->ins[x->a];
+    int64_t step = 0;
+    bool by_step = x->n_list == 1 && y->op == TE_LOAD && y->dt == x->dt && y->aff >= 0;
+    for (int t = 0; by_step && t < y->n_aff; t++)
+      if (k->aff_var[y->aff + t] == x->var) {
+        by_step = !k->aff_div[y->aff + t];
+        step += k->aff_coef[y->aff + t];
+      }
+    if (by_step) {
+      set_scalar_var(s, x->var, 0);
+      eval_list(s, k, x->list, x->n_list);
+      const char *p0 = in(s, x->a);
+      if (!s->scalar[x->a] && p0 != (const char *)slot(s, x->a)) {
+        size_t size = lane_size(x->dt);
+        for (int64_t kk = 0; kk < x->extent; kk++)
+          ops->combine(x->rop, x->dt, s->nl, acc, p0 + (ptrdiff_t)(kk * step) * (ptrdiff_t)size, 0);
+        s->at[x->a] = 0; /* its lanes were k = 0's */
+        s->scalar[i] = 0;
+        return;
+      }
+    }
+    for (int64_t kk = 0; kk < x->extent; kk++) {
+      set_scalar_var(s, x->var, kk);
+      eval_list(s, k, x->list, x->n_list);
+      ops->combine(x->rop, x->dt, s->nl, acc, in(s, x->a), s->scalar[x->a]);
+    }
+    s->scalar[i] = 0;
+    return;
+  }
+  /* One value for the block. */
+  reduce_one(s, k, i, acc);
   s->scalar[i] = 1;
+}
+
+/* A probe's load (interp_move): each lane's element index, tagged with
+ * its buffer (buf + 1 above MOVE_TAG_SHIFT), in place of its value. */
+static void eval_probe_load(ik_state *s, const kiln_interp_kernel *k, const ik_ins *x, int64_t *o, int i) {
+  int64_t tag = (int64_t)(x->buf + 1) << MOVE_TAG_SHIFT;
+  int nl = s->nl;
+  if (x->aff < 0) {
+    const int64_t *a = in(s, x->a);
+    s->scalar[i] = s->scalar[x->a];
+    for (int l = 0; l < (s->scalar[i] ? 1 : nl); l++) o[l] = tag + a[l];
+    return;
+  }
+  int64_t u = x->aff_c0;
+  bool varies = false;
+  for (int t = 0; t < x->n_aff; t++) {
+    int id = k->aff_var[x->aff + t];
+    int64_t c = k->aff_coef[x->aff + t], v;
+    if (id < 0) {
+      int j = -1 - id;
+      if (!s->scalar[j]) {
+        varies = true;
+        continue;
+      }
+      memcpy(&v, in(s, j), 8);
+      u += c * v;
+      continue;
+    }
+    varies |= s->varying[id];
+    u += c * term_value(s->var_value[id], k->aff_div[x->aff + t]);
+  }
+  s->scalar[i] = !varies;
+  if (!varies) {
+    o[0] = tag + u;
+    return;
+  }
+  affine_index_lanes(s, k, x, u);
+  for (int l = 0; l < nl; l++) o[l] = tag + s->idx[l];
 }
 
 static void eval_ins(ik_state *s, const kiln_interp_kernel *k, int i) {
@@ -1204,6 +1472,10 @@ static void eval_ins(ik_state *s, const kiln_interp_kernel *k, int i) {
       }
       return;
     case TE_LOAD:
+      if (k->probe) {
+        eval_probe_load(s, k, x, o, i);
+        return;
+      }
       if (x->aff >= 0) {
         eval_affine_load(s, k, x, o, i);
         return;
@@ -1297,6 +1569,7 @@ typedef struct ik_launch {
   int64_t batch;        /* GEMM: the batch index of a call */
   const void *packed_b; /* GEMM: B packed once */
   int64_t batch_elems;  /* GEMM: output elements per batch index */
+  bool deferred;        /* GEMM: the epilogue runs after every batch, over the whole output */
 } ik_launch;
 
 static ik_state *launch_state(const ik_launch *x) {
@@ -1421,7 +1694,7 @@ static void gemm_one(const ik_launch *x, void *pool, int64_t batch) {
     (a).packed_b = x->packed_b;                                              \
     (a).c = c;                                                               \
     (a).ldc = g->n;                                                          \
-    if (k->has_epilogue) {                                                   \
+    if (k->has_epilogue && !x->deferred) {                                   \
       (a).epilogue = (epi);                                                  \
       (a).epilogue_ctx = &one;                                               \
     }                                                                        \
@@ -1442,6 +1715,8 @@ static void gemm_one(const ik_launch *x, void *pool, int64_t batch) {
 #undef GEMM_ARGS
   x->rt->sgemm(pool, &a);
 }
+
+static void run_whole_epilogue(const ik_launch *x, float *y, int64_t numel);
 
 static void gemm_batches(void *ctx, int64_t begin, int64_t end, int thread) {
   (void)thread;
@@ -1475,11 +1750,18 @@ static void run_gemm(ik_launch *x) {
     p.ldb = g->ldb;
     x->packed_b = rt->sgemm_packed_b(rt, &p, (kiln_rt_state **)x->buffers[k->n_bufs]);
   }
+  /* The epilogue per tile is one range per tile row: where the rows are
+   * short or the whole output stays in cache it runs after the products,
+   * over the whole output in long ranges (attention's 16x16 heads: per
+   * tile, 3x the compiled kernel). */
+  int64_t numel = g->batch * g->m * g->n;
+  x->deferred = k->has_epilogue && (numel <= (INT64_C(1) << 18) || g->n < 128);
   if (g->batch > 1 && g->batch >= 2 * (int64_t)rt->n_threads && (double)g->m * (double)g->n * (double)g->k < (double)(1 << 20)) {
     rt->parallel_for(rt->pool, g->batch, 1, gemm_batches, x);
   } else {
     for (int64_t b = 0; b < g->batch; b++) gemm_one(x, rt->pool, b);
   }
+  if (x->deferred) run_whole_epilogue(x, x->buffers[k->out_buf], numel);
 }
 
 /* A tag's window geometry into a runtime call's args (conv and pool tags
@@ -1511,6 +1793,14 @@ static void whole_epilogue_chunks(void *ctx, int64_t begin, int64_t end, int thr
     int64_t e0 = c * WHOLE_EPILOGUE_CHUNK, n = w->numel - e0 < WHOLE_EPILOGUE_CHUNK ? w->numel - e0 : WHOLE_EPILOGUE_CHUNK;
     tile_epilogue(w->x, 0, w->numel, w->y + e0, w->numel, 0, e0, 1, n, false);
   }
+}
+
+/* The epilogue over the whole output y (numel elements), in place: y
+ * holds the routine's sums (f32, or int32). */
+static void run_whole_epilogue(const ik_launch *x, float *y, int64_t numel) {
+  whole_epilogue w = {x, y, numel};
+  x->rt->parallel_for(x->rt->pool, (numel + WHOLE_EPILOGUE_CHUNK - 1) / WHOLE_EPILOGUE_CHUNK, 1, whole_epilogue_chunks,
+                      &w);
 }
 
 static void run_conv(ik_launch *x) {
@@ -1556,17 +1846,17 @@ static void run_conv(ik_launch *x) {
    * in large ranges: per tile (a depthwise routine's tiles are rows of a
    * plane) the interpreter's per-range cost dominated (nhwc_tf's
    * Conv+HardSwish: 8x the compiled kernel's time). */
-  bool deferred = k->has_epilogue && !cc->native && !t->integer;
+  /* So is an integer convolution's whose output has 4-byte elements (its
+   * int32 sums are written there: ConvInteger + DequantizeLinear). */
+  bool deferred = k->has_epilogue && !cc->native && (!t->integer || a.yq);
   if (native) a.epilogue = conv_native_epilogue;
-  else if (k->has_epilogue && !cc->native && t->integer) a.iepilogue = conv_iepilogue;
+  else if (k->has_epilogue && !cc->native && t->integer && !a.yq) a.iepilogue = conv_iepilogue;
   if (a.epilogue || a.iepilogue) a.epilogue_buffers = (void *const *)x;
   x->rt->conv(x->rt, &a, (kiln_rt_state **)x->buffers[k->n_bufs]);
   if (deferred) {
     int64_t numel = t->n * t->co;
     for (int i = 0; i < t->nsp; i++) numel *= t->out[i];
-    whole_epilogue w = {x, a.y, numel};
-    x->rt->parallel_for(x->rt->pool, (numel + WHOLE_EPILOGUE_CHUNK - 1) / WHOLE_EPILOGUE_CHUNK, 1, whole_epilogue_chunks,
-                        &w);
+    run_whole_epilogue(x, t->integer ? (float *)a.yq : a.y, numel);
   }
 }
 
@@ -1587,11 +1877,19 @@ static void run_pool(ik_launch *x) {
   for (int i = 0; i < t->nsp; i++) a.pad_end[i] = t->pad_end[i];
   a.x = x->buffers[t->x_buf];
   a.y = k->pool.scratch ? NULL : x->buffers[k->out_buf];
-  if (k->has_epilogue) {
-    a.epilogue = k->pool.scratch ? pool_scratch_epilogue : conv_epilogue;
+  /* An f32 output's epilogue after the routine, over the whole output (a
+   * global pool's planes are one element each: per plane, the
+   * interpreter's per-range cost was 30x the pool's). */
+  if (k->has_epilogue && k->pool.scratch) {
+    a.epilogue = pool_scratch_epilogue;
     a.epilogue_buffers = (void *const *)x;
   }
   x->rt->pooling(x->rt, &a);
+  if (k->has_epilogue && !k->pool.scratch) {
+    int64_t numel = a.planes;
+    for (int i = 0; i < t->nsp; i++) numel *= a.out[i];
+    run_whole_epilogue(x, a.y, numel);
+  }
 }
 
 /* A tensorized resize (render_conv.c's render_c_resample), as run_pool. */
@@ -1618,6 +1916,273 @@ static void run_resample(ik_launch *x) {
   x->rt->resample(x->rt, &a);
 }
 
+/* ---- movement kernels ---------------------------------------------------------------- */
+
+/* A kernel whose every output element is one input element or a
+ * constant, picked by index arithmetic alone (a transpose, a concat, a
+ * slice, a channel shuffle, a pad), computes the same index expressions
+ * at every launch: interpreted lane by lane they cost ten times the copy
+ * (RAFT's correlation transposes: 34 ns an element). Their result is a
+ * fixed map from output to input positions, so the first launch works it
+ * out once, by running a probe of the program (the loads give tagged
+ * indices in place of values, selections pick among them), and keeps it
+ * as runs of strided copies; every launch after is those copies. */
+typedef struct ik_run {
+  int64_t dst, src, stride; /* output element, the leaf's element, its step per output element */
+  int32_t len, leaf;        /* leaf: a buffer, or n_bufs + a constant */
+} ik_run;
+
+typedef struct ik_move {
+  ik_run *runs;
+  int64_t n_runs;
+  int64_t *chunk; /* n_chunks + 1 run indices: the parallel split */
+  int64_t n_chunks;
+  unsigned char (*consts)[8];
+  int n_consts;
+  int *leaves;    /* the buffers the runs read (an aliased output sends a launch to the program) */
+  int n_leaves;
+} ik_move;
+
+#define MOVE_MAX_ELEMS (INT64_C(1) << 22) /* the probe's table: 8 bytes an output element */
+#define MOVE_RUN_MAX 65536                /* elements of one run (long copies split across threads) */
+#define MOVE_CHUNK 16384                  /* elements a thread copies at least */
+
+static void move_free(ik_move *m) {
+  if (!m) return;
+  free(m->runs);
+  free(m->chunk);
+  free(m->consts);
+  free(m->leaves);
+  free(m);
+}
+
+enum { ROLE_DATA = 1, ROLE_INDEX = 2 };
+
+/* Whether k is a movement kernel: from the output's value down, only
+ * selections, loads and constants of the output's dtype (the data), and
+ * under the selections' conditions and the loads' indices no load or
+ * reduction (nothing that depends on the data). Instructions come after
+ * their operands, so one sweep from the last marks every role. */
+static bool move_check(const kiln_interp_kernel *k) {
+  if (k->gemm.ok || k->conv.ok || k->pool.ok || k->resample.ok || k->sum >= 0 || k->parallel_total <= 0 ||
+      k->value < 0)
+    return false;
+  int64_t total = k->parallel_total * k->inner;
+  if (total < 1 || total > MOVE_MAX_ELEMS) return false;
+  kiln_dtype dt = k->buf_dtype[k->out_buf];
+  unsigned char *role = calloc((size_t)k->n_ins + 1, 1);
+  if (!role) return false;
+  role[k->value] = ROLE_DATA;
+  bool ok = true, any_load = false;
+  for (int i = k->n_ins - 1; i >= 0 && ok; i--) {
+    const ik_ins *x = &k->ins[i];
+    if (role[i] == (ROLE_DATA | ROLE_INDEX)) ok = false;
+    else if (role[i] == ROLE_DATA) {
+      if (x->dt != dt || (x->op != TE_LOAD && x->op != TE_CONST && x->op != TE_SELECT)) ok = false;
+      else if (x->op == TE_SELECT) {
+        role[x->a] |= ROLE_INDEX;
+        role[x->b] |= ROLE_DATA;
+        role[x->c] |= ROLE_DATA;
+      } else if (x->op == TE_LOAD) {
+        any_load = true;
+        if (x->aff < 0) role[x->a] |= ROLE_INDEX;
+        for (int t = 0; t < x->n_aff; t++)
+          if (k->aff_var[x->aff + t] < 0) role[-1 - k->aff_var[x->aff + t]] |= ROLE_INDEX;
+      }
+    } else if (role[i] == ROLE_INDEX) {
+      if (x->op == TE_LOAD || x->op == TE_REDUCE) ok = false;
+      const int ops[3] = {x->a, x->b, x->c};
+      for (int j = 0; j < 3; j++)
+        if (ops[j] >= 0) role[ops[j]] |= ROLE_INDEX;
+    }
+  }
+  free(role);
+  return ok && any_load;
+}
+
+/* The probe of movement kernel k: its program with the data's
+ * instructions made int64 tags (interp's eval_probe_load; constants tag
+ * n_bufs + their place in m->consts). Shares k's tables but ins,
+ * buf_dtype and slot_off. */
+static kiln_interp_kernel *move_probe(const kiln_interp_kernel *k, ik_move *m) {
+  kiln_interp_kernel *p = malloc(sizeof *p);
+  if (!p) return NULL;
+  *p = *k;
+  p->move_eligible = false;
+  p->move = NULL;
+  p->probe = true;
+  p->n_memo = 0;
+  p->ins = malloc((size_t)k->n_ins * sizeof *p->ins);
+  p->buf_dtype = malloc((size_t)(k->n_bufs + 1) * sizeof *p->buf_dtype);
+  p->slot_off = malloc(((size_t)k->n_ins + 1) * sizeof *p->slot_off);
+  m->consts = malloc(((size_t)k->n_ins + 1) * sizeof *m->consts);
+  unsigned char *data = calloc((size_t)k->n_ins + 1, 1);
+  if (!p->ins || !p->buf_dtype || !p->slot_off || !m->consts || !data) {
+    free(p->ins);
+    free(p->buf_dtype);
+    free(p->slot_off);
+    free(data);
+    free(p);
+    return NULL;
+  }
+  memcpy(p->ins, k->ins, (size_t)k->n_ins * sizeof *p->ins);
+  memcpy(p->buf_dtype, k->buf_dtype, (size_t)(k->n_bufs + 1) * sizeof *p->buf_dtype);
+  p->buf_dtype[k->out_buf] = KILN_DTYPE_I64;
+  data[k->value] = 1;
+  for (int i = k->n_ins - 1; i >= 0; i--) {
+    ik_ins *x = &p->ins[i];
+    if (!data[i]) continue;
+    if (x->op == TE_SELECT) data[x->b] = data[x->c] = 1;
+    if (x->op == TE_CONST) {
+      memcpy(m->consts[m->n_consts], x->bytes, 8);
+      int64_t tag = (int64_t)(k->n_bufs + m->n_consts++ + 1) << MOVE_TAG_SHIFT;
+      memcpy(x->bytes, &tag, 8);
+    }
+    x->dt = KILN_DTYPE_I64;
+  }
+  free(data);
+  p->slot_bytes = 0;
+  for (int i = 0; i < k->n_ins; i++) {
+    size_t lane = p->ins[i].op == TE_VAR ? 8 : lane_size(p->ins[i].dt);
+    p->slot_off[i] = p->slot_bytes;
+    p->slot_bytes += (size_t)L * (lane < 4 ? 4 : lane);
+  }
+  return p;
+}
+
+static void move_probe_free(kiln_interp_kernel *p) {
+  free(p->ins);
+  free(p->buf_dtype);
+  free(p->slot_off);
+  free(p);
+}
+
+/* The runs of the tags (one per output element): each as long as the
+ * leaf's index keeps one step. NULL where an index is outside its
+ * buffer (a program the probe cannot vouch for) or the runs would be
+ * short (a per-element gather: the program is no slower). */
+static bool move_runs(const kiln_interp_kernel *k, ik_move *m, const int64_t *tags, int64_t total) {
+  int64_t cap = total / 4 + 1, n = 0;
+  m->runs = malloc((size_t)cap * sizeof *m->runs);
+  if (!m->runs) return false;
+  const int64_t mask = (INT64_C(1) << MOVE_TAG_SHIFT) - 1;
+  int n_leaf = k->n_bufs + m->n_consts;
+  bool *used = calloc((size_t)k->n_bufs + 1, sizeof *used);
+  if (!used) return false;
+  bool ok = true;
+  for (int64_t e = 0; e < total && ok;) {
+    int64_t t = tags[e], leaf = (t >> MOVE_TAG_SHIFT) - 1, off = t & mask;
+    if (t < 0 || leaf < 0 || leaf >= n_leaf || (leaf < k->n_bufs && off >= k->buf_numel[leaf])) {
+      ok = false;
+      break;
+    }
+    int64_t stride = 0, len = 1;
+    if (leaf < k->n_bufs && e + 1 < total && (tags[e + 1] >> MOVE_TAG_SHIFT) - 1 == leaf)
+      stride = (tags[e + 1] & mask) - off;
+    while (e + len < total && len < MOVE_RUN_MAX && tags[e + len] == t + len * stride) len++;
+    if (leaf < k->n_bufs) {
+      int64_t last = off + (len - 1) * stride;
+      if (last < 0 || last >= k->buf_numel[leaf]) {
+        ok = false;
+        break;
+      }
+      used[leaf] = true;
+    }
+    if (n == cap) {
+      ok = false; /* runs shorter than 4 on average */
+      break;
+    }
+    m->runs[n++] = (ik_run){.dst = e, .src = off, .stride = stride, .len = (int32_t)len, .leaf = (int32_t)leaf};
+    e += len;
+  }
+  m->n_runs = n;
+  m->leaves = ok ? malloc(((size_t)k->n_bufs + 1) * sizeof *m->leaves) : NULL;
+  for (int b = 0; m->leaves && b < k->n_bufs; b++)
+    if (used[b]) m->leaves[m->n_leaves++] = b;
+  free(used);
+  if (!ok || !m->leaves) return false;
+  /* The parallel split: chunks of at least MOVE_CHUNK elements. */
+  m->chunk = malloc((size_t)(n + 1) * sizeof *m->chunk);
+  if (!m->chunk) return false;
+  int64_t acc = 0;
+  m->chunk[0] = 0;
+  for (int64_t r = 0; r < n; r++) {
+    acc += m->runs[r].len;
+    if (acc >= MOVE_CHUNK || r == n - 1) {
+      m->chunk[++m->n_chunks] = r + 1;
+      acc = 0;
+    }
+  }
+  return true;
+}
+
+/* Works out movement kernel k's runs (its first launch, under
+ * move_lock): MOVE_READY, or MOVE_NONE where it cannot. */
+static int move_build(kiln_interp_kernel *k) {
+  ik_move *m = calloc(1, sizeof *m);
+  kiln_interp_kernel *p = m ? move_probe(k, m) : NULL;
+  int64_t total = k->parallel_total * k->inner;
+  int64_t *tags = p ? malloc((size_t)total * sizeof *tags) : NULL;
+  bool ok = false;
+  if (tags) {
+    ik_state *s = state_for(p, atomic_fetch_add(&launch_counter, 1) + 1, NULL);
+    if (s) {
+      eval_range(s, p, 0, total, tags, NULL);
+      s->k = NULL; /* the probe is freed below */
+      ok = move_runs(k, m, tags, total);
+    }
+  }
+  free(tags);
+  if (p) move_probe_free(p);
+  if (!ok) {
+    move_free(m);
+    return MOVE_NONE;
+  }
+  k->move = m;
+  return MOVE_READY;
+}
+
+/* Whether this launch runs k as its runs (built at the first). */
+static bool move_ready(const kiln_interp_kernel *k, void *const *buffers) {
+  if (!k->move_eligible) return false;
+  kiln_interp_kernel *mk = (kiln_interp_kernel *)k; /* the lazily built runs: under the lock, once */
+  int st = atomic_load(&mk->move_state);
+  if (st == MOVE_UNTRIED) {
+    pthread_mutex_lock(&mk->move_lock);
+    st = atomic_load(&mk->move_state);
+    if (st == MOVE_UNTRIED) {
+      st = move_build(mk);
+      atomic_store(&mk->move_state, st);
+    }
+    pthread_mutex_unlock(&mk->move_lock);
+  }
+  if (st != MOVE_READY) return false;
+  for (int j = 0; j < k->move->n_leaves; j++)
+    if (buffers[k->move->leaves[j]] == buffers[k->out_buf]) return false; /* in place: the program's order */
+  return true;
+}
+
+static void move_body(void *ctx, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  const ik_launch *x = ctx;
+  const kiln_interp_kernel *k = x->k;
+  const ik_move *m = k->move;
+  kiln_dtype dt = k->buf_dtype[k->out_buf];
+  size_t size = lane_size(dt);
+  char *out = x->buffers[k->out_buf];
+  for (int64_t r = m->chunk[begin]; r < m->chunk[end]; r++) {
+    const ik_run *run = &m->runs[r];
+    char *d = out + (size_t)run->dst * size;
+    if (run->leaf >= k->n_bufs) {
+      k->ops->fill(dt, run->len, d, m->consts[run->leaf - k->n_bufs]);
+      continue;
+    }
+    const char *src = (const char *)x->buffers[run->leaf] + (size_t)run->src * size;
+    if (run->stride == 1) memcpy(d, src, (size_t)run->len * size);
+    else k->ops->strided(dt, run->len, d, src, run->stride);
+  }
+}
+
 void kiln_interp_kernel_run(const kiln_interp_kernel *k, const kiln_rt *rt, void *const *buffers) {
   ik_launch x = {.k = k, .rt = rt, .buffers = buffers, .id = atomic_fetch_add(&launch_counter, 1) + 1};
   if (k->gemm.ok) {
@@ -1628,6 +2193,8 @@ void kiln_interp_kernel_run(const kiln_interp_kernel *k, const kiln_rt *rt, void
     run_pool(&x);
   } else if (k->resample.ok) {
     run_resample(&x);
+  } else if (move_ready(k, buffers)) {
+    rt->parallel_for(rt->pool, k->move->n_chunks, 1, move_body, &x);
   } else if (k->parallel_total > 0) {
     rt->parallel_for(rt->pool, k->parallel_total, k->grain, plain_body, &x);
   }
