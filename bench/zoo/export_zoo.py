@@ -325,7 +325,8 @@ def build_tv(e, gen):
                     fan_in = p[0].numel()
                     p.copy_(torch.randn(p.shape, generator=gen) * (2.0 / fan_in) ** 0.5)
         x = image(gen, (3,) + hw, kind="01")
-        return model, ([x],), ["image"], ["boxes", "scores", "labels"], 13
+        # torchvision's result dict in its order (boxes, labels, scores, then masks or keypoints)
+        return model, ([x],), ["image"], ["boxes", "labels", "scores"], 13
     if fam == "optical_flow":
         a, b = image(gen, (1, 3) + hw, "pm1"), image(gen, (1, 3) + hw, "pm1")
         return Flat(model), (a, b), ["image1", "image2"], ["flow"], 16

@@ -27,11 +27,17 @@ The ctest `zoo.cpu` (tests/CMakeLists.txt) runs it on the suite tier with
      overrides in TOLERANCE below (1e-2 for the quantized models), and for
      the int8 BERT encoders a relative L2 error <= 0.15 (REL_L2), each with
      its reason;
-     Detection models' rows are compared in a canonical order (score, label,
-     box), and only the rows scoring above every tied score (random weights
-     give many equal scores; which of two tied, overlapping boxes
-     NonMaxSuppression keeps is the implementation's choice and changes every
-     survivor below them); the line says how many rows that leaves;
+     Detection models' rows are matched one to one (label, box within 1% of
+     the image's scale, score within 5%: DET_* below says why), the matched
+     rows of their other outputs compared (1% of the elements may differ;
+     not those of a box under a pixel wide or high),
+     and a row left unmatched must be
+     one a tie could have changed: at or below its class's highest tied
+     score (within 1e-4 relative; random weights give many equal scores, and
+     which of two tied, overlapping boxes NonMaxSuppression keeps is the
+     implementation's choice, which changes the class's survivors below
+     them) or the other runtime's lowest row (the detections cap); the line
+     says how many rows were matched;
   4. prints one line per model (PASS, FAIL with the worst element, ERROR with
      kiln's message, KNOWN with the reason) and a summary; exits 1 on any
      FAIL or ERROR, and also when a model listed in KNOWN_FAILURES passes
@@ -58,6 +64,16 @@ ORT_WORKER = os.path.join(ROOT, "bench", "ort_worker.py")
 VENV_SCRIPT = os.path.join(ROOT, "scripts", "python-venv.sh")
 
 DEFAULT_TOL = (1e-3, 1e-4)
+# Detection models with random weights are chaotic below their region proposals: the proposal stage
+# takes the top scores of thousands of anchors and suppresses overlaps among them, and which of two
+# equal objectness scores goes first is each implementation's choice (ONNX leaves NonMaxSuppression's
+# order of ties open); a different proposal moves the boxes and scores built on it. Measured on
+# fasterrcnn_resnet50_fpn: ONNX Runtime at ORT_ENABLE_BASIC and at ORT_ENABLE_ALL differ by 1.2 px and
+# 0.6% in a score; kiln's cpu and kiln's own reference interpreter by 1.6 px and 0.5%, and both by 5.7
+# px and 3% from ORT (the same tie-breaking in both kiln devices, another in ORT). So detections match
+# within 1% of the image's scale for boxes and 5% for scores, and a detection's other outputs (masks,
+# keypoints) may differ in 1% of their elements.
+DET_BOX_ATOL, DET_SCORE_RTOL, DET_OTHER_FRACTION = 1e-2, 5e-2, 1e-2
 # name -> (rtol, atol0, why). Quantized graphs: a float computed in a
 # different order can land on the other side of a quantizer's rounding
 # boundary, moving that element by one quantization step, which propagates;
@@ -127,12 +143,25 @@ def run_ort(args, py, zoo, meta, out_dir):
     return None
 
 
-def detection_order(outs, names):
+def detection_roles(outs):
+    """Which outputs are the boxes ([N, 4] float), labels ([N] integer) and scores ([N] float), or None.
+    By type, not name: the zoo's first exports named torchvision's (boxes, labels, scores) outputs
+    boxes, scores, labels."""
+    if len(outs) < 3 or outs[0].ndim != 2 or outs[0].shape[-1] != 4:
+        return None
+    n = outs[0].shape[0]
+    labels = [i for i in (1, 2) if outs[i].shape == (n,) and outs[i].dtype.kind in "iu"]
+    scores = [i for i in (1, 2) if outs[i].shape == (n,) and outs[i].dtype.kind == "f"]
+    return (0, labels[0], scores[0]) if len(labels) == 1 and len(scores) == 1 else None
+
+
+def detection_order(outs):
     """Row order that sorts detections by score (descending), then label and box: NonMaxSuppression and TopK
     leave the order of equal scores to the implementation, and random weights give many equal scores."""
-    role = {n: a for n, a in zip(names, outs)}
-    if not all(r in role for r in ("boxes", "scores", "labels")) or role["boxes"].ndim != 2:
+    roles = detection_roles(outs)
+    if roles is None:
         return None
+    role = dict(zip(("boxes", "labels", "scores"), (outs[r] for r in roles)))
     b = np.round(role["boxes"].astype(np.float64), 2)
     keys = [b[:, j] for j in reversed(range(b.shape[1]))] + [role["labels"], -np.round(role["scores"], 5)]
     return np.lexsort(keys)
@@ -155,32 +184,72 @@ def compare(meta, k_dir, o_dir):
         return f"kiln wrote {len(k_outs)} outputs, ONNX Runtime {len(o_outs)}"
     note = ""
     if meta["family"] == "detection":
-        names = meta.get("outputs", [])
-        ko, oo = detection_order(k_outs, names), detection_order(o_outs, names)
-        if ko is not None and oo is not None and len(ko) == len(oo):
-            k_outs = [a[ko] if a.ndim and a.shape[0] == len(ko) else a for a in k_outs]
-            o_outs = [a[oo] if a.ndim and a.shape[0] == len(oo) else a for a in o_outs]
-            # NonMaxSuppression leaves the order of equal scores to the implementation: of two tied
-            # overlapping boxes either may survive, and that changes every survivor below them. A row scoring
-            # above every tie was decided before any tie was met, so only those rows are compared.
-            s = names.index("scores")
-            # "Tied" within 1e-5 relative: the two runtimes' scores differ by a few ulps, enough to swap
-            # two nearly equal ones.
-            tied = []
-            for a in (k_outs[s], o_outs[s]):
-                sa = np.sort(a.astype(np.float64))
-                tied += sa[1:][np.diff(sa) <= 1e-5 * np.abs(sa[1:])].tolist()
-            top_tie = max(tied or [-np.inf])
-            keep_k, keep_o = k_outs[s] > top_tie * (1 + 1e-5), o_outs[s] > top_tie * (1 + 1e-5)
-            if keep_k.sum() != keep_o.sum():
-                return (f"{keep_k.sum()} detections score above the highest tied score {top_tie:.6g}, "
-                        f"ONNX Runtime {keep_o.sum()}")
-            k_outs = [a[keep_k] if a.ndim and a.shape[0] == len(ko) else a for a in k_outs]
-            o_outs = [a[keep_o] if a.ndim and a.shape[0] == len(oo) else a for a in o_outs]
-            note = f"{keep_o.sum()} of {len(oo)} detections compared (above ties) "
+        ko, oo = detection_order(k_outs), detection_order(o_outs)
+        if ko is not None and oo is not None:
+            # NonMaxSuppression and TopK leave the order of equal scores to the implementation: of two tied
+            # overlapping boxes either may survive (the number that survive may differ too: random weights
+            # saturate every score of fasterrcnn_resnet50_fpn_v2 at 1.0). So the rows are matched one to one
+            # (same label, box and score within DET_BOX_ATOL and DET_SCORE_RTOL), the matched rows of
+            # every output compared below, and a row left unmatched on either side must be one a tie could
+            # have changed (below).
+            b, lab, s = detection_roles(o_outs)
+            ks, os_ = k_outs[s].astype(np.float64), o_outs[s].astype(np.float64)
+            kb, ob = k_outs[b].astype(np.float64), o_outs[b].astype(np.float64)
+            kl, ol = k_outs[lab].astype(np.int64), o_outs[lab].astype(np.int64)
+            box_tol = DET_BOX_ATOL * max(1.0, float(np.abs(ob).max()) if ob.size else 1.0)
+            used = np.zeros(len(ks), bool)
+            pairs = []
+            for j in np.argsort(-os_, kind="stable"):
+                cand = np.flatnonzero(~used & (kl == ol[j]) & (np.abs(ks - os_[j]) <= DET_SCORE_RTOL * abs(os_[j]) + 1e-7) &
+                                      (np.abs(kb - ob[j]).max(axis=1, initial=0) <= box_tol))
+                if cand.size:
+                    i = cand[np.argmin(np.abs(kb[cand] - ob[j]).max(axis=1))]
+                    used[i] = True
+                    pairs.append((i, j))
+
+            # A tie decides nothing above it: NonMaxSuppression runs per class in score order, so a tie at
+            # score t in class c may change every row of c below t (which box suppressed which), and the
+            # detections cap may then let in or push out rows at the bottom. A row must be matched when it
+            # scores above its class's highest tie (either runtime's) and above the other runtime's lowest row.
+            def top_ties(sc, lb):
+                t = {}
+                for r in range(len(sc)):
+                    same = np.flatnonzero((lb == lb[r]) & (np.arange(len(sc)) != r))
+                    if (np.abs(sc[same] - sc[r]) <= 1e-4 * abs(sc[r])).any():
+                        t[lb[r]] = max(t.get(lb[r], -np.inf), sc[r])
+                return t
+            tk, to = top_ties(ks, kl), top_ties(os_, ol)
+            floor = {"kiln": os_.min() if os_.size else np.inf, "ONNX Runtime": ks.min() if ks.size else np.inf}
+
+            def decided(side, sc, lb, r):
+                t = max(tk.get(lb[r], -np.inf), to.get(lb[r], -np.inf))
+                return sc[r] > t * (1 + 1e-4) and sc[r] > floor[side] * (1 + 1e-4)
+            matched_o = {j for _, j in pairs}
+            for side, sc, lb, free in (("kiln", ks, kl, [i for i in range(len(ks)) if not used[i]]),
+                                       ("ONNX Runtime", os_, ol, [j for j in range(len(os_)) if j not in matched_o])):
+                loose = [r for r in free if decided(side, sc, lb, r)]
+                if loose:
+                    r = loose[0]
+                    return (f"{len(loose)} detection(s) above every tie only on {side}, e.g. score {sc[r]:.6g} label "
+                            f"{(kl if side == 'kiln' else ol)[r]} box {np.round((kb if side == 'kiln' else ob)[r], 2)}")
+            # The other outputs (masks, keypoints) of a box under a pixel wide or high on either side are
+            # not compared: clipped to the image's edge, such a box is 0.1 px on one runtime and empty on
+            # the other (keypointrcnn: every keypoint score 0 in ORT's).
+            def solid(bx):
+                return min(bx[2] - bx[0], bx[3] - bx[1]) >= 1.0
+            kept = [(i, j) for i, j in pairs if solid(kb[i]) and solid(ob[j])]
+            ki = np.array([i for i, _ in kept], dtype=np.int64)
+            oi = np.array([j for _, j in kept], dtype=np.int64)
+            k_outs = [a[ki] if a.ndim and a.shape[0] == len(ko) else a for a in k_outs]
+            o_outs = [a[oi] if a.ndim and a.shape[0] == len(oo) else a for a in o_outs]
+            note = f"{len(pairs)} of {len(oo)} detections matched (the rest below a tie" + (
+                f"; {len(ko)} in all on kiln" if len(ko) != len(oo) else "") + ") "
     worst = ""
+    det = meta["family"] == "detection" and detection_roles(o_outs) is not None
     for i, o in enumerate(o_outs):
         k = k_outs[i]
+        if det and i < 3:
+            continue  # boxes, labels and scores: matched above, within DET_BOX_ATOL and DET_SCORE_RTOL
         if k.shape != o.shape:
             return f"output {i}: shape {list(k.shape)}, ONNX Runtime {list(o.shape)}"
         if o.dtype.kind in "iub":
@@ -205,7 +274,10 @@ def compare(meta, k_dir, o_dir):
             atol = atol0 * scale
             err = np.where(finite, np.abs(k64 - o64), 0.0)
             lim = atol + rtol * np.abs(np.where(finite, o64, 0.0))
-            if (err > lim).any():
+            # A detection's masks and keypoints are resampled at its box, or the argmax of a heatmap: a
+            # pixel at a mask's edge or a keypoint on a near-tie moves with a box that moved by a fraction.
+            allowed = int(DET_OTHER_FRACTION * o.size) if det else 0
+            if (err > lim).sum() > allowed:
                 j = int(np.argmax(err - lim))
                 return (f"output {i}: {(err > lim).sum()} of {o.size} beyond rtol {rtol:g} atol {atol:.3g}; worst at "
                         f"{np.unravel_index(j, o.shape)}: kiln {k64.ravel()[j]:.6g}, ORT {o64.ravel()[j]:.6g}")
