@@ -325,8 +325,12 @@ def build_tv(e, gen):
                     fan_in = p[0].numel()
                     p.copy_(torch.randn(p.shape, generator=gen) * (2.0 / fan_in) ** 0.5)
         x = image(gen, (3,) + hw, kind="01")
-        # torchvision's result dict in its order (boxes, labels, scores, then masks or keypoints)
-        return model, ([x],), ["image"], ["boxes", "labels", "scores"], 13
+        # The outputs are the result dict's values in its order, which differs by family (R-CNNs: boxes,
+        # labels, scores, then masks or keypoints; SSD, RetinaNet, FCOS: boxes, scores, labels).
+        model.eval()
+        with torch.no_grad():
+            names = list(model([x])[0].keys())
+        return model, ([x],), ["image"], names, 13
     if fam == "optical_flow":
         a, b = image(gen, (1, 3) + hw, "pm1"), image(gen, (1, 3) + hw, "pm1")
         return Flat(model), (a, b), ["image1", "image2"], ["flow"], 16
