@@ -991,29 +991,39 @@ static bool eval_load_by_runs(ik_state *s, const kiln_interp_kernel *k, const ik
   return true;
 }
 
-static void affine_index_lanes(ik_state *s, const kiln_interp_kernel *k, const ik_ins *x, int64_t u);
-
-/* A load at an affine index: a strided copy when the block's lanes step
- * through the index evenly, copies by runs of its digits, else a gather. */
-static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_ins *x, void *o, int i) {
+/* A load's affine index at lane 0, but for the terms of varying values
+ * (added per lane later); *varies: some term varies across the block,
+ * *ins_varies: a value's term does. */
+static inline int64_t affine_lane0(const ik_state *s, const kiln_interp_kernel *k, const ik_ins *x, bool *varies,
+                                   bool *ins_varies) {
   int64_t u = x->aff_c0;
-  bool varies = false, ins_varies = false;
+  *varies = *ins_varies = false;
   for (int t = 0; t < x->n_aff; t++) {
     int id = k->aff_var[x->aff + t];
     int64_t c = k->aff_coef[x->aff + t], v;
     if (id < 0) { /* a value's term */
       int j = -1 - id;
       if (!s->scalar[j]) {
-        varies = ins_varies = true;
+        *varies = *ins_varies = true;
         continue;
       }
       memcpy(&v, in(s, j), 8);
       u += c * v;
       continue;
     }
-    varies |= s->varying[id];
-    u += c * term_value(s->var_value[id], k->aff_div[x->aff + t]); /* u: the index at lane 0 (but for varying values) */
+    *varies |= s->varying[id];
+    u += c * term_value(s->var_value[id], k->aff_div[x->aff + t]);
   }
+  return u;
+}
+
+static void affine_index_lanes(ik_state *s, const kiln_interp_kernel *k, const ik_ins *x, int64_t u);
+
+/* A load at an affine index: a strided copy when the block's lanes step
+ * through the index evenly, copies by runs of its digits, else a gather. */
+static void eval_affine_load(ik_state *s, const kiln_interp_kernel *k, const ik_ins *x, void *o, int i) {
+  bool varies, ins_varies;
+  int64_t u = affine_lane0(s, k, x, &varies, &ins_varies);
   const char *base = s->buffers[x->buf];
   size_t size = lane_size(x->dt);
   if (!varies) {
@@ -1419,24 +1429,8 @@ static void eval_probe_load(ik_state *s, const kiln_interp_kernel *k, const ik_i
     for (int l = 0; l < (s->scalar[i] ? 1 : nl); l++) o[l] = tag + a[l];
     return;
   }
-  int64_t u = x->aff_c0;
-  bool varies = false;
-  for (int t = 0; t < x->n_aff; t++) {
-    int id = k->aff_var[x->aff + t];
-    int64_t c = k->aff_coef[x->aff + t], v;
-    if (id < 0) {
-      int j = -1 - id;
-      if (!s->scalar[j]) {
-        varies = true;
-        continue;
-      }
-      memcpy(&v, in(s, j), 8);
-      u += c * v;
-      continue;
-    }
-    varies |= s->varying[id];
-    u += c * term_value(s->var_value[id], k->aff_div[x->aff + t]);
-  }
+  bool varies, ins_varies;
+  int64_t u = affine_lane0(s, k, x, &varies, &ins_varies);
   s->scalar[i] = !varies;
   if (!varies) {
     o[0] = tag + u;
