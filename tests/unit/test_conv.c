@@ -471,6 +471,11 @@ static void run_bench(int threads) {
   bench_layer("r50 1x1 s2 1024>2048", conv2d(1024, 2048, 1, 14, 14, 1, 2, 1, 0, 0), pool);
   bench_layer("mnv2 dw576 14 s1", conv2d(576, 576, 576, 14, 14, 3, 1, 1, 1, 1), pool);
   bench_layer("mnv2 dw576 14 s2", conv2d(576, 576, 576, 14, 14, 3, 2, 1, 1, 1), pool);
+  bench_layer("regnet g25x16 3x3 7", conv2d(400, 400, 25, 7, 7, 3, 1, 1, 1, 1), pool);
+  bench_layer("regnet g10x16 3x3 14", conv2d(160, 160, 10, 14, 14, 3, 1, 1, 1, 1), pool);
+  bench_layer("regnet g4x16 3x3 28", conv2d(64, 64, 4, 28, 28, 3, 1, 1, 1, 1), pool);
+  bench_layer("rnext g32x8 3x3 56", conv2d(256, 256, 32, 56, 56, 3, 1, 1, 1, 1), pool);
+  bench_layer("rnext g32x64 3x3 7", conv2d(2048, 2048, 32, 7, 7, 3, 1, 1, 1, 1), pool);
   kiln_threadpool_destroy(pool);
 }
 
@@ -536,6 +541,9 @@ int main(int argc, char **argv) {
   run_case(&c1, pools, 2);
   conv_case c3 = {3, 1, 4, 6, 2, {5, 6, 4}, {3, 2, 3}, {1, 2, 1}, {1, 1, 2}, {1, 0, 2}, {1, 1, 0}, true};
   run_case(&c3, pools, 2);
+  /* 3-D depthwise, MViT's attention pooling: 3x3x3, strides 1x2x2, a batch of heads */
+  conv_case dw3 = {3, 2, 8, 8, 8, {4, 9, 10}, {3, 3, 3}, {1, 2, 2}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, true};
+  run_case(&dw3, pools, 3);
   for (int i = 0; i < 120; i++) {
     conv_case t = random_case();
     run_case(&t, pools, 1 + i % 3);

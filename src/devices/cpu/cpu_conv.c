@@ -168,11 +168,11 @@ static bool is_pointwise(const kiln_conv_geom *c) {
 }
 
 static bool is_depthwise(const kiln_conv_geom *c) {
-  return c->nsp == 2 && c->group == c->ci && c->co == c->ci && c->group > 1;
+  return (c->nsp == 2 || c->nsp == 3) && c->group == c->ci && c->co == c->ci && c->group > 1;
 }
 
 static bool is_dw3x3(const kiln_conv_geom *c) {
-  return is_depthwise(c) && c->k[0] == 3 && c->k[1] == 3 && c->dil[0] == 1 && c->dil[1] == 1 &&
+  return c->nsp == 2 && is_depthwise(c) && c->k[0] == 3 && c->k[1] == 3 && c->dil[0] == 1 && c->dil[1] == 1 &&
          c->stride[0] == c->stride[1] && (c->stride[0] == 1 || c->stride[0] == 2) && c->pad_begin[0] <= 2 &&
          c->pad_begin[1] <= 2;
 }
@@ -250,6 +250,13 @@ kiln_conv_algo kiln_conv_choose(const kiln_conv_geom *c, bool const_weights) {
    * ResNet-50's 1x1 layers with AVX-512: K >= 512 at 7x7 and 14x14). */
   if (const_weights && c->group == 1 && is_pointwise(c) && detect_isa() == ISA_AVX512 && !(transpose && c->kdim >= 512))
     return KILN_CONV_PW;
+  /* Grouped, not depthwise (ResNeXt, RegNet, ShuffleNet v1): each
+   * (image, group, band) is one item of one dispatch, its weights packed
+   * once, where the GEMM paths loop over the groups with a dispatch (and
+   * an im2col and a packing of the group's weights) each. */
+  if (const_weights && c->group > 1 && c->nsp == 2 && !is_depthwise(c) && c->ci / c->group >= 2 &&
+      c->co / c->group >= KILN_PW_MR)
+    return KILN_CONV_IM2COL_PW;
   if (is_pointwise(c)) return transpose ? KILN_CONV_GEMM_T : KILN_CONV_GEMM;
   if (detect_isa() == ISA_AVX512 && kiln_conv_dw_direct_applies(c)) return KILN_CONV_DW_DIRECT;
   /* Few input channels per window (stems: 3 x 3x3 or 7x7, stride 2): the
@@ -459,37 +466,52 @@ static void run_gemm(const kiln_conv_plan *p, kiln_threadpool *pool, const float
 
 typedef struct im2col_pw_ctx {
   const kiln_conv_plan *p;
-  const float *x, *bias; /* one image and group */
-  float *y;              /* its output [cog, osize] */
-  int64_t y_base;
-  const float *packed;   /* this group's packed weights */
-  int64_t cog;
+  const float *x, *bias; /* the whole batch */
+  float *y;
+  int64_t bands;         /* bands per (image, group) */
   float *scratch;
   const kiln_conv_epilogue *epi;
 } im2col_pw_ctx;
 
+/* Items are (image, group, band of blk_rows output rows), so a grouped
+ * convolution's groups are shared among the threads in one dispatch: a
+ * loop over the groups with the bands of each shared would sync once per
+ * group and leave a thread idle when a plane has fewer bands than
+ * threads (RegNet's 25 groups over 7x7 planes: 2 threads ran 3x slower
+ * than 1). A pointwise group reads its input rows in place. */
 static void im2col_pw_bands(void *vctx, int64_t begin, int64_t end, int thread) {
   const im2col_pw_ctx *b = vctx;
   const kiln_conv_plan *p = b->p;
   const kiln_conv_geom *c = &p->c;
   int64_t OH = c->out_sp[0], OW = c->out_sp[1], kprod = c->k[0] * c->k[1], in_plane = c->in_sp[0] * c->in_sp[1];
+  int64_t cig = c->ci / c->group, cog = c->co / c->group;
+  bool pointwise = is_pointwise(c);
   float *col = b->scratch + (size_t)thread * p->blk_floats;
-  for (int64_t blk = begin; blk < end; blk++) {
+  for (int64_t item = begin; item < end; item++) {
+    int64_t blk = item % b->bands, ig = item / b->bands, img = ig / c->group, gi = ig % c->group;
     int64_t oh0 = blk * p->blk_rows, oh1 = min64(OH, oh0 + p->blk_rows), nb = (oh1 - oh0) * OW, n0 = oh0 * OW;
-    for (int64_t row = 0; row < c->kdim; row++) {
-      int64_t koff[2] = {(row % kprod) / c->k[1], row % c->k[1]};
-      im2col_2d(c, b->x + (row / kprod) * in_plane, koff, col + row * nb, oh0, oh1);
+    const float *xg = b->x + (img * c->ci + gi * cig) * in_plane;
+    int64_t yb = (img * c->co + gi * cog) * c->osize;
+    const float *xs = xg + n0;
+    int64_t ldx = in_plane;
+    if (!pointwise) {
+      for (int64_t row = 0; row < c->kdim; row++) {
+        int64_t koff[2] = {(row % kprod) / c->k[1], row % c->k[1]};
+        im2col_2d(c, xg + (row / kprod) * in_plane, koff, col + row * nb, oh0, oh1);
+      }
+      xs = col;
+      ldx = nb;
     }
-    kiln_conv_pw_job j = {.co = b->cog,
+    kiln_conv_pw_job j = {.co = cog,
                           .k = c->kdim,
                           .hw = nb,
-                          .ldx = nb,
+                          .ldx = ldx,
                           .ldy = c->osize,
-                          .packed = b->packed,
-                          .x = col,
-                          .bias = b->bias,
-                          .y = b->y + n0,
-                          .y_base = b->y_base + n0,
+                          .packed = (const float *)((const char *)p + p->u_offset + (size_t)gi * p->u_bytes),
+                          .x = xs,
+                          .bias = b->bias ? b->bias + gi * cog : NULL,
+                          .y = b->y + yb + n0,
+                          .y_base = yb + n0,
                           .epi = b->epi};
     kiln_conv_pw_run(NULL, p->isa, &j);
   }
@@ -498,15 +520,8 @@ static void im2col_pw_bands(void *vctx, int64_t begin, int64_t end, int thread) 
 static void run_im2col_pw(const kiln_conv_plan *p, kiln_threadpool *pool, const float *x, const float *bias, float *y,
                           float *scratch, const kiln_conv_epilogue *epi) {
   const kiln_conv_geom *c = &p->c;
-  int64_t in_plane = c->in_sp[0] * c->in_sp[1];
-  int64_t cig = c->ci / c->group, cog = c->co / c->group;
-  for (int64_t img = 0; img < c->n; img++)
-    for (int64_t gi = 0; gi < c->group; gi++) {
-      int64_t yb = (img * c->co + gi * cog) * c->osize;
-      im2col_pw_ctx b = {p, x + (img * c->ci + gi * cig) * in_plane, bias ? bias + gi * cog : NULL, y + yb, yb,
-                         (const float *)((const char *)p + p->u_offset + (size_t)gi * p->u_bytes), cog, scratch, epi};
-      kiln_parallel_for(pool, ceil_div(c->out_sp[0], p->blk_rows), 1, im2col_pw_bands, &b);
-    }
+  im2col_pw_ctx b = {p, x, bias, y, ceil_div(c->out_sp[0], p->blk_rows), scratch, epi};
+  kiln_parallel_for(pool, c->n * c->group * b.bands, 1, im2col_pw_bands, &b);
 }
 
 /* ---- depthwise, any kernel ------------------------------------------------------------ */
@@ -522,38 +537,60 @@ typedef struct dw_ctx {
 /* Planes (image, channel) [begin, end): each output row accumulates
  * w[kh][kw] * input row over the output columns whose input column is
  * inside the image, so the innermost loop has no bounds test. */
-static void dw_planes(void *vctx, int64_t begin, int64_t end, int thread) {
-  const dw_ctx *d = vctx;
-  const kiln_conv_geom *c = &d->p->c;
-  int64_t H = c->in_sp[0], W = c->in_sp[1], OH = c->out_sp[0], OW = c->out_sp[1];
-  int64_t KH = c->k[0], KW = c->k[1], sh = c->stride[0], sw = c->stride[1];
-  int64_t dh = c->dil[0], dwl = c->dil[1], ph = c->pad_begin[0], pw = c->pad_begin[1];
-  for (int64_t p = begin; p < end; p++) {
-    int64_t ch = p % c->co;
-    const float *xp = d->x + p * H * W, *wp = d->w + ch * KH * KW;
-    float *op = d->y + p * OH * OW;
-    float b = d->bias ? d->bias[ch] : 0.0f;
-    for (int64_t oh = 0; oh < OH; oh++) {
-      float *o = op + oh * OW;
-      for (int64_t ow = 0; ow < OW; ow++) o[ow] = b;
-      for (int64_t kh = 0; kh < KH; kh++) {
-        int64_t ih = oh * sh - ph + kh * dh;
-        if (ih < 0 || ih >= H) continue;
-        const float *xr = xp + ih * W;
-        for (int64_t kw = 0; kw < KW; kw++) {
-          float wv = wp[kh * KW + kw];
-          int64_t off = kw * dwl - pw;
-          int64_t lo = max64(ceil_div(-off, sw), 0), hi = min64(floor_div(W - 1 - off, sw), OW - 1);
-          if (sw == 1) {
-            const float *xs = xr + off;
-            for (int64_t ow = lo; ow <= hi; ow++) o[ow] += wv * xs[ow];
-          } else {
-            for (int64_t ow = lo; ow <= hi; ow++) o[ow] += wv * xr[ow * sw + off];
-          }
+/* Adds the window w [KH][KW] over the input plane xp (the geometry's last
+ * two axes) to the output plane op. Each output row accumulates w[kh][kw]
+ * times an input row over the output columns whose input column is inside
+ * the image, so the innermost loop has no bounds test. */
+static void dw_add_plane(const kiln_conv_geom *c, const float *xp, const float *wp, float *op) {
+  int a = c->nsp - 2;
+  int64_t H = c->in_sp[a], W = c->in_sp[a + 1], OH = c->out_sp[a], OW = c->out_sp[a + 1];
+  int64_t KH = c->k[a], KW = c->k[a + 1], sh = c->stride[a], sw = c->stride[a + 1];
+  int64_t dh = c->dil[a], dwl = c->dil[a + 1], ph = c->pad_begin[a], pw = c->pad_begin[a + 1];
+  for (int64_t oh = 0; oh < OH; oh++) {
+    float *o = op + oh * OW;
+    for (int64_t kh = 0; kh < KH; kh++) {
+      int64_t ih = oh * sh - ph + kh * dh;
+      if (ih < 0 || ih >= H) continue;
+      const float *xr = xp + ih * W;
+      for (int64_t kw = 0; kw < KW; kw++) {
+        float wv = wp[kh * KW + kw];
+        int64_t off = kw * dwl - pw;
+        int64_t lo = max64(ceil_div(-off, sw), 0), hi = min64(floor_div(W - 1 - off, sw), OW - 1);
+        if (sw == 1) {
+          const float *xs = xr + off;
+          for (int64_t ow = lo; ow <= hi; ow++) o[ow] += wv * xs[ow];
+        } else {
+          for (int64_t ow = lo; ow <= hi; ow++) o[ow] += wv * xr[ow * sw + off];
         }
       }
     }
-    epi_apply(d->epi, d->y, p * OH * OW, 0, 1, OH * OW);
+  }
+}
+
+/* Planes (image, channel) [begin, end), 2-D or 3-D (an output depth slice
+ * sums the 2-D windows of the input slices its depth taps reach: MViT's
+ * 3x3x3 attention pooling). */
+static void dw_planes(void *vctx, int64_t begin, int64_t end, int thread) {
+  const dw_ctx *d = vctx;
+  const kiln_conv_geom *c = &d->p->c;
+  int a = c->nsp - 2;
+  int64_t D = a ? c->in_sp[0] : 1, OD = a ? c->out_sp[0] : 1, KD = a ? c->k[0] : 1;
+  int64_t sd = a ? c->stride[0] : 1, dd = a ? c->dil[0] : 1, pd = a ? c->pad_begin[0] : 0;
+  int64_t in_slice = c->in_sp[a] * c->in_sp[a + 1], out_slice = c->out_sp[a] * c->out_sp[a + 1];
+  int64_t kslice = c->k[a] * c->k[a + 1];
+  for (int64_t p = begin; p < end; p++) {
+    int64_t ch = p % c->co;
+    const float *xp = d->x + p * D * in_slice, *wp = d->w + ch * KD * kslice;
+    float *op = d->y + p * OD * out_slice;
+    float b = d->bias ? d->bias[ch] : 0.0f;
+    for (int64_t i = 0; i < OD * out_slice; i++) op[i] = b;
+    for (int64_t od = 0; od < OD; od++)
+      for (int64_t kd = 0; kd < KD; kd++) {
+        int64_t id = od * sd - pd + kd * dd;
+        if (id < 0 || id >= D) continue;
+        dw_add_plane(c, xp + id * in_slice, wp + kd * kslice, op + od * out_slice);
+      }
+    epi_apply(d->epi, d->y, p * OD * out_slice, 0, 1, OD * out_slice);
   }
 }
 
@@ -1125,10 +1162,14 @@ kiln_status_t kiln_conv_plan_create(const kiln_conv_geom *c, kiln_conv_algo algo
       int64_t OH = c->out_sp[0], OW = c->out_sp[1];
       int64_t row_bytes = 4 * c->kdim * OW;
       int64_t rows = max64(1, (int64_t)(256 * 1024) / max64(1, row_bytes));
-      if (threads > 1) rows = min64(rows, max64(1, ceil_div(OH, 2 * (int64_t)threads)));
+      /* the groups of the batch are items too: split the rows for the
+       * threads only where there are too few of those */
+      if (threads > 1 && c->n * c->group < 2 * (int64_t)threads)
+        rows = min64(rows, max64(1, ceil_div(OH * c->n * c->group, 2 * (int64_t)threads)));
       rows = min64(rows, max64(1, OH));
       hdr.blk_rows = rows;
       hdr.blk_floats = round64((size_t)(c->kdim * rows * OW) * sizeof(float)) / sizeof(float);
+      if (is_pointwise(c)) hdr.blk_floats = 0; /* read in place */
       hdr.scratch_bytes = (size_t)threads * hdr.blk_floats * sizeof(float);
       hdr.u_offset = round64(sizeof hdr);
       hdr.u_bytes = round64(kiln_conv_pw_packed_floats(c->co / c->group, c->kdim) * sizeof(float));
