@@ -475,6 +475,21 @@ static kiln_status_t clone_attr(const kiln_attr *src, kiln_attr *dst, kiln_graph
   return NULL;
 }
 
+kiln_status_t kiln_node_copy_attrs(kiln_node *dst, const kiln_node *src, kiln_graph *owner) {
+  if (src->n_attrs <= 0) return NULL;
+  kiln_attr *attrs = calloc((size_t)(dst->n_attrs + src->n_attrs), sizeof *attrs);
+  if (!attrs) return KILN_OOM();
+  if (dst->n_attrs > 0) memcpy(attrs, dst->attrs, (size_t)dst->n_attrs * sizeof *attrs);
+  free(dst->attrs);
+  dst->attrs = attrs;
+  for (int a = 0; a < src->n_attrs; a++) {
+    kiln_status_t st = clone_attr(&src->attrs[a], &dst->attrs[dst->n_attrs], owner);
+    dst->n_attrs++; /* counted even on failure: kiln_node_clear frees the partial copy */
+    if (st) return st;
+  }
+  return NULL;
+}
+
 static kiln_status_t clone_into(const kiln_graph *src, kiln_graph *g) {
   size_t nv = (size_t)(src->n_values > 0 ? src->n_values : 1);
   if (!(g->values = calloc(nv, sizeof *g->values))) return KILN_OOM();

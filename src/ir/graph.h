@@ -161,6 +161,9 @@ kiln_status_t kiln_graph_add_output(kiln_graph *g, int value_id);
 void kiln_attr_clear(kiln_attr *a);
 void kiln_node_clear(kiln_node *n);
 /* Appends an attribute slot to node and returns it zeroed (name copied). */
+/* Appends deep copies of src's attributes to dst's (subgraphs cloned with
+ * owner as their parent). */
+kiln_status_t kiln_node_copy_attrs(kiln_node *dst, const kiln_node *src, kiln_graph *owner);
 kiln_status_t kiln_node_add_attr(kiln_node *node, const char *name, kiln_attr_type type, kiln_attr **out);
 
 /* Sorts nodes topologically (stable: keeps file order where possible) and

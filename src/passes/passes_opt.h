@@ -46,6 +46,12 @@ kiln_status_t kiln_pass_resample_tables(kiln_graph *g);
 kiln_status_t kiln_pass_decompose(kiln_graph *g);
 /* The same, RNN, GRU and LSTM left whole. */
 kiln_status_t kiln_pass_decompose_keep_recurrent(kiln_graph *g);
+/* An If with a constant condition as its taken branch's nodes, a Loop with
+ * a constant trip count that always runs to it as its body's nodes once
+ * per iteration (inline_control.c). */
+kiln_status_t kiln_pass_inline_control(kiln_graph *g);
+/* Sequences whose items the graph states, read as those tensors (fold_sequences.c). */
+kiln_status_t kiln_pass_fold_sequences(kiln_graph *g);
 /* A QDQ Conv (DequantizeLinear x and w) as ConvInteger, Cast, scale (qdq_integer.c). */
 kiln_status_t kiln_pass_qdq_integer(kiln_graph *g);
 

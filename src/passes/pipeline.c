@@ -413,6 +413,8 @@ typedef struct named_pass {
  * that expose patterns, then the rewrites that need clean chains. */
 static const named_pass pipeline[] = {
     {"qdq-integer", kiln_pass_qdq_integer},
+    {"inline-control", kiln_pass_inline_control},
+    {"fold-sequences", kiln_pass_fold_sequences},
     {"fold-constants", kiln_pass_fold_constants},
     {"dce", kiln_pass_dce},
     {"simplify", kiln_pass_simplify},

@@ -11,7 +11,11 @@ every body's ops are ones the compiling devices claim, so each body must be
 compiled as a plan of its own: kiln_diff --fail-on-fallback counts a body
 node left to ref as a failure, except the scalar control values (the
 branch condition, the loop's iteration arithmetic) that the host computes
-by design. Deterministic: the same files on every run. Needs onnx (1.12+)
+by design. The exceptions are the *_unrolled cases: a fixed trip count and
+a condition that stays true, or a constant If condition, which the
+optimizer inlines (passes/inline_control.c), with a list built in the
+loop that it folds to tensors (passes/fold_sequences.c); ref runs them as
+written. Deterministic: the same files on every run. Needs onnx (1.12+)
 and numpy."""
 import os
 import sys
@@ -108,20 +112,31 @@ def nested_if(outdir):
          [w('W1', 16, 16), w('W2', 16, 16), w('bias', 16), c('zero', 0.0)])
 
 
-def loop_scan_outputs(outdir):
+def loop_cond(unrolled):
+    """The body's condition: Identity of the input (the optimizer proves
+    it stays true and unrolls the loop) or i < 1000 (true for every trip
+    here, but only the run tells: the loop stays a Loop)."""
+    if unrolled:
+        return [n('Identity', ['cond_in'], ['cond_out'])]
+    return [n('Less', ['i', 'thousand'], ['cond_out'])]
+
+
+def loop_scan_outputs(outdir, unrolled=False):
     """Loop with a fixed trip count: a carried state through MatMul + Tanh
     (reading the outer x and W), two scan outputs (the state, and a Conv-free
     epilogue of it)."""
     body = helper.make_graph(
-        [n('Identity', ['cond_in'], ['cond_out']),
+        loop_cond(unrolled) + [
          n('MatMul', ['h', 'W'], ['b0']), n('Add', ['b0', 'x'], ['b1']), n('Tanh', ['b1'], ['h2']),
          n('Relu', ['h2'], ['r0']), n('Mul', ['r0', 'two'], ['s2'])],
         'body', [vi('i', I64, []), vi('cond_in', B, []), vi('h', F, [4, 16])],
         [vi('cond_out', B, []), vi('h2', F, [4, 16]), vi('h2', F, [4, 16]), vi('s2', F, [4, 16])])
     nodes = [n('Loop', ['M', 'true', 'h0'], ['hN', 'hs', 'ss'], body=body), n('Add', ['hN', 'h0'], ['out'])]
-    save(outdir, 'cf_loop_scan_outputs', nodes, [vi('x', F, [4, 16]), vi('h0', F, [4, 16])],
+    save(outdir, 'cf_loop_scan_outputs' + ('_unrolled' if unrolled else ''), nodes,
+         [vi('x', F, [4, 16]), vi('h0', F, [4, 16])],
          [vi('out', F, [4, 16]), vi('hs', F, [5, 4, 16]), vi('ss', F, [5, 4, 16])],
-         [w('W', 16, 16, scale=0.5), c('M', 5, np.int64), c('true', True, np.bool_), c('two', 2.0)])
+         [w('W', 16, 16, scale=0.5), c('M', 5, np.int64), c('true', True, np.bool_), c('two', 2.0),
+          c('thousand', 1000, np.int64)])
 
 
 def loop_dynamic_trip(outdir):
@@ -164,22 +179,50 @@ def loop_with_if(outdir):
           c('zero', 0.0)])
 
 
-def loop_growing(outdir):
+def loop_growing(outdir, unrolled=False):
     """Loop whose carried tokens grow by one each iteration (a greedy
     decoder's): the body's second signature differs from its first in that
     dim only, so one general spec (runtime/plan_bodies.c) serves every
     length; state through MatMul + Tanh, the token an ArgMax of it,
     appended by a Concat whose shape only the run tells."""
     body = helper.make_graph(
-        [n('Identity', ['cond_in'], ['cond_out']),
+        loop_cond(unrolled) + [
          n('MatMul', ['h', 'W'], ['b0']), n('Add', ['b0', 'x'], ['b1']), n('Tanh', ['b1'], ['h2']),
          n('ReduceMax', ['h2'], ['m'], axes=[1], keepdims=0), n('ArgMax', ['m'], ['tok'], axis=0, keepdims=1),
          n('Concat', ['toks', 'tok'], ['toks2'], axis=0)],
         'body', [vi('i', I64, []), vi('cond_in', B, []), vi('h', F, [3, 8]), vi('toks', I64, ['k'])],
         [vi('cond_out', B, []), vi('h2', F, [3, 8]), vi('toks2', I64, ['k1'])])
     nodes = [n('Loop', ['M', 'true', 'x', 't0'], ['hN', 'toksN'], body=body)]
-    save(outdir, 'cf_loop_growing', nodes, [vi('x', F, [3, 8])], [vi('hN', F, [3, 8]), vi('toksN', I64, ['n'])],
-         [w('W', 8, 8, scale=0.6), c('M', 7, np.int64), c('true', True, np.bool_), c('t0', [1], np.int64)])
+    save(outdir, 'cf_loop_growing' + ('_unrolled' if unrolled else ''), nodes, [vi('x', F, [3, 8])],
+         [vi('hN', F, [3, 8]), vi('toksN', I64, ['n'])],
+         [w('W', 8, 8, scale=0.6), c('M', 7, np.int64), c('true', True, np.bool_), c('t0', [1], np.int64),
+          c('thousand', 1000, np.int64)])
+
+
+def split_sequence_unrolled(outdir):
+    """torch.tensor_split as exported: a fixed-trip Loop Slices x into a
+    sequence (SequenceInsert), the tail slice is inserted after it, and the
+    graph reads items by constant position (one negative), their count and
+    their stack; a constant If picks a branch. All of it folds to tensors."""
+    body = helper.make_graph(
+        [n('Identity', ['cond_in'], ['cond_out']), n('Mul', ['i', 'four'], ['s0']), n('Add', ['s0', 'four'], ['e0']),
+         n('Unsqueeze', ['s0', 'ax0'], ['s1']), n('Unsqueeze', ['e0', 'ax0'], ['e1']),
+         n('Slice', ['x', 's1', 'e1', 'ax1'], ['piece']), n('SequenceInsert', ['seq', 'piece'], ['seq2'])],
+        'body', [vi('i', I64, []), vi('cond_in', B, []), helper.make_tensor_sequence_value_info('seq', F, None)],
+        [vi('cond_out', B, []), helper.make_tensor_sequence_value_info('seq2', F, None)])
+    then = helper.make_graph([n('Relu', ['a1'], ['ty'])], 'then', [], [vi('ty', F, [4, 4])])
+    els = helper.make_graph([n('Neg', ['a1'], ['ey'])], 'else', [], [vi('ey', F, [4, 4])])
+    nodes = [n('SequenceEmpty', [], ['empty'], dtype=F), n('Loop', ['M', 'true', 'empty'], ['seqN'], body=body),
+             n('Slice', ['x', 'twelve', 'big', 'ax1'], ['tail']), n('SequenceInsert', ['seqN', 'tail'], ['seqT']),
+             n('SequenceAt', ['seqT', 'one'], ['a1']), n('SequenceAt', ['seqT', 'minus1'], ['alast']),
+             n('If', ['true'], ['b1'], then_branch=then, else_branch=els), n('Mul', ['b1', 'alast'], ['prod']),
+             n('ConcatFromSequence', ['seqN'], ['stack'], axis=0, new_axis=1),
+             n('SequenceLength', ['seqT'], ['len'])]
+    save(outdir, 'cf_split_sequence_unrolled', nodes, [vi('x', F, [4, 16])],
+         [vi('prod', F, [4, 4]), vi('stack', F, [3, 4, 4]), vi('len', I64, [])],
+         [c('M', 3, np.int64), c('true', True, np.bool_), c('four', 4, np.int64), c('ax0', [0], np.int64),
+          c('ax1', [1], np.int64), c('twelve', [12], np.int64), c('big', [1 << 30], np.int64),
+          c('one', 1, np.int64), c('minus1', -1, np.int64)])
 
 
 def scan(outdir):
@@ -199,7 +242,8 @@ def main():
         sys.exit(2)
     outdir = sys.argv[1]
     os.makedirs(outdir, exist_ok=True)
-    for make in (if_matmul, if_conv, nested_if, loop_scan_outputs, loop_dynamic_trip, loop_with_if, loop_growing, scan):
+    for make in (if_matmul, if_conv, nested_if, loop_scan_outputs, loop_dynamic_trip, loop_with_if, loop_growing, scan,
+                 lambda d: loop_scan_outputs(d, True), lambda d: loop_growing(d, True), split_sequence_unrolled):
         make(outdir)
 
 
