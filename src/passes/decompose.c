@@ -1,7 +1,8 @@
 /* decompose: ops with more than one output rewritten as the graph of
  * single-output ops they compute, so compiling devices fuse and compile
- * them (a kernel has one output); and a Concat of more than 8 inputs as a
- * tree of Concats of at most 8 (a compiled view's operands).
+ * them (a kernel has one output); a Concat of more than 8 inputs as a
+ * tree of Concats of at most 8 (a compiled view's operands); a Softmax over
+ * an axis that is not the last between two Transposes.
  *
  *   DynamicQuantizeLinear(x) -> y, y_scale, y_zero_point   (ops/quant.c's rules):
  *     xc    = Where(IsNaN(x), 0, x)           NaN does not count (ref skips it)
@@ -521,6 +522,47 @@ static kiln_status_t decompose_concat(kiln_graph *g, int ni) {
   return st;
 }
 
+/* Softmax / LogSoftmax (opset 13+) over an axis that is not the last, as
+ * Transpose (the axis moved last), the op over the last axis, Transpose
+ * back: compiled kernels normalize trailing axes only, where the two row
+ * statistics are computed once per row (RAFT's upsampling mask: a softmax
+ * over the 9 neighbours on axis 2 of [1, 1, 9, 8, 8, H, W] ran on ref). */
+static kiln_status_t decompose_softmax(kiln_graph *g, int ni) {
+  const kiln_node *n = &g->nodes[ni];
+  if (n->opset < 13 || n->n_inputs != 1 || n->n_outputs != 1 || n->inputs[0] < 0 || n->outputs[0] < 0) return NULL;
+  const kiln_type *t = &g->values[n->inputs[0]].type;
+  if (t->kind != KILN_TYPE_TENSOR || !kiln_opt_shape_known(t) || t->dtype != KILN_DTYPE_F32 || t->rank < 2) return NULL;
+  int r = t->rank;
+  int64_t axis = kiln_attr_int(n, "axis", -1);
+  if (axis < -r || axis >= r) return NULL; /* ref words it */
+  if (axis < 0) axis += r;
+  if (axis == r - 1) return NULL;
+  int64_t perm[KILN_MAX_RANK], inv[KILN_MAX_RANK], dims[KILN_MAX_RANK], in_dims[KILN_MAX_RANK], k = 0;
+  memcpy(in_dims, t->dims, (size_t)r * sizeof(int64_t)); /* values may move as new ones are made */
+  for (int i = 0; i < r; i++)
+    if (i != axis) perm[k++] = i;
+  perm[r - 1] = axis;
+  for (int i = 0; i < r; i++) inv[perm[i]] = i;
+  for (int i = 0; i < r; i++) dims[i] = t->dims[perm[i]];
+  int x = n->inputs[0], out = n->outputs[0], opset = n->opset;
+  const char *op = n->op_type;
+  bool log_softmax = !strcmp(op, "LogSoftmax");
+  builder b = {.g = g, .pos = ni};
+  snprintf(b.base, sizeof b.base, "%s", n->name);
+  bool *dead = calloc((size_t)g->n_nodes, sizeof *dead);
+  if (!dead) return KILN_OOM();
+  dead[ni] = true;
+  kiln_status_t st = kiln_opt_remove_nodes(g, dead);
+  free(dead);
+  if (st) return st;
+  b.first = g->n_nodes;
+  int xt = transpose(&b, x, r, perm, in_dims, -1);
+  int yt = node(&b, log_softmax ? "LogSoftmax" : "Softmax", opset, 1, &xt, -1, KILN_DTYPE_F32, r, dims);
+  if (!b.st) b.st = kiln_opt_set_attr_int(last(&b), "axis", -1);
+  transpose(&b, yt, r, inv, dims, out);
+  return finish(&b);
+}
+
 static kiln_status_t decompose_graph(kiln_graph *g, bool keep_recurrent) {
   for (int ni = g->n_nodes - 1; ni >= 0; ni--) /* from the end: insertions move no node still to visit */
     switch (kiln_node_op_id(&g->nodes[ni])) {
@@ -528,6 +570,8 @@ static kiln_status_t decompose_graph(kiln_graph *g, bool keep_recurrent) {
       case KILN_OP_Concat:
         if (g->nodes[ni].n_inputs > 8) KILN_TRY(decompose_concat(g, ni));
         break;
+      case KILN_OP_Softmax:
+      case KILN_OP_LogSoftmax: KILN_TRY(decompose_softmax(g, ni)); break;
       case KILN_OP_RNN: KILN_TRY(keep_recurrent ? NULL : decompose_rnn(g, ni, RNN_SIMPLE)); break;
       case KILN_OP_GRU: KILN_TRY(keep_recurrent ? NULL : decompose_rnn(g, ni, RNN_GRU)); break;
       case KILN_OP_LSTM: KILN_TRY(keep_recurrent ? NULL : decompose_rnn(g, ni, RNN_LSTM)); break;

@@ -391,7 +391,10 @@ def softmax_cases():
         for opset, tag, shape, axis in [(11, 'def', [3, 5, 17], None), (11, 'a2', [3, 5, 17], 2),
                                         (11, 'a0', [3, 5, 17], 0), (11, 'am1', [2, 33], -1),
                                         (13, 'def', [3, 5, 17], None), (13, 'r1', [65], -1),
-                                        (13, 'r2', [3, 17], 1), (13, 'one', [4, 1], -1), (13, 'r4', [2, 3, 4, 31], 3)]:
+                                        (13, 'r2', [3, 17], 1), (13, 'one', [4, 1], -1), (13, 'r4', [2, 3, 4, 31], 3),
+                                        # not the last axis (between two Transposes: passes/decompose.c)
+                                        (13, 'mid', [2, 9, 5, 7], 1), (13, 'a0', [5, 3, 4], 0),
+                                        (13, 'raft', [1, 1, 9, 4, 4, 6], -4)]:
             for how in ('plain', 'T', 'S') if tag in ('def', 'r2') else ('plain',):
                 m = case('%s%d_%s_%s' % (op, opset, tag, how), opset)
                 attrs = {} if axis is None else {'axis': axis}
@@ -1621,6 +1624,22 @@ def host_cases():
         m = case('mixed_host_ConvTranspose_%s' % tag)
         ins = [picked_images(m, xs), m.randc(ws)] + ([m.randc([ws[1] * attrs.get('group', 1)])] if bias else [])
         m.out(m.node('Tanh', [m.node('ConvTranspose', ins, **attrs)]))
+    # Resize over the images NonZero keeps (a keypoint head's heatmaps over a detector's kept boxes):
+    # the op's tables built at run time, the separable routine
+    for tag, opset, xs, scales, sizes, attrs in (
+            ('linear', 13, [5, 3, 7, 9], [1, 1, 2, 2], None, dict(mode='linear')),
+            ('cubic_sizes', 13, [6, 2, 8, 5], None, [0, 2, 11, 13], dict(mode='cubic', cubic_coeff_a=-0.5)),
+            ('nearest_3d', 13, [4, 2, 3, 4, 5], [1, 1, 2, 1.5, 0.5], None,
+             dict(mode='nearest', coordinate_transformation_mode='asymmetric', nearest_mode='floor'))):
+        m = case('mixed_host_Resize_%s' % tag, opset)
+        x = picked_images(m, xs)
+        if sizes is not None:
+            n = m.node('Slice', [m.node('Shape', [x]), m.const(ints([0])), m.const(ints([1]))])
+            sz = m.node('Concat', [n, m.const(ints(sizes[1:]))], axis=0)
+            y = m.node('Resize', [x, m.const(np.zeros(0, np.float32)), m.const(np.zeros(0, np.float32)), sz], **attrs)
+        else:
+            y = m.node('Resize', [x, m.const(np.zeros(0, np.float32)), m.const(np.array(scales, np.float32))], **attrs)
+        m.out(m.node('Sigmoid', [y]))
     # a string tensor expanded to a run-time shape (ref deep-copies strings; the cpu leaves them to it), read
     # back as numbers
     m = case('mixed_host_Expand_string')

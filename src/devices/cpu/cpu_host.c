@@ -9,6 +9,7 @@
  * Conv and ConvTranspose through the routine compiled kernels call
  * (kiln_rt.conv, planned for the shapes at hand),
  * RoiAlign with its bilinear taps computed once per roi for every channel,
+ * Resize and Upsample by the op's tables and the separable resample routine,
  * ScatterElements (no reduction), Expand and Concat as copies, TopK over
  * f32 by a bounded heap (ref sorts every row whole), NonMaxSuppression
  * with its IoU tests over blocks of the kept boxes (the same greedy
@@ -732,6 +733,57 @@ static kiln_status_t host_topk(kiln_kernel_ctx *ctx, bool *handled) {
   return NULL;
 }
 
+/* ---- Resize / Upsample of run-time shapes: the op's tables, then the separable routine ------- */
+
+/* The tables of the run's sizes (ops/misc_resize.c's rules, as the
+ * resample-tables pass builds them for constant ones) through the routine
+ * compiled kernels call (kiln_rt.resample): a detector's keypoint heatmaps
+ * upsampled for as many rois as it kept. N and C stay as they are; a
+ * crop that extrapolates is left to ref. */
+static kiln_status_t host_resize(cpu_exec *x, kiln_kernel_ctx *ctx, bool upsample, bool *handled) {
+  const kiln_node *n = ctx->node;
+  kiln_tensor *xt = kiln_kernel_input(ctx, 0);
+  if (!xt || xt->dtype != KILN_DTYPE_F32 || xt->rank < 3 || xt->rank > 8 || n->n_inputs > 4) return NULL;
+  const kiln_tensor *consts[4] = {0};
+  for (int i = 1; i < n->n_inputs; i++) consts[i] = kiln_kernel_input(ctx, i);
+  kiln_resample_tables tab;
+  kiln_status_t st = kiln_resample_tables_build(n, n->opset, upsample, xt->rank, xt->dims, n->n_inputs, consts, &tab);
+  if (st) { /* ref's kernel words what is wrong */
+    kiln_status_free(st);
+    return NULL;
+  }
+  int64_t dims[KILN_MAX_RANK];
+  memcpy(dims, xt->dims, sizeof(int64_t) * (size_t)xt->rank);
+  bool ok = !tab.extrapolate && tab.n_axes <= 3;
+  for (int k = 0; ok && k < tab.n_axes; k++) {
+    ok = tab.axes[k].axis >= 2;
+    dims[tab.axes[k].axis] = tab.axes[k].out;
+  }
+  kiln_tensor *y = NULL;
+  if (ok) st = kiln_kernel_output_uninit(ctx, 0, KILN_DTYPE_F32, xt->rank, dims, &y);
+  if (!ok || st) {
+    kiln_resample_tables_free(&tab);
+    return st;
+  }
+  *handled = true;
+  kiln_rt_resample_args a = {.nsp = xt->rank - 2, .planes = dims[0] * dims[1], .n_axes = tab.n_axes, .x = xt->data, .y = y->data};
+  for (int i = 0; i < a.nsp; i++) {
+    a.in[i] = xt->dims[2 + i];
+    a.out[i] = dims[2 + i];
+  }
+  for (int k = 0; k < tab.n_axes; k++) {
+    a.axis[k] = tab.axes[k].axis - 2;
+    a.taps[k] = tab.axes[k].taps;
+    a.index[k] = tab.axes[k].index;
+    a.weight[k] = tab.nearest ? NULL : tab.axes[k].weight;
+  }
+  if (y->numel > 0) x->rt.resample(&x->rt, &a);
+  kiln_resample_tables_free(&tab);
+  st = x->rt_error;
+  x->rt_error = NULL;
+  return st;
+}
+
 bool kiln_cpu_host_routine_of(const kiln_graph *g, const kiln_node *node) {
   if (kiln_cpu_recurrent_routine(g, node)) return true;
   int out = node->n_outputs > 0 ? node->outputs[0] : -1;
@@ -741,7 +793,9 @@ bool kiln_cpu_host_routine_of(const kiln_graph *g, const kiln_node *node) {
     case KILN_OP_MatMul:
     case KILN_OP_Conv:
     case KILN_OP_ConvTranspose:
-    case KILN_OP_RoiAlign: return dt == KILN_DTYPE_F32;
+    case KILN_OP_RoiAlign:
+    case KILN_OP_Resize:
+    case KILN_OP_Upsample: return dt == KILN_DTYPE_F32;
     case KILN_OP_ScatterElements:
     case KILN_OP_Expand:
     case KILN_OP_Concat: return dt != KILN_DTYPE_STRING; /* any other (the copy checks at run time) */
@@ -761,6 +815,8 @@ kiln_status_t kiln_cpu_host_kernel(void *state, kiln_kernel_ctx *ctx, bool *hand
     case KILN_OP_Conv: return host_conv(x, ctx, false, handled);
     case KILN_OP_ConvTranspose: return host_conv(x, ctx, true, handled);
     case KILN_OP_RoiAlign: return host_roi_align(x, ctx, handled);
+    case KILN_OP_Resize: return host_resize(x, ctx, false, handled);
+    case KILN_OP_Upsample: return host_resize(x, ctx, true, handled);
     case KILN_OP_ScatterElements: return host_scatter_elements(ctx, handled);
     case KILN_OP_Expand: return host_expand(ctx, handled);
     case KILN_OP_Concat: return host_concat(ctx, handled);
