@@ -9,6 +9,12 @@
 #define HUGE_PAGE_BYTES ((size_t)2 << 20)
 
 void *kiln_alloc_aligned(size_t bytes) {
+  void *p = NULL;
+  if (posix_memalign(&p, 64, bytes ? bytes : 64)) return NULL;
+  return p;
+}
+
+void *kiln_alloc_aligned_huge(size_t bytes) {
   size_t align = bytes >= HUGE_PAGE_BYTES ? HUGE_PAGE_BYTES : 64;
   void *p = NULL;
   if (posix_memalign(&p, align, bytes ? bytes : 64)) return NULL;

@@ -183,8 +183,10 @@ typedef struct kiln_rt {
   /* f32 GEMM with bias and a per-tile epilogue (kiln's packed micro-kernels). */
   void (*sgemm)(void *pool, const kiln_rt_sgemm_args *args);
   /* args' op(B) packed for sgemm's packed_b, once per launch (*slot); only
-   * for a B that holds the same data at every launch. NULL when it could
-   * not be packed (out of memory, reported through fail): pass B as is. */
+   * for a B that holds the same data at every launch. args' m: the rows of
+   * the calls that will read it (0: not known). NULL when it could not be
+   * packed (out of memory, reported through fail) or is better read where
+   * it is (a GEMV-like m): pass B as is. */
   const void *(*sgemm_packed_b)(const struct kiln_rt *rt, const kiln_rt_sgemm_args *args, kiln_rt_state **slot);
   /* A convolution; its plan (algorithm, transformed weights) is kept in
    * *slot. Out of memory: reported through fail, y left unwritten. */

@@ -155,11 +155,11 @@ void render_c_gemm(render_ctx *r, const kiln_loop_nest *nest, const char *name) 
                      name, (long long)g->batch);
   if (pack) {
     kiln_strbuf_printf(s,
-                       "  {\n    %s p = {0};\n    p.trans_b = %s;\n    p.k = INT64_C(%lld);\n"
+                       "  {\n    %s p = {0};\n    p.trans_b = %s;\n    p.m = INT64_C(%lld);\n    p.k = INT64_C(%lld);\n"
                        "    p.n = INT64_C(%lld);\n    p.b = (const %s *)buffers[%d] + INT64_C(%lld);\n"
                        "    p.ldb = INT64_C(%lld);\n",
                        g->integer ? "kiln_rt_igemm_args" : "kiln_rt_sgemm_args", g->trans_b ? "true" : "false",
-                       (long long)g->k, (long long)g->n,
+                       (long long)g->m, (long long)g->k, (long long)g->n,
                        g->integer ? (g->b_signed ? "int8_t" : "uint8_t") : "float", g->b_buf, (long long)g->b_off,
                        (long long)g->ldb);
     if (g->integer) {

@@ -173,7 +173,7 @@ static kiln_status_t host_range(size_t size, size_t offset, size_t bytes, const 
 
 kiln_status_t kiln_device_buffer_alloc(kiln_device *dev, size_t bytes, kiln_device_buffer **out) {
   if (dev->vt->buffer_alloc) return dev->vt->buffer_alloc(dev, bytes, out);
-  host_buffer *b = kiln_alloc_aligned((sizeof *b + bytes + 63) / 64 * 64);
+  host_buffer *b = kiln_alloc_aligned_huge((sizeof *b + bytes + 63) / 64 * 64);
   if (!b) return kiln_error(KILN_OUT_OF_MEMORY, "out of host memory allocating %zu bytes", bytes);
   b->bytes = bytes;
   *out = (kiln_device_buffer *)b;

@@ -84,6 +84,7 @@ void kiln_cpu_release_packed(cpu_exec *x) {
  * the table needs no lock. */
 static const void *rt_sgemm_packed_b(const kiln_rt *rt, const kiln_rt_sgemm_args *a, kiln_rt_state **slot) {
   if (*slot) return ((packed_b_state *)*slot)->packed;
+  if (kiln_sgemm_streams_b(a->m, a->trans_b)) return NULL; /* read in place (gemm.h) */
   cpu_exec *x = exec_of(rt);
   for (int i = 0; i < x->n_packed; i++) {
     packed_b_state *p = x->packed[i];
@@ -132,7 +133,7 @@ static void conv_destroy(kiln_rt_state *s) {
  * time), grown to `bytes`. */
 static kiln_status_t grow_scratch(cpu_exec *x, size_t bytes) {
   if (bytes <= x->scratch_bytes) return NULL;
-  float *grown = kiln_alloc_aligned(bytes);
+  float *grown = kiln_alloc_aligned_huge(bytes);
   if (!grown) return kiln_error(KILN_OUT_OF_MEMORY, "out of memory for the convolution scratch (%zu bytes)", bytes);
   free(x->scratch);
   x->scratch = grown;

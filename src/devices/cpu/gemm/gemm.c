@@ -265,6 +265,11 @@ static void small_task(void *ctx, int64_t begin, int64_t end, int thread) {
   if (g->epilogue) g->epilogue(g->epilogue_ctx, g->c + n0, g->ldc, 0, n0, g->m, n1 - n0);
 }
 
+bool kiln_sgemm_streams_b(int64_t m, bool trans_b) {
+  const kiln_gemm_kernel *kern = kiln_gemm_active_kernel();
+  return m >= 1 && m <= g_small_m_max && (trans_b ? kern->small_dots != NULL : kern->small_rows != NULL);
+}
+
 /* Returns false when this path does not apply or lacks memory. */
 static bool small_m(kiln_threadpool *pool, const kiln_sgemm_args *g, const kiln_gemm_kernel *kern, const float *bp) {
   if (g->m > (bp ? g_small_m_packed_max : g_small_m_max)) return false;

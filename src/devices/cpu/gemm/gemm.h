@@ -83,6 +83,12 @@ void kiln_sgemm(kiln_threadpool *pool, const kiln_sgemm_args *args);
 /* Bytes needed to pack a K x N op(B); 0 if k or n is negative or the size overflows. */
 size_t kiln_sgemm_packed_b_size(int64_t k, int64_t n);
 
+/* Whether kiln_sgemm reads an unpacked op(B) of a call with m rows in place,
+ * once, on its small-M path (GEMV-like shapes, bound by memory bandwidth):
+ * packing such a B once buys no speed and costs a copy of it, made at the
+ * first run (VGG's fc6: 411 MB). */
+bool kiln_sgemm_streams_b(int64_t m, bool trans_b);
+
 /* Packs op(B) (K x N; stored N x K when trans_b) into `packed`, which must be
  * 64-byte aligned and hold kiln_sgemm_packed_b_size(k, n) bytes. */
 void kiln_sgemm_pack_b(bool trans_b, int64_t k, int64_t n, const float *b, int64_t ldb, void *packed);

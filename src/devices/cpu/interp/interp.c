@@ -1738,6 +1738,7 @@ static void run_gemm(ik_launch *x) {
   } else if (k->pack_b) {
     kiln_rt_sgemm_args p = {0};
     p.trans_b = g->trans_b;
+    p.m = g->m;
     p.k = g->k;
     p.n = g->n;
     p.b = (const float *)x->buffers[g->b_buf] + g->b_off;
