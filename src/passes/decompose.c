@@ -92,6 +92,20 @@ static kiln_status_t finish(builder *b) {
   return b->st;
 }
 
+/* Removes node ni, whose outputs the new nodes will write, and starts the
+ * builder there: b's nodes are appended, then moved to ni by finish(). */
+static kiln_status_t replace_node(builder *b, kiln_graph *g, int ni) {
+  bool *dead = calloc((size_t)g->n_nodes, sizeof *dead);
+  if (!dead) return KILN_OOM();
+  dead[ni] = true;
+  kiln_status_t st = kiln_opt_remove_nodes(g, dead);
+  free(dead);
+  b->g = g;
+  b->pos = ni;
+  b->first = g->n_nodes;
+  return st;
+}
+
 static kiln_status_t decompose_dql(kiln_graph *g, int ni) {
   const kiln_node *n = &g->nodes[ni];
   if (n->n_inputs != 1 || n->inputs[0] < 0 || n->n_outputs != 3) return NULL;
@@ -104,15 +118,7 @@ static kiln_status_t decompose_dql(kiln_graph *g, int ni) {
   int rank = xt->rank;
   int64_t dims[KILN_MAX_RANK];
   for (int d = 0; d < rank; d++) dims[d] = xt->dims[d];
-  /* The decomposed node goes first (its outputs are written by the new nodes). */
-  bool *dead = calloc((size_t)g->n_nodes, sizeof *dead);
-  if (!dead) return KILN_OOM();
-  dead[ni] = true;
-  kiln_status_t st = kiln_opt_remove_nodes(g, dead);
-  free(dead);
-  if (st) return st;
-  b.pos = ni;
-  b.first = g->n_nodes;
+  KILN_TRY(replace_node(&b, g, ni));
   int zero = scalar_const(&b, KILN_DTYPE_F32, 0.0);
   int isnan_ = node(&b, "IsNaN", 13, 1, &x, -1, KILN_DTYPE_BOOL, rank, dims);
   int xc = node(&b, "Where", 16, 3, (int[]){isnan_, zero, x}, -1, KILN_DTYPE_F32, rank, dims);
@@ -337,13 +343,7 @@ static kiln_status_t decompose_rnn(kiln_graph *g, int ni, rnn_kind kind) {
   for (int i = 0; i < 3 && i < n->n_outputs; i++) outs[i] = n->outputs[i];
   builder b = {.g = g, .pos = ni};
   snprintf(b.base, sizeof b.base, "%s", n->name);
-  bool *dead = calloc((size_t)g->n_nodes, sizeof *dead);
-  if (!dead) return KILN_OOM();
-  dead[ni] = true;
-  st = kiln_opt_remove_nodes(g, dead);
-  free(dead);
-  if (st) return st;
-  b.first = g->n_nodes;
+  KILN_TRY(replace_node(&b, g, ni));
 
   int64_t bh[2] = {s.B, s.H}, st3[3] = {s.nd, s.B, s.H};
   int64_t p102[3] = {1, 0, 2};
@@ -500,21 +500,13 @@ static kiln_status_t decompose_concat(kiln_graph *g, int ni) {
   if (rank < 1 || axis < -rank || axis >= rank) return NULL; /* ref words it */
   if (axis < 0) axis += rank;
   int *ins = malloc((size_t)nin * sizeof *ins);
-  bool *dead = calloc((size_t)g->n_nodes, sizeof *dead);
-  if (!ins || !dead) {
-    free(ins);
-    free(dead);
-    return KILN_OOM();
-  }
+  if (!ins) return KILN_OOM();
   memcpy(ins, n->inputs, (size_t)nin * sizeof *ins);
   int out = n->outputs[0], opset = n->opset;
-  builder b = {.g = g, .pos = ni};
+  builder b = {0};
   snprintf(b.base, sizeof b.base, "%s", n->name);
-  dead[ni] = true;
-  kiln_status_t st = kiln_opt_remove_nodes(g, dead);
-  free(dead);
+  kiln_status_t st = replace_node(&b, g, ni);
   if (!st) {
-    b.first = g->n_nodes;
     concat_tree(&b, ins, nin, axis, opset, out);
     st = finish(&b);
   }
@@ -549,13 +541,7 @@ static kiln_status_t decompose_softmax(kiln_graph *g, int ni) {
   bool log_softmax = !strcmp(op, "LogSoftmax");
   builder b = {.g = g, .pos = ni};
   snprintf(b.base, sizeof b.base, "%s", n->name);
-  bool *dead = calloc((size_t)g->n_nodes, sizeof *dead);
-  if (!dead) return KILN_OOM();
-  dead[ni] = true;
-  kiln_status_t st = kiln_opt_remove_nodes(g, dead);
-  free(dead);
-  if (st) return st;
-  b.first = g->n_nodes;
+  KILN_TRY(replace_node(&b, g, ni));
   int xt = transpose(&b, x, r, perm, in_dims, -1);
   int yt = node(&b, log_softmax ? "LogSoftmax" : "Softmax", opset, 1, &xt, -1, KILN_DTYPE_F32, r, dims);
   if (!b.st) b.st = kiln_opt_set_attr_int(last(&b), "axis", -1);
