@@ -10,7 +10,7 @@ inferences, then serves commands on stdin, one per line, answering each with
 one JSON line on stdout:
 
     (on start)  {"ready": true, "ort_version": ..., "load_ms": ..., "first_run_ms": ...}
-    run K       {"samples_ms": [K latencies]}
+    run K       {"samples_ms": [K latencies]}  (after one untimed run)
     quit        {"peak_rss_bytes": ...}   (then exits)
 
 --once: create the session, run once, print the "ready" line and exit (a cold
@@ -94,6 +94,9 @@ def main():
         if not cmd:
             continue
         if cmd[0] == "run":
+            # One untimed run first, as each kiln process has its --warmup: the pool's threads went
+            # idle while the other runtime had its turn (run_bench.py waits for them to).
+            sess.run(None, feeds)
             samples = []
             for _ in range(int(cmd[1])):
                 t0 = time.perf_counter()

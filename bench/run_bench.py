@@ -134,6 +134,9 @@ def summarize(samples):
 
 # ---- the two runtimes ----------------------------------------------------------------
 
+ORT_SPIN_SETTLE_S = 0.5
+
+
 class OrtWorker:
     """bench/ort_worker.py in its own process; inputs: ["NAME=FILE.npy", ...]. With timeout (seconds), a reply
     that does not come in time kills the worker and raises TimeoutError."""
@@ -145,6 +148,7 @@ class OrtWorker:
         self.timeout = timeout
         self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.ready = self._read()
+        time.sleep(ORT_SPIN_SETTLE_S)  # after its warm-up runs, as after run()
 
     def _read(self):
         if self.timeout is not None:
@@ -161,7 +165,13 @@ class OrtWorker:
     def run(self, k):
         self.p.stdin.write(f"run {k}\n")
         self.p.stdin.flush()
-        return self._read()["samples_ms"]
+        samples = self._read()["samples_ms"]
+        # ONNX Runtime's pool threads spin after a run (allow_spinning, its default) and hold a core for
+        # a while: the kiln process timed next shared its cores with them (mobilenet_v3_small at 2
+        # threads: 2.0-2.35 ms right after ORT's turn, 1.25-1.3 ms after half a second or with no ORT
+        # worker). Let them go idle before the other runtime's turn.
+        time.sleep(ORT_SPIN_SETTLE_S)
+        return samples
 
     def close(self):
         if self.p.poll() is not None:
