@@ -106,40 +106,30 @@ static kiln_status_t rewrite_reader(kiln_graph *g, int *idx, const seq_items *it
   }
   if (is_op(n, "ConcatFromSequence") && s->n > 0 && s->n <= 4096 && opset >= 11) {
     int64_t axis = kiln_attr_int(n, "axis", 0), new_axis = kiln_attr_int(n, "new_axis", 0);
-    int *parts = malloc((size_t)s->n * sizeof(int));
-    if (!parts) return KILN_OOM();
-    memcpy(parts, s->ids, (size_t)s->n * sizeof(int));
-    kiln_status_t st = NULL;
-    if (new_axis) {
-      /* each item gains the axis, then they concatenate along it */
-      int first = g->n_nodes, axes_id = -1;
+    if (!new_axis) {
+      KILN_TRY(kiln_opt_rewrite_node(g, *idx, "Concat", "", opset, s->n, s->ids, 1, &out));
+      KILN_TRY(kiln_opt_set_attr_int(&g->nodes[*idx], "axis", axis));
+    } else {
+      /* each item gains the axis, then they concatenate along it; the
+       * node goes (the new ones write its output) */
       char *base = kiln_strdup(n->name);
-      if (!base) st = KILN_OOM();
-      if (!st && opset >= 13) {
-        int64_t one = 1;
-        kiln_tensor *t;
-        st = kiln_tensor_new(KILN_DTYPE_I64, 1, &one, &t);
-        if (!st) {
-          kiln_store_i64(t->data, KILN_DTYPE_I64, 0, axis);
-          st = kiln_opt_new_const(g, base, t, &axes_id);
-        }
+      if (!base) return KILN_OOM();
+      bool *dead = calloc((size_t)g->n_nodes, sizeof *dead);
+      kiln_status_t st = dead ? NULL : KILN_OOM();
+      if (!st) {
+        dead[*idx] = true;
+        st = kiln_opt_remove_nodes(g, dead);
       }
-      for (int k = 0; k < s->n && !st; k++) {
-        int u, ins[2] = {parts[k], axes_id};
-        st = kiln_opt_new_value(g, base, NULL, &u);
-        if (!st) st = kiln_opt_append_node(g, base, "Unsqueeze", "", opset, opset >= 13 ? 2 : 1, ins, 1, &u);
-        if (!st && opset < 13) st = kiln_opt_set_attr_ints(&g->nodes[g->n_nodes - 1], "axes", 1, &axis);
-        parts[k] = u;
-      }
+      free(dead);
+      int first = g->n_nodes;
+      if (!st) st = kiln_opt_append_stack(g, base, opset, s->n, s->ids, axis, out);
       free(base);
       if (!st) st = kiln_opt_move_tail(g, first, *idx);
-      if (!st) *idx += g->n_nodes - first;
+      if (st) return st;
+      *idx += g->n_nodes - first - 1; /* the last new node */
     }
-    if (!st) st = kiln_opt_rewrite_node(g, *idx, "Concat", "", opset, s->n, parts, 1, &out);
-    if (!st) st = kiln_opt_set_attr_int(&g->nodes[*idx], "axis", axis);
-    free(parts);
-    if (!st) *changed = true;
-    return st;
+    *changed = true;
+    return NULL;
   }
   return NULL;
 }

@@ -34,16 +34,19 @@
 
 #define UNROLL_MAX_TRIPS 64
 #define UNROLL_MAX_NODES 2048
+#define EMIT_MAX_IO 64 /* inputs or outputs of an inlined node */
 
 static bool const_true(const kiln_graph *g, int id) {
   const kiln_tensor *t = kiln_opt_const(g, id);
   return t && t->numel == 1 && t->dtype == KILN_DTYPE_BOOL && ((const uint8_t *)t->data)[0] != 0;
 }
 
-/* No node of sub has a subgraph, and what sub reads by name is in g. */
+/* No node of sub has a subgraph or more than EMIT_MAX_IO inputs or
+ * outputs, and what sub reads by name is in g. */
 static bool inlinable(const kiln_graph *g, const kiln_graph *sub) {
   for (int n = 0; n < sub->n_nodes; n++) {
     const kiln_node *bn = &sub->nodes[n];
+    if (bn->n_inputs > EMIT_MAX_IO || bn->n_outputs > EMIT_MAX_IO) return false;
     for (int a = 0; a < bn->n_attrs; a++)
       if (bn->attrs[a].g || bn->attrs[a].graphs) return false;
   }
@@ -116,11 +119,9 @@ static kiln_status_t map_fixed_values(kiln_graph *g, const kiln_graph *sub, int 
  * (typed by inference afterwards, not by sub's declarations: inference
  * may find more than what holds for every iteration or branch). */
 static kiln_status_t emit_nodes(kiln_graph *g, const kiln_graph *sub, int *map, const char *base) {
-  int ins[64], outs[64];
+  int ins[EMIT_MAX_IO], outs[EMIT_MAX_IO]; /* inlinable() checked the counts */
   for (int n = 0; n < sub->n_nodes; n++) {
     const kiln_node *bn = &sub->nodes[n];
-    if (bn->n_inputs > 64 || bn->n_outputs > 64)
-      return kiln_error(KILN_UNSUPPORTED, "node '%s' has too many inputs or outputs to inline", bn->name);
     for (int i = 0; i < bn->n_inputs; i++) ins[i] = bn->inputs[i] >= 0 ? map[bn->inputs[i]] : -1;
     for (int o = 0; o < bn->n_outputs; o++) {
       outs[o] = -1;
@@ -198,32 +199,11 @@ static kiln_status_t unroll_loop(kiln_graph *g, int idx, const kiln_graph *body,
   }
   for (int c = 0; c < carried && !st; c++)
     if (louts[c] >= 0) st = identity(g, name, c, opset, carry[c], louts[c]);
-  int axes_id = -1;
-  if (!st && scans > 0 && opset >= 13) {
-    int64_t one = 1;
-    kiln_tensor *t;
-    st = kiln_tensor_new(KILN_DTYPE_I64, 1, &one, &t); /* zeroed: axis 0 */
-    if (!st) st = kiln_opt_new_const(g, name, t, &axes_id);
-  }
   for (int s = 0; s < scans && !st; s++) {
-    int out = louts[carried + s];
-    if (out < 0) continue;
-    int *parts = malloc((size_t)trips * sizeof(int));
+    if (louts[carried + s] < 0) continue;
     char *nm = kiln_strfmt("%s/scan%d", name, s);
-    if (!parts || !nm) st = KILN_OOM();
-    for (int64_t it = 0; it < trips && !st; it++) {
-      int uins[2] = {scan_vals[s * trips + it], axes_id};
-      st = kiln_opt_new_value(g, nm, NULL, &parts[it]);
-      if (!st) st = kiln_opt_append_node(g, nm, "Unsqueeze", "", opset, opset >= 13 ? 2 : 1, uins, 1, &parts[it]);
-      if (!st && opset < 13) {
-        int64_t zero = 0;
-        st = kiln_opt_set_attr_ints(&g->nodes[g->n_nodes - 1], "axes", 1, &zero);
-      }
-    }
-    if (!st) st = kiln_opt_append_node(g, nm, "Concat", "", opset, (int)trips, parts, 1, &out);
-    if (!st) st = kiln_opt_set_attr_int(&g->nodes[g->n_nodes - 1], "axis", 0);
+    st = nm ? kiln_opt_append_stack(g, nm, opset, (int)trips, scan_vals + s * trips, 0, louts[carried + s]) : KILN_OOM();
     free(nm);
-    free(parts);
   }
   free(louts);
   free(carry);

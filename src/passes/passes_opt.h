@@ -138,6 +138,11 @@ kiln_status_t kiln_opt_set_attr_ints(kiln_node *n, const char *name, int count, 
 /* Removes the nodes with dead[i] (freeing them); producers updated. */
 kiln_status_t kiln_opt_remove_nodes(kiln_graph *g, const bool *dead);
 /* Every node input reading `from` reads `to` instead. */
+/* Appends Unsqueeze(ids[k], axis) for each of the n values and a Concat of
+ * them along axis writing out (an existing value): the values stacked on
+ * a new axis. opset: of the ai.onnx domain (the axes are an input from 13). */
+kiln_status_t kiln_opt_append_stack(kiln_graph *g, const char *name, int opset, int n, const int *ids, int64_t axis,
+                                    int out);
 void kiln_opt_replace_uses(kiln_graph *g, int from, int to);
 /* Makes node `idx` (whose output out_id equals its input in_id) removable:
  * rewires readers of out_id to in_id, or, when out_id must keep its name

@@ -326,6 +326,32 @@ kiln_status_t kiln_opt_set_attr_ints(kiln_node *n, const char *name, int count, 
   return NULL;
 }
 
+kiln_status_t kiln_opt_append_stack(kiln_graph *g, const char *name, int opset, int n, const int *ids, int64_t axis,
+                                    int out) {
+  int *parts = malloc((size_t)(n > 0 ? n : 1) * sizeof(int)), axes_id = -1;
+  if (!parts) return KILN_OOM();
+  kiln_status_t st = NULL;
+  if (opset >= 13) { /* the axes are an input from opset 13 on, an attribute before */
+    int64_t one = 1;
+    kiln_tensor *t;
+    st = kiln_tensor_new(KILN_DTYPE_I64, 1, &one, &t);
+    if (!st) {
+      kiln_store_i64(t->data, KILN_DTYPE_I64, 0, axis);
+      st = kiln_opt_new_const(g, name, t, &axes_id);
+    }
+  }
+  for (int k = 0; k < n && !st; k++) {
+    int ins[2] = {ids[k], axes_id};
+    st = kiln_opt_new_value(g, name, NULL, &parts[k]);
+    if (!st) st = kiln_opt_append_node(g, name, "Unsqueeze", "", opset, opset >= 13 ? 2 : 1, ins, 1, &parts[k]);
+    if (!st && opset < 13) st = kiln_opt_set_attr_ints(&g->nodes[g->n_nodes - 1], "axes", 1, &axis);
+  }
+  if (!st) st = kiln_opt_append_node(g, name, "Concat", "", opset, n, parts, 1, &out);
+  if (!st) st = kiln_opt_set_attr_int(&g->nodes[g->n_nodes - 1], "axis", axis);
+  free(parts);
+  return st;
+}
+
 void kiln_opt_replace_uses(kiln_graph *g, int from, int to) {
   for (int n = 0; n < g->n_nodes; n++)
     for (int i = 0; i < g->nodes[n].n_inputs; i++)

@@ -534,9 +534,6 @@ typedef struct dw_ctx {
   const kiln_conv_epilogue *epi;
 } dw_ctx;
 
-/* Planes (image, channel) [begin, end): each output row accumulates
- * w[kh][kw] * input row over the output columns whose input column is
- * inside the image, so the innermost loop has no bounds test. */
 /* Adds the window w [KH][KW] over the input plane xp (the geometry's last
  * two axes) to the output plane op. Each output row accumulates w[kh][kw]
  * times an input row over the output columns whose input column is inside
