@@ -118,10 +118,31 @@ static kiln_status_t decompose_dql(kiln_graph *g, int ni) {
   int rank = xt->rank;
   int64_t dims[KILN_MAX_RANK];
   for (int d = 0; d < rank; d++) dims[d] = xt->dims[d];
+  /* The range is over every element, in any order: read through the
+   * transposes and reshapes in front (attention's heads are quantized as
+   * they are permuted), so the reductions read their source in place. */
+  int src = x;
+  for (int hops = 0; hops < 8; hops++) {
+    int p = g->values[src].producer;
+    if (p < 0 || g->nodes[p].n_inputs < 1 || g->nodes[p].inputs[0] < 0) break;
+    int op = kiln_node_op_id(&g->nodes[p]);
+    if (op != KILN_OP_Transpose && op != KILN_OP_Reshape && op != KILN_OP_Flatten && op != KILN_OP_Squeeze &&
+        op != KILN_OP_Unsqueeze && op != KILN_OP_Identity)
+      break;
+    const kiln_type *st = &g->values[g->nodes[p].inputs[0]].type;
+    if (st->kind != KILN_TYPE_TENSOR || st->dtype != KILN_DTYPE_F32 || st->rank < 0 ||
+        kiln_shape_numel(st->rank, st->dims) != kiln_shape_numel(rank, dims))
+      break;
+    src = g->nodes[p].inputs[0];
+  }
+  const kiln_type *srct = &g->values[src].type;
+  int src_rank = srct->rank;
+  int64_t src_dims[KILN_MAX_RANK];
+  for (int d = 0; d < src_rank; d++) src_dims[d] = srct->dims[d];
   KILN_TRY(replace_node(&b, g, ni));
   int zero = scalar_const(&b, KILN_DTYPE_F32, 0.0);
-  int isnan_ = node(&b, "IsNaN", 13, 1, &x, -1, KILN_DTYPE_BOOL, rank, dims);
-  int xc = node(&b, "Where", 16, 3, (int[]){isnan_, zero, x}, -1, KILN_DTYPE_F32, rank, dims);
+  int isnan_ = node(&b, "IsNaN", 13, 1, &src, -1, KILN_DTYPE_BOOL, src_rank, src_dims);
+  int xc = node(&b, "Where", 16, 3, (int[]){isnan_, zero, src}, -1, KILN_DTYPE_F32, src_rank, src_dims);
   int mn = node(&b, "ReduceMin", 13, 1, &xc, -1, KILN_DTYPE_F32, 0, NULL);
   if (!b.st) b.st = kiln_opt_set_attr_int(last(&b), "keepdims", 0);
   int mx = node(&b, "ReduceMax", 13, 1, &xc, -1, KILN_DTYPE_F32, 0, NULL);

@@ -1045,6 +1045,16 @@ def dtype_cases():
     m = dcase('DQL_negative')
     for o in dql(m, m.node('Sub', [m.const(np.float32(-0.25)), m.node('Abs', [m.source([3, 11])])])):
         m.out(o)
+    # Its range read through the Transpose and Reshape in front (attention's heads, decompose.c): the
+    # reductions read the source in place; the quantized values keep the permuted order.
+    m = dcase('DQL_after_transpose')
+    t = m.node('Transpose', [m.node('Mul', [m.source([2, 16, 4, 8]), m.const(np.float32(2.0))])], perm=[0, 2, 1, 3])
+    for o in dql(m, t):
+        m.out(o)
+    m = dcase('DQL_after_reshape_transpose')
+    r = m.node('Reshape', [m.node('Transpose', [m.source([6, 20])], perm=[1, 0]), m.const(np.array([4, 30], np.int64))])
+    for o in dql(m, r):
+        m.out(o)
     m = dcase('DQL_zero')
     for o in dql(m, m.node('Mul', [m.source([4, 9]), m.const(np.float32(0.0))])):
         m.out(o)
