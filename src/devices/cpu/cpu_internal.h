@@ -19,6 +19,7 @@
 #include "base/threadpool.h"
 #include "codegen/kiln_rt.h"
 #include "codegen/lower.h"
+#include "devices/cpu/interp/interp.h"
 #include "runtime/plan.h"
 
 typedef enum cpu_step_kind {
@@ -88,6 +89,9 @@ kiln_rt kiln_cpu_rt(kiln_threadpool *pool, int threads);
  * dtypes the plan knows; a run whose values a routine does not take (ref
  * words their error) still goes to ref. */
 bool kiln_cpu_host_routine_of(const kiln_graph *g, const kiln_node *node);
+/* Whether kernel step `step` of g's plan runs on a row routine in the
+ * precompiled tier (cpu_rows.c), and which: *out filled when true. */
+bool kiln_cpu_rows_of(const kiln_graph *g, const kiln_plan_step *step, kiln_interp_rows *out);
 /* The device's host_kernel hook (cpu_host.c): Gemm and MatMul host steps on the SGEMM. */
 kiln_status_t kiln_cpu_host_kernel(void *state, kiln_kernel_ctx *ctx, bool *handled);
 /* op(B) for the SGEMM, packed once per plan when B is a constant of the

@@ -59,7 +59,11 @@ static kiln_status_t cpu_schedule(void *user, kiln_plan *p, int i) {
       st = kiln_fused_kernel_schedule_c(&p->steps[i].fk, true, &inest);
       if (!st && inest.gemm.ok) use = &inest;
     }
-    if (!st) st = kiln_interp_kernel_create(p->steps[i].fk.b, use, &x->steps[i].interp);
+    kiln_interp_rows rows;
+    if (!st && kiln_cpu_rows_of(x->g, &p->steps[i], &rows))
+      st = kiln_interp_rows_create(&rows, &x->steps[i].interp);
+    else if (!st)
+      st = kiln_interp_kernel_create(p->steps[i].fk.b, use, &x->steps[i].interp);
     /* A kernel the interpreter cannot run waits for the compiler. */
     if (st && x->mode == CPU_JIT_TIERED && kiln_status_code_of(st) == KILN_UNSUPPORTED) {
       kiln_status_free(st);

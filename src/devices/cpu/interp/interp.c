@@ -79,6 +79,8 @@ struct kiln_interp_kernel {
   kiln_resample_call resample; /* resample.tag points at resample_tag */
   te_resample_tag resample_tag;
   bool has_epilogue;
+  bool is_rows;         /* a row routine's kernel: nothing above is set */
+  kiln_interp_rows rows;
   bool pack_b;      /* GEMM: B is a constant every batch index shares (packed once) */
   const kiln_lanes_ops *ops;
   int n_memo;
@@ -574,6 +576,18 @@ void kiln_interp_kernel_destroy(kiln_interp_kernel *k) {
   free(k);
 }
 
+kiln_status_t kiln_interp_rows_create(const kiln_interp_rows *rows, kiln_interp_kernel **out) {
+  *out = NULL;
+  if (rows->rows < 1 || rows->n < 1) return kiln_error(KILN_INTERNAL, "interp: an empty row kernel");
+  kiln_interp_kernel *k = calloc(1, sizeof *k);
+  if (!k) return KILN_OOM();
+  k->ops = kiln_lanes();
+  k->is_rows = true;
+  k->rows = *rows;
+  *out = k;
+  return NULL;
+}
+
 kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nest *nest, kiln_interp_kernel **out) {
   *out = NULL;
   if (nest->tiles.n_red || nest->rows.threads || nest->thread_tile > 1 || nest->jam_inner > 1)
@@ -636,13 +650,12 @@ kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nes
     k->inner = 1;
     for (int l = nest->parallel_dims; l < nest->rank; l++) k->inner *= nest->extents[l];
     /* A block covers consecutive elements over the innermost loops whose
-     * product reaches 64 (short rows would make short blocks), or half a
-     * block where a reduction is hoisted out of an inner loop: its rows
-     * are then evaluated several at a time (eval_reduce_rows). */
-    bool hoisted = false;
-    for (int i = 0; i < nest->n_sites; i++)
-      hoisted |= !nest->sites[i].owner && nest->sites[i].level + 1 < nest->rank;
-    int64_t reach = hoisted ? L / 2 : 64;
+     * product reaches half a block: short rows would make short blocks,
+     * each paying the per-block work (a small transformer's rows of 64 as
+     * blocks of their own: 7% slower on the precompiled tier). Rows of a
+     * reduction hoisted out of an inner loop are then evaluated several
+     * at a time (eval_reduce_rows). */
+    int64_t reach = L / 2;
     int vl = nest->rank > 0 ? nest->rank - 1 : 0;
     while (vl > 0 && k->stride[vl - 1] < reach) vl--;
     /* ...but a block never covers a loop a reduction is hoisted out of
@@ -736,6 +749,10 @@ typedef struct ik_memo {
 /* What one thread needs to evaluate one kernel; thread-local, reused by
  * every kernel the thread runs, reset when the kernel or launch changes
  * (cached values are only good within one launch: the buffers change). */
+typedef struct ik_rows {
+  int first, m, n, nl;
+} ik_rows;
+
 typedef struct ik_state {
   const kiln_interp_kernel *k;
   uint64_t launch;
@@ -744,6 +761,14 @@ typedef struct ik_state {
   const void **val;     /* per instruction: where its lanes are, its slot or, for a load of one
                            contiguous run, the buffer itself (no copy) */
   uint8_t *scalar;      /* per instruction: its value is lane 0 for every lane */
+  /* A reduction over the block's rows, and arithmetic on such values
+   * alone (LayerNorm's variance + eps, its square root, the reciprocal):
+   * one value per row, row_n of them, not yet spread over the lanes
+   * (spread_rows does when a lanes' operand needs them). Row 0 covers
+   * lanes [0, first), row r > 0 lanes first + (r - 1) * m on, m each, of
+   * row_nl lanes. */
+  uint8_t *rowk;        /* per instruction: its value is rows */
+  struct ik_rows *rows; /* per instruction: their layout */
   uint64_t *at;         /* per instruction: the tick it was computed at (0: never) */
   uint64_t *changed;    /* per variable: the tick its value last changed */
   int64_t *var_value;   /* per variable: its value, when not varying; when varying, its lane 0's */
@@ -751,6 +776,8 @@ typedef struct ik_state {
    * written out (var_lanes) only when read as lanes (var_lanes_of). */
   int64_t *var_ostride; /* per variable, when varying: its step in the lanes' order */
   int64_t *var_ext, *var_off;
+  int64_t *var_nl, *var_phase; /* per variable, when varying: the block's lanes and flat0 % (ostride * ext)
+                                  it was set for (the same again leaves its lanes and its users' values) */
   int64_t *var_lanes;   /* per variable: L lanes, when varying, as of lanes_at */
   uint64_t *lanes_at;   /* per variable: the tick var_lanes were written at (its changed) */
   struct ik_memo *memo; /* per reduction (ins.memo) */
@@ -788,8 +815,8 @@ static ik_state *state_for(const kiln_interp_kernel *k, uint64_t launch, void *c
   }
   if (s->k == k && s->launch == launch) return s;
   size_t n = (size_t)k->n_ins, v = (size_t)k->n_vars + 1;
-  size_t need = k->slot_bytes + (size_t)k->n_memo * sizeof(ik_memo) + n * (1 + 8 + sizeof(void *)) +
-                v * (6 * 8 + 1 + (size_t)L * 8) + 64;
+  size_t need = k->slot_bytes + (size_t)k->n_memo * sizeof(ik_memo) + n * (2 + 8 + sizeof(void *) + sizeof(ik_rows)) +
+                v * (8 * 8 + 1 + (size_t)L * 8) + 64;
   if (need > s->cap) {
     free(s->vals);
     s->vals = aligned_alloc(64, (need + 63) / 64 * 64);
@@ -805,15 +832,20 @@ static ik_state *state_for(const kiln_interp_kernel *k, uint64_t launch, void *c
   s->var_lanes = (int64_t *)p, p += v * (size_t)L * 8;
   s->at = (uint64_t *)p, p += n * 8;
   s->val = (const void **)p, p += n * sizeof(void *);
+  s->rows = (ik_rows *)p, p += n * sizeof(ik_rows);
   s->changed = (uint64_t *)p, p += v * 8;
   s->var_value = (int64_t *)p, p += v * 8;
   s->var_ostride = (int64_t *)p, p += v * 8;
   s->var_ext = (int64_t *)p, p += v * 8;
   s->var_off = (int64_t *)p, p += v * 8;
+  s->var_nl = (int64_t *)p, p += v * 8;
+  s->var_phase = (int64_t *)p, p += v * 8;
   s->lanes_at = (uint64_t *)p, p += v * 8;
   s->scalar = p, p += n;
+  s->rowk = p, p += n;
   s->varying = p;
   memset(s->at, 0, n * 8);
+  memset(s->rowk, 0, n);
   memset(s->changed, 0, v * 8);
   memset(s->lanes_at, 0, v * 8);
   memset(s->varying, 0, v);
@@ -829,6 +861,36 @@ static void *slot(const ik_state *s, int i) { return s->vals + s->k->slot_off[i]
 /* Instruction i's value as an operand (valid once it was evaluated). */
 static const void *in(const ik_state *s, int i) { return s->val[i]; }
 
+/* Instruction i's value of rows spread over its lanes, in its slot. */
+static void spread_rows(ik_state *s, int i) {
+  const ik_rows *r = &s->rows[i];
+  kiln_dtype dt = s->k->ins[i].dt;
+  unsigned char tmp[SLOT_BYTES];
+  memcpy(tmp, s->val[i], (size_t)r->n * lane_size(dt));
+  s->k->ops->spread(dt, r->nl, slot(s, i), r->first, r->m, tmp);
+  s->val[i] = slot(s, i);
+  s->rowk[i] = 0;
+}
+
+/* Instruction i's value as lanes (or a scalar): what every reader but
+ * the arithmetic of eval_ins takes. */
+static const void *lanes_in(ik_state *s, int i) {
+  if (s->rowk[i]) spread_rows(s, i);
+  return s->val[i];
+}
+
+/* Reduction i's value: v, one per row of the block's rows (first, m),
+ * kept as rows (one row: a scalar). */
+static void set_rows(ik_state *s, int i, const void *v, int n, int first, int m) {
+  kiln_dtype dt = s->k->ins[i].dt;
+  void *o = slot(s, i);
+  memmove(o, v, (size_t)n * lane_size(dt));
+  s->val[i] = o;
+  s->scalar[i] = n == 1;
+  s->rowk[i] = n > 1;
+  s->rows[i] = (ik_rows){.first = first, .m = m, .n = n, .nl = s->nl};
+}
+
 static bool valid(const ik_state *s, const kiln_interp_kernel *k, int i) {
   uint64_t at = s->at[i];
   if (!at) return false;
@@ -841,6 +903,7 @@ static bool valid(const ik_state *s, const kiln_interp_kernel *k, int i) {
 static void set_scalar_var(ik_state *s, int var, int64_t value) {
   if (!s->varying[var] && s->var_value[var] == value && s->changed[var]) return;
   s->varying[var] = 0;
+  s->var_nl[var] = -1; /* varying again later is a change (a caller may restore its varying flag by hand) */
   s->var_value[var] = value;
   s->changed[var] = ++s->tick;
 }
@@ -849,6 +912,14 @@ static void eval_list(ik_state *s, const kiln_interp_kernel *k, int start, int n
 
 /* Varying variable v from lane 0 on: off + ((flat0 + l) / ostride) % ext. */
 static void set_varying_var(ik_state *s, int v, int64_t off, int64_t ostride, int64_t ext) {
+  /* The same lanes as last time (the next row of a row-by-row nest: a
+   * bias or LayerNorm's gamma read along it stays loaded): not a change. */
+  int64_t phase = s->flat0 % (ostride * ext);
+  if (s->varying[v] && s->changed[v] && s->var_off[v] == off && s->var_ostride[v] == ostride && s->var_ext[v] == ext &&
+      s->var_nl[v] == s->nl && s->var_phase[v] == phase)
+    return;
+  s->var_nl[v] = s->nl;
+  s->var_phase[v] = phase;
   s->varying[v] = 1;
   s->var_off[v] = off;
   s->var_ostride[v] = ostride;
@@ -1103,7 +1174,7 @@ static void affine_index_lanes(ik_state *s, const kiln_interp_kernel *k, const i
     int64_t c = k->aff_coef[x->aff + t], div = k->aff_div[x->aff + t];
     if (id < 0) {
       int j = -1 - id;
-      if (!s->scalar[j]) k->ops->index_add(nl, s->idx, c, in(s, j), 0);
+      if (!s->scalar[j]) k->ops->index_add(nl, s->idx, c, lanes_in(s, j), 0);
     } else if (s->varying[id] && !div) {
       k->ops->index_add(nl, s->idx, c, var_lanes_of(s, k, id), s->var_value[id]);
     } else if (s->varying[id]) {
@@ -1227,8 +1298,7 @@ static bool eval_reduce_rows(ik_state *s, const kiln_interp_kernel *k, int i) {
     key[n_key++] = s->flat0 / m;
     key[n_key++] = rows;
     if (memo->n_key == n_key && !memcmp(memo->key, key, (size_t)n_key * sizeof key[0])) {
-      ops->spread(x->dt, nl, slot(s, i), (int)(first < nl ? first : nl), (int)(m < nl ? m : nl), memo->sums);
-      s->scalar[i] = 0;
+      set_rows(s, i, memo->sums, rows, (int)(first < nl ? first : nl), (int)(m < nl ? m : nl));
       return true;
     }
   }
@@ -1253,8 +1323,7 @@ static bool eval_reduce_rows(ik_state *s, const kiln_interp_kernel *k, int i) {
       memcpy(memo->key, key, (size_t)n_key * sizeof key[0]);
       memcpy(memo->sums, sums, (size_t)rows * size);
     }
-    ops->spread(x->dt, nl, slot(s, i), (int)(first < nl ? first : nl), (int)(m < nl ? m : nl), sums);
-    s->scalar[i] = 0;
+    set_rows(s, i, sums, rows, (int)(first < nl ? first : nl), (int)(m < nl ? m : nl));
     return true;
   }
   int64_t saved_ostride[2 * KILN_MAX_RANK + 2], saved_flat0 = s->flat0, g0 = s->flat0 / m;
@@ -1291,7 +1360,7 @@ static bool eval_reduce_rows(ik_state *s, const kiln_interp_kernel *k, int i) {
     }
     set_varying_var(s, v, k0, 1, n);
     eval_list(s, k, x->list, x->n_list);
-    const unsigned char *body = in(s, x->a);
+    const unsigned char *body = lanes_in(s, x->a);
     int bs = s->scalar[x->a];
     if (n == ek) {
       ops->combine(x->rop, x->dt, (int)(rows * ek), acc, body, bs);
@@ -1311,7 +1380,6 @@ static bool eval_reduce_rows(ik_state *s, const kiln_interp_kernel *k, int i) {
   }
   /* Back to the block's lanes: each row's sum over its lanes, the
    * variables as they were. */
-  ops->spread(x->dt, nl, acc, (int)(first < nl ? first : nl), (int)(m < nl ? m : nl), sums);
   s->nl = nl;
   s->flat0 = saved_flat0;
   s->whole = saved_whole;
@@ -1320,11 +1388,12 @@ static bool eval_reduce_rows(ik_state *s, const kiln_interp_kernel *k, int i) {
     set_varying_var(s, w, s->var_off[w], saved_ostride[j], s->var_ext[w]);
   }
   s->varying[v] = 0;
+  s->var_nl[v] = -1;
   s->changed[v] = ++s->tick;
   memcpy(s->vary, saved_vary, sizeof saved_vary);
   s->n_vary = n_vary;
   for (int j = 0; j < n_vary; j++) s->varying[saved_vary[j]] = 1;
-  s->scalar[i] = 0;
+  set_rows(s, i, sums, rows, (int)(first < nl ? first : nl), (int)(m < nl ? m : nl));
   return true;
 }
 
@@ -1354,13 +1423,14 @@ static void reduce_one(ik_state *s, const kiln_interp_kernel *k, int i, unsigned
     s->whole = true;
     set_varying_var(s, v, k0, 1, n);
     eval_list(s, k, x->list, x->n_list);
-    ops->combine(x->rop, x->dt, n, acc, in(s, x->a), s->scalar[x->a]);
+    ops->combine(x->rop, x->dt, n, acc, lanes_in(s, x->a), s->scalar[x->a]);
   }
   unsigned char result[8];
   memcpy(result, x->bytes, sizeof result);
   ops->fold(x->rop, x->dt, 1, (int)used, acc, result);
   memcpy(out, result, sizeof result);
   s->varying[v] = 0;
+  s->var_nl[v] = -1;
   s->changed[v] = ++s->tick;
   memcpy(s->vary, saved, sizeof saved);
   s->n_vary = saved_n;
@@ -1395,7 +1465,7 @@ static void eval_reduce(ik_state *s, const kiln_interp_kernel *k, int i) {
     if (by_step) {
       set_scalar_var(s, x->var, 0);
       eval_list(s, k, x->list, x->n_list);
-      const char *p0 = in(s, x->a);
+      const char *p0 = lanes_in(s, x->a);
       if (!s->scalar[x->a] && p0 != (const char *)slot(s, x->a)) {
         size_t size = lane_size(x->dt);
         for (int64_t kk = 0; kk < x->extent; kk++)
@@ -1408,7 +1478,7 @@ static void eval_reduce(ik_state *s, const kiln_interp_kernel *k, int i) {
     for (int64_t kk = 0; kk < x->extent; kk++) {
       set_scalar_var(s, x->var, kk);
       eval_list(s, k, x->list, x->n_list);
-      ops->combine(x->rop, x->dt, s->nl, acc, in(s, x->a), s->scalar[x->a]);
+      ops->combine(x->rop, x->dt, s->nl, acc, lanes_in(s, x->a), s->scalar[x->a]);
     }
     s->scalar[i] = 0;
     return;
@@ -1424,7 +1494,7 @@ static void eval_probe_load(ik_state *s, const kiln_interp_kernel *k, const ik_i
   int64_t tag = (int64_t)(x->buf + 1) << MOVE_TAG_SHIFT;
   int nl = s->nl;
   if (x->aff < 0) {
-    const int64_t *a = in(s, x->a);
+    const int64_t *a = lanes_in(s, x->a);
     s->scalar[i] = s->scalar[x->a];
     for (int l = 0; l < (s->scalar[i] ? 1 : nl); l++) o[l] = tag + a[l];
     return;
@@ -1445,12 +1515,36 @@ static void eval_ins(ik_state *s, const kiln_interp_kernel *k, int i) {
   const kiln_lanes_ops *ops = k->ops;
   void *o = slot(s, i);
   s->val[i] = o;
+  s->rowk[i] = 0;
+  const int opnd[3] = {x->a, x->b, x->c};
+  /* Operands of rows: the result is rows too when every other operand is
+   * a scalar or rows of the same layout and the op is arithmetic; else
+   * they are spread over the lanes first. */
+  int rows_of = -1;
+  for (int j = 0; j < 3; j++) {
+    int y = opnd[j];
+    if (y < 0 || !s->rowk[y]) continue;
+    bool native = x->op != TE_LOAD && x->op != TE_REDUCE;
+    for (int q = 0; q < 3 && native; q++) {
+      int z = opnd[q];
+      if (z < 0 || s->scalar[z]) continue;
+      native = s->rowk[z] && s->rows[z].first == s->rows[y].first && s->rows[z].m == s->rows[y].m &&
+               s->rows[z].n == s->rows[y].n && s->rows[z].nl == s->rows[y].nl;
+    }
+    if (native) {
+      rows_of = y;
+      break;
+    }
+    for (int q = 0; q < 3; q++)
+      if (opnd[q] >= 0 && s->rowk[opnd[q]]) spread_rows(s, opnd[q]);
+    break;
+  }
   int as = x->a >= 0 ? s->scalar[x->a] : 1, bs = x->b >= 0 ? s->scalar[x->b] : 1,
       cs = x->c >= 0 ? s->scalar[x->c] : 1;
   const void *a = x->a >= 0 ? in(s, x->a) : NULL, *b = x->b >= 0 ? in(s, x->b) : NULL,
              *c = x->c >= 0 ? in(s, x->c) : NULL;
   int all_scalar = as && bs && cs;
-  int n = all_scalar ? 1 : s->nl;
+  int n = all_scalar ? 1 : rows_of >= 0 ? s->rows[rows_of].n : s->nl;
   switch (x->op) {
     case TE_CONST:
       memcpy(o, x->bytes, 8);
@@ -1495,6 +1589,10 @@ static void eval_ins(ik_state *s, const kiln_interp_kernel *k, int i) {
     case TE_SELECT: ops->select(x->dt, n, o, a, as, b, bs, c, cs); break;
   }
   s->scalar[i] = (uint8_t)all_scalar;
+  if (rows_of >= 0) {
+    s->rowk[i] = 1;
+    s->rows[i] = s->rows[rows_of];
+  }
 }
 
 static void eval_list(ik_state *s, const kiln_interp_kernel *k, int start, int n) {
@@ -1542,10 +1640,11 @@ static void eval_range(ik_state *s, const kiln_interp_kernel *k, int64_t e0, int
     if (sum) {
       s->val[k->sum] = (const char *)sum + (size_t)(e - e0) * 4; /* f32 or int32 sums, read in place */
       s->scalar[k->sum] = 0;
+      s->rowk[k->sum] = 0;
       s->at[k->sum] = ++s->tick;
     }
     eval_list(s, k, k->value_list, k->n_value_list);
-    k->ops->store(k->buf_dtype[k->out_buf], (int)n, (char *)out + (size_t)(e - e0) * size, 1, in(s, k->value),
+    k->ops->store(k->buf_dtype[k->out_buf], (int)n, (char *)out + (size_t)(e - e0) * size, 1, lanes_in(s, k->value),
                   s->scalar[k->value]);
     e += n;
   }
@@ -2178,9 +2277,26 @@ static void move_body(void *ctx, int64_t begin, int64_t end, int thread) {
   }
 }
 
+static void rows_body(void *ctx, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  const ik_launch *x = ctx;
+  const kiln_interp_rows *r = &x->k->rows;
+  float *y = x->buffers[r->out_buf];
+  const float *in = x->buffers[r->x_buf];
+  if (r->kind == KILN_INTERP_ROWS_LAYERNORM)
+    x->k->ops->layernorm_rows(begin, end, r->n, y, in, x->buffers[r->scale_buf],
+                              r->bias_buf >= 0 ? x->buffers[r->bias_buf] : NULL, r->eps);
+  else
+    x->k->ops->softmax_rows(begin, end, r->n, y, in, r->kind == KILN_INTERP_ROWS_LOG_SOFTMAX);
+}
+
 void kiln_interp_kernel_run(const kiln_interp_kernel *k, const kiln_rt *rt, void *const *buffers) {
   ik_launch x = {.k = k, .rt = rt, .buffers = buffers, .id = atomic_fetch_add(&launch_counter, 1) + 1};
-  if (k->gemm.ok) {
+  if (k->is_rows) {
+    /* chunks of at least 16 KiB of rows: a thread's share is worth its wake-up */
+    int64_t grain = k->rows.n >= 4096 ? 1 : 4096 / k->rows.n;
+    rt->parallel_for(rt->pool, k->rows.rows, grain, rows_body, &x);
+  } else if (k->gemm.ok) {
     run_gemm(&x);
   } else if (k->conv.ok) {
     run_conv(&x);

@@ -48,6 +48,28 @@ void kiln_interp_kernel_destroy(kiln_interp_kernel *k);
  * rt->fail, as the generated code's do. */
 void kiln_interp_kernel_run(const kiln_interp_kernel *k, const kiln_rt *rt, void *const *buffers);
 
+/* A kernel of a whole op class, run on a precompiled row routine
+ * (kiln_lanes_ops' softmax_rows, layernorm_rows) instead of its lowered
+ * expression: what the interpreter's blocks cost most on (a row's
+ * reductions spread over its lanes, exp of each element twice). The
+ * cpu device matches them (cpu_rows.c); buffers are the kernel's, by
+ * index. */
+typedef enum kiln_interp_rows_kind {
+  KILN_INTERP_ROWS_SOFTMAX,
+  KILN_INTERP_ROWS_LOG_SOFTMAX,
+  KILN_INTERP_ROWS_LAYERNORM,
+} kiln_interp_rows_kind;
+
+typedef struct kiln_interp_rows {
+  kiln_interp_rows_kind kind;
+  int64_t rows, n;   /* rows of n contiguous f32 elements */
+  int out_buf, x_buf;
+  int scale_buf, bias_buf; /* LAYERNORM: n f32 each; bias_buf -1: none */
+  float eps;
+} kiln_interp_rows;
+
+kiln_status_t kiln_interp_rows_create(const kiln_interp_rows *rows, kiln_interp_kernel **out);
+
 /* The lane loops in use ("avx2", "generic"). */
 const char *kiln_interp_isa(void);
 

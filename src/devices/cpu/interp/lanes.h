@@ -15,6 +15,9 @@
 #ifndef KILN_DEVICES_CPU_INTERP_LANES_H
 #define KILN_DEVICES_CPU_INTERP_LANES_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 #include "codegen/te.h"
 
 #define KILN_LANES 512
@@ -67,6 +70,14 @@ typedef struct kiln_lanes_ops {
   void (*ramp)(int n, int64_t *o, int64_t start);
   /* idx[l] += c * (x[l] - x0): a gather's index, one term at a time. */
   void (*index_add)(int n, int64_t *idx, int64_t c, const int64_t *x, int64_t x0);
+  /* Whole rows of an op class (interp.h's row kernels), rows [r0, r1) of
+   * n contiguous f32 elements each: y = softmax(x) (log: log-softmax)
+   * over each row, as the lowered expression computes it (exp(x - max)
+   * over its sum); y = (x - mean) / sqrt(var + eps) * scale + bias
+   * (bias NULL: none), scale and bias n long. */
+  void (*softmax_rows)(int64_t r0, int64_t r1, int64_t n, float *y, const float *x, bool log);
+  void (*layernorm_rows)(int64_t r0, int64_t r1, int64_t n, float *y, const float *x, const float *scale,
+                         const float *bias, float eps);
 } kiln_lanes_ops;
 
 extern const kiln_lanes_ops kiln_lanes_generic;

@@ -393,9 +393,17 @@ static void lanes_combine(te_reduce_op rop, kiln_dtype dt, int n, void *acc, con
   }
 }
 
-/* Eight partial results over lanes l mod 8 (vector registers' worth),
- * then combined in order: the C renderer's unrolled reductions do the
- * same. Max and min give the same result in any order. */
+/* Sixteen partial results over lanes l mod 16 (a 512-bit register's
+ * worth of floats), then halved in a tree: every step an elementwise
+ * loop the compiler keeps in vector registers. Sums in a different order
+ * than the C renderer's (8 partials) round differently, within the
+ * tolerance the differential test allows; max and min give the same
+ * result in any order. */
+#define LANES_FOLD_HALVE(T, OP, P, W)     \
+  for (int u = 0; u < (W); u++) {         \
+    T acc_ = (P)[u], y_ = (P)[u + (W)];   \
+    (P)[u] = (OP);                        \
+  }
 #define LANES_FOLD(T, OP)                                          \
   for (int row_ = 0; row_ < rows; row_++) {                        \
     const T *x_ = (const T *)x + (size_t)row_ * (size_t)n;         \
@@ -403,17 +411,19 @@ static void lanes_combine(te_reduce_op rop, kiln_dtype dt, int n, void *acc, con
     memcpy(&r, (char *)out + (size_t)row_ * sizeof r, sizeof r);   \
     int l = 0;                                                     \
     if (n >= 16) {                                                 \
-      T p[8];                                                      \
-      for (int u = 0; u < 8; u++) p[u] = x_[u];                    \
-      for (l = 8; l + 8 <= n; l += 8)                              \
-        for (int u = 0; u < 8; u++) {                              \
+      T p[16];                                                     \
+      for (int u = 0; u < 16; u++) p[u] = x_[u];                   \
+      for (l = 16; l + 16 <= n; l += 16)                           \
+        for (int u = 0; u < 16; u++) {                             \
           T acc_ = p[u], y_ = x_[l + u];                           \
           p[u] = (OP);                                             \
         }                                                          \
-      for (int u = 0; u < 8; u++) {                                \
-        T acc_ = r, y_ = p[u];                                     \
-        r = (OP);                                                  \
-      }                                                            \
+      LANES_FOLD_HALVE(T, OP, p, 8)                                \
+      LANES_FOLD_HALVE(T, OP, p, 4)                                \
+      LANES_FOLD_HALVE(T, OP, p, 2)                                \
+      LANES_FOLD_HALVE(T, OP, p, 1)                                \
+      T acc_ = r, y_ = p[0];                                       \
+      r = (OP);                                                    \
     }                                                              \
     for (; l < n; l++) {                                           \
       T acc_ = r, y_ = x_[l];                                      \
@@ -422,7 +432,60 @@ static void lanes_combine(te_reduce_op rop, kiln_dtype dt, int n, void *acc, con
     memcpy((char *)out + (size_t)row_ * sizeof r, &r, sizeof r);   \
   }
 
+/* f32 rows of at least 16 (GCC does not vectorize LANES_FOLD's NaN test):
+ * 16 lanes in a vector, halved to one; max and min keep a NaN from either
+ * side at every step. */
+typedef float lanes_fv16 __attribute__((vector_size(64), aligned(4), may_alias));
+typedef int32_t lanes_fi16 __attribute__((vector_size(64)));
+/* (by pointer: a 64-byte vector passed by value changes the ABI where
+ * AVX-512 is off, and GCC says so) */
+static inline void lanes_fold_step(te_reduce_op rop, lanes_fv16 *acc, const lanes_fv16 *yp) {
+  lanes_fv16 a = *acc, y = *yp;
+  lanes_fi16 take;
+  switch (rop) {
+    case TE_RSUM: *acc = a + y; return;
+    case TE_RPROD: *acc = a * y; return;
+    case TE_RMAX: take = (y != y) | (y > a); break;
+    default: take = (y != y) | (y < a); break;
+  }
+  *acc = (lanes_fv16)((take & (lanes_fi16)y) | (~take & (lanes_fi16)a));
+}
+
+static void lanes_fold_f32(te_reduce_op rop, int rows, int n, const float *x, float *out) {
+  for (int row = 0; row < rows; row++) {
+    const float *xr = x + (size_t)row * (size_t)n;
+    lanes_fv16 acc = *(const lanes_fv16 *)xr;
+    int l = 16;
+    for (; l + 16 <= n; l += 16) lanes_fold_step(rop, &acc, (const lanes_fv16 *)(xr + l));
+    float p[16];
+    memcpy(p, &acc, sizeof p);
+    for (int w = 8; w >= 1; w /= 2) {
+      lanes_fv16 a = {0}, b = {0};
+      memcpy(&a, p, (size_t)w * 4);
+      memcpy(&b, p + w, (size_t)w * 4);
+      lanes_fold_step(rop, &a, &b);
+      memcpy(p, &a, (size_t)w * 4);
+    }
+    float r = out[row], y = p[0];
+    for (;;) {
+      switch (rop) {
+        case TE_RSUM: r = r + y; break;
+        case TE_RPROD: r = r * y; break;
+        case TE_RMAX: r = (y != y || y > r) ? y : r; break;
+        default: r = (y != y || y < r) ? y : r; break;
+      }
+      if (l >= n) break;
+      y = xr[l++];
+    }
+    out[row] = r;
+  }
+}
+
 static void lanes_fold(te_reduce_op rop, kiln_dtype dt, int rows, int n, const void *x, void *out) {
+  if (dt == KILN_DTYPE_F32 && n >= 16 && ((uintptr_t)out & 3) == 0) {
+    lanes_fold_f32(rop, rows, n, x, out);
+    return;
+  }
   switch (dt) {
 #define X(DT, T, U, FLOAT)                                                                                      \
   case DT:                                                                                                      \
@@ -481,6 +544,91 @@ static void lanes_index_add(int n, int64_t *idx, int64_t c, const int64_t *x, in
   for (int l = 0; l < n; l++) o[l] += (uint64_t)c * ((uint64_t)x[l] - (uint64_t)x0);
 }
 
+/* ---- row kernels ---------------------------------------------------------- */
+
+/* Sums and maxima along a row in 16 lanes (GCC/clang vector extensions:
+ * one 512-bit register, two 256-bit or four 128-bit ones), then halved
+ * to one: a row of 16 is one load and four steps, not fifteen dependent
+ * scalar ones. */
+typedef float lanes_v16 __attribute__((vector_size(64), aligned(4), may_alias));
+typedef int32_t lanes_i16 __attribute__((vector_size(64)));
+typedef float lanes_v8 __attribute__((vector_size(32)));
+typedef int32_t lanes_i8 __attribute__((vector_size(32)));
+typedef float lanes_v4 __attribute__((vector_size(16)));
+typedef int32_t lanes_i4 __attribute__((vector_size(16)));
+
+/* max(a, b) where a NaN in the row makes no difference (softmax: exp of
+ * a NaN is NaN in the sum and every output). */
+#define LANES_VMAX(IV, a, b) ((__typeof__(a))((((IV)((a) > (b))) & (IV)(a)) | (~((IV)((a) > (b))) & (IV)(b))))
+
+static inline float lanes_row_sum(const float *x, int64_t n) {
+  int64_t j = 0;
+  float r = 0.0f;
+  if (n >= 16) {
+    lanes_v16 acc = *(const lanes_v16 *)x;
+    for (j = 16; j + 16 <= n; j += 16) acc += *(const lanes_v16 *)(x + j);
+    lanes_v8 h = __builtin_shufflevector(acc, acc, 0, 1, 2, 3, 4, 5, 6, 7) +
+                 __builtin_shufflevector(acc, acc, 8, 9, 10, 11, 12, 13, 14, 15);
+    lanes_v4 q = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
+    r = (q[0] + q[2]) + (q[1] + q[3]);
+  }
+  for (; j < n; j++) r += x[j];
+  return r;
+}
+
+static inline float lanes_row_max(const float *x, int64_t n) {
+  int64_t j = 1;
+  float r = x[0];
+  if (n >= 16) {
+    lanes_v16 acc = *(const lanes_v16 *)x;
+    for (j = 16; j + 16 <= n; j += 16) {
+      lanes_v16 v = *(const lanes_v16 *)(x + j);
+      acc = LANES_VMAX(lanes_i16, v, acc);
+    }
+    lanes_v8 a = __builtin_shufflevector(acc, acc, 0, 1, 2, 3, 4, 5, 6, 7);
+    lanes_v8 b = __builtin_shufflevector(acc, acc, 8, 9, 10, 11, 12, 13, 14, 15);
+    lanes_v8 h = LANES_VMAX(lanes_i8, a, b);
+    lanes_v4 c = __builtin_shufflevector(h, h, 0, 1, 2, 3), d = __builtin_shufflevector(h, h, 4, 5, 6, 7);
+    lanes_v4 q = LANES_VMAX(lanes_i4, c, d);
+    r = q[0];
+    for (int u = 1; u < 4; u++) r = q[u] > r ? q[u] : r;
+  }
+  for (; j < n; j++) r = x[j] > r ? x[j] : r;
+  return r;
+}
+
+static void lanes_softmax_rows(int64_t r0, int64_t r1, int64_t n, float *y, const float *x, bool log) {
+  for (int64_t r = r0; r < r1; r++) {
+    const float *xr = x + r * n;
+    float *yr = y + r * n;
+    float mx = lanes_row_max(xr, n);
+    for (int64_t j = 0; j < n; j++) yr[j] = kiln_expf(xr[j] - mx);
+    float sum = lanes_row_sum(yr, n);
+    if (log) {
+      float shift = mx + logf(sum);
+      for (int64_t j = 0; j < n; j++) yr[j] = xr[j] - shift;
+    } else {
+      for (int64_t j = 0; j < n; j++) yr[j] = yr[j] / sum;
+    }
+  }
+}
+
+static void lanes_layernorm_rows(int64_t r0, int64_t r1, int64_t n, float *y, const float *x, const float *scale,
+                                 const float *bias, float eps) {
+  for (int64_t r = r0; r < r1; r++) {
+    const float *xr = x + r * n;
+    float *yr = y + r * n;
+    float mean = lanes_row_sum(xr, n) / (float)n;
+    for (int64_t j = 0; j < n; j++) yr[j] = (xr[j] - mean) * (xr[j] - mean);
+    float inv = 1.0f / sqrtf(lanes_row_sum(yr, n) / (float)n + eps);
+    if (bias) {
+      for (int64_t j = 0; j < n; j++) yr[j] = (xr[j] - mean) * inv * scale[j] + bias[j];
+    } else {
+      for (int64_t j = 0; j < n; j++) yr[j] = (xr[j] - mean) * inv * scale[j];
+    }
+  }
+}
+
 const kiln_lanes_ops LANES_TABLE = {
     .name = LANES_NAME,
     .binary = lanes_binary,
@@ -500,4 +648,6 @@ const kiln_lanes_ops LANES_TABLE = {
     .clip = lanes_clip,
     .ramp = lanes_ramp,
     .index_add = lanes_index_add,
+    .softmax_rows = lanes_softmax_rows,
+    .layernorm_rows = lanes_layernorm_rows,
 };
