@@ -413,6 +413,37 @@ static int lower_load(builder *bd, const te_expr *e) {
   return i;
 }
 
+/* QuantizeLinear as codegen/lower.c's compute_quant writes it: a cast to
+ * I8 or U8 of select(r != r, z, min(max(r + z, lo), hi)), r =
+ * nearbyintf(v / s), with the type's range for lo and hi. One
+ * instruction (IK_QUANT: a = v, b = s, c = z) instead of eight passes. */
+#define IK_QUANT ((te_op)(TE_REDUCE + 1))
+
+static bool is_f32_const(const te_expr *e, double v) {
+  return e->op == TE_CONST && e->dtype == KILN_DTYPE_F32 && e->f == v;
+}
+
+static bool match_quant(const te_expr *e, const te_expr **v, const te_expr **s, const te_expr **z) {
+  if (e->op != TE_CAST || (e->dtype != KILN_DTYPE_I8 && e->dtype != KILN_DTYPE_U8)) return false;
+  double lo = e->dtype == KILN_DTYPE_I8 ? -128 : 0, hi = e->dtype == KILN_DTYPE_I8 ? 127 : 255;
+  const te_expr *sel = e->a;
+  if (sel->op != TE_SELECT || sel->dtype != KILN_DTYPE_F32) return false;
+  const te_expr *nan = sel->a, *zz = sel->b, *mn = sel->c;
+  if (nan->op != TE_NE || nan->a != nan->b) return false;
+  const te_expr *r = nan->a;
+  if (r->op != TE_CALL1 || r->dtype != KILN_DTYPE_F32 || !r->fn || strcmp(r->fn, "nearbyintf") ||
+      r->a->op != TE_DIV || r->a->dtype != KILN_DTYPE_F32)
+    return false;
+  if (mn->op != TE_MIN || !is_f32_const(mn->b, hi) || mn->a->op != TE_MAX || !is_f32_const(mn->a->b, lo))
+    return false;
+  const te_expr *add = mn->a->a;
+  if (add->op != TE_ADD || add->a != r || add->b != zz || zz->dtype != KILN_DTYPE_F32) return false;
+  *v = r->a->a;
+  *s = r->a->b;
+  *z = zz;
+  return (*v)->dtype == KILN_DTYPE_F32 && (*s)->dtype == KILN_DTYPE_F32;
+}
+
 static int lower_expr(builder *bd, const te_expr *e) {
   if (bd->st) return -1;
   if (bd->of_expr[e->id] >= 0) return bd->of_expr[e->id];
@@ -456,12 +487,22 @@ static int lower_expr(builder *bd, const te_expr *e) {
       x.a = convert(bd, lower_expr(bd, e->a), KILN_DTYPE_BOOL);
       i = x.a < 0 ? -1 : convert(bd, new_ins(bd, &x), e->dtype);
       break;
-    case TE_CAST:
+    case TE_CAST: {
+      const te_expr *qv, *qs, *qz;
+      if (match_quant(e, &qv, &qs, &qz)) {
+        x.op = IK_QUANT;
+        x.a = lower_expr(bd, qv);
+        x.b = lower_expr(bd, qs);
+        x.c = lower_expr(bd, qz);
+        if (x.a >= 0 && x.b >= 0 && x.c >= 0) i = new_ins(bd, &x);
+        break;
+      }
       x.a = lower_expr(bd, e->a);
       if (x.a < 0) break;
       x.odt = bd->k->ins[x.a].dt;
       i = x.odt == e->dtype ? x.a : new_ins(bd, &x);
       break;
+    }
     case TE_CALL1: case TE_CALL2:
       x.fn = kiln_lanes_fn_of(e->fn);
       if (x.fn < 0 || e->dtype != KILN_DTYPE_F32) {
@@ -1545,6 +1586,15 @@ static void eval_ins(ik_state *s, const kiln_interp_kernel *k, int i) {
              *c = x->c >= 0 ? in(s, x->c) : NULL;
   int all_scalar = as && bs && cs;
   int n = all_scalar ? 1 : rows_of >= 0 ? s->rows[rows_of].n : s->nl;
+  if (x->op == IK_QUANT) {
+    ops->quantize(x->dt, n, o, a, as, b, bs, c, cs);
+    s->scalar[i] = (uint8_t)all_scalar;
+    if (rows_of >= 0) {
+      s->rowk[i] = 1;
+      s->rows[i] = s->rows[rows_of];
+    }
+    return;
+  }
   switch (x->op) {
     case TE_CONST:
       memcpy(o, x->bytes, 8);

@@ -70,6 +70,11 @@ typedef struct kiln_lanes_ops {
   void (*ramp)(int n, int64_t *o, int64_t start);
   /* idx[l] += c * (x[l] - x0): a gather's index, one term at a time. */
   void (*index_add)(int n, int64_t *idx, int64_t c, const int64_t *x, int64_t x0);
+  /* QuantizeLinear's rounding (codegen/lower.c's compute_quant) in one
+   * pass: o = (to)clamp(nearbyint(v / s) + z) to I8's or U8's range, z
+   * where the rounded value is NaN; v, s, z each lanes or a scalar. */
+  void (*quantize)(kiln_dtype to, int n, void *o, const float *v, int vs, const float *s, int ss, const float *z,
+                   int zs);
   /* Whole rows of an op class (interp.h's row kernels), rows [r0, r1) of
    * n contiguous f32 elements each: y = softmax(x) (log: log-softmax)
    * over each row, as the lowered expression computes it (exp(x - max)

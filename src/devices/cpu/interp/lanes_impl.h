@@ -544,6 +544,36 @@ static void lanes_index_add(int n, int64_t *idx, int64_t c, const int64_t *x, in
   for (int l = 0; l < n; l++) o[l] += (uint64_t)c * ((uint64_t)x[l] - (uint64_t)x0);
 }
 
+/* ---- QuantizeLinear --------------------------------------------------------- */
+
+#define LANES_QUANT(T, LO, HI, VI, SI, ZI)                                \
+  do {                                                                    \
+    T *o_ = (T *)o;                                                       \
+    for (int l = 0; l < n; l++) {                                         \
+      float z_ = z[ZI], r_ = nearbyintf(v[VI] / s[SI]), q_ = r_ + z_;     \
+      q_ = (q_ != q_ || q_ > (LO)) ? q_ : (LO);                           \
+      q_ = (q_ != q_ || q_ < (HI)) ? q_ : (HI);                           \
+      o_[l] = (T)(r_ != r_ ? z_ : q_);                                    \
+    }                                                                     \
+  } while (0)
+
+static void lanes_quantize(kiln_dtype to, int n, void *o, const float *v, int vs, const float *s, int ss,
+                           const float *z, int zs) {
+  bool i8 = to == KILN_DTYPE_I8;
+  if (!vs && ss && zs) { /* per-tensor: the loop the compiler vectorizes */
+    if (i8)
+      LANES_QUANT(int8_t, -128.0f, 127.0f, l, 0, 0);
+    else
+      LANES_QUANT(uint8_t, 0.0f, 255.0f, l, 0, 0);
+    return;
+  }
+  int vm = vs ? 0 : 1, sm = ss ? 0 : 1, zm = zs ? 0 : 1;
+  if (i8)
+    LANES_QUANT(int8_t, -128.0f, 127.0f, l * vm, l * sm, l * zm);
+  else
+    LANES_QUANT(uint8_t, 0.0f, 255.0f, l * vm, l * sm, l * zm);
+}
+
 /* ---- row kernels ---------------------------------------------------------- */
 
 /* Sums and maxima along a row in 16 lanes (GCC/clang vector extensions:
@@ -648,6 +678,7 @@ const kiln_lanes_ops LANES_TABLE = {
     .clip = lanes_clip,
     .ramp = lanes_ramp,
     .index_add = lanes_index_add,
+    .quantize = lanes_quantize,
     .softmax_rows = lanes_softmax_rows,
     .layernorm_rows = lanes_layernorm_rows,
 };
