@@ -699,6 +699,27 @@ kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nes
     int64_t reach = L / 2;
     int vl = nest->rank > 0 ? nest->rank - 1 : 0;
     while (vl > 0 && k->stride[vl - 1] < reach) vl--;
+    /* ...but a loop whose variable picks a select's side by index
+     * arithmetic alone (a concat's input by channel, DenseNet's 24) stays
+     * out of the block where its rows are long enough: one side per
+     * block, taken in place, not every side's lanes and a pass to pick. */
+    uint64_t *picks = calloc((size_t)bd.words, sizeof(uint64_t));
+    char *index_only = calloc((size_t)k->n_ins + 1, 1);
+    if (picks && index_only) {
+      for (int i = 0; i < k->n_ins; i++) {
+        const ik_ins *x = &k->ins[i];
+        index_only[i] = x->op != TE_LOAD && x->op != TE_REDUCE && (x->a < 0 || index_only[x->a]) &&
+                        (x->b < 0 || index_only[x->b]) && (x->c < 0 || index_only[x->c]);
+        if (x->op == TE_SELECT && index_only[x->a])
+          for (int w = 0; w < bd.words; w++) picks[w] |= vset_of(&bd, x->a)[w];
+      }
+      for (int l = vl; l + 1 < nest->rank; l++) {
+        int v = nest->vars[l];
+        if (v >= 0 && v < bd.words * 64 && (picks[v / 64] >> (v % 64) & 1) && k->stride[l] >= 64) vl = l + 1;
+      }
+    }
+    free(picks);
+    free(index_only);
     /* ...but a block never covers a loop a reduction is hoisted out of
      * whose rows are too long for two in a block: a row is then one
      * block, the reduction one scalar. Blocks of shorter rows hold whole
@@ -1586,6 +1607,16 @@ static void eval_ins(ik_state *s, const kiln_interp_kernel *k, int i) {
              *c = x->c >= 0 ? in(s, x->c) : NULL;
   int all_scalar = as && bs && cs;
   int n = all_scalar ? 1 : rows_of >= 0 ? s->rows[rows_of].n : s->nl;
+  if (x->op == TE_SELECT && as && !all_scalar) {
+    /* One side for the whole block (a concat's input, chosen by the
+     * channel): its value, not a copy of it. The chosen value's
+     * variables are this one's, so it stays valid as long as this does. */
+    int y = *(const uint8_t *)a ? x->b : x->c;
+    if (s->rowk[y]) spread_rows(s, y);
+    s->val[i] = s->val[y];
+    s->scalar[i] = s->scalar[y];
+    return;
+  }
   if (x->op == IK_QUANT) {
     ops->quantize(x->dt, n, o, a, as, b, bs, c, cs);
     s->scalar[i] = (uint8_t)all_scalar;
