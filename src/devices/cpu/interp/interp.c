@@ -418,6 +418,10 @@ static int lower_load(builder *bd, const te_expr *e) {
  * nearbyintf(v / s), with the type's range for lo and hi. One
  * instruction (IK_QUANT: a = v, b = s, c = z) instead of eight passes. */
 #define IK_QUANT ((te_op)(TE_REDUCE + 1))
+/* Two f32 operations as one pass: a * b + c (IK_MULADD: a, b, c) and
+ * min(max(a, lo), hi) with constant bounds (IK_CLAMP: a; bytes: lo, hi). */
+#define IK_MULADD ((te_op)(TE_REDUCE + 2))
+#define IK_CLAMP ((te_op)(TE_REDUCE + 3))
 
 static bool is_f32_const(const te_expr *e, double v) {
   return e->op == TE_CONST && e->dtype == KILN_DTYPE_F32 && e->f == v;
@@ -442,6 +446,22 @@ static bool match_quant(const te_expr *e, const te_expr **v, const te_expr **s, 
   *s = r->a->b;
   *z = zz;
   return (*v)->dtype == KILN_DTYPE_F32 && (*s)->dtype == KILN_DTYPE_F32;
+}
+
+/* An f32 min and max with constant bounds lo <= hi, in either nesting and
+ * either operand order: a clamp of *x (the NaN rule is the same: a NaN x
+ * comes through both). */
+static bool clamp_of(const te_expr *e, const te_expr **x, float *lo, float *hi) {
+  if (e->dtype != KILN_DTYPE_F32 || (e->op != TE_MIN && e->op != TE_MAX)) return false;
+  const te_expr *c1 = e->a->op == TE_CONST ? e->a : e->b, *in = e->a->op == TE_CONST ? e->b : e->a;
+  te_op inner = e->op == TE_MIN ? TE_MAX : TE_MIN;
+  if (c1->op != TE_CONST || c1->dtype != KILN_DTYPE_F32 || in->op != inner || in->dtype != KILN_DTYPE_F32) return false;
+  const te_expr *c2 = in->a->op == TE_CONST ? in->a : in->b, *v = in->a->op == TE_CONST ? in->b : in->a;
+  if (c2->op != TE_CONST || c2->dtype != KILN_DTYPE_F32 || v->dtype != KILN_DTYPE_F32) return false;
+  *lo = (float)(e->op == TE_MIN ? c2->f : c1->f);
+  *hi = (float)(e->op == TE_MIN ? c1->f : c2->f);
+  *x = v;
+  return *lo <= *hi;
 }
 
 static int lower_expr(builder *bd, const te_expr *e) {
@@ -515,6 +535,28 @@ static int lower_expr(builder *bd, const te_expr *e) {
       if (x.a >= 0 && (e->op == TE_CALL1 || x.b >= 0)) i = new_ins(bd, &x);
       break;
     case TE_ADD: case TE_SUB: case TE_MUL: case TE_DIV: case TE_MOD: case TE_MIN: case TE_MAX:
+      if (e->dtype == KILN_DTYPE_F32 && e->op == TE_ADD && (e->a->op == TE_MUL || e->b->op == TE_MUL)) {
+        const te_expr *mul = e->a->op == TE_MUL ? e->a : e->b, *add = e->a->op == TE_MUL ? e->b : e->a;
+        if (mul->dtype == KILN_DTYPE_F32 && mul->a->dtype == KILN_DTYPE_F32 && mul->b->dtype == KILN_DTYPE_F32 &&
+            add->dtype == KILN_DTYPE_F32) {
+          x.op = IK_MULADD;
+          x.a = lower_expr(bd, mul->a);
+          x.b = lower_expr(bd, mul->b);
+          x.c = lower_expr(bd, add);
+          if (x.a >= 0 && x.b >= 0 && x.c >= 0) i = new_ins(bd, &x);
+          break;
+        }
+      }
+      const te_expr *clamped;
+      float lo, hi;
+      if (clamp_of(e, &clamped, &lo, &hi)) {
+        x.op = IK_CLAMP;
+        x.a = lower_expr(bd, clamped);
+        memcpy(x.bytes, &lo, 4);
+        memcpy(x.bytes + 4, &hi, 4);
+        if (x.a >= 0) i = new_ins(bd, &x);
+        break;
+      }
       x.a = convert(bd, lower_expr(bd, e->a), e->dtype);
       x.b = convert(bd, lower_expr(bd, e->b), e->dtype);
       if (x.a >= 0 && x.b >= 0) i = new_ins(bd, &x);
@@ -1617,8 +1659,17 @@ static void eval_ins(ik_state *s, const kiln_interp_kernel *k, int i) {
     s->scalar[i] = s->scalar[y];
     return;
   }
-  if (x->op == IK_QUANT) {
-    ops->quantize(x->dt, n, o, a, as, b, bs, c, cs);
+  if (x->op == IK_QUANT || x->op == IK_MULADD || x->op == IK_CLAMP) {
+    if (x->op == IK_QUANT) {
+      ops->quantize(x->dt, n, o, a, as, b, bs, c, cs);
+    } else if (x->op == IK_MULADD) {
+      ops->muladd(n, o, a, as, b, bs, c, cs);
+    } else {
+      float lo, hi;
+      memcpy(&lo, x->bytes, 4);
+      memcpy(&hi, x->bytes + 4, 4);
+      ops->clamp(n, o, a, lo, hi);
+    }
     s->scalar[i] = (uint8_t)all_scalar;
     if (rows_of >= 0) {
       s->rowk[i] = 1;

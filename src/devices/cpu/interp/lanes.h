@@ -70,6 +70,12 @@ typedef struct kiln_lanes_ops {
   void (*ramp)(int n, int64_t *o, int64_t start);
   /* idx[l] += c * (x[l] - x0): a gather's index, one term at a time. */
   void (*index_add)(int n, int64_t *idx, int64_t c, const int64_t *x, int64_t x0);
+  /* o = a * b + c over f32, each operand lanes or a scalar (a BatchNorm,
+   * HardSigmoid's x / 6 + 0.5). */
+  void (*muladd)(int n, float *o, const float *a, int as, const float *b, int bs, const float *c, int cs);
+  /* o = min(max(a, lo), hi) over f32 with the binary ops' NaN rule (a NaN
+   * operand wins): Relu6, HardSigmoid's clamp, Clip. */
+  void (*clamp)(int n, float *o, const float *a, float lo, float hi);
   /* QuantizeLinear's rounding (codegen/lower.c's compute_quant) in one
    * pass: o = (to)clamp(nearbyint(v / s) + z) to I8's or U8's range, z
    * where the rounded value is NaN; v, s, z each lanes or a scalar. */

@@ -544,6 +544,47 @@ static void lanes_index_add(int n, int64_t *idx, int64_t c, const int64_t *x, in
   for (int l = 0; l < n; l++) o[l] += (uint64_t)c * ((uint64_t)x[l] - (uint64_t)x0);
 }
 
+/* ---- fused pairs ----------------------------------------------------------- */
+
+#define LANES_MULADD(AI, BI, CI) \
+  for (int l = 0; l < n; l++) o[l] = a[AI] * b[BI] + c[CI]
+
+static void lanes_muladd(int n, float *o, const float *a, int as, const float *b, int bs, const float *c, int cs) {
+  /* the common shapes as plain loops the compiler vectorizes */
+  if (as && !bs) { /* the product commutes: lanes first */
+    const float *t = a;
+    a = b;
+    b = t;
+    as = 0;
+    bs = 1;
+  }
+  if (!as && bs && cs) {
+    float y = b[0], z = c[0];
+    for (int l = 0; l < n; l++) o[l] = a[l] * y + z;
+  } else if (!as && !bs && !cs) {
+    LANES_MULADD(l, l, l);
+  } else if (!as && bs && !cs) {
+    float y = b[0];
+    for (int l = 0; l < n; l++) o[l] = a[l] * y + c[l];
+  } else if (!as && !bs && cs) {
+    float z = c[0];
+    for (int l = 0; l < n; l++) o[l] = a[l] * b[l] + z;
+  } else {
+    int am = as ? 0 : 1, bm = bs ? 0 : 1, cm = cs ? 0 : 1;
+    LANES_MULADD(l * am, l * bm, l * cm);
+  }
+}
+
+static void lanes_clamp(int n, float *o, const float *a, float lo, float hi) {
+  /* With lo <= hi this is max-then-min under the NaN rule, a zero's sign
+   * included (x == lo or hi gives the bound), written without `x != x`:
+   * GCC leaves two chained NaN tests scalar and vectorizes this. */
+  for (int l = 0; l < n; l++) {
+    float x = a[l];
+    o[l] = x >= hi ? hi : (x <= lo ? lo : x);
+  }
+}
+
 /* ---- QuantizeLinear --------------------------------------------------------- */
 
 #define LANES_QUANT(T, LO, HI, VI, SI, ZI)                                \
@@ -678,6 +719,8 @@ const kiln_lanes_ops LANES_TABLE = {
     .clip = lanes_clip,
     .ramp = lanes_ramp,
     .index_add = lanes_index_add,
+    .muladd = lanes_muladd,
+    .clamp = lanes_clamp,
     .quantize = lanes_quantize,
     .softmax_rows = lanes_softmax_rows,
     .layernorm_rows = lanes_layernorm_rows,
