@@ -1501,6 +1501,11 @@ def large_cases():
     m.out(m.node('Tanh', [m.node('Mul', [m.source([65, 1031]), m.const(np.float32(0.7))])]))
     m = case('large_bcast_nc')
     m.out(m.node('Add', [m.source([129, 257], 'T'), m.source([257])]))
+    # A movement kernel past the interpreter's probe chunk (4M elements): RetinaNet's head concatenation,
+    # each level transposed to (anchors, classes), runs of 91 cut where a chunk ends.
+    m = case('large_concat_transposed')
+    m.out(m.node('Concat', [m.node('Transpose', [m.source([1, 91, 30000])], perm=[0, 2, 1]),
+                            m.node('Transpose', [m.source([1, 91, 20011])], perm=[0, 2, 1])], axis=1))
     m = case('large_softmax')
     m.out(m.node('Softmax', [m.source([300, 129])]))
     m = case('large_logsoftmax_nc')

@@ -50,6 +50,10 @@ typedef struct cpu_step {
   _Atomic(cpu_kernel_fn) fn;
   struct kiln_jit_module *module; /* what fn lives in; owned */
   struct kiln_interp_kernel *interp; /* the precompiled form; owned */
+  /* A movement kernel's form as copies (interp.h's run_moves), taken over
+   * the compiled kernel where its runs are long: interp where there is
+   * one, else made for this (KILN_JIT=sync); owned when not interp. */
+  struct kiln_interp_kernel *moves;
   kiln_rt_state *rt_state; /* what its runtime calls prepared (kiln_rt.h's state slot); owned */
 } cpu_step;
 

@@ -64,11 +64,22 @@ static kiln_status_t cpu_schedule(void *user, kiln_plan *p, int i) {
       st = kiln_interp_rows_create(&rows, &x->steps[i].interp);
     else if (!st)
       st = kiln_interp_kernel_create(p->steps[i].fk.b, use, &x->steps[i].interp);
+    if (!st && x->steps[i].interp && kiln_interp_kernel_is_movement(x->steps[i].interp))
+      x->steps[i].moves = x->steps[i].interp;
     /* A kernel the interpreter cannot run waits for the compiler. */
     if (st && x->mode == CPU_JIT_TIERED && kiln_status_code_of(st) == KILN_UNSUPPORTED) {
       kiln_status_free(st);
       st = NULL;
     }
+  }
+  if (!st && x->mode == CPU_JIT_SYNC && !p->steps[i].fk.flat) {
+    /* Compiled only, but a movement kernel may run as copies: its
+     * interpreter form is made to find out (and dropped where not). */
+    kiln_interp_kernel *k = NULL;
+    kiln_status_t mst = kiln_interp_kernel_create(p->steps[i].fk.b, &nest, &k);
+    if (!mst && kiln_interp_kernel_is_movement(k)) x->steps[i].moves = k;
+    else kiln_interp_kernel_destroy(k);
+    kiln_status_free(mst);
   }
   kiln_loop_nest_free(&nest);
   kiln_loop_nest_free(&inest);
@@ -273,9 +284,15 @@ kiln_status_t kiln_cpu_launch_step(kiln_device *dev, void *state, const kiln_pla
   for (int a = 0; a < s->n_args; a++) args[a] = bind->host[s->args[a]];
   args[s->n_args] = &x->steps[i].rt_state; /* the launch's state slot (codegen/kiln_rt.h) */
   cpu_kernel_fn fn = atomic_load_explicit(&x->steps[i].fn, memory_order_acquire);
-  if (fn) fn(&x->rt, args);
-  else if (s->interp) kiln_interp_kernel_run(s->interp, &x->rt, args);
-  else return kiln_error(KILN_INTERNAL, "cpu: kernel for node '%s' is neither compiled nor interpretable", s->node->name);
+  if (s->moves && kiln_interp_kernel_run_moves(s->moves, &x->rt, args)) {
+    /* ran as its copies */
+  } else if (fn) {
+    fn(&x->rt, args);
+  } else if (s->interp) {
+    kiln_interp_kernel_run(s->interp, &x->rt, args);
+  } else {
+    return kiln_error(KILN_INTERNAL, "cpu: kernel for node '%s' is neither compiled nor interpretable", s->node->name);
+  }
   kiln_status_t st = x->rt_error;
   x->rt_error = NULL;
   return st ? kiln_status_annotate(st, "kernel for node '%s'", s->node->name) : NULL;
@@ -291,6 +308,7 @@ void kiln_cpu_plan_end(kiln_device *dev, void *state, kiln_plan *p) {
     free(x->steps[i].source);
     if (x->steps[i].rt_state) x->steps[i].rt_state->destroy(x->steps[i].rt_state);
     kiln_jit_module_release(x->steps[i].module);
+    if (x->steps[i].moves != x->steps[i].interp) kiln_interp_kernel_destroy(x->steps[i].moves);
     kiln_interp_kernel_destroy(x->steps[i].interp);
   }
   free(x->steps);

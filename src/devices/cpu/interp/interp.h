@@ -70,6 +70,18 @@ typedef struct kiln_interp_rows {
 
 kiln_status_t kiln_interp_rows_create(const kiln_interp_rows *rows, kiln_interp_kernel **out);
 
+/* Whether k is a movement kernel (every output element one input element
+ * or a constant, by index arithmetic alone: a transpose, a concat). */
+bool kiln_interp_kernel_is_movement(const kiln_interp_kernel *k);
+/* Runs movement kernel k as its copies (worked out at the first call)
+ * where they are long (8 elements a run on average) and either
+ * contiguous (90% of the elements in copies of step 1 or fills) or
+ * replace index arithmetic that selects among inputs or divides
+ * (RetinaNet's head concatenation: faster than compiled). False, having
+ * done nothing, where k is not such a kernel, its runs do not qualify,
+ * or this launch writes an input in place. */
+bool kiln_interp_kernel_run_moves(const kiln_interp_kernel *k, const kiln_rt *rt, void *const *buffers);
+
 /* The lane loops in use ("avx2", "generic"). */
 const char *kiln_interp_isa(void);
 
