@@ -58,7 +58,10 @@ static void cpu_plan_describe(kiln_device *dev, void *state, const kiln_plan *p,
           "cpu: kernels: %d compiled, %d precompiled (JIT %s%s); contractions tensorized onto the %s SGEMM "
           "micro-kernel and the conv algorithms; conv scratch %.2f MiB (grown at the first run)\n",
           atomic_load(&x->kernels_jit), atomic_load(&x->kernels_interp), modes[x->mode],
-          x->compiling && !atomic_load(&x->compiled) ? ", compiling in the background" : "", kiln_sgemm_kernel_name(),
+          x->pending                                   ? ", compiling in the background after the first run"
+          : x->compiling && !atomic_load(&x->compiled) ? ", compiling in the background"
+                                                       : "",
+          kiln_sgemm_kernel_name(),
           (double)x->scratch_bytes / (1 << 20));
 }
 

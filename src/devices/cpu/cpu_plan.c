@@ -200,6 +200,16 @@ static void *compile_in_background(void *arg) {
   return NULL;
 }
 
+/* Starts the background compile of batch b (owned by the thread after). */
+static kiln_status_t start_background(cpu_exec *x, cpu_batch *b) {
+  if (pthread_create(&x->compiler, NULL, compile_in_background, b)) {
+    batch_free(b);
+    return kiln_error(KILN_INTERNAL, "cpu: cannot start the background compile thread");
+  }
+  x->compiling = true;
+  return NULL;
+}
+
 /* Mirrors the plan's steps and makes every kernel ready: compiled now
  * (sync, or tiered where the cache has it), or interpreted now and
  * compiled in the background (tiered), or interpreted (off). */
@@ -257,13 +267,14 @@ kiln_status_t kiln_cpu_plan_compile(kiln_device *dev, void *state, kiln_plan *p,
       b->step_of[left++] = b->step_of[j];
     }
     if (!st) b->n = left;
-    if (!st && left) {
-      if (pthread_create(&x->compiler, NULL, compile_in_background, b)) {
-        st = kiln_error(KILN_INTERNAL, "cpu: cannot start the background compile thread");
-      } else {
-        x->compiling = true;
-        b = NULL; /* the thread owns it */
-      }
+    if (!st && left && x->rt.n_threads >= kiln_physical_cores()) {
+      x->pending = b; /* started by the first run's last kernel (launch_step) */
+      b = NULL;
+      for (int i = 0; i < p->n_steps; i++)
+        if (x->steps[i].kind == CPU_STEP_KERNEL) x->after_step = i;
+    } else if (!st && left) {
+      st = start_background(x, b);
+      b = NULL;
     }
   } else if (!st) {
     st = kiln_jit_compile_many(b->n, b->sources, (const char *const *)b->names, 0, NULL, mods);
@@ -295,6 +306,13 @@ kiln_status_t kiln_cpu_launch_step(kiln_device *dev, void *state, const kiln_pla
   }
   kiln_status_t st = x->rt_error;
   x->rt_error = NULL;
+  if (x->pending && i == x->after_step) {
+    cpu_batch *b = x->pending;
+    x->pending = NULL;
+    kiln_status_t bst = start_background(x, b);
+    if (bst && !st) st = bst;
+    else kiln_status_free(bst);
+  }
   return st ? kiln_status_annotate(st, "kernel for node '%s'", s->node->name) : NULL;
 }
 
@@ -302,7 +320,13 @@ void kiln_cpu_plan_end(kiln_device *dev, void *state, kiln_plan *p) {
   cpu_exec *x = state;
   if (!x) return;
   /* The background compile finishes first: it fills the cache for the
-   * next session, and it writes into the steps. */
+   * next session, and it writes into the steps (one never started, the
+   * session having ended before a first run finished, runs now). */
+  if (x->pending) {
+    cpu_batch *b = x->pending;
+    x->pending = NULL;
+    kiln_status_free(start_background(x, b));
+  }
   if (x->compiling) pthread_join(x->compiler, NULL);
   for (int i = 0; x->steps && i <= x->g->n_nodes; i++) {
     free(x->steps[i].source);

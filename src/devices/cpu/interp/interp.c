@@ -2359,7 +2359,32 @@ static bool move_finish(const kiln_interp_kernel *k, ik_move *m, const bool *use
  * element); the runs kept must average 4 elements, 16 past
  * MOVE_PROBE_ELEMS (RetinaNet's head concatenation, 11M elements in runs
  * of 91: 2.1 s interpreted, 316 ms compiled). */
-static int move_build(kiln_interp_kernel *k) {
+/* One thread's share of a probe chunk: tags of output elements
+ * [e0 + begin * MOVE_PROBE_PART, ...) (ctx: move_probe_part). */
+typedef struct move_probe_part {
+  const kiln_interp_kernel *p;
+  uint64_t launch;
+  int64_t e0, n;
+  int64_t *tags;
+  atomic_bool failed;
+} move_probe_part;
+
+#define MOVE_PROBE_PART 65536
+
+static void move_probe_body(void *ctx, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  move_probe_part *w = ctx;
+  ik_state *s = state_for(w->p, w->launch, NULL);
+  if (!s) {
+    atomic_store(&w->failed, true);
+    return;
+  }
+  int64_t a = begin * MOVE_PROBE_PART, b = end * MOVE_PROBE_PART < w->n ? end * MOVE_PROBE_PART : w->n;
+  eval_range(s, w->p, w->e0 + a, w->e0 + b, w->tags + a, NULL);
+  s->k = NULL; /* the probe is freed before this thread's state is used again */
+}
+
+static int move_build(kiln_interp_kernel *k, const kiln_rt *rt) {
   ik_move *m = calloc(1, sizeof *m);
   kiln_interp_kernel *p = m ? move_probe(k, m) : NULL;
   int64_t total = k->parallel_total * k->inner;
@@ -2368,18 +2393,18 @@ static int move_build(kiln_interp_kernel *k) {
   bool *used = calloc((size_t)k->n_bufs + 1, sizeof *used);
   bool ok = false;
   if (tags && used) {
-    ik_state *s = state_for(p, atomic_fetch_add(&launch_counter, 1) + 1, NULL);
-    if (s) {
-      int64_t cap = 0, max_runs = total / (total > MOVE_PROBE_ELEMS ? 16 : 4) + 1;
-      ok = true;
-      for (int64_t e0 = 0; e0 < total && ok; e0 += chunk) {
-        int64_t n = total - e0 < chunk ? total - e0 : chunk;
-        eval_range(s, p, e0, e0 + n, tags, NULL);
-        ok = move_runs_add(k, m, tags, e0, n, &cap, max_runs, used);
-      }
-      s->k = NULL; /* the probe is freed below */
-      ok = ok && move_finish(k, m, used);
+    /* The tags of each chunk over the pool (a big concatenation's probe
+     * is a first run's longest step), then its runs in order. */
+    move_probe_part w = {.p = p, .launch = atomic_fetch_add(&launch_counter, 1) + 1, .tags = tags};
+    int64_t cap = 0, max_runs = total / (total > MOVE_PROBE_ELEMS ? 16 : 4) + 1;
+    ok = true;
+    for (int64_t e0 = 0; e0 < total && ok; e0 += chunk) {
+      w.e0 = e0;
+      w.n = total - e0 < chunk ? total - e0 : chunk;
+      rt->parallel_for(rt->pool, (w.n + MOVE_PROBE_PART - 1) / MOVE_PROBE_PART, 1, move_probe_body, &w);
+      ok = !atomic_load(&w.failed) && move_runs_add(k, m, tags, e0, w.n, &cap, max_runs, used);
     }
+    ok = ok && move_finish(k, m, used);
   }
   free(used);
   free(tags);
@@ -2393,7 +2418,7 @@ static int move_build(kiln_interp_kernel *k) {
 }
 
 /* Whether this launch runs k as its runs (built at the first). */
-static bool move_ready(const kiln_interp_kernel *k, void *const *buffers) {
+static bool move_ready(const kiln_interp_kernel *k, const kiln_rt *rt, void *const *buffers) {
   if (!k->move_eligible) return false;
   kiln_interp_kernel *mk = (kiln_interp_kernel *)k; /* the lazily built runs: under the lock, once */
   int st = atomic_load(&mk->move_state);
@@ -2401,7 +2426,7 @@ static bool move_ready(const kiln_interp_kernel *k, void *const *buffers) {
     pthread_mutex_lock(&mk->move_lock);
     st = atomic_load(&mk->move_state);
     if (st == MOVE_UNTRIED) {
-      st = move_build(mk);
+      st = move_build(mk, rt);
       atomic_store(&mk->move_state, st);
     }
     pthread_mutex_unlock(&mk->move_lock);
@@ -2449,7 +2474,7 @@ static void rows_body(void *ctx, int64_t begin, int64_t end, int thread) {
 bool kiln_interp_kernel_is_movement(const kiln_interp_kernel *k) { return k->move_eligible; }
 
 bool kiln_interp_kernel_run_moves(const kiln_interp_kernel *k, const kiln_rt *rt, void *const *buffers) {
-  if (!move_ready(k, buffers)) return false;
+  if (!move_ready(k, rt, buffers)) return false;
   /* Strided runs are no faster than a compiled transpose's loop
    * (nhwc_tf's NHWC-to-NCHW: 8% slower as runs), but are than one that
    * selects among inputs or divides its indices (RetinaNet's head). */
@@ -2476,7 +2501,7 @@ void kiln_interp_kernel_run(const kiln_interp_kernel *k, const kiln_rt *rt, void
     run_pool(&x);
   } else if (k->resample.ok) {
     run_resample(&x);
-  } else if (move_ready(k, buffers)) {
+  } else if (move_ready(k, rt, buffers)) {
     rt->parallel_for(rt->pool, k->move->n_chunks, 1, move_body, &x);
   } else if (k->parallel_total > 0) {
     rt->parallel_for(rt->pool, k->parallel_total, k->grain, plain_body, &x);
