@@ -1746,7 +1746,9 @@ static void set_block_vars(ik_state *s, const kiln_interp_kernel *k, int64_t e, 
   s->whole = true; /* the loops from vary_level in, the outermost not wrapping within a block */
   for (int l = 0; l < k->rank; l++) {
     int v = k->loop_var[l];
-    if (l < vl) {
+    /* (a loop of one iteration is one value: a reduction under it is then
+     * one value too, not rows of one lane: ArgMax of a [1, 16] row) */
+    if (l < vl || k->extents[l] == 1) {
       set_scalar_var(s, v, (e / k->stride[l]) % k->extents[l]);
       continue;
     }
