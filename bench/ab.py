@@ -18,24 +18,27 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
+import types
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "zoo"))
+import run_bench as rb  # noqa: E402  (kiln_bench: one `kiln bench --json` process)
+from run_zoo import input_specs  # noqa: E402  (a zoo model's --input NAME=FILE specs)
 
 
-def model_args(model, zoo_dir):
+def model_inputs(model, zoo_dir):
+    """The model file and its input specs (none for an .onnx path: random inputs)."""
     if model.endswith('.onnx'):
-        return [model]
+        return model, []
     with open(os.path.join(zoo_dir, model + '.meta.json')) as f:
         meta = json.load(f)
-    args = [os.path.join(zoo_dir, meta['file'])]
-    for i in meta['inputs']:
-        args += ['--input', '%s=%s' % (i['name'], os.path.join(zoo_dir, i['file']))]
-    return args
+    return os.path.join(zoo_dir, meta['file']), input_specs(zoo_dir, meta)
 
 
-def run(setting, margs, args):
+def run(setting, model, inputs, args):
     env = dict(os.environ)
     kiln = os.path.join(ROOT, 'build', 'kiln')
     for kv in setting.split():
@@ -44,12 +47,12 @@ def run(setting, margs, args):
             kiln = v
         else:
             env[k] = v
-    cmd = [kiln, 'bench'] + margs + ['--threads', str(args.threads), '--iterations', str(args.iterations),
-                                     '--warmup', '3', '--json']
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
-    if p.returncode:
-        sys.exit('ab.py: %s failed (%s): %s' % (' '.join(cmd), setting, p.stderr.strip()[-400:]))
-    return json.loads(p.stdout)['latency_ms']['median']
+    side = types.SimpleNamespace(kiln=kiln, warmup=3, device=None)
+    try:
+        r = rb.kiln_bench(side, model, inputs, args.threads, args.iterations, env=env, timeout=args.timeout)
+    except RuntimeError as e:
+        sys.exit('ab.py (%s): %s' % (setting, str(e)[-400:]))
+    return r['latency_ms']['median']
 
 
 def main():
@@ -63,15 +66,15 @@ def main():
     ap.add_argument('--timeout', type=int, default=1200)
     ap.add_argument('--zoo-dir', default=os.path.join(ROOT, 'bench', '.zoo'))
     args = ap.parse_args()
-    margs = model_args(args.model, args.zoo_dir)
-    ra, rb = [], []
+    model, inputs = model_inputs(args.model, args.zoo_dir)
+    side_a, side_b = [], []
     for _ in range(args.rounds):
-        ra.append(run(args.a, margs, args))
-        rb.append(run(args.b, margs, args))
-    ma, mb = statistics.median(ra), statistics.median(rb)
+        side_a.append(run(args.a, model, inputs, args))
+        side_b.append(run(args.b, model, inputs, args))
+    ma, mb = statistics.median(side_a), statistics.median(side_b)
     print('%s, %d thread(s): A %.4f ms  B %.4f ms  B/A %.3f   (A %s | B %s)' %
-          (os.path.basename(args.model), args.threads, ma, mb, mb / ma, ' '.join('%.4g' % x for x in ra),
-           ' '.join('%.4g' % x for x in rb)))
+          (os.path.basename(args.model), args.threads, ma, mb, mb / ma, ' '.join('%.4g' % x for x in side_a),
+           ' '.join('%.4g' % x for x in side_b)))
 
 
 if __name__ == '__main__':

@@ -20,20 +20,26 @@ import argparse
 import glob
 import json
 import os
-import subprocess
+import sys
 import time
+import types
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import run_bench as rb  # noqa: E402  (kiln_bench: one `kiln bench --json` process)
+from run_zoo import input_specs  # noqa: E402  (a zoo model's --input NAME=FILE specs)
 
 
-def bench(kiln, margs, threads, warmup, iterations, env_extra):
-    env = dict(os.environ, **env_extra)
-    p = subprocess.run([kiln, 'bench'] + margs + ['--threads', str(threads), '--warmup', str(warmup),
-                                                  '--iterations', str(iterations), '--json'],
-                       env=env, capture_output=True, text=True, timeout=1800)
-    if p.returncode:
-        return None, p.stderr.strip()[-300:]
-    return json.loads(p.stdout)['latency_ms']['median'], None
+def bench(kiln, model, inputs, threads, warmup, iterations, env_extra):
+    """The median latency, or None and the error."""
+    side = types.SimpleNamespace(kiln=kiln, warmup=warmup, device=None)
+    try:
+        r = rb.kiln_bench(side, model, inputs, threads, iterations, env=dict(os.environ, **env_extra), timeout=1800)
+    except RuntimeError as e:
+        return None, str(e)[-300:]
+    return r['latency_ms']['median'], None
 
 
 def main():
@@ -56,19 +62,17 @@ def main():
         name = meta['name']
         if (only and name not in only) or name in res:
             continue
-        margs = [os.path.join(args.zoo_dir, meta['file'])]
-        for i in meta['inputs']:
-            margs += ['--input', '%s=%s' % (i['name'], os.path.join(args.zoo_dir, i['file']))]
+        model, inputs = os.path.join(args.zoo_dir, meta['file']), input_specs(args.zoo_dir, meta)
         t0 = time.time()
-        jit, err = bench(args.kiln, margs, args.threads, 1, 3, {'KILN_JIT': 'sync'})
+        jit, err = bench(args.kiln, model, inputs, args.threads, 1, 3, {'KILN_JIT': 'sync'})
         if jit is None:
             res[name] = {'error': 'jit: ' + err}
             print('%-40s error (compiled): %s' % (name, err), flush=True)
             continue
         it = max(3, min(30, int(args.budget_ms / max(jit, 1e-3))))
         if it > 3:
-            jit, err = bench(args.kiln, margs, args.threads, 1, it, {'KILN_JIT': 'sync'})
-        pre, err = bench(args.kiln, margs, args.threads, 2 if it > 3 else 1, it, {'KILN_CC': '/nonexistent'})
+            jit, err = bench(args.kiln, model, inputs, args.threads, 1, it, {'KILN_JIT': 'sync'})
+        pre, err = bench(args.kiln, model, inputs, args.threads, 2 if it > 3 else 1, it, {'KILN_CC': '/nonexistent'})
         if jit is None or pre is None:
             res[name] = {'error': err}
             print('%-40s error: %s' % (name, err), flush=True)

@@ -850,13 +850,16 @@ typedef struct ik_memo {
   unsigned char sums[SLOT_BYTES];
 } ik_memo;
 
-/* What one thread needs to evaluate one kernel; thread-local, reused by
- * every kernel the thread runs, reset when the kernel or launch changes
- * (cached values are only good within one launch: the buffers change). */
+/* Where a value of rows sits in the block's lanes: row 0 covers lanes
+ * [0, first), row r > 0 lanes first + (r - 1) * m on, m each; n rows of
+ * nl lanes (the spread of lanes.h). */
 typedef struct ik_rows {
   int first, m, n, nl;
 } ik_rows;
 
+/* What one thread needs to evaluate one kernel; thread-local, reused by
+ * every kernel the thread runs, reset when the kernel or launch changes
+ * (cached values are only good within one launch: the buffers change). */
 typedef struct ik_state {
   const kiln_interp_kernel *k;
   uint64_t launch;
@@ -867,10 +870,8 @@ typedef struct ik_state {
   uint8_t *scalar;      /* per instruction: its value is lane 0 for every lane */
   /* A reduction over the block's rows, and arithmetic on such values
    * alone (LayerNorm's variance + eps, its square root, the reciprocal):
-   * one value per row, row_n of them, not yet spread over the lanes
-   * (spread_rows does when a lanes' operand needs them). Row 0 covers
-   * lanes [0, first), row r > 0 lanes first + (r - 1) * m on, m each, of
-   * row_nl lanes. */
+   * one value per row, not yet spread over the lanes (spread_rows does
+   * when a lanes' operand needs them). */
   uint8_t *rowk;        /* per instruction: its value is rows */
   struct ik_rows *rows; /* per instruction: their layout */
   uint64_t *at;         /* per instruction: the tick it was computed at (0: never) */
@@ -1659,25 +1660,7 @@ static void eval_ins(ik_state *s, const kiln_interp_kernel *k, int i) {
     s->scalar[i] = s->scalar[y];
     return;
   }
-  if (x->op == IK_QUANT || x->op == IK_MULADD || x->op == IK_CLAMP) {
-    if (x->op == IK_QUANT) {
-      ops->quantize(x->dt, n, o, a, as, b, bs, c, cs);
-    } else if (x->op == IK_MULADD) {
-      ops->muladd(n, o, a, as, b, bs, c, cs);
-    } else {
-      float lo, hi;
-      memcpy(&lo, x->bytes, 4);
-      memcpy(&hi, x->bytes + 4, 4);
-      ops->clamp(n, o, a, lo, hi);
-    }
-    s->scalar[i] = (uint8_t)all_scalar;
-    if (rows_of >= 0) {
-      s->rowk[i] = 1;
-      s->rows[i] = s->rows[rows_of];
-    }
-    return;
-  }
-  switch (x->op) {
+  switch ((int)x->op) { /* (te_op and the IK_ ops made when lowering) */
     case TE_CONST:
       memcpy(o, x->bytes, 8);
       s->scalar[i] = 1;
@@ -1719,6 +1702,15 @@ static void eval_ins(ik_state *s, const kiln_interp_kernel *k, int i) {
     case TE_LT: case TE_LE: case TE_EQ: case TE_NE: ops->compare(x->op, x->odt, n, o, a, as, b, bs); break;
     case TE_AND: case TE_OR: case TE_XOR: ops->logic(x->op, n, o, a, as, b, bs); break;
     case TE_SELECT: ops->select(x->dt, n, o, a, as, b, bs, c, cs); break;
+    case IK_QUANT: ops->quantize(x->dt, n, o, a, as, b, bs, c, cs); break;
+    case IK_MULADD: ops->muladd(n, o, a, as, b, bs, c, cs); break;
+    case IK_CLAMP: {
+      float lo, hi;
+      memcpy(&lo, x->bytes, 4);
+      memcpy(&hi, x->bytes + 4, 4);
+      ops->clamp(n, o, a, lo, hi);
+      break;
+    }
   }
   s->scalar[i] = (uint8_t)all_scalar;
   if (rows_of >= 0) {

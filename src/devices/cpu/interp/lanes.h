@@ -74,7 +74,8 @@ typedef struct kiln_lanes_ops {
    * HardSigmoid's x / 6 + 0.5). */
   void (*muladd)(int n, float *o, const float *a, int as, const float *b, int bs, const float *c, int cs);
   /* o = min(max(a, lo), hi) over f32 with the binary ops' NaN rule (a NaN
-   * operand wins): Relu6, HardSigmoid's clamp, Clip. */
+   * operand wins) and their zero: a -0 at lo = 0 gives +0, where clip
+   * (the conv epilogues' rule) keeps -0. Relu6, HardSigmoid's clamp, Clip. */
   void (*clamp)(int n, float *o, const float *a, float lo, float hi);
   /* QuantizeLinear's rounding (codegen/lower.c's compute_quant) in one
    * pass: o = (to)clamp(nearbyint(v / s) + z) to I8's or U8's range, z

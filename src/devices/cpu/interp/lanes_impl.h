@@ -458,35 +458,42 @@ static void lanes_combine(te_reduce_op rop, kiln_dtype dt, int n, void *acc, con
     memcpy((char *)out + (size_t)row_ * sizeof r, &r, sizeof r);   \
   }
 
+/* GCC/clang vector extensions: 16 f32 lanes are one 512-bit register,
+ * two 256-bit or four 128-bit ones, whichever build this is. */
+typedef float lanes_v16 __attribute__((vector_size(64), aligned(4), may_alias));
+typedef int32_t lanes_i16 __attribute__((vector_size(64)));
+typedef float lanes_v8 __attribute__((vector_size(32)));
+typedef int32_t lanes_i8 __attribute__((vector_size(32)));
+typedef float lanes_v4 __attribute__((vector_size(16)));
+typedef int32_t lanes_i4 __attribute__((vector_size(16)));
+
 /* f32 rows of at least 16 (GCC does not vectorize LANES_FOLD's NaN test):
  * 16 lanes in a vector, halved to one; max and min keep a NaN from either
  * side at every step. */
-typedef float lanes_fv16 __attribute__((vector_size(64), aligned(4), may_alias));
-typedef int32_t lanes_fi16 __attribute__((vector_size(64)));
 /* (by pointer: a 64-byte vector passed by value changes the ABI where
  * AVX-512 is off, and GCC says so) */
-static inline void lanes_fold_step(te_reduce_op rop, lanes_fv16 *acc, const lanes_fv16 *yp) {
-  lanes_fv16 a = *acc, y = *yp;
-  lanes_fi16 take;
+static inline void lanes_fold_step(te_reduce_op rop, lanes_v16 *acc, const lanes_v16 *yp) {
+  lanes_v16 a = *acc, y = *yp;
+  lanes_i16 take;
   switch (rop) {
     case TE_RSUM: *acc = a + y; return;
     case TE_RPROD: *acc = a * y; return;
     case TE_RMAX: take = (y != y) | (y > a); break;
     default: take = (y != y) | (y < a); break;
   }
-  *acc = (lanes_fv16)((take & (lanes_fi16)y) | (~take & (lanes_fi16)a));
+  *acc = (lanes_v16)((take & (lanes_i16)y) | (~take & (lanes_i16)a));
 }
 
 static void lanes_fold_f32(te_reduce_op rop, int rows, int n, const float *x, float *out) {
   for (int row = 0; row < rows; row++) {
     const float *xr = x + (size_t)row * (size_t)n;
-    lanes_fv16 acc = *(const lanes_fv16 *)xr;
+    lanes_v16 acc = *(const lanes_v16 *)xr;
     int l = 16;
-    for (; l + 16 <= n; l += 16) lanes_fold_step(rop, &acc, (const lanes_fv16 *)(xr + l));
+    for (; l + 16 <= n; l += 16) lanes_fold_step(rop, &acc, (const lanes_v16 *)(xr + l));
     float p[16];
     memcpy(p, &acc, sizeof p);
     for (int w = 8; w >= 1; w /= 2) {
-      lanes_fv16 a = {0}, b = {0};
+      lanes_v16 a = {0}, b = {0};
       memcpy(&a, p, (size_t)w * 4);
       memcpy(&b, p + w, (size_t)w * 4);
       lanes_fold_step(rop, &a, &b);
@@ -643,16 +650,9 @@ static void lanes_quantize(kiln_dtype to, int n, void *o, const float *v, int vs
 
 /* ---- row kernels ---------------------------------------------------------- */
 
-/* Sums and maxima along a row in 16 lanes (GCC/clang vector extensions:
- * one 512-bit register, two 256-bit or four 128-bit ones), then halved
- * to one: a row of 16 is one load and four steps, not fifteen dependent
+/* Sums and maxima along a row in 16 lanes (lanes_v16), then halved to
+ * one: a row of 16 is one load and four steps, not fifteen dependent
  * scalar ones. */
-typedef float lanes_v16 __attribute__((vector_size(64), aligned(4), may_alias));
-typedef int32_t lanes_i16 __attribute__((vector_size(64)));
-typedef float lanes_v8 __attribute__((vector_size(32)));
-typedef int32_t lanes_i8 __attribute__((vector_size(32)));
-typedef float lanes_v4 __attribute__((vector_size(16)));
-typedef int32_t lanes_i4 __attribute__((vector_size(16)));
 
 /* max(a, b) where a NaN in the row makes no difference (softmax: exp of
  * a NaN is NaN in the sum and every output). */
