@@ -555,7 +555,7 @@ static void unflatten(render_ctx *r, const kiln_loop_nest *nest, int from, int t
 static const char glsl_fp16_extensions[] = "#extension GL_EXT_shader_16bit_storage : require\n"
                                            "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n";
 
-static void header(render_ctx *r, const char *name, uint32_t wg, bool subgroups) {
+static void header(render_ctx *r, const char *name, uint32_t wg, bool subgroups, bool unroll) {
   /* With specialization constants the name stays out: it would make the
    * sources of same-structure kernels differ. */
   if (glsl_of(r)->sp) kiln_strbuf_puts(r->s, "#version 450\n");
@@ -565,6 +565,7 @@ static void header(render_ctx *r, const char *name, uint32_t wg, bool subgroups)
   if (subgroups)
     kiln_strbuf_puts(r->s, "#extension GL_KHR_shader_subgroup_arithmetic : require\n"
                            "#extension GL_KHR_shader_subgroup_vote : require\n");
+  if (unroll) kiln_strbuf_puts(r->s, "#extension GL_EXT_control_flow_attributes : require\n");
   kiln_strbuf_printf(r->s, "layout(local_size_x = %u) in;\n", wg);
 }
 
@@ -580,7 +581,7 @@ static bool glsl_vec4_load(render_ctx *r, int buf, const char *index, char *out,
 
 /* Cooperative rows with GL_KHR_shader_subgroup_arithmetic: each
  * subgroup's combination, then the subgroups' through kiln_red. */
-static void glsl_subgroup_combine(render_ctx *r, const te_expr *red, const char *acc) {
+static void glsl_subgroup_combine(render_ctx *r, const te_expr *red, const char *acc, int threads) {
   static const char *const op[] = {"subgroupAdd", "subgroupMul", "subgroupMax", "subgroupMin"};
   render_line(r, "float s%d = %s(%s);", red->id, op[red->rop], acc);
   if (red->rop == TE_RMAX || red->rop == TE_RMIN) /* subgroupMax/Min leave NaN undefined; numpy propagates it */
@@ -590,9 +591,11 @@ static void glsl_subgroup_combine(render_ctx *r, const te_expr *red, const char 
   render_line(r, "float q%d = kiln_red[0];", red->id);
   render_indent(r);
   kiln_strbuf_puts(r->s, "for (uint k = 1u; k < gl_NumSubgroups; k++) ");
+  render_trips_enter(r, threads); /* the subgroups: at most one per thread */
   char q[32];
   snprintf(q, sizeof q, "q%d", red->id);
   glsl_reduce_combine(r, red, q, "kiln_red[k]");
+  render_trips_leave(r);
   render_line(r, "const float r%d = q%d;", red->id, red->id);
 }
 
@@ -608,7 +611,7 @@ static void template_main(render_ctx *r, const kiln_loop_nest *nest, uint32_t gx
   }
   /* The dispatch may be split over x and y with a few groups to spare. */
   render_gpu_dialect g = {group_id, "int(gl_LocalInvocationID.x)", "shared", "barrier();", false, "vec4", "%s[%s][%s]",
-                          NULL, NULL, glsl_vec4_load, glsl_subgroup_combine};
+                          NULL, NULL, glsl_vec4_load, glsl_subgroup_combine, "[[unroll]] "};
   if (is_fp16(r) && glsl_of(r)->fp16_arith) {
     g.half_type = "float16_t";
     g.half4_type = "f16vec4";
@@ -698,7 +701,7 @@ kiln_status_t kiln_render_glsl(const te_builder *b, const kiln_loop_nest *nest, 
     st = kiln_error(KILN_UNSUPPORTED, "GLSL renderer: the contraction template with 64-bit indices");
   if (!st) st = kiln_status_annotate(kiln_loop_nest_dispatch(nest, (int)wg, o.max_groups, out_groups), "GLSL renderer");
   if (!st) {
-    header(r, name, wg, subgroups);
+    header(r, name, wg, subgroups, nest->tiles.n_red > 0); /* the contraction template's [[unroll]] */
     st = declare_buffers(r, nest, nest->out_buf);
   }
   if (!st) {

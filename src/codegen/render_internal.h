@@ -65,10 +65,11 @@ struct render_ctx {
   bool idx64;          /* index arithmetic in 64-bit integers */
   bool idx32;          /* C dialect on a GPU: int64 (index) values as int (kiln_loop_nest_fits_int32 said so) */
   const char *buf_prefix; /* buffer names: prefix + index ("b") */
-  /* Loop trips per thread: each loop statement runs trips * its own count
-   * times in one invocation; a driver that stops loops past max_trips
-   * (llvmpipe: 65535 per loop per invocation, silently) fails the render. */
+  /* Loop passes per thread: a driver that stops every loop of an
+   * invocation once their passes together reach max_trips (llvmpipe:
+   * 65535, silently) fails the render past it (render_trips_enter). */
   int64_t max_trips;      /* 0: no limit */
+  int64_t trips_spent;    /* passes of the loops rendered so far, each loop's trips * (count + 1) */
   /* C on CPUs: a leaf f32/f64 reduction of at least 32 elements keeps
    * up to reduce_lanes partial accumulators (halved down to 8 until the
    * extent holds eight steps), combined at the end, so the compiler can
@@ -108,7 +109,12 @@ void render_unflatten(render_ctx *r, const char *flat, const int *vars, const in
 void render_unflatten_loops(render_ctx *r, const kiln_loop_nest *nest, const char *flat, const int *loops, int n);
 /* Enters / leaves a loop of `count` iterations (render_loop_open and
  * render_loop_close do it; templates call it around their own loops). */
+/* Enters a loop of `count` iterations per pass of the enclosing ones (its
+ * passes count against max_trips); _unrolled: a loop of constant count
+ * marked for unrolling (render_gpu_dialect.unroll), which the driver
+ * unrolls, so it spends none. render_trips_leave closes either. */
 void render_trips_enter(render_ctx *r, int64_t count);
+void render_trips_enter_unrolled(render_ctx *r, int64_t count);
 void render_trips_leave(render_ctx *r);
 /* Emits `for (T vN = 0; vN < extent; vN++) {` (indented) and opens a scope. */
 void render_loop_open(render_ctx *r, int var, int64_t extent);
@@ -167,8 +173,12 @@ typedef struct render_gpu_dialect {
   /* Cooperative rows with subgroups: emits statements that combine each
    * subgroup's `acc` (of reduction red) into kiln_red[subgroup index],
    * wait, and define `const float r<red id>` as the combination of them
-   * all. NULL: the dialect has none (the halving tree is used). */
-  void (*subgroup_combine)(render_ctx *r, const te_expr *red, const char *acc);
+   * all (threads: the group's). NULL: the dialect has none (the halving tree is used). */
+  void (*subgroup_combine)(render_ctx *r, const te_expr *red, const char *acc, int threads);
+  /* Prefix of a loop of constant count that the driver must unroll (GLSL:
+   * "[[unroll]] ", GL_EXT_control_flow_attributes, which Mesa's NIR honours
+   * whatever the size); NULL: none, the loop's passes count. */
+  const char *unroll;
 } render_gpu_dialect;
 /* Declares the group's local arrays a templated nest uses (nothing for
  * other nests), each `<local_decl> float name[n];`: at the top of an OpenCL

@@ -51,15 +51,19 @@ static void coop_reduce(render_ctx *r, const kiln_loop_nest *nest, const te_expr
   r->d->reduce_combine(r, red, acc, x);
   render_loop_close(r);
   if (nest->rows.subgroups && g->subgroup_combine) {
-    g->subgroup_combine(r, red, acc);
+    g->subgroup_combine(r, red, acc, threads);
   } else {
     render_line(r, "kiln_red[kiln_t] = %s;", acc);
     render_line(r, "%s", g->barrier);
     render_line(r, "for (int kiln_s = %d; kiln_s > 0; kiln_s >>= 1) {", threads / 2);
+    int halvings = 0;
+    for (int h = threads / 2; h > 0; h >>= 1) halvings++;
+    render_trips_enter(r, halvings);
     render_indent(r);
     kiln_strbuf_puts(r->s, "  if (kiln_t < kiln_s) ");
     r->d->reduce_combine(r, red, "kiln_red[kiln_t]", "kiln_red[kiln_t + kiln_s]");
     render_line(r, "  %s", g->barrier);
+    render_trips_leave(r);
     render_line(r, "}");
     render_line(r, "const %s r%d = kiln_red[0];", ty, red->id);
   }

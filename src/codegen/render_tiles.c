@@ -24,6 +24,27 @@ static void copy_setup(render_ctx *r, const kiln_contraction_tiles *t, int64_t e
   r->d->float_literal(r, KILN_DTYPE_F32, 0.0, zero, 40);
 }
 
+/* The loop over a slab's `count` elements, nt threads apart: a constant
+ * count of passes (unrolled where the dialect can ask for it, so a long K
+ * spends no loop passes on a driver that limits them), element kiln_e,
+ * guarded where the threads do not divide the slab. */
+static void open_slab_loop(render_ctx *r, const render_gpu_dialect *g, int count, int nt) {
+  int passes = (count + nt - 1) / nt;
+  render_line(r, "%sfor (int kiln_r = 0; kiln_r < %d; kiln_r++) {", g->unroll ? g->unroll : "", passes);
+  render_open_scope(r);
+  if (g->unroll) render_trips_enter_unrolled(r, passes);
+  else render_trips_enter(r, passes);
+  render_line(r, "const int kiln_e = kiln_t + kiln_r * %d;", nt);
+  if (count % nt) render_line(r, "if (kiln_e < %d) {", count);
+}
+
+static void close_slab_loop(render_ctx *r, int count, int nt) {
+  if (count % nt) render_line(r, "}");
+  render_trips_leave(r);
+  render_close_scope(r);
+  render_line(r, "}");
+}
+
 /* copy_tile four elements at a time: each thread loads a vec4 along the
  * contiguous side (the guard on its first element covers all four: that
  * side's extent is a multiple of 4) and stores its lanes, or the whole
@@ -37,9 +58,7 @@ static void copy_tile4(render_ctx *r, const kiln_loop_nest *nest, const render_g
   int64_t kext[KILN_MAX_RANK];
   char ext[40], kall[40], zero[40];
   copy_setup(r, t, extent, kvars, kext, ext, kall, zero);
-  render_line(r, "for (int kiln_e = kiln_t; kiln_e < %d; kiln_e += %d) {", count, nt);
-  render_open_scope(r);
-  render_trips_enter(r, (count + nt - 1) / nt);
+  open_slab_loop(r, g, count, nt);
   if (k_fastest) render_line(r, "const int kiln_kk = (kiln_e %% %d) * 4, kiln_j = kiln_e / %d;", t->tile_k / 4, t->tile_k / 4);
   else render_line(r, "const int kiln_j = (kiln_e %% %d) * 4, kiln_kk = kiln_e / %d;", width / 4, width / 4);
   render_line(r, "const %s kiln_i = %s * %d + kiln_j, kiln_k = kiln_k0 + kiln_kk;", ity, group, width);
@@ -77,9 +96,7 @@ static void copy_tile4(render_ctx *r, const kiln_loop_nest *nest, const render_g
       }
     }
   }
-  render_trips_leave(r);
-  render_close_scope(r);
-  render_line(r, "}");
+  close_slab_loop(r, count, nt);
 }
 
 int render_tiles_vec4_buffer(const kiln_loop_nest *nest, int which) {
@@ -129,9 +146,8 @@ static void copy_tile(render_ctx *r, const kiln_loop_nest *nest, const render_gp
   int64_t kext[KILN_MAX_RANK];
   char ext[40], kall[40], zero[40];
   copy_setup(r, t, extent, kvars, kext, ext, kall, zero);
-  render_line(r, "for (int kiln_e = kiln_t; kiln_e < %d; kiln_e += %d) {", t->tile_k * width, nt);
-  render_open_scope(r);
-  render_trips_enter(r, (t->tile_k * width + nt - 1) / nt);
+  int count = t->tile_k * width;
+  open_slab_loop(r, g, count, nt);
   if (k_fastest) render_line(r, "const int kiln_kk = kiln_e %% %d, kiln_j = kiln_e / %d;", t->tile_k, t->tile_k);
   else render_line(r, "const int kiln_j = kiln_e %% %d, kiln_kk = kiln_e / %d;", width, width);
   render_line(r, "const %s kiln_i = %s * %d + kiln_j, kiln_k = kiln_k0 + kiln_kk;", ity, group, width);
@@ -156,9 +172,7 @@ static void copy_tile(render_ctx *r, const kiln_loop_nest *nest, const render_gp
   } else {
     render_line(r, "%s[kiln_kk * %d + kiln_j] = %s;", dst, stride, value);
   }
-  render_trips_leave(r);
-  render_close_scope(r);
-  render_line(r, "}");
+  close_slab_loop(r, count, nt);
 }
 
 /* Vector tiles: each thread's block is a multiple of 4 both ways, so it
@@ -264,9 +278,10 @@ void render_contraction_tiles(render_ctx *r, const kiln_loop_nest *nest, const r
   render_line(r, "%s", g->barrier);
   bool half = g->half_type != NULL;
   int run = half ? 4 : 1; /* k's per step of the local loop: tile_k (16) is a multiple of 4 */
-  render_line(r, "for (int kiln_kk = 0; kiln_kk < %d; kiln_kk += %d) {", t->tile_k, run);
+  render_line(r, "%sfor (int kiln_kk = 0; kiln_kk < %d; kiln_kk += %d) {", g->unroll ? g->unroll : "", t->tile_k, run);
   render_open_scope(r);
-  render_trips_enter(r, t->tile_k / run);
+  if (g->unroll) render_trips_enter_unrolled(r, t->tile_k / run);
+  else render_trips_enter(r, t->tile_k / run);
   if (half) {
     render_half_products(r, t, g, vec, stride_a, stride_b);
   } else if (vec) {

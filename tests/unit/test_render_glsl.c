@@ -756,8 +756,8 @@ static void case_contraction_tiles(void) {
   tiles_case("tiles_conv", &c, NULL);
 }
 
-/* A driver that stops loops (llvmpipe: 65535 iterations per loop and
- * invocation): a kernel whose thread would loop longer is unsupported, and
+/* A driver that stops loops (llvmpipe: 65535 passes through the loops of
+ * an invocation, all together): a kernel whose thread would loop longer is unsupported, and
  * the cooperative-rows step takes rows whose reduction runs past it even
  * when the heuristics would not (many rows, strided reads). */
 static void case_loop_trips(void) {
@@ -796,6 +796,55 @@ static void case_loop_trips(void) {
     kernel_free(&k);
   }
   tgraph_free(&t);
+  /* The limit counts every loop's passes together, the last one of each
+   * loop included: the contraction template's slab copies and local
+   * products are unrolled and spend none, so only the k-steps do. K =
+   * 32000 would have spent 2000 * 59 passes in the four loops (llvmpipe
+   * then ended them early and the sums came back short, with no error). */
+  tgraph c = new_graph(43);
+  int64_t da[2] = {64, 32000}, db[2] = {32000, 64};
+  int a = input(&c, "a", KILN_DTYPE_F32, 2, da, -1, 1);
+  int b = input(&c, "b", KILN_DTYPE_F32, 2, db, -1, 1);
+  node(&c, "MatMul", 13, 2, (int[]){a, b}, "out");
+  st = run_ref(&c);
+  CHECK(!st, "loop trips, long K: reference: %s", st ? kiln_status_message(st) : "");
+  kiln_status_free(st);
+  st = build_kernel(&c, false, &k);
+  CHECK(!st, "loop trips, long K: building: %s", st ? kiln_status_message(st) : "");
+  kiln_status_free(st);
+  if (!st) {
+    k.nest.tiles = (kiln_contraction_tiles){0};
+    kiln_schedule_contraction_tiles(&k.nest, 64, 1);
+    CHECK(k.nest.tiles.n_red > 0 && k.nest.tiles.tile_k == 16, "long K: the template with k-steps of 16 does not apply");
+    kiln_glsl_options o = kiln_glsl_options_default();
+    o.max_loop_trips = 2000; /* 2000 k-steps and the pass that ends them: one past */
+    kiln_strbuf src = {0};
+    uint32_t groups[3];
+    st = kiln_render_glsl(k.b, &k.nest, "trips_k", &o, &src, groups);
+    CHECK(st && kiln_status_code_of(st) == KILN_UNSUPPORTED && strstr(kiln_status_message(st), "stops loops"),
+          "long K: 2001 passes must be past a limit of 2000: %s", st ? kiln_status_message(st) : "rendered");
+    kiln_status_free(st);
+    kiln_strbuf_free(&src);
+    /* llvmpipe's limit: renders, runs there to the last k, matches within
+     * f32 summation's error over 32000 products (2^-20 of sum |a||b|, which
+     * a lost tail of k's is far past: about 1 of 60 in magnitude). */
+    o.max_loop_trips = 65535;
+    double *tol = calloc(64 * 64, sizeof *tol);
+    const float *av = c.val[a]->data, *bv = c.val[b]->data;
+    for (int i = 0; tol && i < 64; i++)
+      for (int j = 0; j < 64; j++) {
+        double sum = 0;
+        for (int q = 0; q < 32000; q++) sum += fabs((double)av[i * 32000 + q] * (double)bv[q * 64 + j]);
+        tol[i * 64 + j] = ldexp(sum, -20);
+      }
+    CHECK(tol, "long K: out of memory");
+    extra_tol = tol;
+    if (tol) render_and_check("trips_long_k", &k, &c, &o);
+    extra_tol = NULL;
+    free(tol);
+    kernel_free(&k);
+  }
+  tgraph_free(&c);
 }
 
 static void case_reduce(void) {

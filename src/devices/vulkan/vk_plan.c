@@ -67,10 +67,11 @@ static bool half_arith_pays(const vk_device_props *props) {
 }
 
 int64_t vk_max_loop_trips(const vk_device_props *p) {
-  /* llvmpipe (lavapipe) ends every loop of a shader invocation after
-   * 65535 iterations, counted over the whole invocation and with no error
-   * (gallivm's loop limiter): a reduction of 100000 elements by one thread
-   * came back short. */
+  /* llvmpipe (lavapipe) ends every loop of a shader invocation once the
+   * passes through all its loops together reach 65535, with no error
+   * (gallivm's loop limiter, one counter per invocation): a reduction of
+   * 100000 elements by one thread came back short, and so did a Conv whose
+   * 1152 k-steps spent 60 passes each in four loops. */
   return strstr(p->name, "llvmpipe") ? 65535 : 0;
 }
 
@@ -141,9 +142,11 @@ static kiln_status_t vk_schedule(void *user, kiln_plan *p, int i) {
     kiln_schedule_contraction_tiles(&s->nest, cpu ? 32 : 64, cpu ? (int)KILN_MAX(2 * cores, 2) : VK_TILE_MIN_GROUPS);
   }
   o.max_loop_trips = vk_max_loop_trips(&x->dev->props);
+  /* A row's reductions by one thread spend the limit together (softmax:
+   * three over the row), so rows longer than a quarter of it go to a group. */
   if (!st)
     st = kiln_schedule_cooperative_rows(ps->fk.b, &s->nest, (int)o.workgroup_size, (int)o.workgroup_size,
-                                        x->dev->props.subgroup_arithmetic, o.max_loop_trips);
+                                        x->dev->props.subgroup_arithmetic, o.max_loop_trips / 4);
   /* One thread per row with a short innermost loop (attention's head dim):
    * that loop jammed, so the row's scores are computed once. */
   if (!st) st = kiln_schedule_jam_inner(ps->fk.b, &s->nest, KILN_MAX_JAM);
