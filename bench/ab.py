@@ -2,7 +2,7 @@
 """Two kiln configurations on one model, alternating: the A/B check of a
 change (a build before and after, the JIT against the precompiled tier).
 
-    python3 bench/ab.py MODEL 'A' 'B' [--rounds 5] [--iterations 50] [--threads 1]
+    python3 bench/ab.py MODEL 'A' 'B' [--rounds 5] [--iterations 50] [--threads 1] [--device cpu]
 
 MODEL is a zoo name (its inputs from bench/.zoo/NAME.meta.json) or an
 .onnx path (random inputs). A and B are space-separated settings:
@@ -47,7 +47,7 @@ def run(setting, model, inputs, args):
             kiln = v
         else:
             env[k] = v
-    side = types.SimpleNamespace(kiln=kiln, warmup=3, device=None)
+    side = types.SimpleNamespace(kiln=kiln, warmup=3, device=args.device)
     try:
         r = rb.kiln_bench(side, model, inputs, args.threads, args.iterations, env=env, timeout=args.timeout)
     except RuntimeError as e:
@@ -63,6 +63,7 @@ def main():
     ap.add_argument('--rounds', type=int, default=5)
     ap.add_argument('--iterations', type=int, default=50)
     ap.add_argument('--threads', type=int, default=1)
+    ap.add_argument('--device', default=None, help='kiln device (default: kiln bench\'s, cpu)')
     ap.add_argument('--timeout', type=int, default=1200)
     ap.add_argument('--zoo-dir', default=os.path.join(ROOT, 'bench', '.zoo'))
     args = ap.parse_args()

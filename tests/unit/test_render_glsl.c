@@ -797,10 +797,11 @@ static void case_loop_trips(void) {
   }
   tgraph_free(&t);
   /* The limit counts every loop's passes together, the last one of each
-   * loop included: the contraction template's slab copies and local
-   * products are unrolled and spend none, so only the k-steps do. K =
-   * 32000 would have spent 2000 * 59 passes in the four loops (llvmpipe
-   * then ended them early and the sums came back short, with no error). */
+   * loop included: the contraction template's slab copies are unrolled and
+   * spend none, and so are its local products where their 18 passes a
+   * k-step would not fit, so only the k-steps spend. K = 32000 would have
+   * spent 2000 * 60 passes in the four loops (llvmpipe then ended them
+   * early and the sums came back short, with no error). */
   tgraph c = new_graph(43);
   int64_t da[2] = {64, 32000}, db[2] = {32000, 64};
   int a = input(&c, "a", KILN_DTYPE_F32, 2, da, -1, 1);
