@@ -1055,6 +1055,12 @@ def dtype_cases():
     r = m.node('Reshape', [m.node('Transpose', [m.source([6, 20])], perm=[1, 0]), m.const(np.array([4, 30], np.int64))])
     for o in dql(m, r):
         m.out(o)
+    # Twenty of them side by side over 75000 elements: on lavapipe each one's whole-tensor range is past
+    # the loop budget of one thread, a group the GLSL renderer refuses, so the plan was rebuilt once per
+    # refusal, past the 16 rebuilds plan.c allowed (it then returned a freed status: a double free).
+    m = dcase('DQL_many')
+    for i in range(20):
+        m.out(dql(m, m.node('Mul', [m.source([300, 250]), m.const(np.float32(1.5 + i))]))[0])
     m = dcase('DQL_zero')
     for o in dql(m, m.node('Mul', [m.source([4, 9]), m.const(np.float32(0.0))])):
         m.out(o)
