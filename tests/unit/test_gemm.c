@@ -1,6 +1,6 @@
 /* test_gemm.c — kiln_sgemm against a float64 reference: odd shapes, both
  * transposes, alpha/beta, bias modes, epilogue coverage, packed B, small-M
- * (GEMV-like) shapes, forced tiny blocking, 1 and 2 threads, and every
+ * (GEMV-like) shapes, tiny problems, forced tiny blocking, 1 and 2 threads, and every
  * micro-kernel this CPU can run. */
 #include "devices/cpu/gemm/gemm.h"
 #include "devices/cpu/gemm/gemm_internal.h"
@@ -146,6 +146,18 @@ static void run_kernel_suite(kiln_threadpool *pool, const char *kname) {
     run_case(pool, kname, &t);
   }
   kiln_gemm_set_small_m(-1);
+  /* Tiny: B copied into whole vectors, rows four at a time (any m, n up to
+   * four vectors, k up to 128), every transpose, blend and bias; then the
+   * same shapes on the other paths. */
+  for (int pass = 0; pass < 2; pass++) {
+    kiln_gemm_set_tiny_max(pass ? 0 : INT64_MAX);
+    for (int r = 0; r < 24; r++) {
+      gemm_case t = random_case(37, 4 * kiln_gemm_active_kernel()->tiny_w + 1, 129);
+      if (r % 6 == 0) t.n = 4 * kiln_gemm_active_kernel()->tiny_w; /* whole vectors: stored as they are */
+      run_case(pool, kname, &t);
+    }
+  }
+  kiln_gemm_set_tiny_max(-1);
   gemm_case gemv = {.m = 1, .n = 4096, .k = 300, .alpha = 1.0f, .beta = 0.0f};
   run_case(pool, kname, &gemv);
   gemv.packed = true;
@@ -168,6 +180,7 @@ static void run_kernel_suite(kiln_threadpool *pool, const char *kname) {
   /* Tiny forced blocking: many k-slices, row blocks and column panels. */
   kiln_gemm_set_blocking(2 * kiln_gemm_active_kernel()->mr, 12, 2 * kiln_gemm_active_kernel()->nr);
   kiln_gemm_set_small_m(0); /* the blocked path even for tiny M */
+  kiln_gemm_set_tiny_max(0); /* and tiny problems */
   for (int r = 0; r < 20; r++) {
     kiln_gemm_test_direct_a(r % 3);
     kiln_gemm_test_direct_b(r % 4);
@@ -177,6 +190,7 @@ static void run_kernel_suite(kiln_threadpool *pool, const char *kname) {
   }
   kiln_gemm_test_no_full_k(0);
   kiln_gemm_set_small_m(-1);
+  kiln_gemm_set_tiny_max(-1);
   kiln_gemm_test_direct_a(0);
   kiln_gemm_test_direct_b(0);
   kiln_gemm_set_blocking(0, 0, 0);

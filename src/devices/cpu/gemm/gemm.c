@@ -67,6 +67,7 @@ static int g_direct_a, g_direct_b;       /* tests: 1 reads in place, 2 packs, 0 
 static int g_no_full_k;                  /* tests: 1 never packs B for all of K */
 static int64_t g_small_m_max = KILN_GEMM_SMALL_M_PATH; /* tests/benches may change these */
 static int64_t g_small_m_packed_max = KILN_GEMM_SMALL_M_PACKED;
+static int64_t g_tiny_max = KILN_GEMM_TINY_PRODUCTS;   /* tests: 0 turns the tiny path off */
 
 static bool kernel_usable(const kiln_gemm_kernel *k) {
   if (!k->name || !k->micro) return false;
@@ -138,6 +139,8 @@ void kiln_gemm_set_small_m(int64_t max_m) {
   g_small_m_max = max_m >= 0 ? max_m : KILN_GEMM_SMALL_M_PATH;
   g_small_m_packed_max = max_m >= 0 ? max_m : KILN_GEMM_SMALL_M_PACKED;
 }
+
+void kiln_gemm_set_tiny_max(int64_t max_products) { g_tiny_max = max_products >= 0 ? max_products : KILN_GEMM_TINY_PRODUCTS; }
 
 const char *kiln_sgemm_kernel_name(void) { return kiln_gemm_active_kernel()->name; }
 
@@ -229,6 +232,37 @@ static void rows_task(void *ctx, int64_t begin, int64_t end, int thread) {
   if (job->scale_only) scale_rows(job->g, begin, end);
   else naive_rows(job->g, job->bp, job->nr, begin, end);
   run_epilogue_rows(job->g, begin, end);
+}
+
+/* ---- tiny: B copied once, A read in place, no blocking -------------------- */
+
+/* Returns false when this path does not apply. Single-threaded: a problem
+ * this small takes less time than waking the pool (batched callers run
+ * their batches on it instead). Against the blocked path, one thread, Zen 4
+ * (AVX-512; a busy host, so ratios): 16x16x16 0.43x, with B transposed
+ * 0.54x, 16x16x64 0.56x, 7x10x9 0.56x, 16x64x16 0.89x, 32x32x32 0.95x,
+ * 64x64x16 1.05x, 64x64x64 1.05x: hence up to 32^3 products. */
+static bool tiny(const kiln_sgemm_args *g, const kiln_gemm_kernel *kern, const float *bp) {
+  if (bp || !kern->tiny || g->k > KILN_GEMM_TINY_K || g->n > KILN_GEMM_TINY_NV * kern->tiny_w ||
+      (double)g->m * (double)g->n * (double)g->k > (double)g_tiny_max)
+    return false;
+  int w = kern->tiny_w, nv = (int)ceil_div(g->n, w);
+  float b[KILN_GEMM_TINY_K * KILN_GEMM_TINY_NV * 16] __attribute__((aligned(64)));
+  if ((int64_t)nv * w * g->k > (int64_t)(sizeof b / sizeof *b)) return false;
+  for (int64_t p = 0; p < g->k; p++) {
+    float *row = b + p * nv * w;
+    if (g->trans_b)
+      for (int64_t j = 0; j < g->n; j++) row[j] = g->b[j * g->ldb + p];
+    else
+      memcpy(row, g->b + p * g->ldb, (size_t)g->n * sizeof(float));
+    for (int64_t j = g->n; j < (int64_t)nv * w; j++) row[j] = 0.0f;
+  }
+  kiln_gemm_store st = {.alpha = g->alpha, .beta = g->beta};
+  if (g->bias && g->bias_axis == KILN_GEMM_BIAS_ROW) st.bias_row = g->bias;
+  if (g->bias && g->bias_axis == KILN_GEMM_BIAS_COL) st.bias_col = g->bias;
+  kern->tiny(g->m, g->n, g->k, g->a, g->trans_a ? 1 : g->lda, g->trans_a ? g->lda : 1, b, nv, g->c, g->ldc, &st);
+  if (g->epilogue) g->epilogue(g->epilogue_ctx, g->c, g->ldc, 0, 0, g->m, g->n);
+  return true;
 }
 
 /* ---- small M: stream B once, A read in place ----------------------------- */
@@ -711,6 +745,6 @@ void kiln_sgemm(kiln_threadpool *pool, const kiln_sgemm_args *g) {
     run_parallel(pool, g->m, max64(1, 4096 / g->n), rows_task, &rj);
     return;
   }
-  if (small_m(pool, g, kern, bp)) return;
+  if (tiny(g, kern, bp) || small_m(pool, g, kern, bp)) return;
   blocked(pool, g, kern, bp);
 }

@@ -49,6 +49,17 @@ typedef void (*kiln_gemm_micro_fn)(int64_t kc, const float *a, int64_t rsa, int6
 typedef void (*kiln_gemm_small_fn)(int64_t m, int64_t nb, int64_t k, const float *a, int64_t rsa, int64_t csa,
                                    const float *b, int64_t ldb, float *c, int64_t ldc, const kiln_gemm_store *st);
 
+/* The tiny path (kiln_sgemm of a few thousand products: attention's
+ * 16 x 16 heads): no packing of A, no blocking, B copied once by the
+ * driver into bp, k rows of nv whole vectors (zero past n), so A's element
+ * (i, p) at a[i*rsa + p*csa] times bp's row p gives row i of c (n columns
+ * stored with st; bias_row indexed from row 0). nv is 1..KILN_GEMM_TINY_NV. */
+#define KILN_GEMM_TINY_NV 4
+#define KILN_GEMM_TINY_K 128            /* the most k of the tiny path (bp stays on the stack: 32 KiB) */
+#define KILN_GEMM_TINY_PRODUCTS 32768   /* and the most m * n * k (below, see gemm.c's tiny()) */
+typedef void (*kiln_gemm_tiny_fn)(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa, int64_t csa,
+                                  const float *bp, int nv, float *c, int64_t ldc, const kiln_gemm_store *st);
+
 /* Packing routines: same contract as kiln_gemm_pack_a / kiln_gemm_pack_b_block below. */
 typedef void (*kiln_gemm_pack_a_fn)(bool trans_a, const float *a, int64_t lda, int64_t i0, int64_t mb, int64_t p0,
                                     int64_t kb, int mr, float *out);
@@ -62,6 +73,8 @@ typedef struct kiln_gemm_kernel {
   kiln_gemm_micro_fn micro;
   bool copies_b; /* micro honours kiln_gemm_store.b_copy */
   kiln_gemm_small_fn small_rows, small_packed, small_dots; /* NULL: blocked path */
+  kiln_gemm_tiny_fn tiny;                                  /* NULL: no tiny path */
+  int tiny_w;                                              /* floats per vector of tiny's bp */
   kiln_gemm_pack_a_fn pack_a;                              /* never NULL */
   kiln_gemm_pack_b_fn pack_b;                              /* never NULL */
 } kiln_gemm_kernel;
@@ -100,6 +113,9 @@ void kiln_gemm_test_no_full_k(int mode);
 /* For tests and benches: the most rows that take the small-M path, with
  * and without a packed B (-1: the defaults). */
 void kiln_gemm_set_small_m(int64_t max_m);
+/* For tests and benches: the most m * n * k that takes the tiny path (0:
+ * none; -1: the default). */
+void kiln_gemm_set_tiny_max(int64_t max_products);
 
 /* Packing (gemm_pack.c). */
 void kiln_gemm_pack_a(bool trans_a, const float *a, int64_t lda, int64_t i0, int64_t mb, int64_t p0, int64_t kb,
