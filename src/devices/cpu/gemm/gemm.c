@@ -243,7 +243,10 @@ static void rows_task(void *ctx, int64_t begin, int64_t end, int thread) {
  * 0.54x, 16x16x64 0.56x, 7x10x9 0.56x, 16x64x16 0.89x, 32x32x32 0.95x,
  * 64x64x16 1.05x, 64x64x64 1.05x: hence up to 32^3 products. */
 static bool tiny(const kiln_sgemm_args *g, const kiln_gemm_kernel *kern, const float *bp) {
-  if (bp || !kern->tiny || g->k > KILN_GEMM_TINY_K || g->n > KILN_GEMM_TINY_NV * kern->tiny_w ||
+  /* Few rows read B about once: copying it first costs as much as the
+   * product, and the small-M path reads it in place (greedy_loop's
+   * GEMVs: 17% slower through here). */
+  if (bp || !kern->tiny || g->m <= g_small_m_max || g->k > KILN_GEMM_TINY_K || g->n > KILN_GEMM_TINY_NV * kern->tiny_w ||
       (double)g->m * (double)g->n * (double)g->k > (double)g_tiny_max)
     return false;
   int w = kern->tiny_w, nv = (int)ceil_div(g->n, w);
