@@ -48,7 +48,7 @@ kiln_status_t kiln_schedule_cooperative_rows(const te_builder *b, kiln_loop_nest
                                              bool subgroups, int64_t long_chain) {
   int pd = nest->parallel_dims;
   bool pow2 = threads > 0 && !(threads & (threads - 1));
-  if (threads < 1 || (!pow2 && !subgroups) || nest->tiles.n_red || nest->thread_tile > 1 || pd < 1) return NULL;
+  if (threads < 1 || (!pow2 && !subgroups) || nest->tiles.n_red || nest->thread_tile > 1 || pd < 0) return NULL;
   int64_t rows = 1;
   for (int i = 0; i < pd; i++) rows *= nest->extents[i];
   char *seen = calloc((size_t)te_expr_count(b) + 1, 1);

@@ -1055,9 +1055,10 @@ def dtype_cases():
     r = m.node('Reshape', [m.node('Transpose', [m.source([6, 20])], perm=[1, 0]), m.const(np.array([4, 30], np.int64))])
     for o in dql(m, r):
         m.out(o)
-    # Twenty of them side by side over 75000 elements: on lavapipe each one's whole-tensor range is past
-    # the loop budget of one thread, a group the GLSL renderer refuses, so the plan was rebuilt once per
-    # refusal, past the 16 rebuilds plan.c allowed (it then returned a freed status: a double free).
+    # Twenty of them side by side over 75000 elements: under a driver's loop limit (lavapipe's, or the
+    # smaller one of ctest diff.vulkan_loop_limit) each one's whole-tensor range can be past what a
+    # thread may loop, a group the GLSL renderer refuses, and the plan is rebuilt once per refusal: past
+    # the 16 rebuilds plan.c allowed, it returned a freed status (a double free).
     m = dcase('DQL_many')
     for i in range(20):
         m.out(dql(m, m.node('Mul', [m.source([300, 250]), m.const(np.float32(1.5 + i))]))[0])

@@ -72,6 +72,14 @@ int64_t vk_max_loop_trips(const vk_device_props *p) {
    * (gallivm's loop limiter, one counter per invocation): a reduction of
    * 100000 elements by one thread came back short, and so did a Conv whose
    * 1152 k-steps spent 60 passes each in four loops. */
+  /* KILN_VULKAN_LOOP_LIMIT=N plays a driver with a limit of N passes (a
+   * test reaches the refusals and the plan's rebuilds with it). */
+  const char *env = getenv("KILN_VULKAN_LOOP_LIMIT");
+  if (env && *env) {
+    char *end;
+    long long n = strtoll(env, &end, 10);
+    if (*end == '\0' && n > 0) return n;
+  }
   return strstr(p->name, "llvmpipe") ? 65535 : 0;
 }
 
