@@ -3,6 +3,8 @@
  * launch_step, plan_end) and the runtime slots (buffers, submit, events);
  * everything else (steps in order, reference steps on host values,
  * observers, outputs) happens here. */
+#include <stdatomic.h>
+
 #include "base/limits.h"
 #include "tensor/dtype.h"
 #include "runtime/executor.h"
@@ -20,6 +22,15 @@ struct kiln_executable {
                                 input device steps read; owned */
   int64_t weight_bytes;      /* constants uploaded at prepare */
   kiln_body_plans *bodies;   /* the control-flow bodies' plans; owned */
+  /* A run's per-value arrays, kept for the next run (a Loop's body runs
+   * once per iteration: allocating and freeing five of them each time was
+   * a large share of a small body's time). Runs of one executable do not
+   * overlap (they share its arena); the flag only makes a second one
+   * allocate its own rather than share. Owned. */
+  kiln_value **spare_host;
+  char *spare_uploaded;
+  kiln_plan_bindings spare_b;
+  atomic_flag spare_busy;
 };
 
 static void bindings_free(kiln_plan_bindings *b) {
@@ -177,6 +188,9 @@ void kiln_plan_executable_free(kiln_device *dev, struct kiln_executable *x) {
     if (x->own[v]) kiln_device_buffer_free(dev, x->own[v]);
   free(x->own);
   bindings_free(&x->bind);
+  free(x->spare_host);
+  free(x->spare_uploaded);
+  bindings_free(&x->spare_b);
   kiln_plan_free(x->plan);
   free(x);
 }
@@ -522,9 +536,34 @@ kiln_status_t kiln_plan_execute(kiln_device *dev, struct kiln_executable *x, kil
   const kiln_graph *g = p->g;
   int nv = g->n_values;
   run_state r = {0};
-  r.host = calloc((size_t)nv + 1, sizeof *r.host);
-  r.uploaded = calloc((size_t)nv + 1, 1);
-  kiln_status_t st = r.host && r.uploaded ? bindings_copy(nv, &x->bind, &r.b) : KILN_OOM();
+  kiln_status_t st = NULL;
+  bool spare = !atomic_flag_test_and_set_explicit(&x->spare_busy, memory_order_acquire);
+  if (spare && !x->spare_host) { /* the first run: made here, kept */
+    x->spare_host = calloc((size_t)nv + 1, sizeof *x->spare_host);
+    x->spare_uploaded = calloc((size_t)nv + 1, 1);
+    if (!x->spare_host || !x->spare_uploaded || bindings_alloc(nv, &x->spare_b)) {
+      free(x->spare_host);
+      free(x->spare_uploaded);
+      x->spare_host = NULL;
+      x->spare_uploaded = NULL;
+      atomic_flag_clear_explicit(&x->spare_busy, memory_order_release);
+      spare = false;
+    }
+  }
+  if (spare) {
+    r.host = x->spare_host;
+    r.uploaded = x->spare_uploaded;
+    r.b = x->spare_b;
+    memset(r.host, 0, ((size_t)nv + 1) * sizeof *r.host);
+    memset(r.uploaded, 0, (size_t)nv + 1);
+    memcpy(r.b.buffer, x->bind.buffer, (size_t)nv * sizeof *r.b.buffer);
+    memcpy(r.b.offset, x->bind.offset, (size_t)nv * sizeof *r.b.offset);
+    memcpy(r.b.host, x->bind.host, (size_t)nv * sizeof *r.b.host);
+  } else {
+    r.host = calloc((size_t)nv + 1, sizeof *r.host);
+    r.uploaded = calloc((size_t)nv + 1, 1);
+    st = r.host && r.uploaded ? bindings_copy(nv, &x->bind, &r.b) : KILN_OOM();
+  }
   for (int k = 0; k < g->n_inputs && !st; k++) {
     int id = g->inputs[k];
     if (!inputs[k]) continue; /* initializer default */
@@ -540,9 +579,13 @@ kiln_status_t kiln_plan_execute(kiln_device *dev, struct kiln_executable *x, kil
   if (r.n_pending) kiln_status_free(wait_device(x, &r)); /* an error left readbacks in flight */
   if (!st) st = copy_outputs(p, &r.b, r.host, n_outputs, outs);
   for (int i = 0; r.host && i < nv; i++) kiln_value_free(r.host[i]);
-  free(r.host);
-  free(r.uploaded);
   free(r.pending);
-  bindings_free(&r.b);
+  if (spare) {
+    atomic_flag_clear_explicit(&x->spare_busy, memory_order_release);
+  } else {
+    free(r.host);
+    free(r.uploaded);
+    bindings_free(&r.b);
+  }
   return st;
 }
