@@ -45,8 +45,16 @@ bool kiln_shape_equal(int ra, const int64_t *a, int rb, const int64_t *b) {
   return true;
 }
 
-static kiln_status_t tensor_header(kiln_dtype dtype, int rank, const int64_t *dims, kiln_tensor **out,
-                                   int64_t *out_bytes) {
+/* Data of at most this many bytes shares the header's block (one
+ * allocation instead of two, and no aligned one: a Loop body's small
+ * results are allocated every iteration). */
+#define KILN_TENSOR_INLINE_BYTES 512
+
+/* The header; with `inline_data`, followed in the same block by room for
+ * the data (64-byte aligned) when it is small, t->data then pointing there
+ * (and owns_data false: freeing the header frees it). */
+static kiln_status_t tensor_header(kiln_dtype dtype, int rank, const int64_t *dims, bool inline_data,
+                                   kiln_tensor **out, int64_t *out_bytes) {
   *out = NULL;
   if (!kiln_dtype_is_valid((int)dtype))
     return kiln_error(KILN_INVALID_ARGUMENT, "invalid dtype %d", (int)dtype);
@@ -62,8 +70,10 @@ static kiln_status_t tensor_header(kiln_dtype dtype, int rank, const int64_t *di
                       kiln_shape_str(rank, dims, s, sizeof s), kiln_dtype_name(dtype), (long long)limit,
                       limit < KILN_MAX_TENSOR_BYTES ? ", KILN_MAX_TENSOR_BYTES" : "");
   }
-  kiln_tensor *t = calloc(1, sizeof *t);
+  bool in_block = inline_data && dtype != KILN_DTYPE_STRING && bytes <= KILN_TENSOR_INLINE_BYTES;
+  kiln_tensor *t = calloc(1, sizeof *t + (in_block ? 63 + (size_t)(bytes ? bytes : 1) : 0));
   if (!t) return KILN_OOM();
+  if (in_block) t->data = (void *)(((uintptr_t)(t + 1) + 63) & ~(uintptr_t)63);
   t->refcount = 1;
   t->dtype = dtype;
   t->rank = rank;
@@ -76,8 +86,9 @@ static kiln_status_t tensor_header(kiln_dtype dtype, int rank, const int64_t *di
 
 static kiln_status_t tensor_alloc(kiln_dtype dtype, int rank, const int64_t *dims, bool zero, kiln_tensor **out) {
   int64_t bytes;
-  KILN_TRY(tensor_header(dtype, rank, dims, out, &bytes));
+  KILN_TRY(tensor_header(dtype, rank, dims, true, out, &bytes));
   kiln_tensor *t = *out;
+  if (t->data) return NULL; /* in the header's block, zeroed with it */
   /* At least one line so data != NULL. */
   size_t alloc = ((size_t)bytes + 63) & ~(size_t)63;
   if (alloc == 0) alloc = 64;
@@ -103,7 +114,7 @@ kiln_status_t kiln_tensor_new_uninit(kiln_dtype dtype, int rank, const int64_t *
 kiln_status_t kiln_tensor_wrap(kiln_dtype dtype, int rank, const int64_t *dims, void *data,
                                kiln_keepalive *keepalive, kiln_tensor **out) {
   int64_t bytes;
-  KILN_TRY(tensor_header(dtype, rank, dims, out, &bytes));
+  KILN_TRY(tensor_header(dtype, rank, dims, false, out, &bytes));
   (*out)->data = data;
   (*out)->keepalive = keepalive;
   kiln_keepalive_retain(keepalive);
