@@ -330,8 +330,10 @@ static bool small_m(kiln_threadpool *pool, const kiln_sgemm_args *g, const kiln_
     job.rsa = g->k;
   }
   /* Column units: whole strips of packed B; enough columns per thread that
-   * each streams long runs of B's rows. */
-  int threads = pool_threads(pool);
+   * each streams long runs of B's rows. Below 64K multiply-adds one thread:
+   * waking the pool costs more (greedy_loop's 1 x 32 x 32 GEMVs split over
+   * two threads made its run without the JIT 2x its compiled one). */
+  int threads = (double)g->m * (double)g->n * (double)g->k < 65536.0 ? 1 : pool_threads(pool);
   int64_t unit = bp ? kern->nr : 16;
   int64_t units = ceil_div(g->n, unit);
   int64_t per = ceil_div(units, threads);
