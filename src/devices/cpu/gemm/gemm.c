@@ -238,10 +238,10 @@ static void rows_task(void *ctx, int64_t begin, int64_t end, int thread) {
 
 /* Returns false when this path does not apply. Single-threaded: a problem
  * this small takes less time than waking the pool (batched callers run
- * their batches on it instead). Against the blocked path, one thread, Zen 4
- * (AVX-512; a busy host, so ratios): 16x16x16 0.43x, with B transposed
- * 0.54x, 16x16x64 0.56x, 7x10x9 0.56x, 16x64x16 0.89x, 32x32x32 0.95x,
- * 64x64x16 1.05x, 64x64x64 1.05x: hence up to 32^3 products. */
+ * their batches on it instead). Against the path the call takes without it
+ * (bench/gemm/bench_tiny.c, one thread, Zen 4 with AVX-512, a busy host):
+ * 16x16x16 0.45x, with B transposed 0.63x, 16x16x64 0.64x, 16x64x16 0.98x,
+ * 32x32x32 0.95-1.06x, 64x64x16 and 64x64x64 1.05x: hence up to 32^3. */
 static bool tiny(const kiln_sgemm_args *g, const kiln_gemm_kernel *kern, const float *bp) {
   /* Few rows read B about once: copying it first costs as much as the
    * product, and the small-M path reads it in place (greedy_loop's
