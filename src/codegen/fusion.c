@@ -27,6 +27,7 @@ static bool fusable_class(kiln_op_class c) {
  * steps of an RNN (passes/decompose.c) otherwise becomes one kernel
  * reading every step. */
 #define KILN_FUSION_MAX_OPERANDS 48
+#define KILN_FUSION_CONCAT_INPUTS 2
 
 kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bool contraction_epilogues,
                                kiln_fusion *f) {
@@ -136,6 +137,15 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
          * time of the two kernels apart). */
         if (node->op && (node->op->flags & KILN_OP_REREADS_INPUT) && has_injective[p]) ok = false;
       }
+      /* A Concat group of many inputs (passes/decompose.c makes a big one a
+       * tree of Concats, fused back into one group) stays a buffer under an
+       * elementwise consumer: fused, each of the consumer's elements picks
+       * its input through the tree's selects (DenseNet's BN + ReLU over the
+       * concatenation of every earlier layer: a third of densenet201's time,
+       * at 1-2 GFLOP/s); apart, the concat is runs of copies and the
+       * consumer reads one buffer. */
+      if (consumer_elementwise && kiln_node_is(&g->nodes[p], KILN_OP_Concat) && operands[p] > KILN_FUSION_CONCAT_INPUTS)
+        continue;
       if (!ok || operands[n] - 1 + operands[p] > KILN_FUSION_MAX_OPERANDS) continue;
       /* Merge p's group into n's. */
       for (int k = p; k >= 0; k = next[k]) f->group_of[k] = n;

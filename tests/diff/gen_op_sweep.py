@@ -300,6 +300,15 @@ def where_cases():
     m = case('Concat_n20_channels')
     parts = [m.node('Relu', [m.source([1, 2 + i % 5, 5, 6])]) for i in range(20)]
     m.out(m.node('Concat', parts, axis=-3))
+    # DenseNet's layer input: a Concat of every earlier feature map (12 here: a tree after decompose.c),
+    # then BatchNormalization's scale and shift and a ReLU; the Concat group stays a buffer (fusion.c), the
+    # elementwise kernel reads it whole.
+    m = case('Concat_dense_bn_relu')
+    parts = [m.source([1, 3 + i % 4, 7, 9]) for i in range(12)]
+    cat = m.node('Concat', parts, axis=1)
+    ch = sum(3 + i % 4 for i in range(12))
+    bn = m.node('Add', [m.node('Mul', [cat, m.randc([1, ch, 1, 1])]), m.randc([1, ch, 1, 1])])
+    m.out(m.node('Relu', [bn]))
 
 
 # ---- reductions --------------------------------------------------------------------
