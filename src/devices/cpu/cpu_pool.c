@@ -72,6 +72,18 @@ static bool padded_path(const kiln_rt_pool_args *a) {
   return a->nsp == 2 && a->stride[0] == 1 && a->stride[1] == 1;
 }
 
+/* A 2x2 window of stride 2 whose windows are all inside the plane (VGG's,
+ * U-Net's and most small CNNs' pools): both axes in one pass
+ * (cpu_pool_impl.h body_2x2s2). */
+static bool path_2x2s2(const kiln_rt_pool_args *a) {
+  if (a->nsp != 2) return false;
+  for (int i = 0; i < 2; i++)
+    if (a->kernel[i] != 2 || a->stride[i] != 2 || a->dilation[i] != 1 || a->pad_begin[i] != 0 ||
+        2 * a->out[i] > a->in[i])
+      return false;
+  return true;
+}
+
 static void padded_dims(const kiln_rt_pool_args *a, int64_t *hp, int64_t *wp) {
   *hp = a->out[0] + (a->kernel[0] - 1) * a->dilation[0];
   *wp = a->out[1] + (a->kernel[1] - 1) * a->dilation[1];
@@ -130,6 +142,12 @@ static void pool_plane(const void *job, const float *src, float *y, float *scrat
   }
   if (padded_path(a)) {
     pool_plane_padded(j, src, y, scratch);
+  } else if (path_2x2s2(a)) {
+#ifdef POOL_HAVE_AVX2
+    if (j->avx2) plane_2x2s2_avx2(src, y, a->in[1], a->out[0], a->out[1], a->max);
+    else
+#endif
+      plane_2x2s2_generic(src, y, a->in[1], a->out[0], a->out[1], a->max);
   } else {
     /* dims of the block as the passes go: axes before i at the input's
      * size, axis i and after at the output's. */

@@ -67,6 +67,56 @@ static inline __attribute__((always_inline)) int64_t POOL_FN(stride2_vec)(const 
   return o;
 }
 
+/* A 2x2 window of stride 2 over a plane whose every window is inside it
+ * (no padding), both axes in one pass: each output row reads its two input
+ * rows once, eight outputs at a time from their even and odd lanes (the
+ * two separable passes wrote and reread a half-size plane, and their row
+ * loops cost more than the work on small planes: small_cnn's 2x2 pools of
+ * [16, 32, 32]). The same taps and order as the passes: each row's pair
+ * (tap 0 then 1), then row 0's result and row 1's. */
+static inline __attribute__((always_inline)) void POOL_FN(body_2x2s2)(const float *x, float *y, int64_t W,
+                                                                     int64_t OH, int64_t OW, const bool max) {
+  const float init = max ? -INFINITY : 0.0f;
+  const pool_v8 vinit = {init, init, init, init, init, init, init, init};
+  for (int64_t oh = 0; oh < OH; oh++) {
+    const float *r0 = x + 2 * oh * W, *r1 = r0 + W;
+    float *out = y + oh * OW;
+    int64_t o = 0;
+    for (; o + 8 <= OW; o += 8) {
+      pool_v8 u, w, t, a0, a1, acc;
+      __builtin_memcpy(&u, r0 + 2 * o, sizeof u);
+      __builtin_memcpy(&w, r0 + 2 * o + 8, sizeof w);
+      t = POOL_EVEN(u, w);
+      a0 = POOL_V8_OP(max, vinit, t);
+      t = POOL_ODD(u, w);
+      a0 = POOL_V8_OP(max, a0, t);
+      __builtin_memcpy(&u, r1 + 2 * o, sizeof u);
+      __builtin_memcpy(&w, r1 + 2 * o + 8, sizeof w);
+      t = POOL_EVEN(u, w);
+      a1 = POOL_V8_OP(max, vinit, t);
+      t = POOL_ODD(u, w);
+      a1 = POOL_V8_OP(max, a1, t);
+      acc = POOL_V8_OP(max, vinit, a0);
+      acc = POOL_V8_OP(max, acc, a1);
+      __builtin_memcpy(out + o, &acc, sizeof acc);
+    }
+    for (; o < OW; o++) {
+      float a0 = init, a1 = init, acc = init;
+      a0 = POOL_OP(max, a0, r0[2 * o]);
+      a0 = POOL_OP(max, a0, r0[2 * o + 1]);
+      a1 = POOL_OP(max, a1, r1[2 * o]);
+      a1 = POOL_OP(max, a1, r1[2 * o + 1]);
+      acc = POOL_OP(max, acc, a0);
+      out[o] = POOL_OP(max, acc, a1);
+    }
+  }
+}
+
+static void POOL_FN(plane_2x2s2)(const float *x, float *y, int64_t W, int64_t OH, int64_t OW, bool max) {
+  if (max) POOL_FN(body_2x2s2)(x, y, W, OH, OW, true);
+  else POOL_FN(body_2x2s2)(x, y, W, OH, OW, false);
+}
+
 /* Along the innermost axis (inner = 1): dst[r][o] over src[r][...], for
  * rows r < outer. Tap k reads inside the input for outputs [lo[k], hi[k]). */
 static inline __attribute__((always_inline)) void POOL_FN(last_body)(const float *src, float *dst, int64_t outer,
