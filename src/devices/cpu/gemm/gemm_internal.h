@@ -59,6 +59,14 @@ typedef void (*kiln_gemm_small_fn)(int64_t m, int64_t nb, int64_t k, const float
 #define KILN_GEMM_TINY_PRODUCTS 32768   /* and the most m * n * k (below, see gemm.c's tiny()) */
 typedef void (*kiln_gemm_tiny_fn)(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa, int64_t csa,
                                   const float *bp, int nv, float *c, int64_t ldc, const kiln_gemm_store *st);
+/* Per kernel set (gemm_tiny.c: one file, compiled with multiply-adds
+ * contracted, which the other kernel files are not). */
+void kiln_gemm_tiny_avx512(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa, int64_t csa,
+                           const float *bp, int nv, float *c, int64_t ldc, const kiln_gemm_store *st);
+void kiln_gemm_tiny_avx2(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa, int64_t csa,
+                         const float *bp, int nv, float *c, int64_t ldc, const kiln_gemm_store *st);
+void kiln_gemm_tiny_generic(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa, int64_t csa,
+                            const float *bp, int nv, float *c, int64_t ldc, const kiln_gemm_store *st);
 
 /* Packing routines: same contract as kiln_gemm_pack_a / kiln_gemm_pack_b_block below. */
 typedef void (*kiln_gemm_pack_a_fn)(bool trans_a, const float *a, int64_t lda, int64_t i0, int64_t mb, int64_t p0,

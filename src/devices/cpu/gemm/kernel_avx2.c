@@ -103,12 +103,6 @@ static KILN_AVX2 void micro(int64_t kc, const float *a, int64_t rsa, int64_t csa
 #define SMALL_NR NR
 #include "devices/cpu/gemm/gemm_small_impl.h"
 
-/* The tiny-problem kernel, 8 floats per vector. */
-#define TINY_FN(name) avx2_##name
-#define TINY_ATTR KILN_AVX2
-#define TINY_W 8
-#include "devices/cpu/gemm/gemm_tiny_impl.h"
-
 const kiln_gemm_kernel kiln_gemm_kernel_avx2 = {
     .name = "avx2",
     .id = 2,
@@ -118,7 +112,7 @@ const kiln_gemm_kernel kiln_gemm_kernel_avx2 = {
     .small_rows = avx2_small_rows,
     .small_packed = avx2_small_packed,
     .small_dots = avx2_small_dots,
-    .tiny = avx2_tiny,
+    .tiny = kiln_gemm_tiny_avx2,
     .tiny_w = 8,
     .pack_a = kiln_gemm_pack_a,
     .pack_b = kiln_gemm_pack_b_block,

@@ -562,12 +562,6 @@ static KILN_AVX512 void pack_b(bool trans_b, const float *b, int64_t ldb, int64_
   }
 }
 
-/* The tiny-problem kernel, 16 floats per vector. */
-#define TINY_FN(name) avx512_##name
-#define TINY_ATTR KILN_AVX512
-#define TINY_W 16
-#include "devices/cpu/gemm/gemm_tiny_impl.h"
-
 const kiln_gemm_kernel kiln_gemm_kernel_avx512 = {
     .pack_a = pack_a,
     .pack_b = pack_b,
@@ -580,7 +574,7 @@ const kiln_gemm_kernel kiln_gemm_kernel_avx512 = {
     .small_rows = small_rows,
     .small_packed = small_packed,
     .small_dots = small_dots,
-    .tiny = avx512_tiny,
+    .tiny = kiln_gemm_tiny_avx512,
     .tiny_w = 16,
 };
 

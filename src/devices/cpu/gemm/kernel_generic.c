@@ -47,12 +47,6 @@ static void micro_4x16(int64_t kc, const float *a, int64_t rsa, int64_t csa, con
 #define SMALL_NR 16
 #include "devices/cpu/gemm/gemm_small_impl.h"
 
-/* The tiny-problem kernel, 4 floats per vector. */
-#define TINY_FN(name) kiln_gemm_generic_##name
-#define TINY_ATTR 
-#define TINY_W 4
-#include "devices/cpu/gemm/gemm_tiny_impl.h"
-
 const kiln_gemm_kernel kiln_gemm_kernel_generic = {
     .name = "generic",
     .id = 1,
@@ -62,7 +56,7 @@ const kiln_gemm_kernel kiln_gemm_kernel_generic = {
     .small_rows = kiln_gemm_generic_small_rows,
     .small_packed = kiln_gemm_generic_small_packed,
     .small_dots = kiln_gemm_generic_small_dots,
-    .tiny = kiln_gemm_generic_tiny,
+    .tiny = kiln_gemm_tiny_generic,
     .tiny_w = 4,
     .pack_a = kiln_gemm_pack_a,
     .pack_b = kiln_gemm_pack_b_block,
