@@ -72,7 +72,8 @@ kiln_status_t kiln_schedule_cooperative_rows(const te_builder *b, kiln_loop_nest
     if (!reads_contiguous(c.red[c.n - 1]->a, c.red[c.n - 1]->var, seen)) contiguous = false;
     bool with = false, without = false;
     memset(seen, 0, (size_t)te_expr_count(b) + 1);
-    if (shares_loads(c.red[c.n - 1]->a, nest->vars[pd - 1], &with, &without, seen)) shared = true;
+    /* (a reduction to a scalar has no rows to share loads between) */
+    if (pd > 0 && shares_loads(c.red[c.n - 1]->a, nest->vars[pd - 1], &with, &without, seen)) shared = true;
   }
   free(seen);
   /* Few rows: a group each keeps the device busy whatever they read. */
