@@ -381,7 +381,8 @@ kiln_status_t kiln_plan_build(const kiln_graph *g, const kiln_plan_target *targe
   *out = NULL;
   /* Each retry denies the device at least one more node, so there are at
    * most as many as nodes (a 16-attempt cap returned a freed status once
-   * BERT's int8 encoder on vulkan needed more). */
+   * BERT's int8 encoder needed more on a GPU dialect that refuses many of
+   * its groups). */
   for (int attempt = 0;; attempt++) {
     kiln_status_t st = build_once(g, target, out);
     if (!st || !target->retry || attempt > g->n_nodes || !target->retry(target->user)) return st;
