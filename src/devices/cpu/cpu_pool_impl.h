@@ -84,18 +84,19 @@ static inline __attribute__((always_inline)) void POOL_FN(body_2x2s2)(const floa
     int64_t o = 0;
     for (; o + 8 <= OW; o += 8) {
       pool_v8 u, w, t, a0, a1, acc;
-      __builtin_memcpy(&u, r0 + 2 * o, sizeof u);
-      __builtin_memcpy(&w, r0 + 2 * o + 8, sizeof w);
-      t = POOL_EVEN(u, w);
-      a0 = POOL_V8_OP(max, vinit, t);
-      t = POOL_ODD(u, w);
-      a0 = POOL_V8_OP(max, a0, t);
-      __builtin_memcpy(&u, r1 + 2 * o, sizeof u);
-      __builtin_memcpy(&w, r1 + 2 * o + 8, sizeof w);
-      t = POOL_EVEN(u, w);
-      a1 = POOL_V8_OP(max, vinit, t);
-      t = POOL_ODD(u, w);
-      a1 = POOL_V8_OP(max, a1, t);
+      /* One input row's pairs: the even tap, then the odd one. */
+#define POOL_ROW_PAIRS(row, dst)                     \
+  do {                                               \
+    __builtin_memcpy(&u, (row) + 2 * o, sizeof u);   \
+    __builtin_memcpy(&w, (row) + 2 * o + 8, sizeof w); \
+    t = POOL_EVEN(u, w);                             \
+    dst = POOL_V8_OP(max, vinit, t);                 \
+    t = POOL_ODD(u, w);                              \
+    dst = POOL_V8_OP(max, dst, t);                   \
+  } while (0)
+      POOL_ROW_PAIRS(r0, a0);
+      POOL_ROW_PAIRS(r1, a1);
+#undef POOL_ROW_PAIRS
       acc = POOL_V8_OP(max, vinit, a0);
       acc = POOL_V8_OP(max, acc, a1);
       __builtin_memcpy(out + o, &acc, sizeof acc);
