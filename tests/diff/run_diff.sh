@@ -94,6 +94,12 @@ fi
 grep -i rejected "$tmp/gen_random.log"
 
 
+# kiln's own temporary files (glslc's sources and SPIR-V, the JIT's objects)
+# go to a folder that must be empty at the end: a process that ends in _exit
+# (each case runs in a forked child) once left a directory behind per case.
+export TMPDIR="$tmp/tmpdir"
+mkdir -p "$TMPDIR" || exit 1
+
 # Runs kiln_diff over the files listed in $1 in $jobs processes; output in $2.
 run_split() {
   local list=$1 out=$2
@@ -140,7 +146,7 @@ if [ ! -s "$tmp/sweep.list" ] && [ ! -s "$tmp/mixed.list" ]; then
   echo "FAIL: no sweep model matches KILN_DIFF_SWEEP_MATCH='$match'"
   exit 1
 fi
-(cd "$tmp/random" && ls -- *.onnx) | sed "s:^:$tmp/random/:" > "$tmp/random.list"
+(cd "$tmp/random" && ls -- *.onnx 2>/dev/null) | sed "s:^:$tmp/random/:" > "$tmp/random.list"
 
 start=$(date +%s)
 : > "$tmp/sweep.out"
@@ -217,6 +223,10 @@ for set in sweep random $extra_sets; do
 done
 echo "random graphs: $(grep -c '^FALLBACK ' "$tmp/random.out") node(s) ran on ref on purpose (comparisons feeding Where, softmax over leading axes)"
 echo "time: $(( $(date +%s) - start )) s"
+if [ -n "$(ls -A "$TMPDIR")" ]; then
+  echo "FAIL: kiln left temporary files behind: $(ls -A "$TMPDIR" | head -5 | tr '\n' ' ')"
+  status=1
+fi
 if [ "${random_ran:-0}" -lt "$min_random" ]; then
   echo "FAIL: only ${random_ran:-0} random graphs ran; at least $min_random must"
   status=1
