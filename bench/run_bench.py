@@ -264,7 +264,7 @@ def print_table(results, meta):
     m = meta["machine"]
     print(f"- machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores ({m.get('cpus', '?')} CPUs, "
           f"{m.get('threads_per_core', '?')} thread(s) per core); {m.get('platform', '')}")
-    print(f"- {meta['kiln_version']} ({m.get('kiln_commit', '?')}), device {meta['device']}; "
+    print(f"- {meta['kiln_version']} (the binary; the checkout: {m.get('kiln_commit', '?')}), device {meta['device']}; "
           f"onnxruntime {meta['venv']['onnxruntime']}, numpy {meta['venv']['numpy']}")
     print(f"- timed runs per cell: {meta['iterations']} in {meta['rounds']} interleaved rounds, "
           f"{meta['warmup']} warm-up per process; batch 1")

@@ -244,7 +244,7 @@ def print_tables(results, meta, threads):
     print(f"- date: {meta['date']}")
     print(f"- machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores ({m.get('cpus', '?')} CPUs, "
           f"{m.get('threads_per_core', '?')} thread(s) per core); {m.get('platform', '')}")
-    print(f"- {meta['kiln_version']} ({m.get('kiln_commit', '?')}), device {meta['device']}; "
+    print(f"- {meta['kiln_version']} (the binary; the checkout: {m.get('kiln_commit', '?')}), device {meta['device']}; "
           f"onnxruntime {meta['venv']['onnxruntime']}, numpy {meta['venv']['numpy']}")
     print(f"- warm: {meta['iterations']} timed runs per cell (fewer where the first round says they would pass "
           f"{meta['cell_budget']:g} s: column runs) in {meta['rounds']} interleaved rounds, "
@@ -286,11 +286,21 @@ def print_tables(results, meta, threads):
             print(f"- geometric mean of kiln/ORT over {len(ok)} models: **{geomean([r['ratio'] for r in ok]):.2f}**"
                   + (f"; cold start: {geomean(cold):.2f}" if cold else ""))
             print(f"- worst: {worst['model']} ({worst['ratio']:.2f})")
+
+            def above(key, limit):
+                xs = sorted((r for r in ok if r.get(key, 0) > limit), key=lambda r: -r[key])
+                return ", ".join(f"{r['model']} {r[key]:.2f}" for r in xs) or "none"
+            # The issue's bars: no model above 1.5x ORT, no cold start above 2x ORT's, no model without the C
+            # compiler above 1.5x its JIT latency.
+            print(f"- above 1.5x ORT: {above('ratio', 1.5)}")
+            if cold:
+                print(f"- cold start above 2x ORT's: {above('cold_ratio', 2.0)}")
             nj = [r for r in ok if "nojit_ratio" in r]
             if nj:
                 wn = max(nj, key=lambda r: r["nojit_ratio"])
                 print(f"- no C compiler (precompiled kernels) / JIT: geometric mean "
-                      f"{geomean([r['nojit_ratio'] for r in nj]):.2f}, worst {wn['model']} ({wn['nojit_ratio']:.2f})")
+                      f"{geomean([r['nojit_ratio'] for r in nj]):.2f}, worst {wn['model']} ({wn['nojit_ratio']:.2f}); "
+                      f"above 1.5: {above('nojit_ratio', 1.5)}")
             allref = [r["model"] for r in ok if r.get("nodes_on_ref") == "all"]
             if allref:
                 print(f"- whole graph on ref: {', '.join(allref)}")
@@ -302,6 +312,30 @@ def print_tables(results, meta, threads):
         print(f"\nnote: {meta['iterations']} timed runs per cell (--quick or small --iterations): for checking the "
               "harness, not for the record")
     sys.stdout.flush()
+
+
+def merge(paths):
+    """One set of tables from the --json-out files of a run made in parts (a model in two parts: the last)."""
+    parts = []
+    for p in paths:
+        with open(p) as f:
+            parts.append(json.load(f))
+    meta = dict(parts[0]["meta"])
+    for key in ("kiln_version", "device", "iterations", "warmup", "rounds", "cell_budget", "timeout"):
+        if any(d["meta"][key] != meta[key] for d in parts):
+            rb.die(f"--merge: the parts differ in {key}: {sorted({str(d['meta'][key]) for d in parts})}")
+    threads = sorted({t for d in parts for t in d["meta"]["threads"]})
+    by_cell = {}
+    for d in parts:
+        for r in d["results"]:
+            by_cell[(r["model"], r["threads"])] = r
+    dates = [d["meta"]["date"] for d in parts]
+    meta["date"] = f"{dates[0]} to {dates[-1]} ({len(parts)} parts)"
+    meta["command"] = "`, `".join(d["meta"]["command"] for d in parts)
+    print_tables(list(by_cell.values()), meta, threads)
+    missing = [f for d in parts for f in d.get("not_exported", [])]
+    if missing:
+        print(f"\nnot exported ({len(missing)}): " + "; ".join(f"{f['name']}" for f in missing))
 
 
 def main():
@@ -328,7 +362,13 @@ def main():
     ap.add_argument("--no-export", action="store_true", help="only the models already in --zoo-dir")
     ap.add_argument("--quick", action="store_true", help="4 runs in 2 rounds, 1 warm-up: checks the harness")
     ap.add_argument("--json-out", help="also write all results to this file")
+    ap.add_argument("--merge", nargs="+", metavar="JSON",
+                    help="print the tables of earlier runs' --json-out files as one run (a zoo run in parts: "
+                         "each part's command is listed) and exit")
     args = ap.parse_args()
+    if args.merge:
+        merge(args.merge)
+        return
     if args.iterations is None:
         args.iterations = 4 if args.quick else 10
     if args.warmup is None:

@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "cli/cli.h"
+#include "kiln_commit.h" /* generated: cmake/kiln_commit.cmake */
 #include "cli/cmd_bench.h"
 
 static const char *usage_text =
@@ -57,7 +58,7 @@ int main(int argc, char **argv) {
   }
   const char *cmd = argv[1];
   if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
-    printf("kiln %s\n", KILN_VERSION_STRING);
+    printf("kiln %s (commit %s)\n", KILN_VERSION_STRING, KILN_COMMIT_STRING);
     return 0;
   }
   if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
