@@ -90,11 +90,15 @@ typedef struct ew_params {
 /* ---- kernels and inference, by file -------------------------------------- */
 
 /* elementwise_unary.c */
-#define EW_UNARY_OPS(X)                                                                                     \
-  X(Abs) X(Acos) X(Acosh) X(Asin) X(Asinh) X(Atan) X(Atanh) X(Ceil) X(Celu) X(Cos) X(Cosh) X(Elu) X(Erf) \
-  X(Exp) X(Floor) X(HardSigmoid) X(HardSwish) X(IsInf) X(IsNaN) X(LeakyRelu) X(Log) X(Neg) X(Not)        \
-  X(Reciprocal) X(Relu) X(Round) X(Selu) X(Shrink) X(Sigmoid) X(Sign) X(Sin) X(Sinh) X(Softplus)          \
-  X(Softsign) X(Sqrt) X(Tan) X(Tanh) X(ThresholdedRelu)
+/* The unary ops with a gradient rule (elementwise_grad.c), and the others. */
+#define EW_UNARY_DIFF_OPS(X)                                                                              \
+  X(Abs) X(Cos) X(Elu) X(Erf) X(Exp) X(HardSigmoid) X(LeakyRelu) X(Log) X(Neg) X(Reciprocal) X(Relu)    \
+  X(Sigmoid) X(Sin) X(Softplus) X(Sqrt) X(Tanh)
+#define EW_UNARY_OTHER_OPS(X)                                                                             \
+  X(Acos) X(Acosh) X(Asin) X(Asinh) X(Atan) X(Atanh) X(Ceil) X(Celu) X(Cosh) X(Floor) X(HardSwish)      \
+  X(IsInf) X(IsNaN) X(Not) X(Round) X(Selu) X(Shrink) X(Sign) X(Sinh) X(Softsign) X(Tan)                \
+  X(ThresholdedRelu)
+#define EW_UNARY_OPS(X) EW_UNARY_DIFF_OPS(X) EW_UNARY_OTHER_OPS(X)
 
 /* elementwise_binary.c */
 #define EW_BINARY_OPS(X)                                                                                 \

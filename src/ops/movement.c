@@ -6,6 +6,7 @@
  * index data). This file holds their shared helpers and the op table.
  */
 #include "ops/movement_internal.h"
+#include "ops/gradient.h"
 
 #include <math.h>
 
@@ -136,21 +137,25 @@ void kiln_mv_infer_unknown_rank(kiln_infer_ctx *ctx, int i, kiln_dtype dtype) {
 #define MV_OP(name, min_in, max_in, min_out, max_out, cls)                                                  \
   {"", #name, min_in, max_in, min_out, max_out, kiln_mv_infer_##name, kiln_mv_kernel_##name, 0, .id = KILN_OP_##name, \
    .op_class = cls}
+/* the same with shape_grad.c's rule */
+#define MV_OP_G(name, min_in, max_in, min_out, max_out, cls)                                                \
+  {"", #name, min_in, max_in, min_out, max_out, kiln_mv_infer_##name, kiln_mv_kernel_##name, 0, .id = KILN_OP_##name, \
+   .op_class = cls, .gradient = kiln_grad_movement}
 
 static const kiln_op_def movement_ops[] = {
-    MV_OP(Concat, 1, -1, 1, 1, KILN_OPCLASS_INJECTIVE),
+    MV_OP_G(Concat, 1, -1, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP(Compress, 2, 2, 1, 1, KILN_OPCLASS_NONE),
     MV_OP(DepthToSpace, 1, 1, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP(SpaceToDepth, 1, 1, 1, 1, KILN_OPCLASS_INJECTIVE),
-    MV_OP(Expand, 2, 2, 1, 1, KILN_OPCLASS_INJECTIVE),
+    MV_OP_G(Expand, 2, 2, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP(EyeLike, 1, 1, 1, 1, KILN_OPCLASS_NONE),
-    MV_OP(Flatten, 1, 1, 1, 1, KILN_OPCLASS_INJECTIVE),
+    MV_OP_G(Flatten, 1, 1, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP(Gather, 2, 2, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP(GatherElements, 2, 2, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP(GatherND, 2, 2, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP(Pad, 1, 4, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP(Range, 3, 3, 1, 1, KILN_OPCLASS_NONE),
-    MV_OP(Reshape, 1, 2, 1, 1, KILN_OPCLASS_INJECTIVE),
+    MV_OP_G(Reshape, 1, 2, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP(ReverseSequence, 2, 2, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP(Scatter, 3, 3, 1, 1, KILN_OPCLASS_NONE),
     MV_OP(ScatterElements, 3, 3, 1, 1, KILN_OPCLASS_NONE),
@@ -159,10 +164,10 @@ static const kiln_op_def movement_ops[] = {
     MV_OP(Size, 1, 1, 1, 1, KILN_OPCLASS_NONE),
     MV_OP(Slice, 1, 5, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP(Split, 1, 2, 1, -1, KILN_OPCLASS_INJECTIVE),
-    MV_OP(Squeeze, 1, 2, 1, 1, KILN_OPCLASS_INJECTIVE),
-    MV_OP(Unsqueeze, 1, 2, 1, 1, KILN_OPCLASS_INJECTIVE),
+    MV_OP_G(Squeeze, 1, 2, 1, 1, KILN_OPCLASS_INJECTIVE),
+    MV_OP_G(Unsqueeze, 1, 2, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP(Tile, 2, 3, 1, 1, KILN_OPCLASS_INJECTIVE),
-    MV_OP(Transpose, 1, 1, 1, 1, KILN_OPCLASS_INJECTIVE),
+    MV_OP_G(Transpose, 1, 1, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP(Trilu, 1, 2, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP(OneHot, 3, 3, 1, 1, KILN_OPCLASS_NONE),
     MV_OP(ConstantOfShape, 1, 1, 1, 1, KILN_OPCLASS_INJECTIVE),

@@ -1,6 +1,7 @@
 /* Ops of the "nn" family: the table, and helpers shared by ops/nn_*.c
  * (see ops/nn_internal.h for who implements what). */
 #include "ops/nn_internal.h"
+#include "ops/gradient.h"
 
 
 /* ---- dtype checks and bulk element access ------------------------------ */
@@ -71,6 +72,10 @@ bool nn_next_index(int rank, const int64_t *dims, int64_t *idx) {
 #define NN_DEF(type, name, min_in, max_in, min_out, max_out, flags, cls, flops_fn)                              \
   {"", #type, min_in, max_in, min_out, max_out, nn_##name##_infer, nn_##name##_kernel, flags, .id = KILN_OP_##type, \
    .op_class = cls, .flops = flops_fn}
+/* the same with a gradient rule (ops/gradient.h) */
+#define NN_DEF_G(type, name, min_in, max_in, min_out, max_out, flags, cls, flops_fn, grad)                      \
+  {"", #type, min_in, max_in, min_out, max_out, nn_##name##_infer, nn_##name##_kernel, flags, .id = KILN_OP_##type, \
+   .op_class = cls, .flops = flops_fn, .gradient = grad}
 
 static const kiln_op_def nn_ops[] = {
     NN_DEF(Conv, conv, 2, 3, 1, 1, 0, KILN_OPCLASS_CONTRACTION, kiln_flops_conv),
@@ -87,8 +92,8 @@ static const kiln_op_def nn_ops[] = {
     NN_DEF(LayerNormalization, layer_norm, 2, 3, 1, 3, KILN_OP_REREADS_INPUT, KILN_OPCLASS_REDUCTION, NULL),
     NN_DEF(LRN, lrn, 1, 1, 1, 1, KILN_OP_REREADS_INPUT, KILN_OPCLASS_REDUCTION, NULL),
     NN_DEF(MeanVarianceNormalization, mvn, 1, 1, 1, 1, 0, KILN_OPCLASS_NONE, NULL),
-    NN_DEF(Gemm, gemm, 2, 3, 1, 1, 0, KILN_OPCLASS_CONTRACTION, kiln_flops_matmul),
-    NN_DEF(MatMul, matmul, 2, 2, 1, 1, 0, KILN_OPCLASS_CONTRACTION, kiln_flops_matmul),
+    NN_DEF_G(Gemm, gemm, 2, 3, 1, 1, 0, KILN_OPCLASS_CONTRACTION, kiln_flops_matmul, kiln_grad_gemm),
+    NN_DEF_G(MatMul, matmul, 2, 2, 1, 1, 0, KILN_OPCLASS_CONTRACTION, kiln_flops_matmul, kiln_grad_matmul),
     NN_DEF(Einsum, einsum, 1, -1, 1, 1, 0, KILN_OPCLASS_CONTRACTION, NULL),
     NN_DEF(Det, det, 1, 1, 1, 1, 0, KILN_OPCLASS_NONE, NULL),
     /* Random only in training mode; inference Dropout is the identity. */

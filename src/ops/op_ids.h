@@ -195,6 +195,7 @@
   X(training_Adagrad, "ai.onnx.preview.training", "Adagrad") \
   X(training_Momentum, "ai.onnx.preview.training", "Momentum") \
   X(training_Adam, "ai.onnx.preview.training", "Adam") \
+  X(training_Gradient, "ai.onnx.preview.training", "Gradient") \
   X(kiln_Gelu, "kiln", "Gelu") \
   X(kiln_FusedAttention, "kiln", "FusedAttention") \
   X(kiln_Resample, "kiln", "Resample")

@@ -11,6 +11,7 @@
  * integers), log(0) = -inf for LogSum and LogSumExp, NaN for a float mean.
  */
 #include "ops/reduce_internal.h"
+#include "ops/gradient.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -469,6 +470,10 @@ static kiln_status_t same_as_input0(kiln_infer_ctx *ctx) { return kiln_infer_sam
   {"", #name, min_in, max_in, min_out, max_out, infer_fn, kernel_fn, fl, .id = KILN_OP_##name, .op_class = cls}
 #define RD_OP(name, min_in, max_in, min_out, max_out, infer_fn, kernel_fn, cls) \
   RD_OP_F(name, min_in, max_in, min_out, max_out, infer_fn, kernel_fn, cls, 0)
+/* with a gradient rule (ops/gradient.h) */
+#define RD_OP_G(name, min_in, max_in, min_out, max_out, infer_fn, kernel_fn, cls, fl, grad)             \
+  {"", #name, min_in, max_in, min_out, max_out, infer_fn, kernel_fn, fl, .id = KILN_OP_##name, .op_class = cls, \
+   .gradient = grad}
 
 static const kiln_op_def reduce_ops[] = {
     RD_OP(ArgMax, 1, 1, 1, 1, arg_infer, argmax_kernel, KILN_OPCLASS_REDUCTION),
@@ -479,14 +484,14 @@ static const kiln_op_def reduce_ops[] = {
     RD_OP(ReduceLogSumExp, 1, 2, 1, 1, reduce_infer, reduce_log_sum_exp_kernel, KILN_OPCLASS_REDUCTION),
     RD_OP(ReduceMax, 1, 2, 1, 1, reduce_infer, reduce_max_kernel, KILN_OPCLASS_REDUCTION),
     RD_OP(ReduceMin, 1, 2, 1, 1, reduce_infer, reduce_min_kernel, KILN_OPCLASS_REDUCTION),
-    RD_OP(ReduceMean, 1, 2, 1, 1, reduce_infer, reduce_mean_kernel, KILN_OPCLASS_REDUCTION),
+    RD_OP_G(ReduceMean, 1, 2, 1, 1, reduce_infer, reduce_mean_kernel, KILN_OPCLASS_REDUCTION, 0, kiln_grad_reduce),
     RD_OP(ReduceProd, 1, 2, 1, 1, reduce_infer, reduce_prod_kernel, KILN_OPCLASS_REDUCTION),
-    RD_OP(ReduceSum, 1, 2, 1, 1, reduce_infer, reduce_sum_kernel, KILN_OPCLASS_REDUCTION),
+    RD_OP_G(ReduceSum, 1, 2, 1, 1, reduce_infer, reduce_sum_kernel, KILN_OPCLASS_REDUCTION, 0, kiln_grad_reduce),
     RD_OP(ReduceSumSquare, 1, 2, 1, 1, reduce_infer, reduce_sum_square_kernel, KILN_OPCLASS_REDUCTION),
-    RD_OP_F(Softmax, 1, 1, 1, 1, same_as_input0, kiln_reduce_softmax_kernel, KILN_OPCLASS_REDUCTION,
-            KILN_OP_REREADS_INPUT),
-    RD_OP_F(LogSoftmax, 1, 1, 1, 1, same_as_input0, kiln_reduce_logsoftmax_kernel, KILN_OPCLASS_REDUCTION,
-            KILN_OP_REREADS_INPUT),
+    RD_OP_G(Softmax, 1, 1, 1, 1, same_as_input0, kiln_reduce_softmax_kernel, KILN_OPCLASS_REDUCTION,
+            KILN_OP_REREADS_INPUT, kiln_grad_softmax),
+    RD_OP_G(LogSoftmax, 1, 1, 1, 1, same_as_input0, kiln_reduce_logsoftmax_kernel, KILN_OPCLASS_REDUCTION,
+            KILN_OP_REREADS_INPUT, kiln_grad_softmax),
     RD_OP(Hardmax, 1, 1, 1, 1, same_as_input0, kiln_reduce_hardmax_kernel, KILN_OPCLASS_NONE),
     RD_OP(LpNormalization, 1, 1, 1, 1, same_as_input0, kiln_reduce_lpnorm_kernel, KILN_OPCLASS_NONE),
     RD_OP(CumSum, 2, 2, 1, 1, same_as_input0, kiln_reduce_cumsum_kernel, KILN_OPCLASS_NONE),

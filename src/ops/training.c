@@ -1,7 +1,7 @@
 /* Ops of the "training" family (domain ai.onnx.preview.training): the
- * optimizers Adagrad, Momentum and Adam. Gradient is not registered: it
- * needs autodiff (a graph pass, planned with training), so a model that uses
- * it is reported as using an unsupported op.
+ * optimizers Adagrad, Momentum and Adam, and Gradient, which a session
+ * expands into autodiff's backward graph when it specializes the graph
+ * (passes/autodiff.c, kiln_pass_expand_gradient): its kernel never runs.
  *
  * Each optimizer takes R (learning rate, scalar) and T (update count,
  * int64 scalar), then n tensors to optimize as consecutive groups:
@@ -217,12 +217,26 @@ static kiln_status_t momentum_kernel(kiln_kernel_ctx *ctx) { return optimizer_ke
 static kiln_status_t adam_kernel(kiln_kernel_ctx *ctx) { return optimizer_kernel(ctx, OPT_ADAM); }
 
 
+/* Gradient: the gradient of attribute y with respect to each value named in
+ * attribute xs, output k shaped like xs[k], which are usually its inputs. */
+static kiln_status_t gradient_infer(kiln_infer_ctx *ctx) {
+  for (int k = 0; k < ctx->n_outputs && k < ctx->n_inputs; k++)
+    if (ctx->inputs[k]) KILN_TRY(kiln_infer_same_as_input(ctx, k, k));
+  return NULL;
+}
+
+static kiln_status_t gradient_kernel(kiln_kernel_ctx *ctx) {
+  (void)ctx;
+  return kiln_error(KILN_INTERNAL, "Gradient reached a kernel: sessions expand it into its backward graph first");
+}
+
 /* ---- table --------------------------------------------------------------- */
 
 static const kiln_op_def training_ops[] = {
     {TRAINING_DOMAIN, "Adagrad", 5, -1, 2, -1, adagrad_infer, adagrad_kernel, 0, .id = KILN_OP_training_Adagrad},
     {TRAINING_DOMAIN, "Momentum", 5, -1, 2, -1, momentum_infer, momentum_kernel, 0, .id = KILN_OP_training_Momentum},
     {TRAINING_DOMAIN, "Adam", 6, -1, 3, -1, adam_infer, adam_kernel, 0, .id = KILN_OP_training_Adam},
+    {TRAINING_DOMAIN, "Gradient", 1, -1, 1, -1, gradient_infer, gradient_kernel, 0, .id = KILN_OP_training_Gradient},
 };
 
 const kiln_op_def *kiln_ops_training(int *out_n) {

@@ -1,5 +1,6 @@
 /* Public session API (include/kiln.h) over the executor. */
 #include "runtime/session.h"
+#include "passes/autodiff.h"
 
 #include "runtime/plan.h"
 
@@ -164,6 +165,7 @@ kiln_status_t kiln_session_specialize(kiln_session *s, kiln_value *const *bound,
     if (!st) kiln_opt_replace_uses(spec, in_id, cid);
   }
   if (!st) st = kiln_run_pass(spec, "infer-types", kiln_pass_infer_types);
+  if (!st) st = kiln_run_pass(spec, "expand-gradient", kiln_pass_expand_gradient);
   if (st) {
     kiln_graph_free(spec);
     free(sig);

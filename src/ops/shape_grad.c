@@ -1,0 +1,210 @@
+/* Gradient rules (ops/gradient.h) of the contractions (MatMul, Gemm), the
+ * sum-like reductions (ReduceSum, ReduceMean, Softmax, LogSoftmax) and the
+ * shape and movement ops (Reshape, Flatten, Squeeze, Unsqueeze, Transpose,
+ * Concat, Expand): what each op did to the shape, undone on the gradient. */
+#include "ops/gradient.h"
+#include "passes/passes_opt.h"
+
+/* Transpose of v's last two axes. */
+static int swap_last2(kiln_gradient_ctx *c, int v) {
+  int r = kiln_grad_type(c, v)->rank;
+  int64_t perm[KILN_MAX_RANK];
+  for (int i = 0; i < r; i++) perm[i] = i;
+  perm[r - 2] = r - 1;
+  perm[r - 1] = r - 2;
+  kiln_grad_attr at = KILN_GRAD_INTS("perm", r, perm);
+  return kiln_grad_op(c, "Transpose", 1, &v, 1, &at);
+}
+
+/* v reshaped to dims (rank r). */
+static int reshape_to(kiln_gradient_ctx *c, int v, int r, const int64_t *dims) {
+  return kiln_grad_op2(c, "Reshape", v, kiln_grad_ints(c, r, dims));
+}
+
+/* MatMul (numpy matmul): a 1-D operand is a matrix of one row (A) or one
+ * column (B) whose axis the result drops; batch axes broadcast. With A2, B2
+ * the 2-D-or-more forms and D2 the gradient with the dropped axes back:
+ * dA2 = D2 B2^T, dB2 = A2^T D2, each summed over the batch axes its operand
+ * was broadcast along, then reshaped to the operand. */
+kiln_status_t kiln_grad_matmul(kiln_gradient_ctx *c) {
+  int d = c->dy[0], a = c->x[0], b = c->x[1];
+  if (d < 0) return NULL;
+  const kiln_type *ta = kiln_grad_type(c, a), *tb = kiln_grad_type(c, b), *ty = kiln_grad_type(c, c->y[0]);
+  if (!kiln_opt_shape_known(ta) || !kiln_opt_shape_known(tb) || !kiln_opt_shape_known(ty))
+    return kiln_error(KILN_UNSUPPORTED, "MatMul's gradient needs static shapes");
+  int ra = ta->rank, rb = tb->rank;
+  int64_t a2[KILN_MAX_RANK], b2[KILN_MAX_RANK], d2[KILN_MAX_RANK + 2];
+  int64_t da[KILN_MAX_RANK], db[KILN_MAX_RANK];
+  int ra2 = ra, rb2 = rb;
+  memcpy(a2, ta->dims, sizeof(int64_t) * (size_t)ra);
+  memcpy(b2, tb->dims, sizeof(int64_t) * (size_t)rb);
+  memcpy(da, ta->dims, sizeof(int64_t) * (size_t)ra);
+  memcpy(db, tb->dims, sizeof(int64_t) * (size_t)rb);
+  if (ra == 1) a2[0] = 1, a2[1] = ta->dims[0], ra2 = 2;
+  if (rb == 1) b2[0] = tb->dims[0], b2[1] = 1, rb2 = 2;
+  int rd = ty->rank + (ra == 1) + (rb == 1);
+  memcpy(d2, ty->dims, sizeof(int64_t) * (size_t)ty->rank);
+  if (ra == 1 && rb == 1) d2[0] = 1, d2[1] = 1;
+  else if (ra == 1) d2[rd - 1] = d2[rd - 2], d2[rd - 2] = 1;
+  else if (rb == 1) d2[rd - 1] = 1;
+  int dd = rd == ty->rank ? d : reshape_to(c, d, rd, d2);
+  int av = ra2 == ra ? a : reshape_to(c, a, ra2, a2);
+  int bv = rb2 == rb ? b : reshape_to(c, b, rb2, b2);
+  if (c->want[0]) {
+    int g = kiln_grad_op2(c, "MatMul", dd, swap_last2(c, bv));
+    g = kiln_grad_unbroadcast(c, g, av);
+    c->dx[0] = ra2 == ra ? g : reshape_to(c, g, ra, da);
+  }
+  if (c->want[1]) {
+    int g = kiln_grad_op2(c, "MatMul", swap_last2(c, av), dd);
+    g = kiln_grad_unbroadcast(c, g, bv);
+    c->dx[1] = rb2 == rb ? g : reshape_to(c, g, rb, db);
+  }
+  return NULL;
+}
+
+/* Y = alpha A' B' + beta C, A' = transA ? A^T : A, B' likewise:
+ *   dA = alpha D B'^T   (transA: alpha B' D^T)
+ *   dB = alpha A'^T D   (transB: alpha D^T A')
+ *   dC = beta D summed back to C's shape. Each as one Gemm. */
+kiln_status_t kiln_grad_gemm(kiln_gradient_ctx *c) {
+  int d = c->dy[0];
+  if (d < 0) return NULL;
+  const kiln_node *n = kiln_grad_node(c);
+  float alpha = kiln_attr_float(n, "alpha", 1.0f), beta = kiln_attr_float(n, "beta", 1.0f);
+  int64_t ta = kiln_attr_int(n, "transA", 0), tb = kiln_attr_int(n, "transB", 0);
+  int a = c->x[0], b = c->x[1];
+  if (c->want[0]) {
+    kiln_grad_attr at[3] = {KILN_GRAD_FLOAT("alpha", alpha), KILN_GRAD_INT("transA", ta ? tb : 0),
+                            KILN_GRAD_INT("transB", ta ? 1 : !tb)};
+    int ins[2] = {ta ? b : d, ta ? d : b};
+    c->dx[0] = kiln_grad_op(c, "Gemm", 2, ins, 3, at);
+  }
+  if (c->want[1]) {
+    kiln_grad_attr at[3] = {KILN_GRAD_FLOAT("alpha", alpha), KILN_GRAD_INT("transA", tb ? 1 : !ta),
+                            KILN_GRAD_INT("transB", tb ? ta : 0)};
+    int ins[2] = {tb ? d : a, tb ? a : d};
+    c->dx[1] = kiln_grad_op(c, "Gemm", 2, ins, 3, at);
+  }
+  if (c->n_inputs > 2 && c->x[2] >= 0 && c->want[2]) {
+    int s = beta == 1.0f ? d : kiln_grad_op2(c, "Mul", d, kiln_grad_scalar(c, kiln_grad_type(c, d)->dtype, beta));
+    c->dx[2] = kiln_grad_unbroadcast(c, s, c->x[2]);
+  }
+  return NULL;
+}
+
+/* A Reduce node's axes (normalized, as a mask over x's rank); false when
+ * they are a run-time input. */
+static bool reduce_axes(kiln_gradient_ctx *c, bool *mask, int rank) {
+  const kiln_node *n = kiln_grad_node(c);
+  bool input = !strcmp(n->op_type, "ReduceSum") ? c->opset >= 13 : c->opset >= 18;
+  int64_t axes[KILN_MAX_RANK];
+  int na = 0;
+  if (input && c->n_inputs > 1 && c->x[1] >= 0) {
+    const kiln_tensor *t = kiln_opt_const(c->g, c->x[1]);
+    if (!t || t->numel > rank) return false;
+    for (int64_t i = 0; i < t->numel; i++) axes[na++] = kiln_load_i64(t->data, t->dtype, i);
+  } else if (!input) {
+    int cnt = 0;
+    const int64_t *at = kiln_attr_ints(n, "axes", &cnt);
+    for (int i = 0; at && i < cnt && i < rank; i++) axes[na++] = at[i];
+  }
+  bool noop = kiln_attr_int(n, "noop_with_empty_axes", 0) != 0;
+  for (int i = 0; i < rank; i++) mask[i] = na == 0 && !noop;
+  for (int i = 0; i < na; i++) mask[axes[i] < 0 ? axes[i] + rank : axes[i]] = true;
+  return true;
+}
+
+/* ReduceSum / ReduceMean: the gradient spread back over the reduced axes
+ * (Reshape to the kept-dims shape, Expand), divided by their size for the mean. */
+kiln_status_t kiln_grad_reduce(kiln_gradient_ctx *c) {
+  int d = c->dy[0], x = c->x[0];
+  if (d < 0 || !c->want[0]) return NULL;
+  const kiln_type *tx = kiln_grad_type(c, x);
+  int rank = tx->rank;
+  int64_t xdims[KILN_MAX_RANK], kept[KILN_MAX_RANK];
+  memcpy(xdims, tx->dims, sizeof(int64_t) * (size_t)rank);
+  bool mask[KILN_MAX_RANK];
+  if (!reduce_axes(c, mask, rank)) return kiln_error(KILN_UNSUPPORTED, "the reduced axes are not a constant");
+  int64_t count = 1;
+  for (int i = 0; i < rank; i++) {
+    kept[i] = mask[i] ? 1 : xdims[i];
+    if (mask[i]) count *= xdims[i];
+  }
+  bool mean = kiln_node_is(kiln_grad_node(c), KILN_OP_ReduceMean);
+  int g = reshape_to(c, d, rank, kept);
+  if (mean) g = kiln_grad_op2(c, "Div", g, kiln_grad_scalar(c, tx->dtype, (double)count));
+  c->dx[0] = kiln_grad_op2(c, "Expand", g, kiln_grad_ints(c, rank, xdims));
+  return NULL;
+}
+
+/* Softmax: dx = y (d - sum(d y)); LogSoftmax: dx = d - exp(y) sum(d); the
+ * sums over the op's axis (opset 13+), or over every axis from it (before
+ * 13 the input was coerced to 2-D there). */
+kiln_status_t kiln_grad_softmax(kiln_gradient_ctx *c) {
+  int d = c->dy[0], y = c->y[0];
+  if (d < 0 || !c->want[0]) return NULL;
+  const kiln_node *n = kiln_grad_node(c);
+  int rank = kiln_grad_type(c, y)->rank;
+  int64_t axis = kiln_attr_int(n, "axis", c->opset >= 13 ? -1 : 1);
+  if (axis < 0) axis += rank;
+  bool log = kiln_node_is(n, KILN_OP_LogSoftmax);
+  int64_t axes[KILN_MAX_RANK];
+  int na = 0;
+  for (int64_t i = axis; i < (c->opset >= 13 ? axis + 1 : rank); i++) axes[na++] = i;
+  if (log) {
+    int s = kiln_grad_reduce_sum(c, d, na, axes, true);
+    c->dx[0] = kiln_grad_op2(c, "Sub", d, kiln_grad_op2(c, "Mul", kiln_grad_op1(c, "Exp", y), s));
+  } else {
+    int s = kiln_grad_reduce_sum(c, kiln_grad_op2(c, "Mul", d, y), na, axes, true);
+    c->dx[0] = kiln_grad_op2(c, "Mul", y, kiln_grad_op2(c, "Sub", d, s));
+  }
+  return NULL;
+}
+
+/* Reshape, Flatten, Squeeze, Unsqueeze: the gradient reshaped back;
+ * Transpose: transposed by the inverse permutation; Concat: each input's
+ * slice of the gradient; Expand: summed over the broadcast axes. */
+kiln_status_t kiln_grad_movement(kiln_gradient_ctx *c) {
+  int d = c->dy[0], x = c->x[0];
+  if (d < 0) return NULL;
+  const kiln_node *n = kiln_grad_node(c);
+  switch (kiln_node_op_id(n)) {
+    case KILN_OP_Reshape:
+    case KILN_OP_Flatten:
+    case KILN_OP_Squeeze:
+    case KILN_OP_Unsqueeze:
+      if (c->want[0]) c->dx[0] = kiln_grad_reshape_like(c, d, x);
+      return NULL;
+    case KILN_OP_Expand:
+      if (c->want[0]) c->dx[0] = kiln_grad_unbroadcast(c, d, x);
+      return NULL;
+    case KILN_OP_Transpose: {
+      int r = kiln_grad_type(c, x)->rank, cnt = 0;
+      const int64_t *perm = kiln_attr_ints(n, "perm", &cnt);
+      int64_t inv[KILN_MAX_RANK];
+      for (int i = 0; i < r; i++) inv[perm && cnt == r ? perm[i] : r - 1 - i] = i;
+      kiln_grad_attr at = KILN_GRAD_INTS("perm", r, inv);
+      if (c->want[0]) c->dx[0] = kiln_grad_op(c, "Transpose", 1, &d, 1, &at);
+      return NULL;
+    }
+    case KILN_OP_Concat: {
+      int r = kiln_grad_type(c, d)->rank;
+      int64_t axis = kiln_attr_int(n, "axis", 0);
+      if (axis < 0) axis += r;
+      if (c->opset < 10) return kiln_error(KILN_UNSUPPORTED, "Concat's gradient needs opset 10 or later (Slice's inputs)");
+      int64_t at = 0;
+      for (int i = 0; i < c->n_inputs; i++) {
+        int64_t len = kiln_grad_type(c, c->x[i])->dims[axis];
+        if (c->want[i]) {
+          int64_t lo = at, hi = at + len;
+          int ins[4] = {d, kiln_grad_ints(c, 1, &lo), kiln_grad_ints(c, 1, &hi), kiln_grad_ints(c, 1, &axis)};
+          c->dx[i] = kiln_grad_op(c, "Slice", 4, ins, 0, NULL);
+        }
+        at += len;
+      }
+      return NULL;
+    }
+    default: return kiln_error(KILN_UNSUPPORTED, "no gradient rule for %s", n->op_type);
+  }
+}

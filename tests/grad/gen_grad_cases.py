@@ -1,0 +1,199 @@
+#!/usr/bin/python3
+"""Writes the gradient-check cases: small float64 ONNX models, one op (or a
+short chain) each, with their inputs.
+
+    /usr/bin/python3 tests/grad/gen_grad_cases.py OUT_DIR
+
+(Debian's /usr/bin/python3: onnx and numpy.) For each case OUT_DIR/NAME.onnx
+and OUT_DIR/NAME.npz (one array per graph input, by name). Every float
+graph input is differentiated; constants (Clip's bounds, Where's condition,
+shapes, axes) are initializers. Inputs are random, kept away from each
+op's kinks and poles (Relu and Abs at 0, Clip at its bounds, Log and Sqrt
+near 0, ties of Max) by more than the check's step, so central differences
+are accurate there. Cases named norule_* use an op with no gradient rule:
+autodiff must refuse them with an error naming the node.
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+RNG = np.random.default_rng(20261205)
+
+
+def rand(shape, kind="any"):
+    """Random float64 values of a kind: any (-2..2), pos (0.5..2), away (|x| in 0.2..2, random sign),
+    distinct (a permutation of spread values: no ties)."""
+    shape = tuple(shape)
+    n = int(np.prod(shape)) if shape else 1
+    if kind == "pos":
+        v = RNG.uniform(0.5, 2.0, n)
+    elif kind == "away":
+        v = RNG.uniform(0.2, 2.0, n) * RNG.choice([-1.0, 1.0], n)
+    elif kind == "distinct":
+        v = RNG.permutation(np.linspace(-2.0, 2.0, n)) + RNG.uniform(-0.01, 0.01, n)
+    else:
+        v = RNG.uniform(-2.0, 2.0, n)
+    return v.reshape(shape).astype(np.float64)
+
+
+class Case:
+    def __init__(self, name, opset=17):
+        self.name, self.opset = name, opset
+        self.nodes, self.inputs, self.inits, self.feeds = [], [], [], {}
+        self.n = 0
+
+    def x(self, shape, kind="any"):
+        """A differentiated graph input."""
+        name = f"x{len(self.inputs)}"
+        self.inputs.append(helper.make_tensor_value_info(name, TensorProto.DOUBLE, list(shape)))
+        self.feeds[name] = rand(shape, kind)
+        return name
+
+    def const(self, arr):
+        name = f"c{len(self.inits)}"
+        self.inits.append(numpy_helper.from_array(np.asarray(arr), name))
+        return name
+
+    def op(self, op_type, ins, **attrs):
+        out = f"t{self.n}"
+        self.n += 1
+        self.nodes.append(helper.make_node(op_type, ins, [out], name=f"{op_type}_{self.n}", **attrs))
+        return out
+
+    def write(self, out_dir, outputs):
+        outs = [helper.make_tensor_value_info(o, TensorProto.DOUBLE, None) for o in outputs]
+        g = helper.make_graph(self.nodes, self.name, self.inputs, outs, initializer=self.inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", self.opset)], producer_name="gen_grad_cases")
+        m.ir_version = 8
+        # the outputs' shapes from ONNX's own inference (the checker wants them stated)
+        im = onnx.shape_inference.infer_shapes(m)
+        inferred = {v.name: v.type for v in list(im.graph.value_info) + list(im.graph.output)}
+        for o in m.graph.output:
+            o.type.CopyFrom(inferred[o.name])
+        onnx.checker.check_model(m)
+        onnx.save(m, os.path.join(out_dir, self.name + ".onnx"))
+        np.savez(os.path.join(out_dir, self.name + ".npz"), **self.feeds)
+
+
+def cases():
+    """(name, builder) pairs; each builder returns (Case, outputs)."""
+    out = []
+
+    def add(name, fn, opset=17):
+        out.append((name, fn, opset))
+
+    # binary arithmetic, with broadcasting
+    for op in ("Add", "Sub", "Mul", "Div"):
+        kind_b = "away" if op == "Div" else "any"
+        for tag, sa, sb in (("same", [3, 4], [3, 4]), ("bcast_row", [2, 3, 4], [4]), ("bcast_both", [2, 1, 4], [3, 1]),
+                            ("scalar", [], [3])):
+            add(f"{op}_{tag}", lambda c, op=op, sa=sa, sb=sb, kb=kind_b: [c.op(op, [c.x(sa), c.x(sb, kb)])])
+    add("Pow_same", lambda c: [c.op("Pow", [c.x([3, 4], "pos"), c.x([3, 4])])])
+    add("Pow_scalar_exp", lambda c: [c.op("Pow", [c.x([5], "pos"), c.x([], "pos")])])
+    add("Sum_3", lambda c: [c.op("Sum", [c.x([2, 3]), c.x([3]), c.x([2, 1])])])
+    add("Mean_2", lambda c: [c.op("Mean", [c.x([2, 3]), c.x([2, 3])])])
+    add("Max_bcast", lambda c: [c.op("Max", [c.x([3, 4], "distinct"), c.x([4], "distinct")])])
+    add("Min_3", lambda c: [c.op("Min", [c.x([6], "distinct"), c.x([6], "distinct"), c.x([6], "distinct")])])
+    add("Where_bcast", lambda c: [c.op("Where", [c.const(RNG.random((3, 4)) > 0.5), c.x([3, 4]), c.x([4])])])
+    add("Identity", lambda c: [c.op("Identity", [c.x([2, 3])])])
+    add("Cast_f64", lambda c: [c.op("Cast", [c.x([2, 3])], to=TensorProto.DOUBLE)])
+    # Clip: inputs away from the bounds (+-0.5) by >= 0.05
+    def clip_input(c, shape, lo_only=False):
+        v = RNG.uniform(-2, 2, shape)
+        v = np.where(np.abs(np.abs(v) - 0.5) < 0.05, v + 0.1 * np.sign(v), v)
+        name = f"x{len(c.inputs)}"
+        c.inputs.append(helper.make_tensor_value_info(name, TensorProto.DOUBLE, list(shape)))
+        c.feeds[name] = v
+        return name
+    add("Clip_both", lambda c: [c.op("Clip", [clip_input(c, [3, 5]), c.const(np.float64(-0.5)), c.const(np.float64(0.5))])])
+    add("Clip_min", lambda c: [c.op("Clip", [clip_input(c, [3, 5]), c.const(np.float64(-0.5))])])
+
+    # unary
+    unary = {"Neg": "any", "Exp": "any", "Log": "pos", "Sqrt": "pos", "Reciprocal": "away", "Relu": "away",
+             "Sigmoid": "any", "Tanh": "any", "Softplus": "any", "Abs": "away", "Sin": "any", "Cos": "any",
+             "Erf": "any"}
+    for op, kind in unary.items():
+        add(f"{op}", lambda c, op=op, kind=kind: [c.op(op, [c.x([2, 5], kind)])])
+    add("LeakyRelu", lambda c: [c.op("LeakyRelu", [c.x([2, 5], "away")], alpha=0.1)])
+    add("Elu", lambda c: [c.op("Elu", [c.x([2, 5], "away")], alpha=0.7)])
+    # HardSigmoid(0.3 x + 0.4) saturates at x = -4/3 and 2: inputs on both sides, away from them
+    def hard_sigmoid(c):
+        x = c.x([2, 5])
+        c.feeds[x] = np.array([[-2.5, -1.5, -1.1, -0.3, 0.4], [1.0, 1.7, 1.9, 2.2, 3.0]])
+        return [c.op("HardSigmoid", [x], alpha=0.3, beta=0.4)]
+    add("HardSigmoid", hard_sigmoid)
+
+    # contractions
+    for tag, sa, sb in (("2d", [3, 4], [4, 5]), ("batch", [2, 3, 4], [4, 5]), ("bcast", [2, 1, 3, 4], [3, 4, 2]),
+                        ("vec_a", [4], [4, 5]), ("vec_b", [2, 3, 4], [4]), ("dot", [4], [4])):
+        add(f"MatMul_{tag}", lambda c, sa=sa, sb=sb: [c.op("MatMul", [c.x(sa), c.x(sb)])])
+    for ta in (0, 1):
+        for tb in (0, 1):
+            a = [4, 3] if ta else [3, 4]
+            b = [5, 4] if tb else [4, 5]
+            add(f"Gemm_t{ta}{tb}", lambda c, a=a, b=b, ta=ta, tb=tb: [
+                c.op("Gemm", [c.x(a), c.x(b), c.x([5])], transA=ta, transB=tb, alpha=0.7, beta=1.3)])
+    add("Gemm_fullC", lambda c: [c.op("Gemm", [c.x([3, 4]), c.x([4, 5]), c.x([3, 5])])])
+    add("Gemm_noC", lambda c: [c.op("Gemm", [c.x([3, 4]), c.x([5, 4])], transB=1)])
+
+    # reductions and normalizations
+    add("ReduceSum_axis1", lambda c: [c.op("ReduceSum", [c.x([2, 3, 4]), c.const(np.array([1], np.int64))], keepdims=0)])
+    add("ReduceSum_all", lambda c: [c.op("ReduceSum", [c.x([2, 3, 4])])])
+    add("ReduceSum_neg_keep", lambda c: [c.op("ReduceSum", [c.x([2, 3, 4]), c.const(np.array([-1, 0], np.int64))], keepdims=1)])
+    add("ReduceSum_attr", lambda c: [c.op("ReduceSum", [c.x([2, 3, 4])], axes=[2], keepdims=0)], opset=12)
+    add("ReduceMean_axes", lambda c: [c.op("ReduceMean", [c.x([2, 3, 4])], axes=[0, 2], keepdims=0)])
+    add("ReduceMean_all", lambda c: [c.op("ReduceMean", [c.x([3, 4])])])
+    for op in ("Softmax", "LogSoftmax"):
+        add(f"{op}_last", lambda c, op=op: [c.op(op, [c.x([2, 5])])])
+        add(f"{op}_axis1", lambda c, op=op: [c.op(op, [c.x([2, 3, 4])], axis=1)])
+        add(f"{op}_opset12", lambda c, op=op: [c.op(op, [c.x([2, 3, 4])], axis=1)], opset=12)
+
+    # shape and movement
+    add("Reshape", lambda c: [c.op("Reshape", [c.x([2, 3, 4]), c.const(np.array([4, -1], np.int64))])])
+    add("Flatten", lambda c: [c.op("Flatten", [c.x([2, 3, 4])], axis=2)])
+    add("Squeeze", lambda c: [c.op("Squeeze", [c.x([2, 1, 4]), c.const(np.array([1], np.int64))])])
+    add("Unsqueeze", lambda c: [c.op("Unsqueeze", [c.x([2, 4]), c.const(np.array([0, 3], np.int64))])])
+    add("Transpose_perm", lambda c: [c.op("Transpose", [c.x([2, 3, 4])], perm=[1, 2, 0])])
+    add("Transpose_default", lambda c: [c.op("Transpose", [c.x([2, 3, 4])])])
+    add("Concat_3", lambda c: [c.op("Concat", [c.x([2, 1, 3]), c.x([2, 4, 3]), c.x([2, 2, 3])], axis=1)])
+    add("Expand", lambda c: [c.op("Expand", [c.x([3, 1]), c.const(np.array([2, 3, 4], np.int64))])])
+
+    # chains: a value read twice, an MLP with softmax, two outputs sharing a node
+    add("chain_reuse", lambda c: (lambda x: [c.op("Add", [c.op("Mul", [x, x]), c.op("Sin", [x])])])(c.x([3, 3])))
+
+    def mlp(c):
+        x, w1, b1, w2 = c.x([4, 6]), c.x([6, 5]), c.x([5]), c.x([5, 3])
+        h = c.op("Relu", [c.op("Add", [c.op("MatMul", [x, w1]), b1])])
+        return [c.op("Softmax", [c.op("MatMul", [h, w2])])]
+    add("chain_mlp", mlp)
+
+    def two_out(c):
+        x = c.x([2, 4])
+        t = c.op("Tanh", [x])
+        return [c.op("Exp", [t]), c.op("ReduceSum", [c.op("Mul", [t, t])], keepdims=0)]
+    add("chain_two_outputs", two_out)
+
+    # no rule: a clear error naming the node
+    add("norule_Cosh", lambda c: [c.op("Cosh", [c.x([3])])])
+    return out
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    out_dir = sys.argv[1]
+    os.makedirs(out_dir, exist_ok=True)
+    n = 0
+    for name, fn, opset in cases():
+        c = Case(name, opset)
+        outputs = fn(c)
+        c.write(out_dir, outputs)
+        n += 1
+    print(f"gen_grad_cases: {n} cases in {out_dir}")
+
+
+if __name__ == "__main__":
+    main()
