@@ -43,7 +43,7 @@ typedef struct kiln_gradient_ctx {
 
 /* The forward node (valid until the next builder call). */
 const kiln_node *kiln_grad_node(const kiln_gradient_ctx *c);
-/* The static type of value v. */
+/* The static type of value v (valid until the next builder call: the value array moves). */
 const kiln_type *kiln_grad_type(const kiln_gradient_ctx *c, int v);
 /* Records an error (printf-style why) and returns -1. */
 int kiln_grad_fail(kiln_gradient_ctx *c, const char *fmt, ...) KILN_PRINTF(2, 3);
@@ -51,20 +51,32 @@ int kiln_grad_fail(kiln_gradient_ctx *c, const char *fmt, ...) KILN_PRINTF(2, 3)
 /* One attribute of an emitted node. */
 typedef struct kiln_grad_attr {
   const char *name;
-  kiln_attr_type type; /* KILN_ATTR_INT, _FLOAT or _INTS */
+  kiln_attr_type type; /* KILN_ATTR_INT, _FLOAT, _INTS or _STRING */
   int64_t i;
   float f;
   int n;
   const int64_t *ints;
+  const char *s;
 } kiln_grad_attr;
 #define KILN_GRAD_INT(nm, v) ((kiln_grad_attr){.name = (nm), .type = KILN_ATTR_INT, .i = (v)})
 #define KILN_GRAD_FLOAT(nm, v) ((kiln_grad_attr){.name = (nm), .type = KILN_ATTR_FLOAT, .f = (v)})
 #define KILN_GRAD_INTS(nm, cnt, v) ((kiln_grad_attr){.name = (nm), .type = KILN_ATTR_INTS, .n = (cnt), .ints = (v)})
+#define KILN_GRAD_STRING(nm, v) ((kiln_grad_attr){.name = (nm), .type = KILN_ATTR_STRING, .s = (v)})
 
 /* Appends op_type(ins) (ai.onnx at ctx->opset) with the attributes, infers
  * its one output's type and returns that value. */
 int kiln_grad_op(kiln_gradient_ctx *c, const char *op_type, int n_in, const int *ins, int n_attrs,
                  const kiln_grad_attr *attrs);
+/* The same with n_out outputs (outs[k] on entry: -1 leaves output k absent,
+ * any other value asks for it; on return the new values' ids), at an explicit ai.onnx opset (0: ctx->opset), for an
+ * op whose needed form is newer than the model (ScatterElements' reduction
+ * from 16). Returns outs[0]. */
+int kiln_grad_op_ex(kiln_gradient_ctx *c, const char *op_type, int opset, int n_in, const int *ins, int n_out, int *outs,
+                    int n_attrs, const kiln_grad_attr *attrs);
+/* The forward node once more (same op, inputs and attributes) with n_out
+ * outputs, as kiln_grad_op_ex's outs: for an output the forward node left
+ * absent (MaxPool's Indices). Returns outs[0]. */
+int kiln_grad_recompute(kiln_gradient_ctx *c, int n_out, int *outs);
 /* Shorthands for kiln_grad_op without attributes. */
 int kiln_grad_op1(kiln_gradient_ctx *c, const char *op_type, int a);
 int kiln_grad_op2(kiln_gradient_ctx *c, const char *op_type, int a, int b);
@@ -88,5 +100,12 @@ kiln_status_t kiln_grad_gemm(kiln_gradient_ctx *c);
 kiln_status_t kiln_grad_reduce(kiln_gradient_ctx *c);
 kiln_status_t kiln_grad_softmax(kiln_gradient_ctx *c);
 kiln_status_t kiln_grad_movement(kiln_gradient_ctx *c);
+kiln_status_t kiln_grad_conv(kiln_gradient_ctx *c);
+kiln_status_t kiln_grad_pool(kiln_gradient_ctx *c);
+kiln_status_t kiln_grad_norm(kiln_gradient_ctx *c);
+kiln_status_t kiln_grad_dropout(kiln_gradient_ctx *c);
+kiln_status_t kiln_grad_loss(kiln_gradient_ctx *c);
+/* ReduceMean of v over the given axes (version-correct for ctx->opset). */
+int kiln_grad_reduce_mean(kiln_gradient_ctx *c, int v, int n_axes, const int64_t *axes, bool keepdims);
 
 #endif

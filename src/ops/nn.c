@@ -78,18 +78,18 @@ bool nn_next_index(int rank, const int64_t *dims, int64_t *idx) {
    .op_class = cls, .flops = flops_fn, .gradient = grad}
 
 static const kiln_op_def nn_ops[] = {
-    NN_DEF(Conv, conv, 2, 3, 1, 1, 0, KILN_OPCLASS_CONTRACTION, kiln_flops_conv),
+    NN_DEF_G(Conv, conv, 2, 3, 1, 1, 0, KILN_OPCLASS_CONTRACTION, kiln_flops_conv, kiln_grad_conv),
     NN_DEF(ConvTranspose, conv_transpose, 2, 3, 1, 1, 0, KILN_OPCLASS_CONTRACTION, kiln_flops_conv_transpose),
-    NN_DEF(AveragePool, average_pool, 1, 1, 1, 1, KILN_OP_REREADS_INPUT, KILN_OPCLASS_REDUCTION, NULL),
-    NN_DEF(MaxPool, max_pool, 1, 1, 1, 2, KILN_OP_REREADS_INPUT, KILN_OPCLASS_REDUCTION, NULL),
+    NN_DEF_G(AveragePool, average_pool, 1, 1, 1, 1, KILN_OP_REREADS_INPUT, KILN_OPCLASS_REDUCTION, NULL, kiln_grad_pool),
+    NN_DEF_G(MaxPool, max_pool, 1, 1, 1, 2, KILN_OP_REREADS_INPUT, KILN_OPCLASS_REDUCTION, NULL, kiln_grad_pool),
     NN_DEF(MaxUnpool, max_unpool, 2, 3, 1, 1, 0, KILN_OPCLASS_NONE, NULL),
     NN_DEF(LpPool, lp_pool, 1, 1, 1, 1, KILN_OP_REREADS_INPUT, KILN_OPCLASS_REDUCTION, NULL),
-    NN_DEF(GlobalAveragePool, global_average_pool, 1, 1, 1, 1, 0, KILN_OPCLASS_REDUCTION, NULL),
-    NN_DEF(GlobalMaxPool, global_max_pool, 1, 1, 1, 1, 0, KILN_OPCLASS_REDUCTION, NULL),
+    NN_DEF_G(GlobalAveragePool, global_average_pool, 1, 1, 1, 1, 0, KILN_OPCLASS_REDUCTION, NULL, kiln_grad_pool),
+    NN_DEF_G(GlobalMaxPool, global_max_pool, 1, 1, 1, 1, 0, KILN_OPCLASS_REDUCTION, NULL, kiln_grad_pool),
     NN_DEF(GlobalLpPool, global_lp_pool, 1, 1, 1, 1, 0, KILN_OPCLASS_REDUCTION, NULL),
-    NN_DEF(BatchNormalization, batch_norm, 5, 5, 1, 5, 0, KILN_OPCLASS_NONE, NULL),
+    NN_DEF_G(BatchNormalization, batch_norm, 5, 5, 1, 5, 0, KILN_OPCLASS_NONE, NULL, kiln_grad_norm),
     NN_DEF(InstanceNormalization, instance_norm, 3, 3, 1, 1, KILN_OP_REREADS_INPUT, KILN_OPCLASS_REDUCTION, NULL),
-    NN_DEF(LayerNormalization, layer_norm, 2, 3, 1, 3, KILN_OP_REREADS_INPUT, KILN_OPCLASS_REDUCTION, NULL),
+    NN_DEF_G(LayerNormalization, layer_norm, 2, 3, 1, 3, KILN_OP_REREADS_INPUT, KILN_OPCLASS_REDUCTION, NULL, kiln_grad_norm),
     NN_DEF(LRN, lrn, 1, 1, 1, 1, KILN_OP_REREADS_INPUT, KILN_OPCLASS_REDUCTION, NULL),
     NN_DEF(MeanVarianceNormalization, mvn, 1, 1, 1, 1, 0, KILN_OPCLASS_NONE, NULL),
     NN_DEF_G(Gemm, gemm, 2, 3, 1, 1, 0, KILN_OPCLASS_CONTRACTION, kiln_flops_matmul, kiln_grad_gemm),
@@ -97,9 +97,9 @@ static const kiln_op_def nn_ops[] = {
     NN_DEF(Einsum, einsum, 1, -1, 1, 1, 0, KILN_OPCLASS_CONTRACTION, NULL),
     NN_DEF(Det, det, 1, 1, 1, 1, 0, KILN_OPCLASS_NONE, NULL),
     /* Random only in training mode; inference Dropout is the identity. */
-    NN_DEF(Dropout, dropout, 1, 3, 1, 2, KILN_OP_NONDETERMINISTIC, KILN_OPCLASS_ELEMENTWISE, NULL),
-    NN_DEF(NegativeLogLikelihoodLoss, nll_loss, 2, 3, 1, 1, 0, KILN_OPCLASS_NONE, NULL),
-    NN_DEF(SoftmaxCrossEntropyLoss, sce_loss, 2, 3, 1, 2, 0, KILN_OPCLASS_NONE, NULL),
+    NN_DEF_G(Dropout, dropout, 1, 3, 1, 2, KILN_OP_NONDETERMINISTIC, KILN_OPCLASS_ELEMENTWISE, NULL, kiln_grad_dropout),
+    NN_DEF_G(NegativeLogLikelihoodLoss, nll_loss, 2, 3, 1, 1, 0, KILN_OPCLASS_NONE, NULL, kiln_grad_loss),
+    NN_DEF_G(SoftmaxCrossEntropyLoss, sce_loss, 2, 3, 1, 2, 0, KILN_OPCLASS_NONE, NULL, kiln_grad_loss),
 };
 
 const kiln_op_def *kiln_ops_nn(int *out_n) {

@@ -1,7 +1,8 @@
 /* Gradient rules (ops/gradient.h) of the contractions (MatMul, Gemm), the
  * sum-like reductions (ReduceSum, ReduceMean, Softmax, LogSoftmax) and the
  * shape and movement ops (Reshape, Flatten, Squeeze, Unsqueeze, Transpose,
- * Concat, Expand): what each op did to the shape, undone on the gradient. */
+ * Concat, Expand, Gather, Slice, Split, Pad): what each op did to the
+ * shape, undone on the gradient. */
 #include "ops/gradient.h"
 #include "passes/passes_opt.h"
 
@@ -122,6 +123,7 @@ kiln_status_t kiln_grad_reduce(kiln_gradient_ctx *c) {
   if (d < 0 || !c->want[0]) return NULL;
   const kiln_type *tx = kiln_grad_type(c, x);
   int rank = tx->rank;
+  kiln_dtype dt = tx->dtype;
   int64_t xdims[KILN_MAX_RANK], kept[KILN_MAX_RANK];
   memcpy(xdims, tx->dims, sizeof(int64_t) * (size_t)rank);
   bool mask[KILN_MAX_RANK];
@@ -133,7 +135,7 @@ kiln_status_t kiln_grad_reduce(kiln_gradient_ctx *c) {
   }
   bool mean = kiln_node_is(kiln_grad_node(c), KILN_OP_ReduceMean);
   int g = reshape_to(c, d, rank, kept);
-  if (mean) g = kiln_grad_op2(c, "Div", g, kiln_grad_scalar(c, tx->dtype, (double)count));
+  if (mean) g = kiln_grad_op2(c, "Div", g, kiln_grad_scalar(c, dt, (double)count));
   c->dx[0] = kiln_grad_op2(c, "Expand", g, kiln_grad_ints(c, rank, xdims));
   return NULL;
 }
@@ -162,13 +164,186 @@ kiln_status_t kiln_grad_softmax(kiln_gradient_ctx *c) {
   return NULL;
 }
 
+/* Integer constants of input i (or attribute `attr` when the op's opset
+ * takes it so); *n = -1 when absent, false when not a constant. */
+static bool const_ints(kiln_gradient_ctx *c, int i, const char *attr, bool from_attr, int64_t *out, int *n) {
+  *n = -1;
+  if (from_attr) {
+    int cnt = 0;
+    const int64_t *a = kiln_attr_ints(kiln_grad_node(c), attr, &cnt);
+    if (a) {
+      if (cnt > KILN_MAX_RANK) return false;
+      memcpy(out, a, sizeof(int64_t) * (size_t)cnt);
+      *n = cnt;
+    }
+    return true;
+  }
+  if (i >= c->n_inputs || c->x[i] < 0) return true;
+  const kiln_tensor *t = kiln_opt_const(c->g, c->x[i]);
+  if (!t || t->numel > 2 * KILN_MAX_RANK) return false;
+  for (int64_t k = 0; k < t->numel; k++) out[k] = kiln_load_i64(t->data, t->dtype, k);
+  *n = (int)t->numel;
+  return true;
+}
+
+/* Gather(data, indices, axis): the gradient scatter-added at the indices
+ * (ScatterND with reduction "add", opset 16's), the gathered axis moved to
+ * the front and back; negative indices counted from the end first. */
+static kiln_status_t grad_gather(kiln_gradient_ctx *c) {
+  if (!c->want[0]) return NULL;
+  int d = c->dy[0], data = c->x[0], idx = c->x[1];
+  const kiln_type *td = kiln_grad_type(c, data), *ti = kiln_grad_type(c, idx);
+  int r = td->rank, q = ti->rank;
+  kiln_dtype ddt = td->dtype; /* td and ti die at the first emit (the value array moves) */
+  int64_t axis = kiln_attr_int(kiln_grad_node(c), "axis", 0);
+  if (axis < 0) axis += r;
+  int64_t dd[KILN_MAX_RANK], id[KILN_MAX_RANK];
+  memcpy(dd, td->dims, sizeof(int64_t) * (size_t)r);
+  memcpy(id, ti->dims, sizeof(int64_t) * (size_t)q);
+  kiln_dtype it = ti->dtype;
+  int w3[3] = {kiln_grad_op2(c, "Less", idx, kiln_grad_scalar(c, it, 0.0)),
+               kiln_grad_op2(c, "Add", idx, kiln_grad_scalar(c, it, (double)dd[axis])), idx};
+  int pos = kiln_grad_op(c, "Where", 3, w3, 0, NULL);
+  int64_t idims[KILN_MAX_RANK + 1];
+  memcpy(idims, id, sizeof(int64_t) * (size_t)q);
+  idims[q] = 1;
+  int ind = kiln_grad_op2(c, "Reshape", pos, kiln_grad_ints(c, q + 1, idims));
+  if (it != KILN_DTYPE_I64) {
+    kiln_grad_attr to = KILN_GRAD_INT("to", KILN_DTYPE_I64);
+    ind = kiln_grad_op(c, "Cast", 1, &ind, 1, &to);
+  }
+  /* the gradient with the indices' axes first: [I..., D[:axis], D[axis+1:]] */
+  int rd = r - 1 + q;
+  int64_t perm[2 * KILN_MAX_RANK];
+  int k = 0;
+  for (int i = 0; i < q; i++) perm[k++] = axis + i;
+  for (int i = 0; i < axis; i++) perm[k++] = i;
+  for (int i = (int)axis + q; i < rd; i++) perm[k++] = i;
+  int upd = d;
+  if (axis > 0) {
+    kiln_grad_attr at = KILN_GRAD_INTS("perm", rd, perm);
+    upd = kiln_grad_op(c, "Transpose", 1, &d, 1, &at);
+  }
+  int64_t front[KILN_MAX_RANK];
+  k = 0;
+  front[k++] = dd[axis];
+  for (int i = 0; i < r; i++)
+    if (i != axis) front[k++] = dd[i];
+  int zeros = kiln_grad_op2(c, "Expand", kiln_grad_scalar(c, ddt, 0.0), kiln_grad_ints(c, r, front));
+  int ins[3] = {zeros, ind, upd};
+  kiln_grad_attr red = KILN_GRAD_STRING("reduction", "add");
+  int out = -1;
+  int g = kiln_grad_op_ex(c, "ScatterND", c->opset > 16 ? c->opset : 16, 3, ins, 1, &out, 1, &red);
+  if (axis > 0) { /* [D[axis], D[:axis], D[axis+1:]] back to D */
+    int64_t back[KILN_MAX_RANK];
+    for (int i = 0; i < r; i++) back[i] = i < axis ? i + 1 : i == axis ? 0 : i;
+    kiln_grad_attr at = KILN_GRAD_INTS("perm", r, back);
+    g = kiln_grad_op(c, "Transpose", 1, &g, 1, &at);
+  }
+  c->dx[0] = g;
+  return c->status;
+}
+
+/* Pad(d, begin, end) with zeros, at the opset's form (pads an input from 11). */
+static int zero_pad(kiln_gradient_ctx *c, int d, int r, const int64_t *pads) {
+  if (c->opset < 11) {
+    kiln_grad_attr at = KILN_GRAD_INTS("pads", 2 * r, pads);
+    return kiln_grad_op(c, "Pad", 1, &d, 1, &at);
+  }
+  return kiln_grad_op2(c, "Pad", d, kiln_grad_ints(c, 2 * r, pads));
+}
+
+/* Slice with unit steps: the gradient padded back with zeros where the slice cut. */
+static kiln_status_t grad_slice(kiln_gradient_ctx *c) {
+  if (!c->want[0]) return NULL;
+  int d = c->dy[0], x = c->x[0];
+  const kiln_type *tx = kiln_grad_type(c, x);
+  int r = tx->rank;
+  bool attrs = c->opset < 10;
+  int64_t st[2 * KILN_MAX_RANK], en[2 * KILN_MAX_RANK], ax[2 * KILN_MAX_RANK], sp[2 * KILN_MAX_RANK];
+  int ns, ne, na, nsp;
+  if (!const_ints(c, 1, "starts", attrs, st, &ns) || !const_ints(c, 2, "ends", attrs, en, &ne) ||
+      !const_ints(c, 3, "axes", attrs, ax, &na) || !const_ints(c, 4, "steps", false, sp, &nsp) || ns < 0 || ne != ns ||
+      (na >= 0 && na != ns) || (nsp >= 0 && nsp != ns))
+    return kiln_error(KILN_UNSUPPORTED, "Slice whose starts, ends, axes or steps are not constants has no gradient rule");
+  int64_t pads[2 * KILN_MAX_RANK] = {0};
+  for (int k = 0; k < ns; k++) {
+    int64_t a = na >= 0 ? ax[k] : k, dim;
+    if (a < 0) a += r;
+    if (nsp >= 0 && sp[k] != 1) return kiln_error(KILN_UNSUPPORTED, "Slice with steps other than 1 has no gradient rule yet");
+    dim = tx->dims[a];
+    int64_t s0 = st[k] < 0 ? st[k] + dim : st[k], e0 = en[k] < 0 ? en[k] + dim : en[k];
+    s0 = s0 < 0 ? 0 : s0 > dim ? dim : s0;
+    e0 = e0 < s0 ? s0 : e0 > dim ? dim : e0;
+    pads[a] = s0;
+    pads[r + a] = dim - e0;
+  }
+  c->dx[0] = zero_pad(c, d, r, pads);
+  return c->status;
+}
+
+/* Split: the outputs' gradients concatenated back (zeros for an output the loss does not read). */
+static kiln_status_t grad_split(kiln_gradient_ctx *c) {
+  if (!c->want[0]) return NULL;
+  int r = kiln_grad_type(c, c->x[0])->rank;
+  int64_t axis = kiln_attr_int(kiln_grad_node(c), "axis", 0);
+  if (axis < 0) axis += r;
+  int parts[64];
+  if (c->n_outputs > 64) return kiln_error(KILN_UNSUPPORTED, "Split into more than 64 parts");
+  for (int o = 0; o < c->n_outputs; o++) {
+    parts[o] = c->dy[o];
+    if (parts[o] < 0) {
+      const kiln_type *t = kiln_grad_type(c, c->y[o]);
+      int64_t dims[KILN_MAX_RANK];
+      int rank = t->rank;
+      kiln_dtype dt = t->dtype;
+      memcpy(dims, t->dims, sizeof(int64_t) * (size_t)rank);
+      int zero = kiln_grad_scalar(c, dt, 0.0);
+      parts[o] = kiln_grad_op2(c, "Expand", zero, kiln_grad_ints(c, rank, dims));
+    }
+  }
+  kiln_grad_attr at = KILN_GRAD_INT("axis", axis);
+  c->dx[0] = kiln_grad_op(c, "Concat", c->n_outputs, parts, 1, &at);
+  return c->status;
+}
+
+/* Pad in constant mode with pads >= 0: the gradient's middle (a Slice). */
+static kiln_status_t grad_pad(kiln_gradient_ctx *c) {
+  if (!c->want[0]) return NULL;
+  const kiln_node *n = kiln_grad_node(c);
+  const char *mode = kiln_attr_string(n, "mode", "constant");
+  if (strcmp(mode, "constant")) return kiln_error(KILN_UNSUPPORTED, "Pad in mode '%s' has no gradient rule yet", mode);
+  int d = c->dy[0], x = c->x[0];
+  const kiln_type *tx = kiln_grad_type(c, x);
+  int r = tx->rank;
+  int64_t pads[2 * KILN_MAX_RANK], axes[KILN_MAX_RANK];
+  int np, na;
+  if (!const_ints(c, 1, "pads", c->opset < 11, pads, &np) || !const_ints(c, 3, "axes", false, axes, &na))
+    return kiln_error(KILN_UNSUPPORTED, "Pad whose pads or axes are not constants has no gradient rule");
+  int nax = na >= 0 ? na : r;
+  if (np != 2 * nax) return kiln_error(KILN_UNSUPPORTED, "Pad: %d pads for %d axes", np, nax);
+  int64_t lo[KILN_MAX_RANK], hi[KILN_MAX_RANK], ax[KILN_MAX_RANK];
+  for (int k = 0; k < nax; k++) {
+    int64_t a = na >= 0 ? axes[k] : k;
+    if (a < 0) a += r;
+    if (pads[k] < 0 || pads[nax + k] < 0) return kiln_error(KILN_UNSUPPORTED, "Pad with negative pads has no gradient rule yet");
+    lo[k] = pads[k];
+    hi[k] = pads[k] + tx->dims[a];
+    ax[k] = a;
+  }
+  int ins[4] = {d, kiln_grad_ints(c, nax, lo), kiln_grad_ints(c, nax, hi), kiln_grad_ints(c, nax, ax)};
+  c->dx[0] = kiln_grad_op(c, "Slice", 4, ins, 0, NULL);
+  return c->status;
+}
+
 /* Reshape, Flatten, Squeeze, Unsqueeze: the gradient reshaped back;
  * Transpose: transposed by the inverse permutation; Concat: each input's
  * slice of the gradient; Expand: summed over the broadcast axes. */
 kiln_status_t kiln_grad_movement(kiln_gradient_ctx *c) {
   int d = c->dy[0], x = c->x[0];
-  if (d < 0) return NULL;
   const kiln_node *n = kiln_grad_node(c);
+  if (kiln_node_is(n, KILN_OP_Split)) return grad_split(c); /* its other outputs may carry the gradient */
+  if (d < 0) return NULL;
   switch (kiln_node_op_id(n)) {
     case KILN_OP_Reshape:
     case KILN_OP_Flatten:
@@ -205,6 +380,10 @@ kiln_status_t kiln_grad_movement(kiln_gradient_ctx *c) {
       }
       return NULL;
     }
+    case KILN_OP_Gather: return grad_gather(c);
+    case KILN_OP_Slice: return grad_slice(c);
+    case KILN_OP_Split: return grad_split(c);
+    case KILN_OP_Pad: return grad_pad(c);
     default: return kiln_error(KILN_UNSUPPORTED, "no gradient rule for %s", n->op_type);
   }
 }

@@ -57,38 +57,81 @@ static void emit_name(kiln_gradient_ctx *c, const char *op_type, char *buf, size
   snprintf(buf, size, "grad/%s/%d_%s", kiln_grad_node(c)->name, c->count++, op_type);
 }
 
-int kiln_grad_op(kiln_gradient_ctx *c, const char *op_type, int n_in, const int *ins, int n_attrs,
-                 const kiln_grad_attr *attrs) {
+int kiln_grad_op_ex(kiln_gradient_ctx *c, const char *op_type, int opset, int n_in, const int *ins, int n_out, int *outs,
+                    int n_attrs, const kiln_grad_attr *attrs) {
   if (c->status) return -1;
   for (int i = 0; i < n_in; i++)
     if (ins[i] < 0 && !(i > 0 && !strcmp(op_type, "Clip"))) return kiln_grad_fail(c, "%s: input %d missing", op_type, i);
+  if (n_out < 1 || n_out > 8) return kiln_grad_fail(c, "%s: %d outputs", op_type, n_out);
   char name[400];
   emit_name(c, op_type, name, sizeof name);
-  int out = -1;
   kiln_graph *g = c->g;
-  kiln_status_t st = kiln_opt_new_value(g, name, NULL, &out);
-  if (!st) st = kiln_opt_append_node(g, name, op_type, "", c->opset, n_in, ins, 1, &out);
+  kiln_status_t st = NULL;
+  for (int k = 0; k < n_out && !st; k++)
+    if (k == 0 || outs[k] >= 0) st = kiln_opt_new_value(g, name, NULL, &outs[k]);
+  if (!st) st = kiln_opt_append_node(g, name, op_type, "", opset ? opset : c->opset, n_in, ins, n_out, outs);
   kiln_node *n = st ? NULL : &g->nodes[g->n_nodes - 1];
   if (n && !n->op) st = kiln_error(KILN_INTERNAL, "no op %s for the backward graph", op_type);
   for (int a = 0; a < n_attrs && !st; a++) {
     const kiln_grad_attr *at = &attrs[a];
     if (at->type == KILN_ATTR_INT) st = kiln_opt_set_attr_int(n, at->name, at->i);
     else if (at->type == KILN_ATTR_FLOAT) st = kiln_opt_set_attr_float(n, at->name, at->f);
+    else if (at->type == KILN_ATTR_STRING) st = kiln_opt_set_attr_string(n, at->name, at->s);
     else st = kiln_opt_set_attr_ints(n, at->name, at->n, at->ints);
   }
-  kiln_type t[1] = {0};
+  kiln_type t[8] = {{0}};
   if (!st) st = kiln_infer_node_outputs(g, n, t);
-  if (!st && !kiln_opt_shape_known(&t[0])) {
-    char tb[160];
-    st = kiln_error(KILN_INTERNAL, "backward %s: output type %s not static", op_type, kiln_type_str(&t[0], tb, sizeof tb));
+  for (int k = 0; k < n_out && !st; k++) {
+    if (outs[k] < 0) continue;
+    if (!kiln_opt_shape_known(&t[k])) {
+      char tb[160];
+      st = kiln_error(KILN_INTERNAL, "backward %s: output %d's type %s not static", op_type, k,
+                      kiln_type_str(&t[k], tb, sizeof tb));
+    } else {
+      kiln_type_copy(&g->values[outs[k]].type, &t[k]);
+    }
   }
-  if (!st) kiln_type_copy(&g->values[out].type, &t[0]);
-  kiln_type_clear(&t[0]);
+  for (int k = 0; k < n_out; k++) kiln_type_clear(&t[k]);
   if (st) {
     c->status = st;
     return -1;
   }
-  return out;
+  return outs[0];
+}
+
+int kiln_grad_recompute(kiln_gradient_ctx *c, int n_out, int *outs) {
+  if (c->status) return -1;
+  kiln_graph *g = c->g;
+  const kiln_node *f = kiln_grad_node(c);
+  char name[400], op_type[128], domain[128];
+  snprintf(op_type, sizeof op_type, "%s", f->op_type);
+  snprintf(domain, sizeof domain, "%s", f->domain);
+  int opset = f->opset;
+  emit_name(c, op_type, name, sizeof name);
+  kiln_status_t st = NULL;
+  for (int k = 0; k < n_out && !st; k++)
+    if (k == 0 || outs[k] >= 0) st = kiln_opt_new_value(g, name, NULL, &outs[k]);
+  if (!st) st = kiln_opt_append_node(g, name, op_type, domain, opset, c->n_inputs, c->x, n_out, outs);
+  kiln_node *n = st ? NULL : &g->nodes[g->n_nodes - 1];
+  if (!st) st = kiln_node_copy_attrs(n, &g->nodes[c->node], g);
+  kiln_type t[8] = {{0}};
+  if (!st && n_out > 8) st = kiln_error(KILN_INTERNAL, "recomputing %s with %d outputs", op_type, n_out);
+  if (!st) st = kiln_infer_node_outputs(g, n, t);
+  for (int k = 0; k < n_out && k < 8; k++) {
+    if (!st && outs[k] >= 0) kiln_type_copy(&g->values[outs[k]].type, &t[k]);
+    kiln_type_clear(&t[k]);
+  }
+  if (st) {
+    c->status = st;
+    return -1;
+  }
+  return outs[0];
+}
+
+int kiln_grad_op(kiln_gradient_ctx *c, const char *op_type, int n_in, const int *ins, int n_attrs,
+                 const kiln_grad_attr *attrs) {
+  int out = -1;
+  return kiln_grad_op_ex(c, op_type, 0, n_in, ins, 1, &out, n_attrs, attrs);
 }
 
 int kiln_grad_op1(kiln_gradient_ctx *c, const char *op_type, int a) { return kiln_grad_op(c, op_type, 1, &a, 0, NULL); }
@@ -154,6 +197,18 @@ int kiln_grad_reduce_sum(kiln_gradient_ctx *c, int v, int n_axes, const int64_t 
   }
   int ins[2] = {v, kiln_grad_ints(c, n_axes, axes)};
   return kiln_grad_op(c, "ReduceSum", 2, ins, 1, &keep);
+}
+
+int kiln_grad_reduce_mean(kiln_gradient_ctx *c, int v, int n_axes, const int64_t *axes, bool keepdims) {
+  if (c->status) return -1;
+  if (n_axes == 0) return v;
+  kiln_grad_attr keep = KILN_GRAD_INT("keepdims", keepdims);
+  if (c->opset < 18) {
+    kiln_grad_attr at[2] = {KILN_GRAD_INTS("axes", n_axes, axes), keep};
+    return kiln_grad_op(c, "ReduceMean", 1, &v, 2, at);
+  }
+  int ins[2] = {v, kiln_grad_ints(c, n_axes, axes)};
+  return kiln_grad_op(c, "ReduceMean", 2, ins, 1, &keep);
 }
 
 int kiln_grad_unbroadcast(kiln_gradient_ctx *c, int d, int like) {

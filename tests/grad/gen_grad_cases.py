@@ -64,7 +64,10 @@ class Case:
         return out
 
     def write(self, out_dir, outputs):
-        outs = [helper.make_tensor_value_info(o, TensorProto.DOUBLE, None) for o in outputs]
+        """outputs: names, or (name, shape) where ONNX's inference gives no shape."""
+        shapes = {o[0]: o[1] for o in outputs if isinstance(o, tuple)}
+        outputs = [o[0] if isinstance(o, tuple) else o for o in outputs]
+        outs = [helper.make_tensor_value_info(o, TensorProto.DOUBLE, shapes.get(o)) for o in outputs]
         g = helper.make_graph(self.nodes, self.name, self.inputs, outs, initializer=self.inits)
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", self.opset)], producer_name="gen_grad_cases")
         m.ir_version = 8
@@ -72,8 +75,12 @@ class Case:
         im = onnx.shape_inference.infer_shapes(m)
         inferred = {v.name: v.type for v in list(im.graph.value_info) + list(im.graph.output)}
         for o in m.graph.output:
-            o.type.CopyFrom(inferred[o.name])
-        onnx.checker.check_model(m)
+            if o.name not in shapes:
+                o.type.CopyFrom(inferred[o.name])
+        try:
+            onnx.checker.check_model(m)
+        except onnx.checker.ValidationError as e:
+            sys.exit(f"gen_grad_cases: {self.name}: {e}")
         onnx.save(m, os.path.join(out_dir, self.name + ".onnx"))
         np.savez(os.path.join(out_dir, self.name + ".npz"), **self.feeds)
 
@@ -175,6 +182,83 @@ def cases():
         t = c.op("Tanh", [x])
         return [c.op("Exp", [t]), c.op("ReduceSum", [c.op("Mul", [t, t])], keepdims=0)]
     add("chain_two_outputs", two_out)
+
+    # convolutions: strides, pads, dilations, groups, 1-D and 3-D, auto_pad
+    add("Conv_plain", lambda c: [c.op("Conv", [c.x([2, 3, 5, 5]), c.x([4, 3, 3, 3]), c.x([4])])])
+    add("Conv_stride_pad_dil", lambda c: [c.op("Conv", [c.x([1, 2, 7, 6]), c.x([3, 2, 2, 3])], strides=[2, 1],
+                                               pads=[1, 0, 0, 2], dilations=[2, 1])])
+    add("Conv_group2", lambda c: [c.op("Conv", [c.x([2, 4, 5, 5]), c.x([6, 2, 3, 3]), c.x([6])], group=2, pads=[1, 1, 1, 1])])
+    add("Conv_depthwise", lambda c: [c.op("Conv", [c.x([1, 3, 6, 6]), c.x([3, 1, 3, 3])], group=3, strides=[2, 2],
+                                          pads=[1, 1, 1, 1])])
+    add("Conv_1d", lambda c: [c.op("Conv", [c.x([2, 2, 9]), c.x([3, 2, 3]), c.x([3])], strides=[2])])
+    add("Conv_3d", lambda c: [c.op("Conv", [c.x([1, 2, 4, 4, 3]), c.x([2, 2, 2, 3, 2])], pads=[0, 1, 0, 1, 0, 1])])
+    add("Conv_same_upper", lambda c: [c.op("Conv", [c.x([1, 2, 5, 6]), c.x([2, 2, 3, 3])], auto_pad="SAME_UPPER",
+                                           strides=[2, 2])])
+
+    # pools (MaxPool's inputs distinct: no ties inside a window)
+    add("MaxPool_overlap", lambda c: [c.op("MaxPool", [c.x([1, 2, 5, 5], "distinct")], kernel_shape=[3, 3], strides=[1, 1])])
+    add("MaxPool_s2_pad", lambda c: [c.op("MaxPool", [c.x([2, 2, 6, 5], "distinct")], kernel_shape=[2, 2], strides=[2, 2],
+                                          pads=[1, 0, 1, 1])])
+    add("AveragePool_pad", lambda c: [c.op("AveragePool", [c.x([1, 2, 5, 5])], kernel_shape=[3, 3], strides=[2, 2],
+                                           pads=[1, 1, 1, 1])])
+    add("AveragePool_count_pad", lambda c: [c.op("AveragePool", [c.x([1, 2, 5, 5])], kernel_shape=[3, 2], strides=[1, 2],
+                                                 pads=[1, 1, 1, 0], count_include_pad=1)])
+    add("GlobalAveragePool", lambda c: [c.op("GlobalAveragePool", [c.x([2, 3, 4, 5])])])
+    add("GlobalMaxPool", lambda c: [c.op("GlobalMaxPool", [c.x([2, 3, 4, 5], "distinct")])])
+
+    # normalizations
+    add("BatchNorm_inference", lambda c: [c.op("BatchNormalization", [c.x([2, 3, 4, 4]), c.x([3]), c.x([3]), c.x([3]),
+                                                                      c.x([3], "pos")], epsilon=1e-3)])
+    add("BatchNorm_training", lambda c: [(c.op("BatchNormalization", [c.x([4, 3, 2, 3]), c.x([3]), c.x([3]),
+                                                                     c.const(np.zeros(3)), c.const(np.ones(3))],
+                                              training_mode=1, epsilon=1e-3), [4, 3, 2, 3])], opset=15)
+    add("LayerNorm_last", lambda c: [c.op("LayerNormalization", [c.x([3, 5]), c.x([5]), c.x([5])])])
+    add("LayerNorm_axis1", lambda c: [c.op("LayerNormalization", [c.x([2, 3, 4]), c.x([3, 4])], axis=1, epsilon=1e-3)])
+    add("Dropout_inference", lambda c: [c.op("Dropout", [c.x([3, 4])])])
+
+    def dropout_training(c):
+        x = c.x([4, 5])
+        out = "t_drop"
+        c.nodes.append(helper.make_node("Dropout", [x, c.const(np.float64(0.3)), c.const(np.array(True))],
+                                        [out, "t_mask"], name="Dropout_1", seed=7))
+        return [out]
+    add("Dropout_training", dropout_training)
+
+    # losses: class weights, ignore_index, every reduction, a spatial axis, SCE's log_prob output
+    labels = np.array([[1, 0, 3], [2, 3, 1]], np.int64)
+    add("SCE_mean_weights_ignore", lambda c: [c.op("SoftmaxCrossEntropyLoss", [
+        c.x([2, 4, 3]), c.const(np.where(labels == 0, -1, labels)), c.const(np.array([0.5, 1.0, 2.0, 1.5]))],
+        ignore_index=-1)])
+    add("SCE_sum", lambda c: [c.op("SoftmaxCrossEntropyLoss", [c.x([3, 4]), c.const(np.array([3, 0, 1], np.int64))],
+                                   reduction="sum")])
+
+    def sce_none_logprob(c):
+        x = c.x([2, 4, 3])
+        c.nodes.append(helper.make_node("SoftmaxCrossEntropyLoss", [x, c.const(labels)], ["t_loss", "t_logp"],
+                                        name="SCE_1", reduction="none"))
+        return ["t_loss", "t_logp"]
+    add("SCE_none_logprob", sce_none_logprob)
+    add("NLL_mean_weights", lambda c: [c.op("NegativeLogLikelihoodLoss", [
+        c.x([2, 4, 3]), c.const(labels), c.const(np.array([0.5, 1.0, 2.0, 1.5]))])])
+    add("NLL_sum_ignore", lambda c: [c.op("NegativeLogLikelihoodLoss", [c.x([3, 4]), c.const(np.array([3, 2, 1], np.int64))],
+                                          reduction="sum", ignore_index=2)])
+
+    # indexing and padding
+    add("Gather_axis0_repeat_neg", lambda c: [c.op("Gather", [c.x([5, 3]), c.const(np.array([[0, 4], [-1, 2], [0, 0]],
+                                                                                                np.int64))])])
+    add("Gather_axis1", lambda c: [c.op("Gather", [c.x([2, 4, 3]), c.const(np.array([3, 1, 3], np.int64))], axis=1)])
+    add("Slice_neg_axes", lambda c: [c.op("Slice", [c.x([4, 5, 3]), c.const(np.array([1, -4], np.int64)),
+                                                    c.const(np.array([-1, 100], np.int64)),
+                                                    c.const(np.array([0, 1], np.int64))])])
+
+    def split_unused(c):
+        x = c.x([2, 7])
+        c.nodes.append(helper.make_node("Split", [x, c.const(np.array([2, 4, 1], np.int64))], ["s0", "s1", "s2"],
+                                        name="Split_1", axis=1))
+        return ["s0", "s2"]  # s1 not an output: its gradient is zero
+    add("Split_unused_part", split_unused)
+    add("Pad_constant", lambda c: [c.op("Pad", [c.x([2, 3]), c.const(np.array([1, 0, 2, 3], np.int64)),
+                                                c.const(np.float64(0.7))])])
 
     # no rule: a clear error naming the node
     add("norule_Cosh", lambda c: [c.op("Cosh", [c.x([3])])])
