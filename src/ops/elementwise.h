@@ -92,12 +92,12 @@ typedef struct ew_params {
 /* elementwise_unary.c */
 /* The unary ops with a gradient rule (elementwise_grad.c), and the others. */
 #define EW_UNARY_DIFF_OPS(X)                                                                              \
-  X(Abs) X(Cos) X(Elu) X(Erf) X(Exp) X(HardSigmoid) X(LeakyRelu) X(Log) X(Neg) X(Reciprocal) X(Relu)    \
-  X(Sigmoid) X(Sin) X(Softplus) X(Sqrt) X(Tanh)
+  X(Abs) X(Atan) X(Celu) X(Cos) X(Cosh) X(Elu) X(Erf) X(Exp) X(HardSigmoid) X(HardSwish) X(LeakyRelu)   \
+  X(Log) X(Neg) X(Reciprocal) X(Relu) X(Selu) X(Sigmoid) X(Sin) X(Sinh) X(Softplus) X(Softsign) X(Sqrt) \
+  X(Tan) X(Tanh) X(ThresholdedRelu)
 #define EW_UNARY_OTHER_OPS(X)                                                                             \
-  X(Acos) X(Acosh) X(Asin) X(Asinh) X(Atan) X(Atanh) X(Ceil) X(Celu) X(Cosh) X(Floor) X(HardSwish)      \
-  X(IsInf) X(IsNaN) X(Not) X(Round) X(Selu) X(Shrink) X(Sign) X(Sinh) X(Softsign) X(Tan)                \
-  X(ThresholdedRelu)
+  X(Acos) X(Acosh) X(Asin) X(Asinh) X(Atanh) X(Ceil) X(Floor) X(IsInf) X(IsNaN) X(Not) X(Round)        \
+  X(Shrink) X(Sign)
 #define EW_UNARY_OPS(X) EW_UNARY_DIFF_OPS(X) EW_UNARY_OTHER_OPS(X)
 
 /* elementwise_binary.c */

@@ -34,8 +34,10 @@ kiln_status_t kiln_grad_elementwise(kiln_gradient_ctx *c) {
   int b = c->n_inputs > 1 ? c->x[1] : -1;
   kiln_dtype dt = kiln_grad_type(c, y)->dtype;
   /* attributes, read before any emit moves the node array */
-  double alpha = kiln_attr_float(n, "alpha", id == KILN_OP_LeakyRelu ? 0.01f : id == KILN_OP_HardSigmoid ? 0.2f : 1.0f);
+  double alpha = kiln_attr_float(n, "alpha", id == KILN_OP_LeakyRelu ? 0.01f : id == KILN_OP_HardSigmoid ? 0.2f
+                                             : id == KILN_OP_Selu ? 1.67326319217681884765625f : 1.0f);
   double beta = kiln_attr_float(n, "beta", 0.5f);
+  double gamma = kiln_attr_float(n, "gamma", 1.05070102214813232421875f);
   switch (id) {
     case KILN_OP_Identity: give(c, 0, d); break;
     case KILN_OP_Add:
@@ -128,6 +130,48 @@ kiln_status_t kiln_grad_elementwise(kiln_gradient_ctx *c) {
       int inside = kiln_grad_op2(c, "And", kiln_grad_op2(c, "Greater", t, scal(c, dt, 0.0)),
                                  kiln_grad_op2(c, "Less", t, scal(c, dt, 1.0)));
       give(c, 0, mask(c, inside, mul(c, d, scal(c, dt, alpha)), dt));
+      break;
+    }
+    case KILN_OP_Sinh: give(c, 0, mul(c, d, kiln_grad_op1(c, "Cosh", x))); break;
+    case KILN_OP_Cosh: give(c, 0, mul(c, d, kiln_grad_op1(c, "Sinh", x))); break;
+    case KILN_OP_Tan: give(c, 0, mul(c, d, kiln_grad_op2(c, "Add", scal(c, dt, 1.0), mul(c, y, y)))); break;
+    case KILN_OP_Atan: give(c, 0, div_(c, d, kiln_grad_op2(c, "Add", scal(c, dt, 1.0), mul(c, x, x)))); break;
+    case KILN_OP_Softsign: { /* 1 / (1 + |x|)^2 */
+      int t = kiln_grad_op2(c, "Add", scal(c, dt, 1.0), kiln_grad_op1(c, "Abs", x));
+      give(c, 0, div_(c, d, mul(c, t, t)));
+      break;
+    }
+    case KILN_OP_HardSwish: { /* x (x + 3) / 6 on (-3, 3): (2x + 3) / 6; 1 above; 0 below */
+      int mid = div_(c, kiln_grad_op2(c, "Add", mul(c, x, scal(c, dt, 2.0)), scal(c, dt, 3.0)), scal(c, dt, 6.0));
+      int hi[3] = {kiln_grad_op2(c, "GreaterOrEqual", x, scal(c, dt, 3.0)), scal(c, dt, 1.0), mid};
+      int lo[3] = {kiln_grad_op2(c, "LessOrEqual", x, scal(c, dt, -3.0)), scal(c, dt, 0.0),
+                   kiln_grad_op(c, "Where", 3, hi, 0, NULL)};
+      give(c, 0, mul(c, d, kiln_grad_op(c, "Where", 3, lo, 0, NULL)));
+      break;
+    }
+    case KILN_OP_Selu: { /* gamma above 0; y + gamma alpha below */
+      int pos = kiln_grad_op2(c, "Greater", x, scal(c, dt, 0.0));
+      int w3[3] = {pos, scal(c, dt, gamma), kiln_grad_op2(c, "Add", y, scal(c, dt, gamma * alpha))};
+      give(c, 0, mul(c, d, kiln_grad_op(c, "Where", 3, w3, 0, NULL)));
+      break;
+    }
+    case KILN_OP_Celu: { /* 1 above 0; exp(x / alpha) below */
+      int pos = kiln_grad_op2(c, "Greater", x, scal(c, dt, 0.0));
+      int w3[3] = {pos, scal(c, dt, 1.0), kiln_grad_op1(c, "Exp", div_(c, x, scal(c, dt, alpha)))};
+      give(c, 0, mul(c, d, kiln_grad_op(c, "Where", 3, w3, 0, NULL)));
+      break;
+    }
+    case KILN_OP_ThresholdedRelu: give(c, 0, mask(c, kiln_grad_op2(c, "Greater", x, scal(c, dt, alpha)), d, dt)); break;
+    case KILN_OP_PRelu: { /* x > 0: d; else d * slope; the slope: d * x where x <= 0 */
+      int pos = kiln_grad_op2(c, "Greater", x, scal(c, dt, 0.0));
+      if (c->want[0]) {
+        int w3[3] = {pos, d, mul(c, d, b)};
+        give(c, 0, kiln_grad_op(c, "Where", 3, w3, 0, NULL));
+      }
+      if (c->want[1]) {
+        int w3[3] = {pos, scal(c, dt, 0.0), mul(c, d, x)};
+        give(c, 1, kiln_grad_op(c, "Where", 3, w3, 0, NULL));
+      }
       break;
     }
     default:

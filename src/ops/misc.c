@@ -2,6 +2,7 @@
  * RoiAlign), detection (NonMaxSuppression), text (StringNormalizer,
  * TfIdfVectorizer) and random generators. The kernels live in misc_*.c. */
 #include "ops/misc_internal.h"
+#include "ops/gradient.h"
 
 #include <math.h>
 
@@ -32,8 +33,11 @@ void kiln_misc_store_rounded(void *data, kiln_dtype dt, int64_t i, double v) {
   {"", #type, min_in, max_in, 1, 1, kiln_misc_##name##_infer, kiln_misc_##name##_kernel, flags, .id = KILN_OP_##type}
 
 static const kiln_op_def misc_ops[] = {
-    MISC_OP(Resize, resize, 1, 4, 0),
-    MISC_OP(Upsample, upsample, 1, 2, 0),
+    /* with misc_grad.c's rule */
+    {"", "Resize", 1, 4, 1, 1, kiln_misc_resize_infer, kiln_misc_resize_kernel, 0, .id = KILN_OP_Resize,
+     .gradient = kiln_grad_resize},
+    {"", "Upsample", 1, 2, 1, 1, kiln_misc_upsample_infer, kiln_misc_upsample_kernel, 0, .id = KILN_OP_Upsample,
+     .gradient = kiln_grad_resize},
     /* A reduction over its taps, like kiln.Resample (codegen/lower.c). */
     {"", "GridSample", 2, 2, 1, 1, kiln_misc_grid_sample_infer, kiln_misc_grid_sample_kernel, 0,
      .id = KILN_OP_GridSample, .op_class = KILN_OPCLASS_REDUCTION},

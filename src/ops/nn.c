@@ -79,7 +79,7 @@ bool nn_next_index(int rank, const int64_t *dims, int64_t *idx) {
 
 static const kiln_op_def nn_ops[] = {
     NN_DEF_G(Conv, conv, 2, 3, 1, 1, 0, KILN_OPCLASS_CONTRACTION, kiln_flops_conv, kiln_grad_conv),
-    NN_DEF(ConvTranspose, conv_transpose, 2, 3, 1, 1, 0, KILN_OPCLASS_CONTRACTION, kiln_flops_conv_transpose),
+    NN_DEF_G(ConvTranspose, conv_transpose, 2, 3, 1, 1, 0, KILN_OPCLASS_CONTRACTION, kiln_flops_conv_transpose, kiln_grad_conv_transpose),
     NN_DEF_G(AveragePool, average_pool, 1, 1, 1, 1, KILN_OP_REREADS_INPUT, KILN_OPCLASS_REDUCTION, NULL, kiln_grad_pool),
     NN_DEF_G(MaxPool, max_pool, 1, 1, 1, 2, KILN_OP_REREADS_INPUT, KILN_OPCLASS_REDUCTION, NULL, kiln_grad_pool),
     NN_DEF(MaxUnpool, max_unpool, 2, 3, 1, 1, 0, KILN_OPCLASS_NONE, NULL),

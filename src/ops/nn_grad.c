@@ -8,6 +8,8 @@
  *                 channels and whose weights are the gradient (strides and
  *                 dilations swapped), grouped so each group pairs only its
  *                 own channels; dB: the gradient summed over all but axis 1.
+ *   ConvTranspose its adjoint, a Conv, for dX; dW as Conv's with the roles of
+ *                 input and gradient exchanged.
  *   pools         GlobalAveragePool spreads, GlobalMaxPool routes to the
  *                 maxima; AveragePool is ConvTranspose with a ones kernel
  *                 per channel over the gradient divided by each window's
@@ -76,6 +78,18 @@ static int conv_back(kiln_gradient_ctx *c, int d, int w, const kiln_window *win,
   return kiln_grad_op(c, "ConvTranspose", 2, ins, 5, at);
 }
 
+/* v [N, group * cg, spatial] as [cg, group * N, spatial]: a Conv over it with
+ * group `group` pairs group g's channels with group g's images. */
+static int batch_as_channels(kiln_gradient_ctx *c, int v, int r, const int64_t *dims, int64_t group) {
+  int nsp = r - 2;
+  int64_t n = dims[0], cg = dims[1] / group, d5[KILN_MAX_RANK + 1], perm[KILN_MAX_RANK + 1], d4[KILN_MAX_RANK];
+  d5[0] = n, d5[1] = group, d5[2] = cg;
+  perm[0] = 2, perm[1] = 1, perm[2] = 0;
+  d4[0] = cg, d4[1] = group * n;
+  for (int i = 0; i < nsp; i++) d5[3 + i] = dims[2 + i], perm[3 + i] = 3 + i, d4[2 + i] = dims[2 + i];
+  return reshape(c, transpose(c, reshape(c, v, r + 1, d5), r + 1, perm), r, d4);
+}
+
 kiln_status_t kiln_grad_conv(kiln_gradient_ctx *c) {
   int d = c->dy[0];
   if (d < 0) return NULL;
@@ -87,18 +101,10 @@ kiln_status_t kiln_grad_conv(kiln_gradient_ctx *c) {
   int64_t group = kiln_attr_int(kiln_grad_node(c), "group", 1);
   int64_t xdims[KILN_MAX_RANK]; /* tx and tw die at the first emit (the value array moves) */
   memcpy(xdims, tx->dims, sizeof(int64_t) * (size_t)r);
-  int64_t n = xdims[0], ch = xdims[1], cg = ch / group;
   if (c->want[0]) c->dx[0] = conv_back(c, d, w, &win, group);
   if (c->want[1]) {
     /* X as [Cg, group * N, spatial]: batch = the channels within a group, channels = (group, image) */
-    int64_t d5[KILN_MAX_RANK + 1], perm[KILN_MAX_RANK + 1], d4[KILN_MAX_RANK];
-    d5[0] = n, d5[1] = group, d5[2] = cg;
-    for (int i = 0; i < nsp; i++) d5[3 + i] = xdims[2 + i];
-    perm[0] = 2, perm[1] = 1, perm[2] = 0;
-    for (int i = 0; i < nsp; i++) perm[3 + i] = 3 + i;
-    d4[0] = cg, d4[1] = group * n;
-    for (int i = 0; i < nsp; i++) d4[2 + i] = xdims[2 + i];
-    int xg = reshape(c, transpose(c, reshape(c, x, r + 1, d5), r + 1, perm), r, d4);
+    int xg = batch_as_channels(c, x, r, xdims, group);
     int64_t swap[KILN_MAX_RANK];
     for (int i = 0; i < r; i++) swap[i] = i;
     swap[0] = 1, swap[1] = 0;
@@ -114,6 +120,57 @@ kiln_status_t kiln_grad_conv(kiln_gradient_ctx *c) {
     int sl[4] = {full, ints(c, nsp, lo), ints(c, nsp, hi), ints(c, nsp, axes)};
     int cut = kiln_grad_op(c, "Slice", 4, sl, 0, NULL);
     c->dx[1] = transpose(c, cut, r, swap);
+  }
+  if (c->n_inputs > 2 && c->x[2] >= 0 && c->want[2]) {
+    int64_t axes[KILN_MAX_RANK];
+    c->dx[2] = kiln_grad_reduce_sum(c, d, non_channel_axes(r, axes), axes, false);
+  }
+  return c->status;
+}
+
+/* ConvTranspose(X, W [Cin, Cout / group, k], B): its adjoint is a Conv.
+ *   dX = Conv(d, W) with the same strides, dilations, pads and groups;
+ *   dW = a Conv of the gradient (batch as channels within a group) with X
+ *        as weights, strides and dilations swapped, cut to the kernel;
+ *   dB = d summed over all but axis 1. */
+kiln_status_t kiln_grad_conv_transpose(kiln_gradient_ctx *c) {
+  int d = c->dy[0];
+  if (d < 0) return NULL;
+  int x = c->x[0], w = c->x[1];
+  const kiln_type *tx = kiln_grad_type(c, x), *tw = kiln_grad_type(c, w), *ty = kiln_grad_type(c, c->y[0]);
+  int r = tx->rank, nsp = r - 2;
+  int64_t xdims[KILN_MAX_RANK], ydims[KILN_MAX_RANK];
+  memcpy(xdims, tx->dims, sizeof(int64_t) * (size_t)r);
+  memcpy(ydims, ty->dims, sizeof(int64_t) * (size_t)r);
+  kiln_window win;
+  KILN_TRY(kiln_conv_transpose_window(kiln_grad_node(c), nsp, xdims + 2, tw->dims + 2, &win));
+  int64_t group = kiln_attr_int(kiln_grad_node(c), "group", 1);
+  int64_t pads[2 * KILN_MAX_RANK];
+  for (int i = 0; i < nsp; i++) {
+    if (win.pad_begin[i] < 0 || win.pad_end[i] < 0)
+      return kiln_error(KILN_UNSUPPORTED, "ConvTranspose whose output_shape implies negative pads has no gradient rule yet");
+    pads[i] = win.pad_begin[i], pads[nsp + i] = win.pad_end[i];
+  }
+  if (c->want[0]) {
+    kiln_grad_attr at[4] = {KILN_GRAD_INTS("strides", nsp, win.stride), KILN_GRAD_INTS("dilations", nsp, win.dilation),
+                            KILN_GRAD_INTS("pads", 2 * nsp, pads), KILN_GRAD_INT("group", group)};
+    int ins[2] = {d, w};
+    c->dx[0] = kiln_grad_op(c, "Conv", 2, ins, 4, at);
+  }
+  if (c->want[1]) {
+    int dg = batch_as_channels(c, d, r, ydims, group); /* [Cout / group, group * N, out] */
+    int64_t swap[KILN_MAX_RANK];
+    for (int i = 0; i < r; i++) swap[i] = i;
+    swap[0] = 1, swap[1] = 0;
+    int xw = transpose(c, x, r, swap); /* [Cin, N, in]: group g's weights read its N channels */
+    kiln_grad_attr at[4] = {KILN_GRAD_INTS("strides", nsp, win.dilation), KILN_GRAD_INTS("dilations", nsp, win.stride),
+                            KILN_GRAD_INTS("pads", 2 * nsp, pads), KILN_GRAD_INT("group", group)};
+    int ins[2] = {dg, xw};
+    int full = kiln_grad_op(c, "Conv", 2, ins, 4, at); /* [Cout / group, Cin, >= kernel] */
+    int64_t lo[KILN_MAX_RANK], hi[KILN_MAX_RANK], axes[KILN_MAX_RANK];
+    for (int i = 0; i < nsp; i++) lo[i] = 0, hi[i] = win.kernel[i], axes[i] = 2 + i;
+    int sl[4] = {full, ints(c, nsp, lo), ints(c, nsp, hi), ints(c, nsp, axes)};
+    c->dx[1] = transpose(c, kiln_grad_op(c, "Slice", 4, sl, 0, NULL), r, swap);
   }
   if (c->n_inputs > 2 && c->x[2] >= 0 && c->want[2]) {
     int64_t axes[KILN_MAX_RANK];

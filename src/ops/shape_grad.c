@@ -116,8 +116,11 @@ static bool reduce_axes(kiln_gradient_ctx *c, bool *mask, int rank) {
   return true;
 }
 
-/* ReduceSum / ReduceMean: the gradient spread back over the reduced axes
- * (Reshape to the kept-dims shape, Expand), divided by their size for the mean. */
+/* Reduce*: the gradient spread back over the reduced axes (Reshape to the
+ * kept-dims shape, then broadcast): as is for the sum, over the count for
+ * the mean, times each element's derivative for the others (2x, sign x,
+ * x / L2, prod / x, 1 / sum, exp(x - LogSumExp), the max's or min's
+ * elements). */
 kiln_status_t kiln_grad_reduce(kiln_gradient_ctx *c) {
   int d = c->dy[0], x = c->x[0];
   if (d < 0 || !c->want[0]) return NULL;
@@ -133,10 +136,34 @@ kiln_status_t kiln_grad_reduce(kiln_gradient_ctx *c) {
     kept[i] = mask[i] ? 1 : xdims[i];
     if (mask[i]) count *= xdims[i];
   }
-  bool mean = kiln_node_is(kiln_grad_node(c), KILN_OP_ReduceMean);
+  kiln_op_id id = kiln_node_op_id(kiln_grad_node(c));
   int g = reshape_to(c, d, rank, kept);
-  if (mean) g = kiln_grad_op2(c, "Div", g, kiln_grad_scalar(c, dt, (double)count));
-  c->dx[0] = kiln_grad_op2(c, "Expand", g, kiln_grad_ints(c, rank, xdims));
+  int yk = id == KILN_OP_ReduceSum || id == KILN_OP_ReduceMean ? -1 : reshape_to(c, c->y[0], rank, kept);
+  switch (id) {
+    case KILN_OP_ReduceSum: c->dx[0] = kiln_grad_op2(c, "Expand", g, kiln_grad_ints(c, rank, xdims)); break;
+    case KILN_OP_ReduceMean:
+      g = kiln_grad_op2(c, "Div", g, kiln_grad_scalar(c, dt, (double)count));
+      c->dx[0] = kiln_grad_op2(c, "Expand", g, kiln_grad_ints(c, rank, xdims));
+      break;
+    case KILN_OP_ReduceSumSquare:
+      c->dx[0] = kiln_grad_op2(c, "Mul", kiln_grad_op2(c, "Mul", x, kiln_grad_scalar(c, dt, 2.0)), g);
+      break;
+    case KILN_OP_ReduceL1: c->dx[0] = kiln_grad_op2(c, "Mul", kiln_grad_op1(c, "Sign", x), g); break;
+    case KILN_OP_ReduceL2: c->dx[0] = kiln_grad_op2(c, "Mul", kiln_grad_op2(c, "Div", x, yk), g); break;
+    case KILN_OP_ReduceProd: c->dx[0] = kiln_grad_op2(c, "Mul", kiln_grad_op2(c, "Div", yk, x), g); break;
+    case KILN_OP_ReduceLogSum: c->dx[0] = kiln_grad_op2(c, "Expand", kiln_grad_op2(c, "Div", g, kiln_grad_op1(c, "Exp", yk)),
+                                                        kiln_grad_ints(c, rank, xdims)); break;
+    case KILN_OP_ReduceLogSumExp:
+      c->dx[0] = kiln_grad_op2(c, "Mul", kiln_grad_op1(c, "Exp", kiln_grad_op2(c, "Sub", x, yk)), g);
+      break;
+    case KILN_OP_ReduceMax:
+    case KILN_OP_ReduceMin: { /* to the elements equal to the result (each of a tie: random inputs have none) */
+      int w3[3] = {kiln_grad_op2(c, "Equal", x, yk), g, kiln_grad_scalar(c, dt, 0.0)};
+      c->dx[0] = kiln_grad_op(c, "Where", 3, w3, 0, NULL);
+      break;
+    }
+    default: return kiln_error(KILN_UNSUPPORTED, "no gradient rule for %s", kiln_grad_node(c)->op_type);
+  }
   return NULL;
 }
 

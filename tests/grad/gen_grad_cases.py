@@ -2,7 +2,7 @@
 """Writes the gradient-check cases: small float64 ONNX models, one op (or a
 short chain) each, with their inputs.
 
-    /usr/bin/python3 tests/grad/gen_grad_cases.py OUT_DIR
+    /usr/bin/python3 tests/grad/gen_grad_cases.py OUT_DIR [--dtype float32]
 
 (Debian's /usr/bin/python3: onnx and numpy.) For each case OUT_DIR/NAME.onnx
 and OUT_DIR/NAME.npz (one array per graph input, by name). Every float
@@ -11,7 +11,10 @@ shapes, axes) are initializers. Inputs are random, kept away from each
 op's kinks and poles (Relu and Abs at 0, Clip at its bounds, Log and Sqrt
 near 0, ties of Max) by more than the check's step, so central differences
 are accurate there. Cases named norule_* use an op with no gradient rule:
-autodiff must refuse them with an error naming the node.
+autodiff must refuse them with an error naming the node. --dtype float32
+writes the same cases in float32 (float inputs, outputs and float
+initializers), for running their backward graphs on the compiling devices
+against ref (run_gradcheck.sh).
 """
 import os
 import sys
@@ -21,6 +24,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 RNG = np.random.default_rng(20261205)
+FLOAT = {"float64": (TensorProto.DOUBLE, np.float64), "float32": (TensorProto.FLOAT, np.float32)}
+DTYPE = "float64"
 
 
 def rand(shape, kind="any"):
@@ -48,13 +53,16 @@ class Case:
     def x(self, shape, kind="any"):
         """A differentiated graph input."""
         name = f"x{len(self.inputs)}"
-        self.inputs.append(helper.make_tensor_value_info(name, TensorProto.DOUBLE, list(shape)))
-        self.feeds[name] = rand(shape, kind)
+        self.inputs.append(helper.make_tensor_value_info(name, FLOAT[DTYPE][0], list(shape)))
+        self.feeds[name] = rand(shape, kind).astype(FLOAT[DTYPE][1])
         return name
 
     def const(self, arr):
         name = f"c{len(self.inits)}"
-        self.inits.append(numpy_helper.from_array(np.asarray(arr), name))
+        arr = np.asarray(arr)
+        if arr.dtype == np.float64:
+            arr = arr.astype(FLOAT[DTYPE][1])
+        self.inits.append(numpy_helper.from_array(arr, name))
         return name
 
     def op(self, op_type, ins, **attrs):
@@ -67,7 +75,7 @@ class Case:
         """outputs: names, or (name, shape) where ONNX's inference gives no shape."""
         shapes = {o[0]: o[1] for o in outputs if isinstance(o, tuple)}
         outputs = [o[0] if isinstance(o, tuple) else o for o in outputs]
-        outs = [helper.make_tensor_value_info(o, TensorProto.DOUBLE, shapes.get(o)) for o in outputs]
+        outs = [helper.make_tensor_value_info(o, FLOAT[DTYPE][0], shapes.get(o)) for o in outputs]
         g = helper.make_graph(self.nodes, self.name, self.inputs, outs, initializer=self.inits)
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", self.opset)], producer_name="gen_grad_cases")
         m.ir_version = 8
@@ -82,7 +90,8 @@ class Case:
         except onnx.checker.ValidationError as e:
             sys.exit(f"gen_grad_cases: {self.name}: {e}")
         onnx.save(m, os.path.join(out_dir, self.name + ".onnx"))
-        np.savez(os.path.join(out_dir, self.name + ".npz"), **self.feeds)
+        np.savez(os.path.join(out_dir, self.name + ".npz"),
+                 **{k: v.astype(FLOAT[DTYPE][1]) for k, v in self.feeds.items()})
 
 
 def cases():
@@ -106,13 +115,13 @@ def cases():
     add("Min_3", lambda c: [c.op("Min", [c.x([6], "distinct"), c.x([6], "distinct"), c.x([6], "distinct")])])
     add("Where_bcast", lambda c: [c.op("Where", [c.const(RNG.random((3, 4)) > 0.5), c.x([3, 4]), c.x([4])])])
     add("Identity", lambda c: [c.op("Identity", [c.x([2, 3])])])
-    add("Cast_f64", lambda c: [c.op("Cast", [c.x([2, 3])], to=TensorProto.DOUBLE)])
+    add("Cast_same", lambda c: [c.op("Cast", [c.x([2, 3])], to=FLOAT[DTYPE][0])])
     # Clip: inputs away from the bounds (+-0.5) by >= 0.05
     def clip_input(c, shape, lo_only=False):
         v = RNG.uniform(-2, 2, shape)
         v = np.where(np.abs(np.abs(v) - 0.5) < 0.05, v + 0.1 * np.sign(v), v)
         name = f"x{len(c.inputs)}"
-        c.inputs.append(helper.make_tensor_value_info(name, TensorProto.DOUBLE, list(shape)))
+        c.inputs.append(helper.make_tensor_value_info(name, FLOAT[DTYPE][0], list(shape)))
         c.feeds[name] = v
         return name
     add("Clip_both", lambda c: [c.op("Clip", [clip_input(c, [3, 5]), c.const(np.float64(-0.5)), c.const(np.float64(0.5))])])
@@ -260,15 +269,67 @@ def cases():
     add("Pad_constant", lambda c: [c.op("Pad", [c.x([2, 3]), c.const(np.array([1, 0, 2, 3], np.int64)),
                                                 c.const(np.float64(0.7))])])
 
+    # transposed convolutions, resampling, the other reductions, more activations
+    add("ConvTranspose_plain", lambda c: [c.op("ConvTranspose", [c.x([2, 3, 4, 4]), c.x([3, 2, 3, 3]), c.x([2])])])
+    add("ConvTranspose_stride_pad_outpad", lambda c: [c.op("ConvTranspose", [c.x([1, 2, 3, 4]), c.x([2, 3, 3, 2])],
+                                                           strides=[2, 3], pads=[1, 0, 0, 1], output_padding=[1, 2],
+                                                           dilations=[1, 1])])
+    add("ConvTranspose_group", lambda c: [c.op("ConvTranspose", [c.x([1, 4, 3, 3]), c.x([4, 3, 2, 2])], group=2,
+                                               strides=[2, 2])])
+    add("ConvTranspose_1d_dil", lambda c: [c.op("ConvTranspose", [c.x([2, 2, 5]), c.x([2, 2, 3])], dilations=[2])])
+    empty = lambda c: c.const(np.array([], np.float64))
+    add("Resize_linear_2x", lambda c: [(c.op("Resize", [c.x([1, 2, 3, 4]), empty(c),
+                                                       c.const(np.array([1, 1, 2, 2], np.float64))], mode="linear"), [1, 2, 6, 8])])
+    add("Resize_linear_align_sizes", lambda c: [(c.op("Resize", [c.x([1, 1, 4, 5]), empty(c), empty(c),
+                                                                c.const(np.array([1, 1, 7, 3], np.int64))],
+                                                     mode="linear", coordinate_transformation_mode="align_corners"),
+                                               [1, 1, 7, 3])])
+    add("Resize_nearest", lambda c: [(c.op("Resize", [c.x([1, 2, 3, 3]), empty(c),
+                                                     c.const(np.array([1, 1, 2, 1.5], np.float64))], mode="nearest"), [1, 2, 6, 4])])
+    add("Resize_cubic", lambda c: [(c.op("Resize", [c.x([1, 1, 4, 4]), empty(c),
+                                                   c.const(np.array([1, 1, 1.5, 2], np.float64))], mode="cubic"), [1, 1, 6, 8])])
+    for op in ("ReduceMax", "ReduceMin"):
+        add(f"{op}_axis", lambda c, op=op: [c.op(op, [c.x([2, 3, 4], "distinct")], axes=[1], keepdims=0)])
+    add("ReduceProd", lambda c: [c.op("ReduceProd", [c.x([2, 3], "away")], axes=[1])])
+    add("ReduceL1", lambda c: [c.op("ReduceL1", [c.x([2, 4], "away")], axes=[0], keepdims=0)])
+    add("ReduceL2", lambda c: [c.op("ReduceL2", [c.x([3, 4])], axes=[1])])
+    add("ReduceLogSum", lambda c: [c.op("ReduceLogSum", [c.x([2, 5], "pos")], axes=[1])])
+    add("ReduceLogSumExp", lambda c: [c.op("ReduceLogSumExp", [c.x([2, 3, 4])], axes=[0, 2], keepdims=0)])
+    add("ReduceSumSquare", lambda c: [c.op("ReduceSumSquare", [c.x([3, 4])])])
+    for op, kind in (("Atan", "any"), ("Cosh", "any"), ("Sinh", "any"), ("Softsign", "away"), ("Selu", "away"),
+                     ("Tan", "any")):
+        add(op, lambda c, op=op, kind=kind: [c.op(op, [c.x([2, 5], kind)])] if op != "Tan" else
+            [c.op("Tan", [c.x([2, 5])])])
+    add("Celu", lambda c: [c.op("Celu", [c.x([2, 5], "away")], alpha=0.8)])
+    add("ThresholdedRelu", lambda c: [c.op("ThresholdedRelu", [c.x([2, 5], "away")], alpha=0.1)])
+
+    def hard_swish(c):
+        x = c.x([2, 5])
+        c.feeds[x] = np.array([[-4.0, -2.9, -1.0, -0.2, 0.3], [1.1, 2.5, 2.9, 3.2, 5.0]])
+        return [c.op("HardSwish", [x])]
+    add("HardSwish", hard_swish)
+    add("PRelu_channel", lambda c: [c.op("PRelu", [c.x([2, 3, 4], "away"), c.x([3, 1])])])
+
+    def attention(c):  # softmax(q k^T / sqrt(d)) v, the pattern the optimizer fuses
+        q, k, v = c.x([2, 4, 8]), c.x([2, 4, 8]), c.x([2, 4, 8])
+        s_ = c.op("Div", [c.op("MatMul", [q, c.op("Transpose", [k], perm=[0, 2, 1])]), c.const(np.float64(np.sqrt(8)))])
+        return [c.op("MatMul", [c.op("Softmax", [s_], axis=-1), v])]
+    add("chain_attention", attention)
+
     # no rule: a clear error naming the node
-    add("norule_Cosh", lambda c: [c.op("Cosh", [c.x([3])])])
+    add("norule_LpNormalization", lambda c: [c.op("LpNormalization", [c.x([3, 4])])])
     return out
 
 
 def main():
-    if len(sys.argv) != 2:
+    global DTYPE
+    args = sys.argv[1:]
+    if len(args) == 3 and args[1] == "--dtype" and args[2] in FLOAT:
+        DTYPE = args[2]
+        args = args[:1]
+    if len(args) != 1:
         sys.exit(__doc__)
-    out_dir = sys.argv[1]
+    out_dir = args[0]
     os.makedirs(out_dir, exist_ok=True)
     n = 0
     for name, fn, opset in cases():

@@ -1,6 +1,7 @@
 /* gradcheck — autodiff's gradients against central finite differences.
  *
  *   gradcheck [--device D] [--eps E] [--atol A] [--rtol R] [-v] CASE.onnx...
+ *   gradcheck --emit DIR CASE.onnx...
  *
  * Each CASE.onnx comes with CASE.npz (its graph inputs by name: made by
  * tests/grad/gen_grad_cases.py, float64). The check, per case:
@@ -14,7 +15,10 @@
  *      on the same session, and |gradient - difference| <= atol + rtol *
  *      |difference| (PyTorch's gradcheck: eps 1e-6, atol 1e-5, rtol 1e-3).
  * Cases named norule_* must instead fail autodiff with an UNSUPPORTED error
- * that names their node. One line per case (PASS / FAIL with the worst
+ * that names their node. --emit writes each case's model with its
+ * gradients as outputs to DIR/CASE.onnx and checks nothing else: float32
+ * cases for kiln_diff to run on a compiling device against ref
+ * (run_gradcheck.sh). One line per case (PASS / FAIL with the worst
  * element) and a summary; exit status 1 on any failure, 2 on usage errors.
  */
 #include <math.h>
@@ -29,6 +33,7 @@
 
 typedef struct options {
   const char *device;
+  const char *emit; /* --emit DIR, or NULL */
   double eps, atol, rtol;
   bool verbose;
 } options;
@@ -172,6 +177,21 @@ static kiln_status_t check(const options *opt, const char *path, result *res) {
     free(data);
     return NULL;
   }
+  if (!st && opt->emit) {
+    char out[1400];
+    snprintf(out, sizeof out, "%s/%s.onnx", opt->emit, name);
+    FILE *f = fopen(out, "wb");
+    bool ok = f && fwrite(data, 1, size, f) == size;
+    if (f && fclose(f)) ok = false;
+    if (!ok) st = kiln_error(KILN_IO_ERROR, "cannot write %s", out);
+    res->ok = !st;
+    if (st) snprintf(res->why, sizeof res->why, "%s", kiln_status_message(st));
+    kiln_status_free(st);
+    for (int k = 0; k < n_wrt; k++) free(wrt_names[k]);
+    free(wrt_names);
+    free(data);
+    return NULL;
+  }
   int n_in = 0;
   char **in_names = NULL;
   kiln_tensor **ins = NULL, **outs = NULL;
@@ -245,11 +265,13 @@ int main(int argc, char **argv) {
     const char *a = argv[first];
     if (!strcmp(a, "-v")) opt.verbose = true;
     else if (first + 1 < argc && !strcmp(a, "--device")) opt.device = argv[++first];
+    else if (first + 1 < argc && !strcmp(a, "--emit")) opt.emit = argv[++first];
     else if (first + 1 < argc && !strcmp(a, "--eps")) opt.eps = atof(argv[++first]);
     else if (first + 1 < argc && !strcmp(a, "--atol")) opt.atol = atof(argv[++first]);
     else if (first + 1 < argc && !strcmp(a, "--rtol")) opt.rtol = atof(argv[++first]);
     else {
-      fprintf(stderr, "usage: gradcheck [--device D] [--eps E] [--atol A] [--rtol R] [-v] CASE.onnx...\n");
+      fprintf(stderr, "usage: gradcheck [--device D] [--eps E] [--atol A] [--rtol R] [-v] CASE.onnx...\n"
+                      "       gradcheck --emit DIR CASE.onnx...\n");
       return 2;
     }
   }
@@ -266,12 +288,14 @@ int main(int argc, char **argv) {
     if (r.ok) {
       pass++;
       if (!strncmp(base, "norule_", 7)) printf("PASS %s (refused: %s)\n", base, r.why);
+      else if (opt.emit) printf("EMIT %s\n", base);
       else printf("PASS %s (%lld elements, worst error %.2g of allowed)\n", base, (long long)r.checked, r.worst);
     } else {
       fail++;
       printf("FAIL %s: %s\n", base, r.why);
     }
   }
-  printf("gradcheck: %d cases on %s: %d passed, %d failed\n", pass + fail, opt.device, pass, fail);
+  if (opt.emit) printf("gradcheck: %d cases written to %s, %d failed\n", pass, opt.emit, fail);
+  else printf("gradcheck: %d cases on %s: %d passed, %d failed\n", pass + fail, opt.device, pass, fail);
   return fail ? 1 : 0;
 }
