@@ -27,6 +27,7 @@
  *     their scales or sizes are constants (passes/resample_tables.c).
  */
 #include "ops/op.h"
+#include "ops/gradient.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -386,9 +387,10 @@ static kiln_status_t resample_kernel(kiln_kernel_ctx *ctx) {
 }
 
 static const kiln_op_def fused_ops[] = {
-    {FUSED_DOMAIN, "Gelu", 1, 1, 1, 1, gelu_infer, gelu_kernel, 0, .id = KILN_OP_kiln_Gelu, .op_class = KILN_OPCLASS_ELEMENTWISE},
+    {FUSED_DOMAIN, "Gelu", 1, 1, 1, 1, gelu_infer, gelu_kernel, 0, .id = KILN_OP_kiln_Gelu, .op_class = KILN_OPCLASS_ELEMENTWISE,
+     .gradient = kiln_grad_gelu},
     {FUSED_DOMAIN, "FusedAttention", 3, 4, 1, 1, attention_infer, attention_kernel, 0, .id = KILN_OP_kiln_FusedAttention,
-     .op_class = KILN_OPCLASS_CONTRACTION, .flops = kiln_flops_attention},
+     .op_class = KILN_OPCLASS_CONTRACTION, .flops = kiln_flops_attention, .gradient = kiln_grad_attention},
     {FUSED_DOMAIN, "Resample", 1, 1 + 2 * KILN_MAX_RANK, 1, 1, resample_infer, resample_kernel, KILN_OP_REREADS_INPUT,
      .id = KILN_OP_kiln_Resample, .op_class = KILN_OPCLASS_REDUCTION},
 };

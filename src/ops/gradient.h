@@ -107,6 +107,8 @@ kiln_status_t kiln_grad_dropout(kiln_gradient_ctx *c);
 kiln_status_t kiln_grad_loss(kiln_gradient_ctx *c);
 kiln_status_t kiln_grad_resize(kiln_gradient_ctx *c);
 kiln_status_t kiln_grad_conv_transpose(kiln_gradient_ctx *c);
+kiln_status_t kiln_grad_gelu(kiln_gradient_ctx *c);
+kiln_status_t kiln_grad_attention(kiln_gradient_ctx *c);
 /* ReduceMean of v over the given axes (version-correct for ctx->opset). */
 int kiln_grad_reduce_mean(kiln_gradient_ctx *c, int v, int n_axes, const int64_t *axes, bool keepdims);
 

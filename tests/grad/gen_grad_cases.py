@@ -47,6 +47,7 @@ def rand(shape, kind="any"):
 class Case:
     def __init__(self, name, opset=17):
         self.name, self.opset = name, opset
+        self.kiln_domain = False  # uses kiln's fused ops (domain "kiln")
         self.nodes, self.inputs, self.inits, self.feeds = [], [], [], {}
         self.n = 0
 
@@ -65,10 +66,11 @@ class Case:
         self.inits.append(numpy_helper.from_array(arr, name))
         return name
 
-    def op(self, op_type, ins, **attrs):
+    def op(self, op_type, ins, domain="", **attrs):
         out = f"t{self.n}"
         self.n += 1
-        self.nodes.append(helper.make_node(op_type, ins, [out], name=f"{op_type}_{self.n}", **attrs))
+        self.nodes.append(helper.make_node(op_type, ins, [out], name=f"{op_type}_{self.n}", domain=domain, **attrs))
+        self.kiln_domain |= domain == "kiln"
         return out
 
     def write(self, out_dir, outputs):
@@ -77,7 +79,8 @@ class Case:
         outputs = [o[0] if isinstance(o, tuple) else o for o in outputs]
         outs = [helper.make_tensor_value_info(o, FLOAT[DTYPE][0], shapes.get(o)) for o in outputs]
         g = helper.make_graph(self.nodes, self.name, self.inputs, outs, initializer=self.inits)
-        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", self.opset)], producer_name="gen_grad_cases")
+        opsets = [helper.make_opsetid("", self.opset)] + ([helper.make_opsetid("kiln", 1)] if self.kiln_domain else [])
+        m = helper.make_model(g, opset_imports=opsets, producer_name="gen_grad_cases")
         m.ir_version = 8
         # the outputs' shapes from ONNX's own inference (the checker wants them stated)
         im = onnx.shape_inference.infer_shapes(m)
@@ -85,6 +88,11 @@ class Case:
         for o in m.graph.output:
             if o.name not in shapes:
                 o.type.CopyFrom(inferred[o.name])
+        if self.kiln_domain:  # ONNX's checker knows no kiln ops
+            onnx.save(m, os.path.join(out_dir, self.name + ".onnx"))
+            np.savez(os.path.join(out_dir, self.name + ".npz"),
+                     **{k: v.astype(FLOAT[DTYPE][1]) for k, v in self.feeds.items()})
+            return
         try:
             onnx.checker.check_model(m)
         except onnx.checker.ValidationError as e:
@@ -315,6 +323,15 @@ def cases():
         s_ = c.op("Div", [c.op("MatMul", [q, c.op("Transpose", [k], perm=[0, 2, 1])]), c.const(np.float64(np.sqrt(8)))])
         return [c.op("MatMul", [c.op("Softmax", [s_], axis=-1), v])]
     add("chain_attention", attention)
+
+    # kiln's fused ops (what the pattern pass makes of Gelu and attention)
+    add("kiln_Gelu", lambda c: [(c.op("Gelu", [c.x([3, 5])], domain="kiln"), [3, 5])])
+    add("kiln_Gelu_tanh", lambda c: [(c.op("Gelu", [c.x([3, 5])], domain="kiln", approximate="tanh"), [3, 5])])
+    add("kiln_FusedAttention", lambda c: [(c.op("FusedAttention", [c.x([2, 3, 4, 8]), c.x([2, 3, 5, 8]), c.x([2, 3, 5, 6])],
+                                                domain="kiln", scale=0.35), [2, 3, 4, 6])])
+    add("kiln_FusedAttention_mask_bcast_kT", lambda c: [(c.op("FusedAttention", [
+        c.x([2, 3, 4, 8]), c.x([3, 8, 5]), c.x([3, 5, 6]), c.x([4, 5])], domain="kiln", scale=0.5, transpose_k=0),
+        [2, 3, 4, 6])])
 
     # no rule: a clear error naming the node
     add("norule_LpNormalization", lambda c: [c.op("LpNormalization", [c.x([3, 4])])])
