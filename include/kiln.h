@@ -194,6 +194,95 @@ kiln_status_t kiln_session_run(kiln_session *session, int n_inputs, const char *
                                const kiln_tensor *const *inputs, int n_outputs,
                                kiln_tensor **out_outputs);
 
+/* ---- training -------------------------------------------------------------- */
+
+/* A trainer turns a model into a training step: forward, the loss on one of
+ * its outputs, the backward graph (autodiff) and the optimizer's update, as
+ * one graph that runs on the session's device like any model. Trainable
+ * values: the float initializers the loss depends on through differentiable
+ * inputs, minus those whose name matches `freeze`; BatchNormalization runs
+ * in training mode (its running statistics are state the step updates) and
+ * Dropout with masks drawn by the trainer's random generator (seeded).
+ * A trainer is used by one thread at a time. */
+typedef enum kiln_loss {
+  KILN_LOSS_MSE = 0,          /* mean of (y - t)^2; t shaped like y */
+  KILN_LOSS_L1 = 1,           /* mean of |y - t| */
+  KILN_LOSS_CROSS_ENTROPY = 2, /* y: logits [N, C, d...]; t: int64 classes [N, d...]; mean over non-ignored */
+  KILN_LOSS_NLL = 3,          /* y: log-probabilities [N, C, d...]; t as for cross_entropy */
+  KILN_LOSS_BCE_WITH_LOGITS = 4, /* mean of the binary cross-entropy of sigmoid(y) against t in [0, 1] */
+} kiln_loss;
+
+typedef enum kiln_optimizer { KILN_OPTIMIZER_SGD = 0, KILN_OPTIMIZER_ADAM = 1, KILN_OPTIMIZER_ADAMW = 2 } kiln_optimizer;
+
+typedef enum kiln_lr_schedule {
+  KILN_LR_CONSTANT = 0,
+  KILN_LR_STEP = 1,   /* lr * gamma^floor((step - 1) / step_every) */
+  KILN_LR_COSINE = 2, /* lr * (1 + cos(pi * (step - 1) / total_steps)) / 2 */
+  KILN_LR_WARMUP = 3, /* lr * min(1, step / warmup_steps) */
+} kiln_lr_schedule;
+
+typedef struct kiln_trainer_options {
+  kiln_loss loss;
+  const char *output;       /* the graph output the loss applies to; NULL: the first (borrowed) */
+  int has_ignore_index;     /* cross_entropy / nll: targets equal to ignore_index count for nothing */
+  int64_t ignore_index;
+  float label_smoothing;    /* cross_entropy: 0..1 */
+  kiln_optimizer optimizer;
+  float lr, momentum, weight_decay, beta1, beta2, eps; /* weight_decay < 0: the optimizer's default */
+  int nesterov;
+  kiln_lr_schedule schedule;
+  int64_t step_every;       /* KILN_LR_STEP */
+  float gamma;              /* KILN_LR_STEP */
+  int64_t warmup_steps;     /* KILN_LR_WARMUP */
+  int64_t total_steps;      /* KILN_LR_COSINE */
+  int grad_accum;           /* micro-batches per update (>= 1) */
+  float clip_norm;          /* > 0: gradients scaled so their global L2 norm is at most this */
+  const char *freeze;       /* POSIX extended regex over initializer names, or NULL (borrowed) */
+  const char *device;       /* NULL: the default device (borrowed) */
+  int threads;              /* 0: the default */
+  uint64_t seed;            /* the generator of Dropout's masks */
+} kiln_trainer_options;
+
+/* sgd, lr 0.01, momentum 0, beta1 0.9, beta2 0.999, eps 1e-8, weight decay
+ * the optimizer's default (0; AdamW 0.01), constant lr, grad_accum 1. */
+kiln_trainer_options kiln_trainer_options_default(void);
+
+typedef struct kiln_trainer kiln_trainer;
+
+/* The trainer keeps a reference to nothing of `model` after it returns
+ * (it copies the graph and the weights). */
+kiln_status_t kiln_trainer_create(const kiln_model *model, const kiln_trainer_options *options,
+                                  kiln_trainer **out_trainer);
+void kiln_trainer_destroy(kiln_trainer *trainer);
+/* One micro-batch: the graph inputs by name (borrowed; axis 0 the batch)
+ * and the targets; the optimizer updates the weights every grad_accum
+ * calls. out_loss: the micro-batch's loss (may be NULL). */
+kiln_status_t kiln_trainer_step(kiln_trainer *trainer, int n_inputs, const char *const *input_names,
+                                const kiln_tensor *const *inputs, const kiln_tensor *targets, double *out_loss);
+/* The loss (inference mode: BatchNormalization on its running statistics,
+ * no Dropout) on one batch with the current weights, and for
+ * cross_entropy / nll the number of samples whose argmax over axis 1 is
+ * the target (out_correct, may be NULL), of out_counted (targets not
+ * ignored). */
+kiln_status_t kiln_trainer_evaluate(kiln_trainer *trainer, int n_inputs, const char *const *input_names,
+                                    const kiln_tensor *const *inputs, const kiln_tensor *targets, double *out_loss,
+                                    int64_t *out_correct, int64_t *out_counted);
+/* Updates done so far, micro-batches stepped so far (updates x grad_accum,
+ * plus those accumulating), and the learning rate of the next update. */
+int64_t kiln_trainer_updates(const kiln_trainer *trainer);
+int64_t kiln_trainer_micro_batches(const kiln_trainer *trainer);
+double kiln_trainer_lr(const kiln_trainer *trainer);
+/* Checkpoints: a directory holding weights.npz (trainable values and
+ * running statistics), optimizer.npz (the optimizer's state) and
+ * trainer.json (format, update count, micro-batch count, the generator's
+ * state); docs/TRAINING.md describes the format. load restores a trainer
+ * created from the same model with the same options. */
+kiln_status_t kiln_trainer_save_checkpoint(const kiln_trainer *trainer, const char *dir);
+kiln_status_t kiln_trainer_load_checkpoint(kiln_trainer *trainer, const char *dir);
+/* The model for inference with the current weights (its initializers
+ * updated), as an ONNX file that ONNX Runtime loads. */
+kiln_status_t kiln_trainer_export(const kiln_trainer *trainer, const char *path);
+
 #ifdef __cplusplus
 }
 #endif

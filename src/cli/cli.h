@@ -8,6 +8,7 @@
 int kiln_cmd_run(int argc, char **argv);
 int kiln_cmd_info(int argc, char **argv);
 int kiln_cmd_devices(int argc, char **argv);
+int kiln_cmd_train(int argc, char **argv);
 
 /* Prints "kiln: error: <message>" (folded to one line), frees st, returns 1. */
 int kiln_cli_fail(kiln_status_t st);

@@ -21,6 +21,9 @@ static const char *usage_text =
     "  verify MODEL.onnx [--device D] [--input NAME=FILE.npy]... [--rtol R] [--atol A]\n"
     "                       run on D and on ref with the same inputs; report the first\n"
     "                       node whose output diverges\n"
+    "  train MODEL.onnx --data TRAIN.npz --loss L [--optimizer sgd|adam|adamw] [--lr LR] [--epochs E] ...\n"
+    "                       train the model (autodiff, loss and optimizer as one graph);\n"
+    "                       --save the trained model, --checkpoint / --resume, --log JSON lines\n"
     "  devices              the devices available and their properties\n"
     "  help                 this text; `kiln CMD --help` for one command\n"
     "  --version            the version\n";
@@ -68,6 +71,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "run")) return kiln_cmd_run(argc - 1, argv + 1);
   if (!strcmp(cmd, "info")) return kiln_cmd_info(argc - 1, argv + 1);
   if (!strcmp(cmd, "bench")) return kiln_cmd_bench(argc - 1, argv + 1);
+  if (!strcmp(cmd, "train")) return kiln_cmd_train(argc - 1, argv + 1);
   if (!strcmp(cmd, "verify")) return kiln_cmd_verify(argc - 1, argv + 1);
   if (!strcmp(cmd, "devices")) return kiln_cmd_devices(argc - 1, argv + 1);
   fprintf(stderr, "kiln: error: unknown command '%s' (try `kiln help`)\n", cmd);

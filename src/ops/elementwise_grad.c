@@ -93,7 +93,7 @@ kiln_status_t kiln_grad_elementwise(kiln_gradient_ctx *c) {
         int le = kiln_grad_op2(c, "LessOrEqual", x, c->x[2]);
         keep = keep < 0 ? le : kiln_grad_op2(c, "And", keep, le);
       }
-      if (c->n_inputs <= 1 && c->opset < 11)
+      if (c->n_inputs <= 1 && kiln_grad_node(c)->opset < 11)
         return kiln_error(KILN_UNSUPPORTED, "Clip before opset 11 (min and max as attributes) has no gradient rule");
       give(c, 0, keep < 0 ? d : mask(c, keep, d, dt));
       break;

@@ -29,8 +29,8 @@
 
 typedef struct kiln_gradient_ctx {
   kiln_graph *g;        /* the graph the backward nodes are appended to */
-  int node;             /* the forward node's index in g */
-  int opset;            /* the ai.onnx opset the emitted nodes follow */
+  int node;             /* the forward node's index in g; -1: the builder used outside a rule (the trainer) */
+  int opset;            /* the ai.onnx opset the emitted nodes follow (the forward node's semantics: its own opset) */
   int n_inputs, n_outputs;
   const int *x;         /* the forward node's input value ids (-1: absent) */
   const int *y;         /* its output value ids */
@@ -45,6 +45,9 @@ typedef struct kiln_gradient_ctx {
 const kiln_node *kiln_grad_node(const kiln_gradient_ctx *c);
 /* The static type of value v (valid until the next builder call: the value array moves). */
 const kiln_type *kiln_grad_type(const kiln_gradient_ctx *c, int v);
+/* The value of v when the graph knows it before running: a constant, or
+ * what value inference found (a shape computation's result); else NULL. */
+const kiln_tensor *kiln_grad_known(const kiln_gradient_ctx *c, int v);
 /* Records an error (printf-style why) and returns -1. */
 int kiln_grad_fail(kiln_gradient_ctx *c, const char *fmt, ...) KILN_PRINTF(2, 3);
 

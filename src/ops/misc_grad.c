@@ -20,7 +20,7 @@ kiln_status_t kiln_grad_resize(kiln_gradient_ctx *c) {
   int64_t xdims[KILN_MAX_RANK];
   memcpy(xdims, tx->dims, sizeof(int64_t) * (size_t)r);
   const kiln_tensor *consts[4] = {0};
-  for (int i = 1; i < c->n_inputs && i < 4; i++) consts[i] = c->x[i] >= 0 ? kiln_opt_const(c->g, c->x[i]) : NULL;
+  for (int i = 1; i < c->n_inputs && i < 4; i++) consts[i] = c->x[i] >= 0 ? kiln_grad_known(c, c->x[i]) : NULL;
   kiln_resample_tables tab;
   kiln_status_t st = kiln_resample_tables_build(n, n->opset, kiln_node_is(n, KILN_OP_Upsample), r, xdims,
                                                 c->n_inputs < 4 ? c->n_inputs : 4, consts, &tab);

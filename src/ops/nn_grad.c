@@ -202,7 +202,7 @@ kiln_status_t kiln_grad_pool(kiln_gradient_ctx *c) {
     c->dx[0] = kiln_grad_op(c, "Where", 3, ins, 0, NULL);
     return c->status;
   }
-  bool ceil_mode = c->opset >= 10 && kiln_attr_int(n, "ceil_mode", 0) != 0;
+  bool ceil_mode = n->opset >= 10 && kiln_attr_int(n, "ceil_mode", 0) != 0;
   if (ceil_mode) return kiln_error(KILN_UNSUPPORTED, "%s with ceil_mode has no gradient rule yet", n->op_type);
   kiln_window win;
   KILN_TRY(kiln_window_init(n, nsp, xdims + 2, NULL, true, false, &win));
@@ -296,7 +296,7 @@ kiln_status_t kiln_grad_norm(kiln_gradient_ctx *c) {
   }
   /* BatchNormalization(X, scale, B, mean, var) */
   int mean = c->x[3], var = c->x[4];
-  bool training = c->opset >= 14 && kiln_attr_int(n, "training_mode", 0) != 0;
+  bool training = n->opset >= 14 && kiln_attr_int(n, "training_mode", 0) != 0;
   int64_t axes[KILN_MAX_RANK], m = 1;
   int na = non_channel_axes(r, axes);
   for (int i = 0; i < na; i++) m *= tx->dims[axes[i]]; /* before the first emit moves tx */
@@ -313,9 +313,7 @@ kiln_status_t kiln_grad_norm(kiln_gradient_ctx *c) {
     }
     if (c->want[1]) c->dx[1] = kiln_grad_reduce_sum(c, mul(c, d, xhat), na, axes, false);
     if (c->want[2]) c->dx[2] = kiln_grad_reduce_sum(c, d, na, axes, false);
-    if (c->want[3] || c->want[4])
-      return kiln_error(KILN_UNSUPPORTED, "training BatchNormalization: its running statistics are state, not trainable");
-    return c->status;
+    return c->status; /* the running statistics (inputs 3, 4) are state: no gradient */
   }
   /* inference: mean and var are inputs */
   int mu = per_channel(c, mean, r), vv = per_channel(c, var, r);
@@ -337,7 +335,7 @@ kiln_status_t kiln_grad_norm(kiln_gradient_ctx *c) {
 static bool const_scalar(kiln_gradient_ctx *c, int v, double dflt, double *out) {
   *out = dflt;
   if (v < 0) return true;
-  const kiln_tensor *t = kiln_opt_const(c->g, v);
+  const kiln_tensor *t = kiln_grad_known(c, v);
   if (!t || t->numel != 1) return false;
   *out = kiln_load_f64(t->data, t->dtype, 0);
   return true;
@@ -348,7 +346,7 @@ kiln_status_t kiln_grad_dropout(kiln_gradient_ctx *c) {
   if (d < 0 || !c->want[0]) return NULL;
   const kiln_node *n = kiln_grad_node(c);
   double ratio = kiln_attr_float(n, "ratio", 0.5f), training = 0;
-  if (c->opset >= 12) {
+  if (n->opset >= 12) {
     if (!const_scalar(c, c->n_inputs > 1 ? c->x[1] : -1, ratio, &ratio) ||
         !const_scalar(c, c->n_inputs > 2 ? c->x[2] : -1, 0.0, &training))
       return kiln_error(KILN_UNSUPPORTED, "Dropout whose ratio or training_mode is not a constant has no gradient rule");
@@ -372,8 +370,7 @@ kiln_status_t kiln_grad_loss(kiln_gradient_ctx *c) {
   bool sce = kiln_node_is(n, KILN_OP_SoftmaxCrossEntropyLoss);
   int d = c->dy[0], dlp = sce && c->n_outputs > 1 ? c->dy[1] : -1;
   if ((d < 0 && dlp < 0) || !c->want[0]) return NULL;
-  if (c->n_inputs > 2 && c->x[2] >= 0 && c->want[2])
-    return kiln_error(KILN_UNSUPPORTED, "%s: the class weights are not trainable", n->op_type);
+  /* The class weights get no gradient (as in PyTorch): a trainer leaves them out of the trainable values. */
   const char *red = kiln_attr_string(n, "reduction", "mean");
   const kiln_attr *ii = kiln_node_attr(n, "ignore_index");
   bool has_ignore = ii && ii->type == KILN_ATTR_INT;

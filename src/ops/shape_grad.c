@@ -98,11 +98,11 @@ kiln_status_t kiln_grad_gemm(kiln_gradient_ctx *c) {
  * they are a run-time input. */
 static bool reduce_axes(kiln_gradient_ctx *c, bool *mask, int rank) {
   const kiln_node *n = kiln_grad_node(c);
-  bool input = !strcmp(n->op_type, "ReduceSum") ? c->opset >= 13 : c->opset >= 18;
+  bool input = !strcmp(n->op_type, "ReduceSum") ? n->opset >= 13 : n->opset >= 18;
   int64_t axes[KILN_MAX_RANK];
   int na = 0;
   if (input && c->n_inputs > 1 && c->x[1] >= 0) {
-    const kiln_tensor *t = kiln_opt_const(c->g, c->x[1]);
+    const kiln_tensor *t = kiln_grad_known(c, c->x[1]);
     if (!t || t->numel > rank) return false;
     for (int64_t i = 0; i < t->numel; i++) axes[na++] = kiln_load_i64(t->data, t->dtype, i);
   } else if (!input) {
@@ -175,12 +175,13 @@ kiln_status_t kiln_grad_softmax(kiln_gradient_ctx *c) {
   if (d < 0 || !c->want[0]) return NULL;
   const kiln_node *n = kiln_grad_node(c);
   int rank = kiln_grad_type(c, y)->rank;
-  int64_t axis = kiln_attr_int(n, "axis", c->opset >= 13 ? -1 : 1);
+  int64_t axis = kiln_attr_int(n, "axis", n->opset >= 13 ? -1 : 1);
+  bool coerced = n->opset < 13; /* before 13 the input was coerced to 2-D at the axis */
   if (axis < 0) axis += rank;
   bool log = kiln_node_is(n, KILN_OP_LogSoftmax);
   int64_t axes[KILN_MAX_RANK];
   int na = 0;
-  for (int64_t i = axis; i < (c->opset >= 13 ? axis + 1 : rank); i++) axes[na++] = i;
+  for (int64_t i = axis; i < (coerced ? rank : axis + 1); i++) axes[na++] = i;
   if (log) {
     int s = kiln_grad_reduce_sum(c, d, na, axes, true);
     c->dx[0] = kiln_grad_op2(c, "Sub", d, kiln_grad_op2(c, "Mul", kiln_grad_op1(c, "Exp", y), s));
@@ -206,7 +207,7 @@ static bool const_ints(kiln_gradient_ctx *c, int i, const char *attr, bool from_
     return true;
   }
   if (i >= c->n_inputs || c->x[i] < 0) return true;
-  const kiln_tensor *t = kiln_opt_const(c->g, c->x[i]);
+  const kiln_tensor *t = kiln_grad_known(c, c->x[i]);
   if (!t || t->numel > 2 * KILN_MAX_RANK) return false;
   for (int64_t k = 0; k < t->numel; k++) out[k] = kiln_load_i64(t->data, t->dtype, k);
   *n = (int)t->numel;
@@ -286,7 +287,7 @@ static kiln_status_t grad_slice(kiln_gradient_ctx *c) {
   int d = c->dy[0], x = c->x[0];
   const kiln_type *tx = kiln_grad_type(c, x);
   int r = tx->rank;
-  bool attrs = c->opset < 10;
+  bool attrs = kiln_grad_node(c)->opset < 10;
   int64_t st[2 * KILN_MAX_RANK], en[2 * KILN_MAX_RANK], ax[2 * KILN_MAX_RANK], sp[2 * KILN_MAX_RANK];
   int ns, ne, na, nsp;
   if (!const_ints(c, 1, "starts", attrs, st, &ns) || !const_ints(c, 2, "ends", attrs, en, &ne) ||
@@ -345,7 +346,7 @@ static kiln_status_t grad_pad(kiln_gradient_ctx *c) {
   int r = tx->rank;
   int64_t pads[2 * KILN_MAX_RANK], axes[KILN_MAX_RANK];
   int np, na;
-  if (!const_ints(c, 1, "pads", c->opset < 11, pads, &np) || !const_ints(c, 3, "axes", false, axes, &na))
+  if (!const_ints(c, 1, "pads", n->opset < 11, pads, &np) || !const_ints(c, 3, "axes", false, axes, &na))
     return kiln_error(KILN_UNSUPPORTED, "Pad whose pads or axes are not constants has no gradient rule");
   int nax = na >= 0 ? na : r;
   if (np != 2 * nax) return kiln_error(KILN_UNSUPPORTED, "Pad: %d pads for %d axes", np, nax);

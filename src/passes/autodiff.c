@@ -43,6 +43,12 @@ const kiln_node *kiln_grad_node(const kiln_gradient_ctx *c) { return &c->g->node
 
 const kiln_type *kiln_grad_type(const kiln_gradient_ctx *c, int v) { return &c->g->values[v].type; }
 
+const kiln_tensor *kiln_grad_known(const kiln_gradient_ctx *c, int v) {
+  if (v < 0) return NULL;
+  const kiln_tensor *t = kiln_opt_const(c->g, v);
+  return t ? t : c->g->values[v].known_value;
+}
+
 int kiln_grad_fail(kiln_gradient_ctx *c, const char *fmt, ...) {
   if (c->status) return -1;
   va_list ap;
@@ -54,7 +60,8 @@ int kiln_grad_fail(kiln_gradient_ctx *c, const char *fmt, ...) {
 
 /* Base name for the values and nodes this rule emits. */
 static void emit_name(kiln_gradient_ctx *c, const char *op_type, char *buf, size_t size) {
-  snprintf(buf, size, "grad/%s/%d_%s", kiln_grad_node(c)->name, c->count++, op_type);
+  if (c->node < 0) snprintf(buf, size, "train/%d_%s", c->count++, op_type); /* the builder outside a rule */
+  else snprintf(buf, size, "grad/%s/%d_%s", kiln_grad_node(c)->name, c->count++, op_type);
 }
 
 int kiln_grad_op_ex(kiln_gradient_ctx *c, const char *op_type, int opset, int n_in, const int *ins, int n_out, int *outs,

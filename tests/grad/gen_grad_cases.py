@@ -229,6 +229,13 @@ def cases():
     add("BatchNorm_training", lambda c: [(c.op("BatchNormalization", [c.x([4, 3, 2, 3]), c.x([3]), c.x([3]),
                                                                      c.const(np.zeros(3)), c.const(np.ones(3))],
                                               training_mode=1, epsilon=1e-3), [4, 3, 2, 3])], opset=15)
+    def bn_chain(c):  # training BatchNormalization between a ReLU and a pool, as a CNN has it
+        x = c.x([4, 3, 4, 4])
+        h = c.op("Relu", [c.op("Conv", [x, c.x([3, 3, 3, 3])], pads=[1, 1, 1, 1])])
+        b = c.op("BatchNormalization", [h, c.x([3]), c.x([3]), c.const(np.zeros(3)), c.const(np.ones(3))],
+                 training_mode=1)
+        return [(c.op("GlobalAveragePool", [c.op("MaxPool", [b], kernel_shape=[2, 2], strides=[2, 2])]), [4, 3, 1, 1])]
+    add("chain_conv_relu_bn_pool", bn_chain, opset=15)
     add("LayerNorm_last", lambda c: [c.op("LayerNormalization", [c.x([3, 5]), c.x([5]), c.x([5])])])
     add("LayerNorm_axis1", lambda c: [c.op("LayerNormalization", [c.x([2, 3, 4]), c.x([3, 4])], axis=1, epsilon=1e-3)])
     add("Dropout_inference", lambda c: [c.op("Dropout", [c.x([3, 4])])])
