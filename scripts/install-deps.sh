@@ -14,6 +14,10 @@
 #   opencl:  CL/cl.h (the OpenCL device builds against it; kiln dlopens the
 #            ICD loader), the ICD loader, PoCL (OpenCL on the CPU, so the
 #            tests run the real OpenCL path) and clinfo (the machine report).
+#   training: OpenBLAS for Debian's torch (the training tests' PyTorch
+#            reference runs 6 x 300 steps; the reference BLAS is 40x slower),
+#            Fashion-MNIST and scikit-learn (digits) for the real-data
+#            training benchmark (bench/train/real_data.py).
 set -euo pipefail
 
 packages=(
@@ -21,6 +25,7 @@ packages=(
   libonnx-testdata python3-onnx python3-numpy python3-torch python3-torchvision
   libvulkan-dev libvulkan1 libshaderc-dev mesa-vulkan-drivers vulkan-validationlayers glslc
   opencl-c-headers ocl-icd-libopencl1 pocl-opencl-icd clinfo
+  libopenblas0-pthread dataset-fashion-mnist python3-sklearn
 )
 
 missing=()
