@@ -43,16 +43,6 @@ kiln_status_t kiln_grad_gelu(kiln_gradient_ctx *c) {
   return c->status;
 }
 
-/* v with its last two axes swapped. */
-static int swap_last2(kiln_gradient_ctx *c, int v) {
-  int r = kiln_grad_type(c, v)->rank;
-  int64_t perm[KILN_MAX_RANK];
-  for (int i = 0; i < r; i++) perm[i] = i;
-  perm[r - 2] = r - 1;
-  perm[r - 1] = r - 2;
-  kiln_grad_attr at = KILN_GRAD_INTS("perm", r, perm);
-  return kiln_grad_op(c, "Transpose", 1, &v, 1, &at);
-}
 
 kiln_status_t kiln_grad_attention(kiln_gradient_ctx *c) {
   int d = c->dy[0];
@@ -62,23 +52,23 @@ kiln_status_t kiln_grad_attention(kiln_gradient_ctx *c) {
   bool transpose_k = kiln_attr_int(n, "transpose_k", 1) != 0;
   int q = c->x[0], k = c->x[1], v = c->x[2], mask = c->n_inputs > 3 ? c->x[3] : -1;
   kiln_dtype dt = kiln_grad_type(c, q)->dtype;
-  int kt = transpose_k ? swap_last2(c, k) : k; /* [.., D, N] */
+  int kt = transpose_k ? kiln_grad_swap_last2(c, k) : k; /* [.., D, N] */
   int s = mul(c, kiln_grad_op2(c, "MatMul", q, kt), sc(c, dt, scale));
   if (mask >= 0) s = add(c, s, mask);
   kiln_grad_attr ax = KILN_GRAD_INT("axis", -1);
   int out = -1;
   int p = kiln_grad_op_ex(c, "Softmax", c->opset > 13 ? c->opset : 13, 1, &s, 1, &out, 1, &ax); /* [.., M, N] */
-  if (c->want[2]) c->dx[2] = kiln_grad_unbroadcast(c, kiln_grad_op2(c, "MatMul", swap_last2(c, p), d), v);
+  if (c->want[2]) c->dx[2] = kiln_grad_unbroadcast(c, kiln_grad_op2(c, "MatMul", kiln_grad_swap_last2(c, p), d), v);
   if (!c->want[0] && !c->want[1] && !(mask >= 0 && c->want[3])) return c->status;
-  int dp = kiln_grad_op2(c, "MatMul", d, swap_last2(c, v));
+  int dp = kiln_grad_op2(c, "MatMul", d, kiln_grad_swap_last2(c, v));
   int64_t last = -1;
   int ds = mul(c, p, kiln_grad_op2(c, "Sub", dp, kiln_grad_reduce_sum(c, mul(c, dp, p), 1, &last, true)));
   if (mask >= 0 && c->want[3]) c->dx[3] = kiln_grad_unbroadcast(c, ds, mask);
   int dss = mul(c, ds, sc(c, dt, scale));
-  if (c->want[0]) c->dx[0] = kiln_grad_unbroadcast(c, kiln_grad_op2(c, "MatMul", dss, swap_last2(c, kt)), q);
+  if (c->want[0]) c->dx[0] = kiln_grad_unbroadcast(c, kiln_grad_op2(c, "MatMul", dss, kiln_grad_swap_last2(c, kt)), q);
   if (c->want[1]) {
-    int g = transpose_k ? kiln_grad_op2(c, "MatMul", swap_last2(c, dss), q)  /* [.., N, D] */
-                        : kiln_grad_op2(c, "MatMul", swap_last2(c, q), dss); /* [.., D, N] */
+    int g = transpose_k ? kiln_grad_op2(c, "MatMul", kiln_grad_swap_last2(c, dss), q)  /* [.., N, D] */
+                        : kiln_grad_op2(c, "MatMul", kiln_grad_swap_last2(c, q), dss); /* [.., D, N] */
     c->dx[1] = kiln_grad_unbroadcast(c, g, k);
   }
   return c->status;

@@ -89,6 +89,8 @@ int kiln_grad_scalar(kiln_gradient_ctx *c, kiln_dtype dt, double v);
 int kiln_grad_ints(kiln_gradient_ctx *c, int n, const int64_t *v);
 /* v reshaped to `like`'s static shape. */
 int kiln_grad_reshape_like(kiln_gradient_ctx *c, int v, int like);
+/* v with its last two axes swapped (a Transpose). */
+int kiln_grad_swap_last2(kiln_gradient_ctx *c, int v);
 /* ReduceSum of v over the given axes (version-correct for ctx->opset). */
 int kiln_grad_reduce_sum(kiln_gradient_ctx *c, int v, int n_axes, const int64_t *axes, bool keepdims);
 /* The gradient d of a broadcast result, summed back to the shape of the

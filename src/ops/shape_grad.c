@@ -6,16 +6,6 @@
 #include "ops/gradient.h"
 #include "passes/passes_opt.h"
 
-/* Transpose of v's last two axes. */
-static int swap_last2(kiln_gradient_ctx *c, int v) {
-  int r = kiln_grad_type(c, v)->rank;
-  int64_t perm[KILN_MAX_RANK];
-  for (int i = 0; i < r; i++) perm[i] = i;
-  perm[r - 2] = r - 1;
-  perm[r - 1] = r - 2;
-  kiln_grad_attr at = KILN_GRAD_INTS("perm", r, perm);
-  return kiln_grad_op(c, "Transpose", 1, &v, 1, &at);
-}
 
 /* v reshaped to dims (rank r). */
 static int reshape_to(kiln_gradient_ctx *c, int v, int r, const int64_t *dims) {
@@ -52,12 +42,12 @@ kiln_status_t kiln_grad_matmul(kiln_gradient_ctx *c) {
   int av = ra2 == ra ? a : reshape_to(c, a, ra2, a2);
   int bv = rb2 == rb ? b : reshape_to(c, b, rb2, b2);
   if (c->want[0]) {
-    int g = kiln_grad_op2(c, "MatMul", dd, swap_last2(c, bv));
+    int g = kiln_grad_op2(c, "MatMul", dd, kiln_grad_swap_last2(c, bv));
     g = kiln_grad_unbroadcast(c, g, av);
     c->dx[0] = ra2 == ra ? g : reshape_to(c, g, ra, da);
   }
   if (c->want[1]) {
-    int g = kiln_grad_op2(c, "MatMul", swap_last2(c, av), dd);
+    int g = kiln_grad_op2(c, "MatMul", kiln_grad_swap_last2(c, av), dd);
     g = kiln_grad_unbroadcast(c, g, bv);
     c->dx[1] = rb2 == rb ? g : reshape_to(c, g, rb, db);
   }

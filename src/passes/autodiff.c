@@ -194,6 +194,18 @@ int kiln_grad_reshape_like(kiln_gradient_ctx *c, int v, int like) {
   return kiln_grad_op2(c, "Reshape", v, shape);
 }
 
+int kiln_grad_swap_last2(kiln_gradient_ctx *c, int v) {
+  if (c->status) return -1;
+  int r = kiln_grad_type(c, v)->rank;
+  if (r < 2) return kiln_grad_fail(c, "swapping the last two axes of a value of rank %d", r);
+  int64_t perm[KILN_MAX_RANK];
+  for (int i = 0; i < r; i++) perm[i] = i;
+  perm[r - 2] = r - 1;
+  perm[r - 1] = r - 2;
+  kiln_grad_attr at = KILN_GRAD_INTS("perm", r, perm);
+  return kiln_grad_op(c, "Transpose", 1, &v, 1, &at);
+}
+
 int kiln_grad_reduce_sum(kiln_gradient_ctx *c, int v, int n_axes, const int64_t *axes, bool keepdims) {
   if (c->status) return -1;
   if (n_axes == 0) return v;

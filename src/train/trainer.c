@@ -509,6 +509,36 @@ static int build_loss(kiln_trainer *t, kiln_gradient_ctx *c, int y, int target) 
   return kiln_grad_op2(c, "Div", masked, total);
 }
 
+/* The loss on output y (a float tensor of static shape) into *out. */
+static kiln_status_t add_loss(kiln_trainer *t, kiln_gradient_ctx *c, int y, int target, int *out) {
+  const kiln_type *yt = &c->g->values[y].type;
+  if (!kiln_opt_shape_known(yt) || !kiln_dtype_is_float(yt->dtype))
+    return kiln_error(KILN_UNSUPPORTED, "output '%s': a float tensor of static shape is needed for the loss",
+                      c->g->values[y].name);
+  *out = build_loss(t, c, y, target);
+  kiln_status_t st = c->status;
+  c->status = NULL;
+  return st;
+}
+
+/* The batch's shapes on g's inputs, the targets as the input kiln.target; *y: the loss's output. */
+static kiln_status_t bind_batch(const kiln_trainer *t, kiln_graph *g, int n_in, const char *const *names,
+                                const kiln_tensor *const *inputs, const kiln_tensor *target, int *y, int *tgt) {
+  for (int i = 0; i < n_in; i++) {
+    int v = kiln_graph_find_value(g, names[i]);
+    if (v < 0 || !g->values[v].is_graph_input)
+      return kiln_error(KILN_INVALID_ARGUMENT, "the model has no input '%s'", names[i]);
+    kiln_type_clear(&g->values[v].type);
+    kiln_type_init_tensor(&g->values[v].type, inputs[i]->dtype, inputs[i]->rank, inputs[i]->dims);
+  }
+  *y = t->output ? kiln_graph_find_value(g, t->output) : g->outputs[0];
+  kiln_type tt;
+  tensor_type(target, &tt);
+  kiln_status_t st = make_input(g, "kiln.target", &tt, tgt);
+  kiln_type_clear(&tt);
+  return st;
+}
+
 /* Clipping and the optimizer's update of params[k] by grads[k]; the new values into new_params and new_state
  * (state kinds per parameter: state_kinds). lr, bc1, bc2: scalar inputs. */
 static void build_update(kiln_trainer *t, kiln_gradient_ctx *c, int n, const int *params, int *grads, const int *state,
@@ -630,22 +660,7 @@ static kiln_status_t build(kiln_trainer *t, graph_kind kind, int n_in, const cha
     for (int v = 0; v < g->n_values; v++) g->values[v].producer = -1;
   }
   /* 1. the batch's shapes */
-  for (int i = 0; !st && kind != GRAPH_APPLY && i < n_in; i++) {
-    int v = kiln_graph_find_value(g, names[i]);
-    if (v < 0 || !g->values[v].is_graph_input) {
-      st = kiln_error(KILN_INVALID_ARGUMENT, "the model has no input '%s'", names[i]);
-      break;
-    }
-    kiln_type_clear(&g->values[v].type);
-    kiln_type_init_tensor(&g->values[v].type, inputs[i]->dtype, inputs[i]->rank, inputs[i]->dims);
-  }
-  if (!st && kind != GRAPH_APPLY) {
-    y = t->output ? kiln_graph_find_value(g, t->output) : g->outputs[0];
-    kiln_type tt;
-    tensor_type(target, &tt);
-    st = make_input(g, "kiln.target", &tt, &tgt);
-    kiln_type_clear(&tt);
-  }
+  if (!st && kind != GRAPH_APPLY) st = bind_batch(t, g, n_in, names, inputs, target, &y, &tgt);
   /* 2. training mode */
   int n_drop = 0;
   float *ratios = calloc((size_t)g->n_nodes + 1, sizeof *ratios);
@@ -691,17 +706,7 @@ static kiln_status_t build(kiln_trainer *t, graph_kind kind, int n_in, const cha
     if (!st && n_drop) st = mask_shapes(g);
   }
   /* 4. the loss, the gradients, the update */
-  if (!st && kind != GRAPH_APPLY) {
-    const kiln_type *yt = &g->values[y].type;
-    if (!kiln_opt_shape_known(yt) || !kiln_dtype_is_float(yt->dtype))
-      st = kiln_error(KILN_UNSUPPORTED, "output '%s': a float tensor of static shape is needed for the loss",
-                      g->values[y].name);
-    if (!st) {
-      loss = build_loss(t, &c, y, tgt);
-      st = c.status;
-      c.status = NULL;
-    }
-  }
+  if (!st && kind != GRAPH_APPLY) st = add_loss(t, &c, y, tgt, &loss);
   if (!st && kind == GRAPH_STEP) {
     for (int k = 0; k < n_cand; k++) wrt[k] = params[k];
     st = kiln_pass_autodiff(g, t->opset, loss, n_cand, wrt, grads);
@@ -828,21 +833,8 @@ static kiln_status_t find_trainables(kiln_trainer *t, int n_in, const char *cons
   kiln_gradient_ctx c = {.g = g, .node = -1, .opset = t->opset};
   kiln_status_t st = NULL;
   int tgt = -1, n_drop = 0, n_cand = 0;
-  for (int i = 0; !st && i < n_in; i++) {
-    int v = kiln_graph_find_value(g, names[i]);
-    if (v < 0 || !g->values[v].is_graph_input) st = kiln_error(KILN_INVALID_ARGUMENT, "the model has no input '%s'", names[i]);
-    else {
-      kiln_type_clear(&g->values[v].type);
-      kiln_type_init_tensor(&g->values[v].type, inputs[i]->dtype, inputs[i]->rank, inputs[i]->dims);
-    }
-  }
-  int y = t->output ? kiln_graph_find_value(g, t->output) : g->outputs[0];
-  if (!st) {
-    kiln_type tt;
-    tensor_type(target, &tt);
-    st = make_input(g, "kiln.target", &tt, &tgt);
-    kiln_type_clear(&tt);
-  }
+  int y = -1;
+  st = bind_batch(t, g, n_in, names, inputs, target, &y, &tgt);
   float *ratios = calloc((size_t)g->n_nodes + 1, sizeof *ratios);
   if (!st && !ratios) st = KILN_OOM();
   bool *is_stat = calloc((size_t)g->n_values + 1, 1);
@@ -871,17 +863,7 @@ static kiln_status_t find_trainables(kiln_trainer *t, int n_in, const char *cons
   if (!st) st = kiln_graph_toposort(g);
   if (!st) st = kiln_run_pass(g, "infer-types", kiln_pass_infer_types);
   int loss = -1;
-  if (!st) {
-    const kiln_type *yt = &g->values[y].type;
-    if (!kiln_opt_shape_known(yt) || !kiln_dtype_is_float(yt->dtype))
-      st = kiln_error(KILN_UNSUPPORTED, "output '%s': a float tensor of static shape is needed for the loss",
-                      g->values[y].name);
-  }
-  if (!st) {
-    loss = build_loss(t, &c, y, tgt);
-    st = c.status;
-    c.status = NULL;
-  }
+  if (!st) st = add_loss(t, &c, y, tgt, &loss);
   if (!st) st = kiln_pass_autodiff(g, t->opset, loss, n_cand, wrt, grads);
   int n = 0;
   for (int k = 0; !st && k < n_cand; k++) n += grads[k] >= 0;
