@@ -275,11 +275,15 @@ def print_tables(results, meta, threads):
             if nojit:
                 nj = (f" {fmt(r['nojit']['median'])} | {r['nojit_ratio']:.2f} |" if "nojit" in r
                       else f" FAILED: {r.get('nojit_error', '?')[:60]} | |")
-            print(f"| {r['model']} | {r['family']} | {r.get('iterations', '')} | {kiln} | {ort} | {ratio} | {ref} "
+            mark = " \\*" if r.get("rerun") else ""
+            print(f"| {r['model']}{mark} | {r['family']} | {r.get('iterations', '')} | {kiln} | {ort} | {ratio} | {ref} "
                   f"| {ck} | {co} | {cr} |" + nj)
         ok = [r for r in rows if "ratio" in r]
         bad = [r for r in rows if "ratio" not in r]
         print()
+        if any(r.get("rerun") for r in rows):
+            print("\\* measured again in a later part of the run (its cold starts from the first part when the rerun "
+                  "took none)\n")
         if ok:
             worst = max(ok, key=lambda r: r["ratio"])
             cold = [r["cold_ratio"] for r in ok if "cold_ratio" in r]
@@ -315,7 +319,8 @@ def print_tables(results, meta, threads):
 
 
 def merge(paths):
-    """One set of tables from the --json-out files of a run made in parts (a model in two parts: the last)."""
+    """One set of tables from the --json-out files of a run made in parts (a model in two parts: the last,
+    with the earlier one's cold starts when the last measured none)."""
     parts = []
     for p in paths:
         with open(p) as f:
@@ -328,6 +333,12 @@ def merge(paths):
     by_cell = {}
     for d in parts:
         for r in d["results"]:
+            old = by_cell.get((r["model"], r["threads"]))
+            if old:  # a later part's rerun (--no-cold) keeps the earlier part's cold starts
+                for k in ("cold_kiln_ms", "cold_ort_ms", "cold_ratio", "cold_kiln_error", "cold_ort_error"):
+                    if k in old and not any(c.startswith("cold_") for c in r):
+                        r[k] = old[k]
+                r["rerun"] = True
             by_cell[(r["model"], r["threads"])] = r
     dates = [d["meta"]["date"] for d in parts]
     meta["date"] = f"{dates[0]} to {dates[-1]} ({len(parts)} parts)"
