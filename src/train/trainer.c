@@ -365,13 +365,33 @@ static bool value_read(const kiln_graph *g, int v) {
   return false;
 }
 
-/* BatchNormalization to training mode (running statistics as outputs 1, 2), Dropout to x * mask. */
+/* A training-mode export's BatchNormalization node i in inference mode: training_mode 0, its running
+ * statistics' outputs dropped when nothing reads them. */
+static kiln_status_t bn_inference(kiln_graph *g, int i) {
+  kiln_node *n = &g->nodes[i];
+  /* training mode: the attribute (opset 14+), or before 14 the extra outputs (a PyTorch training-mode export
+   * at opset 13 has five) */
+  if (!kiln_attr_int(n, "training_mode", 0) && n->n_outputs <= 1) return NULL;
+  if (kiln_node_attr(n, "training_mode")) KILN_TRY(kiln_opt_set_attr_int(n, "training_mode", 0));
+  bool unread = true;
+  for (int k = 1; k < n->n_outputs; k++) unread &= n->outputs[k] < 0 || !value_read(g, n->outputs[k]);
+  if (!unread) return kiln_error(KILN_UNSUPPORTED, "node '%s' (BatchNormalization): the model reads its running statistics", n->name);
+  for (int k = 1; k < n->n_outputs; k++)
+    if (n->outputs[k] >= 0) g->values[n->outputs[k]].producer = -1;
+  n->n_outputs = 1;
+  return NULL;
+}
+
+/* BatchNormalization to training mode (running statistics as outputs 1, 2), Dropout to x * mask; for
+ * evaluation (training false), both in inference mode. */
 static kiln_status_t training_rewrites(kiln_trainer *t, kiln_graph *g, bool training, int *n_drop, float *ratios) {
   *n_drop = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     kiln_node *n = &g->nodes[i];
     if (n->domain[0]) continue;
-    if (!strcmp(n->op_type, "BatchNormalization") && training) {
+    if (!strcmp(n->op_type, "BatchNormalization") && !training) {
+      KILN_TRY(bn_inference(g, i));
+    } else if (!strcmp(n->op_type, "BatchNormalization")) {
       if (n->n_inputs < 5 || n->inputs[3] < 0 || n->inputs[4] < 0)
         return kiln_error(KILN_INVALID_MODEL, "node '%s' (BatchNormalization): 5 inputs expected", n->name);
       KILN_TRY(kiln_opt_set_attr_int(n, "training_mode", 1));
@@ -1249,18 +1269,8 @@ kiln_status_t kiln_trainer_export(const kiln_trainer *t, const char *path) {
     if (n->n_outputs > 1 && n->outputs[1] >= 0) g->values[n->outputs[1]].producer = -1;
     st = kiln_opt_rewrite_node(g, i, "Identity", "", n->opset, 1, &x, 1, &y);
   }
-  for (int i = 0; !st && i < g->n_nodes; i++) { /* a training-mode export's BatchNormalization, for inference */
-    kiln_node *n = &g->nodes[i];
-    if (strcmp(n->op_type, "BatchNormalization") || n->domain[0] || !kiln_attr_int(n, "training_mode", 0)) continue;
-    st = kiln_opt_set_attr_int(n, "training_mode", 0);
-    bool unread = true;
-    for (int k = 1; k < n->n_outputs; k++) unread &= n->outputs[k] < 0 || !value_read(g, n->outputs[k]);
-    if (!st && unread) {
-      for (int k = 1; k < n->n_outputs; k++)
-        if (n->outputs[k] >= 0) g->values[n->outputs[k]].producer = -1;
-      n->n_outputs = 1;
-    }
-  }
+  for (int i = 0; !st && i < g->n_nodes; i++) /* a training-mode export's BatchNormalization, for inference */
+    if (!strcmp(g->nodes[i].op_type, "BatchNormalization") && !g->nodes[i].domain[0]) st = bn_inference(g, i);
   if (!st) st = kiln_onnx_save_file(m, path);
   kiln_model_ir_free(m);
   return st;

@@ -26,7 +26,8 @@ cd "$tmp" || exit 1
 "$py" - <<'EOF' 2> /dev/null || { echo "FAIL: making the model"; exit 1; }
 import numpy as np, torch
 torch.manual_seed(0)
-net = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.ReLU(), torch.nn.Dropout(0.2), torch.nn.Linear(16, 5))
+net = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(), torch.nn.Dropout(0.2),
+                          torch.nn.Linear(16, 5))
 net.train()
 torch.onnx.export(net, torch.zeros(2, 12), "mlp.onnx", input_names=["x"], output_names=["logits"],
                   dynamic_axes={"x": {0: "n"}, "logits": {0: "n"}}, opset_version=13,
@@ -37,6 +38,7 @@ y = rng.integers(0, 5, 90).astype(np.int64)
 np.savez("train.npz", x=x, target=y)
 np.savez("eval.npz", x=x[:40], target=y[:40])
 np.save("x8.npy", x[:8])
+np.save("x40.npy", x[:40])
 np.savez("no_x.npz", target=y)
 np.savez("no_target.npz", x=x)
 np.savez("f64.npz", x=x.astype(np.float64), target=y)
@@ -75,6 +77,18 @@ else
   echo "FAIL export: no bench/.venv with onnxruntime (scripts/python-venv.sh)"
   fail=1
 fi
+
+# ... and evaluation ran that inference model: the last epoch's eval loss is the cross-entropy of its outputs
+"$kiln" run trained.onnx --input x=x40.npy --output-dir kout40 > /dev/null 2>&1
+check "evaluation: BatchNormalization on its running statistics, no Dropout (the saved model's loss)" \
+      '"$py" -c "
+import json, numpy as np
+z = np.load(\"kout40/output_0.npy\").astype(np.float64); t = np.load(\"eval.npz\")[\"target\"]
+z = z - z.max(axis=1, keepdims=True); lp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+want = -lp[np.arange(len(t)), t].mean()
+got = [json.loads(l)[\"eval_loss\"] for l in open(\"full.jsonl\") if \"eval_loss\" in l][-1]
+assert abs(got - want) <= 1e-5 * abs(want), (got, want)
+"'
 
 # 3. accumulation, clipping, schedules
 "$kiln" train "${common[@]}" --epochs 2 --grad-accum 3 --clip-norm 0.5 --log accum.jsonl 2> /dev/null
