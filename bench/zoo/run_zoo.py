@@ -335,8 +335,9 @@ def merge(paths):
         for r in d["results"]:
             old = by_cell.get((r["model"], r["threads"]))
             if old:  # a later part's rerun (--no-cold) keeps the earlier part's cold starts
+                no_cold = not any(c.startswith("cold_") for c in r)
                 for k in ("cold_kiln_ms", "cold_ort_ms", "cold_ratio", "cold_kiln_error", "cold_ort_error"):
-                    if k in old and not any(c.startswith("cold_") for c in r):
+                    if k in old and no_cold:
                         r[k] = old[k]
                 r["rerun"] = True
             by_cell[(r["model"], r["threads"])] = r
