@@ -384,7 +384,7 @@ static kiln_status_t bn_inference(kiln_graph *g, int i) {
 
 /* BatchNormalization to training mode (running statistics as outputs 1, 2), Dropout to x * mask; for
  * evaluation (training false), both in inference mode. */
-static kiln_status_t training_rewrites(kiln_trainer *t, kiln_graph *g, bool training, int *n_drop, float *ratios) {
+static kiln_status_t training_rewrites(kiln_graph *g, bool training, int *n_drop, float *ratios) {
   *n_drop = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     kiln_node *n = &g->nodes[i];
@@ -447,7 +447,6 @@ static kiln_status_t training_rewrites(kiln_trainer *t, kiln_graph *g, bool trai
       (*n_drop)++;
     }
   }
-  (void)t;
   return NULL;
 }
 
@@ -624,8 +623,9 @@ static kiln_status_t scalar_input(kiln_graph *g, const char *name, int *out) {
   return st;
 }
 
-static kiln_status_t add_named_output(kiln_graph *g, int v, const char *name, char ***names, int *n) {
-  (void)v;
+/* v as the next graph output, its feed-back name (the table entry it updates) appended to names. */
+static kiln_status_t add_output(kiln_graph *g, int v, const char *name, char ***names, int *n) {
+  KILN_TRY(kiln_graph_add_output(g, v));
   char **nn = realloc(*names, (size_t)(*n + 1) * sizeof *nn);
   if (!nn) return KILN_OOM();
   *names = nn;
@@ -685,7 +685,7 @@ static kiln_status_t build(kiln_trainer *t, graph_kind kind, int n_in, const cha
   int n_drop = 0;
   float *ratios = calloc((size_t)g->n_nodes + 1, sizeof *ratios);
   if (!st && !ratios) st = KILN_OOM();
-  if (!st && kind != GRAPH_APPLY) st = training_rewrites(t, g, kind == GRAPH_STEP, &n_drop, ratios);
+  if (!st && kind != GRAPH_APPLY) st = training_rewrites(g, kind == GRAPH_STEP, &n_drop, ratios);
   if (!st && kind == GRAPH_STEP && !t->built) {
     free(t->drop_ratio);
     t->drop_ratio = ratios;
@@ -771,37 +771,31 @@ static kiln_status_t build(kiln_trainer *t, graph_kind kind, int n_in, const cha
   }
   if (!st && kind != GRAPH_APPLY) {
     st = rename_value(g, loss, "kiln.loss");
-    if (!st) st = kiln_graph_add_output(g, loss);
-    if (!st) st = add_named_output(g, loss, "kiln.loss", &out_names, &out_count);
+    if (!st) st = add_output(g, loss, "kiln.loss", &out_names, &out_count);
     if (!st && kind == GRAPH_EVAL) {
-      st = kiln_graph_add_output(g, y);
-      if (!st) st = add_named_output(g, y, g->values[y].name, &out_names, &out_count);
+      st = add_output(g, y, g->values[y].name, &out_names, &out_count);
     }
   }
   for (int k = 0; !st && update && k < n_cand; k++) {
     char name[400];
     snprintf(name, sizeof name, "%s", g->values[params[k]].name);
-    st = kiln_graph_add_output(g, new_params[k]);
-    if (!st) st = add_named_output(g, new_params[k], name, &out_names, &out_count);
+    st = add_output(g, new_params[k], name, &out_names, &out_count);
     for (int s = 0; !st && s < ns; s++) {
       snprintf(name, sizeof name, "%s.%s", g->values[params[k]].name, kinds[s]);
-      st = kiln_graph_add_output(g, new_state[k * ns + s]);
-      if (!st) st = add_named_output(g, new_state[k * ns + s], name, &out_names, &out_count);
+      st = add_output(g, new_state[k * ns + s], name, &out_names, &out_count);
     }
   }
   for (int k = 0; !st && kind == GRAPH_STEP && !update && k < n_cand; k++) {
     if (grads[k] < 0) continue;
     char name[400];
     snprintf(name, sizeof name, "%s.grad", g->values[params[k]].name);
-    st = kiln_graph_add_output(g, grads[k]);
-    if (!st) st = add_named_output(g, grads[k], name, &out_names, &out_count);
+    st = add_output(g, grads[k], name, &out_names, &out_count);
   }
   for (int i = 0; !st && kind == GRAPH_STEP && i < g->n_nodes; i++) { /* BatchNormalization's new running statistics */
     const kiln_node *n = &g->nodes[i];
     if (strcmp(n->op_type, "BatchNormalization") || n->domain[0] || n->n_outputs < 3) continue;
     for (int k = 1; !st && k < 3; k++) {
-      st = kiln_graph_add_output(g, n->outputs[k]);
-      if (!st) st = add_named_output(g, n->outputs[k], g->values[n->inputs[2 + k]].name, &out_names, &out_count);
+      st = add_output(g, n->outputs[k], g->values[n->inputs[2 + k]].name, &out_names, &out_count);
     }
   }
   /* 6. a model and a session for it */
@@ -865,7 +859,7 @@ static kiln_status_t find_trainables(kiln_trainer *t, int n_in, const char *cons
     if (!strcmp(g->nodes[i].op_type, "BatchNormalization") && !g->nodes[i].domain[0] && g->nodes[i].n_inputs >= 5)
       for (int k = 3; k < 5; k++)
         if (g->nodes[i].inputs[k] >= 0) is_stat[g->nodes[i].inputs[k]] = true;
-  if (!st) st = training_rewrites(t, g, true, &n_drop, ratios);
+  if (!st) st = training_rewrites(g, true, &n_drop, ratios);
   for (int w = 0; !st && w < t->weights.n; w++) {
     int v = kiln_graph_find_value(g, t->weights.names[w]);
     if (v < 0) continue;
