@@ -536,6 +536,12 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
     }
     case KILN_OP_GlobalAveragePool:
     case KILN_OP_GlobalMaxPool: return is_f32(in0) && in0->type.rank >= 3 ? NULL : "dtype other than f32";
+    case KILN_OP_kiln_MaxPoolArgmax:
+      return is_f32(in0) && in0->type.rank >= 3 && in0->type.rank <= 5 ? NULL : "dtype other than f32";
+    case KILN_OP_kiln_MaxPoolGrad:
+      if (!is_f32(in0) || in0->type.rank < 3 || in0->type.rank > 5 || dtype_of(input_def(g, n, 1)) != KILN_DTYPE_I32)
+        return "dtype other than f32 with int32 indices";
+      return const_input(g, n, 2) ? NULL : "a shape that is not a constant";
     case KILN_OP_MaxPool:
     case KILN_OP_AveragePool:
       if (!is_f32(in0) || in0->type.rank < 3 || in0->type.rank > 5) return "dtype other than f32";
@@ -621,6 +627,7 @@ out:
 
 bool kiln_lower_is_param_input(const kiln_node *n, int i) {
   if (kiln_node_is(n, KILN_OP_ConstantOfShape)) return true; /* the shape: read when lowering */
+  if (kiln_node_is(n, KILN_OP_kiln_MaxPoolGrad)) return i == 2; /* the shape: the output's */
   if (i == 0) return false;
   switch (kiln_node_op_id(n)) {
     case KILN_OP_Clip:
@@ -1427,6 +1434,93 @@ static te_expr *compute_pool_element(te_builder *b, const te_tensor *t, te_expr 
   return te_binary(b, TE_DIV, acc, count);
 }
 
+/* kiln.MaxPoolArgmax (ops/nn_pool.c): the flat in-plane position of the
+ * element MaxPool's output takes: the first NaN of the window if any, else
+ * its first maximum; -1 when no window element is inside the input. Three
+ * window reductions (the maximum, the first position equal to it, the
+ * first NaN), each over fresh variables; p as compute_pool's. */
+static te_expr *argmax_pass(te_builder *b, const te_tensor *t, te_expr *const *idx, int kind, te_expr *m) {
+  const te_tensor *in = t->in[0];
+  int ns = in->rank - 2;
+  te_expr *sub[KILN_MAX_RANK];
+  sub[0] = idx[0];
+  sub[1] = idx[1];
+  int vars[3];
+  te_expr *valid = window_sub(b, t, in, idx, vars, sub);
+  te_expr *x = te_at(b, in, sub), *body;
+  if (kind == 0) {
+    body = valid ? te_select(b, valid, x, f32c(b, -INFINITY)) : x;
+  } else {
+    te_expr *hit = kind == 1 ? te_binary(b, TE_EQ, x, m) : te_binary(b, TE_NE, x, x);
+    if (valid) hit = te_binary(b, TE_AND, valid, hit);
+    int64_t plane = kiln_shape_numel(ns, in->dims + 2);
+    body = te_select(b, hit, te_linearize(b, ns, in->dims + 2, sub + 2), te_idx(b, plane));
+  }
+  for (int i = ns - 1; i >= 0; i--) body = te_reduce(b, kind == 0 ? TE_RMAX : TE_RMIN, vars[i], t->p[i], body);
+  return body;
+}
+
+static te_expr *compute_max_pool_argmax(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *in = t->in[0];
+  te_expr *plane = te_idx(b, kiln_shape_numel(in->rank - 2, in->dims + 2));
+  te_expr *first = argmax_pass(b, t, idx, 1, argmax_pass(b, t, idx, 0, NULL)), *nan = argmax_pass(b, t, idx, 2, NULL);
+  te_expr *r = te_select(b, te_binary(b, TE_LT, first, plane), first, te_idx(b, -1));
+  r = te_select(b, te_binary(b, TE_LT, nan, plane), nan, r);
+  return te_cast(b, KILN_DTYPE_I32, r);
+}
+
+/* kiln.MaxPoolGrad(dY, I, shape): dX[n, c, q] = the sum of dY[n, c, o] over
+ * the outputs o whose window holds q and whose I is q's flat position. Per
+ * spatial axis, the outputs whose window holds q: one, o = (q + pad) /
+ * stride at tap (q + pad) % stride when windows do not overlap (stride >=
+ * kernel, no dilation); else one candidate per tap k, o = (q + pad - k *
+ * dilation) / stride where that divides (offset by a multiple of the stride
+ * so the division's operand is never negative), the taps of those axes a
+ * reduction. p as compute_pool's, dims dX's; in[0] dY, in[1] I. */
+static te_expr *compute_max_pool_grad(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *dy = t->in[0], *ind = t->in[1];
+  int ns = t->rank - 2;
+  bool single[3];
+  int64_t taps = 1, tap_stride[3] = {1, 1, 1};
+  for (int i = ns - 1; i >= 0; i--) {
+    single[i] = t->p[8 + i] == 1 && t->p[4 + i] >= t->p[i];
+    if (single[i]) continue;
+    tap_stride[i] = taps;
+    taps *= t->p[i];
+  }
+  int rv = -1;
+  if (taps > 1) {
+    rv = te_new_var(b);
+    te_set_var_extent(b, rv, taps);
+  }
+  te_expr *ok = NULL, *osub[KILN_MAX_RANK];
+  osub[0] = idx[0];
+  osub[1] = idx[1];
+  for (int i = 0; i < ns; i++) {
+    int64_t k = t->p[i], s = t->p[4 + i], d = t->p[8 + i], pb = t->p[12 + i], out = dy->dims[2 + i];
+    te_expr *o, *c;
+    if (single[i]) {
+      te_expr *sh = te_iadd(b, idx[2 + i], te_idx(b, pb));
+      o = te_idiv(b, sh, s);
+      c = te_binary(b, TE_LT, o, te_idx(b, out));
+      if (k < s) c = te_binary(b, TE_AND, te_binary(b, TE_LT, te_imod(b, sh, s), te_idx(b, k)), c); /* not a gap */
+    } else {
+      te_expr *tap = te_imod(b, te_idiv(b, te_var(b, rv), tap_stride[i]), k);
+      int64_t lift = ((k - 1) * d + s - 1) / s; /* sh >= 0 */
+      te_expr *sh = te_iadd(b, te_iadd(b, idx[2 + i], te_imul(b, tap, -d)), te_idx(b, pb + lift * s));
+      o = te_iadd(b, te_idiv(b, sh, s), te_idx(b, -lift));
+      c = te_binary(b, TE_AND, te_binary(b, TE_EQ, te_imod(b, sh, s), te_idx(b, 0)),
+                    te_binary(b, TE_AND, te_binary(b, TE_LE, te_idx(b, 0), o), te_binary(b, TE_LT, o, te_idx(b, out))));
+    }
+    ok = ok ? te_binary(b, TE_AND, ok, c) : c;
+    osub[2 + i] = te_binary(b, TE_MIN, te_binary(b, TE_MAX, o, te_idx(b, 0)), te_idx(b, out - 1));
+  }
+  te_expr *q = te_linearize(b, ns, t->dims + 2, idx + 2);
+  te_expr *hit = te_binary(b, TE_AND, ok, te_binary(b, TE_EQ, te_cast(b, KILN_DTYPE_I64, te_at(b, ind, osub)), q));
+  te_expr *v = te_select(b, hit, te_at(b, dy, osub), f32c(b, 0));
+  return rv >= 0 ? te_reduce(b, TE_RSUM, rv, taps, v) : v;
+}
+
 /* ---- contractions ---------------------------------------------------------------
  *
  * MatMul, Gemm, Conv and FusedAttention as reductions: what a device that
@@ -1847,6 +1941,18 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
       t->p[12 + i] = win.pad_begin[i];
       t->p[16 + i] = win.pad_end[i];
     }
+  } else if (id == KILN_OP_kiln_MaxPoolArgmax || id == KILN_OP_kiln_MaxPoolGrad) {
+    bool grad = id == KILN_OP_kiln_MaxPoolGrad;
+    int ns = rank - 2;
+    kiln_window win; /* over the pooled input: the argmax's input, the gradient's output */
+    KILN_TRY(kiln_window_init(n, ns, grad ? dims + 2 : inputs[0]->dims + 2, NULL, true,
+                              kiln_attr_int(n, "ceil_mode", 0) != 0, &win));
+    t = te_view_compute(b, odt, rank, dims, grad ? compute_max_pool_grad : compute_max_pool_argmax);
+    if (!t) return te_builder_status(b);
+    window_params(t, &win, ns, 1);
+    t->in[0] = inputs[0];
+    t->n_in = 1;
+    if (grad) t->in[t->n_in++] = inputs[1];
   } else if (id == KILN_OP_InstanceNormalization) {
     t = te_view_compute(b, odt, rank, dims, compute_layernorm);
     if (!t) return te_builder_status(b);

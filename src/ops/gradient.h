@@ -76,6 +76,11 @@ int kiln_grad_op(kiln_gradient_ctx *c, const char *op_type, int n_in, const int 
  * from 16). Returns outs[0]. */
 int kiln_grad_op_ex(kiln_gradient_ctx *c, const char *op_type, int opset, int n_in, const int *ins, int n_out, int *outs,
                     int n_attrs, const kiln_grad_attr *attrs);
+/* Appends the kiln-domain op op_type(ins) (ops that exist for the backward
+ * graph: kiln.MaxPoolArgmax, kiln.MaxPoolGrad) with the attributes; returns
+ * its one output. */
+int kiln_grad_kiln_op(kiln_gradient_ctx *c, const char *op_type, int n_in, const int *ins, int n_attrs,
+                      const kiln_grad_attr *attrs);
 /* The forward node once more (same op, inputs and attributes) with n_out
  * outputs, as kiln_grad_op_ex's outs: for an output the forward node left
  * absent (MaxPool's Indices). Returns outs[0]. */

@@ -83,6 +83,11 @@ static const kiln_op_def nn_ops[] = {
     NN_DEF_G(AveragePool, average_pool, 1, 1, 1, 1, KILN_OP_REREADS_INPUT, KILN_OPCLASS_REDUCTION, NULL, kiln_grad_pool),
     NN_DEF_G(MaxPool, max_pool, 1, 1, 1, 2, KILN_OP_REREADS_INPUT, KILN_OPCLASS_REDUCTION, NULL, kiln_grad_pool),
     NN_DEF(MaxUnpool, max_unpool, 2, 3, 1, 1, 0, KILN_OPCLASS_NONE, NULL),
+    /* MaxPool's gradient (nn_pool.c) */
+    {"kiln", "MaxPoolArgmax", 1, 1, 1, 1, nn_max_pool_argmax_infer, nn_max_pool_argmax_kernel, KILN_OP_REREADS_INPUT,
+     .id = KILN_OP_kiln_MaxPoolArgmax, .op_class = KILN_OPCLASS_REDUCTION},
+    {"kiln", "MaxPoolGrad", 3, 3, 1, 1, nn_max_pool_grad_infer, nn_max_pool_grad_kernel, 0, .id = KILN_OP_kiln_MaxPoolGrad,
+     .op_class = KILN_OPCLASS_REDUCTION},
     NN_DEF(LpPool, lp_pool, 1, 1, 1, 1, KILN_OP_REREADS_INPUT, KILN_OPCLASS_REDUCTION, NULL),
     NN_DEF_G(GlobalAveragePool, global_average_pool, 1, 1, 1, 1, 0, KILN_OPCLASS_REDUCTION, NULL, kiln_grad_pool),
     NN_DEF_G(GlobalMaxPool, global_max_pool, 1, 1, 1, 1, 0, KILN_OPCLASS_REDUCTION, NULL, kiln_grad_pool),

@@ -13,8 +13,9 @@
  *   pools         GlobalAveragePool spreads, GlobalMaxPool routes to the
  *                 maxima; AveragePool is ConvTranspose with a ones kernel
  *                 per channel over the gradient divided by each window's
- *                 count; MaxPool scatter-adds the gradient at the Indices
- *                 of a MaxPool run again with that output.
+ *                 count; MaxPool finds each window's maximum
+ *                 (kiln.MaxPoolArgmax) and gathers the gradient there
+ *                 (kiln.MaxPoolGrad).
  *   norms         the textbook formulas over the normalized axes, training
  *                 BatchNormalization with its batch statistics.
  *   Dropout       the identity outside training; in training, the mask
@@ -209,21 +210,14 @@ kiln_status_t kiln_grad_pool(kiln_gradient_ctx *c) {
   if (id == KILN_OP_MaxPool) {
     if (kiln_attr_int(n, "storage_order", 0) != 0)
       return kiln_error(KILN_UNSUPPORTED, "MaxPool with storage_order 1 has no gradient rule yet");
-    int idx = c->n_outputs > 1 ? c->y[1] : -1;
-    if (idx < 0) { /* run it again with its Indices */
-      int outs[2] = {-1, 0};
-      kiln_grad_recompute(c, 2, outs);
-      idx = outs[1];
-    }
-    int64_t total = 1, minus1 = -1;
-    for (int i = 0; i < r; i++) total *= xdims[i];
-    int zeros = kiln_grad_op2(c, "Expand", kiln_grad_scalar(c, dt, 0.0), ints(c, 1, &total));
-    int ins[3] = {zeros, reshape(c, idx, 1, &minus1), reshape(c, d, 1, &minus1)};
-    kiln_grad_attr at[2] = {KILN_GRAD_INT("axis", 0), KILN_GRAD_STRING("reduction", "add")};
-    int out = -1;
-    /* reduction "add" is ScatterElements-16's: emitted at 16 whatever the model's opset */
-    int flat = kiln_grad_op_ex(c, "ScatterElements", c->opset > 16 ? c->opset : 16, 3, ins, 1, &out, 2, at);
-    c->dx[0] = reshape(c, flat, r, xdims);
+    /* the window's maxima, then the gradient gathered at them (ops/nn_pool.c) */
+    int64_t pads[2 * KILN_MAX_RANK];
+    for (int i = 0; i < nsp; i++) pads[i] = win.pad_begin[i], pads[nsp + i] = win.pad_end[i];
+    kiln_grad_attr at[4] = {KILN_GRAD_INTS("kernel_shape", nsp, win.kernel), KILN_GRAD_INTS("strides", nsp, win.stride),
+                            KILN_GRAD_INTS("dilations", nsp, win.dilation), KILN_GRAD_INTS("pads", 2 * nsp, pads)};
+    int arg = kiln_grad_kiln_op(c, "MaxPoolArgmax", 1, &x, 4, at);
+    int ins[3] = {d, arg, ints(c, r, xdims)};
+    c->dx[0] = kiln_grad_kiln_op(c, "MaxPoolGrad", 3, ins, 4, at);
     return c->status;
   }
   if (id == KILN_OP_AveragePool) {

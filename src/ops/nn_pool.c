@@ -141,6 +141,146 @@ kiln_status_t nn_max_pool_kernel(kiln_kernel_ctx *ctx) { return pool_kernel(ctx,
 kiln_status_t nn_lp_pool_infer(kiln_infer_ctx *ctx) { return pool_infer(ctx, POOL_LP); }
 kiln_status_t nn_lp_pool_kernel(kiln_kernel_ctx *ctx) { return pool_kernel(ctx, POOL_LP); }
 
+/* ---- kiln.MaxPoolArgmax, kiln.MaxPoolGrad: MaxPool's gradient ------------
+ *
+ *   kiln.MaxPoolArgmax(X) -> I        MaxPool's window attributes (kernel_shape,
+ *     strides, pads, dilations, auto_pad, ceil_mode): I[n, c, o] (int32) is the
+ *     flat index within X's plane of the element MaxPool's output o takes
+ *     (the first maximum, or the first NaN; -1 when the window has no element
+ *     inside X).
+ *   kiln.MaxPoolGrad(dY, I, shape) -> dX   dX (shape: int64, X's shape) is
+ *     zero but for dY[n, c, o] added at I[n, c, o] of each plane; I must come
+ *     from kiln.MaxPoolArgmax with the same window attributes (kernel_shape,
+ *     strides, pads, dilations), which a compiled kernel reads to find, for
+ *     each element of dX, the outputs whose windows hold it.
+ *
+ * The gradient rule of MaxPool (ops/nn_grad.c) emits them: a gather over
+ * the few windows that hold each input element compiles on every device,
+ * where MaxPool's Indices output and a ScatterElements do not. */
+
+kiln_status_t nn_max_pool_argmax_infer(kiln_infer_ctx *ctx) {
+  const kiln_type *x = ctx->inputs[0];
+  if (!x) return NULL;
+  KILN_TRY(check_pool_rank(x->rank, x->dims));
+  if (x->rank < 0) {
+    kiln_infer_set(ctx, 0, KILN_DTYPE_I32, -1, NULL);
+    return NULL;
+  }
+  int n = x->rank - 2;
+  kiln_window w;
+  KILN_TRY(kiln_window_init(ctx->node, n, x->dims + 2, NULL, true, kiln_attr_int(ctx->node, "ceil_mode", 0) != 0, &w));
+  int64_t dims[KILN_MAX_RANK] = {x->dims[0], x->dims[1]};
+  for (int i = 0; i < n; i++) dims[2 + i] = w.out[i];
+  kiln_infer_set(ctx, 0, KILN_DTYPE_I32, x->rank, dims);
+  return NULL;
+}
+
+kiln_status_t nn_max_pool_argmax_kernel(kiln_kernel_ctx *ctx) {
+  kiln_tensor *x, *ind;
+  KILN_TRY(kiln_kernel_require_input(ctx, 0, &x));
+  KILN_TRY(nn_require_float(x, 0, "X"));
+  KILN_TRY(check_pool_rank(x->rank, x->dims));
+  int n = x->rank - 2;
+  kiln_window w;
+  KILN_TRY(kiln_window_init(ctx->node, n, x->dims + 2, NULL, true, kiln_attr_int(ctx->node, "ceil_mode", 0) != 0, &w));
+  int64_t ydims[KILN_MAX_RANK] = {x->dims[0], x->dims[1]};
+  for (int i = 0; i < n; i++) ydims[2 + i] = w.out[i];
+  KILN_TRY(kiln_kernel_output_uninit(ctx, 0, KILN_DTYPE_I32, x->rank, ydims, &ind));
+  int64_t planes = x->dims[0] * x->dims[1], in_sp = kiln_shape_numel(n, w.in), out_sp = kiln_shape_numel(n, w.out);
+  if (in_sp > INT32_MAX)
+    return kiln_error(KILN_UNSUPPORTED, "input 0 (X): %lld elements per plane, more than int32 indices hold",
+                      (long long)in_sp);
+  int64_t xs[KILN_MAX_RANK];
+  nn_row_major_strides(n, w.in, xs);
+  int32_t *out = ind->data;
+  for (int64_t plane = 0; plane < planes; plane++) {
+    int64_t o[KILN_MAX_RANK] = {0};
+    for (int64_t j = 0; j < out_sp; j++) {
+      double acc = -INFINITY;
+      int64_t best = -1, k[KILN_MAX_RANK] = {0};
+      do {
+        int64_t off = 0;
+        bool inside = true;
+        for (int i = 0; i < n; i++) {
+          int64_t pos = o[i] * w.stride[i] + k[i] * w.dilation[i] - w.pad_begin[i];
+          inside &= pos >= 0 && pos < w.in[i];
+          off += pos * xs[i];
+        }
+        if (!inside) continue;
+        double v = kiln_load_f64(x->data, x->dtype, plane * in_sp + off);
+        if (best < 0 || v > acc || (isnan(v) && !isnan(acc))) { /* MaxPool's choice (pool_kernel) */
+          acc = v;
+          best = off;
+        }
+      } while (nn_next_index(n, w.kernel, k));
+      out[plane * out_sp + j] = (int32_t)best;
+      nn_next_index(n, w.out, o);
+    }
+  }
+  return NULL;
+}
+
+/* X's shape from input 2 (a 1-D int64 tensor of dY's rank); its batch and
+ * channels must be dY's. */
+static kiln_status_t max_pool_grad_shape(const kiln_tensor *shape, int rank, const int64_t *dy, int64_t *dims) {
+  char s[256];
+  if (shape->dtype != KILN_DTYPE_I64 || shape->rank != 1 || shape->numel != rank)
+    return kiln_error(KILN_INVALID_ARGUMENT, "input 2 (shape): %s %s, expected int64 [%d]", kiln_dtype_name(shape->dtype),
+                      kiln_shape_str(shape->rank, shape->dims, s, sizeof s), rank);
+  for (int i = 0; i < rank; i++) {
+    dims[i] = ((const int64_t *)shape->data)[i];
+    if (dims[i] < 0 || (i < 2 && dims[i] != dy[i]))
+      return kiln_error(KILN_INVALID_ARGUMENT, "input 2 (shape): %s, expected X's shape, whose batch and channels are dY's",
+                        kiln_shape_str(rank, dims, s, sizeof s));
+  }
+  return NULL;
+}
+
+kiln_status_t nn_max_pool_grad_infer(kiln_infer_ctx *ctx) {
+  const kiln_type *dy = ctx->inputs[0];
+  if (!dy) return NULL;
+  if (dy->rank < 0 || !ctx->consts[2]) {
+    kiln_infer_set(ctx, 0, dy->dtype, dy->rank, NULL);
+    return NULL;
+  }
+  int64_t dims[KILN_MAX_RANK];
+  KILN_TRY(max_pool_grad_shape(ctx->consts[2], dy->rank, dy->dims, dims));
+  kiln_infer_set(ctx, 0, dy->dtype, dy->rank, dims);
+  return NULL;
+}
+
+kiln_status_t nn_max_pool_grad_kernel(kiln_kernel_ctx *ctx) {
+  kiln_tensor *dy, *ind, *shape, *dx;
+  KILN_TRY(kiln_kernel_require_input(ctx, 0, &dy));
+  KILN_TRY(kiln_kernel_require_input(ctx, 1, &ind));
+  KILN_TRY(kiln_kernel_require_input(ctx, 2, &shape));
+  KILN_TRY(nn_require_float(dy, 0, "dY"));
+  KILN_TRY(check_pool_rank(dy->rank, dy->dims));
+  char a[256], b[256];
+  if (ind->dtype != KILN_DTYPE_I32 || !kiln_shape_equal(ind->rank, ind->dims, dy->rank, dy->dims))
+    return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (I): %s %s, expected int32 of dY's shape %s",
+                      kiln_dtype_name(ind->dtype), kiln_shape_str(ind->rank, ind->dims, a, sizeof a),
+                      kiln_shape_str(dy->rank, dy->dims, b, sizeof b));
+  int64_t dims[KILN_MAX_RANK];
+  KILN_TRY(max_pool_grad_shape(shape, dy->rank, dy->dims, dims));
+  KILN_TRY(kiln_kernel_output_tensor(ctx, 0, dy->dtype, dy->rank, dims, &dx));
+  int64_t planes = dims[0] * dims[1];
+  int64_t in_sp = planes ? dx->numel / planes : 0, out_sp = planes ? dy->numel / planes : 0;
+  const int32_t *iv = ind->data;
+  for (int64_t plane = 0; plane < planes; plane++)
+    for (int64_t j = 0; j < out_sp; j++) {
+      int64_t i = iv[plane * out_sp + j];
+      if (i < -1 || i >= in_sp)
+        return kiln_error(KILN_OUT_OF_RANGE, "input 1 (I): index %lld at element %lld, expected -1 to %lld", (long long)i,
+                          (long long)(plane * out_sp + j), (long long)in_sp - 1);
+      if (i < 0) continue;
+      int64_t e = plane * in_sp + i;
+      kiln_store_f64(dx->data, dx->dtype, e,
+                     kiln_load_f64(dx->data, dx->dtype, e) + kiln_load_f64(dy->data, dy->dtype, plane * out_sp + j));
+    }
+  return NULL;
+}
+
 /* ---- Global pools: one window covering all spatial axes ---------------- */
 
 static kiln_status_t global_pool_infer(kiln_infer_ctx *ctx) {

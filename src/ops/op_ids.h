@@ -132,6 +132,8 @@
   X(AveragePool, "", "AveragePool") \
   X(MaxPool, "", "MaxPool") \
   X(MaxUnpool, "", "MaxUnpool") \
+  X(kiln_MaxPoolArgmax, "kiln", "MaxPoolArgmax") \
+  X(kiln_MaxPoolGrad, "kiln", "MaxPoolGrad") \
   X(LpPool, "", "LpPool") \
   X(GlobalAveragePool, "", "GlobalAveragePool") \
   X(GlobalMaxPool, "", "GlobalMaxPool") \

@@ -64,8 +64,22 @@ static void emit_name(kiln_gradient_ctx *c, const char *op_type, char *buf, size
   else snprintf(buf, size, "grad/%s/%d_%s", kiln_grad_node(c)->name, c->count++, op_type);
 }
 
+static int emit_op(kiln_gradient_ctx *c, const char *domain, const char *op_type, int opset, int n_in, const int *ins,
+                   int n_out, int *outs, int n_attrs, const kiln_grad_attr *attrs);
+
 int kiln_grad_op_ex(kiln_gradient_ctx *c, const char *op_type, int opset, int n_in, const int *ins, int n_out, int *outs,
                     int n_attrs, const kiln_grad_attr *attrs) {
+  return emit_op(c, "", op_type, opset ? opset : c->opset, n_in, ins, n_out, outs, n_attrs, attrs);
+}
+
+int kiln_grad_kiln_op(kiln_gradient_ctx *c, const char *op_type, int n_in, const int *ins, int n_attrs,
+                      const kiln_grad_attr *attrs) {
+  int out = -1;
+  return emit_op(c, "kiln", op_type, 1, n_in, ins, 1, &out, n_attrs, attrs);
+}
+
+static int emit_op(kiln_gradient_ctx *c, const char *domain, const char *op_type, int opset, int n_in, const int *ins,
+                   int n_out, int *outs, int n_attrs, const kiln_grad_attr *attrs) {
   if (c->status) return -1;
   for (int i = 0; i < n_in; i++)
     if (ins[i] < 0 && !(i > 0 && !strcmp(op_type, "Clip"))) return kiln_grad_fail(c, "%s: input %d missing", op_type, i);
@@ -76,9 +90,9 @@ int kiln_grad_op_ex(kiln_gradient_ctx *c, const char *op_type, int opset, int n_
   kiln_status_t st = NULL;
   for (int k = 0; k < n_out && !st; k++)
     if (k == 0 || outs[k] >= 0) st = kiln_opt_new_value(g, name, NULL, &outs[k]);
-  if (!st) st = kiln_opt_append_node(g, name, op_type, "", opset ? opset : c->opset, n_in, ins, n_out, outs);
+  if (!st) st = kiln_opt_append_node(g, name, op_type, domain, opset, n_in, ins, n_out, outs);
   kiln_node *n = st ? NULL : &g->nodes[g->n_nodes - 1];
-  if (n && !n->op) st = kiln_error(KILN_INTERNAL, "no op %s for the backward graph", op_type);
+  if (n && !n->op) st = kiln_error(KILN_INTERNAL, "no op %s%s%s for the backward graph", domain, *domain ? "." : "", op_type);
   for (int a = 0; a < n_attrs && !st; a++) {
     const kiln_grad_attr *at = &attrs[a];
     if (at->type == KILN_ATTR_INT) st = kiln_opt_set_attr_int(n, at->name, at->i);

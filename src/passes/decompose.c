@@ -13,6 +13,10 @@
  *
  * Only for an f32 x of known rank; anything else stays for ref.
  *
+ *   BatchNormalization in training mode -> Y, running mean and variance:
+ *     the batch statistics as two ReduceMeans, the normalization as
+ *     elementwise ops, the running statistics' update (decompose_batchnorm).
+ *
  *   RNN / GRU / LSTM(X, W, R, B, sequence_lens, initial_h, initial_c, P) -> Y, Y_h, Y_c
  *   (ops/rnn.c's cells, attributes read by the same kiln_rnn_config_of):
  *     per direction d: XW = MatMul(X, W_d^T) + Wb_d + Rb_d   all time steps in one GEMM
@@ -570,10 +574,90 @@ static kiln_status_t decompose_softmax(kiln_graph *g, int ni) {
   return finish(&b);
 }
 
+/* BatchNormalization in training mode (outputs: Y, the running mean and
+ * variance, before opset 14 also the batch's mean and variance), as
+ * ops/nn_norm.c computes it:
+ *   mean = ReduceMean(X) over every axis but 1, var = ReduceMean((X - mean)^2)
+ *   Y    = (X - mean) * (1 / sqrt(var + eps)) * scale + B
+ *   running_mean' = running_mean * momentum + mean * (1 - momentum), the same for var
+ * The statistics are formed as autodiff's BatchNormalization rule forms
+ * them (ops/nn_grad.c), so cse merges a training graph's recomputation in
+ * the backward pass with these. Only f32 with [C] parameters and known
+ * shapes; spatial=0 (before opset 9) stays on ref. */
+static kiln_status_t decompose_batchnorm(kiln_graph *g, int ni) {
+  const kiln_node *n = &g->nodes[ni];
+  if (n->domain[0] || n->n_inputs != 5 || n->outputs[0] < 0) return NULL;
+  bool training = false;
+  if (n->opset >= 14) {
+    training = kiln_attr_int(n, "training_mode", 0) != 0;
+  } else {
+    for (int i = 1; i < n->n_outputs; i++) training |= n->outputs[i] >= 0;
+    if (n->opset < 7 && kiln_attr_int(n, "is_test", 0) != 0) training = false;
+    if (n->opset < 9 && kiln_attr_int(n, "spatial", 1) == 0) return NULL;
+  }
+  if (!training) return NULL;
+  for (int i = 0; i < 5; i++)
+    if (n->inputs[i] < 0) return NULL;
+  const kiln_type *xt = &g->values[n->inputs[0]].type;
+  if (xt->kind != KILN_TYPE_TENSOR || xt->dtype != KILN_DTYPE_F32 || !kiln_opt_shape_known(xt) || xt->rank < 2)
+    return NULL;
+  int r = xt->rank;
+  int64_t dims[KILN_MAX_RANK], ch = xt->dims[1], pdims[KILN_MAX_RANK], axes[KILN_MAX_RANK];
+  memcpy(dims, xt->dims, (size_t)r * sizeof(int64_t));
+  int na = 0;
+  for (int i = 0; i < r; i++) {
+    pdims[i] = i == 1 ? ch : 1;
+    if (i != 1) axes[na++] = i;
+  }
+  for (int i = 1; i < 5; i++) { /* a parameter of another shape: ref reports it */
+    const kiln_type *t = &g->values[n->inputs[i]].type;
+    if (t->kind != KILN_TYPE_TENSOR || t->dtype != KILN_DTYPE_F32 || t->rank != 1 || t->dims[0] != ch) return NULL;
+  }
+  int ins[5], outs[5] = {-1, -1, -1, -1, -1};
+  for (int i = 0; i < 5; i++) ins[i] = n->inputs[i];
+  for (int i = 0; i < n->n_outputs && i < 5; i++) outs[i] = n->outputs[i];
+  if (n->opset >= 14) outs[3] = outs[4] = -1;
+  double eps = kiln_attr_float(n, "epsilon", 1e-5f), momentum = kiln_attr_float(n, "momentum", 0.9f);
+  int opset = n->opset;
+  builder b = {.g = g};
+  snprintf(b.base, sizeof b.base, "%s", n->name);
+  KILN_TRY(replace_node(&b, g, ni));
+  const kiln_dtype F = KILN_DTYPE_F32;
+  int axes_c = opset >= 18 ? ints_const(&b, na, axes) : -1;
+  int stat[2] = {-1, -1}; /* the batch's mean and variance, [1, C, 1...] */
+  int xc = -1;
+  for (int s = 0; s < 2; s++) {
+    int src = s == 0 ? ins[0] : node(&b, "Mul", opset, 2, (int[]){xc, xc}, -1, F, r, dims);
+    stat[s] = node(&b, "ReduceMean", opset, opset >= 18 ? 2 : 1, (int[]){src, axes_c}, -1, F, r, pdims);
+    if (!b.st) b.st = kiln_opt_set_attr_int(last(&b), "keepdims", 1);
+    if (!b.st && opset < 18) b.st = kiln_opt_set_attr_ints(last(&b), "axes", na, axes);
+    if (s == 0) xc = node(&b, "Sub", opset, 2, (int[]){ins[0], stat[0]}, -1, F, r, dims);
+  }
+  int ve = node(&b, "Add", opset, 2, (int[]){stat[1], scalar_const(&b, F, eps)}, -1, F, r, pdims);
+  int inv = node(&b, "Reciprocal", opset, 1, (int[]){node(&b, "Sqrt", opset, 1, &ve, -1, F, r, pdims)}, -1, F, r, pdims);
+  int xhat = node(&b, "Mul", opset, 2, (int[]){xc, inv}, -1, F, r, dims);
+  int pshape = ints_const(&b, r, pdims);
+  int sc = node(&b, "Reshape", opset, 2, (int[]){ins[1], pshape}, -1, F, r, pdims);
+  int bias = node(&b, "Reshape", opset, 2, (int[]){ins[2], pshape}, -1, F, r, pdims);
+  node(&b, "Add", opset, 2, (int[]){node(&b, "Mul", opset, 2, (int[]){xhat, sc}, -1, F, r, dims), bias}, outs[0], F, r,
+       dims);
+  int cshape = ints_const(&b, 1, &ch);
+  for (int s = 0; s < 2; s++) {
+    if (outs[1 + s] < 0 && outs[3 + s] < 0) continue;
+    int v = node(&b, "Reshape", opset, 2, (int[]){stat[s], cshape}, outs[3 + s], F, 1, &ch);
+    if (outs[1 + s] < 0) continue;
+    int old = node(&b, "Mul", opset, 2, (int[]){ins[3 + s], scalar_const(&b, F, momentum)}, -1, F, 1, &ch);
+    int cur = node(&b, "Mul", opset, 2, (int[]){v, scalar_const(&b, F, 1.0 - momentum)}, -1, F, 1, &ch);
+    node(&b, "Add", opset, 2, (int[]){old, cur}, outs[1 + s], F, 1, &ch);
+  }
+  return finish(&b);
+}
+
 static kiln_status_t decompose_graph(kiln_graph *g, bool keep_recurrent) {
   for (int ni = g->n_nodes - 1; ni >= 0; ni--) /* from the end: insertions move no node still to visit */
     switch (kiln_node_op_id(&g->nodes[ni])) {
       case KILN_OP_DynamicQuantizeLinear: KILN_TRY(decompose_dql(g, ni)); break;
+      case KILN_OP_BatchNormalization: KILN_TRY(decompose_batchnorm(g, ni)); break;
       case KILN_OP_Concat:
         if (g->nodes[ni].n_inputs > 8) KILN_TRY(decompose_concat(g, ni));
         break;

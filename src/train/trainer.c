@@ -617,7 +617,7 @@ static void build_update(kiln_trainer *t, kiln_gradient_ctx *c, int n, const int
 /* A scalar f64 graph input. */
 static kiln_status_t scalar_input(kiln_graph *g, const char *name, int *out) {
   kiln_type ty = {0};
-  kiln_type_init_tensor(&ty, KILN_DTYPE_F64, 0, NULL);
+  kiln_type_init_tensor(&ty, KILN_DTYPE_F32, 0, NULL); /* scalar() feeds it */
   kiln_status_t st = make_input(g, name, &ty, out);
   kiln_type_clear(&ty);
   return st;
@@ -810,6 +810,10 @@ static kiln_status_t build(kiln_trainer *t, graph_kind kind, int n_in, const cha
     out_names = NULL;
     out_count = 0;
   }
+  /* A debugging aid (docs/TRAINING.md): the step graph as an ONNX file, for
+   * `kiln bench --profile` or `kiln info` on it. */
+  const char *save = getenv("KILN_TRAIN_SAVE_GRAPH");
+  if (!st && save && *save && kind == GRAPH_STEP) st = kiln_onnx_save_file(ir, save);
   if (!st) {
     st = kiln_model_from_ir(ir, &p->model);
     ir = NULL;
@@ -941,9 +945,13 @@ static kiln_status_t plan_for(kiln_trainer *t, plan *plans, graph_kind kind, int
   return NULL;
 }
 
+/* The step's scalars (learning rate, Adam's bias corrections) are f32
+ * inputs, rounded here from the double the schedule computes: what
+ * PyTorch's optimizers do with a Python float against f32 tensors, and a
+ * dtype every device reads (a GLSL kernel reads no f64). */
 static kiln_status_t scalar(double v, kiln_tensor **out) {
-  KILN_TRY(kiln_tensor_new(KILN_DTYPE_F64, 0, NULL, out));
-  ((double *)(*out)->data)[0] = v;
+  KILN_TRY(kiln_tensor_new(KILN_DTYPE_F32, 0, NULL, out));
+  ((float *)(*out)->data)[0] = (float)v;
   return NULL;
 }
 

@@ -216,6 +216,14 @@ def cases():
     add("MaxPool_overlap", lambda c: [c.op("MaxPool", [c.x([1, 2, 5, 5], "distinct")], kernel_shape=[3, 3], strides=[1, 1])])
     add("MaxPool_s2_pad", lambda c: [c.op("MaxPool", [c.x([2, 2, 6, 5], "distinct")], kernel_shape=[2, 2], strides=[2, 2],
                                           pads=[1, 0, 1, 1])])
+    add("MaxPool_dilated", lambda c: [c.op("MaxPool", [c.x([1, 2, 7, 6], "distinct")], kernel_shape=[3, 3], strides=[1, 2],
+                                           dilations=[2, 1], pads=[2, 1, 2, 1])])
+    add("MaxPool_1d", lambda c: [c.op("MaxPool", [c.x([2, 3, 9], "distinct")], kernel_shape=[3], strides=[2], pads=[1, 1])])
+    add("MaxPool_3d", lambda c: [c.op("MaxPool", [c.x([1, 2, 4, 4, 5], "distinct")], kernel_shape=[2, 2, 2],
+                                      strides=[2, 2, 2])])
+    # ResNet's stem pool after a ReLU: windows of zeros tie (the first one takes the gradient, which the ReLU stops)
+    add("Relu_MaxPool_ties", lambda c: [c.op("MaxPool", [c.op("Relu", [c.x([2, 3, 6, 6])])], kernel_shape=[3, 3],
+                                             strides=[2, 2], pads=[1, 1, 1, 1])])
     add("AveragePool_pad", lambda c: [c.op("AveragePool", [c.x([1, 2, 5, 5])], kernel_shape=[3, 3], strides=[2, 2],
                                            pads=[1, 1, 1, 1])])
     add("AveragePool_count_pad", lambda c: [c.op("AveragePool", [c.x([1, 2, 5, 5])], kernel_shape=[3, 2], strides=[1, 2],

@@ -88,9 +88,14 @@ const char *vk_plan_unsupported(const kiln_graph *g, const kiln_node *node) {
   kiln_op_class c = kiln_lower_class(g, node, &why);
   if (c == KILN_OPCLASS_NONE) return why ? why : "no compute definition";
   if (input_too_big(g, node)) return "a tensor of 2^31 elements or more";
-  /* The GLSL dialect stores f32 (and reads int32 tables and bool masks);
-   * integer and bool results stay on ref here. */
-  if (g->values[node->outputs[0]].type.dtype != KILN_DTYPE_F32) return "a result of dtype other than f32";
+  /* The GLSL dialect stores f32 and int32 (and reads int32 tables and bool
+   * masks); other integer results stay on ref here. A bool result is
+   * claimed for the kernel its consumer inlines it into (ReLU's gradient
+   * mask into its Where); a kernel that would store it does not render
+   * and is denied (vk_schedule), so the plan is rebuilt with it on ref. */
+  kiln_dtype odt = g->values[node->outputs[0]].type.dtype;
+  if (odt != KILN_DTYPE_F32 && odt != KILN_DTYPE_I32 && odt != KILN_DTYPE_BOOL)
+    return "a result of dtype other than f32, int32 or bool";
   for (int i = 0; i < node->n_inputs; i++) {
     if (node->inputs[i] < 0 || kiln_lower_is_param_input(node, i)) continue;
     kiln_dtype dt = g->values[node->inputs[i]].type.dtype;
