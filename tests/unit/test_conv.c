@@ -182,14 +182,19 @@ static void run_case(const conv_case *t, kiln_threadpool **pools, int n_pools) {
     want_nat[i] = a < NAT_LO ? NAT_LO : a > NAT_HI ? NAT_HI : a;
     want_clip[i] = r[i] < NAT_LO ? NAT_LO : r[i] > NAT_HI ? NAT_HI : r[i];
   }
-  for (int a = KILN_CONV_GEMM; a < KILN_CONV_N_ALGOS; a++) {
-    if (!kiln_conv_algo_applies(&c, (kiln_conv_algo)a, true)) continue;
+  /* Each path with the weights constant (planned with them), then, where
+   * it takes them, as a graph input (planned without, read at run time). */
+  for (int aw = 2 * KILN_CONV_GEMM; aw < 2 * KILN_CONV_N_ALGOS; aw++) {
+    int a = aw / 2;
+    bool const_w = aw % 2 == 0;
+    if (!kiln_conv_algo_applies(&c, (kiln_conv_algo)a, const_w)) continue;
+    const char *wdesc = const_w ? "" : " (weights at run time)";
     bool wino = a == KILN_CONV_WINOGRAD;
     double rtol = wino ? 1e-3 : 1e-4, atol = wino ? 1e-4 : 1e-5;
     for (int pi = 0; pi < n_pools; pi++) {
       int threads = kiln_threadpool_size(pools[pi]);
       kiln_conv_plan *plan;
-      MUST(kiln_conv_plan_create(&c, (kiln_conv_algo)a, tw->data, threads, &plan));
+      MUST(kiln_conv_plan_create(&c, (kiln_conv_algo)a, const_w ? tw->data : NULL, threads, &plan));
       size_t sb = kiln_conv_plan_scratch_bytes(plan);
       void *scratch = sb ? aligned_alloc(64, (sb + 63) & ~(size_t)63) : NULL;
       /* 0: none, 1: generated-style, 2: native clip + add, 3: native clip */
@@ -225,16 +230,16 @@ static void run_case(const conv_case *t, kiln_threadpool **pools, int n_pools) {
         if (bad >= 0 || miscount >= 0) {
           g_failures++;
           if (bad >= 0)
-            fprintf(stderr, "FAIL %s, %d thread(s)%s: %s: element %lld is %g, want %g (max err %g)\n",
-                    kiln_conv_algo_name((kiln_conv_algo)a), threads, epi_names[with_epi], desc, (long long)bad,
+            fprintf(stderr, "FAIL %s%s, %d thread(s)%s: %s: element %lld is %g, want %g (max err %g)\n",
+                    kiln_conv_algo_name((kiln_conv_algo)a), wdesc, threads, epi_names[with_epi], desc, (long long)bad,
                     y[bad], expect[bad], worst);
           else
-            fprintf(stderr, "FAIL %s, %d thread(s)%s: %s: element %lld visited %d times\n",
-                    kiln_conv_algo_name((kiln_conv_algo)a), threads, epi_names[with_epi], desc, (long long)miscount,
-                    count[miscount]);
+            fprintf(stderr, "FAIL %s%s, %d thread(s)%s: %s: element %lld visited %d times\n",
+                    kiln_conv_algo_name((kiln_conv_algo)a), wdesc, threads, epi_names[with_epi], desc,
+                    (long long)miscount, count[miscount]);
         } else if (g_verbose) {
-          printf("ok   %-9s %d thread(s)%-13s %s (max err %.2g)\n", kiln_conv_algo_name((kiln_conv_algo)a), threads,
-                 epi_names[with_epi], desc, worst);
+          printf("ok   %-9s %d thread(s)%-13s %s (max err %.2g)%s\n", kiln_conv_algo_name((kiln_conv_algo)a), threads,
+                 epi_names[with_epi], desc, worst, wdesc);
         }
       }
       free(scratch);
@@ -287,6 +292,139 @@ static conv_case random_case(void) {
     while (t.in[i] + t.pb[i] + t.pe[i] < t.dil[i] * (t.k[i] - 1) + 1) t.in[i]++;
   }
   return t;
+}
+
+/* ---- ConvTranspose (cpu_conv_transpose.c) ------------------------------------------------ */
+
+/* kiln_conv_transpose_run against the reference ConvTranspose kernel: t's
+ * geometry with W [ci, co/group, k...], output_padding out_pad on every
+ * axis; epilogues: none, generated-style, residual + clip. */
+static void run_transpose_case(const conv_case *t, int64_t out_pad, kiln_threadpool **pools, int n_pools) {
+  char desc[256];
+  case_str(t, desc, sizeof desc);
+  kiln_graph *g;
+  MUST(kiln_graph_new("conv_transpose", NULL, &g));
+  int rank = t->nsp + 2;
+  int64_t xd[5] = {t->n, t->ci}, wd[5] = {t->ci, t->co / t->group}, yd[5] = {t->n, t->co}, bd[1] = {t->co};
+  int64_t ops[3];
+  for (int i = 0; i < t->nsp; i++) {
+    xd[2 + i] = t->in[i];
+    wd[2 + i] = t->k[i];
+    yd[2 + i] = t->stride[i] * (t->in[i] - 1) + out_pad + t->dil[i] * (t->k[i] - 1) + 1 - t->pb[i] - t->pe[i];
+    ops[i] = out_pad;
+  }
+  int vx = add_value(g, "x", rank, xd), vw = add_value(g, "w", rank, wd), vb = add_value(g, "b", 1, bd);
+  int vy = add_value(g, "y", rank, yd);
+  int ins[3] = {vx, vw, vb};
+  int ni;
+  MUST(kiln_graph_add_node(g, "convt", "ConvTranspose", "", t->bias ? 3 : 2, ins, 1, &vy, &ni));
+  kiln_node *node = &g->nodes[ni];
+  node->opset = 17;
+  node->op = kiln_op_find("", "ConvTranspose");
+  int64_t pads[6];
+  for (int i = 0; i < t->nsp; i++) {
+    pads[i] = t->pb[i];
+    pads[t->nsp + i] = t->pe[i];
+  }
+  set_ints(node, "strides", t->nsp, t->stride);
+  set_ints(node, "dilations", t->nsp, t->dil);
+  set_ints(node, "kernel_shape", t->nsp, t->k);
+  set_ints(node, "pads", 2 * t->nsp, pads);
+  set_ints(node, "output_padding", t->nsp, ops);
+  kiln_attr *ga;
+  MUST(kiln_node_add_attr(node, "group", KILN_ATTR_INT, &ga));
+  ga->i = t->group;
+
+  kiln_tensor *tx, *tw, *tb;
+  MUST(kiln_tensor_new(KILN_DTYPE_F32, rank, xd, &tx));
+  MUST(kiln_tensor_new(KILN_DTYPE_F32, rank, wd, &tw));
+  MUST(kiln_tensor_new(KILN_DTYPE_F32, 1, bd, &tb));
+  for (int64_t i = 0; i < tx->numel; i++) ((float *)tx->data)[i] = rnd_float();
+  for (int64_t i = 0; i < tw->numel; i++) ((float *)tw->data)[i] = rnd_float();
+  for (int64_t i = 0; i < tb->numel; i++) ((float *)tb->data)[i] = rnd_float();
+  kiln_value *in_vals[3] = {0}, *out_vals[1] = {0};
+  MUST(kiln_value_from_tensor(tx, &in_vals[0]));
+  MUST(kiln_value_from_tensor(tw, &in_vals[1]));
+  MUST(kiln_value_from_tensor(tb, &in_vals[2]));
+  bool wanted[1] = {true};
+  kiln_kernel_ctx kctx = {node, 17, t->bias ? 3 : 2, in_vals, 1, out_vals, wanted, NULL, NULL};
+  MUST(node->op->ref_kernel(&kctx));
+  const float *r = out_vals[0]->tensor->data;
+  int64_t numel = out_vals[0]->tensor->numel;
+
+  float *y = malloc((size_t)numel * sizeof(float) + 64), *addend = malloc((size_t)numel * sizeof(float) + 64);
+  int *count = calloc((size_t)numel + 1, sizeof(int));
+  if (!y || !addend || !count) exit(1);
+  for (int64_t i = 0; i < numel; i++) addend[i] = rnd_float();
+  kiln_rt_conv_args a = {.nsp = t->nsp, .transposed = true, .n = t->n, .ci = t->ci, .co = t->co, .group = t->group,
+                         .x = tx->data, .w = tw->data, .bias = t->bias ? tb->data : NULL};
+  for (int i = 0; i < t->nsp; i++) {
+    a.in[i] = t->in[i];
+    a.out[i] = yd[2 + i];
+    a.kernel[i] = t->k[i];
+    a.stride[i] = t->stride[i];
+    a.dilation[i] = t->dil[i];
+    a.pad_begin[i] = t->pb[i];
+  }
+  size_t sb = kiln_conv_transpose_scratch_bytes(&a);
+  float *scratch = aligned_alloc(64, (sb + 64 + 63) & ~(size_t)63);
+  if (!scratch) exit(1);
+  static const char *const epi_names[3] = {"", " + epilogue", " + clip(add)"};
+  for (int pi = 0; pi < n_pools; pi++)
+    for (int mode = 0; mode < 3; mode++) {
+      for (int64_t i = 0; i < numel; i++) y[i] = NAN;
+      memset(count, 0, (size_t)numel * sizeof(int));
+      void *bufs[2] = {y, count};
+      kiln_rt_conv_args m = a;
+      m.y = y;
+      if (mode == 1) {
+        m.epilogue = test_epilogue;
+        m.epilogue_buffers = bufs;
+      } else if (mode == 2) {
+        m.add = addend;
+        m.clip = true;
+        m.lo = NAT_LO;
+        m.hi = NAT_HI;
+      }
+      kiln_conv_transpose_run(pools[pi], &m, scratch);
+      int64_t bad = -1;
+      double worst = 0;
+      float want_bad = 0.0f;
+      for (int64_t i = 0; i < numel; i++) {
+        float e = r[i];
+        if (mode == 1) {
+          float v = e < -1.0f ? -1.0f : e > 1.0f ? 1.0f : e;
+          e = 0.5f * v + 1e-3f * (float)(i % 7);
+        } else if (mode == 2) {
+          float v = r[i] + addend[i];
+          e = v < NAT_LO ? NAT_LO : v > NAT_HI ? NAT_HI : v;
+        }
+        double mag = fabs(e) > fabs(r[i]) ? fabs(e) : fabs(r[i]);
+        double err = fabs((double)y[i] - e);
+        if (err > worst || err != err) worst = err;
+        if ((!(err <= 1e-5 + 1e-4 * mag) || (mode == 1 && count[i] != 1)) && bad < 0) {
+          bad = i;
+          want_bad = e;
+        }
+      }
+      g_checks++;
+      if (bad >= 0) {
+        g_failures++;
+        fprintf(stderr, "FAIL conv_transpose, %d thread(s)%s: %s op%lld: element %lld is %g, want %g (visits %d)\n",
+                kiln_threadpool_size(pools[pi]), epi_names[mode], desc, (long long)out_pad, (long long)bad, y[bad],
+                want_bad, count[bad]);
+      } else if (g_verbose) {
+        printf("ok   conv_transpose %d thread(s)%-13s %s op%lld (max err %.2g)\n", kiln_threadpool_size(pools[pi]),
+               epi_names[mode], desc, (long long)out_pad, worst);
+      }
+    }
+  free(scratch);
+  free(y);
+  free(addend);
+  free(count);
+  for (int i = 0; i < 3; i++) kiln_value_free(in_vals[i]);
+  kiln_value_free(out_vals[0]);
+  kiln_graph_free(g);
 }
 
 /* ---- the pointwise kernel at every ISA this CPU has ------------------------------------- */
@@ -378,7 +516,8 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static void bench_layer(const char *name, conv_case t, kiln_threadpool *pool) {
+/* const_w: the weights constant (planned with them), else a graph input. */
+static void bench_layer_w(const char *name, conv_case t, kiln_threadpool *pool, bool const_w) {
   const char *filter = getenv("TEST_CONV_FILTER"); /* only layers whose name contains it */
   if (filter && *filter && !strstr(name, filter)) return;
   kiln_conv_geom c;
@@ -410,10 +549,10 @@ static void bench_layer(const char *name, conv_case t, kiln_threadpool *pool) {
   printf("%-22s", name);
   const char *only = getenv("TEST_CONV_ALGO"); /* only this algorithm */
   for (int a = KILN_CONV_GEMM; a < KILN_CONV_N_ALGOS; a++) {
-    if (!kiln_conv_algo_applies(&c, (kiln_conv_algo)a, true)) continue;
+    if (!kiln_conv_algo_applies(&c, (kiln_conv_algo)a, const_w)) continue;
     if (only && *only && strcmp(only, kiln_conv_algo_name((kiln_conv_algo)a))) continue;
     kiln_conv_plan *plan;
-    MUST(kiln_conv_plan_create(&c, (kiln_conv_algo)a, w, kiln_threadpool_size(pool), &plan));
+    MUST(kiln_conv_plan_create(&c, (kiln_conv_algo)a, const_w ? w : NULL, kiln_threadpool_size(pool), &plan));
     size_t sb = kiln_conv_plan_scratch_bytes(plan);
     void *scratch = sb ? aligned_alloc(64, (sb + 63) & ~(size_t)63) : NULL;
     double times[15];
@@ -428,11 +567,49 @@ static void bench_layer(const char *name, conv_case t, kiln_threadpool *pool) {
     free(scratch);
     free(plan);
   }
-  printf("   [auto: %s]\n", kiln_conv_algo_name(kiln_conv_choose(&c, true)));
+  printf("   [auto: %s]\n", kiln_conv_algo_name(kiln_conv_choose(&c, const_w)));
   free(x);
   free(w);
   free(b);
   free(y);
+}
+
+static void bench_layer(const char *name, conv_case t, kiln_threadpool *pool) { bench_layer_w(name, t, pool, true); }
+
+static conv_case batch_of(int64_t n, conv_case t) {
+  t.n = n;
+  return t;
+}
+
+/* Training's convolutions (the weights a graph input): ResNet-18 on 32x32
+ * images, batch 32, forward and the weight gradients (images and channels
+ * swapped: dW = Conv(X^T, dY^T)). */
+static void run_train_bench(kiln_threadpool *pool) {
+  bench_layer_w("r18 stem 7x7 s2 16", batch_of(32, conv2d(3, 64, 1, 32, 32, 7, 2, 1, 3, 3)), pool, false);
+  bench_layer_w("r18 l1 3x3 64 8", batch_of(32, conv2d(64, 64, 1, 8, 8, 3, 1, 1, 1, 1)), pool, false);
+  bench_layer_w("r18 l2 3x3 s2 64>128", batch_of(32, conv2d(64, 128, 1, 8, 8, 3, 2, 1, 1, 1)), pool, false);
+  bench_layer_w("r18 l2 ds 1x1 s2", batch_of(32, conv2d(64, 128, 1, 8, 8, 1, 2, 1, 0, 0)), pool, false);
+  bench_layer_w("r18 l2 3x3 128 4", batch_of(32, conv2d(128, 128, 1, 4, 4, 3, 1, 1, 1, 1)), pool, false);
+  bench_layer_w("r18 l3 3x3 s2 128>256", batch_of(32, conv2d(128, 256, 1, 4, 4, 3, 2, 1, 1, 1)), pool, false);
+  bench_layer_w("r18 l3 ds 1x1 s2", batch_of(32, conv2d(128, 256, 1, 4, 4, 1, 2, 1, 0, 0)), pool, false);
+  bench_layer_w("r18 l3 3x3 256 2", batch_of(32, conv2d(256, 256, 1, 2, 2, 3, 1, 1, 1, 1)), pool, false);
+  bench_layer_w("r18 l4 3x3 s2 256>512", batch_of(32, conv2d(256, 512, 1, 2, 2, 3, 2, 1, 1, 1)), pool, false);
+  bench_layer_w("r18 l4 ds 1x1 s2", batch_of(32, conv2d(256, 512, 1, 2, 2, 1, 2, 1, 0, 0)), pool, false);
+  bench_layer_w("r18 l4 3x3 512 1", batch_of(32, conv2d(512, 512, 1, 1, 1, 3, 1, 1, 1, 1)), pool, false);
+  bench_layer_w("r18 l4 3x3 512 1 n8", batch_of(8, conv2d(512, 512, 1, 1, 1, 3, 1, 1, 1, 1)), pool, false);
+  bench_layer_w("r18 l4 3x3 512 1 n2", batch_of(2, conv2d(512, 512, 1, 1, 1, 3, 1, 1, 1, 1)), pool, false);
+  bench_layer_w("r18 dW l1 8x8", batch_of(64, conv2d(32, 64, 1, 8, 8, 8, 1, 1, 1, 1)), pool, false);
+  bench_layer_w("r18 dW l2 4x4", batch_of(128, conv2d(32, 128, 1, 4, 4, 4, 1, 1, 1, 1)), pool, false);
+  bench_layer_w("r18 dW l3 2x2", batch_of(256, conv2d(32, 256, 1, 2, 2, 2, 1, 1, 1, 1)), pool, false);
+  bench_layer_w("r18 dW l4 1x1", batch_of(512, conv2d(32, 512, 1, 1, 1, 1, 1, 1, 1, 1)), pool, false);
+  bench_layer_w("r18 dW stem", batch_of(3, conv2d(32, 64, 1, 32, 32, 16, 1, 2, 3, 3)), pool, false);
+  bench_layer_w("fmnist dW 14x14", batch_of(32, conv2d(64, 64, 1, 14, 14, 14, 1, 1, 1, 1)), pool, false);
+  bench_layer_w("r50 3x3 512 7 n8", batch_of(8, conv2d(512, 512, 1, 7, 7, 3, 1, 1, 1, 1)), pool, false);
+  bench_layer_w("r50 1x1 2048>512 7 n8", batch_of(8, conv2d(2048, 512, 1, 7, 7, 1, 1, 1, 0, 0)), pool, false);
+  bench_layer_w("r50 3x3 256 14 n8", batch_of(8, conv2d(256, 256, 1, 14, 14, 3, 1, 1, 1, 1)), pool, false);
+  bench_layer_w("3x3 128 6 n32", batch_of(32, conv2d(128, 128, 1, 6, 6, 3, 1, 1, 1, 1)), pool, false);
+  bench_layer_w("3x3 64 6 n32", batch_of(32, conv2d(64, 64, 1, 6, 6, 3, 1, 1, 1, 1)), pool, false);
+  bench_layer_w("3x3 32 16 n32", batch_of(32, conv2d(32, 32, 1, 16, 16, 3, 1, 1, 1, 1)), pool, false);
 }
 
 static void run_bench(int threads) {
@@ -476,6 +653,7 @@ static void run_bench(int threads) {
   bench_layer("regnet g4x16 3x3 28", conv2d(64, 64, 4, 28, 28, 3, 1, 1, 1, 1), pool);
   bench_layer("rnext g32x8 3x3 56", conv2d(256, 256, 32, 56, 56, 3, 1, 1, 1, 1), pool);
   bench_layer("rnext g32x64 3x3 7", conv2d(2048, 2048, 32, 7, 7, 3, 1, 1, 1, 1), pool);
+  run_train_bench(pool);
   kiln_threadpool_destroy(pool);
 }
 
@@ -565,6 +743,62 @@ int main(int argc, char **argv) {
       {2, 1, 6, 6, 6, {13, 19}, {3, 7}, {1, 2}, {2, 1}, {1, 3}, {1, 3}, true}, /* non-square window */
   };
   for (size_t i = 0; i < sizeof dwk / sizeof dwk[0]; i++) run_case(&dwk[i], pools, 3);
+  /* Small planes over a batch (training's layers with the weights as
+   * inputs: the batched path's one GEMM over every image's pixels). */
+  struct {
+    int64_t n;
+    conv_case t;
+  } batched[] = {
+      {32, conv2d(24, 20, 1, 1, 1, 3, 1, 1, 1, 1)},  /* 1x1 plane, 3x3 pad 1: osize 1 */
+      {3, conv2d(17, 33, 1, 2, 2, 3, 1, 1, 1, 1)},   /* osize 4 */
+      {32, conv2d(16, 24, 1, 4, 4, 3, 2, 1, 1, 1)},  /* stride 2: osize 4 */
+      {3, conv2d(9, 21, 1, 7, 7, 3, 1, 1, 1, 1)},    /* osize 49 */
+      {1, conv2d(12, 18, 1, 14, 13, 3, 2, 1, 1, 1)}, /* batch 1, stride 2, osize 49 */
+      {3, conv2d(10, 19, 1, 7, 7, 3, 1, 2, 2, 2)},   /* dilated, osize 49 */
+      {3, conv2d(8, 11, 1, 6, 7, 3, 2, 2, 0, 3)},    /* dilated, strided, pads 0/3 */
+      {32, conv2d(40, 36, 1, 2, 2, 1, 1, 1, 0, 0)},  /* pointwise, osize 4 */
+      {3, conv2d(24, 40, 1, 4, 3, 1, 2, 1, 0, 0)},   /* 1x1 stride 2 (downsample) */
+      {32, conv2d(64, 80, 1, 2, 2, 3, 1, 1, 1, 1)},  /* many SGEMM tiles (128 pixels, K 576) */
+      {32, conv2d(5, 7, 1, 3, 3, 3, 1, 1, 0, 0)},    /* osize 1 without padding */
+      {3, conv2d(20, 26, 1, 1, 1, 3, 1, 1, 1, 1)},   /* 3 pixels: the product as [pixels, Co] */
+      {8, conv2d(16, 4, 1, 32, 32, 3, 1, 1, 1, 1)},  /* 576 KB of columns an image: chunks of 3 + 3 + 2 images */
+  };
+  for (size_t i = 0; i < sizeof batched / sizeof batched[0]; i++) {
+    conv_case t = batched[i].t;
+    t.n = batched[i].n;
+    t.bias = i % 3 != 1;
+    run_case(&t, pools, 3);
+  }
+  conv_case b1 = {1, 3, 6, 10, 1, {9}, {3}, {2}, {2}, {1}, {2}, false}; /* 1-D */
+  run_case(&b1, pools, 2);
+  conv_case b3 = {3, 3, 4, 6, 1, {3, 4, 3}, {3, 2, 3}, {1, 2, 1}, {1, 1, 1}, {1, 0, 1}, {1, 1, 1}, true}; /* 3-D */
+  run_case(&b3, pools, 2);
+  /* ConvTranspose: training's data gradients (small planes over a batch:
+   * one GEMM over the batch's pixels) and the GEMM per image. */
+  struct {
+    int64_t n, out_pad;
+    conv_case t;
+  } transposed[] = {
+      {32, 0, conv2d(24, 20, 1, 1, 1, 3, 1, 1, 1, 1)},  /* 1x1 planes, 3x3 pad 1 */
+      {32, 1, conv2d(20, 12, 1, 1, 1, 3, 2, 1, 1, 1)},  /* stride 2 back to 2x2 */
+      {32, 1, conv2d(16, 8, 1, 1, 1, 1, 2, 1, 0, 0)},   /* 1x1 stride 2 (downsample) */
+      {3, 0, conv2d(17, 33, 1, 2, 2, 3, 1, 1, 1, 1)},   /* 2x2 planes */
+      {3, 1, conv2d(9, 21, 1, 4, 4, 3, 2, 1, 1, 1)},    /* 4x4 planes, stride 2 */
+      {3, 0, conv2d(10, 7, 1, 3, 5, 3, 1, 2, 2, 1)},    /* dilated, pads 2/1 */
+      {3, 1, conv2d(9, 21, 1, 7, 7, 3, 2, 1, 1, 1)},    /* 7x7 planes: a GEMM per image */
+      {2, 0, conv2d(6, 5, 1, 8, 9, 2, 2, 1, 0, 0)},     /* 72 pixels: a GEMM per image */
+      {1, 0, conv2d(12, 10, 1, 3, 3, 3, 1, 1, 1, 1)},   /* batch 1 */
+      {3, 0, conv2d(8, 12, 4, 3, 3, 3, 1, 1, 1, 1)},    /* grouped */
+      {150, 0, conv2d(16, 512, 1, 4, 4, 3, 1, 1, 1, 1)}, /* 296 KB of columns an image: chunks of 56 images */
+  };
+  for (size_t i = 0; i < sizeof transposed / sizeof transposed[0]; i++) {
+    conv_case t = transposed[i].t;
+    t.n = transposed[i].n;
+    t.bias = i % 3 != 2;
+    run_transpose_case(&t, transposed[i].out_pad, pools, 3);
+  }
+  conv_case t1 = {1, 4, 6, 5, 1, {3}, {3}, {2}, {2}, {1}, {0}, true}; /* 1-D */
+  run_transpose_case(&t1, 1, pools, 2);
   for (int i = 0; i < 3; i++) kiln_threadpool_destroy(pools[i]);
   printf("test_conv: %d checks, %d failures\n", g_checks, g_failures);
   return g_failures ? 1 : 0;

@@ -35,6 +35,13 @@
  *   the outputs whose input for it is inside the image, so no product
  *   reads padding; chosen for dilated convolutions over small maps, where
  *   im2col's columns are mostly padding.
+ * - BATCHED: group 1, any rank: the im2col columns of a chunk of images
+ *   side by side ([K, images * osize], at most BATCH_COL_BYTES), one SGEMM
+ *   over all their pixels, each finished tile moved back to NCHW and
+ *   through the epilogue by the SGEMM's tile callback. With the weights a
+ *   graph input (training) and small planes a GEMM per image is a GEMV
+ *   that packs W again for every image; here W is read once per chunk
+ *   (as A, or as B^T below 8 pixels; packed at prepare when constant).
  *
  * Epilogues: a Conv step's fused elementwise kernel comes with, when
  * cpu_contract.c recognizes it (Relu, Clip, Add of a same-shape tensor, Add
@@ -79,6 +86,11 @@ enum { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
 #define WINO_LANES 16 /* channels transformed together */
 #define WINO_T 6      /* input tile edge: F(4x4, 3x3) */
 #define WINO_WEIGHT_LANES 8 /* output channels of the weights transformed together */
+/* BATCHED: the most im2col columns one GEMM reads: they stay in L2
+ * between the im2col and the SGEMM's packing (fmnist_cnn's weight gradient,
+ * 32 images of 12544 x 9 columns, 2 threads: 16 MB chunks 14.3 ms, 4 MB
+ * 12.8, 2 MB 11.1, a GEMM per image 13.7; ResNet-18's step no slower). */
+#define BATCH_COL_BYTES ((int64_t)2 << 20)
 
 struct kiln_conv_plan {
   kiln_conv_geom c;
@@ -90,9 +102,15 @@ struct kiln_conv_plan {
    * columns of blk_rows output rows in its own blk_floats and multiplies. */
   int64_t blk_rows;
   size_t blk_floats;
-  /* GEMM_T / IM2COL_T: packed W^T at u_offset; scratch: [osize, Co] then the im2col matrix.
+  /* GEMM_T / IM2COL_T (and BATCHED with constant weights): packed W^T at u_offset; scratch: [osize, Co] then
+   * the im2col matrix.
    * PW: the weights packed for cpu_conv_pw.c at u_offset. */
   size_t t_floats;
+  /* BATCHED: chunks of batch_images images; the chunk's im2col columns in blk_floats, then the product in
+   * t_floats, as [Co, pixels] (batch_rows: W read in place as A) or [pixels, Co] (W^T packed at u_offset
+   * when constant) */
+  int64_t batch_images;
+  bool batch_rows;
   /* DW3X3, DWK: scratch floats per thread */
   size_t dw_thread_floats;
   /* IM2COL_PW: bands of blk_rows output rows, blk_floats per thread; the
@@ -199,6 +217,7 @@ const char *kiln_conv_algo_name(kiln_conv_algo a) {
     case KILN_CONV_DW_DIRECT: return "dw3x3d";
     case KILN_CONV_DWK: return "dwk";
     case KILN_CONV_TAPS: return "taps";
+    case KILN_CONV_BATCHED: return "batched";
     case KILN_CONV_N_ALGOS: break;
   }
   return "?";
@@ -220,6 +239,7 @@ bool kiln_conv_algo_applies(const kiln_conv_geom *c, kiln_conv_algo a, bool cons
     case KILN_CONV_DW_DIRECT: return detect_isa() == ISA_AVX512 && kiln_conv_dw_direct_applies(c);
     case KILN_CONV_DWK: return detect_isa() >= ISA_AVX2 && kiln_conv_dwk_applies(c);
     case KILN_CONV_TAPS: return const_weights && kiln_conv_taps_applies(c);
+    case KILN_CONV_BATCHED: return c->group == 1;
     case KILN_CONV_N_ALGOS: break;
   }
   return false;
@@ -240,6 +260,15 @@ kiln_conv_algo kiln_conv_choose(const kiln_conv_geom *c, bool const_weights) {
       if (!strcmp(env, kiln_conv_algo_name((kiln_conv_algo)a)) && kiln_conv_algo_applies(c, (kiln_conv_algo)a, const_weights))
         return (kiln_conv_algo)a;
   }
+  /* Weights at run time (training), small planes, a batch: a GEMM per
+   * image has N = osize (a GEMV over 1x1 planes) and packs W each time;
+   * one GEMM over every image's pixels packs it once (ResNet-18 training
+   * at 32x32, batch 32, 2 threads: 1x1 planes 16.8 -> 2.3 ms, 2x2 5.0 ->
+   * 1.8, 4x4 2.0 -> 1.3; 6x6 at 128 channels 5.8 -> 2.1; its weight
+   * gradients, 3x3 outputs over 64-512 "images", 3.9 -> 1.5; 7x7 at
+   * batch 8 8.9 -> 8.7). 8x8 planes are a tie, 16x16 ones lose (1.26 ->
+   * 1.39 ms). */
+  if (!const_weights && c->group == 1 && c->n > 1 && c->osize <= 49) return KILN_CONV_BATCHED;
   /* Small planes: the output's channels are the wider GEMM dimension, and
    * the weights are packed once instead of at every run (measured: 7x7
    * planes always, 14x14 ones when the reduction is deep). */
@@ -354,45 +383,47 @@ static void im2col_2d(const kiln_conv_geom *c, const float *xc, const int64_t *k
  * 2-D, OD * OH in 3-D. */
 static int64_t im2col_out_rows(const kiln_conv_geom *c) { return c->nsp == 3 ? c->out_sp[0] * c->out_sp[1] : c->out_sp[0]; }
 
-/* Rows of the im2col matrix: one per (channel, kernel offset). 2-D rows are
+/* Row `row` (one per (channel, kernel offset)) of the im2col matrix of
+ * image x (channels of one group) into dst (osize values). 2-D rows are
  * filled a whole output row at a time. */
-static void im2col_rows(void *vctx, int64_t begin, int64_t end, int thread) {
-  const im2col_ctx *ic = vctx;
-  const kiln_conv_geom *c = ic->c;
+static void im2col_row(const kiln_conv_geom *c, const float *x, int64_t row, float *dst) {
   int64_t kprod = 1, in_plane = 1;
   for (int i = 0; i < c->nsp; i++) {
     kprod *= c->k[i];
     in_plane *= c->in_sp[i];
   }
-  for (int64_t row = begin; row < end; row++) {
-    int64_t ch = row / kprod, kk = row % kprod;
-    int64_t koff[3] = {0, 0, 0};
-    for (int i = c->nsp - 1; i >= 0; i--) {
-      koff[i] = kk % c->k[i];
-      kk /= c->k[i];
-    }
-    const float *xp = ic->x + ch * in_plane;
-    float *dst = ic->col + row * c->osize;
-    if (c->nsp >= 2) {
-      im2col_2d(c, xp, koff, dst, 0, im2col_out_rows(c));
-      continue;
-    }
-    for (int64_t o = 0; o < c->osize; o++) {
-      int64_t rem = o, idx = 0;
-      bool in = true;
-      int64_t pos[3];
-      for (int i = c->nsp - 1; i >= 0; i--) {
-        pos[i] = rem % c->out_sp[i];
-        rem /= c->out_sp[i];
-      }
-      for (int i = 0; i < c->nsp; i++) {
-        int64_t p = pos[i] * c->stride[i] - c->pad_begin[i] + koff[i] * c->dil[i];
-        in = in && p >= 0 && p < c->in_sp[i];
-        idx = idx * c->in_sp[i] + p;
-      }
-      dst[o] = in ? xp[idx] : 0.0f;
-    }
+  int64_t ch = row / kprod, kk = row % kprod;
+  int64_t koff[3] = {0, 0, 0};
+  for (int i = c->nsp - 1; i >= 0; i--) {
+    koff[i] = kk % c->k[i];
+    kk /= c->k[i];
   }
+  const float *xp = x + ch * in_plane;
+  if (c->nsp >= 2) {
+    im2col_2d(c, xp, koff, dst, 0, im2col_out_rows(c));
+    return;
+  }
+  for (int64_t o = 0; o < c->osize; o++) {
+    int64_t rem = o, idx = 0;
+    bool in = true;
+    int64_t pos[3];
+    for (int i = c->nsp - 1; i >= 0; i--) {
+      pos[i] = rem % c->out_sp[i];
+      rem /= c->out_sp[i];
+    }
+    for (int i = 0; i < c->nsp; i++) {
+      int64_t p = pos[i] * c->stride[i] - c->pad_begin[i] + koff[i] * c->dil[i];
+      in = in && p >= 0 && p < c->in_sp[i];
+      idx = idx * c->in_sp[i] + p;
+    }
+    dst[o] = in ? xp[idx] : 0.0f;
+  }
+}
+
+static void im2col_rows(void *vctx, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  const im2col_ctx *ic = vctx;
+  for (int64_t row = begin; row < end; row++) im2col_row(ic->c, ic->x, row, ic->col + row * ic->c->osize);
 }
 
 typedef struct im2col_blk_ctx {
@@ -805,6 +836,92 @@ static void run_gemm_t(const kiln_conv_plan *p, kiln_threadpool *pool, const flo
   }
 }
 
+/* ---- the batch as one GEMM: Y^T[N*HW, Co] = col^T[N*HW, K] x W^T[K, Co] ------------------ */
+
+typedef struct batch_ctx {
+  const kiln_conv_plan *p;
+  const float *x; /* the chunk's first image */
+  float *col;     /* [kdim, images * osize]: image i's columns at i * osize */
+  float *y;       /* the whole output */
+  int64_t img0, images; /* the chunk of images */
+  const kiln_conv_epilogue *epi;
+} batch_ctx;
+
+/* Items: (image, im2col row). */
+static void batch_im2col(void *vctx, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  const batch_ctx *b = vctx;
+  const kiln_conv_geom *c = &b->p->c;
+  int64_t in_image = c->ci, ld = b->images * c->osize;
+  for (int i = 0; i < c->nsp; i++) in_image *= c->in_sp[i];
+  for (int64_t it = begin; it < end; it++) {
+    int64_t img = it / c->kdim, row = it % c->kdim;
+    im2col_row(c, b->x + img * in_image, row, b->col + row * ld + img * c->osize);
+  }
+}
+
+/* The SGEMM's tile epilogue: rows m0.. of the tile are pixels (image,
+ * position), columns n0.. output channels; each image's part goes back to
+ * [Co, osize] in y while the tile is in cache, then the conv's epilogue
+ * over what it wrote. */
+static void batch_tile(void *vctx, float *t, int64_t ldt, int64_t m0, int64_t n0, int64_t mb, int64_t nb) {
+  const batch_ctx *b = vctx;
+  const kiln_conv_geom *c = &b->p->c;
+  int64_t osize = c->osize, co = c->co;
+  for (int64_t m = m0; m < m0 + mb;) {
+    int64_t img = b->img0 + m / osize, p0 = m % osize, np = min64(osize - p0, m0 + mb - m);
+    float *yb = b->y + (img * co + n0) * osize + p0;
+    const float *tb = t + (m - m0) * ldt;
+    for (int64_t j0 = 0; j0 < nb; j0 += 16) {
+      int64_t nj = min64(16, nb - j0);
+      for (int64_t q = 0; q < np; q++)
+        for (int64_t j = 0; j < nj; j++) yb[(j0 + j) * osize + q] = tb[q * ldt + j0 + j];
+    }
+    epi_apply(b->epi, b->y, (img * co + n0) * osize + p0, osize, nb, np);
+    m += np;
+  }
+}
+
+/* The same for the product as [Co, n * osize] (W as A): rows are output
+ * channels, columns pixels. */
+static void batch_tile_rows(void *vctx, float *t, int64_t ldt, int64_t m0, int64_t n0, int64_t mb, int64_t nb) {
+  const batch_ctx *b = vctx;
+  const kiln_conv_geom *c = &b->p->c;
+  int64_t osize = c->osize, co = c->co;
+  for (int64_t n = n0; n < n0 + nb;) {
+    int64_t img = b->img0 + n / osize, p0 = n % osize, np = min64(osize - p0, n0 + nb - n);
+    float *yb = b->y + (img * co + m0) * osize + p0;
+    const float *tb = t + (n - n0);
+    for (int64_t i = 0; i < mb; i++) memcpy(yb + i * osize, tb + i * ldt, (size_t)np * sizeof(float));
+    epi_apply(b->epi, b->y, (img * co + m0) * osize + p0, osize, mb, np);
+    n += np;
+  }
+}
+
+static void run_batched(const kiln_conv_plan *p, kiln_threadpool *pool, const float *x, const float *w,
+                        const float *bias, float *y, float *scratch, const kiln_conv_epilogue *epi) {
+  const kiln_conv_geom *c = &p->c;
+  int64_t in_image = c->ci;
+  for (int i = 0; i < c->nsp; i++) in_image *= c->in_sp[i];
+  float *col = scratch, *t = scratch + p->blk_floats;
+  bool packed = p->u_bytes > 0;
+  for (int64_t img0 = 0; img0 < c->n; img0 += p->batch_images) {
+    int64_t images = min64(p->batch_images, c->n - img0), pixels = images * c->osize;
+    batch_ctx b = {p, x + img0 * in_image, col, y, img0, images, epi};
+    kiln_parallel_for(pool, images * c->kdim, 1, batch_im2col, &b);
+    if (p->batch_rows) {
+      kiln_sgemm_args ra = {false, false, c->co, pixels, c->kdim, 1.0f, w, c->kdim, col, pixels, NULL, 0.0f, t,
+                            pixels, bias, bias ? 1 : 0, batch_tile_rows, &b};
+      kiln_sgemm(pool, &ra);
+    } else {
+      kiln_sgemm_args ta = {true, true, pixels, c->co, c->kdim, 1.0f, col, pixels, packed ? NULL : w, c->kdim,
+                            packed ? (const char *)p + p->u_offset : NULL, 0.0f, t, c->co, bias, bias ? 2 : 0,
+                            batch_tile, &b};
+      kiln_sgemm(pool, &ta);
+    }
+  }
+}
+
 /* ---- Winograd F(4x4, 3x3) ------------------------------------------------------------- */
 
 /* Input transform of the tiles of one tile row for WINO_LANES channels:
@@ -1193,6 +1310,28 @@ kiln_status_t kiln_conv_plan_create(const kiln_conv_geom *c, kiln_conv_algo algo
       hdr.u_offset = round64(sizeof hdr);
       payload = round64(kiln_conv_taps_weight_floats(c) * sizeof(float));
       break;
+    case KILN_CONV_BATCHED: {
+      /* Chunks of images whose columns take at most BATCH_COL_BYTES. */
+      int64_t image_bytes = max64(1, c->kdim * c->osize * (int64_t)sizeof(float));
+      hdr.batch_images = max64(1, min64(c->n, BATCH_COL_BYTES / image_bytes));
+      int64_t pixels = hdr.batch_images * c->osize;
+      hdr.blk_floats = round64((size_t)c->kdim * (size_t)pixels * sizeof(float)) / sizeof(float);
+      hdr.t_floats = round64((size_t)pixels * (size_t)c->co * sizeof(float)) / sizeof(float);
+      hdr.scratch_bytes = (hdr.blk_floats + hdr.t_floats) * sizeof(float);
+      /* Weights at run time: W as A over the pixels as columns packs W's
+       * rows in order, where W^T as B transposes it (ResNet-18's training
+       * layers, batch 32: 10-20% faster); below 8 pixels the SGEMM streams
+       * W^T once on its small-M path instead (batch 2 over 1x1 planes:
+       * 0.5 ms, 1.1 ms with W as A). */
+      hdr.batch_rows = !w && pixels >= 8;
+      if (w) { /* constant: W^T packed once */
+        hdr.u_offset = round64(sizeof hdr);
+        hdr.u_bytes = round64(kiln_sgemm_packed_b_size(c->kdim, c->co));
+        if (!hdr.u_bytes) return kiln_error(KILN_UNSUPPORTED, "conv weights too large");
+        payload = hdr.u_bytes;
+      }
+      break;
+    }
     case KILN_CONV_GEMM_T:
     case KILN_CONV_IM2COL_T: {
       hdr.t_floats = round64((size_t)(c->osize * c->co) * sizeof(float)) / sizeof(float);
@@ -1210,7 +1349,7 @@ kiln_status_t kiln_conv_plan_create(const kiln_conv_geom *c, kiln_conv_algo algo
   kiln_conv_plan *p = kiln_alloc_aligned(round64(total));
   if (!p) return kiln_error(KILN_OUT_OF_MEMORY, "out of memory for a conv plan (%zu bytes)", total);
   *p = hdr;
-  if (algo == KILN_CONV_GEMM_T || algo == KILN_CONV_IM2COL_T)
+  if (algo == KILN_CONV_GEMM_T || algo == KILN_CONV_IM2COL_T || (algo == KILN_CONV_BATCHED && w))
     kiln_sgemm_pack_b(true, c->kdim, c->co, w, c->kdim, (char *)p + p->u_offset);
   if (algo == KILN_CONV_TAPS) kiln_conv_taps_pack(c, w, (float *)((char *)p + p->u_offset));
   if (algo == KILN_CONV_PW || algo == KILN_CONV_ROWS) kiln_conv_pw_pack(c->co, c->kdim, w, (float *)((char *)p + p->u_offset));
@@ -1267,6 +1406,7 @@ void kiln_conv_run(const kiln_conv_plan *p, kiln_threadpool *pool, const float *
       return;
     case KILN_CONV_GEMM_T:
     case KILN_CONV_IM2COL_T: run_gemm_t(p, pool, x, bias, y, scratch, epi); return;
+    case KILN_CONV_BATCHED: run_batched(p, pool, x, w, bias, y, scratch, epi); return;
     case KILN_CONV_TAPS:
       kiln_conv_taps_run(c, pool, (const float *)((const char *)p + p->u_offset), x, bias, y, scratch);
       for (int64_t img = 0; img < c->n; img++) epi_apply(epi, y, img * c->co * c->osize, c->osize, c->co, c->osize);

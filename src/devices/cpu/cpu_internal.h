@@ -193,6 +193,9 @@ typedef enum kiln_conv_algo {
                           split into column phases, every tap a contiguous run (cpu_conv_dwk.c) */
   KILN_CONV_TAPS,      /* 2-D, group 1, stride 1, constant weights: one GEMM per kernel tap over the outputs
                           whose input for it is inside the image (cpu_conv_taps.c): no products of padding */
+  KILN_CONV_BATCHED,   /* group 1: the im2col columns of every image side by side, one SGEMM for the whole
+                          batch (Y^T[N*HW, Co], M = batch * osize), moved back to NCHW tile by tile; weights
+                          read in place when not constant (small planes, where a GEMM per image is a GEMV) */
   KILN_CONV_N_ALGOS
 } kiln_conv_algo;
 
