@@ -194,6 +194,18 @@ kiln_status_t kiln_session_run(kiln_session *session, int n_inputs, const char *
                                const kiln_tensor *const *inputs, int n_outputs,
                                kiln_tensor **out_outputs);
 
+/* As kiln_session_run, with tensors the outputs are written into: where
+ * into[i] is not NULL (into itself may be NULL), output i is copied into
+ * that tensor, whose dtype and shape must be the output's (else an error
+ * naming the output), and out_outputs[i] receives a new reference to it.
+ * A caller that runs a model again and again (a training step: new weights
+ * every step) reuses its tensors instead of getting fresh ones, whose first
+ * touch costs a page fault every 4 KB. into[i] must not be one of the
+ * inputs. */
+kiln_status_t kiln_session_run_into(kiln_session *session, int n_inputs, const char *const *input_names,
+                                    const kiln_tensor *const *inputs, int n_outputs, kiln_tensor *const *into,
+                                    kiln_tensor **out_outputs);
+
 /* ---- training -------------------------------------------------------------- */
 
 /* A trainer turns a model into a training step: forward, the loss on one of

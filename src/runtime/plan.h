@@ -185,8 +185,15 @@ typedef struct kiln_plan_bindings {
  * the session calls. */
 kiln_status_t kiln_plan_prepare(kiln_device *dev, const kiln_graph *g, const kiln_prepare_options *opts,
                                 struct kiln_executable **out);
+/* into (may be NULL; entries may be NULL): tensors the outputs are copied
+ * into instead of new ones (dtype and shape checked); outs[i] then holds a
+ * new reference to into[i]. */
 kiln_status_t kiln_plan_execute(kiln_device *dev, struct kiln_executable *exec, kiln_value *const *inputs,
-                                int n_outputs, kiln_value **outs, const kiln_step_observer *observe);
+                                int n_outputs, kiln_value **outs, kiln_tensor *const *into,
+                                const kiln_step_observer *observe);
+/* Output v's data (src: the output's elements, of v's type) copied into the
+ * caller's tensor dst, checked against v's type; *out: a new reference to dst. */
+kiln_status_t kiln_output_into(const kiln_value_def *v, kiln_tensor *dst, const void *src, kiln_value **out);
 void kiln_plan_executable_free(kiln_device *dev, struct kiln_executable *exec);
 void kiln_plan_describe_executable(kiln_device *dev, const struct kiln_executable *exec, FILE *out);
 /* What the last run did on the device (its plan_run_stats), for `kiln bench --profile`. */

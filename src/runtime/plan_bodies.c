@@ -455,7 +455,7 @@ kiln_status_t kiln_body_plans_run(kiln_body_plans *bp, const kiln_node *node, co
   if (!st) st = add_spec(bp, e, sig, &s);
   if (!st && s && s->exec) {
     s->runs++;
-    st = kiln_plan_execute(bp->dev, s->exec, vals, n_outputs, outs, NULL);
+    st = kiln_plan_execute(bp->dev, s->exec, vals, n_outputs, outs, NULL, NULL);
   } else if (!st) {
     if (s) s->runs++;
     else e->over_bound_runs++;
@@ -553,7 +553,7 @@ kiln_status_t kiln_body_plans_run_node(kiln_body_plans *bp, const kiln_node *nod
   if (!st && s && s->exec) {
     s->runs++;
     *handled = true;
-    st = kiln_plan_execute(bp->dev, s->exec, vals, n_outputs, outs, NULL);
+    st = kiln_plan_execute(bp->dev, s->exec, vals, n_outputs, outs, NULL, NULL);
   } else if (!st && s) {
     s->runs++; /* a signature the specialization leaves to ref: the host step's path */
   } else if (!st) {

@@ -333,13 +333,30 @@ static kiln_status_t observe_step(const kiln_plan *p, const kiln_plan_step *s, c
   return st;
 }
 
+kiln_status_t kiln_output_into(const kiln_value_def *v, kiln_tensor *dst, const void *src, kiln_value **out) {
+  const kiln_type *t = &v->type;
+  char a[256], b[256];
+  if (dst->dtype != t->dtype || !kiln_shape_equal(dst->rank, dst->dims, t->rank, t->dims))
+    return kiln_error(KILN_INVALID_ARGUMENT, "output '%s' is %s %s, the tensor given for it %s %s", v->name,
+                      kiln_dtype_name(t->dtype), kiln_shape_str(t->rank, t->dims, a, sizeof a),
+                      kiln_dtype_name(dst->dtype), kiln_shape_str(dst->rank, dst->dims, b, sizeof b));
+  if (dst->numel && src != dst->data) memmove(dst->data, src, kiln_tensor_nbytes(dst));
+  return kiln_value_from_tensor(kiln_tensor_retain(dst), out);
+}
+
 static kiln_status_t copy_outputs(const kiln_plan *p, const kiln_plan_bindings *b, kiln_value **host, int n_outputs,
-                                  kiln_value **outs) {
+                                  kiln_value **outs, kiln_tensor *const *into) {
   const kiln_graph *g = p->g;
   kiln_status_t st = NULL;
   for (int i = 0; i < n_outputs && !st; i++) {
     int id = g->outputs[i];
-    if (host[id]) {
+    kiln_tensor *dst = into ? into[i] : NULL;
+    if (dst) {
+      const kiln_tensor *src = host[id] ? (host[id]->kind == KILN_VALUE_TENSOR ? host[id]->tensor : NULL)
+                                        : g->values[id].constant;
+      if (host[id] && !src) st = kiln_error(KILN_INVALID_ARGUMENT, "output '%s' is not a tensor", g->values[id].name);
+      else st = kiln_output_into(&g->values[id], dst, src ? src->data : b->host[id], &outs[i]);
+    } else if (host[id]) {
       st = kiln_value_share(host[id], &outs[i]);
     } else if (g->values[id].constant) { /* a copy of its own (strings deep: the graph owns theirs) */
       kiln_tensor *ot;
@@ -531,7 +548,7 @@ static kiln_status_t execute_host_memory(struct kiln_executable *x, kiln_plan_bi
 }
 
 kiln_status_t kiln_plan_execute(kiln_device *dev, struct kiln_executable *x, kiln_value *const *inputs, int n_outputs,
-                                kiln_value **outs, const kiln_step_observer *observe) {
+                                kiln_value **outs, kiln_tensor *const *into, const kiln_step_observer *observe) {
   const kiln_plan *p = x->plan;
   const kiln_graph *g = p->g;
   int nv = g->n_values;
@@ -577,7 +594,7 @@ kiln_status_t kiln_plan_execute(kiln_device *dev, struct kiln_executable *x, kil
     else st = execute_flushes(x, &r);
   }
   if (r.n_pending) kiln_status_free(wait_device(x, &r)); /* an error left readbacks in flight */
-  if (!st) st = copy_outputs(p, &r.b, r.host, n_outputs, outs);
+  if (!st) st = copy_outputs(p, &r.b, r.host, n_outputs, outs, into);
   for (int i = 0; r.host && i < nv; i++) kiln_value_free(r.host[i]);
   free(r.pending);
   if (spare) {

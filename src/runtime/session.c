@@ -240,6 +240,12 @@ static kiln_status_t check_input(const kiln_value_def *def, const kiln_value *v)
 
 kiln_status_t kiln_session_run_values(kiln_session *s, int n_inputs, const char *const *names,
                                       kiln_value *const *inputs, int n_outputs, kiln_value **out_outputs) {
+  return kiln_session_run_values_into(s, n_inputs, names, inputs, n_outputs, NULL, out_outputs);
+}
+
+kiln_status_t kiln_session_run_values_into(kiln_session *s, int n_inputs, const char *const *names,
+                                           kiln_value *const *inputs, int n_outputs, kiln_tensor *const *into,
+                                           kiln_value **out_outputs) {
   const kiln_graph *g = s->model->ir->graph;
   if (n_outputs < 0 || n_outputs > g->n_outputs)
     return kiln_error(KILN_INVALID_ARGUMENT, "the model has %d outputs, %d requested", g->n_outputs, n_outputs);
@@ -286,12 +292,25 @@ kiln_status_t kiln_session_run_values(kiln_session *s, int n_inputs, const char 
   if (!st) st = kiln_session_specialize(s, bound, &run_graph);
   if (!st && s->exec) {
     kiln_step_observer obs = {s->before_node, s->observer, s->observer_user};
-    st = kiln_plan_execute(s->devices[0], s->exec, bound, n_outputs, out_outputs,
-                                    s->observer || s->before_node ? &obs : NULL);
+    st = kiln_plan_execute(s->devices[0], s->exec, bound, n_outputs, out_outputs, into,
+                           s->observer || s->before_node ? &obs : NULL);
   } else if (!st) {
     /* Interpreting: nodes run on the first device with run_node (ref). */
     kiln_exec_options opts = {s->devices, s->n_devices, s->observer, s->observer_user, s->before_node};
     st = kiln_execute_graph(run_graph, NULL, g->n_inputs, bound, n_outputs, out_outputs, &opts);
+    for (int i = 0; !st && into && i < n_outputs; i++) { /* the results copied into the caller's tensors */
+      if (!into[i]) continue;
+      kiln_value *v = out_outputs[i];
+      if (v->kind != KILN_VALUE_TENSOR)
+        st = kiln_error(KILN_INVALID_ARGUMENT, "output '%s' is not a tensor", g->values[g->outputs[i]].name);
+      else st = kiln_output_into(&g->values[g->outputs[i]], into[i], v->tensor->data, &out_outputs[i]);
+      kiln_value_free(v);
+      if (st) out_outputs[i] = NULL;
+    }
+    for (int i = 0; st && into && i < n_outputs; i++) {
+      kiln_value_free(out_outputs[i]);
+      out_outputs[i] = NULL;
+    }
   }
   kiln_run_deadline_end(armed);
   for (int i = 0; i < n_nones; i++) kiln_value_free(nones[i]);
@@ -301,6 +320,12 @@ kiln_status_t kiln_session_run_values(kiln_session *s, int n_inputs, const char 
 
 kiln_status_t kiln_session_run(kiln_session *s, int n_inputs, const char *const *input_names,
                                const kiln_tensor *const *inputs, int n_outputs, kiln_tensor **out_outputs) {
+  return kiln_session_run_into(s, n_inputs, input_names, inputs, n_outputs, NULL, out_outputs);
+}
+
+kiln_status_t kiln_session_run_into(kiln_session *s, int n_inputs, const char *const *input_names,
+                                    const kiln_tensor *const *inputs, int n_outputs, kiln_tensor *const *into,
+                                    kiln_tensor **out_outputs) {
   if (!s || (n_inputs && (!input_names || !inputs)) || (n_outputs && !out_outputs))
     return kiln_error(KILN_INVALID_ARGUMENT, "NULL argument");
   kiln_value **vals = calloc((size_t)(n_inputs ? n_inputs : 1), sizeof *vals);
@@ -313,7 +338,7 @@ kiln_status_t kiln_session_run(kiln_session *s, int n_inputs, const char *const 
     }
     st = kiln_value_from_tensor(kiln_tensor_retain((kiln_tensor *)inputs[i]), &vals[i]);
   }
-  if (!st) st = kiln_session_run_values(s, n_inputs, input_names, vals, n_outputs, outs);
+  if (!st) st = kiln_session_run_values_into(s, n_inputs, input_names, vals, n_outputs, into, outs);
   for (int i = 0; i < n_outputs && !st; i++) {
     if (outs[i]->kind != KILN_VALUE_TENSOR)
       st = kiln_error(KILN_UNSUPPORTED, "output %d is a sequence or optional; use the CLI or the internal API", i);

@@ -52,6 +52,12 @@ kiln_status_t kiln_model_from_ir(kiln_model_ir *ir, kiln_model **out);
 kiln_status_t kiln_session_run_values(kiln_session *s, int n_inputs, const char *const *names,
                                       kiln_value *const *inputs, int n_outputs, kiln_value **out_outputs);
 
+/* The same with into (may be NULL; entries may be NULL): tensors the
+ * outputs are written into (kiln_session_run_into). */
+kiln_status_t kiln_session_run_values_into(kiln_session *s, int n_inputs, const char *const *names,
+                                           kiln_value *const *inputs, int n_outputs, kiln_tensor *const *into,
+                                           kiln_value **out_outputs);
+
 /* Lists the (domain, op_type) of nodes no device of the session (or ref)
  * can run, recursively, as "Op" or "domain.Op" strings in *out (owned strings). */
 kiln_status_t kiln_graph_unsupported_ops(const kiln_graph *g, kiln_ptr_vec *out);

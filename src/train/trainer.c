@@ -73,6 +73,8 @@ struct kiln_trainer {
   table weights;   /* every float initializer's current value */
   table state;     /* the optimizer's state, "<param>.<kind>" */
   table accum;     /* summed gradients while accumulating */
+  table spare;     /* weights and state a step replaced, by name: the next step writes its outputs of
+                      those names into them (kiln_session_run_into) instead of into fresh tensors */
   int n_params;
   char **params;   /* the trainable initializers (after the first build) */
   int n_stats;
@@ -127,6 +129,16 @@ static kiln_status_t table_set(table *tb, const char *name, kiln_tensor *t) {
     return KILN_OOM();
   }
   tb->t[tb->n++] = t;
+  return NULL;
+}
+
+/* Sets name to t (takes the reference) and returns the tensor it held
+ * (the table's reference, now the caller's), or NULL. */
+static kiln_status_t table_replace(table *tb, const char *name, kiln_tensor *t, kiln_tensor **old) {
+  int i = table_find(tb, name);
+  *old = i >= 0 ? tb->t[i] : NULL;
+  if (i < 0) return table_set(tb, name, t);
+  tb->t[i] = t;
   return NULL;
 }
 
@@ -294,6 +306,7 @@ void kiln_trainer_destroy(kiln_trainer *t) {
   }
   plan_free(&t->apply);
   table_free(&t->weights);
+  table_free(&t->spare);
   table_free(&t->state);
   table_free(&t->accum);
   free_names(t->params, t->n_params);
@@ -1020,9 +1033,22 @@ static kiln_status_t run_plan(kiln_trainer *t, const plan *p, int n_in, const ch
   const kiln_tensor **feeds = calloc((size_t)p->n_in + 1, sizeof *feeds);
   kiln_tensor **owned = calloc((size_t)p->n_in + 1, sizeof *owned);
   kiln_status_t st = feeds && owned ? NULL : KILN_OOM();
+  kiln_tensor **into = calloc((size_t)p->n_out + 1, sizeof *into);
+  if (!st && !into) st = KILN_OOM();
   for (int k = 0; !st && k < p->n_in; k++) st = feed(t, p, k, n_in, names, inputs, target, &owned[k], &feeds[k]);
-  if (!st) st = kiln_session_run(p->sess, p->n_in, (const char *const *)p->in_names, feeds, p->n_out, outs);
+  int *spare = calloc((size_t)p->n_out + 1, sizeof *spare);
+  if (!st && !spare) st = KILN_OOM();
+  for (int k = 0; !st && k < p->n_out; k++)
+    if ((spare[k] = table_find(&t->spare, p->out_names[k])) >= 0) into[k] = t->spare.t[spare[k]];
+  if (!st) st = kiln_session_run_into(p->sess, p->n_in, (const char *const *)p->in_names, feeds, p->n_out, into, outs);
+  for (int k = 0; !st && k < p->n_out; k++) /* written: outs[k] holds it now */
+    if (into[k]) {
+      kiln_tensor_release(t->spare.t[spare[k]]);
+      t->spare.t[spare[k]] = NULL;
+    }
   for (int k = 0; owned && k < p->n_in; k++) kiln_tensor_release(owned[k]);
+  free(spare);
+  free(into);
   free(owned);
   free(feeds);
   return st;
@@ -1058,10 +1084,12 @@ static kiln_status_t take_outputs(kiln_trainer *t, const plan *p, kiln_tensor **
       for (int64_t i = 0; i < sum->numel; i++)
         kiln_store_f64(sum->data, sum->dtype, i, kiln_load_f64(sum->data, sum->dtype, i) + kiln_load_f64(x->data, x->dtype, i));
       kiln_tensor_release(x);
-    } else if (table_find(&t->weights, name) >= 0) {
-      st = table_set(&t->weights, name, x);
     } else {
-      st = table_set(&t->state, name, x);
+      /* the value it replaces, when nothing else holds it, becomes the next step's output tensor */
+      kiln_tensor *old = NULL;
+      st = table_replace(table_find(&t->weights, name) >= 0 ? &t->weights : &t->state, name, x, &old);
+      if (!st && old && old != x && old->refcount == 1 && old->owns_data) st = table_set(&t->spare, name, old);
+      else kiln_tensor_release(old);
     }
   }
   return st;
