@@ -280,6 +280,151 @@ void render_c_element(render_ctx *r, const kiln_loop_nest *nest) {
   render_close_scope(r);
 }
 
+/* ---- column reductions ---------------------------------------------------------
+ *
+ * A reduction over leading axes that keeps the trailing one (a bias's
+ * gradient: ReduceSum of [batch, sequence, features] over the first two;
+ * LayerNorm's scale gradient) is, element by element, a walk down a column:
+ * one load per row, a cache line per float, and one parallel item when the
+ * kept leading axes are all 1 (BERT-mini's bias gradients: 29 ms for 16 MB).
+ * Instead each parallel item takes a block of COL_BLOCK columns: an
+ * accumulator per column, the reduction's loops outside, the block's
+ * columns innermost (contiguous loads the compiler vectorizes), then the
+ * block's elements stored. For nests whose innermost loop is long, whose
+ * reductions sit at that loop's level (chains of sums over several axes
+ * included), and whose loads step by 0 or 1 along it. */
+
+#define COL_BLOCK 64
+
+typedef struct col_plan {
+  int n_roots;
+  kiln_reduce_chain roots[8];
+} col_plan;
+
+/* Does every load under e step by 0 or 1 along var (at least one by 1),
+ * with no reduction under it (another root's value, which the block's
+ * accumulators only hold after their loops)? */
+static bool col_loads(const te_expr *e, int var, bool *unit, char *seen) {
+  if (!e || seen[e->id]) return true;
+  seen[e->id] = 1;
+  if (e->op == TE_REDUCE) return false;
+  if (e->op == TE_LOAD) {
+    te_affine a;
+    if (!te_affine_of(e->a, &a)) return !te_uses_var(e->a, var);
+    int64_t c = te_affine_coef(&a, var);
+    if (c == 1) *unit = true;
+    return c == 0 || c == 1;
+  }
+  return col_loads(e->a, var, unit, seen) && col_loads(e->b, var, unit, seen) && col_loads(e->c, var, unit, seen);
+}
+
+static bool col_plan_of(const te_builder *b, const kiln_loop_nest *nest, col_plan *cp) {
+  int L = nest->rank - 1;
+  cp->n_roots = 0;
+  if (L < 0 || nest->thread_tile > 1 || nest->jam_inner > 1 || nest->tiles.n_red || nest->rows.threads ||
+      nest->extents[L] < 16 || nest->n_sites < 1)
+    return false;
+  int64_t longest = 0;
+  for (int i = 0; i < nest->n_sites; i++) {
+    const kiln_reduce_site *s = &nest->sites[i];
+    if (s->owner) continue;
+    if (s->level < L) continue; /* computed before the columns: any level */
+    if (cp->n_roots == 8) return false;
+    kiln_reduce_chain *c = &cp->roots[cp->n_roots++];
+    kiln_reduce_chain_of(s->reduce, c);
+    if (c->extent > longest) longest = c->extent;
+  }
+  if (!cp->n_roots || longest < 8) return false;
+  /* every owned site is the next link of its root's chain */
+  for (int i = 0; i < nest->n_sites; i++) {
+    const kiln_reduce_site *s = &nest->sites[i];
+    if (!s->owner) continue;
+    bool linked = false;
+    for (int k = 0; k < cp->n_roots && !linked; k++)
+      for (int j = 1; j < cp->roots[k].n && !linked; j++)
+        linked = cp->roots[k].red[j] == s->reduce && cp->roots[k].red[j - 1] == s->owner;
+    if (!linked) return false;
+  }
+  char *seen = calloc((size_t)te_expr_count(b) + 1, 1);
+  if (!seen) return false;
+  bool ok = true, unit = false;
+  int var = nest->vars[L];
+  for (int k = 0; k < cp->n_roots && ok; k++) {
+    const kiln_reduce_chain *c = &cp->roots[k];
+    if (!c->n || !te_uses_var(c->red[0], var)) ok = false;
+    if (ok) ok = col_loads(c->red[c->n - 1]->a, var, &unit, seen);
+  }
+  free(seen);
+  return ok && unit;
+}
+
+static void render_c_columns(render_ctx *r, const kiln_loop_nest *nest, const col_plan *cp, const char *name) {
+  int L = nest->rank - 1, var = nest->vars[L];
+  int64_t E = nest->extents[L], blocks = (E + COL_BLOCK - 1) / COL_BLOCK, outer = 1;
+  for (int l = 0; l < L; l++) outer *= nest->extents[l];
+  kiln_strbuf *src = r->s;
+  kiln_strbuf_printf(src, "static void %s_body(void *ctx, int64_t begin, int64_t end, int thread) {\n", name);
+  kiln_strbuf_puts(src, "  void *const *buffers = (void *const *)ctx;\n  (void)thread;\n");
+  render_c_declare_buffers(r, nest);
+  r->indent = 1;
+  render_emit_sites(r, nest, -1, NULL);
+  render_line(r, "for (int64_t f = begin; f < end; f++) {");
+  render_open_scope(r);
+  render_line(r, "const int64_t kiln_jb = (f %% INT64_C(%lld)) * %d;", (long long)blocks, COL_BLOCK);
+  render_line(r, "const int64_t kiln_jn = INT64_C(%lld) - kiln_jb < %d ? INT64_C(%lld) - kiln_jb : %d;", (long long)E,
+              COL_BLOCK, (long long)E, COL_BLOCK);
+  if (L > 0) {
+    render_line(r, "const int64_t kiln_o = f / INT64_C(%lld);", (long long)blocks);
+    int loops[KILN_MAX_RANK];
+    for (int l = 0; l < L; l++) loops[l] = l;
+    render_unflatten_loops(r, nest, "kiln_o", loops, L);
+  }
+  for (int l = 0; l < L; l++) render_emit_sites(r, nest, l, NULL);
+  for (int k = 0; k < cp->n_roots; k++) {
+    const kiln_reduce_chain *c = &cp->roots[k];
+    const te_expr *root = c->red[0], *leaf = c->red[c->n - 1];
+    const char *ty = r->d->value_type(r, root->dtype);
+    char init[96], x[96], acc[64];
+    if (!ty) {
+      render_fail(r, "reduction of dtype %s", kiln_dtype_name(root->dtype));
+      return;
+    }
+    r->d->reduce_init(r, root, init, sizeof init);
+    render_line(r, "%s kiln_c%d[%d];", ty, root->id, COL_BLOCK);
+    render_line(r, "for (int64_t kiln_ju = 0; kiln_ju < %d; kiln_ju++) kiln_c%d[kiln_ju] = %s;", COL_BLOCK, root->id,
+                init);
+    for (int j = 0; j < c->n; j++) render_loop_open(r, c->red[j]->var, c->red[j]->extent);
+    render_line(r, "for (int64_t kiln_ju = 0; kiln_ju < kiln_jn; kiln_ju++) {");
+    render_open_scope(r);
+    render_line(r, "const int64_t v%d = kiln_jb + kiln_ju;", var);
+    render_ensure(r, leaf->a);
+    render_operand(r, leaf->a, root->dtype, x, sizeof x);
+    snprintf(acc, sizeof acc, "kiln_c%d[kiln_ju]", root->id);
+    render_indent(r);
+    r->d->reduce_combine(r, root, acc, x);
+    render_close_scope(r);
+    render_line(r, "}");
+    for (int j = 0; j < c->n; j++) render_loop_close(r);
+  }
+  render_line(r, "for (int64_t kiln_ju = 0; kiln_ju < kiln_jn; kiln_ju++) {");
+  render_open_scope(r);
+  render_line(r, "const int64_t v%d = kiln_jb + kiln_ju;", var);
+  for (int k = 0; k < cp->n_roots; k++)
+    render_line(r, "const %s r%d = kiln_c%d[kiln_ju];", r->d->value_type(r, cp->roots[k].red[0]->dtype),
+                cp->roots[k].red[0]->id, cp->roots[k].red[0]->id);
+  render_ensure(r, nest->value);
+  render_store(r, nest, -1, 0, nest->value);
+  render_close_scope(r);
+  render_line(r, "}");
+  render_close_scope(r);
+  render_line(r, "}");
+  kiln_strbuf_puts(src, "}\n");
+  kiln_strbuf_printf(src,
+                     "KILN_EXPORT void %s(const kiln_rt *rt, void *const *buffers) {\n"
+                     "  rt->parallel_for(rt->pool, INT64_C(%lld), INT64_C(1), %s_body, (void *)buffers);\n}\n\n",
+                     name, (long long)(outer * blocks), name);
+}
+
 kiln_status_t kiln_render_c(const te_builder *b, const kiln_loop_nest *nest, const char *name, kiln_strbuf *src) {
   render_ctx r;
   KILN_TRY(render_init(&r, &c_dialect, b, src));
@@ -293,6 +438,14 @@ kiln_status_t kiln_render_c(const te_builder *b, const kiln_loop_nest *nest, con
     memcpy(why, r.why, sizeof why);
     render_free(&r);
     if (bad) return kiln_error(KILN_UNSUPPORTED, "C renderer: cannot express %s in kernel %s", why, name);
+    return kiln_strbuf_status(src);
+  }
+  col_plan cp;
+  if (col_plan_of(b, nest, &cp)) {
+    render_c_columns(&r, nest, &cp, name);
+    bool bad = r.bad;
+    render_free(&r);
+    if (bad) return kiln_error(KILN_UNSUPPORTED, "C renderer: expression it cannot express in kernel %s", name);
     return kiln_strbuf_status(src);
   }
   int64_t total = kiln_loop_nest_threads(nest);
