@@ -16,7 +16,13 @@ static int reshape_to(kiln_gradient_ctx *c, int v, int r, const int64_t *dims) {
  * column (B) whose axis the result drops; batch axes broadcast. With A2, B2
  * the 2-D-or-more forms and D2 the gradient with the dropped axes back:
  * dA2 = D2 B2^T, dB2 = A2^T D2, each summed over the batch axes its operand
- * was broadcast along, then reshaped to the operand. */
+ * was broadcast along, then reshaped to the operand. A 2-D B (a linear
+ * layer's weights, A maybe [batch, sequence, features]) takes Gemms over A
+ * and D with their batch axes folded into the rows: dA' = D' B^T and
+ * dB = A'^T D' (the sum over the batch is the contraction itself, where
+ * the batched form makes a [batch, K, N] product and then sums it), the
+ * transposes as Gemm's transA/transB, which the GEMM reads in place
+ * (a MatMul's Transpose operand is a copy of its own). */
 kiln_status_t kiln_grad_matmul(kiln_gradient_ctx *c) {
   int d = c->dy[0], a = c->x[0], b = c->x[1];
   if (d < 0) return NULL;
@@ -41,14 +47,27 @@ kiln_status_t kiln_grad_matmul(kiln_gradient_ctx *c) {
   int dd = rd == ty->rank ? d : reshape_to(c, d, rd, d2);
   int av = ra2 == ra ? a : reshape_to(c, a, ra2, a2);
   int bv = rb2 == rb ? b : reshape_to(c, b, rb2, b2);
-  if (c->want[0]) {
+  bool flat = rb2 == 2 && ra2 >= 2; /* the Gemm forms */
+  int64_t af[2] = {-1, a2[ra2 - 1]}, df[2] = {-1, b2[1]};
+  int a_flat = flat ? (ra2 > 2 ? reshape_to(c, av, 2, af) : av) : -1;
+  int d_flat = flat ? (ra2 > 2 ? reshape_to(c, dd, 2, df) : dd) : -1;
+  if (c->want[0] && flat) {
+    kiln_grad_attr tr = KILN_GRAD_INT("transB", 1);
+    int g = kiln_grad_op(c, "Gemm", 2, (int[]){d_flat, bv}, 1, &tr);
+    c->dx[0] = reshape_to(c, g, ra, da);
+  } else if (c->want[0]) {
     int g = kiln_grad_op2(c, "MatMul", dd, kiln_grad_swap_last2(c, bv));
     g = kiln_grad_unbroadcast(c, g, av);
     c->dx[0] = ra2 == ra ? g : reshape_to(c, g, ra, da);
   }
   if (c->want[1]) {
-    int g = kiln_grad_op2(c, "MatMul", kiln_grad_swap_last2(c, av), dd);
-    g = kiln_grad_unbroadcast(c, g, bv);
+    int g;
+    if (flat) {
+      kiln_grad_attr tr = KILN_GRAD_INT("transA", 1);
+      g = kiln_grad_op(c, "Gemm", 2, (int[]){a_flat, d_flat}, 1, &tr);
+    } else {
+      g = kiln_grad_unbroadcast(c, kiln_grad_op2(c, "MatMul", kiln_grad_swap_last2(c, av), dd), bv);
+    }
     c->dx[1] = rb2 == rb ? g : reshape_to(c, g, rb, db);
   }
   return NULL;

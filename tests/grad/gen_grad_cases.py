@@ -151,7 +151,7 @@ def cases():
     add("HardSigmoid", hard_sigmoid)
 
     # contractions
-    for tag, sa, sb in (("2d", [3, 4], [4, 5]), ("batch", [2, 3, 4], [4, 5]), ("bcast", [2, 1, 3, 4], [3, 4, 2]),
+    for tag, sa, sb in (("2d", [3, 4], [4, 5]), ("batch", [2, 3, 4], [4, 5]), ("batch2", [2, 3, 2, 4], [4, 5]), ("bcast", [2, 1, 3, 4], [3, 4, 2]),
                         ("vec_a", [4], [4, 5]), ("vec_b", [2, 3, 4], [4]), ("dot", [4], [4])):
         add(f"MatMul_{tag}", lambda c, sa=sa, sb=sb: [c.op("MatMul", [c.x(sa), c.x(sb)])])
     for ta in (0, 1):
