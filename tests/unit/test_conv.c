@@ -604,6 +604,17 @@ static void run_train_bench(kiln_threadpool *pool) {
   bench_layer_w("r18 dW l4 1x1", batch_of(512, conv2d(32, 512, 1, 1, 1, 1, 1, 1, 1, 1)), pool, false);
   bench_layer_w("r18 dW stem", batch_of(3, conv2d(32, 64, 1, 32, 32, 16, 1, 2, 3, 3)), pool, false);
   bench_layer_w("fmnist dW 14x14", batch_of(32, conv2d(64, 64, 1, 14, 14, 14, 1, 1, 1, 1)), pool, false);
+  /* weight gradients of stride-2 layers (the kernel dilated 2; Conv's
+   * output cut to the kernel after) and of fmnist_cnn's first conv */
+  bench_layer_w("r18 dW l2 s2 4x4d2", batch_of(64, conv2d(32, 128, 1, 8, 8, 4, 1, 2, 1, 1)), pool, false);
+  bench_layer_w("r18 dW l2 ds 4x4d2", batch_of(64, conv2d(32, 128, 1, 8, 8, 4, 1, 2, 0, 0)), pool, false);
+  bench_layer_w("r18 dW l3 s2 2x2d2", batch_of(128, conv2d(32, 256, 1, 4, 4, 2, 1, 2, 1, 1)), pool, false);
+  bench_layer_w("r18 dW l3 ds 2x2d2", batch_of(128, conv2d(32, 256, 1, 4, 4, 2, 1, 2, 0, 0)), pool, false);
+  bench_layer_w("r18 dW l4 s2 1x1", batch_of(256, conv2d(32, 512, 1, 2, 2, 1, 1, 2, 1, 1)), pool, false);
+  bench_layer_w("r18 dW l4 ds 1x1", batch_of(256, conv2d(32, 512, 1, 2, 2, 1, 1, 2, 0, 0)), pool, false);
+  bench_layer_w("fmnist dW1 28x28", batch_of(1, conv2d(64, 32, 1, 28, 28, 28, 1, 1, 1, 1)), pool, false);
+  bench_layer_w("r50 dW 3x3 14x14 n8", batch_of(256, conv2d(8, 256, 1, 14, 14, 14, 1, 1, 1, 1)), pool, false);
+  bench_layer_w("dW 3x3 16x16 n32", batch_of(32, conv2d(32, 32, 1, 16, 16, 16, 1, 1, 1, 1)), pool, false);
   bench_layer_w("r50 3x3 512 7 n8", batch_of(8, conv2d(512, 512, 1, 7, 7, 3, 1, 1, 1, 1)), pool, false);
   bench_layer_w("r50 1x1 2048>512 7 n8", batch_of(8, conv2d(2048, 512, 1, 7, 7, 1, 1, 1, 0, 0)), pool, false);
   bench_layer_w("r50 3x3 256 14 n8", batch_of(8, conv2d(256, 256, 1, 14, 14, 3, 1, 1, 1, 1)), pool, false);
@@ -768,6 +779,42 @@ int main(int argc, char **argv) {
     t.n = batched[i].n;
     t.bias = i % 3 != 1;
     run_case(&t, pools, 3);
+  }
+  /* Weight gradients as Conv (dW^T = Conv(X^T, dY^T): images the forward
+   * input channels, channels the forward batch, the kernel the forward
+   * output plane, dilated by the forward stride): the im2row path's rows. */
+  conv_case wgrad[] = {
+      batch_of(6, conv2d(8, 12, 1, 7, 7, 7, 1, 1, 1, 1)),     /* fmnist_cnn's conv2, scaled down: 3x3 out */
+      batch_of(5, conv2d(4, 9, 1, 8, 8, 8, 1, 1, 1, 1)),      /* ResNet 3x3 stride 1 */
+      batch_of(5, conv2d(4, 9, 1, 8, 8, 4, 1, 2, 1, 1)),      /* 3x3 stride 2: dilation 2, 4x4 out */
+      batch_of(5, conv2d(4, 9, 1, 9, 9, 5, 1, 2, 1, 1)),      /* 3x3 stride 2 over an odd plane */
+      batch_of(7, conv2d(3, 10, 1, 8, 8, 4, 1, 2, 0, 0)),     /* 1x1 stride 2: 2x2 out (cut to 1x1 after) */
+      batch_of(7, conv2d(3, 10, 1, 6, 6, 6, 1, 1, 0, 0)),     /* 1x1 stride 1: a 1x1 output plane */
+      batch_of(4, conv2d(5, 6, 1, 7, 7, 7, 1, 1, 0, 2)),      /* pads 0/2 */
+      batch_of(3, conv2d(3, 7, 1, 20, 21, 18, 1, 1, 1, 1)),   /* kernel rows of 18: two 16-float pieces */
+      batch_of(3, conv2d(2, 5, 1, 18, 16, 16, 1, 1, 1, 1)),   /* kernel rows of exactly 16 */
+      batch_of(1, conv2d(6, 4, 1, 9, 9, 9, 1, 1, 1, 1)),      /* one image (fmnist_cnn's conv1) */
+      batch_of(40, conv2d(3, 5, 1, 24, 24, 24, 1, 1, 1, 1)),  /* 2.5 MB of rows: slices of 2 + 1 channels */
+      batch_of(80, conv2d(1, 5, 1, 28, 28, 28, 1, 1, 1, 1)),  /* one channel's rows over 2 MB: chunks of 74 + 6 images */
+      batch_of(32, conv2d(16, 24, 1, 4, 4, 3, 2, 1, 1, 1)),   /* a forward layer over small planes */
+  };
+  for (size_t i = 0; i < sizeof wgrad / sizeof wgrad[0]; i++) {
+    wgrad[i].bias = i % 2 == 0;
+    run_case(&wgrad[i], pools, 3);
+  }
+  conv_case w1 = {1, 4, 3, 5, 1, {20}, {18}, {1}, {1}, {1}, {1}, true}; /* 1-D */
+  run_case(&w1, pools, 3);
+  conv_case w3 = {3, 3, 2, 4, 1, {5, 6, 7}, {4, 5, 6}, {1, 1, 2}, {1, 1, 1}, {1, 0, 1}, {1, 1, 0}, false}; /* 3-D */
+  run_case(&w3, pools, 3);
+  { /* auto picks im2row for the weight gradient with the weights at run time */
+    conv_case t = batch_of(32, conv2d(64, 64, 1, 14, 14, 14, 1, 1, 1, 1));
+    kiln_conv_geom c = {2, t.n, t.ci, t.co, 1, {14, 14}, {3, 3}, {14, 14}, {1, 1}, {1, 1}, {1, 1}, 64 * 196, 9};
+    g_checks++;
+    if (kiln_conv_choose(&c, false) != KILN_CONV_IM2ROW) {
+      g_failures++;
+      fprintf(stderr, "FAIL auto for fmnist_cnn's weight gradient: %s, want im2row\n",
+              kiln_conv_algo_name(kiln_conv_choose(&c, false)));
+    }
   }
   conv_case b1 = {1, 3, 6, 10, 1, {9}, {3}, {2}, {2}, {1}, {2}, false}; /* 1-D */
   run_case(&b1, pools, 2);

@@ -42,6 +42,14 @@
  *   graph input (training) and small planes a GEMM per image is a GEMV
  *   that packs W again for every image; here W is read once per chunk
  *   (as A, or as B^T below 8 pixels; packed at prepare when constant).
+ * - IM2ROW: group 1, any rank: im2col transposed, a row of K per (image,
+ *   output pixel), filled as runs of the kernel's last axis (one masked
+ *   load and store per 16 floats with AVX-512 when its dilation is 1);
+ *   then Y^T[pixels, Co] = R x W^T in one SGEMM, W read as B^T. Made for
+ *   weight gradients (dW^T = Conv(X^T, dY^T): a 3x3 output plane, the
+ *   kernel as large as the forward output), where im2col's rows are 9
+ *   floats long. K is sliced by channels (the products accumulated) so
+ *   that the rows of every image stay in L2 and W is packed once.
  *
  * Epilogues: a Conv step's fused elementwise kernel comes with, when
  * cpu_contract.c recognizes it (Relu, Clip, Add of a same-shape tensor, Add
@@ -76,6 +84,7 @@
 #define CONV_INLINE static inline __attribute__((always_inline))
 #define CONV_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")))
 #define CONV_AVX2 __attribute__((target("avx2,fma")))
+#include <immintrin.h>
 #else
 #define CONV_X86 0
 #define CONV_INLINE static inline
@@ -91,6 +100,16 @@ enum { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
  * 32 images of 12544 x 9 columns, 2 threads: 16 MB chunks 14.3 ms, 4 MB
  * 12.8, 2 MB 11.1, a GEMM per image 13.7; ResNet-18's step no slower). */
 #define BATCH_COL_BYTES ((int64_t)2 << 20)
+/* IM2ROW: the most kernel positions before the last axis, and 16-float
+ * pieces of it (AVX-512) */
+#define IM2ROW_MAX_OUTER 1024
+#define IM2ROW_MAX_PIECES 64
+/* IM2ROW: the most bytes of rows one GEMM reads (they stay in L2 between
+ * the copy and the SGEMM; fmnist_cnn's weight gradient, 2 threads: all
+ * 32 images' rows at once 2.45 ms (14 MB), in 2 MB slices of channels
+ * 2.15, 1 MB 2.2; 2 MB chunks of images over all channels 2.65, the
+ * weights then packed once per run). */
+#define IM2ROW_BYTES ((int64_t)2 << 20)
 
 struct kiln_conv_plan {
   kiln_conv_geom c;
@@ -111,6 +130,10 @@ struct kiln_conv_plan {
    * when constant) */
   int64_t batch_images;
   bool batch_rows;
+  /* IM2ROW: chunks of batch_images images, each as slices of row_channels channels (of K): the slice's rows
+   * [pixels, row_channels * prod(k)] in blk_floats, the product [pixels, Co] in t_floats, accumulated over
+   * the slices; W^T packed at u_offset when constant and K is one slice */
+  int64_t row_channels;
   /* DW3X3, DWK: scratch floats per thread */
   size_t dw_thread_floats;
   /* IM2COL_PW: bands of blk_rows output rows, blk_floats per thread; the
@@ -185,6 +208,13 @@ static bool is_pointwise(const kiln_conv_geom *c) {
   return true;
 }
 
+/* IM2ROW: kernel positions before the last axis. */
+static int64_t im2row_outer(const kiln_conv_geom *c) {
+  int64_t outer = 1;
+  for (int i = 0; i < c->nsp - 1; i++) outer *= c->k[i];
+  return outer;
+}
+
 static bool is_depthwise(const kiln_conv_geom *c) {
   return (c->nsp == 2 || c->nsp == 3) && c->group == c->ci && c->co == c->ci && c->group > 1;
 }
@@ -218,6 +248,7 @@ const char *kiln_conv_algo_name(kiln_conv_algo a) {
     case KILN_CONV_DWK: return "dwk";
     case KILN_CONV_TAPS: return "taps";
     case KILN_CONV_BATCHED: return "batched";
+    case KILN_CONV_IM2ROW: return "im2row";
     case KILN_CONV_N_ALGOS: break;
   }
   return "?";
@@ -240,6 +271,7 @@ bool kiln_conv_algo_applies(const kiln_conv_geom *c, kiln_conv_algo a, bool cons
     case KILN_CONV_DWK: return detect_isa() >= ISA_AVX2 && kiln_conv_dwk_applies(c);
     case KILN_CONV_TAPS: return const_weights && kiln_conv_taps_applies(c);
     case KILN_CONV_BATCHED: return c->group == 1;
+    case KILN_CONV_IM2ROW: return c->group == 1 && c->ci > 0 && im2row_outer(c) <= IM2ROW_MAX_OUTER;
     case KILN_CONV_N_ALGOS: break;
   }
   return false;
@@ -268,6 +300,30 @@ kiln_conv_algo kiln_conv_choose(const kiln_conv_geom *c, bool const_weights) {
    * gradients, 3x3 outputs over 64-512 "images", 3.9 -> 1.5; 7x7 at
    * batch 8 8.9 -> 8.7). 8x8 planes are a tie, 16x16 ones lose (1.26 ->
    * 1.39 ms). */
+  /* Weights at run time over small output planes, the kernel at least 2x2:
+   * a row of K per (image, pixel), copied as runs of the kernel's last
+   * axis, and W^T as B. Weight gradients (a 3x3 plane, the kernel the
+   * forward output) spend BATCHED's time in its im2col, a row of osize
+   * per (image, channel, tap); here the runs are the kernel's rows
+   * (test_conv --bench, 2 threads: fmnist_cnn's conv2 dW 10.1 -> 2.1 ms;
+   * ResNet-18's at 32x32, batch 32: 8x8 kernels 2.75 -> 0.66, 4x4 1.56 ->
+   * 0.65, 2x2 1.05 -> 0.74; stride 2, 4x4 dilated 2: 1.0 -> 0.75, cut to
+   * 1x1 0.49 -> 0.21; 2x2 dilated 2 over a 4x4 plane a tie in the bench,
+   * 0.76 -> 0.78, a loss in the step, 1.12 -> 1.27, so a 2x2 kernel only
+   * up to 9 pixels; 1x1 kernels a tie or a loss, 1.33 -> 1.40, 1.05 ->
+   * 1.35). The forward layers of the
+   * same step win too, BATCHED's im2col being as slow over small planes
+   * (3x3 over 1x1 planes 1.91 -> 0.88, 2x2 1.42 -> 0.82, 4x4 1.11 ->
+   * 0.67, 6x6 2.18 -> 1.47, 8x8 1.12 -> 0.92; 16x16 loses, 1.26 -> 1.82).
+   * Under 16 pixels in all the GEMM streams W, which B^T packs again: a
+   * tie or a loss (3x3 over 1x1 planes, batch 8: 0.82 -> 0.92;
+   * fmnist_cnn's conv1 dW, one image of 3x3: 1.2 -> 1.1-1.2, in the step
+   * 1.4-1.7 -> 1.8). */
+  if (!const_weights && kiln_conv_algo_applies(c, KILN_CONV_IM2ROW, false)) {
+    int64_t kprod = c->kdim / c->ci;
+    if (kprod >= 4 && c->n * c->osize >= 16 && (4 * c->osize <= 9 * kprod || (kprod >= 9 && c->osize <= 64)))
+      return KILN_CONV_IM2ROW;
+  }
   if (!const_weights && c->group == 1 && c->n > 1 && c->osize <= 49) return KILN_CONV_BATCHED;
   /* Small planes: the output's channels are the wider GEMM dimension, and
    * the weights are packed once instead of at every run (measured: 7x7
@@ -922,6 +978,166 @@ static void run_batched(const kiln_conv_plan *p, kiln_threadpool *pool, const fl
   }
 }
 
+/* ---- a row per output pixel: Y^T[(image, pixel), Co] = R[(image, pixel), K] x W^T[K, Co] ---- */
+
+/* Where row `pix`'s window lies: for each kernel position of the axes
+ * before the last, the input offset (in rows of the last axis), or -1
+ * where the window leaves the input; along the last axis the run of input
+ * columns base + j * dil, j in [lo, hi], it reads (none when hi < lo). */
+typedef struct im2row_window {
+  int64_t base, lo, hi;
+  int64_t off[IM2ROW_MAX_OUTER];
+} im2row_window;
+
+static void im2row_window_of(const kiln_conv_geom *c, int64_t pix, im2row_window *r) {
+  int L = c->nsp - 1;
+  int64_t pos[3];
+  for (int i = L; i >= 0; i--) {
+    pos[i] = pix % c->out_sp[i];
+    pix /= c->out_sp[i];
+  }
+  r->base = pos[L] * c->stride[L] - c->pad_begin[L];
+  r->lo = max64(0, ceil_div(-r->base, c->dil[L]));
+  r->hi = min64(c->k[L] - 1, floor_div(c->in_sp[L] - 1 - r->base, c->dil[L]));
+  /* the axes before the last: (depth,) height, as (K0,) K1 positions */
+  int64_t K0 = L == 2 ? c->k[0] : 1, K1 = L >= 1 ? c->k[L - 1] : 1, H = L >= 1 ? c->in_sp[L - 1] : 1;
+  for (int64_t k0 = 0; k0 < K0; k0++) {
+    int64_t id = L == 2 ? pos[0] * c->stride[0] - c->pad_begin[0] + k0 * c->dil[0] : 0;
+    bool din = L < 2 || (id >= 0 && id < c->in_sp[0]);
+    for (int64_t k1 = 0; k1 < K1; k1++) {
+      int64_t ih = L >= 1 ? pos[L - 1] * c->stride[L - 1] - c->pad_begin[L - 1] + k1 * c->dil[L - 1] : 0;
+      bool in = din && ih >= 0 && ih < H && r->hi >= r->lo;
+      r->off[k0 * K1 + k1] = in ? id * H + ih : -1;
+    }
+  }
+}
+
+/* Row `pix` of channels [0, nch) of image x (x at the first one) into dst
+ * (nch * prod(k) values, ordered as the weights: channel, then kernel
+ * position): for each channel and kernel position of the axes before the
+ * last, the run of the last axis (contiguous when its dilation is 1),
+ * zeros where the window leaves the input. */
+CONV_INLINE void im2row_body(const kiln_conv_geom *c, const float *restrict x, int64_t nch, int64_t pix,
+                             float *restrict dst) {
+  int L = c->nsp - 1;
+  im2row_window r;
+  im2row_window_of(c, pix, &r);
+  int64_t KL = c->k[L], W = c->in_sp[L], dl = c->dil[L], outer = im2row_outer(c), in_plane = 1;
+  for (int i = 0; i < c->nsp; i++) in_plane *= c->in_sp[i];
+  for (int64_t ch = 0; ch < nch; ch++)
+    for (int64_t o = 0; o < outer; o++) {
+      float *d = dst + (ch * outer + o) * KL;
+      if (r.off[o] < 0) {
+        for (int64_t j = 0; j < KL; j++) d[j] = 0.0f;
+        continue;
+      }
+      const float *xr = x + ch * in_plane + r.off[o] * W + r.base;
+      for (int64_t j = 0; j < r.lo; j++) d[j] = 0.0f;
+      if (dl == 1)
+        for (int64_t j = r.lo; j <= r.hi; j++) d[j] = xr[j];
+      else
+        for (int64_t j = r.lo; j <= r.hi; j++) d[j] = xr[j * dl];
+      for (int64_t j = r.hi + 1; j < KL; j++) d[j] = 0.0f;
+    }
+}
+
+static void im2row_generic(const kiln_conv_geom *c, const float *x, int64_t nch, int64_t pix, float *dst) {
+  im2row_body(c, x, nch, pix, dst);
+}
+
+#if CONV_X86
+/* AVX-512, dilation 1: each run as 16-lane pieces, one masked load (lanes
+ * outside [lo, hi] zero, and not read) and one masked store each. */
+static CONV_AVX512 void im2row_avx512(const kiln_conv_geom *c, const float *x, int64_t nch, int64_t pix, float *dst) {
+  int L = c->nsp - 1;
+  int64_t KL = c->k[L];
+  if (c->dil[L] != 1 || KL > 16 * IM2ROW_MAX_PIECES) {
+    im2row_body(c, x, nch, pix, dst);
+    return;
+  }
+  im2row_window r;
+  im2row_window_of(c, pix, &r);
+  int64_t outer = im2row_outer(c), in_plane = 1, pieces = (KL + 15) / 16, W = c->in_sp[L];
+  for (int i = 0; i < c->nsp; i++) in_plane *= c->in_sp[i];
+  __mmask16 load[IM2ROW_MAX_PIECES], store[IM2ROW_MAX_PIECES];
+  for (int64_t q = 0; q < pieces; q++) {
+    int64_t j0 = q * 16;
+    uint32_t st = KL - j0 >= 16 ? 0xffffu : (1u << (KL - j0)) - 1u, ld = 0;
+    for (int l = 0; l < 16; l++)
+      if (j0 + l >= r.lo && j0 + l <= r.hi) ld |= 1u << l;
+    load[q] = (__mmask16)ld;
+    store[q] = (__mmask16)st;
+  }
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t ch = 0; ch < nch; ch++) {
+    const float *xc = x + ch * in_plane + r.base;
+    float *d = dst + ch * outer * KL;
+    if (pieces == 1) {
+      __mmask16 lm = load[0], sm = store[0];
+      for (int64_t o = 0; o < outer; o++, d += KL)
+        _mm512_mask_storeu_ps(d, sm, r.off[o] < 0 ? zero : _mm512_maskz_loadu_ps(lm, xc + r.off[o] * W));
+      continue;
+    }
+    for (int64_t o = 0; o < outer; o++, d += KL) {
+      const float *xr = xc + r.off[o] * W;
+      for (int64_t q = 0; q < pieces; q++)
+        _mm512_mask_storeu_ps(d + q * 16, store[q], r.off[o] < 0 ? zero : _mm512_maskz_loadu_ps(load[q], xr + q * 16));
+    }
+  }
+}
+#endif
+
+typedef struct im2row_ctx {
+  const float *x; /* the chunk's first image, its channel ch0 */
+  int64_t nch;    /* channels ch0.. */
+  float *rows;    /* [images * osize, nch * prod(k)] */
+  batch_ctx b;
+} im2row_ctx;
+
+/* Items: rows (image, pixel) of the chunk. */
+static void im2row_rows(void *vctx, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  const im2row_ctx *r = vctx;
+  const kiln_conv_plan *p = r->b.p;
+  const kiln_conv_geom *c = &p->c;
+  int64_t in_image = c->ci;
+  for (int i = 0; i < c->nsp; i++) in_image *= c->in_sp[i];
+  void (*row)(const kiln_conv_geom *, const float *, int64_t, int64_t, float *) = im2row_generic;
+#if CONV_X86
+  if (p->isa == ISA_AVX512) row = im2row_avx512;
+#endif
+  int64_t kblk = r->nch * (c->kdim / c->ci);
+  for (int64_t it = begin; it < end; it++)
+    row(c, r->x + (it / c->osize) * in_image, r->nch, it % c->osize, r->rows + it * kblk);
+}
+
+/* IM2ROW: per chunk of images and slice of channels, the rows, then one
+ * SGEMM accumulating R x W_slice^T into [pixels, Co] (W read as B^T, or
+ * packed at prepare), the bias with the first slice; the last one moves
+ * each finished tile back to NCHW through batch_tile. */
+static void run_im2row(const kiln_conv_plan *p, kiln_threadpool *pool, const float *x, const float *w,
+                       const float *bias, float *y, float *scratch, const kiln_conv_epilogue *epi) {
+  const kiln_conv_geom *c = &p->c;
+  int64_t in_plane = 1;
+  for (int i = 0; i < c->nsp; i++) in_plane *= c->in_sp[i];
+  int64_t in_image = c->ci * in_plane, kprod = c->kdim / c->ci;
+  float *rows = scratch, *t = scratch + p->blk_floats;
+  const void *packed = p->u_bytes ? (const char *)p + p->u_offset : NULL;
+  for (int64_t img0 = 0; img0 < c->n; img0 += p->batch_images) {
+    int64_t images = min64(p->batch_images, c->n - img0), pixels = images * c->osize;
+    for (int64_t ch0 = 0; ch0 < c->ci; ch0 += p->row_channels) {
+      int64_t nch = min64(p->row_channels, c->ci - ch0), kb = nch * kprod;
+      bool first = ch0 == 0, last = ch0 + nch == c->ci;
+      im2row_ctx r = {x + img0 * in_image + ch0 * in_plane, nch, rows, {p, NULL, NULL, y, img0, images, epi}};
+      kiln_parallel_for(pool, pixels, 1, im2row_rows, &r);
+      kiln_sgemm_args ta = {false, true, pixels, c->co, kb, 1.0f, rows, kb, packed ? NULL : w + ch0 * kprod,
+                            c->kdim, packed, first ? 0.0f : 1.0f, t, c->co, first ? bias : NULL,
+                            first && bias ? 2 : 0, last ? batch_tile : NULL, &r.b};
+      kiln_sgemm(pool, &ta);
+    }
+  }
+}
+
 /* ---- Winograd F(4x4, 3x3) ------------------------------------------------------------- */
 
 /* Input transform of the tiles of one tile row for WINO_LANES channels:
@@ -1332,6 +1548,26 @@ kiln_status_t kiln_conv_plan_create(const kiln_conv_geom *c, kiln_conv_algo algo
       }
       break;
     }
+    case KILN_CONV_IM2ROW: {
+      /* The rows of as many images as IM2ROW_BYTES holds with one channel
+       * each, then as many channels as fit: K is sliced before M, so the
+       * GEMM's B (W^T) is packed once per slice, not once per chunk of
+       * images. */
+      int64_t kprod = c->kdim / c->ci, per_channel = max64(1, c->osize * kprod * (int64_t)sizeof(float));
+      hdr.batch_images = max64(1, min64(c->n, IM2ROW_BYTES / per_channel));
+      hdr.row_channels = max64(1, min64(c->ci, IM2ROW_BYTES / (hdr.batch_images * per_channel)));
+      int64_t pixels = hdr.batch_images * c->osize;
+      hdr.blk_floats = round64((size_t)(hdr.row_channels * kprod) * (size_t)pixels * sizeof(float)) / sizeof(float);
+      hdr.t_floats = round64((size_t)pixels * (size_t)c->co * sizeof(float)) / sizeof(float);
+      hdr.scratch_bytes = (hdr.blk_floats + hdr.t_floats) * sizeof(float);
+      if (w && hdr.row_channels == c->ci) { /* constant, K in one slice: W^T packed once */
+        hdr.u_offset = round64(sizeof hdr);
+        hdr.u_bytes = round64(kiln_sgemm_packed_b_size(c->kdim, c->co));
+        if (!hdr.u_bytes) return kiln_error(KILN_UNSUPPORTED, "conv weights too large");
+        payload = hdr.u_bytes;
+      }
+      break;
+    }
     case KILN_CONV_GEMM_T:
     case KILN_CONV_IM2COL_T: {
       hdr.t_floats = round64((size_t)(c->osize * c->co) * sizeof(float)) / sizeof(float);
@@ -1349,7 +1585,7 @@ kiln_status_t kiln_conv_plan_create(const kiln_conv_geom *c, kiln_conv_algo algo
   kiln_conv_plan *p = kiln_alloc_aligned(round64(total));
   if (!p) return kiln_error(KILN_OUT_OF_MEMORY, "out of memory for a conv plan (%zu bytes)", total);
   *p = hdr;
-  if (algo == KILN_CONV_GEMM_T || algo == KILN_CONV_IM2COL_T || (algo == KILN_CONV_BATCHED && w))
+  if (algo == KILN_CONV_GEMM_T || algo == KILN_CONV_IM2COL_T || ((algo == KILN_CONV_BATCHED || algo == KILN_CONV_IM2ROW) && w && p->u_bytes))
     kiln_sgemm_pack_b(true, c->kdim, c->co, w, c->kdim, (char *)p + p->u_offset);
   if (algo == KILN_CONV_TAPS) kiln_conv_taps_pack(c, w, (float *)((char *)p + p->u_offset));
   if (algo == KILN_CONV_PW || algo == KILN_CONV_ROWS) kiln_conv_pw_pack(c->co, c->kdim, w, (float *)((char *)p + p->u_offset));
@@ -1407,6 +1643,7 @@ void kiln_conv_run(const kiln_conv_plan *p, kiln_threadpool *pool, const float *
     case KILN_CONV_GEMM_T:
     case KILN_CONV_IM2COL_T: run_gemm_t(p, pool, x, bias, y, scratch, epi); return;
     case KILN_CONV_BATCHED: run_batched(p, pool, x, w, bias, y, scratch, epi); return;
+    case KILN_CONV_IM2ROW: run_im2row(p, pool, x, w, bias, y, scratch, epi); return;
     case KILN_CONV_TAPS:
       kiln_conv_taps_run(c, pool, (const float *)((const char *)p + p->u_offset), x, bias, y, scratch);
       for (int64_t img = 0; img < c->n; img++) epi_apply(epi, y, img * c->co * c->osize, c->osize, c->co, c->osize);

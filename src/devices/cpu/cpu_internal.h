@@ -196,6 +196,9 @@ typedef enum kiln_conv_algo {
   KILN_CONV_BATCHED,   /* group 1: the im2col columns of every image side by side, one SGEMM for the whole
                           batch (Y^T[N*HW, Co], M = batch * osize), moved back to NCHW tile by tile; weights
                           read in place when not constant (small planes, where a GEMM per image is a GEMV) */
+  KILN_CONV_IM2ROW,    /* group 1: a row of K per (image, output pixel), the kernel's last axis copied as runs,
+                          one SGEMM per chunk of images with W^T as B (weight gradients: a small output plane,
+                          a kernel as large as the forward output) */
   KILN_CONV_N_ALGOS
 } kiln_conv_algo;
 
