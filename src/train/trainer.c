@@ -1027,15 +1027,43 @@ static kiln_status_t feed(kiln_trainer *t, const plan *p, int k, int n_in, const
   return NULL;
 }
 
-/* Runs plan p; outputs[k] receive the plan's outputs (owned). */
+/* KILN_TRAIN_SAVE_GRAPH's other half: the step's feeds, one .npy per
+ * input in DIR = "<graph path>.inputs", and DIR/args holding a
+ * `--input NAME=FILE` per line for kiln bench (a profile of the step on
+ * real values: random ones can make denormals, whose arithmetic is slow). */
+static kiln_status_t save_feeds(const plan *p, const kiln_tensor *const *feeds) {
+  const char *save = getenv("KILN_TRAIN_SAVE_GRAPH");
+  char *dir = kiln_strfmt("%s.inputs", save);
+  if (!dir) return KILN_OOM();
+  kiln_status_t st = NULL;
+  if (mkdir(dir, 0777) && errno != EEXIST) st = kiln_error(KILN_IO_ERROR, "cannot make %s: %s", dir, strerror(errno));
+  char *args_path = st ? NULL : kiln_strfmt("%s/args", dir);
+  FILE *args = args_path ? fopen(args_path, "w") : NULL;
+  if (!st && !args) st = kiln_error(KILN_IO_ERROR, "cannot write %s/args", dir);
+  for (int k = 0; !st && k < p->n_in; k++) {
+    char *f = kiln_strfmt("%s/%d.npy", dir, k);
+    st = f ? kiln_npy_write_file(f, feeds[k]) : KILN_OOM();
+    if (!st) fprintf(args, "--input %s=%s\n", p->in_names[k], f);
+    free(f);
+  }
+  if (args && fclose(args) && !st) st = kiln_error(KILN_IO_ERROR, "cannot write %s", args_path);
+  free(args_path);
+  free(dir);
+  return st;
+}
+
+/* Runs plan p; outputs[k] receive the plan's outputs (owned). save: write
+ * its feeds when KILN_TRAIN_SAVE_GRAPH asks (the first step). */
 static kiln_status_t run_plan(kiln_trainer *t, const plan *p, int n_in, const char *const *names,
-                              const kiln_tensor *const *inputs, const kiln_tensor *target, kiln_tensor **outs) {
+                              const kiln_tensor *const *inputs, const kiln_tensor *target, kiln_tensor **outs, bool save) {
   const kiln_tensor **feeds = calloc((size_t)p->n_in + 1, sizeof *feeds);
   kiln_tensor **owned = calloc((size_t)p->n_in + 1, sizeof *owned);
   kiln_status_t st = feeds && owned ? NULL : KILN_OOM();
   kiln_tensor **into = calloc((size_t)p->n_out + 1, sizeof *into);
   if (!st && !into) st = KILN_OOM();
   for (int k = 0; !st && k < p->n_in; k++) st = feed(t, p, k, n_in, names, inputs, target, &owned[k], &feeds[k]);
+  const char *save_path = getenv("KILN_TRAIN_SAVE_GRAPH");
+  if (!st && save && save_path && *save_path) st = save_feeds(p, feeds);
   int *spare = calloc((size_t)p->n_out + 1, sizeof *spare);
   if (!st && !spare) st = KILN_OOM();
   for (int k = 0; !st && k < p->n_out; k++)
@@ -1104,7 +1132,7 @@ kiln_status_t kiln_trainer_step(kiln_trainer *t, int n_in, const char *const *na
   KILN_TRY(plan_for(t, t->steps, GRAPH_STEP, n_in, names, inputs, target, &p));
   kiln_tensor **outs = calloc((size_t)p->n_out + 1, sizeof *outs);
   if (!outs) return KILN_OOM();
-  kiln_status_t st = run_plan(t, p, n_in, names, inputs, target, outs);
+  kiln_status_t st = run_plan(t, p, n_in, names, inputs, target, outs, t->micro == 0);
   double loss = st ? NAN : kiln_load_f64(outs[0]->data, outs[0]->dtype, 0);
   if (!st) st = take_outputs(t, p, outs, 1);
   for (int k = 0; k < p->n_out; k++) kiln_tensor_release(outs[k]);
@@ -1125,7 +1153,7 @@ kiln_status_t kiln_trainer_step(kiln_trainer *t, int n_in, const char *const *na
     }
     kiln_tensor **o2 = calloc((size_t)t->apply.n_out + 1, sizeof *o2);
     if (!o2) return KILN_OOM();
-    st = run_plan(t, &t->apply, 0, NULL, NULL, NULL, o2);
+    st = run_plan(t, &t->apply, 0, NULL, NULL, NULL, o2, false);
     if (!st) st = take_outputs(t, &t->apply, o2, 0);
     for (int k = 0; k < t->apply.n_out; k++) kiln_tensor_release(o2[k]);
     free(o2);
@@ -1149,7 +1177,7 @@ kiln_status_t kiln_trainer_evaluate(kiln_trainer *t, int n_in, const char *const
   plan *p;
   KILN_TRY(plan_for(t, t->evals, GRAPH_EVAL, n_in, names, inputs, target, &p));
   kiln_tensor *outs[2] = {NULL, NULL};
-  KILN_TRY(run_plan(t, p, n_in, names, inputs, target, outs));
+  KILN_TRY(run_plan(t, p, n_in, names, inputs, target, outs, false));
   if (out_loss) *out_loss = kiln_load_f64(outs[0]->data, outs[0]->dtype, 0);
   int64_t correct = 0, counted = 0;
   const kiln_tensor *y = outs[1];
