@@ -553,6 +553,16 @@ static kiln_status_t add_loss(kiln_trainer *t, kiln_gradient_ctx *c, int y, int 
   return st;
 }
 
+/* Class targets (cross_entropy, nll) given as int64 enter the step as
+ * int32 (feed converts them, range-checked): the one-hot's Reshape and
+ * Equal then compile on a device whose kernels read no int64 (the GLSL
+ * dialect), where they would run on ref. */
+static bool int32_classes(const kiln_trainer *t, const kiln_tensor *target) {
+  const kiln_trainer_options *o = &t->opt;
+  return (o->loss == KILN_LOSS_CROSS_ENTROPY || o->loss == KILN_LOSS_NLL) && target->dtype == KILN_DTYPE_I64 &&
+         (!o->has_ignore_index || (o->ignore_index >= INT32_MIN && o->ignore_index <= INT32_MAX));
+}
+
 /* The batch's shapes on g's inputs, the targets as the input kiln.target; *y: the loss's output. */
 static kiln_status_t bind_batch(const kiln_trainer *t, kiln_graph *g, int n_in, const char *const *names,
                                 const kiln_tensor *const *inputs, const kiln_tensor *target, int *y, int *tgt) {
@@ -566,6 +576,7 @@ static kiln_status_t bind_batch(const kiln_trainer *t, kiln_graph *g, int n_in, 
   *y = t->output ? kiln_graph_find_value(g, t->output) : g->outputs[0];
   kiln_type tt;
   tensor_type(target, &tt);
+  if (int32_classes(t, target)) tt.dtype = KILN_DTYPE_I32;
   kiln_status_t st = make_input(g, "kiln.target", &tt, tgt);
   kiln_type_clear(&tt);
   return st;
@@ -979,6 +990,18 @@ static kiln_status_t feed(kiln_trainer *t, const plan *p, int k, int n_in, const
       *out = inputs[i];
       return NULL;
     }
+  if (!strcmp(name, "kiln.target") && int32_classes(t, target)) {
+    KILN_TRY(kiln_tensor_new_uninit(KILN_DTYPE_I32, target->rank, target->dims, owned));
+    for (int64_t i = 0; i < target->numel; i++) {
+      int64_t v = ((const int64_t *)target->data)[i];
+      if (v < INT32_MIN || v > INT32_MAX)
+        return kiln_error(KILN_INVALID_ARGUMENT, "target %lld at element %lld: not a class index", (long long)v,
+                          (long long)i);
+      ((int32_t *)(*owned)->data)[i] = (int32_t)v;
+    }
+    *out = *owned;
+    return NULL;
+  }
   if (!strcmp(name, "kiln.target")) {
     *out = target;
     return NULL;

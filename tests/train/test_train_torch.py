@@ -11,11 +11,14 @@ PyTorch trains N steps (default 300; cross-entropy, batches in order, the
 labels a random linear teacher's),
 then `kiln train MODEL --no-shuffle --steps N --log` on device D (default
 cpu) from the exported model; the first 10 steps' losses must agree within
-1e-4 relative and the means of the last 50 within 2%. Prints one line per
-run and exits 1 on any failure.
+1e-4 relative and the means of the last 50 within 2%. On a device other
+than ref, each model's SGD step graph (KILN_TRAIN_SAVE_GRAPH) must run with
+no node on ref (`kiln info --device D`), and on vulkan as one queue
+submission. Prints one line per run and exits 1 on any failure.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -119,7 +122,20 @@ def main():
                        "--threads", "1"]
                 cmd += (["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9"] if opt_name == "sgd" else
                         ["--optimizer", "adamw", "--lr", "0.005", "--weight-decay", "0.01"])
-                r = subprocess.run(cmd, capture_output=True, text=True)
+                step_graph = os.path.join(tmp, f"{name}_step.onnx")
+                env = dict(os.environ, KILN_TRAIN_SAVE_GRAPH=step_graph) if opt_name == "sgd" else None
+                r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                if r.returncode == 0 and env and device != "ref":
+                    info = subprocess.run([kiln, "info", step_graph, "--device", device], capture_output=True,
+                                          text=True)
+                    on_ref = re.search(r"(\d+) nodes? on ref", info.stdout)
+                    subs = re.search(r"(\d+) submissions? per run", info.stdout)
+                    plan_ok = bool(on_ref) and on_ref.group(1) == "0" and (device != "vulkan" or
+                                                                           (subs and subs.group(1) == "1"))
+                    failures += not plan_ok
+                    print(f"{'PASS' if plan_ok else 'FAIL'} {name} step graph on {device}: "
+                          f"{on_ref.group(0) if on_ref else 'no plan line'}"
+                          f"{'; ' + subs.group(0) if subs else ''}")
                 if r.returncode != 0:
                     print(f"FAIL {name} {opt_name}: kiln train exited {r.returncode}: {r.stderr.strip()[-400:]}")
                     failures += 1

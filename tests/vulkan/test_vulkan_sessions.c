@@ -34,7 +34,15 @@
  *            modules from the cache and a size seen before compiles no
  *            SPIR-V module (the runtime's pipeline counters).
  *
+ *   train    a kiln_trainer on small_cnn (SGD with momentum, MSE against a
+ *            fixed target) on the device for --train-steps steps (default
+ *            1000; issue 12): each step must be exactly one queue
+ *            submission, and host RSS, the heap and the device allocator's
+ *            figures are checked between step 10 and the last step as the
+ *            memory part checks them; the loss must have gone down.
+ *
  * Options: --runs N (memory part, default 1000; at least 20),
+ *          --train-steps N (train part, default 1000; at least 20),
  *          --thread-runs N (per thread, default 200), --device NAME (default
  *          vulkan), --leak-control (after the leaks part, leak a vk_stream on
  *          purpose and check the layer reports it: proves the check is live;
@@ -412,6 +420,84 @@ done:
   printf("  memory%s part: %.1f s\n", g_part_stats ? " + stats" : "", now_s() - t0);
 }
 
+/* ---- part: train ----------------------------------------------------------------- */
+
+static void part_train(int steps) {
+  printf("== train: %d steps of small_cnn on one %s trainer\n", steps, g_device);
+  double t0 = now_s();
+  model_files m;
+  if (!model_open("small_cnn", &m)) return;
+  kiln_trainer *t = NULL;
+  kiln_tensor *target = NULL;
+  vk_context *ctx = NULL;
+  mem_sample at10 = {0}, last = {0};
+  kiln_device *dev = kiln_device_get(g_device);
+  if (!dev || failed(context_of(dev, &ctx), "device context")) goto done;
+  /* the target: PyTorch's output scaled, so the loss starts well above 0 */
+  if (failed(kiln_tensor_clone(m.expected, &target), "target")) goto done;
+  for (int64_t i = 0; i < target->numel; i++) ((float *)target->data)[i] = 0.5f * ((float *)target->data)[i] + 0.25f;
+  kiln_trainer_options o = kiln_trainer_options_default();
+  o.loss = KILN_LOSS_MSE;
+  o.optimizer = KILN_OPTIMIZER_SGD;
+  o.lr = 0.01f;
+  o.momentum = 0.9f;
+  o.device = g_device;
+  if (failed(kiln_trainer_create(m.model, &o, &t), "trainer create")) goto done;
+  const char *names[1] = {m.input_name};
+  const kiln_tensor *inputs[1] = {m.input};
+  double loss0 = 0, loss = 0, t_loop = 0;
+  vk_queue_stats q0 = {0}, q1 = {0};
+  for (int i = 1; i <= steps; i++) {
+    if (i > 10) vk_queue_stats_get(ctx, &q0);
+    double ts = now_s();
+    kiln_status_t st = kiln_trainer_step(t, 1, names, inputs, target, &loss);
+    if (i > 1) t_loop += now_s() - ts;
+    if (st) {
+      char what[64];
+      snprintf(what, sizeof what, "step %d", i);
+      failed(st, what);
+      goto done;
+    }
+    if (i > 10) {
+      vk_queue_stats_get(ctx, &q1);
+      if (q1.submissions - q0.submissions != 1) {
+        FAILF("step %d: %llu queue submissions, expected exactly 1", i,
+              (unsigned long long)(q1.submissions - q0.submissions));
+        goto done;
+      }
+    }
+    if (i == 1) loss0 = loss;
+    if (i == 10) sample(ctx, &at10);
+  }
+  sample(ctx, &last);
+  printf("  loss: step 1 %.6g, step %d %.6g; steps 2..%d: %.1f ms per step, one queue submission each from step 11\n",
+         loss0, steps, loss, steps, 1e3 * t_loop / (steps - 1));
+  print_sample("after step 10:", &at10);
+  char w[32];
+  snprintf(w, sizeof w, "after step %d:", steps);
+  print_sample(w, &last);
+  double d_rss = last.rss - at10.rss, d_heap = last.heap - at10.heap;
+  printf("  growth from step 10 to step %d: host RSS %+.3f MiB (limit %.0f), heap %+.3f MiB (limit %.2f), device used "
+         "%+lld B, device blocks %+lld B, live buffers %+d\n",
+         steps, d_rss / MiB, RSS_SLACK_BYTES / MiB, d_heap / MiB, HEAP_SLACK_BYTES / MiB,
+         (long long)(last.dev.device_used_bytes - at10.dev.device_used_bytes),
+         (long long)(last.dev.device_block_bytes - at10.dev.device_block_bytes),
+         last.dev.n_live_buffers - at10.dev.n_live_buffers);
+  if (!(loss < loss0)) FAILF("the loss did not go down: %.6g at step 1, %.6g at step %d", loss0, loss, steps);
+  if (!KILN_TEST_ASAN && d_rss > RSS_SLACK_BYTES) FAILF("host RSS grew by %.2f MiB over %d steps", d_rss / MiB, steps - 10);
+  if (!KILN_TEST_ASAN && d_heap > HEAP_SLACK_BYTES)
+    FAILF("the malloc heap grew by %.2f MiB over %d steps", d_heap / MiB, steps - 10);
+  if (last.dev.device_used_bytes != at10.dev.device_used_bytes || last.dev.host_used_bytes != at10.dev.host_used_bytes ||
+      last.dev.n_live_buffers != at10.dev.n_live_buffers || last.dev.device_block_bytes != at10.dev.device_block_bytes ||
+      last.dev.n_blocks != at10.dev.n_blocks)
+    FAILF("device memory in use or held changed between step 10 and step %d", steps);
+done:
+  kiln_trainer_destroy(t);
+  kiln_tensor_release(target);
+  model_close(&m);
+  printf("  train part: %.1f s\n", now_s() - t0);
+}
+
 /* ---- part: threads --------------------------------------------------------------- */
 
 typedef struct worker {
@@ -771,12 +857,12 @@ static bool has_part(const char *parts, const char *p) {
   return false;
 }
 
-static int run_parts(const char *parts, int runs, int thread_runs, bool leak_control);
+static int run_parts(const char *parts, int runs, int thread_runs, int train_steps, bool leak_control);
 
 static int usage(const char *argv0) {
   fprintf(stderr,
-          "usage: %s MODELS_DIR [--part memory,stats,threads,leaks,shapes] [--runs N] [--thread-runs N] [--device D] "
-          "[--leak-control] [--fresh-cache]\n",
+          "usage: %s MODELS_DIR [--part memory,stats,train,threads,leaks,shapes] [--runs N] [--train-steps N] "
+          "[--thread-runs N] [--device D] [--leak-control] [--fresh-cache]\n",
           argv0);
   return 2;
 }
@@ -784,7 +870,7 @@ static int usage(const char *argv0) {
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *parts = NULL;
-  int runs = 1000, thread_runs = 200;
+  int runs = 1000, thread_runs = 200, train_steps = 1000;
   bool leak_control = false, fresh_cache = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -793,11 +879,12 @@ int main(int argc, char **argv) {
     else if (i + 1 < argc && !strcmp(a, "--part")) parts = argv[++i];
     else if (i + 1 < argc && !strcmp(a, "--runs")) runs = atoi(argv[++i]);
     else if (i + 1 < argc && !strcmp(a, "--thread-runs")) thread_runs = atoi(argv[++i]);
+    else if (i + 1 < argc && !strcmp(a, "--train-steps")) train_steps = atoi(argv[++i]);
     else if (i + 1 < argc && !strcmp(a, "--device")) g_device = argv[++i];
     else if (a[0] != '-' && !g_dir) g_dir = a;
     else return usage(argv[0]);
   }
-  if (!g_dir || runs < 20 || thread_runs < 1) return usage(argv[0]);
+  if (!g_dir || runs < 20 || thread_runs < 1 || train_steps < 20) return usage(argv[0]);
   char cache[] = "/tmp/kiln_vktests_cache.XXXXXX";
   if (fresh_cache) { /* before any device use: the cache folder is read once */
     if (!mkdtemp(cache)) {
@@ -807,12 +894,12 @@ int main(int argc, char **argv) {
     setenv("KILN_CACHE_DIR", cache, 1);
     printf("shader cache: %s (fresh)\n", cache);
   }
-  int rc = run_parts(parts, runs, thread_runs, leak_control);
+  int rc = run_parts(parts, runs, thread_runs, train_steps, leak_control);
   if (fresh_cache) nftw(cache, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
   return rc;
 }
 
-static int run_parts(const char *parts, int runs, int thread_runs, bool leak_control) {
+static int run_parts(const char *parts, int runs, int thread_runs, int train_steps, bool leak_control) {
   if (!kiln_device_get(g_device)) {
     printf("SKIP: no device '%s': %s\n", g_device,
            kiln_device_absent_reason("vulkan") ? kiln_device_absent_reason("vulkan") : "?");
@@ -824,6 +911,7 @@ static int run_parts(const char *parts, int runs, int thread_runs, bool leak_con
   double t0 = now_s();
   g_part_stats = has_part(parts, "stats");
   if (has_part(parts, "memory") || g_part_stats) part_memory(runs);
+  if (has_part(parts, "train")) part_train(train_steps);
   if (has_part(parts, "threads")) part_threads(thread_runs);
   if (has_part(parts, "leaks")) part_leaks(leak_control);
   if (has_part(parts, "shapes")) part_shapes();
