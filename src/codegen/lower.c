@@ -1362,6 +1362,16 @@ static te_expr *window_sub(te_builder *b, const te_tensor *t, const te_tensor *i
 
 static te_expr *compute_pool_element(te_builder *b, const te_tensor *t, te_expr *const *idx);
 
+/* The element of in[0] at window position vars (fresh) of output idx:
+ * sub its index (clamped into the input), *valid window_sub's condition. */
+static te_expr *window_load(te_builder *b, const te_tensor *t, te_expr *const *idx, int *vars, te_expr **sub,
+                            te_expr **valid) {
+  sub[0] = idx[0];
+  sub[1] = idx[1];
+  *valid = window_sub(b, t, t->in[0], idx, vars, sub);
+  return te_at(b, t->in[0], sub);
+}
+
 /* The pool's element, tagged (te_pool_tag) when it reads its input
  * straight from a buffer: a runtime routine may compute it. */
 static te_expr *compute_pool(te_builder *b, const te_tensor *t, te_expr *const *idx) {
@@ -1389,12 +1399,9 @@ static te_expr *compute_pool(te_builder *b, const te_tensor *t, te_expr *const *
 static te_expr *compute_pool_element(te_builder *b, const te_tensor *t, te_expr *const *idx) {
   const te_tensor *in = t->in[0];
   int ns = in->rank - 2;
-  te_expr *sub[KILN_MAX_RANK];
-  sub[0] = idx[0];
-  sub[1] = idx[1];
+  te_expr *sub[KILN_MAX_RANK], *valid;
   int vars[3];
-  te_expr *valid = window_sub(b, t, in, idx, vars, sub);
-  te_expr *x = te_at(b, in, sub);
+  te_expr *x = window_load(b, t, idx, vars, sub, &valid);
   te_expr *val = valid ? te_select(b, valid, x, t->ip ? f32c(b, -INFINITY) : f32c(b, 0)) : x;
   te_expr *acc = val;
   for (int i = ns - 1; i >= 0; i--) acc = te_reduce(b, t->ip ? TE_RMAX : TE_RSUM, vars[i], t->p[i], acc);
@@ -1444,12 +1451,9 @@ static te_expr *compute_pool_element(te_builder *b, const te_tensor *t, te_expr 
 static te_expr *argmax_pass(te_builder *b, const te_tensor *t, te_expr *const *idx, int kind, te_expr *m) {
   const te_tensor *in = t->in[0];
   int ns = in->rank - 2;
-  te_expr *sub[KILN_MAX_RANK];
-  sub[0] = idx[0];
-  sub[1] = idx[1];
+  te_expr *sub[KILN_MAX_RANK], *valid, *body;
   int vars[3];
-  te_expr *valid = window_sub(b, t, in, idx, vars, sub);
-  te_expr *x = te_at(b, in, sub), *body;
+  te_expr *x = window_load(b, t, idx, vars, sub, &valid);
   if (kind == 0) {
     body = valid ? te_select(b, valid, x, f32c(b, -INFINITY)) : x;
   } else {
