@@ -820,6 +820,55 @@ int main(int argc, char **argv) {
   run_case(&b1, pools, 2);
   conv_case b3 = {3, 3, 4, 6, 1, {3, 4, 3}, {3, 2, 3}, {1, 2, 1}, {1, 1, 1}, {1, 0, 1}, {1, 1, 1}, true}; /* 3-D */
   run_case(&b3, pools, 2);
+  /* Tap pruning (weights at run time over small planes): the taps that
+   * read only padding for every output, and the outputs every tap reads
+   * only padding for, left out of the GEMMs. want_k / want_o: the K and
+   * output size AUTO's plan multiplies. */
+  struct {
+    int64_t n, want_k, want_o;
+    conv_case t;
+  } pruning[] = {
+      {32, 24, 1, conv2d(24, 20, 1, 1, 1, 3, 1, 1, 1, 1)},   /* 1x1 plane, 3x3 pad 1: the centre tap */
+      {1, 24, 1, conv2d(24, 20, 1, 1, 1, 3, 1, 1, 1, 1)},    /* batch 1 */
+      {32, 4 * 20, 1, conv2d(20, 28, 1, 2, 2, 3, 2, 1, 1, 1)}, /* 2x2 -> 1x1 stride 2: 2x2 taps */
+      {3, 9 * 12, 4, conv2d(12, 10, 1, 2, 2, 5, 1, 1, 2, 2)},  /* 5x5 pad 2 over 2x2: the middle 3x3 */
+      {3, 12, 4, conv2d(12, 10, 1, 2, 2, 3, 1, 2, 2, 2)},      /* dilated 2, pad 2 over 2x2: the centre tap */
+      {32, 9 * 16, 4, conv2d(16, 24, 1, 2, 2, 3, 1, 1, 1, 1)}, /* 2x2: every tap live for some pixel, none pruned */
+      /* weight-gradient geometry (kernel: the forward output plane), 3x3 out */
+      {40, 8, 1, batch_of(40, conv2d(8, 12, 1, 1, 1, 1, 1, 1, 1, 1))}, /* fwd 3x3 pad 1 over 1x1: the centre */
+      {40, 8, 4, batch_of(40, conv2d(8, 12, 1, 2, 2, 1, 1, 2, 1, 0))}, /* fwd stride 2, 2x2 -> 1x1: 2x2 outputs */
+      {5, 6 * 1, 1, {2, 5, 6, 7, 1, {1, 1}, {1, 1}, {1, 1}, {1, 1}, {2, 1}, {2, 1}, true}}, /* pads 2/1: 5x3 out, one live */
+  };
+  for (size_t i = 0; i < sizeof pruning / sizeof pruning[0]; i++) {
+    conv_case t = pruning[i].t;
+    t.n = pruning[i].n;
+    t.bias = i % 2 == 0;
+    run_case(&t, pools, 3);
+    kiln_conv_geom c = {t.nsp, t.n, t.ci, t.co, t.group};
+    c.kdim = t.ci / t.group;
+    c.osize = 1;
+    for (int a = 0; a < t.nsp; a++) {
+      c.in_sp[a] = t.in[a];
+      c.out_sp[a] = out_dim(&t, a);
+      c.k[a] = t.k[a];
+      c.stride[a] = t.stride[a];
+      c.dil[a] = t.dil[a];
+      c.pad_begin[a] = t.pb[a];
+      c.kdim *= t.k[a];
+      c.osize *= c.out_sp[a];
+    }
+    kiln_conv_plan *plan;
+    MUST(kiln_conv_plan_create(&c, KILN_CONV_AUTO, NULL, 2, &plan));
+    int64_t k, o;
+    kiln_conv_plan_products(plan, &k, &o);
+    g_checks++;
+    if (k != pruning[i].want_k || o != pruning[i].want_o) {
+      g_failures++;
+      fprintf(stderr, "FAIL pruning case %zu: K %lld, output %lld; want %lld, %lld\n", i, (long long)k, (long long)o,
+              (long long)pruning[i].want_k, (long long)pruning[i].want_o);
+    }
+    free(plan);
+  }
   /* ConvTranspose: training's data gradients (small planes over a batch:
    * one GEMM over the batch's pixels) and the GEMM per image. */
   struct {
@@ -837,6 +886,12 @@ int main(int argc, char **argv) {
       {1, 0, conv2d(12, 10, 1, 3, 3, 3, 1, 1, 1, 1)},   /* batch 1 */
       {3, 0, conv2d(8, 12, 4, 3, 3, 3, 1, 1, 1, 1)},    /* grouped */
       {150, 0, conv2d(16, 512, 1, 4, 4, 3, 1, 1, 1, 1)}, /* 296 KB of columns an image: chunks of 56 images */
+      /* live taps only (the others land outside the output for every pixel) */
+      {1, 0, conv2d(12, 10, 1, 1, 1, 3, 1, 1, 1, 1)},   /* batch 1, 1x1 plane: the centre tap */
+      {3, 0, conv2d(8, 12, 4, 1, 1, 3, 1, 1, 1, 1)},    /* grouped, 1x1 plane */
+      {32, 0, conv2d(10, 14, 1, 2, 2, 5, 1, 1, 2, 2)},  /* 5x5 pad 2 over 2x2: the middle 3x3 */
+      {32, 0, conv2d(10, 14, 1, 2, 2, 3, 1, 2, 2, 2)},  /* dilated 2, pad 2 over 2x2: the centre tap */
+      {32, 1, conv2d(12, 9, 1, 1, 1, 3, 2, 1, 1, 1)},   /* stride 2, 1x1 -> 2x2: 2x2 taps */
   };
   for (size_t i = 0; i < sizeof transposed / sizeof transposed[0]; i++) {
     conv_case t = transposed[i].t;

@@ -51,6 +51,12 @@
  *   floats long. K is sliced by channels (the products accumulated) so
  *   that the rows of every image stay in L2 and W is packed once.
  *
+ * Tap pruning (BATCHED, IM2ROW, IM2COL with the weights at run time): the
+ * plan drops the kernel taps that read only padding for every output and
+ * the outputs that every tap reads only padding for (prune_geometry), and
+ * runs the algorithm on that smaller convolution: W's live taps gathered
+ * per run, dead outputs written as the bias.
+ *
  * Epilogues: a Conv step's fused elementwise kernel comes with, when
  * cpu_contract.c recognizes it (Relu, Clip, Add of a same-shape tensor, Add
  * then Relu/Clip), its description (kiln_conv_epilogue.native): the direct
@@ -143,6 +149,16 @@ struct kiln_conv_plan {
   int64_t row_w;            /* padded input row width the tiles read: 4*tiles_w + 2 */
   size_t u_offset, u_bytes; /* packed U_xi: u_offset + xi * u_bytes from the plan's start */
   size_t v_floats, m_floats, rows_floats, obuf_floats; /* scratch parts */
+  /* Tap pruning (weights at run time; BATCHED, IM2ROW, IM2COL, GEMM): c is the node's geometry `full` less
+   * the kernel taps that read only padding for every output (prune_taps) and the outputs every tap reads
+   * only padding for (prune_out), both per axis (an arithmetic progression of kept positions: a smaller
+   * kernel, dilated and shifted, or a strided, shifted output plane); x is read as it is. At prune_offset
+   * (int32): the full kernel position of each kept tap (c.kdim / c.ci of them), then for each full output
+   * position the pruned one, or -1. Scratch after the algorithm's own (at prune_scratch): W's kept taps
+   * gathered ([co, ci/group, kept taps]), then the pruned output [n, co, c.osize] when prune_out. */
+  bool prune_taps, prune_out;
+  kiln_conv_geom full;
+  size_t prune_offset, prune_scratch, wp_floats;
 };
 
 static int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
@@ -1425,18 +1441,198 @@ static kiln_status_t wino_transform_weights(kiln_conv_plan *p, const float *w) {
   return NULL;
 }
 
+/* ---- tap pruning ----------------------------------------------------------------------- */
+
+/* Over small planes most of a padded kernel's taps can fall outside the
+ * input for every output (3x3 pad 1 over a 1x1 plane: all but the centre),
+ * and with the kernel as large as the plane (weight gradients) outputs can
+ * see only padding: im2col's products of those are products of zeros.
+ * Left out, K shrinks to the live taps and M to the live outputs (ResNet-18
+ * training at 32x32: layer4's convolutions over 1x1 planes, K / 9). */
+
+/* The positions of [0, n) with live(i), when they are first + j * step
+ * (j < *count; step 1 for one); false where none is, or they are not. */
+typedef struct live_run {
+  int64_t first, step, count;
+  bool ok;
+} live_run;
+
+static void live_run_add(live_run *r, int64_t i) {
+  if (r->count == 0) {
+    r->first = i;
+    r->step = 1;
+  } else if (r->count == 1) {
+    r->step = i - r->first;
+  } else if (i != r->first + r->count * r->step) {
+    r->ok = false;
+  }
+  r->count++;
+}
+
+/* Along spatial axis a: the taps that read the input for some output, and
+ * the outputs some tap reads the input for. */
+static void live_axis(const kiln_conv_geom *c, int a, live_run *taps, live_run *outs) {
+  int64_t IN = c->in_sp[a], OUT = c->out_sp[a], K = c->k[a], s = c->stride[a], d = c->dil[a], p = c->pad_begin[a];
+  *taps = (live_run){0, 1, 0, true};
+  *outs = (live_run){0, 1, 0, true};
+  for (int64_t k = 0; k < K; k++) {
+    int64_t off = k * d - p; /* o * s + off in [0, IN) */
+    if (max64(0, ceil_div(-off, s)) <= min64(OUT - 1, floor_div(IN - 1 - off, s))) live_run_add(taps, k);
+  }
+  for (int64_t o = 0; o < OUT; o++) {
+    int64_t base = o * s - p; /* base + k * d in [0, IN) */
+    if (max64(0, ceil_div(-base, d)) <= min64(K - 1, floor_div(IN - 1 - base, d))) live_run_add(outs, o);
+  }
+  taps->ok = taps->ok && taps->count > 0;
+  outs->ok = outs->ok && outs->count > 0;
+}
+
+/* The most full output positions pruned (the plan keeps a map of them). */
+#define PRUNE_MAX_OSIZE 4096
+
+/* c less its dead taps and outputs into *out; false when nothing is left
+ * out (or an axis's live positions are no progression, or none). */
+static bool prune_geometry(const kiln_conv_geom *c, kiln_conv_geom *out, bool *taps_pruned, bool *outs_pruned) {
+  if (c->n < 1 || c->ci < 1 || c->co < 1 || c->osize < 1) return false;
+  *out = *c;
+  *taps_pruned = *outs_pruned = false;
+  int64_t kprod = 1;
+  for (int a = 0; a < c->nsp; a++) {
+    live_run t, o;
+    live_axis(c, a, &t, &o);
+    if (!t.ok && !o.ok) continue;
+    if ((t.ok && t.count == 0) || (o.ok && o.count == 0)) return false;
+    if (t.ok && t.count < c->k[a]) {
+      out->k[a] = t.count;
+      out->dil[a] = t.count > 1 ? c->dil[a] * t.step : 1;
+      out->pad_begin[a] -= t.first * c->dil[a];
+      *taps_pruned = true;
+    }
+    if (o.ok && o.count < c->out_sp[a] && c->osize <= PRUNE_MAX_OSIZE) {
+      out->out_sp[a] = o.count;
+      out->stride[a] = o.count > 1 ? c->stride[a] * o.step : 1;
+      out->pad_begin[a] -= o.first * c->stride[a];
+      *outs_pruned = true;
+    }
+    kprod *= out->k[a];
+  }
+  if (!*taps_pruned && !*outs_pruned) return false;
+  out->kdim = c->ci / c->group * kprod;
+  out->osize = 1;
+  for (int a = 0; a < c->nsp; a++) out->osize *= out->out_sp[a];
+  return true;
+}
+
+/* The plan's maps (prune_offset): each kept tap's full kernel position,
+ * each full output's pruned position or -1. */
+static void prune_maps(const kiln_conv_plan *p, int32_t *tap_map, int32_t *out_map) {
+  const kiln_conv_geom *f = &p->full, *c = &p->c;
+  live_run t[3], o[3];
+  for (int a = 0; a < f->nsp; a++) live_axis(f, a, &t[a], &o[a]);
+  int64_t kprod = c->kdim / (c->ci / c->group);
+  for (int64_t j = 0; j < kprod; j++) {
+    int64_t rem = j, idx = 0, pos[3] = {0, 0, 0};
+    for (int a = f->nsp - 1; a >= 0; a--) {
+      pos[a] = rem % c->k[a];
+      rem /= c->k[a];
+    }
+    for (int a = 0; a < f->nsp; a++)
+      idx = idx * f->k[a] + (c->k[a] == f->k[a] ? pos[a] : t[a].first + pos[a] * t[a].step);
+    tap_map[j] = (int32_t)idx;
+  }
+  if (!out_map) return;
+  for (int64_t q = 0; q < f->osize; q++) {
+    int64_t rem = q, idx = 0, pos[3] = {0, 0, 0};
+    bool live = true;
+    for (int a = f->nsp - 1; a >= 0; a--) {
+      pos[a] = rem % f->out_sp[a];
+      rem /= f->out_sp[a];
+    }
+    for (int a = 0; a < f->nsp && live; a++) {
+      int64_t m = pos[a];
+      if (c->out_sp[a] != f->out_sp[a]) {
+        m -= o[a].first;
+        live = m >= 0 && m % o[a].step == 0 && m / o[a].step < c->out_sp[a];
+        m = live ? m / o[a].step : 0;
+      }
+      idx = idx * c->out_sp[a] + m;
+    }
+    out_map[q] = live ? (int32_t)idx : -1;
+  }
+}
+
+typedef struct prune_ctx {
+  const kiln_conv_plan *p;
+  const float *w, *yp, *bias;
+  float *wp, *y;
+  const int32_t *tap_map, *out_map;
+  const kiln_conv_epilogue *epi;
+} prune_ctx;
+
+/* Items: output channels; W's kept taps of each. */
+static void prune_gather(void *vctx, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  const prune_ctx *r = vctx;
+  const kiln_conv_geom *c = &r->p->c, *f = &r->p->full;
+  int64_t cig = c->ci / c->group, kp = c->kdim / cig, kf = f->kdim / cig;
+  for (int64_t o = begin; o < end; o++)
+    for (int64_t ch = 0; ch < cig; ch++) {
+      const float *src = r->w + (o * cig + ch) * kf;
+      float *dst = r->wp + (o * cig + ch) * kp;
+      for (int64_t j = 0; j < kp; j++) dst[j] = src[r->tap_map[j]];
+    }
+}
+
+/* Items: (image, channel) planes; the pruned output spread over the full
+ * plane, the bias where no tap reads the input, then the epilogue. */
+static void prune_scatter(void *vctx, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  const prune_ctx *r = vctx;
+  const kiln_conv_geom *c = &r->p->c, *f = &r->p->full;
+  for (int64_t pl = begin; pl < end; pl++) {
+    float *y = r->y + pl * f->osize, b0 = r->bias ? r->bias[pl % f->co] : 0.0f;
+    const float *yp = r->yp + pl * c->osize;
+    for (int64_t q = 0; q < f->osize; q++) y[q] = r->out_map[q] >= 0 ? yp[r->out_map[q]] : b0;
+  }
+  epi_apply(r->epi, r->y, begin * f->osize, f->osize, end - begin, f->osize);
+}
+
 /* ---- plan ------------------------------------------------------------------------------ */
 
 kiln_status_t kiln_conv_plan_create(const kiln_conv_geom *c, kiln_conv_algo algo, const float *w, int threads,
                                     kiln_conv_plan **out) {
   *out = NULL;
+  kiln_conv_algo requested = algo;
   if (algo == KILN_CONV_AUTO) algo = kiln_conv_choose(c, w != NULL);
   if (!kiln_conv_algo_applies(c, algo, w != NULL))
     return kiln_error(KILN_INVALID_ARGUMENT, "conv algorithm %s does not apply to this convolution", kiln_conv_algo_name(algo));
   if (threads < 1) threads = 1;
+  /* Weights at run time over small planes: the algorithms that build
+   * im2col or im2row matrices run on the geometry without the taps and
+   * outputs that see only padding (AUTO choosing again for it). */
+  const kiln_conv_geom *full = c;
+  kiln_conv_geom pruned;
+  bool prune_taps = false, prune_out = false;
+  if (!w && (algo == KILN_CONV_BATCHED || algo == KILN_CONV_IM2ROW || algo == KILN_CONV_IM2COL) &&
+      prune_geometry(c, &pruned, &prune_taps, &prune_out)) {
+    kiln_conv_algo again = requested == KILN_CONV_AUTO ? kiln_conv_choose(&pruned, false) : algo;
+    if ((again != KILN_CONV_BATCHED && again != KILN_CONV_IM2ROW && again != KILN_CONV_IM2COL &&
+         again != KILN_CONV_GEMM) ||
+        !kiln_conv_algo_applies(&pruned, again, false))
+      again = algo;
+    if (kiln_conv_algo_applies(&pruned, again, false)) {
+      c = &pruned;
+      algo = again;
+    } else {
+      prune_taps = prune_out = false;
+    }
+  }
   kiln_conv_plan hdr;
   memset(&hdr, 0, sizeof hdr);
   hdr.c = *c;
+  hdr.full = *full;
+  hdr.prune_taps = prune_taps;
+  hdr.prune_out = prune_out;
   hdr.algo = algo;
   hdr.threads = threads;
   hdr.isa = detect_isa();
@@ -1581,10 +1777,23 @@ kiln_status_t kiln_conv_plan_create(const kiln_conv_geom *c, kiln_conv_algo algo
     }
     default: break;
   }
+  if (prune_taps || prune_out) {
+    size_t maps = (size_t)(c->kdim / (c->ci / c->group) + (prune_out ? full->osize : 0)) * sizeof(int32_t);
+    hdr.prune_offset = round64(sizeof hdr) + payload;
+    payload += round64(maps);
+    hdr.prune_scratch = round64(hdr.scratch_bytes);
+    hdr.wp_floats = prune_taps ? round64((size_t)(c->co * c->kdim) * sizeof(float)) / sizeof(float) : 0;
+    hdr.scratch_bytes = hdr.prune_scratch + hdr.wp_floats * sizeof(float) +
+                        (prune_out ? (size_t)(c->n * c->co * c->osize) * sizeof(float) : 0);
+  }
   size_t total = round64(sizeof hdr) + payload;
   kiln_conv_plan *p = kiln_alloc_aligned(round64(total));
   if (!p) return kiln_error(KILN_OUT_OF_MEMORY, "out of memory for a conv plan (%zu bytes)", total);
   *p = hdr;
+  if (prune_taps || prune_out) {
+    int32_t *maps = (int32_t *)((char *)p + p->prune_offset);
+    prune_maps(p, maps, prune_out ? maps + c->kdim / (c->ci / c->group) : NULL);
+  }
   if (algo == KILN_CONV_GEMM_T || algo == KILN_CONV_IM2COL_T || ((algo == KILN_CONV_BATCHED || algo == KILN_CONV_IM2ROW) && w && p->u_bytes))
     kiln_sgemm_pack_b(true, c->kdim, c->co, w, c->kdim, (char *)p + p->u_offset);
   if (algo == KILN_CONV_TAPS) kiln_conv_taps_pack(c, w, (float *)((char *)p + p->u_offset));
@@ -1607,10 +1816,14 @@ kiln_status_t kiln_conv_plan_create(const kiln_conv_geom *c, kiln_conv_algo algo
 
 size_t kiln_conv_plan_scratch_bytes(const kiln_conv_plan *p) { return p->scratch_bytes; }
 
-void kiln_conv_run(const kiln_conv_plan *p, kiln_threadpool *pool, const float *x, const float *w, const float *bias,
-                   float *y, void *scratch, const kiln_conv_epilogue *epi) {
+void kiln_conv_plan_products(const kiln_conv_plan *p, int64_t *out_kdim, int64_t *out_osize) {
+  *out_kdim = p->c.kdim;
+  *out_osize = p->c.osize;
+}
+
+static void run_algo(const kiln_conv_plan *p, kiln_threadpool *pool, const float *x, const float *w, const float *bias,
+                     float *y, void *scratch, const kiln_conv_epilogue *epi) {
   const kiln_conv_geom *c = &p->c;
-  if (epi && !epi->fn) epi = NULL;
   switch (p->algo) {
     case KILN_CONV_DEPTHWISE:
     case KILN_CONV_DW3X3: {
@@ -1650,4 +1863,27 @@ void kiln_conv_run(const kiln_conv_plan *p, kiln_threadpool *pool, const float *
       return;
     default: run_gemm(p, pool, x, w, bias, y, scratch, epi); return;
   }
+}
+
+void kiln_conv_run(const kiln_conv_plan *p, kiln_threadpool *pool, const float *x, const float *w, const float *bias,
+                   float *y, void *scratch, const kiln_conv_epilogue *epi) {
+  if (epi && !epi->fn) epi = NULL;
+  if (!p->prune_taps && !p->prune_out) {
+    run_algo(p, pool, x, w, bias, y, scratch, epi);
+    return;
+  }
+  const kiln_conv_geom *c = &p->c;
+  const int32_t *maps = (const int32_t *)((const char *)p + p->prune_offset);
+  float *wp = (float *)((char *)scratch + p->prune_scratch), *yp = wp + p->wp_floats;
+  prune_ctx r = {p, w, yp, bias, wp, y, maps, maps + c->kdim / (c->ci / c->group), epi};
+  if (p->prune_taps) {
+    kiln_parallel_for(pool, c->co, 1, prune_gather, &r);
+    w = wp;
+  }
+  if (!p->prune_out) {
+    run_algo(p, pool, x, w, bias, y, scratch, epi);
+    return;
+  }
+  run_algo(p, pool, x, w, bias, yp, scratch, NULL);
+  kiln_parallel_for(pool, p->full.n * p->full.co, 1, prune_scatter, &r);
 }

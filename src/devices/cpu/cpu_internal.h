@@ -229,6 +229,10 @@ kiln_conv_algo kiln_conv_choose(const kiln_conv_geom *c, bool const_weights);
  * threads kiln_conv_run will use (sizes the per-thread scratch). */
 kiln_status_t kiln_conv_plan_create(const kiln_conv_geom *c, kiln_conv_algo algo, const float *w, int threads,
                                     kiln_conv_plan **out);
+/* The K and output plane size p's GEMMs run on: c's kdim and osize less
+ * the taps and outputs that see only padding where the plan prunes them
+ * (weights at run time over small planes: BATCHED, IM2ROW, IM2COL). */
+void kiln_conv_plan_products(const kiln_conv_plan *p, int64_t *out_kdim, int64_t *out_osize);
 /* Bytes of scratch kiln_conv_run needs (64-byte aligned), 0 for none. */
 size_t kiln_conv_plan_scratch_bytes(const kiln_conv_plan *p);
 /* y = conv(x, w) + bias, then epi (may be NULL) over every output element. */
