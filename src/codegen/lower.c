@@ -94,6 +94,7 @@ typedef enum unary_kind {
   U_RELU, U_SIGMOID, U_TANH, U_EXP, U_LOG, U_SQRT, U_NEG, U_ABS, U_ERF, U_RECIPROCAL, U_FLOOR, U_CEIL,
   U_LEAKY_RELU, U_ELU, U_HARD_SIGMOID, U_HARD_SWISH, U_CLIP, U_SOFTPLUS, U_SOFTSIGN, U_SIN, U_COS,
   U_IDENTITY, U_SELU, U_GELU, U_ROUND, U_NOT, U_ISNAN, U_ISINF, U_CAST,
+  U_SIGN, U_SINH, U_COSH, U_TAN, U_CELU, U_THRESHOLDED_RELU,
 } unary_kind;
 
 typedef enum reduce_kind { R_SUM, R_MEAN, R_MAX, R_MIN, R_PROD, R_SUMSQ, R_L1, R_L2, R_LOGSUMEXP, R_LOGSUM } reduce_kind;
@@ -131,6 +132,12 @@ static int unary_kind_of(kiln_op_id id) {
     case KILN_OP_IsNaN: return U_ISNAN;
     case KILN_OP_IsInf: return U_ISINF;
     case KILN_OP_Cast: return U_CAST;
+    case KILN_OP_Sign: return U_SIGN;
+    case KILN_OP_Sinh: return U_SINH;
+    case KILN_OP_Cosh: return U_COSH;
+    case KILN_OP_Tan: return U_TAN;
+    case KILN_OP_Celu: return U_CELU;
+    case KILN_OP_ThresholdedRelu: return U_THRESHOLDED_RELU;
     default: return -1;
   }
 }
@@ -743,6 +750,28 @@ static te_expr *compute_unary(te_builder *b, const te_tensor *t, te_expr *const 
     case U_ROUND: return te_call1(b, "nearbyintf", x);
     case U_SIN: return te_call1(b, "sinf", x);
     case U_COS: return te_call1(b, "cosf", x);
+    /* ops/elementwise_unary.c's rules, with the math helpers every dialect has */
+    case U_SIGN: /* 0, -0 and NaN themselves */
+      return te_select(b, te_binary(b, TE_LT, zero, x), one,
+                       te_select(b, te_binary(b, TE_LT, x, zero), f32c(b, -1.0), x));
+    case U_SINH: case U_COSH: {
+      te_expr *ep = te_call1(b, "kiln_expf", x), *en = te_call1(b, "kiln_expf", te_unary(b, TE_NEG, x));
+      te_expr *half = f32c(b, 0.5);
+      if (t->ip == U_COSH) return te_binary(b, TE_MUL, half, te_binary(b, TE_ADD, ep, en));
+      /* near 0 the difference cancels: x (1 + x^2 / 6) there */
+      te_expr *small = te_binary(b, TE_LT, te_unary(b, TE_ABS, x), f32c(b, 1e-2));
+      te_expr *taylor = te_binary(b, TE_MUL, x, te_binary(b, TE_ADD, one, te_binary(b, TE_MUL, te_binary(b, TE_MUL, x, x),
+                                                                                       f32c(b, 1.0 / 6.0))));
+      return te_select(b, small, taylor, te_binary(b, TE_MUL, half, te_binary(b, TE_SUB, ep, en)));
+    }
+    case U_TAN: return te_binary(b, TE_DIV, te_call1(b, "sinf", x), te_call1(b, "cosf", x));
+    case U_CELU: /* max(0, x) + min(0, alpha (exp(x / alpha) - 1)) */
+      return te_binary(b, TE_ADD, te_binary(b, TE_MAX, x, zero),
+                       te_binary(b, TE_MIN, zero,
+                                 te_binary(b, TE_MUL, f32c(b, alpha),
+                                           te_binary(b, TE_SUB, te_call1(b, "kiln_expf", te_binary(b, TE_DIV, x, f32c(b, alpha))),
+                                                     one))));
+    case U_THRESHOLDED_RELU: return te_select(b, te_binary(b, TE_LT, f32c(b, alpha), x), x, zero);
     case U_IDENTITY: return x;
     case U_LEAKY_RELU:
       return te_select(b, te_binary(b, TE_LT, x, zero), te_binary(b, TE_MUL, f32c(b, alpha), x), x);
@@ -1899,6 +1928,8 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     switch ((unary_kind)k) {
       case U_LEAKY_RELU: t->fp[0] = kiln_attr_float(n, "alpha", 0.01f); break;
       case U_ELU: t->fp[0] = kiln_attr_float(n, "alpha", 1.0f); break;
+      case U_CELU: t->fp[0] = kiln_attr_float(n, "alpha", 1.0f); break;
+      case U_THRESHOLDED_RELU: t->fp[0] = kiln_attr_float(n, "alpha", 1.0f); break;
       case U_HARD_SIGMOID:
         t->fp[0] = kiln_attr_float(n, "alpha", 0.2f);
         t->fp[1] = kiln_attr_float(n, "beta", 0.5f);

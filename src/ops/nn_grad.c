@@ -79,6 +79,34 @@ static int conv_back(kiln_gradient_ctx *c, int d, int w, const kiln_window *win,
   return kiln_grad_op(c, "ConvTranspose", 2, ins, 5, at);
 }
 
+/* dX of an ungrouped Conv of stride 1 as a Conv of the gradient with the
+ * weights' channels swapped and their taps reversed: dX[i] = sum over k of
+ * d[i + pad_begin - k * dilation] W[k] is that Conv with pads (k - 1) *
+ * dilation - pad (ConvTranspose's adjoint form, and the forward
+ * convolution's fast algorithms; a ConvTranspose runs GEMM + col2im).
+ * -1 when a pad would be negative (a window past (k - 1) * dilation). */
+static int conv_back_as_conv(kiln_gradient_ctx *c, int d, int w, const kiln_window *win, int r) {
+  int nsp = win->n;
+  int64_t pads[2 * KILN_MAX_RANK], perm[KILN_MAX_RANK], starts[KILN_MAX_RANK], ends[KILN_MAX_RANK], axes[KILN_MAX_RANK],
+      steps[KILN_MAX_RANK];
+  for (int i = 0; i < nsp; i++) {
+    if (win->stride[i] != 1) return -1;
+    int64_t reach = (win->kernel[i] - 1) * win->dilation[i];
+    pads[i] = reach - win->pad_begin[i];
+    pads[nsp + i] = reach - win->pad_end[i];
+    if (pads[i] < 0 || pads[nsp + i] < 0) return -1;
+    starts[i] = -1, ends[i] = INT64_MIN, axes[i] = 2 + i, steps[i] = -1;
+  }
+  for (int i = 0; i < r; i++) perm[i] = i;
+  perm[0] = 1, perm[1] = 0;
+  int wt = transpose(c, w, r, perm);
+  int flip = kiln_grad_op(c, "Slice", 5,
+                          (int[]){wt, ints(c, nsp, starts), ints(c, nsp, ends), ints(c, nsp, axes), ints(c, nsp, steps)}, 0,
+                          NULL);
+  kiln_grad_attr at[2] = {KILN_GRAD_INTS("dilations", nsp, win->dilation), KILN_GRAD_INTS("pads", 2 * nsp, pads)};
+  return kiln_grad_op(c, "Conv", 2, (int[]){d, flip}, 2, at);
+}
+
 /* v [N, group * cg, spatial] as [cg, group * N, spatial]: a Conv over it with
  * group `group` pairs group g's channels with group g's images. */
 static int batch_as_channels(kiln_gradient_ctx *c, int v, int r, const int64_t *dims, int64_t group) {
@@ -102,7 +130,10 @@ kiln_status_t kiln_grad_conv(kiln_gradient_ctx *c) {
   int64_t group = kiln_attr_int(kiln_grad_node(c), "group", 1);
   int64_t xdims[KILN_MAX_RANK]; /* tx and tw die at the first emit (the value array moves) */
   memcpy(xdims, tx->dims, sizeof(int64_t) * (size_t)r);
-  if (c->want[0]) c->dx[0] = conv_back(c, d, w, &win, group);
+  if (c->want[0]) {
+    int as_conv = group == 1 && c->opset >= 10 ? conv_back_as_conv(c, d, w, &win, r) : -1; /* Slice's steps: opset 10 */
+    c->dx[0] = as_conv >= 0 ? as_conv : conv_back(c, d, w, &win, group);
+  }
   if (c->want[1]) {
     /* X as [Cg, group * N, spatial]: batch = the channels within a group, channels = (group, image) */
     int xg = batch_as_channels(c, x, r, xdims, group);
