@@ -202,11 +202,11 @@ def cases():
 
     # convolutions: strides, pads, dilations, groups, 1-D and 3-D, auto_pad
     add("Conv_plain", lambda c: [c.op("Conv", [c.x([2, 3, 5, 5]), c.x([4, 3, 3, 3]), c.x([4])])])
-    # stride 1: dX as a Conv with reversed taps (pads (k - 1) * dilation - pad), asymmetric and dilated;
-    # a pad past the kernel's reach keeps the ConvTranspose form
+    # stride 1 and at least 64 output pixels (batch x plane): dX as a Conv with reversed taps (pads (k - 1) *
+    # dilation - pad), asymmetric and dilated; a pad past the kernel's reach keeps the ConvTranspose form
     add("Conv_s1_dil_asym", lambda c: [c.op("Conv", [c.x([2, 3, 7, 6]), c.x([4, 3, 3, 2])], dilations=[2, 1],
                                             pads=[2, 0, 1, 1])])
-    add("Conv_1d_s1", lambda c: [c.op("Conv", [c.x([2, 3, 9]), c.x([2, 3, 5])], pads=[2, 1])])
+    add("Conv_1d_s1", lambda c: [c.op("Conv", [c.x([4, 3, 20]), c.x([2, 3, 5])], pads=[2, 1])])
     add("Conv_1x1_pad", lambda c: [c.op("Conv", [c.x([1, 2, 3, 3]), c.x([3, 2, 1, 1])], pads=[1, 1, 1, 1])])
     add("Conv_stride_pad_dil", lambda c: [c.op("Conv", [c.x([1, 2, 7, 6]), c.x([3, 2, 2, 3])], strides=[2, 1],
                                                pads=[1, 0, 0, 2], dilations=[2, 1])])
