@@ -1552,9 +1552,61 @@ static te_expr *compute_max_pool_argmax(te_builder *b, const te_tensor *t, te_ex
  * dilation) / stride where that divides (offset by a multiple of the stride
  * so the division's operand is never negative), the taps of those axes a
  * reduction. p as compute_pool's, dims dX's; in[0] dY, in[1] I. */
+/* Output j of the candidates along axis i that may hold input position q
+ * (idx[2 + i]) in their window, and whether it does (*ok). Windows without
+ * dilation: (q + pad) / stride - j, j < ceil(kernel / stride) (ResNet's
+ * 3x3/2 stem pool: 2 a side, not 3 taps with a divisibility test each);
+ * dilated ones: by tap j, where it divides. */
+static te_expr *pool_grad_candidate(te_builder *b, const te_tensor *t, te_expr *const *idx, int i, int64_t j,
+                                    te_expr **ok) {
+  int64_t k = t->p[i], s = t->p[4 + i], d = t->p[8 + i], pb = t->p[12 + i], out = t->in[0]->dims[2 + i];
+  te_expr *o;
+  if (d == 1) {
+    te_expr *sh = te_iadd(b, idx[2 + i], te_idx(b, pb));
+    o = te_iadd(b, te_idiv(b, sh, s), te_idx(b, -j));
+    te_expr *tap = te_iadd(b, sh, te_imul(b, o, -s));
+    *ok = te_binary(b, TE_AND, te_binary(b, TE_LT, tap, te_idx(b, k)),
+                    te_binary(b, TE_AND, te_binary(b, TE_LE, te_idx(b, 0), o), te_binary(b, TE_LT, o, te_idx(b, out))));
+  } else {
+    int64_t lift = ((k - 1) * d + s - 1) / s; /* sh >= 0 */
+    te_expr *sh = te_iadd(b, idx[2 + i], te_idx(b, pb - j * d + lift * s));
+    o = te_iadd(b, te_idiv(b, sh, s), te_idx(b, -lift));
+    *ok = te_binary(b, TE_AND, te_binary(b, TE_EQ, te_imod(b, sh, s), te_idx(b, 0)),
+                    te_binary(b, TE_AND, te_binary(b, TE_LE, te_idx(b, 0), o), te_binary(b, TE_LT, o, te_idx(b, out))));
+  }
+  return te_binary(b, TE_MIN, te_binary(b, TE_MAX, o, te_idx(b, 0)), te_idx(b, out - 1));
+}
+
 static te_expr *compute_max_pool_grad(te_builder *b, const te_tensor *t, te_expr *const *idx) {
   const te_tensor *dy = t->in[0], *ind = t->in[1];
   int ns = t->rank - 2;
+  /* Up to 16 candidate windows: their sum unrolled (straight-line code the
+   * loop over the last axis vectorizes); more: a reduction over taps. */
+  int64_t cands[3], combos = 1;
+  for (int i = 0; i < ns; i++) {
+    int64_t k = t->p[i], s = t->p[4 + i];
+    cands[i] = t->p[8 + i] == 1 ? (k + s - 1) / s : k;
+    combos *= cands[i];
+  }
+  if (combos <= 16) {
+    te_expr *q = te_linearize(b, ns, t->dims + 2, idx + 2), *sum = NULL;
+    for (int64_t cmb = 0; cmb < combos; cmb++) {
+      te_expr *osub[KILN_MAX_RANK], *ok = NULL;
+      osub[0] = idx[0];
+      osub[1] = idx[1];
+      int64_t rest = cmb;
+      for (int i = ns - 1; i >= 0; i--) {
+        te_expr *c;
+        osub[2 + i] = pool_grad_candidate(b, t, idx, i, rest % cands[i], &c);
+        rest /= cands[i];
+        ok = ok ? te_binary(b, TE_AND, ok, c) : c;
+      }
+      te_expr *hit = te_binary(b, TE_AND, ok, te_binary(b, TE_EQ, te_cast(b, KILN_DTYPE_I64, te_at(b, ind, osub)), q));
+      te_expr *v = te_select(b, hit, te_at(b, dy, osub), f32c(b, 0));
+      sum = sum ? te_binary(b, TE_ADD, sum, v) : v;
+    }
+    return sum;
+  }
   bool single[3];
   int64_t taps = 1, tap_stride[3] = {1, 1, 1};
   for (int i = ns - 1; i >= 0; i--) {

@@ -227,6 +227,9 @@ def cases():
     # more than 16 taps: the argmax's reductions (the compute definition unrolls smaller windows)
     add("MaxPool_5x5", lambda c: [c.op("MaxPool", [c.x([1, 2, 9, 9], "distinct")], kernel_shape=[5, 5], strides=[2, 2],
                                        pads=[2, 2, 2, 2])])
+    # more than 16 windows hold each input element: MaxPoolGrad's reduction form (fewer are unrolled)
+    add("MaxPool_5x5_s1", lambda c: [c.op("MaxPool", [c.x([1, 2, 6, 7], "distinct")], kernel_shape=[5, 5],
+                                          pads=[2, 2, 2, 2])])
     add("MaxPool_1d", lambda c: [c.op("MaxPool", [c.x([2, 3, 9], "distinct")], kernel_shape=[3], strides=[2], pads=[1, 1])])
     add("MaxPool_3d", lambda c: [c.op("MaxPool", [c.x([1, 2, 4, 4, 5], "distinct")], kernel_shape=[2, 2, 2],
                                       strides=[2, 2, 2])])
