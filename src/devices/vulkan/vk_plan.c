@@ -176,8 +176,15 @@ static kiln_status_t vk_schedule(void *user, kiln_plan *p, int i) {
     kiln_strbuf_free(&src);
     if (kiln_status_code_of(st) == KILN_UNSUPPORTED) {
       int root = (int)(ps->node - p->g->nodes);
-      const int *members = &p->fusion.members[p->fusion.member_start[root]];
-      for (int m = 0; m < p->fusion.n_members[root]; m++) x->denied[members[m]] = true;
+      /* A bool result the dialect cannot store: that node alone goes to ref,
+       * its producers stay (an If's condition, Greater(ReduceMean(x), 0):
+       * the reduction compiled, the comparison on the host). */
+      if (p->g->values[ps->node->outputs[0]].type.dtype == KILN_DTYPE_BOOL) {
+        x->denied[root] = true;
+      } else {
+        const int *members = &p->fusion.members[p->fusion.member_start[root]];
+        for (int m = 0; m < p->fusion.n_members[root]; m++) x->denied[members[m]] = true;
+      }
       x->retry = true;
     }
     return st;
