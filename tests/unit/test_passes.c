@@ -657,6 +657,66 @@ static void test_fold_shared_across_sessions(void) {
   kiln_model_destroy(model);
 }
 
+/* kiln_session_run_into: outputs written into the caller's tensors, on a
+ * compiling device and on ref (the interpreter's path); the same values as
+ * kiln_session_run; a tensor of the wrong shape or dtype is an error
+ * naming the output. */
+static void test_run_into(void) {
+  static const char *const devices[2] = {"cpu", "ref"};
+  for (int dv = 0; dv < 2; dv++) {
+    kiln_model_ir *ir = calloc(1, sizeof *ir);
+    MUST(ir ? NULL : KILN_OOM());
+    kiln_graph *g = new_graph("run_into");
+    int64_t xd[2] = {4, 33};
+    input(g, "x", KILN_DTYPE_F32, 2, xd);
+    node(g, "Relu", 13, "x", "r");
+    node(g, "Add", 14, "r,x", "y");
+    output(g, "y");
+    output(g, "r");
+    ir->graph = g;
+    kiln_model *model;
+    MUST(kiln_model_from_ir(ir, &model));
+    kiln_tensor *x, *want[2] = {0}, *into[2] = {0}, *got[2] = {0}, *bad;
+    MUST(kiln_tensor_new(KILN_DTYPE_F32, 2, xd, &x));
+    for (int64_t i = 0; i < x->numel; i++) ((float *)x->data)[i] = (float)uniform(-1, 1);
+    MUST(kiln_tensor_new(KILN_DTYPE_F32, 2, xd, &into[0]));
+    int64_t bd[2] = {4, 32};
+    MUST(kiln_tensor_new(KILN_DTYPE_F32, 2, bd, &bad));
+    const char *names[1] = {"x"};
+    kiln_session_options so = kiln_session_options_default();
+    so.device = devices[dv];
+    kiln_session *sess;
+    MUST(kiln_session_create(model, &so, &sess));
+    MUST(kiln_session_run(sess, 1, names, (const kiln_tensor *const *)&x, 2, want));
+    for (int run = 0; run < 2; run++) { /* the second run writes over the first's values */
+      MUST(kiln_session_run_into(sess, 1, names, (const kiln_tensor *const *)&x, 2, into, got));
+      CHECK(got[0] == into[0] && into[0]->refcount == 2, "run_into on %s: output 0 is not the given tensor",
+            devices[dv]);
+      CHECK(got[1] && got[1] != into[0], "run_into on %s: output 1 (none given) missing", devices[dv]);
+      for (int k = 0; k < 2; k++) {
+        bool same = got[k] && !memcmp(got[k]->data, want[k]->data, kiln_tensor_nbytes(want[k]));
+        CHECK(same, "run_into on %s, run %d: output %d differs from kiln_session_run's", devices[dv], run + 1, k);
+        kiln_tensor_release(got[k]);
+        got[k] = NULL;
+      }
+      memset(into[0]->data, 0xff, kiln_tensor_nbytes(into[0])); /* NaNs: the next run must overwrite them */
+    }
+    kiln_tensor *wrong[2] = {bad, NULL};
+    kiln_status_t st = kiln_session_run_into(sess, 1, names, (const kiln_tensor *const *)&x, 2, wrong, got);
+    CHECK(st && kiln_status_code_of(st) == KILN_INVALID_ARGUMENT && strstr(kiln_status_message(st), "'y'"),
+          "run_into on %s with a [4, 32] tensor for a [4, 33] output: %s", devices[dv],
+          st ? kiln_status_message(st) : "no error");
+    kiln_status_free(st);
+    CHECK(!got[0] && !got[1], "run_into on %s: outputs left after an error", devices[dv]);
+    kiln_session_destroy(sess);
+    kiln_tensor_release(x);
+    kiln_tensor_release(bad);
+    kiln_tensor_release(into[0]);
+    for (int k = 0; k < 2; k++) kiln_tensor_release(want[k]);
+    kiln_model_destroy(model);
+  }
+}
+
 static void test_fold_batchnorm(void) {
   kiln_graph *g = new_graph("bn");
   int64_t xd[4] = {2, 3, 5, 5}, wd[4] = {4, 3, 3, 3}, w2d[4] = {4, 2, 1, 1}, c4 = 4, bd[1] = {4};
@@ -1243,6 +1303,7 @@ int main(void) {
   test_fold_shape_chain();
   test_fold_limits();
   test_fold_shared_across_sessions();
+  test_run_into();
   test_dce();
   test_cse();
   test_simplify();
