@@ -113,6 +113,53 @@ static const char *case_str(const conv_case *t, char *buf, size_t size) {
   return buf;
 }
 
+/* The case's node (op "Conv" or "ConvTranspose", its window attributes;
+ * output_padding when out_pad is given) in g, over new values x, w, b, y. */
+static kiln_node *case_node(kiln_graph *g, const conv_case *t, const char *op, int rank, const int64_t *xd,
+                            const int64_t *wd, const int64_t *yd, const int64_t *bd, const int64_t *out_pad) {
+  int vx = add_value(g, "x", rank, xd), vw = add_value(g, "w", rank, wd), vb = add_value(g, "b", 1, bd);
+  int vy = add_value(g, "y", rank, yd);
+  int ins[3] = {vx, vw, vb};
+  int ni;
+  MUST(kiln_graph_add_node(g, op, op, "", t->bias ? 3 : 2, ins, 1, &vy, &ni));
+  kiln_node *node = &g->nodes[ni];
+  node->opset = 17;
+  node->op = kiln_op_find("", op);
+  int64_t pads[6];
+  for (int i = 0; i < t->nsp; i++) {
+    pads[i] = t->pb[i];
+    pads[t->nsp + i] = t->pe[i];
+  }
+  set_ints(node, "strides", t->nsp, t->stride);
+  set_ints(node, "dilations", t->nsp, t->dil);
+  set_ints(node, "kernel_shape", t->nsp, t->k);
+  set_ints(node, "pads", 2 * t->nsp, pads);
+  if (out_pad) set_ints(node, "output_padding", t->nsp, out_pad);
+  kiln_attr *ga;
+  MUST(kiln_node_add_attr(node, "group", KILN_ATTR_INT, &ga));
+  ga->i = t->group;
+  return node;
+}
+
+/* Random x, w, b (tx, tw, tb: borrowed from in_vals) and the node's
+ * reference output in out_vals[0]. */
+static void case_reference(kiln_node *node, const conv_case *t, int rank, const int64_t *xd, const int64_t *wd,
+                           const int64_t *bd, kiln_value **in_vals, kiln_value **out_vals, kiln_tensor **tx,
+                           kiln_tensor **tw, kiln_tensor **tb) {
+  MUST(kiln_tensor_new(KILN_DTYPE_F32, rank, xd, tx));
+  MUST(kiln_tensor_new(KILN_DTYPE_F32, rank, wd, tw));
+  MUST(kiln_tensor_new(KILN_DTYPE_F32, 1, bd, tb));
+  for (int64_t i = 0; i < (*tx)->numel; i++) ((float *)(*tx)->data)[i] = rnd_float();
+  for (int64_t i = 0; i < (*tw)->numel; i++) ((float *)(*tw)->data)[i] = rnd_float();
+  for (int64_t i = 0; i < (*tb)->numel; i++) ((float *)(*tb)->data)[i] = rnd_float();
+  MUST(kiln_value_from_tensor(*tx, &in_vals[0]));
+  MUST(kiln_value_from_tensor(*tw, &in_vals[1]));
+  MUST(kiln_value_from_tensor(*tb, &in_vals[2]));
+  bool wanted[1] = {true};
+  kiln_kernel_ctx kctx = {node, 17, t->bias ? 3 : 2, in_vals, 1, out_vals, wanted, NULL, NULL};
+  MUST(node->op->ref_kernel(&kctx));
+}
+
 static void run_case(const conv_case *t, kiln_threadpool **pools, int n_pools) {
   char desc[256];
   case_str(t, desc, sizeof desc);
@@ -125,43 +172,10 @@ static void run_case(const conv_case *t, kiln_threadpool **pools, int n_pools) {
     wd[2 + i] = t->k[i];
     yd[2 + i] = out_dim(t, i);
   }
-  int vx = add_value(g, "x", rank, xd), vw = add_value(g, "w", rank, wd), vb = add_value(g, "b", 1, bd);
-  int vy = add_value(g, "y", rank, yd);
-  int ins[3] = {vx, vw, vb};
-  int ni;
-  MUST(kiln_graph_add_node(g, "conv", "Conv", "", t->bias ? 3 : 2, ins, 1, &vy, &ni));
-  kiln_node *node = &g->nodes[ni];
-  node->opset = 17;
-  node->op = kiln_op_find("", "Conv");
-  int64_t pads[6];
-  for (int i = 0; i < t->nsp; i++) {
-    pads[i] = t->pb[i];
-    pads[t->nsp + i] = t->pe[i];
-  }
-  set_ints(node, "strides", t->nsp, t->stride);
-  set_ints(node, "dilations", t->nsp, t->dil);
-  set_ints(node, "kernel_shape", t->nsp, t->k);
-  set_ints(node, "pads", 2 * t->nsp, pads);
-  kiln_attr *ga;
-  MUST(kiln_node_add_attr(node, "group", KILN_ATTR_INT, &ga));
-  ga->i = t->group;
-
-  kiln_tensor *tx, *tw, *tb;
-  MUST(kiln_tensor_new(KILN_DTYPE_F32, rank, xd, &tx));
-  MUST(kiln_tensor_new(KILN_DTYPE_F32, rank, wd, &tw));
-  MUST(kiln_tensor_new(KILN_DTYPE_F32, 1, bd, &tb));
-  for (int64_t i = 0; i < tx->numel; i++) ((float *)tx->data)[i] = rnd_float();
-  for (int64_t i = 0; i < tw->numel; i++) ((float *)tw->data)[i] = rnd_float();
-  for (int64_t i = 0; i < tb->numel; i++) ((float *)tb->data)[i] = rnd_float();
-
-  /* Reference. */
+  kiln_node *node = case_node(g, t, "Conv", rank, xd, wd, yd, bd, NULL);
   kiln_value *in_vals[3] = {0}, *out_vals[1] = {0};
-  MUST(kiln_value_from_tensor(tx, &in_vals[0]));
-  MUST(kiln_value_from_tensor(tw, &in_vals[1]));
-  MUST(kiln_value_from_tensor(tb, &in_vals[2]));
-  bool wanted[1] = {true};
-  kiln_kernel_ctx kctx = {node, 17, t->bias ? 3 : 2, in_vals, 1, out_vals, wanted, NULL, NULL};
-  MUST(node->op->ref_kernel(&kctx));
+  kiln_tensor *tx, *tw, *tb;
+  case_reference(node, t, rank, xd, wd, bd, in_vals, out_vals, &tx, &tw, &tb);
   const kiln_tensor *ref = out_vals[0]->tensor;
   const float *r = ref->data;
   int64_t numel = ref->numel;
@@ -313,42 +327,10 @@ static void run_transpose_case(const conv_case *t, int64_t out_pad, kiln_threadp
     yd[2 + i] = t->stride[i] * (t->in[i] - 1) + out_pad + t->dil[i] * (t->k[i] - 1) + 1 - t->pb[i] - t->pe[i];
     ops[i] = out_pad;
   }
-  int vx = add_value(g, "x", rank, xd), vw = add_value(g, "w", rank, wd), vb = add_value(g, "b", 1, bd);
-  int vy = add_value(g, "y", rank, yd);
-  int ins[3] = {vx, vw, vb};
-  int ni;
-  MUST(kiln_graph_add_node(g, "convt", "ConvTranspose", "", t->bias ? 3 : 2, ins, 1, &vy, &ni));
-  kiln_node *node = &g->nodes[ni];
-  node->opset = 17;
-  node->op = kiln_op_find("", "ConvTranspose");
-  int64_t pads[6];
-  for (int i = 0; i < t->nsp; i++) {
-    pads[i] = t->pb[i];
-    pads[t->nsp + i] = t->pe[i];
-  }
-  set_ints(node, "strides", t->nsp, t->stride);
-  set_ints(node, "dilations", t->nsp, t->dil);
-  set_ints(node, "kernel_shape", t->nsp, t->k);
-  set_ints(node, "pads", 2 * t->nsp, pads);
-  set_ints(node, "output_padding", t->nsp, ops);
-  kiln_attr *ga;
-  MUST(kiln_node_add_attr(node, "group", KILN_ATTR_INT, &ga));
-  ga->i = t->group;
-
-  kiln_tensor *tx, *tw, *tb;
-  MUST(kiln_tensor_new(KILN_DTYPE_F32, rank, xd, &tx));
-  MUST(kiln_tensor_new(KILN_DTYPE_F32, rank, wd, &tw));
-  MUST(kiln_tensor_new(KILN_DTYPE_F32, 1, bd, &tb));
-  for (int64_t i = 0; i < tx->numel; i++) ((float *)tx->data)[i] = rnd_float();
-  for (int64_t i = 0; i < tw->numel; i++) ((float *)tw->data)[i] = rnd_float();
-  for (int64_t i = 0; i < tb->numel; i++) ((float *)tb->data)[i] = rnd_float();
+  kiln_node *node = case_node(g, t, "ConvTranspose", rank, xd, wd, yd, bd, ops);
   kiln_value *in_vals[3] = {0}, *out_vals[1] = {0};
-  MUST(kiln_value_from_tensor(tx, &in_vals[0]));
-  MUST(kiln_value_from_tensor(tw, &in_vals[1]));
-  MUST(kiln_value_from_tensor(tb, &in_vals[2]));
-  bool wanted[1] = {true};
-  kiln_kernel_ctx kctx = {node, 17, t->bias ? 3 : 2, in_vals, 1, out_vals, wanted, NULL, NULL};
-  MUST(node->op->ref_kernel(&kctx));
+  kiln_tensor *tx, *tw, *tb;
+  case_reference(node, t, rank, xd, wd, bd, in_vals, out_vals, &tx, &tw, &tb);
   const float *r = out_vals[0]->tensor->data;
   int64_t numel = out_vals[0]->tensor->numel;
 
