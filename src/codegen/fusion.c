@@ -29,8 +29,23 @@ static bool fusable_class(kiln_op_class c) {
 #define KILN_FUSION_MAX_OPERANDS 48
 #define KILN_FUSION_CONCAT_INPUTS 2
 
+/* A Transpose swapping the first two axes of a lone Conv's output that the
+ * runtime's convolution can write in that order (kiln_rt_conv_args.y_cn). */
+static bool transposed_conv(const kiln_graph *g, const kiln_node *t, const kiln_node *conv) {
+  if (!kiln_node_is(t, KILN_OP_Transpose) || !kiln_node_is(conv, KILN_OP_Conv) || conv->n_inputs != 2 ||
+      kiln_attr_int(conv, "group", 1) != 1)
+    return false;
+  const kiln_type *ty = &g->values[conv->outputs[0]].type;
+  if (ty->dtype != KILN_DTYPE_F32 || ty->rank < 3) return false;
+  const kiln_attr *perm = kiln_node_attr(t, "perm");
+  if (!perm || perm->type != KILN_ATTR_INTS || perm->n != ty->rank) return false;
+  for (int i = 0; i < ty->rank; i++)
+    if (perm->ints[i] != (i < 2 ? 1 - i : i)) return false;
+  return true;
+}
+
 kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bool contraction_epilogues,
-                               kiln_fusion *f) {
+                               bool conv_transposed_output, kiln_fusion *f) {
   memset(f, 0, sizeof *f);
   int nn = g->n_nodes;
   f->n_nodes = nn;
@@ -41,6 +56,7 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
   bool *has_reduce = malloc(((size_t)nn + 1) * sizeof *has_reduce);
   bool *has_contraction = malloc(((size_t)nn + 1) * sizeof *has_contraction);
   bool *has_injective = malloc(((size_t)nn + 1) * sizeof *has_injective);
+  bool *sealed = calloc((size_t)nn + 1, sizeof *sealed); /* per group root: takes no consumer */
   int *operands = malloc(((size_t)nn + 1) * sizeof *operands); /* per group root: inputs, repeats counted */
   /* Each group as a list (head at the root, next per node) while merging:
    * a merge relabels only the merged group's members. */
@@ -48,7 +64,8 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
   f->members = malloc(((size_t)nn + 1) * sizeof *f->members);
   f->member_start = malloc(((size_t)nn + 1) * sizeof *f->member_start);
   if (!f->cls || !f->uses || !f->group_of || !f->n_members || !has_reduce || !has_contraction || !has_injective ||
-      !operands || !next || !tail || !f->members || !f->member_start) {
+      !sealed || !operands || !next || !tail || !f->members || !f->member_start) {
+    free(sealed);
     free(has_injective);
     free(next);
     free(tail);
@@ -72,6 +89,7 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
     }
     if (st) {
       kiln_ptr_vec_free(&names);
+      free(sealed);
       free(has_injective);
       free(next);
       free(tail);
@@ -101,7 +119,7 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
       if (v < 0) continue;
       int p = g->values[v].producer;
       if (p < 0 || !(fusable_class(cls[p]) || has_contraction[p]) || f->group_of[p] != p) continue;
-      if (f->uses[v] != 1 || g->values[v].is_graph_output) continue;
+      if (f->uses[v] != 1 || g->values[v].is_graph_output || sealed[p]) continue;
       /* Run-time indices stay a buffer: the plan checks their range before the kernel. */
       int idx_in, idx_nb;
       int64_t idx_bounds[KILN_MAX_RANK];
@@ -109,9 +127,12 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
       /* A contraction's group computes one sum per element and nothing else. */
       if ((has_contraction[p] || has_contraction[n]) && has_reduce[p] && has_reduce[n]) continue;
       const kiln_type *vt = &g->values[v].type;
-      bool ok;
+      bool ok, seal = false;
       if (has_contraction[p]) {
         ok = consumer_elementwise && kiln_type_same_shape(out, vt);
+        if (!ok && conv_transposed_output && f->n_members[p] == 1 && f->n_members[n] == 1 &&
+            transposed_conv(g, node, &g->nodes[p]))
+          ok = seal = true;
       } else if (has_reduce[p]) {
         /* The reduction's loops must line up with the consumer's: only
          * elementwise consumers over the reduction input's shape. */
@@ -157,6 +178,7 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
       has_injective[n] |= has_injective[p];
       f->n_members[n] += f->n_members[p];
       f->n_members[p] = 0;
+      sealed[n] |= seal;
       operands[n] += operands[p] - 1;
     }
   }
@@ -175,6 +197,7 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
   free(has_reduce);
   free(has_contraction);
   free(has_injective);
+  free(sealed);
   return NULL;
 }
 

@@ -28,9 +28,12 @@ typedef struct kiln_fusion {
 /* Groups the nodes of g whose class (cls[n], from the device) is
  * elementwise, broadcast, injective or reduction; contraction_epilogues
  * (contractions compiled as kernels): contractions too, each with the
- * elementwise consumers that follow it. */
+ * elementwise consumers that follow it. conv_transposed_output (the
+ * device's kernels write a Conv in the layout of a Transpose swapping its
+ * first two axes): such a Transpose takes a lone f32 Conv of group 1
+ * without bias into its group, which then takes no consumer. */
 kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bool contraction_epilogues,
-                               kiln_fusion *out);
+                               bool conv_transposed_output, kiln_fusion *out);
 void kiln_fusion_free(kiln_fusion *f);
 
 /* A group lowered to one tensor expression. Buffer i of `b` holds graph

@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_RT_ABI_VERSION 8
+#define KILN_RT_ABI_VERSION 9
 
 typedef void (*kiln_rt_parallel_fn)(void *ctx, int64_t begin, int64_t end, int thread);
 typedef void (*kiln_rt_epilogue_fn)(void *ctx, float *c, int64_t ldc, int64_t m0, int64_t n0, int64_t mb, int64_t nb);
@@ -124,6 +124,10 @@ typedef struct kiln_rt_conv_args {
   int64_t w_zero_count;
   int32_t *yq;
   kiln_rt_iepilogue_fn iepilogue;
+  /* y is [co, n, out...] (f32, group 1, no bias or epilogue): a Transpose
+   * swapping the output's first two axes fused after the convolution (a
+   * weight gradient read as [Co, Ci, k] when the Conv computes [Ci, Co, k]). */
+  bool y_cn;
 } kiln_rt_conv_args;
 
 /* An ONNX MaxPool (max) or AveragePool over f32 x [n*c planes, spatial...]

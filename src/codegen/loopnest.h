@@ -161,6 +161,7 @@ typedef struct kiln_conv_call {
   int bias_buf, add_buf;
   bool clip;
   float lo, hi;
+  bool y_cn; /* the nest's loops are [co, n, spatial...]: kiln_rt_conv_args.y_cn (the element is the plain sum) */
 } kiln_conv_call;
 
 /* Tensorization onto the runtime's pooling (kiln_rt.pooling): a nest whose

@@ -234,6 +234,7 @@ void render_c_conv(render_ctx *r, const kiln_loop_nest *nest, const char *name) 
     render_line(r, "a.y = (float *)buffers[%d];", nest->out_buf);
   }
   render_line(r, "a.w_constant = %s;", cc->w_constant ? "true" : "false");
+  if (cc->y_cn) render_line(r, "a.y_cn = true;");
   if (cc->native && cc->bias_buf >= 0) render_line(r, "a.bias = (const float *)buffers[%d];", cc->bias_buf);
   if (cc->native && cc->add_buf >= 0) render_line(r, "a.add = (const float *)buffers[%d];", cc->add_buf);
   if (cc->native && cc->clip) {

@@ -7,7 +7,9 @@
  *                 it the input's size); dW: a Conv whose batch is the input's
  *                 channels and whose weights are the gradient (strides and
  *                 dilations swapped), grouped so each group pairs only its
- *                 own channels; dB: the gradient summed over all but axis 1.
+ *                 own channels, its end pads (or the input's unread tail)
+ *                 cut so it gives exactly the kernel, then transposed to
+ *                 [M, C/group, k]; dB: the gradient summed over all but axis 1.
  *   ConvTranspose its adjoint, a Conv, for dX; dW as Conv's with the roles of
  *                 input and gradient exchanged.
  *   pools         GlobalAveragePool spreads, GlobalMaxPool routes to the
@@ -126,6 +128,35 @@ static int batch_as_channels(kiln_gradient_ctx *c, int v, int r, const int64_t *
   return reshape(c, transpose(c, reshape(c, v, r + 1, d5), r + 1, perm), r, d4);
 }
 
+/* The weight gradient's Conv (input a [N, C, in...], weights the other
+ * operand with `span` taps, strides = the forward dilations, dilations =
+ * the forward strides, pads = the forward pads) cut to exactly `kernel`
+ * outputs: where the forward window leaves a tail of the input that no
+ * output reads (a stride over an even size), the end pads shrink, or a's
+ * tail is cut off when they are too small, so the Conv needs no Slice
+ * after it (the cpu then writes it straight in the layout of the
+ * Transpose that follows, runtime/plan.h conv_transposed_output). Returns
+ * a, or the Slice of it; pads adjusted in place. */
+static int exact_kernel_input(kiln_gradient_ctx *c, int a, int nsp, const int64_t *in, const int64_t *span,
+                              const kiln_window *win, int64_t *pads) {
+  int64_t ends[KILN_MAX_RANK], starts[KILN_MAX_RANK], axes[KILN_MAX_RANK];
+  bool cut = false;
+  for (int i = 0; i < nsp; i++) {
+    int64_t d = win->dilation[i], s = win->stride[i];
+    int64_t excess = in[i] + pads[i] + pads[nsp + i] - s * (span[i] - 1) - 1 - d * (win->kernel[i] - 1);
+    starts[i] = 0, axes[i] = 2 + i, ends[i] = in[i];
+    if (excess <= 0) continue;
+    int64_t from_pad = excess < pads[nsp + i] ? excess : pads[nsp + i];
+    pads[nsp + i] -= from_pad;
+    if (excess > from_pad) {
+      ends[i] = in[i] - (excess - from_pad);
+      cut = true;
+    }
+  }
+  if (!cut) return a;
+  return kiln_grad_op(c, "Slice", 4, (int[]){a, ints(c, nsp, starts), ints(c, nsp, ends), ints(c, nsp, axes)}, 0, NULL);
+}
+
 kiln_status_t kiln_grad_conv(kiln_gradient_ctx *c) {
   int d = c->dy[0];
   if (d < 0) return NULL;
@@ -142,23 +173,22 @@ kiln_status_t kiln_grad_conv(kiln_gradient_ctx *c) {
     c->dx[0] = as_conv >= 0 ? as_conv : conv_back(c, d, w, &win, group);
   }
   if (c->want[1]) {
+    int64_t pads[2 * KILN_MAX_RANK];
+    for (int i = 0; i < nsp; i++) pads[i] = win.pad_begin[i], pads[nsp + i] = win.pad_end[i];
+    int xs = exact_kernel_input(c, x, nsp, xdims + 2, win.out, &win, pads);
+    if (xs != x) /* cut: its new spatial sizes */
+      for (int i = 0; i < nsp; i++) xdims[2 + i] = kiln_grad_type(c, xs)->dims[2 + i];
     /* X as [Cg, group * N, spatial]: batch = the channels within a group, channels = (group, image) */
-    int xg = batch_as_channels(c, x, r, xdims, group);
+    int xg = batch_as_channels(c, xs, r, xdims, group);
     int64_t swap[KILN_MAX_RANK];
     for (int i = 0; i < r; i++) swap[i] = i;
     swap[0] = 1, swap[1] = 0;
     int dg = transpose(c, d, r, swap); /* [M, N, out spatial]: group g's weights read its N channels */
-    int64_t pads[2 * KILN_MAX_RANK];
-    for (int i = 0; i < nsp; i++) pads[i] = win.pad_begin[i], pads[nsp + i] = win.pad_end[i];
     kiln_grad_attr at[4] = {KILN_GRAD_INTS("strides", nsp, win.dilation), KILN_GRAD_INTS("dilations", nsp, win.stride),
                             KILN_GRAD_INTS("pads", 2 * nsp, pads), KILN_GRAD_INT("group", group)};
     int ins[2] = {xg, dg};
-    int full = kiln_grad_op(c, "Conv", 2, ins, 4, at); /* [Cg, M, >= kernel] */
-    int64_t lo[KILN_MAX_RANK], hi[KILN_MAX_RANK], axes[KILN_MAX_RANK];
-    for (int i = 0; i < nsp; i++) lo[i] = 0, hi[i] = win.kernel[i], axes[i] = 2 + i;
-    int sl[4] = {full, ints(c, nsp, lo), ints(c, nsp, hi), ints(c, nsp, axes)};
-    int cut = kiln_grad_op(c, "Slice", 4, sl, 0, NULL);
-    c->dx[1] = transpose(c, cut, r, swap);
+    int dw = kiln_grad_op(c, "Conv", 2, ins, 4, at); /* [Cg, M, kernel] */
+    c->dx[1] = transpose(c, dw, r, swap);
   }
   if (c->n_inputs > 2 && c->x[2] >= 0 && c->want[2]) {
     int64_t axes[KILN_MAX_RANK];
@@ -197,7 +227,10 @@ kiln_status_t kiln_grad_conv_transpose(kiln_gradient_ctx *c) {
     c->dx[0] = kiln_grad_op(c, "Conv", 2, ins, 4, at);
   }
   if (c->want[1]) {
-    int dg = batch_as_channels(c, d, r, ydims, group); /* [Cout / group, group * N, out] */
+    int ds = exact_kernel_input(c, d, nsp, ydims + 2, xdims + 2, &win, pads);
+    if (ds != d)
+      for (int i = 0; i < nsp; i++) ydims[2 + i] = kiln_grad_type(c, ds)->dims[2 + i];
+    int dg = batch_as_channels(c, ds, r, ydims, group); /* [Cout / group, group * N, out] */
     int64_t swap[KILN_MAX_RANK];
     for (int i = 0; i < r; i++) swap[i] = i;
     swap[0] = 1, swap[1] = 0;
@@ -205,11 +238,8 @@ kiln_status_t kiln_grad_conv_transpose(kiln_gradient_ctx *c) {
     kiln_grad_attr at[4] = {KILN_GRAD_INTS("strides", nsp, win.dilation), KILN_GRAD_INTS("dilations", nsp, win.stride),
                             KILN_GRAD_INTS("pads", 2 * nsp, pads), KILN_GRAD_INT("group", group)};
     int ins[2] = {dg, xw};
-    int full = kiln_grad_op(c, "Conv", 2, ins, 4, at); /* [Cout / group, Cin, >= kernel] */
-    int64_t lo[KILN_MAX_RANK], hi[KILN_MAX_RANK], axes[KILN_MAX_RANK];
-    for (int i = 0; i < nsp; i++) lo[i] = 0, hi[i] = win.kernel[i], axes[i] = 2 + i;
-    int sl[4] = {full, ints(c, nsp, lo), ints(c, nsp, hi), ints(c, nsp, axes)};
-    c->dx[1] = transpose(c, kiln_grad_op(c, "Slice", 4, sl, 0, NULL), r, swap);
+    int dw = kiln_grad_op(c, "Conv", 2, ins, 4, at); /* [Cout / group, Cin, kernel] */
+    c->dx[1] = transpose(c, dw, r, swap);
   }
   if (c->n_inputs > 2 && c->x[2] >= 0 && c->want[2]) {
     int64_t axes[KILN_MAX_RANK];

@@ -361,7 +361,7 @@ static kiln_status_t build_once(const kiln_graph *g, const kiln_plan_target *tar
   for (int i = 0; i < g->n_inputs && !st; i++)
     if (!g->values[g->inputs[i]].constant) p->kinds[g->inputs[i]] = KILN_VALUE_INPUT;
   for (int n = 0; n < nn && !st; n++) cls[n] = plan_claim(target, g, &g->nodes[n], NULL);
-  if (!st) st = kiln_fusion_plan(g, cls, true, &p->fusion);
+  if (!st) st = kiln_fusion_plan(g, cls, true, target->conv_transposed_output, &p->fusion);
   if (!st) st = build_steps(p, cls);
   if (!st) {
     mark_host_arena(p);

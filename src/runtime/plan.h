@@ -119,6 +119,11 @@ typedef struct kiln_plan_target {
    * rather than run on ref: a device whose specialization is cheap (one
    * with precompiled kernels: no compiler call). */
   bool specialize_at_run_time;
+  /* Its kernels compute a Conv (f32, group 1, no bias) straight into the
+   * layout of a Transpose after it that swaps the first two axes: the plan
+   * fuses that Transpose into the Conv's kernel (a weight gradient, which
+   * the Conv gives as [Ci, Co, k], read as [Co, Ci, k]). */
+  bool conv_transposed_output;
   /* Schedules a KERNEL step right after it is lowered (may be NULL). */
   kiln_status_t (*schedule)(void *user, kiln_plan *plan, int step);
   /* After a failed build: true to build again (the device has narrowed its

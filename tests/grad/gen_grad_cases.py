@@ -210,6 +210,11 @@ def cases():
     add("Conv_1x1_pad", lambda c: [c.op("Conv", [c.x([1, 2, 3, 3]), c.x([3, 2, 1, 1])], pads=[1, 1, 1, 1])])
     add("Conv_stride_pad_dil", lambda c: [c.op("Conv", [c.x([1, 2, 7, 6]), c.x([3, 2, 2, 3])], strides=[2, 1],
                                                pads=[1, 0, 0, 2], dilations=[2, 1])])
+    # stride 2 over even sizes (ResNet's downsampling): the weight gradient's Conv gives exactly the kernel by a
+    # smaller end pad, or by cutting the input's unread tail (no pad to take)
+    add("Conv_s2_pad1_even", lambda c: [c.op("Conv", [c.x([2, 3, 6, 6]), c.x([4, 3, 3, 3])], strides=[2, 2],
+                                             pads=[1, 1, 1, 1])])
+    add("Conv_1x1_s2_even", lambda c: [c.op("Conv", [c.x([3, 4, 6, 6]), c.x([5, 4, 1, 1])], strides=[2, 2])])
     add("Conv_group2", lambda c: [c.op("Conv", [c.x([2, 4, 5, 5]), c.x([6, 2, 3, 3]), c.x([6])], group=2, pads=[1, 1, 1, 1])])
     add("Conv_depthwise", lambda c: [c.op("Conv", [c.x([1, 3, 6, 6]), c.x([3, 1, 3, 3])], group=3, strides=[2, 2],
                                           pads=[1, 1, 1, 1])])

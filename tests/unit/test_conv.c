@@ -260,6 +260,46 @@ static void run_case(const conv_case *t, kiln_threadpool **pools, int n_pools) {
       free(plan);
     }
   }
+  /* The output as [co, n, spatial] (y_cn: a Transpose of the first two
+   * axes fused after a weight gradient's Conv; group 1, no bias): AUTO
+   * (with tap and output pruning where they apply), BATCHED and IM2ROW. */
+  if (c.group == 1 && !t->bias) {
+    kiln_conv_geom cn = c;
+    cn.y_cn = true;
+    int64_t osz = numel / (t->n * t->co);
+    const kiln_conv_algo algos[3] = {KILN_CONV_AUTO, KILN_CONV_BATCHED, KILN_CONV_IM2ROW};
+    for (int ai = 0; ai < 3; ai++)
+      for (int cw = 0; cw < 2; cw++) {
+        bool const_w = cw == 1;
+        if (algos[ai] != KILN_CONV_AUTO && !kiln_conv_algo_applies(&cn, algos[ai], const_w)) continue;
+        for (int pi = 0; pi < n_pools; pi++) {
+          int threads = kiln_threadpool_size(pools[pi]);
+          kiln_conv_plan *plan;
+          MUST(kiln_conv_plan_create(&cn, algos[ai], const_w ? tw->data : NULL, threads, &plan));
+          size_t sb = kiln_conv_plan_scratch_bytes(plan);
+          void *scratch = sb ? aligned_alloc(64, (sb + 63) & ~(size_t)63) : NULL;
+          for (int64_t i = 0; i < numel; i++) y[i] = NAN;
+          kiln_conv_run(plan, pools[pi], tx->data, tw->data, NULL, y, scratch, NULL);
+          int64_t bad = -1;
+          for (int64_t img = 0; img < t->n && bad < 0; img++)
+            for (int64_t ch = 0; ch < t->co && bad < 0; ch++)
+              for (int64_t q = 0; q < osz && bad < 0; q++) {
+                int64_t at = (ch * t->n + img) * osz + q;
+                double want_v = r[(img * t->co + ch) * osz + q];
+                if (!(fabs(y[at] - want_v) <= 1e-5 + 1e-4 * fabs(want_v))) bad = at;
+              }
+          g_checks++;
+          if (bad >= 0) {
+            g_failures++;
+            fprintf(stderr, "FAIL %s y_cn%s, %d thread(s): %s: element %lld of [co, n, ...] is %g\n",
+                    algos[ai] == KILN_CONV_AUTO ? "auto" : kiln_conv_algo_name(algos[ai]),
+                    const_w ? "" : " (weights at run time)", threads, desc, (long long)bad, y[bad]);
+          }
+          free(scratch);
+          free(plan);
+        }
+      }
+  }
   free(y);
   free(want);
   free(addend);

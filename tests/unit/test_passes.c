@@ -948,6 +948,7 @@ static void test_fusion_contractions(void) {
   random_const(g, "w2", 4, wd, -1, 1);
   random_const(g, "w3", 4, wd, -1, 1);
   random_const(g, "w4", 4, wd, -1, 1);
+  random_const(g, "w5", 4, wd, -1, 1);
   ints(g, "shape", 2, shape);
   int c1 = node(g, "Conv", 13, "x,w1", "c1");
   int r1 = node(g, "Relu", 13, "c1", "r1");
@@ -957,29 +958,48 @@ static void test_fusion_contractions(void) {
   int a2 = node(g, "Add", 13, "c2,c3", "y2");
   int c4 = node(g, "Conv", 13, "x,w4", "c4");
   int rs = node(g, "Reshape", 13, "c4,shape", "y3");
+  int c5 = node(g, "Conv", 13, "x,w5", "c5");
+  int t5 = node(g, "Transpose", 13, "c5", "t5");
+  attr_ints(g, t5, "perm", 4, (int64_t[]){1, 0, 2, 3});
+  int r5 = node(g, "Relu", 13, "t5", "y4");
+  int c6 = node(g, "Conv", 13, "x,w5", "c6");
+  int t6 = node(g, "Transpose", 13, "c6", "y5");
+  attr_ints(g, t6, "perm", 4, (int64_t[]){0, 1, 3, 2});
   output(g, "y1");
   output(g, "y2");
   output(g, "y3");
+  output(g, "y4");
+  output(g, "y5");
   prepare(g);
   kiln_op_class *cls = calloc((size_t)g->n_nodes, sizeof *cls);
   for (int n = 0; n < g->n_nodes; n++) cls[n] = g->nodes[n].op->op_class;
   /* prepare() may reorder: find the nodes by their outputs. */
-  int at[8] = {c1, r1, a1, c2, c3, a2, c4, rs};
-  const char *outs[8] = {"c1", "r1", "y1", "c2", "c3", "y2", "c4", "y3"};
-  for (int k = 0; k < 8; k++) {
+  int at[13] = {c1, r1, a1, c2, c3, a2, c4, rs, c5, t5, r5, c6, t6};
+  const char *outs[13] = {"c1", "r1", "y1", "c2", "c3", "y2", "c4", "y3", "c5", "t5", "y4", "c6", "y5"};
+  for (int k = 0; k < 13; k++) {
     int v = val(g, outs[k]);
     at[k] = g->values[v].producer;
   }
   c1 = at[0], r1 = at[1], a1 = at[2], c2 = at[3], c3 = at[4], a2 = at[5], c4 = at[6], rs = at[7];
+  c5 = at[8], t5 = at[9], r5 = at[10], c6 = at[11], t6 = at[12];
   kiln_fusion f;
-  MUST(kiln_fusion_plan(g, cls, true, &f));
+  /* A device whose Conv writes the swapped layout: the Transpose of axes
+   * 0 and 1 takes its Conv and nothing after it; other perms stay apart. */
+  MUST(kiln_fusion_plan(g, cls, true, true, &f));
+  CHECK(f.group_of[c5] == t5 && f.group_of[t5] == t5 && f.group_of[r5] == r5,
+        "Conv + Transpose(1, 0, 2, 3): groups %d %d %d, want %d %d %d", f.group_of[c5], f.group_of[t5], f.group_of[r5],
+        t5, t5, r5);
+  CHECK(f.group_of[c6] == c6, "Conv + Transpose(0, 1, 3, 2): Conv in group %d, want its own", f.group_of[c6]);
+  kiln_fusion_free(&f);
+  MUST(kiln_fusion_plan(g, cls, true, false, &f));
+  CHECK(f.group_of[c5] == c5, "without conv_transposed_output: the Conv before a Transpose in group %d", f.group_of[c5]);
   CHECK(f.group_of[c1] == a1 && f.group_of[r1] == a1 && f.group_of[a1] == a1, "Conv+Relu+Add: groups %d %d %d, want %d",
         f.group_of[c1], f.group_of[r1], f.group_of[a1], a1);
   CHECK((f.group_of[c2] == a2) != (f.group_of[c3] == a2), "Add of two Convs: %d and %d in the Add's group %d",
         f.group_of[c2], f.group_of[c3], a2);
   CHECK(f.group_of[c4] == c4 && f.group_of[rs] == rs, "Conv before Reshape: groups %d %d", f.group_of[c4], f.group_of[rs]);
   kiln_fusion_free(&f);
-  MUST(kiln_fusion_plan(g, cls, false, &f));
+  MUST(kiln_fusion_plan(g, cls, false, false, &f));
   CHECK(f.group_of[c1] == c1 && f.group_of[c2] == c2 && f.group_of[c3] == c3 && f.group_of[r1] == a1,
         "without contraction epilogues: groups %d %d %d %d", f.group_of[c1], f.group_of[c2], f.group_of[c3], f.group_of[r1]);
   kiln_fusion_free(&f);

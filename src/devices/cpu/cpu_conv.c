@@ -51,6 +51,13 @@
  *   floats long. K is sliced by channels (the products accumulated) so
  *   that the rows of every image stay in L2 and W is packed once.
  *
+ * Output [co, n, spatial] (kiln_conv_geom.y_cn, a Transpose of the first
+ * two axes fused after the Conv: a weight gradient computed as [Ci, Co, k]
+ * and read as [Co, Ci, k]): BATCHED and IM2ROW only, as [Co, pixels]
+ * products written into y's rows (W as A), so the weights' update reads
+ * the gradient in order (ResNet-18's layer4 momenta read it transposed:
+ * 3.2 ms each, the update after them 0.9).
+ *
  * Tap pruning (BATCHED, IM2ROW, IM2COL with the weights at run time): the
  * plan drops the kernel taps that read only padding for every output and
  * the outputs that every tap reads only padding for (prune_geometry), and
@@ -271,6 +278,7 @@ const char *kiln_conv_algo_name(kiln_conv_algo a) {
 }
 
 bool kiln_conv_algo_applies(const kiln_conv_geom *c, kiln_conv_algo a, bool const_weights) {
+  if (c->y_cn && a != KILN_CONV_BATCHED && a != KILN_CONV_IM2ROW) return false; /* the others write NCHW */
   switch (a) {
     case KILN_CONV_AUTO:
     case KILN_CONV_IM2COL: return true;
@@ -341,6 +349,7 @@ kiln_conv_algo kiln_conv_choose(const kiln_conv_geom *c, bool const_weights) {
       return KILN_CONV_IM2ROW;
   }
   if (!const_weights && c->group == 1 && c->n > 1 && c->osize <= 49) return KILN_CONV_BATCHED;
+  if (c->y_cn) return KILN_CONV_BATCHED; /* the other of the two that write [co, n, ...] */
   /* Small planes: the output's channels are the wider GEMM dimension, and
    * the weights are packed once instead of at every run (measured: 7x7
    * planes always, 14x14 ones when the reduction is deep). */
@@ -939,15 +948,15 @@ static void batch_im2col(void *vctx, int64_t begin, int64_t end, int thread) {
 static void batch_tile(void *vctx, float *t, int64_t ldt, int64_t m0, int64_t n0, int64_t mb, int64_t nb) {
   const batch_ctx *b = vctx;
   const kiln_conv_geom *c = &b->p->c;
-  int64_t osize = c->osize, co = c->co;
+  int64_t osize = c->osize, co = c->co, ld = c->y_cn ? c->n * osize : osize; /* between output channels */
   for (int64_t m = m0; m < m0 + mb;) {
     int64_t img = b->img0 + m / osize, p0 = m % osize, np = min64(osize - p0, m0 + mb - m);
-    float *yb = b->y + (img * co + n0) * osize + p0;
+    float *yb = b->y + (c->y_cn ? n0 * ld + img * osize : (img * co + n0) * osize) + p0;
     const float *tb = t + (m - m0) * ldt;
     for (int64_t j0 = 0; j0 < nb; j0 += 16) {
       int64_t nj = min64(16, nb - j0);
       for (int64_t q = 0; q < np; q++)
-        for (int64_t j = 0; j < nj; j++) yb[(j0 + j) * osize + q] = tb[q * ldt + j0 + j];
+        for (int64_t j = 0; j < nj; j++) yb[(j0 + j) * ld + q] = tb[q * ldt + j0 + j];
     }
     epi_apply(b->epi, b->y, (img * co + n0) * osize + p0, osize, nb, np);
     m += np;
@@ -959,12 +968,12 @@ static void batch_tile(void *vctx, float *t, int64_t ldt, int64_t m0, int64_t n0
 static void batch_tile_rows(void *vctx, float *t, int64_t ldt, int64_t m0, int64_t n0, int64_t mb, int64_t nb) {
   const batch_ctx *b = vctx;
   const kiln_conv_geom *c = &b->p->c;
-  int64_t osize = c->osize, co = c->co;
+  int64_t osize = c->osize, co = c->co, ld = c->y_cn ? c->n * osize : osize; /* between output channels */
   for (int64_t n = n0; n < n0 + nb;) {
     int64_t img = b->img0 + n / osize, p0 = n % osize, np = min64(osize - p0, n0 + nb - n);
-    float *yb = b->y + (img * co + m0) * osize + p0;
+    float *yb = b->y + (c->y_cn ? m0 * ld + img * osize : (img * co + m0) * osize) + p0;
     const float *tb = t + (n - n0);
-    for (int64_t i = 0; i < mb; i++) memcpy(yb + i * osize, tb + i * ldt, (size_t)np * sizeof(float));
+    for (int64_t i = 0; i < mb; i++) memcpy(yb + i * ld, tb + i * ldt, (size_t)np * sizeof(float));
     epi_apply(b->epi, b->y, (img * co + m0) * osize + p0, osize, mb, np);
     n += np;
   }
@@ -981,7 +990,11 @@ static void run_batched(const kiln_conv_plan *p, kiln_threadpool *pool, const fl
     int64_t images = min64(p->batch_images, c->n - img0), pixels = images * c->osize;
     batch_ctx b = {p, x + img0 * in_image, col, y, img0, images, epi};
     kiln_parallel_for(pool, images * c->kdim, 1, batch_im2col, &b);
-    if (p->batch_rows) {
+    if (p->batch_rows && c->y_cn) { /* [Co, pixels] is a block of y's rows: no move */
+      kiln_sgemm_args ra = {false, false, c->co, pixels, c->kdim, 1.0f, w, c->kdim, col, pixels, NULL, 0.0f,
+                            y + img0 * c->osize, c->n * c->osize, NULL, 0, NULL, NULL};
+      kiln_sgemm(pool, &ra);
+    } else if (p->batch_rows) {
       kiln_sgemm_args ra = {false, false, c->co, pixels, c->kdim, 1.0f, w, c->kdim, col, pixels, NULL, 0.0f, t,
                             pixels, bias, bias ? 1 : 0, batch_tile_rows, &b};
       kiln_sgemm(pool, &ra);
@@ -1130,7 +1143,8 @@ static void im2row_rows(void *vctx, int64_t begin, int64_t end, int thread) {
 /* IM2ROW: per chunk of images and slice of channels, the rows, then one
  * SGEMM accumulating R x W_slice^T into [pixels, Co] (W read as B^T, or
  * packed at prepare), the bias with the first slice; the last one moves
- * each finished tile back to NCHW through batch_tile. */
+ * each finished tile back to NCHW through batch_tile. With y_cn the
+ * product is W x R^T, [Co, pixels], summed straight into y's rows. */
 static void run_im2row(const kiln_conv_plan *p, kiln_threadpool *pool, const float *x, const float *w,
                        const float *bias, float *y, float *scratch, const kiln_conv_epilogue *epi) {
   const kiln_conv_geom *c = &p->c;
@@ -1146,6 +1160,12 @@ static void run_im2row(const kiln_conv_plan *p, kiln_threadpool *pool, const flo
       bool first = ch0 == 0, last = ch0 + nch == c->ci;
       im2row_ctx r = {x + img0 * in_image + ch0 * in_plane, nch, rows, {p, NULL, NULL, y, img0, images, epi}};
       kiln_parallel_for(pool, pixels, 1, im2row_rows, &r);
+      if (c->y_cn) { /* y [Co, n * osize]: W x R^T lands in it, the slices summed there */
+        kiln_sgemm_args wa = {false, true, c->co, pixels, kb, 1.0f, w + ch0 * kprod, c->kdim, rows, kb, NULL,
+                              first ? 0.0f : 1.0f, y + img0 * c->osize, c->n * c->osize, NULL, 0, NULL, NULL};
+        kiln_sgemm(pool, &wa);
+        continue;
+      }
       kiln_sgemm_args ta = {false, true, pixels, c->co, kb, 1.0f, rows, kb, packed ? NULL : w + ch0 * kprod,
                             c->kdim, packed, first ? 0.0f : 1.0f, t, c->co, first ? bias : NULL,
                             first && bias ? 2 : 0, last ? batch_tile : NULL, &r.b};
@@ -1517,6 +1537,7 @@ static bool prune_geometry(const kiln_conv_geom *c, kiln_conv_geom *out, bool *t
     kprod *= out->k[a];
   }
   if (!*taps_pruned && !*outs_pruned) return false;
+  out->y_cn = c->y_cn && !*outs_pruned; /* pruned outputs go to scratch in NCHW, prune_scatter swaps them */
   out->kdim = c->ci / c->group * kprod;
   out->osize = 1;
   for (int a = 0; a < c->nsp; a++) out->osize *= out->out_sp[a];
@@ -1589,8 +1610,9 @@ static void prune_scatter(void *vctx, int64_t begin, int64_t end, int thread) {
   (void)thread;
   const prune_ctx *r = vctx;
   const kiln_conv_geom *c = &r->p->c, *f = &r->p->full;
-  for (int64_t pl = begin; pl < end; pl++) {
-    float *y = r->y + pl * f->osize, b0 = r->bias ? r->bias[pl % f->co] : 0.0f;
+  for (int64_t at = begin; at < end; at++) { /* y's planes in order: (image, channel), or (channel, image) */
+    int64_t pl = f->y_cn ? (at % f->n) * f->co + at / f->n : at; /* = image * co + channel */
+    float *y = r->y + at * f->osize, b0 = r->bias ? r->bias[pl % f->co] : 0.0f;
     const float *yp = r->yp + pl * c->osize;
     for (int64_t q = 0; q < f->osize; q++) y[q] = r->out_map[q] >= 0 ? yp[r->out_map[q]] : b0;
   }
@@ -1756,7 +1778,7 @@ kiln_status_t kiln_conv_plan_create(const kiln_conv_geom *c, kiln_conv_algo algo
       hdr.blk_floats = round64((size_t)(hdr.row_channels * kprod) * (size_t)pixels * sizeof(float)) / sizeof(float);
       hdr.t_floats = round64((size_t)pixels * (size_t)c->co * sizeof(float)) / sizeof(float);
       hdr.scratch_bytes = (hdr.blk_floats + hdr.t_floats) * sizeof(float);
-      if (w && hdr.row_channels == c->ci) { /* constant, K in one slice: W^T packed once */
+      if (w && hdr.row_channels == c->ci && !c->y_cn) { /* constant, K in one slice: W^T packed once */
         hdr.u_offset = round64(sizeof hdr);
         hdr.u_bytes = round64(kiln_sgemm_packed_b_size(c->kdim, c->co));
         if (!hdr.u_bytes) return kiln_error(KILN_UNSUPPORTED, "conv weights too large");

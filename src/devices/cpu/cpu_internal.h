@@ -170,6 +170,10 @@ typedef struct kiln_conv_geom {
   int64_t n, ci, co, group;
   int64_t in_sp[3], out_sp[3], k[3], stride[3], dil[3], pad_begin[3];
   int64_t kdim, osize; /* Ci/group * prod(k), prod(out spatial) */
+  /* y is [co, n, out spatial]: the output's first two axes swapped (a
+   * Transpose fused after a weight gradient's Conv, kiln_rt_conv_args.y_cn).
+   * Only BATCHED and IM2ROW write it (group 1). */
+  bool y_cn;
 } kiln_conv_geom;
 
 typedef enum kiln_conv_algo {

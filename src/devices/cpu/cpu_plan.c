@@ -132,6 +132,7 @@ kiln_status_t kiln_cpu_plan_begin(kiln_device *dev, const kiln_graph *g, const k
       .claim = cpu_claim,
       .host_routine = cpu_host_routine,
       .specialize_at_run_time = true, /* its interpreter runs a specialization at once */
+      .conv_transposed_output = true, /* kiln_rt_conv_args.y_cn */
       .schedule = cpu_schedule,
       .user = x,
   };

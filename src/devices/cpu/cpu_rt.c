@@ -147,7 +147,7 @@ static kiln_status_t conv_plan_of(cpu_exec *x, const kiln_rt_conv_args *a, kiln_
     *out = ((conv_state *)*slot)->plan;
     return NULL;
   }
-  kiln_conv_geom c = {.nsp = a->nsp, .n = a->n, .ci = a->ci, .co = a->co, .group = a->group};
+  kiln_conv_geom c = {.nsp = a->nsp, .n = a->n, .ci = a->ci, .co = a->co, .group = a->group, .y_cn = a->y_cn};
   c.kdim = a->ci / a->group;
   c.osize = 1;
   for (int i = 0; i < a->nsp; i++) {
@@ -194,7 +194,9 @@ static void rt_conv(const kiln_rt *rt, const kiln_rt_conv_args *a, kiln_rt_state
     else kiln_status_free(st);
     return;
   }
-  st = conv_plan_of(x, a, slot, &plan);
+  if (a->y_cn && (a->group != 1 || a->epilogue || a->bias || a->add || a->clip))
+    st = kiln_error(KILN_INTERNAL, "conv with a [co, n, ...] output and a bias, epilogue or groups");
+  if (!st) st = conv_plan_of(x, a, slot, &plan);
   if (st) {
     if (!x->rt_error) x->rt_error = st;
     else kiln_status_free(st);

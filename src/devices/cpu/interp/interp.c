@@ -2055,6 +2055,7 @@ static void run_conv(ik_launch *x) {
     a.y = x->buffers[k->out_buf];
   }
   a.w_constant = cc->w_constant;
+  a.y_cn = cc->y_cn;
   if (cc->native && cc->bias_buf >= 0) a.bias = x->buffers[cc->bias_buf];
   if (cc->native && cc->add_buf >= 0) a.add = x->buffers[cc->add_buf];
   if (cc->native && cc->clip) {
