@@ -547,6 +547,40 @@ static kiln_status_t execute_host_memory(struct kiln_executable *x, kiln_plan_bi
   return st;
 }
 
+static bool bytes_overlap(const void *a, size_t na, const void *b, size_t nb) {
+  const char *x = a, *y = b;
+  return na && nb && x < y + nb && y < x + na;
+}
+
+/* Outputs computed straight into the caller's tensors (host memory): the
+ * kernel that writes an output writes it there instead of into the arena,
+ * and copy_outputs finds nothing to copy (ResNet-18's training step, whose
+ * outputs are the new weights and momenta: 90 MB copied a step, 5 ms of
+ * 77). For arena values only (a kernel step writes them), into a tensor of
+ * the output's type that overlaps no input of the run and no other
+ * output's tensor (a step after the output's may still read those). */
+static void bind_outputs_into(const kiln_plan *p, kiln_plan_bindings *b, kiln_value *const *inputs, int n_outputs,
+                              kiln_tensor *const *into) {
+  const kiln_graph *g = p->g;
+  for (int i = 0; i < n_outputs; i++) {
+    int id = g->outputs[i];
+    kiln_tensor *dst = into[i];
+    const kiln_type *t = &g->values[id].type;
+    if (!dst || !dst->numel || p->kinds[id] != KILN_VALUE_ARENA || dst->dtype != t->dtype ||
+        !kiln_shape_equal(dst->rank, dst->dims, t->rank, t->dims))
+      continue;
+    size_t n = kiln_tensor_nbytes(dst);
+    bool clash = false;
+    for (int k = 0; k < g->n_inputs && !clash; k++) {
+      const kiln_value *in = inputs[k];
+      clash = in && in->kind == KILN_VALUE_TENSOR && bytes_overlap(dst->data, n, in->tensor->data, kiln_tensor_nbytes(in->tensor));
+    }
+    for (int k = 0; k < n_outputs && !clash; k++)
+      clash = k != i && into[k] && bytes_overlap(dst->data, n, into[k]->data, kiln_tensor_nbytes(into[k]));
+    if (!clash) b->host[id] = dst->data;
+  }
+}
+
 kiln_status_t kiln_plan_execute(kiln_device *dev, struct kiln_executable *x, kiln_value *const *inputs, int n_outputs,
                                 kiln_value **outs, kiln_tensor *const *into, const kiln_step_observer *observe) {
   const kiln_plan *p = x->plan;
@@ -587,6 +621,7 @@ kiln_status_t kiln_plan_execute(kiln_device *dev, struct kiln_executable *x, kil
     st = kiln_value_share(inputs[k], &r.host[id]);
     if (!st && r.host[id]->kind == KILN_VALUE_TENSOR && p->target.host_memory) r.b.host[id] = r.host[id]->tensor->data;
   }
+  if (!st && into && p->target.host_memory) bind_outputs_into(p, &r.b, inputs, n_outputs, into);
   if (!st && dev->vt->plan_run_begin) dev->vt->plan_run_begin(dev, x->state);
   if (!st) {
     if (p->target.host_memory) st = execute_host_memory(x, &r.b, r.host, observe);
