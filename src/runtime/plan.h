@@ -203,6 +203,27 @@ void kiln_plan_executable_free(kiln_device *dev, struct kiln_executable *exec);
 void kiln_plan_describe_executable(kiln_device *dev, const struct kiln_executable *exec, FILE *out);
 /* What the last run did on the device (its plan_run_stats), for `kiln bench --profile`. */
 void kiln_plan_run_stats(kiln_device *dev, const struct kiln_executable *exec, FILE *out);
+/* State kept on the device (devices without host memory, plans without
+ * host steps): after each run graph input inputs[i] takes the value graph
+ * output outputs[i] (of its type) has, copied on the device in the run's
+ * own submission; the input is uploaded only at the first run after this
+ * call or after kiln_plan_state_forget, the output never read back. A run
+ * still needs a value for each such input (its type checked), and hands
+ * that same value back for the output: the current one is on the device,
+ * kiln_plan_state_read copies it out. KILN_UNSUPPORTED where the device
+ * computes in host memory, stores f32 as half, or the plan has host steps
+ * (the caller then feeds the outputs back itself). */
+kiln_status_t kiln_plan_keep_state(struct kiln_executable *exec, int n, const int *inputs, const int *outputs);
+/* Copies the kept states inputs[0..n) that are on the device into into[i]
+ * (their type); *out_read false when none was (the host values are
+ * current: no run since keep or forget). One submission. */
+kiln_status_t kiln_plan_state_read(struct kiln_executable *exec, int n, const int *inputs, kiln_tensor *const *into,
+                                   bool *out_read);
+/* The callers' values are current again (after it read them or set new
+ * ones): the next run uploads them. */
+void kiln_plan_state_forget(struct kiln_executable *exec);
+/* Bytes the last run uploaded and read back. */
+void kiln_plan_transfer_bytes(const struct kiln_executable *exec, int64_t *out_uploaded, int64_t *out_read_back);
 /* The plan inside an executable that kiln_plan_prepare made (borrowed). */
 const kiln_plan *kiln_plan_of(const struct kiln_executable *exec);
 /* The compiled control-flow bodies of an executable (runtime/plan_bodies.h; borrowed). */

@@ -31,6 +31,14 @@ struct kiln_executable {
   char *spare_uploaded;
   kiln_plan_bindings spare_b;
   atomic_flag spare_busy;
+  /* State kept on the device (kiln_plan_keep_state; devices without host
+   * memory): per value id, the output whose value input v takes after each
+   * run (-1: none), whether v's buffer holds that value now (no upload),
+   * and whether v is such an output (no readback). Owned; NULL: none. */
+  int *state_next;
+  char *state_on_device, *state_output;
+  bool state_lost;                     /* a run failed after the state's copies may have started */
+  int64_t run_uploaded, run_read_back; /* bytes the last run moved (kiln_plan_transfer_bytes) */
 };
 
 static void bindings_free(kiln_plan_bindings *b) {
@@ -191,6 +199,9 @@ void kiln_plan_executable_free(kiln_device *dev, struct kiln_executable *x) {
   free(x->spare_host);
   free(x->spare_uploaded);
   bindings_free(&x->spare_b);
+  free(x->state_next);
+  free(x->state_on_device);
+  free(x->state_output);
   kiln_plan_free(x->plan);
   free(x);
 }
@@ -344,14 +355,21 @@ kiln_status_t kiln_output_into(const kiln_value_def *v, kiln_tensor *dst, const 
   return kiln_value_from_tensor(kiln_tensor_retain(dst), out);
 }
 
-static kiln_status_t copy_outputs(const kiln_plan *p, const kiln_plan_bindings *b, kiln_value **host, int n_outputs,
-                                  kiln_value **outs, kiln_tensor *const *into) {
+static kiln_status_t copy_outputs(const struct kiln_executable *x, const kiln_plan_bindings *b, kiln_value **host,
+                                  int n_outputs, kiln_value **outs, kiln_tensor *const *into) {
+  const kiln_plan *p = x->plan;
   const kiln_graph *g = p->g;
   kiln_status_t st = NULL;
   for (int i = 0; i < n_outputs && !st; i++) {
     int id = g->outputs[i];
     kiln_tensor *dst = into ? into[i] : NULL;
-    if (dst) {
+    int kept = -1; /* a kept state's output: the run hands back the value its input was given */
+    for (int v = 0; x->state_output && x->state_output[id] && v < g->n_values && kept < 0; v++)
+      if (x->state_next[v] == id) kept = v;
+    if (kept >= 0) {
+      st = host[kept] ? kiln_value_share(host[kept], &outs[i])
+                      : kiln_error(KILN_INVALID_ARGUMENT, "state input '%s' was given no value", g->values[kept].name);
+    } else if (dst) {
       const kiln_tensor *src = host[id] ? (host[id]->kind == KILN_VALUE_TENSOR ? host[id]->tensor : NULL)
                                         : g->values[id].constant;
       if (host[id] && !src) st = kiln_error(KILN_INVALID_ARGUMENT, "output '%s' is not a tensor", g->values[id].name);
@@ -410,6 +428,7 @@ static kiln_status_t readback_value(struct kiln_executable *x, run_state *r, int
   size_t bytes = kiln_tensor_nbytes(tt);
   if (!bytes || !r->b.buffer[v]) return NULL;
   r->queued = true;
+  x->run_read_back += (int64_t)bytes;
   if (!p->target.f32_as_half || t->dtype != KILN_DTYPE_F32)
     return kiln_device_readback(x->dev, tt->data, r->b.buffer[v], r->b.offset[v], bytes);
   if (r->n_pending == r->cap_pending) {
@@ -450,9 +469,33 @@ static kiln_status_t wait_device(struct kiln_executable *x, run_state *r) {
 static kiln_status_t upload_once(struct kiln_executable *x, run_state *r, int v) {
   if (r->uploaded[v]) return NULL;
   r->uploaded[v] = 1;
+  if (x->state_on_device && x->state_on_device[v]) return NULL; /* its buffer holds the state already */
   const kiln_value *hv = r->host[v];
   r->queued = true;
+  x->run_uploaded += kiln_plan_value_bytes(x->plan, v);
   return upload_value(x, v, hv && hv->kind == KILN_VALUE_TENSOR ? hv->tensor->data : NULL);
+}
+
+/* The kept states' new values, from their outputs' arena bytes into the
+ * inputs' own buffers, queued after every step of the run (nothing reads
+ * the inputs after that); they count as on the device once the run's
+ * work has finished (state_settle). */
+static kiln_status_t state_copies(struct kiln_executable *x, run_state *r) {
+  if (!x->state_next) return NULL;
+  const kiln_plan *p = x->plan;
+  kiln_status_t st = NULL;
+  for (int v = 0; v < p->g->n_values && !st; v++) {
+    int o = x->state_next[v];
+    if (o < 0 || !x->own[v] || !r->b.buffer[o]) continue;
+    r->queued = true;
+    st = kiln_device_copy(x->dev, x->own[v], 0, r->b.buffer[o], r->b.offset[o], (size_t)kiln_plan_value_bytes(p, v));
+  }
+  return st;
+}
+
+static void state_settle(struct kiln_executable *x, bool ok) {
+  for (int v = 0; x->state_next && v < x->plan->g->n_values; v++)
+    if (x->state_next[v] >= 0) x->state_on_device[v] = ok;
 }
 
 static kiln_status_t launch(struct kiln_executable *x, run_state *r, int i) {
@@ -478,7 +521,9 @@ static kiln_status_t execute_flushes(struct kiln_executable *x, run_state *r) {
         if (st) st = kiln_status_annotate(st, "node '%s' (%s)", s->node->name, s->node->op_type);
       }
     }
-    for (int k = 0; k < fl->n_down && !st; k++) st = readback_value(x, r, fl->down[k]);
+    if (!st && f == p->n_flushes - 1) st = state_copies(x, r); /* in the run's one submission */
+    for (int k = 0; k < fl->n_down && !st; k++)
+      if (!(x->state_output && x->state_output[fl->down[k]])) st = readback_value(x, r, fl->down[k]);
     kiln_status_t ws = wait_device(x, r);
     if (!st) st = ws;
     else kiln_status_free(ws);
@@ -518,6 +563,12 @@ static kiln_status_t execute_stepwise(struct kiln_executable *x, run_state *r, c
     }
     if (st) st = kiln_status_annotate(st, "node '%s' (%s)", s->node->name, s->node->op_type);
     if (!st && observe->after) st = observe_step(p, s, &r->b, r->host, observe);
+  }
+  if (!st && x->state_next) {
+    st = state_copies(x, r);
+    kiln_status_t ws = wait_device(x, r);
+    if (!st) st = ws;
+    else kiln_status_free(ws);
   }
   return st;
 }
@@ -621,6 +672,9 @@ kiln_status_t kiln_plan_execute(kiln_device *dev, struct kiln_executable *x, kil
     st = kiln_value_share(inputs[k], &r.host[id]);
     if (!st && r.host[id]->kind == KILN_VALUE_TENSOR && p->target.host_memory) r.b.host[id] = r.host[id]->tensor->data;
   }
+  if (!st && x->state_lost)
+    st = kiln_error(KILN_DEVICE_ERROR, "the state this plan kept on the device was lost by a failed run");
+  x->run_uploaded = x->run_read_back = 0;
   if (!st && into && p->target.host_memory) bind_outputs_into(p, &r.b, inputs, n_outputs, into);
   if (!st && dev->vt->plan_run_begin) dev->vt->plan_run_begin(dev, x->state);
   if (!st) {
@@ -629,7 +683,9 @@ kiln_status_t kiln_plan_execute(kiln_device *dev, struct kiln_executable *x, kil
     else st = execute_flushes(x, &r);
   }
   if (r.n_pending) kiln_status_free(wait_device(x, &r)); /* an error left readbacks in flight */
-  if (!st) st = copy_outputs(p, &r.b, r.host, n_outputs, outs, into);
+  if (x->state_next) state_settle(x, !st); /* a failed run leaves them unknown: lost (state_lost) */
+  if (st && x->state_next) x->state_lost = true;
+  if (!st) st = copy_outputs(x, &r.b, r.host, n_outputs, outs, into);
   for (int i = 0; r.host && i < nv; i++) kiln_value_free(r.host[i]);
   free(r.pending);
   if (spare) {
@@ -640,4 +696,104 @@ kiln_status_t kiln_plan_execute(kiln_device *dev, struct kiln_executable *x, kil
     bindings_free(&r.b);
   }
   return st;
+}
+
+/* ---- state kept on the device ------------------------------------------------------ */
+
+kiln_status_t kiln_plan_keep_state(struct kiln_executable *x, int n, const int *inputs, const int *outputs) {
+  const kiln_plan *p = x->plan;
+  const kiln_graph *g = p->g;
+  int nv = g->n_values;
+  if (p->target.host_memory)
+    return kiln_error(KILN_UNSUPPORTED, "state kept on the device: this device computes in host memory already");
+  if (p->target.f32_as_half) return kiln_error(KILN_UNSUPPORTED, "state kept on the device: not with fp16 storage");
+  if (p->n_host)
+    return kiln_error(KILN_UNSUPPORTED, "state kept on the device: the plan has %d node(s) on the host", p->n_host);
+  int *next = malloc(((size_t)nv + 1) * sizeof *next);
+  char *on = calloc((size_t)nv + 1, 1), *out = calloc((size_t)nv + 1, 1);
+  kiln_status_t st = next && on && out ? NULL : KILN_OOM();
+  for (int v = 0; next && v < nv; v++) next[v] = -1;
+  for (int i = 0; i < n && !st; i++) {
+    int a = inputs[i], b = outputs[i];
+    if (a < 0 || a >= nv || b < 0 || b >= nv) {
+      st = kiln_error(KILN_INVALID_ARGUMENT, "state %d: no such value", i);
+    } else if (p->kinds[a] != KILN_VALUE_INPUT || !x->own || !x->own[a]) {
+      st = kiln_error(KILN_UNSUPPORTED, "state input '%s': not a graph input that a device step reads", g->values[a].name);
+    } else if (p->kinds[b] != KILN_VALUE_ARENA || !g->values[b].is_graph_output) {
+      st = kiln_error(KILN_UNSUPPORTED, "state output '%s': not a graph output a device step writes", g->values[b].name);
+    } else if (g->values[a].type.dtype != g->values[b].type.dtype ||
+               !kiln_shape_equal(g->values[a].type.rank, g->values[a].type.dims, g->values[b].type.rank,
+                                 g->values[b].type.dims)) {
+      char ta[256], tb[256];
+      st = kiln_error(KILN_INVALID_ARGUMENT, "state input '%s' is %s, its output '%s' %s", g->values[a].name,
+                      kiln_type_str(&g->values[a].type, ta, sizeof ta), g->values[b].name,
+                      kiln_type_str(&g->values[b].type, tb, sizeof tb));
+    } else if (next[a] >= 0 || out[b]) {
+      st = kiln_error(KILN_INVALID_ARGUMENT, "state '%s' -> '%s' given twice", g->values[a].name, g->values[b].name);
+    } else {
+      next[a] = b;
+      out[b] = 1;
+    }
+  }
+  if (st) {
+    free(next);
+    free(on);
+    free(out);
+    return st;
+  }
+  free(x->state_next);
+  free(x->state_on_device);
+  free(x->state_output);
+  x->state_next = next;
+  x->state_on_device = on;
+  x->state_output = out;
+  x->state_lost = false;
+  return NULL;
+}
+
+kiln_status_t kiln_plan_state_read(struct kiln_executable *x, int n, const int *inputs, kiln_tensor *const *into,
+                                   bool *out_read) {
+  *out_read = false;
+  if (!x->state_next) return NULL;
+  const kiln_plan *p = x->plan;
+  const kiln_graph *g = p->g;
+  if (x->state_lost) return kiln_error(KILN_DEVICE_ERROR, "the state this plan kept on the device was lost by a failed run");
+  bool any = false;
+  kiln_status_t st = NULL;
+  for (int i = 0; i < n && !st; i++) {
+    int v = inputs[i];
+    if (v < 0 || v >= g->n_values || x->state_next[v] < 0) {
+      st = kiln_error(KILN_INVALID_ARGUMENT, "value %d is not a kept state", v);
+      break;
+    }
+    if (!x->state_on_device[v]) continue;
+    const kiln_type *t = &g->values[v].type;
+    if (!into[i] || into[i]->dtype != t->dtype || !kiln_shape_equal(into[i]->rank, into[i]->dims, t->rank, t->dims)) {
+      st = kiln_error(KILN_INVALID_ARGUMENT, "state '%s': the tensor to read it into is not of its type",
+                      g->values[v].name);
+      break;
+    }
+    any = true;
+    st = kiln_device_readback(x->dev, into[i]->data, x->own[v], 0, kiln_tensor_nbytes(into[i]));
+  }
+  if (any) {
+    kiln_device_event done;
+    kiln_status_t ws = kiln_device_submit(x->dev);
+    if (!ws) ws = kiln_device_event_record(x->dev, &done);
+    if (!ws) ws = kiln_device_event_wait(x->dev, done);
+    if (!st) st = ws;
+    else kiln_status_free(ws);
+  }
+  *out_read = !st && any;
+  return st;
+}
+
+void kiln_plan_state_forget(struct kiln_executable *x) {
+  if (x->state_on_device) memset(x->state_on_device, 0, (size_t)x->plan->g->n_values + 1);
+  x->state_lost = false;
+}
+
+void kiln_plan_transfer_bytes(const struct kiln_executable *x, int64_t *out_uploaded, int64_t *out_read_back) {
+  *out_uploaded = x->run_uploaded;
+  *out_read_back = x->run_read_back;
 }

@@ -127,6 +127,11 @@ kiln_status_t kiln_session_specialize(kiln_session *s, kiln_value *const *bound,
     *out = s->specialized;
     return NULL;
   }
+  if (s->keeps_state) {
+    free(sig);
+    return kiln_error(KILN_INVALID_ARGUMENT,
+                      "inputs of other shapes than the plan that keeps state on the device was built for");
+  }
   kiln_graph *spec;
   kiln_status_t st = kiln_graph_clone(g, NULL, &spec);
   if (st) {
@@ -373,4 +378,51 @@ kiln_status_t kiln_session_specialize_declared(kiln_session *s, const kiln_graph
   for (int k = 0; bound && k < g->n_inputs; k++) kiln_value_free(bound[k]);
   free(bound);
   return st;
+}
+
+/* ---- state kept on the device ------------------------------------------------------ */
+
+/* Value ids of names in the compiled plan's graph. */
+static kiln_status_t plan_ids(const kiln_session *s, int n, const char *const *names, int *ids) {
+  const kiln_graph *g = kiln_plan_of(s->exec)->g;
+  for (int i = 0; i < n; i++) {
+    ids[i] = names[i] ? kiln_graph_find_value(g, names[i]) : -1;
+    if (ids[i] < 0) return kiln_error(KILN_INVALID_ARGUMENT, "the plan has no value named '%s'", names[i] ? names[i] : "(NULL)");
+  }
+  return NULL;
+}
+
+kiln_status_t kiln_session_keep_state(kiln_session *s, int n, const char *const *inputs, const char *const *outputs) {
+  if (!s || n < 0 || (n && (!inputs || !outputs))) return kiln_error(KILN_INVALID_ARGUMENT, "NULL argument");
+  if (!s->exec)
+    return kiln_error(KILN_UNSUPPORTED, "state kept on the device: the session has no compiled plan (run it first)");
+  int *ids = malloc(2 * ((size_t)n + 1) * sizeof *ids);
+  if (!ids) return KILN_OOM();
+  kiln_status_t st = plan_ids(s, n, inputs, ids);
+  if (!st) st = plan_ids(s, n, outputs, ids + n);
+  if (!st) st = kiln_plan_keep_state(s->exec, n, ids, ids + n);
+  if (!st) s->keeps_state = n > 0;
+  free(ids);
+  return st;
+}
+
+kiln_status_t kiln_session_state_read(kiln_session *s, int n, const char *const *inputs, kiln_tensor *const *into,
+                                      bool *out_read) {
+  *out_read = false;
+  if (!s->keeps_state || !s->exec) return NULL;
+  int *ids = malloc(((size_t)n + 1) * sizeof *ids);
+  if (!ids) return KILN_OOM();
+  kiln_status_t st = plan_ids(s, n, inputs, ids);
+  if (!st) st = kiln_plan_state_read(s->exec, n, ids, into, out_read);
+  free(ids);
+  return st;
+}
+
+void kiln_session_state_forget(kiln_session *s) {
+  if (s->keeps_state && s->exec) kiln_plan_state_forget(s->exec);
+}
+
+void kiln_session_transfer_bytes(const kiln_session *s, int64_t *out_uploaded, int64_t *out_read_back) {
+  *out_uploaded = *out_read_back = 0;
+  if (s->exec) kiln_plan_transfer_bytes(s->exec, out_uploaded, out_read_back);
 }

@@ -32,6 +32,7 @@ struct kiln_session {
    * hooks), or NULL when the session interprets node by node. */
   struct kiln_executable *exec;
   char fallback_reason[256]; /* why a compiling device interprets instead, or "" */
+  bool keeps_state; /* exec keeps state on the device (kiln_session_keep_state): it must not be replaced */
   int threads;
   kiln_precision precision;
 };
@@ -43,6 +44,22 @@ kiln_status_t kiln_session_specialize(kiln_session *s, kiln_value *const *bound,
  * declared input types, symbolic dims taken as 1, with zero-filled inputs:
  * what `kiln info --device` describes and compile-only tests check. */
 kiln_status_t kiln_session_specialize_declared(kiln_session *s, const kiln_graph **out_spec);
+
+/* State kept on the device between runs (kiln_plan_keep_state) by the
+ * session's compiled plan, named by graph input and graph output: after a
+ * first run, which compiles the plan. The plan then stays: a run with
+ * inputs of other shapes, which would build another, fails instead of
+ * losing the state. KILN_UNSUPPORTED as kiln_plan_keep_state says, or when
+ * the session interprets. */
+kiln_status_t kiln_session_keep_state(kiln_session *s, int n, const char *const *inputs, const char *const *outputs);
+/* kiln_plan_state_read by input names. */
+kiln_status_t kiln_session_state_read(kiln_session *s, int n, const char *const *inputs, kiln_tensor *const *into,
+                                      bool *out_read);
+/* kiln_plan_state_forget (no-op without kept state). */
+void kiln_session_state_forget(kiln_session *s);
+/* Bytes the last run moved between host and device (0 where the device
+ * computes in host memory or the session interprets). */
+void kiln_session_transfer_bytes(const kiln_session *s, int64_t *out_uploaded, int64_t *out_read_back);
 
 /* Wraps an imported model: resolves ops and infers types. Takes `ir`. */
 kiln_status_t kiln_model_from_ir(kiln_model_ir *ir, kiln_model **out);

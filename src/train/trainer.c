@@ -56,6 +56,13 @@ typedef struct plan {
   char **in_names; /* graph inputs of the step graph, in feed order */
   int n_out;
   char **out_names;
+  /* State kept on the device (devices without host memory: the weights and
+   * optimizer state a step updates stay there, runtime/session.h): each
+   * pair's graph input and graph output value names; keeps once
+   * kiln_session_keep_state took them (tried after the plan's first run). */
+  int n_kept;
+  char **kept_in, **kept_out;
+  bool keep_tried, keeps;
 } plan;
 
 /* A named tensor table (owned names and references). */
@@ -84,6 +91,10 @@ struct kiln_trainer {
   bool found;     /* params and stats known (find_trainables) */
   bool built;     /* the Dropout ratios known (the first step graph) */
   plan steps[MAX_PLANS], evals[MAX_PLANS], apply;
+  /* The plan whose session holds the current values of its kept pairs on
+   * the device (their host tensors are stale), or NULL: every host value
+   * is current. sync_host makes them current again. */
+  plan *on_device;
   int64_t updates, micro;
   uint64_t rng;
 };
@@ -162,6 +173,8 @@ static void plan_free(plan *p) {
   kiln_model_destroy(p->model);
   free_names(p->in_names, p->n_in);
   free_names(p->out_names, p->n_out);
+  free_names(p->kept_in, p->n_kept);
+  free_names(p->kept_out, p->n_kept);
   memset(p, 0, sizeof *p);
 }
 
@@ -834,6 +847,21 @@ static kiln_status_t build(kiln_trainer *t, graph_kind kind, int n_in, const cha
     out_names = NULL;
     out_count = 0;
   }
+  /* The pairs a device may keep: an output of the name of a graph input
+   * (a weight, a running statistic or the optimizer's state it updates). */
+  if (!st) {
+    p->kept_in = calloc((size_t)p->n_out + 1, sizeof *p->kept_in);
+    p->kept_out = calloc((size_t)p->n_out + 1, sizeof *p->kept_out);
+    if (!p->kept_in || !p->kept_out) st = KILN_OOM();
+    for (int k = 0; !st && k < p->n_out; k++) {
+      int in = kiln_graph_find_value(g, p->out_names[k]);
+      if (in < 0 || !g->values[in].is_graph_input) continue;
+      p->kept_in[p->n_kept] = kiln_strdup(p->out_names[k]);
+      p->kept_out[p->n_kept] = kiln_strdup(g->values[g->outputs[k]].name);
+      if (!p->kept_in[p->n_kept] || !p->kept_out[p->n_kept]) st = KILN_OOM();
+      p->n_kept++;
+    }
+  }
   /* A debugging aid (docs/TRAINING.md): the step graph as an ONNX file, for
    * `kiln bench --profile` or `kiln info` on it. */
   const char *save = getenv("KILN_TRAIN_SAVE_GRAPH");
@@ -1077,8 +1105,36 @@ static kiln_status_t save_feeds(const plan *p, const kiln_tensor *const *feeds) 
 
 /* Runs plan p; outputs[k] receive the plan's outputs (owned). save: write
  * its feeds when KILN_TRAIN_SAVE_GRAPH asks (the first step). */
-static kiln_status_t run_plan(kiln_trainer *t, const plan *p, int n_in, const char *const *names,
+/* Makes every host value current: the kept pairs of the plan holding them
+ * on the device read back into their host tensors (in place: the tables
+ * keep the same tensors), that plan told its next run uploads them. A
+ * const trainer's saving or export calls it too: the tensors' bytes
+ * change, not what they mean. */
+static kiln_status_t sync_host(kiln_trainer *t) {
+  plan *p = t->on_device;
+  if (!p) return NULL;
+  kiln_tensor **into = calloc((size_t)p->n_kept + 1, sizeof *into);
+  if (!into) return KILN_OOM();
+  kiln_status_t st = NULL;
+  for (int k = 0; k < p->n_kept && !st; k++) {
+    int w = table_find(&t->weights, p->kept_in[k]), s = table_find(&t->state, p->kept_in[k]);
+    into[k] = w >= 0 ? t->weights.t[w] : s >= 0 ? t->state.t[s] : NULL;
+    if (!into[k] || into[k]->keepalive) /* borrowed bytes (a model mmap): not ours to write */
+      st = kiln_error(KILN_INTERNAL, "trainer: no writable host tensor for kept state '%s'", p->kept_in[k]);
+  }
+  bool read = false;
+  if (!st) st = kiln_session_state_read(p->sess, p->n_kept, (const char *const *)p->kept_in, into, &read);
+  if (!st) {
+    kiln_session_state_forget(p->sess);
+    t->on_device = NULL;
+  }
+  free(into);
+  return st;
+}
+
+static kiln_status_t run_plan(kiln_trainer *t, plan *p, int n_in, const char *const *names,
                               const kiln_tensor *const *inputs, const kiln_tensor *target, kiln_tensor **outs, bool save) {
+  if (t->on_device && t->on_device != p) KILN_TRY(sync_host(t));
   const kiln_tensor **feeds = calloc((size_t)p->n_in + 1, sizeof *feeds);
   kiln_tensor **owned = calloc((size_t)p->n_in + 1, sizeof *owned);
   kiln_status_t st = feeds && owned ? NULL : KILN_OOM();
@@ -1092,6 +1148,17 @@ static kiln_status_t run_plan(kiln_trainer *t, const plan *p, int n_in, const ch
   for (int k = 0; !st && k < p->n_out; k++)
     if ((spare[k] = table_find(&t->spare, p->out_names[k])) >= 0) into[k] = t->spare.t[spare[k]];
   if (!st) st = kiln_session_run_into(p->sess, p->n_in, (const char *const *)p->in_names, feeds, p->n_out, into, outs);
+  /* After the first run (the plan is compiled then): the device keeps the
+   * pairs from now on where it can (else the outputs come back as ever). */
+  if (!st && !p->keep_tried && p->n_kept) {
+    p->keep_tried = true;
+    kiln_status_t ks = kiln_session_keep_state(p->sess, p->n_kept, (const char *const *)p->kept_in,
+                                               (const char *const *)p->kept_out);
+    p->keeps = ks == NULL;
+    kiln_status_free(ks);
+  } else if (!st && p->keeps) {
+    t->on_device = p; /* the run's kept outputs are the inputs' tensors, stale: the values are on the device */
+  }
   for (int k = 0; !st && k < p->n_out; k++) /* written: outs[k] holds it now */
     if (into[k]) {
       kiln_tensor_release(t->spare.t[spare[k]]);
@@ -1240,6 +1307,7 @@ static kiln_status_t write_text(const char *path, const char *text) {
 
 kiln_status_t kiln_trainer_save_checkpoint(const kiln_trainer *t, const char *dir) {
   if (!t || !dir) return kiln_error(KILN_INVALID_ARGUMENT, "NULL argument");
+  KILN_TRY(sync_host((kiln_trainer *)t));
   if (mkdir(dir, 0755) && errno != EEXIST) return kiln_error(KILN_IO_ERROR, "cannot create %s: %s", dir, strerror(errno));
   char path[4200];
   snprintf(path, sizeof path, "%s/weights.npz", dir);
@@ -1280,6 +1348,7 @@ static const char *json_field(const char *json, const char *key, char *buf, size
 
 kiln_status_t kiln_trainer_load_checkpoint(kiln_trainer *t, const char *dir) {
   if (!t || !dir) return kiln_error(KILN_INVALID_ARGUMENT, "NULL argument");
+  KILN_TRY(sync_host(t)); /* the host values current first: what the checkpoint sets replaces them */
   char path[4200];
   snprintf(path, sizeof path, "%s/trainer.json", dir);
   FILE *f = fopen(path, "r");
@@ -1332,6 +1401,7 @@ kiln_status_t kiln_trainer_load_checkpoint(kiln_trainer *t, const char *dir) {
 
 kiln_status_t kiln_trainer_export(const kiln_trainer *t, const char *path) {
   if (!t || !path) return kiln_error(KILN_INVALID_ARGUMENT, "NULL argument");
+  KILN_TRY(sync_host((kiln_trainer *)t));
   kiln_model_ir *m;
   KILN_TRY(clone_ir(t->base, &m));
   kiln_graph *g = m->graph;

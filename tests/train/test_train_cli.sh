@@ -5,6 +5,10 @@
 #   - --save writes a model ONNX Runtime loads and runs to kiln's outputs;
 #   - --grad-accum, --clip-norm and every --lr-schedule: the right number of
 #     steps, and the logged learning rates follow the schedule;
+#   - on Vulkan (when there is one), where the weights and the optimizer's
+#     state stay on the device between steps: resume is bitwise too, the
+#     losses, evaluations and exported model match the cpu's, and so does
+#     gradient accumulation (each of those reads the state back);
 #   - bad data is a clear error before the first step: a missing input
 #     array, missing targets, a wrong dtype, mismatched sample counts, a
 #     class out of range.
@@ -110,6 +114,47 @@ import json, math; lr = [json.loads(l)[\"lr\"] for l in open(\"cos.jsonl\")]
 assert len(lr) == 12 and all(abs(lr[i] - 0.05 * (1 + math.cos(math.pi * i / 12)) / 2) < 1e-7 for i in range(12)), lr"'
 "$kiln" train "${common[@]}" --steps 5 --log steps.jsonl 2> /dev/null
 check "--steps 5 stops after 5 steps" '[ "$(grep -c "\"step\"" steps.jsonl)" = 5 ]'
+
+# 3b. on Vulkan, where the weights and the optimizer's state stay on the
+# device between steps: the trainer reads them back for each evaluation,
+# checkpoint and export, and for the last batch of an epoch (a shorter
+# one: a plan of its own), and for gradient accumulation's update (its own
+# plan). Resume is bitwise there too; the accumulated run's losses match
+# the cpu's.
+if "$kiln" devices 2> /dev/null | grep -q '^vulkan'; then
+  vk=("${common[@]}")
+  vk[${#vk[@]} - 1]=vulkan
+  "$kiln" train "${vk[@]}" --epochs 4 --log vfull.jsonl --eval eval.npz 2> /dev/null
+  "$kiln" train "${vk[@]}" --epochs 2 --log vpart.jsonl --eval eval.npz --checkpoint vck 2> /dev/null
+  "$kiln" train "${vk[@]}" --epochs 4 --log vpart.jsonl --eval eval.npz --resume vck --checkpoint vck \
+    --save vtrained.onnx 2> /dev/null
+  check "vulkan resume: the same log as an uninterrupted run, and within 1e-4 of the cpu's" \
+        'cmp -s vfull.jsonl vpart.jsonl && "$py" -c "
+import json
+a = [json.loads(l) for l in open(\"full.jsonl\")]; b = [json.loads(l) for l in open(\"vfull.jsonl\")]
+assert len(a) == len(b) == 28, (len(a), len(b))
+for x, y in zip(a, b):
+    for k in (\"loss\", \"eval_loss\"):
+        if k in x: assert abs(x[k] - y[k]) <= 1e-4 * max(1, abs(x[k])), (k, x, y)
+"'
+  "$kiln" run vtrained.onnx --input x=x8.npy --output-dir vkout > /dev/null 2>&1
+  "$kiln" run trained.onnx --input x=x8.npy --output-dir ckout > /dev/null 2>&1
+  check "vulkan export: the trained model's outputs within 1e-3 of the cpu-trained one's" \
+        '"$py" -c "
+import numpy as np
+a = np.load(\"ckout/output_0.npy\"); b = np.load(\"vkout/output_0.npy\")
+assert np.abs(a - b).max() <= 1e-3 * max(1, np.abs(a).max()), np.abs(a - b).max()
+"'
+  "$kiln" train "${vk[@]}" --epochs 2 --grad-accum 3 --clip-norm 0.5 --log vaccum.jsonl 2> /dev/null
+  check "vulkan grad-accum 3: the cpu's losses within 1e-4" \
+        '"$py" -c "
+import json
+a = [json.loads(l)[\"loss\"] for l in open(\"accum.jsonl\")]; b = [json.loads(l)[\"loss\"] for l in open(\"vaccum.jsonl\")]
+assert len(a) == len(b) == 4 and all(abs(x - y) <= 1e-4 * max(1, abs(x)) for x, y in zip(a, b)), (a, b)
+"'
+else
+  echo "SKIP vulkan: no Vulkan device"
+fi
 
 # 4. bad data: an error naming the problem, before any step
 bad() { # name, data file, expected message part

@@ -422,6 +422,15 @@ done:
 
 /* ---- part: train ----------------------------------------------------------------- */
 
+/* Bytes of the model's float initializers. */
+static uint64_t weight_bytes(const kiln_model *model) {
+  const kiln_graph *g = model->ir->graph;
+  uint64_t n = 0;
+  for (int v = 0; v < g->n_values; v++)
+    if (g->values[v].constant && g->values[v].constant->dtype == KILN_DTYPE_F32) n += kiln_tensor_nbytes(g->values[v].constant);
+  return n;
+}
+
 static void part_train(int steps) {
   printf("== train: %d steps of small_cnn on one %s trainer\n", steps, g_device);
   double t0 = now_s();
@@ -447,6 +456,7 @@ static void part_train(int steps) {
   const kiln_tensor *inputs[1] = {m.input};
   double loss0 = 0, loss = 0, t_loop = 0;
   vk_queue_stats q0 = {0}, q1 = {0};
+  uint64_t up = 0, down = 0;
   for (int i = 1; i <= steps; i++) {
     if (i > 10) vk_queue_stats_get(ctx, &q0);
     double ts = now_s();
@@ -465,6 +475,19 @@ static void part_train(int steps) {
               (unsigned long long)(q1.submissions - q0.submissions));
         goto done;
       }
+      /* The weights and the optimizer's state stay on the device: a step
+       * uploads the batch, the target and the step's scalars, and reads
+       * back the loss. */
+      up = q1.uploaded_bytes - q0.uploaded_bytes;
+      down = q1.read_back_bytes - q0.read_back_bytes;
+      uint64_t batch = kiln_tensor_nbytes(m.input) + kiln_tensor_nbytes(target);
+      if (up > batch + 64 || down > 64) {
+        FAILF("step %d: %llu bytes uploaded (batch and target: %llu), %llu read back: the weights or the optimizer's "
+              "state travel (%llu bytes of weights)",
+              i, (unsigned long long)up, (unsigned long long)batch, (unsigned long long)down,
+              (unsigned long long)weight_bytes(m.model));
+        goto done;
+      }
     }
     if (i == 1) loss0 = loss;
     if (i == 10) sample(ctx, &at10);
@@ -472,6 +495,9 @@ static void part_train(int steps) {
   sample(ctx, &last);
   printf("  loss: step 1 %.6g, step %d %.6g; steps 2..%d: %.1f ms per step, one queue submission each from step 11\n",
          loss0, steps, loss, steps, 1e3 * t_loop / (steps - 1));
+  printf("  the last step moved %llu bytes up (batch and target %llu), %llu down; the weights are %llu bytes\n",
+         (unsigned long long)up, (unsigned long long)(kiln_tensor_nbytes(m.input) + kiln_tensor_nbytes(target)),
+         (unsigned long long)down, (unsigned long long)weight_bytes(m.model));
   print_sample("after step 10:", &at10);
   char w[32];
   snprintf(w, sizeof w, "after step %d:", steps);

@@ -195,7 +195,11 @@ uint64_t vk_completed_value(vk_context *ctx);
  * them: after a failed wait (timeout, device lost) the caller frees their
  * host destinations, which a later completion must not write into. */
 void vk_cancel_readbacks(vk_context *ctx, uint64_t value);
-typedef struct vk_queue_stats { uint64_t submissions, command_buffers, dispatches; } vk_queue_stats;
+/* Counters since the context was made: queue submissions, command buffers,
+ * dispatches, and bytes staged for upload and for readback. */
+typedef struct vk_queue_stats {
+  uint64_t submissions, command_buffers, dispatches, uploaded_bytes, read_back_bytes;
+} vk_queue_stats;
 void vk_queue_stats_get(vk_context *ctx, vk_queue_stats *out);
 
 #endif

@@ -385,6 +385,7 @@ kiln_status_t vk_stream_upload(vk_stream *s, vk_buffer *dst, size_t dst_offset, 
   KILN_TRY(fail(s, vk_staging_reserve(s->ctx, false, s, bytes, &stage, &off, &temp)));
   KILN_TRY(fail(s, keep_temp(s, temp)));
   s->has_staging = true;
+  __atomic_fetch_add(&s->ctx->qstats.uploaded_bytes, (uint64_t)bytes, __ATOMIC_RELAXED);
   /* Host-coherent memory, and vkQueueSubmit makes host writes visible. */
   memcpy(stage->block->mapped + stage->offset + off, src, bytes);
   VkBufferCopy region = {.srcOffset = stage->offset + off, .dstOffset = dst->offset + dst_offset, .size = bytes};
@@ -398,6 +399,7 @@ kiln_status_t vk_stream_readback(vk_stream *s, void *dst, vk_buffer *src, size_t
   KILN_TRY(fail(s, check_range(src, src_offset, bytes, "readback source")));
   if (bytes == 0) return NULL;
   if (!dst) return fail(s, kiln_error(KILN_INVALID_ARGUMENT, "vulkan: readback into NULL"));
+  __atomic_fetch_add(&s->ctx->qstats.read_back_bytes, (uint64_t)bytes, __ATOMIC_RELAXED);
   if (s->n_readbacks == s->cap_readbacks) {
     int cap = s->cap_readbacks ? s->cap_readbacks * 2 : 8;
     stream_readback *n = realloc(s->readbacks, (size_t)cap * sizeof *n);
