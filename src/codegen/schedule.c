@@ -120,7 +120,23 @@ static kiln_status_t place(te_builder *b, const kiln_loop_schedule *s, int n_val
     if (has(set_of(&vs, out->sites[r].reduce), out->vars[pd - 1])) *reads_tile_dim = true;
   int64_t inner = 1;
   for (int i = pd; i < rank; i++) inner *= out->extents[i];
-  out->grain = inner > 0 ? (s->min_chunk_elems + inner - 1) / inner : 1;
+  /* The work of one parallel iteration: its elements, and the reductions
+   * it computes, each as often as the loops outside its place repeat it
+   * (a ReduceSum of [64, 32, 28, 28] over (0, 2, 3) is 32 iterations of
+   * 50176 additions: counted as 32 elements, all of them went to one
+   * chunk, one thread). */
+  int64_t work = inner;
+  for (int r = 0; r < out->n_sites && inner > 0; r++) {
+    const kiln_reduce_site *site = &out->sites[r];
+    if (site->owner) continue;
+    kiln_reduce_chain chain;
+    kiln_reduce_chain_of(site->reduce, &chain);
+    int64_t times = 1;
+    for (int i = pd; i <= site->level && i < rank; i++) times *= out->extents[i];
+    int64_t add = chain.extent > INT64_MAX / (times > 0 ? times : 1) ? INT64_MAX : chain.extent * times;
+    work = add > INT64_MAX - work ? INT64_MAX : work + add;
+  }
+  out->grain = work > 0 ? (s->min_chunk_elems + work - 1) / work : 1;
   if (out->grain < 1) out->grain = 1;
   /* Reductions computed inside the flattened parallel loop cannot sit
    * between its dims: put them at the start of its body. */
