@@ -14,6 +14,9 @@
 #   opencl:  CL/cl.h (the OpenCL device builds against it; kiln dlopens the
 #            ICD loader), the ICD loader, PoCL (OpenCL on the CPU, so the
 #            tests run the real OpenCL path) and clinfo (the machine report).
+#   oneDNN:  the header at build time and libdnnl.so.2 at run time: the cpu
+#            device's convolutions with weights given at run time (training)
+#            run on it where it loads (src/devices/cpu/cpu_conv_dnnl.c).
 #   training: OpenBLAS for Debian's torch (the training tests' PyTorch
 #            reference runs 6 x 300 steps; the reference BLAS is 40x slower),
 #            Fashion-MNIST and scikit-learn (digits) for the real-data
@@ -26,6 +29,7 @@ packages=(
   libvulkan-dev libvulkan1 libshaderc-dev mesa-vulkan-drivers vulkan-validationlayers glslc
   opencl-c-headers ocl-icd-libopencl1 pocl-opencl-icd clinfo
   libopenblas0-pthread dataset-fashion-mnist python3-sklearn
+  libdnnl-dev
 )
 
 missing=()

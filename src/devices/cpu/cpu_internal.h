@@ -220,6 +220,20 @@ typedef struct kiln_conv_epilogue {
   const float *add;
 } kiln_conv_epilogue;
 
+/* Convolutions on oneDNN (cpu_conv_dnnl.c): 2-D f32 Conv / ConvTranspose
+ * of group 1 with the weights given at run time, where the library loads
+ * (KILN_HAVE_DNNL at build time, libdnnl.so.2 at run time, KILN_DNNL=0
+ * off). kiln_conv_dnnl_plan: *out NULL (and no error) where it does not
+ * apply; the caller then runs its own algorithms. The plan is per launch
+ * (its primitive, reorders and memories); run applies epi (no y_cn then). */
+typedef struct kiln_conv_dnnl kiln_conv_dnnl;
+bool kiln_conv_dnnl_available(void);
+const char *kiln_conv_dnnl_version(void); /* "2.6.3", or NULL when not loaded */
+kiln_status_t kiln_conv_dnnl_plan(const kiln_rt_conv_args *a, int threads, kiln_conv_dnnl **out);
+kiln_status_t kiln_conv_dnnl_run(kiln_conv_dnnl *d, kiln_threadpool *pool, const kiln_rt_conv_args *a,
+                                 const kiln_conv_epilogue *epi);
+void kiln_conv_dnnl_free(kiln_conv_dnnl *d);
+
 typedef struct kiln_conv_plan kiln_conv_plan; /* one allocation: free() releases it */
 
 kiln_status_t kiln_conv_geometry(const kiln_graph *g, const kiln_node *n, kiln_conv_geom *c);

@@ -121,12 +121,38 @@ static const void *rt_igemm_packed_b(const kiln_rt *rt, const kiln_rt_igemm_args
 
 typedef struct conv_state {
   kiln_rt_state base;
-  kiln_conv_plan *plan; /* owned */
+  kiln_conv_plan *plan;  /* owned; NULL when dnnl runs it */
+  kiln_conv_dnnl *dnnl;  /* owned; the launch on oneDNN, or NULL */
 } conv_state;
 
 static void conv_destroy(kiln_rt_state *s) {
   free(((conv_state *)s)->plan);
+  kiln_conv_dnnl_free(((conv_state *)s)->dnnl);
   free(s);
+}
+
+/* The launch's state, made at its first call: oneDNN's plan where it
+ * applies (*out_dnnl), else NULL (the caller plans its own). */
+static kiln_status_t dnnl_of(cpu_exec *x, const kiln_rt_conv_args *a, kiln_rt_state **slot, kiln_conv_dnnl **out_dnnl) {
+  *out_dnnl = NULL;
+  if (*slot) {
+    *out_dnnl = ((conv_state *)*slot)->dnnl;
+    return NULL;
+  }
+  kiln_conv_dnnl *d;
+  KILN_TRY(kiln_conv_dnnl_plan(a, kiln_threadpool_size(x->pool), &d));
+  if (!d && !kiln_conv_dnnl_available()) return NULL;
+  /* Made either way: it remembers that oneDNN did not take this launch */
+  conv_state *s = calloc(1, sizeof *s);
+  if (!s) {
+    kiln_conv_dnnl_free(d);
+    return KILN_OOM();
+  }
+  s->base.destroy = conv_destroy;
+  s->dnnl = d;
+  *slot = &s->base;
+  *out_dnnl = d;
+  return NULL;
 }
 
 /* One scratch for every convolution of the exec (launches run one at a
@@ -143,8 +169,9 @@ static kiln_status_t grow_scratch(cpu_exec *x, size_t bytes) {
 
 /* The plan of a's convolution (made at the launch's first call). */
 static kiln_status_t conv_plan_of(cpu_exec *x, const kiln_rt_conv_args *a, kiln_rt_state **slot, kiln_conv_plan **out) {
-  if (*slot) {
-    *out = ((conv_state *)*slot)->plan;
+  conv_state *have = (conv_state *)*slot; /* made by dnnl_of, without a plan, where oneDNN did not take it */
+  if (have && have->plan) {
+    *out = have->plan;
     return NULL;
   }
   kiln_conv_geom c = {.nsp = a->nsp, .n = a->n, .ci = a->ci, .co = a->co, .group = a->group, .y_cn = a->y_cn};
@@ -160,14 +187,15 @@ static kiln_status_t conv_plan_of(cpu_exec *x, const kiln_rt_conv_args *a, kiln_
     c.kdim *= c.k[i];
     c.osize *= c.out_sp[i];
   }
-  conv_state *s = calloc(1, sizeof *s);
+  conv_state *s = have ? have : calloc(1, sizeof *s);
   if (!s) return KILN_OOM();
   kiln_status_t st =
       kiln_conv_plan_create(&c, KILN_CONV_AUTO, a->w_constant ? a->w : NULL, kiln_threadpool_size(x->pool), &s->plan);
   if (!st) st = grow_scratch(x, kiln_conv_plan_scratch_bytes(s->plan));
   if (st) {
     free(s->plan);
-    free(s);
+    s->plan = NULL;
+    if (!have) free(s);
     return st;
   }
   s->base.destroy = conv_destroy;
@@ -184,6 +212,20 @@ static void rt_conv(const kiln_rt *rt, const kiln_rt_conv_args *a, kiln_rt_state
     st = grow_scratch(x, kiln_conv_integer_scratch_bytes(a));
     if (!st) st = kiln_conv_integer_run(x->pool, a, x->scratch);
     if (st && !x->rt_error) x->rt_error = st;
+    else kiln_status_free(st);
+    return;
+  }
+  kiln_conv_dnnl *dnnl = NULL;
+  if (!a->y_cn || (a->group == 1 && !a->epilogue && !a->bias && !a->add && !a->clip)) st = dnnl_of(x, a, slot, &dnnl);
+  if (!st && dnnl) {
+    kiln_conv_epilogue epi = {a->epilogue, a->epilogue_buffers, a->add || a->clip, a->clip, a->lo, a->hi, a->add};
+    st = kiln_conv_dnnl_run(dnnl, x->pool, a, a->epilogue ? &epi : NULL);
+    if (st && !x->rt_error) x->rt_error = st;
+    else kiln_status_free(st);
+    return;
+  }
+  if (st) {
+    if (!x->rt_error) x->rt_error = st;
     else kiln_status_free(st);
     return;
   }
