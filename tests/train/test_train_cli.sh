@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # kiln train's contract beyond the losses (test_train_torch.py checks those):
 #   - a run stopped after 2 epochs with --checkpoint and continued with
-#     --resume logs exactly (bitwise) what an uninterrupted run logs;
+#     --resume logs exactly (bitwise) what an uninterrupted run logs (an
+#     MLP with BatchNorm and Dropout, and a CNN);
 #   - --save writes a model ONNX Runtime loads and runs to kiln's outputs;
 #   - --grad-accum, --clip-norm and every --lr-schedule: the right number of
 #     steps, and the logged learning rates follow the schedule;
@@ -47,6 +48,15 @@ np.savez("no_x.npz", target=y)
 np.savez("no_target.npz", x=x)
 np.savez("f64.npz", x=x.astype(np.float64), target=y)
 np.savez("counts.npz", x=x, target=y[:80])
+torch.manual_seed(0)
+cnn = torch.nn.Sequential(torch.nn.Conv2d(2, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                          torch.nn.MaxPool2d(2), torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU(),
+                          torch.nn.Flatten(), torch.nn.Linear(8 * 4 * 4, 5))
+cnn.train()
+torch.onnx.export(cnn, torch.zeros(2, 2, 8, 8), "cnn.onnx", input_names=["x"], output_names=["logits"],
+                  dynamic_axes={"x": {0: "n"}, "logits": {0: "n"}}, opset_version=13,
+                  training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+np.savez("cnn.npz", x=rng.standard_normal((90, 2, 8, 8)).astype(np.float32), target=y)
 bad = y.copy(); bad[17] = 5
 np.savez("class.npz", x=x, target=bad)
 EOF
@@ -63,6 +73,16 @@ common=(mlp.onnx --data train.npz --loss cross_entropy --optimizer sgd --lr 0.05
 "$kiln" train "${common[@]}" --epochs 4 --log part.jsonl --eval eval.npz --resume ck --checkpoint ck --save trained.onnx 2> /dev/null
 check "resume: $(grep -c '"step"' full.jsonl) steps, the same log as an uninterrupted run" \
       'cmp -s full.jsonl part.jsonl && [ "$(grep -c "\"step\"" full.jsonl)" = 24 ] && [ "$(grep -c eval_accuracy full.jsonl)" = 4 ]'
+
+# ... and for a CNN, whose convolutions (weights given at run time) take the
+# cpu's training paths (oneDNN where it loads)
+cnn=(cnn.onnx --data cnn.npz --loss cross_entropy --optimizer sgd --lr 0.05 --momentum 0.9 --batch-size 16
+     --shuffle 7 --threads 2 --device cpu)
+"$kiln" train "${cnn[@]}" --epochs 4 --log cfull.jsonl 2> /dev/null
+"$kiln" train "${cnn[@]}" --epochs 2 --log cpart.jsonl --checkpoint cck 2> /dev/null
+"$kiln" train "${cnn[@]}" --epochs 4 --log cpart.jsonl --resume cck 2> /dev/null
+check "CNN resume: $(grep -c '"step"' cfull.jsonl) steps, the same log as an uninterrupted run" \
+      'cmp -s cfull.jsonl cpart.jsonl && [ "$(grep -c "\"step\"" cfull.jsonl)" = 24 ]'
 
 # 2. the saved model in ONNX Runtime and in kiln
 venv_py=$("$src/scripts/python-venv.sh" 2> /dev/null | tail -1)
