@@ -392,9 +392,11 @@ kiln_status_t kiln_resample_tables_build(const kiln_node *node, int opset, bool 
   out->nearest = p.mode == INTERP_NEAREST;
   out->extrapolation_value = p.extrapolation_value;
   for (int d = 0; d < rank; d++) {
-    if (p.in[d] == 0 && p.out[d] > 0)
+    if (p.in[d] == 0 && p.out[d] > 0) { /* the tables of the axes before it are freed (the fuzz pipeline's leak) */
+      kiln_resample_tables_free(out);
       return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (X): axis %d is empty but the output has %lld", d,
                         (long long)p.out[d]);
+    }
     resize_taps *t = malloc(sizeof *t * (size_t)(p.out[d] > 0 ? p.out[d] : 1));
     if (!t) {
       kiln_resample_tables_free(out);
