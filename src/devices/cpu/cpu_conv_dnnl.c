@@ -181,8 +181,6 @@ static bool make_move(const dnnl_memory_desc_t *user, const dnnl_memory_desc_t *
   return ok;
 }
 
-bool kiln_conv_dnnl_available(void) { return api_ready(); }
-
 const char *kiln_conv_dnnl_version(void) { return api_ready() ? api.version : NULL; }
 
 /* Whether every kernel tap meets the input at some output and every
@@ -208,15 +206,19 @@ static bool all_live(const kiln_rt_conv_args *a) {
   return true;
 }
 
-kiln_status_t kiln_conv_dnnl_plan(const kiln_rt_conv_args *a, int threads, kiln_conv_dnnl **out) {
-  *out = NULL;
-  if (a->integer || a->w_constant || a->nsp != 2 || a->group != 1 || !api_ready()) return NULL;
+bool kiln_conv_dnnl_candidate(const kiln_rt_conv_args *a) {
+  if (a->integer || a->w_constant || a->nsp != 2 || a->group != 1) return false;
   for (int i = 0; i < 2; i++)
-    if (a->stride[i] < 1 || a->dilation[i] < 1) return NULL;
+    if (a->stride[i] < 1 || a->dilation[i] < 1) return false;
   /* Inputs under 4x4 per image stay on the cpu's algorithms: ResNet-18's
    * layer3 at 32x32 (2x2 planes, 256 channels) ran slower on oneDNN, its
    * 3x3 convolution 1.0 -> 1.05 ms, its weight gradient 0.7 -> 1.3 ms. */
-  if (a->in[0] * a->in[1] < 16 || !all_live(a)) return NULL;
+  return a->in[0] * a->in[1] >= 16 && all_live(a);
+}
+
+kiln_status_t kiln_conv_dnnl_plan(const kiln_rt_conv_args *a, int threads, kiln_conv_dnnl **out) {
+  *out = NULL;
+  if (!kiln_conv_dnnl_candidate(a) || !api_ready()) return NULL;
   int64_t osize = a->out[0] * a->out[1];
   dnnl_dims_t xd = {a->n, a->ci, a->in[0], a->in[1]}, yd = {a->n, a->co, a->out[0], a->out[1]};
   dnnl_dims_t wd = {a->co, a->ci, a->kernel[0], a->kernel[1]};
@@ -338,7 +340,10 @@ kiln_status_t kiln_conv_dnnl_run(kiln_conv_dnnl *d, kiln_threadpool *pool, const
 
 #else /* !KILN_HAVE_DNNL */
 
-bool kiln_conv_dnnl_available(void) { return false; }
+bool kiln_conv_dnnl_candidate(const kiln_rt_conv_args *a) {
+  (void)a;
+  return false;
+}
 const char *kiln_conv_dnnl_version(void) { return NULL; }
 kiln_status_t kiln_conv_dnnl_plan(const kiln_rt_conv_args *a, int threads, kiln_conv_dnnl **out) {
   (void)a, (void)threads;

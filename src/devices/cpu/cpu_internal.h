@@ -227,7 +227,9 @@ typedef struct kiln_conv_epilogue {
  * apply; the caller then runs its own algorithms. The plan is per launch
  * (its primitive, reorders and memories); run applies epi (no y_cn then). */
 typedef struct kiln_conv_dnnl kiln_conv_dnnl;
-bool kiln_conv_dnnl_available(void);
+/* Whether a's convolution is one oneDNN would take, from its geometry
+ * alone (the library is not loaded: inference never loads it). */
+bool kiln_conv_dnnl_candidate(const kiln_rt_conv_args *a);
 const char *kiln_conv_dnnl_version(void); /* "2.6.3", or NULL when not loaded */
 kiln_status_t kiln_conv_dnnl_plan(const kiln_rt_conv_args *a, int threads, kiln_conv_dnnl **out);
 kiln_status_t kiln_conv_dnnl_run(kiln_conv_dnnl *d, kiln_threadpool *pool, const kiln_rt_conv_args *a,

@@ -139,9 +139,9 @@ static kiln_status_t dnnl_of(cpu_exec *x, const kiln_rt_conv_args *a, kiln_rt_st
     *out_dnnl = ((conv_state *)*slot)->dnnl;
     return NULL;
   }
+  if (!kiln_conv_dnnl_candidate(a)) return NULL; /* constant weights (inference): the library stays unloaded */
   kiln_conv_dnnl *d;
   KILN_TRY(kiln_conv_dnnl_plan(a, kiln_threadpool_size(x->pool), &d));
-  if (!d && !kiln_conv_dnnl_available()) return NULL;
   /* Made either way: it remembers that oneDNN did not take this launch */
   conv_state *s = calloc(1, sizeof *s);
   if (!s) {
