@@ -287,6 +287,21 @@ static void native_epilogue(const te_builder *b, const kiln_loop_nest *nest, kil
   c->hi = hi;
 }
 
+/* Whether the nest's loops walk the index tag t was built for, in order
+ * (an axis of one element reads index 0), or with its first two axes
+ * swapped. */
+static bool walks_conv_output(const kiln_loop_nest *nest, const te_conv_tag *t, bool swapped) {
+  int64_t want[2 + 3] = {t->n, t->co};
+  for (int i = 0; i < t->nsp; i++) want[2 + i] = t->out[i];
+  for (int l = 0; l < nest->rank; l++) {
+    int tl = swapped && l < 2 ? 1 - l : l; /* the tag's axis this loop walks */
+    const te_expr *i = t->idx[tl];
+    bool own = i->op == TE_VAR ? i->var == nest->vars[l] : want[tl] == 1 && i->op == TE_CONST && i->i == 0;
+    if (nest->extents[l] != want[tl] || !own) return false;
+  }
+  return true;
+}
+
 void kiln_schedule_conv(const te_builder *b, kiln_loop_nest *nest) {
   if (nest->tiles.n_red || nest->rows.threads || nest->gemm.ok) return;
   kiln_dtype out = te_get_buffer(b, nest->out_buf)->dtype;
@@ -305,30 +320,15 @@ void kiln_schedule_conv(const te_builder *b, kiln_loop_nest *nest) {
     /* Not 4 bytes an element (a QuantizeLinear after the sum): the sums go to scratch, f stores the output. */
     if (kiln_dtype_size(out) != 4 && nest->value == t->reduce) return;
   }
-  /* Built for this nest's output index, in order (an axis of one element
-   * reads index 0): then the nest's row-major output is the convolution's
-   * NCHW output. */
-  /* Or, for the plain sum of an f32 Conv of group 1, in the order [co, n,
-   * spatial...] (a Transpose swapping its first two axes fused after it:
-   * the runtime writes that layout, y_cn). */
-  bool y_cn = false;
-  for (int pass = 0; pass < 2; pass++) {
-    if (pass == 1 && (nest->value != t->reduce || t->integer || t->transposed || t->group != 1)) return;
-    int64_t want[2 + 3] = {t->n, t->co};
-    for (int i = 0; i < t->nsp; i++) want[2 + i] = t->out[i];
-    bool match = true;
-    for (int l = 0; l < nest->rank && match; l++) {
-      int tl = pass == 1 && l < 2 ? 1 - l : l; /* the tag's axis this loop walks */
-      const te_expr *i = t->idx[tl];
-      bool own = i->op == TE_VAR ? i->var == nest->vars[l] : want[tl] == 1 && i->op == TE_CONST && i->i == 0;
-      match = nest->extents[l] == want[tl] && own;
-    }
-    if (match) {
-      y_cn = pass == 1;
-      break;
-    }
-    if (pass == 1) return;
-  }
+  /* Built for this nest's output index, in order: then the nest's
+   * row-major output is the convolution's NCHW output. Or, for the plain
+   * sum of an f32 Conv of group 1, in the order [co, n, spatial...] (a
+   * Transpose swapping its first two axes fused after it: the runtime
+   * writes that layout, y_cn). */
+  bool y_cn = !walks_conv_output(nest, t, false);
+  if (y_cn && (nest->value != t->reduce || t->integer || t->transposed || t->group != 1 ||
+               !walks_conv_output(nest, t, true)))
+    return;
   kiln_conv_call c = {.ok = true, .tag = t, .w_constant = te_get_buffer(b, t->w_buf)->constant, .bias_buf = -1,
                       .add_buf = -1, .y_cn = y_cn};
   if (!t->integer && !y_cn) native_epilogue(b, nest, &c);

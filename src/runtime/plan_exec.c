@@ -34,9 +34,10 @@ struct kiln_executable {
   /* State kept on the device (kiln_plan_keep_state; devices without host
    * memory): per value id, the output whose value input v takes after each
    * run (-1: none), whether v's buffer holds that value now (no upload),
-   * and whether v is such an output (no readback). Owned; NULL: none. */
-  int *state_next;
-  char *state_on_device, *state_output;
+   * and for such an output the input taking its value (-1: none; no
+   * readback). Owned; NULL: none. */
+  int *state_next, *state_from;
+  char *state_on_device;
   bool state_lost;                     /* a run failed after the state's copies may have started */
   int64_t run_uploaded, run_read_back; /* bytes the last run moved (kiln_plan_transfer_bytes) */
 };
@@ -200,8 +201,8 @@ void kiln_plan_executable_free(kiln_device *dev, struct kiln_executable *x) {
   free(x->spare_uploaded);
   bindings_free(&x->spare_b);
   free(x->state_next);
+  free(x->state_from);
   free(x->state_on_device);
-  free(x->state_output);
   kiln_plan_free(x->plan);
   free(x);
 }
@@ -363,9 +364,7 @@ static kiln_status_t copy_outputs(const struct kiln_executable *x, const kiln_pl
   for (int i = 0; i < n_outputs && !st; i++) {
     int id = g->outputs[i];
     kiln_tensor *dst = into ? into[i] : NULL;
-    int kept = -1; /* a kept state's output: the run hands back the value its input was given */
-    for (int v = 0; x->state_output && x->state_output[id] && v < g->n_values && kept < 0; v++)
-      if (x->state_next[v] == id) kept = v;
+    int kept = x->state_from ? x->state_from[id] : -1; /* a kept state's output: its input's value handed back */
     if (kept >= 0) {
       st = host[kept] ? kiln_value_share(host[kept], &outs[i])
                       : kiln_error(KILN_INVALID_ARGUMENT, "state input '%s' was given no value", g->values[kept].name);
@@ -523,7 +522,7 @@ static kiln_status_t execute_flushes(struct kiln_executable *x, run_state *r) {
     }
     if (!st && f == p->n_flushes - 1) st = state_copies(x, r); /* in the run's one submission */
     for (int k = 0; k < fl->n_down && !st; k++)
-      if (!(x->state_output && x->state_output[fl->down[k]])) st = readback_value(x, r, fl->down[k]);
+      if (!x->state_from || x->state_from[fl->down[k]] < 0) st = readback_value(x, r, fl->down[k]);
     kiln_status_t ws = wait_device(x, r);
     if (!st) st = ws;
     else kiln_status_free(ws);
@@ -709,10 +708,10 @@ kiln_status_t kiln_plan_keep_state(struct kiln_executable *x, int n, const int *
   if (p->target.f32_as_half) return kiln_error(KILN_UNSUPPORTED, "state kept on the device: not with fp16 storage");
   if (p->n_host)
     return kiln_error(KILN_UNSUPPORTED, "state kept on the device: the plan has %d node(s) on the host", p->n_host);
-  int *next = malloc(((size_t)nv + 1) * sizeof *next);
-  char *on = calloc((size_t)nv + 1, 1), *out = calloc((size_t)nv + 1, 1);
-  kiln_status_t st = next && on && out ? NULL : KILN_OOM();
-  for (int v = 0; next && v < nv; v++) next[v] = -1;
+  int *next = malloc(((size_t)nv + 1) * sizeof *next), *from = malloc(((size_t)nv + 1) * sizeof *from);
+  char *on = calloc((size_t)nv + 1, 1);
+  kiln_status_t st = next && from && on ? NULL : KILN_OOM();
+  for (int v = 0; next && from && v < nv; v++) next[v] = from[v] = -1;
   for (int i = 0; i < n && !st; i++) {
     int a = inputs[i], b = outputs[i];
     if (a < 0 || a >= nv || b < 0 || b >= nv) {
@@ -728,25 +727,25 @@ kiln_status_t kiln_plan_keep_state(struct kiln_executable *x, int n, const int *
       st = kiln_error(KILN_INVALID_ARGUMENT, "state input '%s' is %s, its output '%s' %s", g->values[a].name,
                       kiln_type_str(&g->values[a].type, ta, sizeof ta), g->values[b].name,
                       kiln_type_str(&g->values[b].type, tb, sizeof tb));
-    } else if (next[a] >= 0 || out[b]) {
+    } else if (next[a] >= 0 || from[b] >= 0) {
       st = kiln_error(KILN_INVALID_ARGUMENT, "state '%s' -> '%s' given twice", g->values[a].name, g->values[b].name);
     } else {
       next[a] = b;
-      out[b] = 1;
+      from[b] = a;
     }
   }
   if (st) {
     free(next);
+    free(from);
     free(on);
-    free(out);
     return st;
   }
   free(x->state_next);
+  free(x->state_from);
   free(x->state_on_device);
-  free(x->state_output);
   x->state_next = next;
+  x->state_from = from;
   x->state_on_device = on;
-  x->state_output = out;
   x->state_lost = false;
   return NULL;
 }

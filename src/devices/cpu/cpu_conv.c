@@ -401,9 +401,8 @@ kiln_conv_algo kiln_conv_choose(const kiln_conv_geom *c, bool const_weights) {
 
 /* ---- epilogue ------------------------------------------------------------------------ */
 
-/* Applies the epilogue to rows m of `count` consecutive output elements
- * starting at flat index base + m * row (m < mb). */
-static void epi_apply(const kiln_conv_epilogue *e, float *y, int64_t base, int64_t row, int64_t mb, int64_t count) {
+void kiln_conv_epilogue_apply(const kiln_conv_epilogue *e, float *y, int64_t base, int64_t row, int64_t mb,
+                              int64_t count) {
   if (!e || !e->fn || mb <= 0 || count <= 0) return;
   kiln_rt_epilogue_ctx ctx = {e->buffers, base, row};
   e->fn(&ctx, y + base, row, 0, 0, mb, count);
@@ -708,7 +707,7 @@ static void dw_planes(void *vctx, int64_t begin, int64_t end, int thread) {
         if (id < 0 || id >= D) continue;
         dw_add_plane(c, xp + id * in_slice, wp + kd * kslice, op + od * out_slice);
       }
-    epi_apply(d->epi, d->y, p * OD * out_slice, 0, 1, OD * out_slice);
+    kiln_conv_epilogue_apply(d->epi, d->y, p * OD * out_slice, 0, 1, OD * out_slice);
   }
 }
 
@@ -867,7 +866,7 @@ static void dw3x3_planes(void *vctx, int64_t begin, int64_t end, int thread) {
       }
       s2(pad, half, d->w + ch * 9, b, op, OH, OW);
     }
-    epi_apply(d->epi, d->y, p * OH * OW, 0, 1, OH * OW);
+    kiln_conv_epilogue_apply(d->epi, d->y, p * OH * OW, 0, 1, OH * OW);
   }
 }
 
@@ -896,7 +895,7 @@ static void tr_blocks(void *vctx, int64_t begin, int64_t end, int thread) {
         for (int64_t h = 0; h < nh; h++) dst[h] = src[h * co];
       }
     }
-    epi_apply(t->epi, t->y - t->y_base, t->y_base + c0 * osize, osize, nl, osize);
+    kiln_conv_epilogue_apply(t->epi, t->y - t->y_base, t->y_base + c0 * osize, osize, nl, osize);
   }
 }
 
@@ -963,7 +962,7 @@ static void batch_tile(void *vctx, float *t, int64_t ldt, int64_t m0, int64_t n0
       for (int64_t q = 0; q < np; q++)
         for (int64_t j = 0; j < nj; j++) yb[(j0 + j) * ld + q] = tb[q * ldt + j0 + j];
     }
-    epi_apply(b->epi, b->y, (img * co + n0) * osize + p0, osize, nb, np);
+    kiln_conv_epilogue_apply(b->epi, b->y, (img * co + n0) * osize + p0, osize, nb, np);
     m += np;
   }
 }
@@ -979,7 +978,7 @@ static void batch_tile_rows(void *vctx, float *t, int64_t ldt, int64_t m0, int64
     float *yb = b->y + (c->y_cn ? m0 * ld + img * osize : (img * co + m0) * osize) + p0;
     const float *tb = t + (n - n0);
     for (int64_t i = 0; i < mb; i++) memcpy(yb + i * ld, tb + i * ldt, (size_t)np * sizeof(float));
-    epi_apply(b->epi, b->y, (img * co + m0) * osize + p0, osize, mb, np);
+    kiln_conv_epilogue_apply(b->epi, b->y, (img * co + m0) * osize + p0, osize, mb, np);
     n += np;
   }
 }
@@ -1376,7 +1375,7 @@ static void wino_output(void *vctx, int64_t begin, int64_t end, int thread) {
     for (int l = 0; l < nl; l++)
       for (int64_t r = 0; r < nrows; r++)
         memcpy(w->y + (c0 + l) * osize + (oh0 + r) * OW, obuf + ((int64_t)l * 4 + r) * ob_w, (size_t)OW * sizeof(float));
-    epi_apply(w->epi, w->y - w->y_base, w->y_base + c0 * osize + oh0 * OW, osize, nl, nrows * OW);
+    kiln_conv_epilogue_apply(w->epi, w->y - w->y_base, w->y_base + c0 * osize + oh0 * OW, osize, nl, nrows * OW);
   }
 }
 
@@ -1621,7 +1620,7 @@ static void prune_scatter(void *vctx, int64_t begin, int64_t end, int thread) {
     const float *yp = r->yp + pl * c->osize;
     for (int64_t q = 0; q < f->osize; q++) y[q] = r->out_map[q] >= 0 ? yp[r->out_map[q]] : b0;
   }
-  epi_apply(r->epi, r->y, begin * f->osize, f->osize, end - begin, f->osize);
+  kiln_conv_epilogue_apply(r->epi, r->y, begin * f->osize, f->osize, end - begin, f->osize);
 }
 
 /* ---- plan ------------------------------------------------------------------------------ */
@@ -1886,7 +1885,7 @@ static void run_algo(const kiln_conv_plan *p, kiln_threadpool *pool, const float
     case KILN_CONV_IM2ROW: run_im2row(p, pool, x, w, bias, y, scratch, epi); return;
     case KILN_CONV_TAPS:
       kiln_conv_taps_run(c, pool, (const float *)((const char *)p + p->u_offset), x, bias, y, scratch);
-      for (int64_t img = 0; img < c->n; img++) epi_apply(epi, y, img * c->co * c->osize, c->osize, c->co, c->osize);
+      for (int64_t img = 0; img < c->n; img++) kiln_conv_epilogue_apply(epi, y, img * c->co * c->osize, c->osize, c->co, c->osize);
       return;
     default: run_gemm(p, pool, x, w, bias, y, scratch, epi); return;
   }

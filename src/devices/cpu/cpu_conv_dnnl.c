@@ -297,10 +297,8 @@ static void epilogue_images(void *vctx, int64_t begin, int64_t end, int thread) 
   (void)thread;
   const epi_images *e = vctx;
   int64_t per = e->d->co * e->d->osize;
-  for (int64_t img = begin; img < end; img++) {
-    kiln_rt_epilogue_ctx ctx = {e->epi->buffers, img * per, e->d->osize};
-    e->epi->fn(&ctx, e->y + img * per, e->d->osize, 0, 0, e->d->co, e->d->osize);
-  }
+  for (int64_t img = begin; img < end; img++)
+    kiln_conv_epilogue_apply(e->epi, e->y, img * per, e->d->osize, e->d->co, e->d->osize);
 }
 
 kiln_status_t kiln_conv_dnnl_run(kiln_conv_dnnl *d, kiln_threadpool *pool, const kiln_rt_conv_args *a,

@@ -220,6 +220,11 @@ typedef struct kiln_conv_epilogue {
   const float *add;
 } kiln_conv_epilogue;
 
+/* Applies e (none when e or e->fn is NULL) to rows m < mb of `count`
+ * consecutive output elements from flat index base + m * row of y. */
+void kiln_conv_epilogue_apply(const kiln_conv_epilogue *e, float *y, int64_t base, int64_t row, int64_t mb,
+                              int64_t count);
+
 /* Convolutions on oneDNN (cpu_conv_dnnl.c): 2-D f32 Conv / ConvTranspose
  * of group 1 with the weights given at run time, where the library loads
  * (KILN_HAVE_DNNL at build time, libdnnl.so.2 at run time, KILN_DNNL=0

@@ -216,16 +216,13 @@ static void rt_conv(const kiln_rt *rt, const kiln_rt_conv_args *a, kiln_rt_state
     return;
   }
   kiln_conv_dnnl *dnnl = NULL;
-  if (!a->y_cn || (a->group == 1 && !a->epilogue && !a->bias && !a->add && !a->clip)) st = dnnl_of(x, a, slot, &dnnl);
-  if (!st && dnnl) {
+  if (a->y_cn && (a->group != 1 || a->epilogue || a->bias || a->add || a->clip))
+    st = kiln_error(KILN_INTERNAL, "conv with a [co, n, ...] output and a bias, epilogue or groups");
+  if (!st) st = dnnl_of(x, a, slot, &dnnl);
+  if (st || dnnl) {
     kiln_conv_epilogue epi = {a->epilogue, a->epilogue_buffers, a->add || a->clip, a->clip, a->lo, a->hi, a->add};
-    st = kiln_conv_dnnl_run(dnnl, x->pool, a, a->epilogue ? &epi : NULL);
+    if (!st) st = kiln_conv_dnnl_run(dnnl, x->pool, a, a->epilogue ? &epi : NULL);
     if (st && !x->rt_error) x->rt_error = st;
-    else kiln_status_free(st);
-    return;
-  }
-  if (st) {
-    if (!x->rt_error) x->rt_error = st;
     else kiln_status_free(st);
     return;
   }
@@ -236,9 +233,7 @@ static void rt_conv(const kiln_rt *rt, const kiln_rt_conv_args *a, kiln_rt_state
     else kiln_status_free(st);
     return;
   }
-  if (a->y_cn && (a->group != 1 || a->epilogue || a->bias || a->add || a->clip))
-    st = kiln_error(KILN_INTERNAL, "conv with a [co, n, ...] output and a bias, epilogue or groups");
-  if (!st) st = conv_plan_of(x, a, slot, &plan);
+  st = conv_plan_of(x, a, slot, &plan);
   if (st) {
     if (!x->rt_error) x->rt_error = st;
     else kiln_status_free(st);
