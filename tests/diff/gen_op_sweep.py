@@ -1193,6 +1193,12 @@ def dtype_cases():
         m.out(m.node(op, [m.node('Sqrt', [m.source([6, 9])])], axis=0, select_last_index=1))
         m = dcase('%s_i32' % op)
         m.out(m.node(op, [ints_of(m, [5, 7], 3.0, I32)], axis=0))
+        # Alone on a graph input (nothing to fuse): the precompiled tier's row routine (lanes arg_rows),
+        # over the last axis and over an axis followed by 1s.
+        m = dcase('%s_rows' % op)
+        m.out(m.node(op, [m.source([4, 3, 40])], axis=-1, keepdims=0, select_last_index=1))
+        m = dcase('%s_rows_trailing1' % op)
+        m.out(m.node(op, [m.source([2, 37, 1])], axis=1))
 
 
 def rnn_cases():

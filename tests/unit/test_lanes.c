@@ -207,6 +207,44 @@ static void check_rows(const kiln_lanes_ops *ops) {
   }
 }
 
+/* ArgMax/ArgMin rows against ref's rule (ops/reduce.c's arg_compare):
+ * NaN beats every number, ties go to the first (last) position. Rows
+ * with ties (values from a small set), NaNs, infinities, every length
+ * around the 16-lane block. */
+static void check_arg_rows(const kiln_lanes_ops *ops) {
+  const float pool[] = {-2.0f, -1.0f, 0.0f, 1.0f, 2.0f, INFINITY, -INFINITY};
+  for (int64_t n = 1; n <= 70; n += (n < 34 ? 1 : 9)) {
+    int64_t rows = 6;
+    float *x = malloc((size_t)(rows * n) * sizeof *x);
+    int64_t y[6];
+    for (int trial = 0; trial < 4; trial++) {
+      for (int64_t i = 0; i < rows * n; i++) {
+        float v = trial == 0 ? next_f(8.0f) : pool[(int)((next_f(1.0f) + 1.0f) * 3.4f) % 7];
+        if (trial >= 2 && next_f(1.0f) > 0.8f) v = NAN;
+        x[i] = v;
+      }
+      for (int mode = 0; mode < 4; mode++) {
+        bool max = mode & 1, last = mode & 2;
+        ops->arg_rows(0, rows, n, y, x, max, last);
+        for (int64_t r = 0; r < rows; r++) {
+          const float *p = x + r * n;
+          int64_t best = 0;
+          for (int64_t k = 1; k < n; k++) {
+            float a = p[k], b = p[best];
+            int c = isnan(a) || isnan(b) ? (isnan(a) && isnan(b) ? 0 : isnan(a) ? 1 : -1)
+                                         : a == b ? 0 : ((a > b) == max ? 1 : -1);
+            if (c > 0 || (c == 0 && last)) best = k;
+          }
+          CHECK(y[r] == best, "%s: arg%s%s over %lld, trial %d row %lld: %lld, want %lld", ops->name,
+                max ? "max" : "min", last ? " (last)" : "", (long long)n, trial, (long long)r, (long long)y[r],
+                (long long)best);
+        }
+      }
+    }
+    free(x);
+  }
+}
+
 int main(void) {
   const kiln_lanes_ops *tables[] = {&kiln_lanes_generic, &kiln_lanes_avx2, &kiln_lanes_avx512};
   const kiln_cpu_features *f = kiln_cpu_features_get();
@@ -221,6 +259,7 @@ int main(void) {
     check_quantize(ops);
     check_fold(ops);
     check_rows(ops);
+    check_arg_rows(ops);
     printf("lanes %s: checked\n", ops->name);
     ran++;
   }

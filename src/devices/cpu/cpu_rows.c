@@ -5,7 +5,9 @@
  * a routine, over contiguous f32 rows: Softmax and LogSoftmax along the
  * last axis (or, before opset 13, everything from `axis` on: rows all
  * the same), LayerNormalization with a scale (and bias) of the
- * normalized shape and only its Y output used. Anything else (a fused
+ * normalized shape and only its Y output used, ArgMax and ArgMin of f32
+ * along an axis with nothing but 1s after it (a classifier's or a
+ * decoder's pick: three reductions as an expression). Anything else (a fused
  * epilogue, other dtypes, a broadcast scale) stays on the interpreter,
  * which runs every expression. The JIT compiles every kernel as before.
  */
@@ -39,12 +41,33 @@ static bool row_shaped(const kiln_graph *g, int v, const kiln_type *xt, int axis
   return true;
 }
 
+static bool arg_rows_of(const kiln_graph *g, const kiln_plan_step *step, kiln_op_id op, kiln_interp_rows *out) {
+  const kiln_node *n = step->node;
+  int x = n->inputs[0];
+  const kiln_type *yt = &g->values[step->out_value].type;
+  if (!f32_tensor(g, x) || yt->kind != KILN_TYPE_TENSOR || yt->dtype != KILN_DTYPE_I64) return false;
+  const kiln_type *xt = &g->values[x].type;
+  int rank = xt->rank, axis = (int)kiln_attr_int(n, "axis", 0);
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) return false;
+  for (int d = 0; d < rank; d++)
+    if (xt->dims[d] < 0 || (d > axis && xt->dims[d] != 1)) return false;
+  kiln_interp_rows r = {.kind = op == KILN_OP_ArgMax ? KILN_INTERP_ROWS_ARGMAX : KILN_INTERP_ROWS_ARGMIN,
+                        .rows = kiln_shape_numel(axis, xt->dims), .n = xt->dims[axis],
+                        .out_buf = buf_of(step, step->out_value), .x_buf = buf_of(step, x), .scale_buf = -1,
+                        .bias_buf = -1, .last = kiln_attr_int(n, "select_last_index", 0) != 0};
+  if (r.rows < 1 || r.n < 1 || r.out_buf < 0 || r.x_buf < 0) return false;
+  *out = r;
+  return true;
+}
+
 bool kiln_cpu_rows_of(const kiln_graph *g, const kiln_plan_step *step, kiln_interp_rows *out) {
   const kiln_node *n = step->node;
   if (step->kind != KILN_STEP_KERNEL || step->n_fused != 1 || !n || n->n_inputs < 1 || n->inputs[0] < 0 ||
       n->n_outputs < 1 || n->outputs[0] != step->out_value)
     return false;
   kiln_op_id op = kiln_node_op_id(n);
+  if (op == KILN_OP_ArgMax || op == KILN_OP_ArgMin) return arg_rows_of(g, step, op, out);
   if (op != KILN_OP_Softmax && op != KILN_OP_LogSoftmax && op != KILN_OP_LayerNormalization) return false;
   int x = n->inputs[0];
   if (!f32_tensor(g, x) || !f32_tensor(g, step->out_value)) return false;

@@ -82,6 +82,8 @@ struct kiln_interp_kernel {
   bool is_rows;         /* a row routine's kernel: nothing above is set */
   kiln_interp_rows rows;
   bool pack_b;      /* GEMM: B is a constant every batch index shares (packed once) */
+  int bias_buf;     /* GEMM: the epilogue is the sum + this f32 buffer at the column (Gemm's C, a Linear's
+                       bias), given to the routine as its column bias; -1: none */
   const kiln_lanes_ops *ops;
   int n_memo;
   /* A movement kernel (every output element one input element or a
@@ -671,6 +673,20 @@ kiln_status_t kiln_interp_rows_create(const kiln_interp_rows *rows, kiln_interp_
   return NULL;
 }
 
+/* The f32 buffer b where a float GEMM's element is sum + b[column] (the
+ * column loop's variable the whole index): the routine adds it as it
+ * stores, in the same order, so no epilogue runs. -1 otherwise. */
+static int column_bias(const te_builder *b, const kiln_loop_nest *nest) {
+  const kiln_gemm_call *g = &nest->gemm;
+  const te_expr *v = nest->value;
+  if (g->integer || g->n_n != 1 || v->op != TE_ADD || v->dtype != KILN_DTYPE_F32) return -1;
+  const te_expr *load = v->a == g->sum ? v->b : v->b == g->sum ? v->a : NULL;
+  if (!load || load->op != TE_LOAD || load->dtype != KILN_DTYPE_F32 || !load->a || load->a->op != TE_VAR ||
+      load->a->var != nest->vars[g->n_loops[0]])
+    return -1;
+  return te_get_buffer(b, load->buf)->dtype == KILN_DTYPE_F32 ? load->buf : -1;
+}
+
 kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nest *nest, kiln_interp_kernel **out) {
   *out = NULL;
   if (nest->tiles.n_red || nest->rows.threads || nest->thread_tile > 1 || nest->jam_inner > 1)
@@ -801,6 +817,8 @@ kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nes
     if (nest->gemm.ok) {
       const kiln_gemm_call *g = &nest->gemm;
       k->has_epilogue = nest->value != g->sum;
+      k->bias_buf = column_bias(b, nest);
+      if (k->bias_buf >= 0) k->has_epilogue = false;
       k->pack_b = te_get_buffer(b, g->b_buf)->constant && (g->b_zp_buf < 0 || te_get_buffer(b, g->b_zp_buf)->constant);
       for (int i = 0; i < g->n_batch; i++) k->pack_b &= g->b_stride[i] == 0 || nest->extents[g->batch_loops[i]] == 1;
     }
@@ -935,25 +953,24 @@ static ik_state *state_for(const kiln_interp_kernel *k, uint64_t launch, void *c
   s->memo = (ik_memo *)p, p += (size_t)k->n_memo * sizeof(ik_memo);
   for (int i = 0; i < k->n_memo; i++) s->memo[i].n_key = 0;
   s->var_lanes = (int64_t *)p, p += v * (size_t)L * 8;
-  s->at = (uint64_t *)p, p += n * 8;
   s->val = (const void **)p, p += n * sizeof(void *);
   s->rows = (ik_rows *)p, p += n * sizeof(ik_rows);
-  s->changed = (uint64_t *)p, p += v * 8;
   s->var_value = (int64_t *)p, p += v * 8;
   s->var_ostride = (int64_t *)p, p += v * 8;
   s->var_ext = (int64_t *)p, p += v * 8;
   s->var_off = (int64_t *)p, p += v * 8;
   s->var_nl = (int64_t *)p, p += v * 8;
   s->var_phase = (int64_t *)p, p += v * 8;
+  /* What a launch starts from zero, together: one memset (a decoder's
+   * step runs a dozen kernels of a few elements each). */
+  unsigned char *zero = p;
+  s->at = (uint64_t *)p, p += n * 8;
+  s->changed = (uint64_t *)p, p += v * 8;
   s->lanes_at = (uint64_t *)p, p += v * 8;
-  s->scalar = p, p += n;
   s->rowk = p, p += n;
-  s->varying = p;
-  memset(s->at, 0, n * 8);
-  memset(s->rowk, 0, n);
-  memset(s->changed, 0, v * 8);
-  memset(s->lanes_at, 0, v * 8);
-  memset(s->varying, 0, v);
+  s->varying = p, p += v;
+  memset(zero, 0, (size_t)(p - zero));
+  s->scalar = p;
   s->n_vary = 0;
   s->tick = 1;
   s->k = k;
@@ -1778,7 +1795,19 @@ static void eval_range(ik_state *s, const kiln_interp_kernel *k, int64_t e0, int
 
 /* ---- launches --------------------------------------------------------------------- */
 
-static atomic_uint_fast64_t launch_counter;
+/* Launch ids: unique across threads (a thread's cached state is matched by
+ * kernel and id). Each thread takes a block of 2^40 ids from the shared
+ * counter once and counts on locally: a locked add per launch cost a
+ * decoder step's dozen tiny kernels more than their arithmetic. */
+static atomic_uint_fast64_t launch_blocks;
+static _Thread_local uint64_t launch_last;
+
+static uint64_t next_launch_id(void) {
+  uint64_t id = launch_last + 1;
+  if (!launch_last || !(id & ((UINT64_C(1) << 40) - 1))) id = ((uint64_t)atomic_fetch_add(&launch_blocks, 1) + 1) << 40 | 1;
+  launch_last = id;
+  return id;
+}
 
 typedef struct ik_launch {
   const kiln_interp_kernel *k;
@@ -1931,6 +1960,10 @@ static void gemm_one(const ik_launch *x, void *pool, int64_t batch) {
   kiln_rt_sgemm_args a = {0};
   a.alpha = 1.0f;
   GEMM_ARGS(a, gemm_epilogue);
+  if (k->bias_buf >= 0) {
+    a.bias = x->buffers[k->bias_buf];
+    a.bias_axis = 2;
+  }
 #undef GEMM_ARGS
   x->rt->sgemm(pool, &a);
 }
@@ -2390,7 +2423,7 @@ static int move_build(kiln_interp_kernel *k, const kiln_rt *rt) {
   if (tags && used) {
     /* The tags of each chunk over the pool (a big concatenation's probe
      * is a first run's longest step), then its runs in order. */
-    move_probe_part w = {.p = p, .launch = atomic_fetch_add(&launch_counter, 1) + 1, .tags = tags};
+    move_probe_part w = {.p = p, .launch = next_launch_id(), .tags = tags};
     int64_t cap = 0, max_runs = total / (total > MOVE_PROBE_ELEMS ? 16 : 4) + 1;
     ok = true;
     for (int64_t e0 = 0; e0 < total && ok; e0 += chunk) {
@@ -2457,9 +2490,11 @@ static void rows_body(void *ctx, int64_t begin, int64_t end, int thread) {
   (void)thread;
   const ik_launch *x = ctx;
   const kiln_interp_rows *r = &x->k->rows;
-  float *y = x->buffers[r->out_buf];
+  void *y = x->buffers[r->out_buf]; /* f32 rows; ArgMax/ArgMin: one i64 per row */
   const float *in = x->buffers[r->x_buf];
-  if (r->kind == KILN_INTERP_ROWS_LAYERNORM)
+  if (r->kind == KILN_INTERP_ROWS_ARGMAX || r->kind == KILN_INTERP_ROWS_ARGMIN)
+    x->k->ops->arg_rows(begin, end, r->n, y, in, r->kind == KILN_INTERP_ROWS_ARGMAX, r->last);
+  else if (r->kind == KILN_INTERP_ROWS_LAYERNORM)
     x->k->ops->layernorm_rows(begin, end, r->n, y, in, x->buffers[r->scale_buf],
                               r->bias_buf >= 0 ? x->buffers[r->bias_buf] : NULL, r->eps);
   else
@@ -2477,13 +2512,13 @@ bool kiln_interp_kernel_run_moves(const kiln_interp_kernel *k, const kiln_rt *rt
   if (k->move->n_runs * MOVE_PREFERRED_RUN > total ||
       (!k->move->index_heavy && k->move->contiguous * 10 < total * 9))
     return false;
-  ik_launch x = {.k = k, .rt = rt, .buffers = buffers, .id = atomic_fetch_add(&launch_counter, 1) + 1};
+  ik_launch x = {.k = k, .rt = rt, .buffers = buffers, .id = next_launch_id()};
   rt->parallel_for(rt->pool, k->move->n_chunks, 1, move_body, &x);
   return true;
 }
 
 void kiln_interp_kernel_run(const kiln_interp_kernel *k, const kiln_rt *rt, void *const *buffers) {
-  ik_launch x = {.k = k, .rt = rt, .buffers = buffers, .id = atomic_fetch_add(&launch_counter, 1) + 1};
+  ik_launch x = {.k = k, .rt = rt, .buffers = buffers, .id = next_launch_id()};
   if (k->is_rows) {
     /* chunks of at least 16 KiB of rows: a thread's share is worth its wake-up */
     int64_t grain = k->rows.n >= 4096 ? 1 : 4096 / k->rows.n;

@@ -49,7 +49,7 @@ void kiln_interp_kernel_destroy(kiln_interp_kernel *k);
 void kiln_interp_kernel_run(const kiln_interp_kernel *k, const kiln_rt *rt, void *const *buffers);
 
 /* A kernel of a whole op class, run on a precompiled row routine
- * (kiln_lanes_ops' softmax_rows, layernorm_rows) instead of its lowered
+ * (kiln_lanes_ops' softmax_rows, layernorm_rows, arg_rows) instead of its lowered
  * expression: what the interpreter's blocks cost most on (a row's
  * reductions spread over its lanes, exp of each element twice). The
  * cpu device matches them (cpu_rows.c); buffers are the kernel's, by
@@ -58,6 +58,8 @@ typedef enum kiln_interp_rows_kind {
   KILN_INTERP_ROWS_SOFTMAX,
   KILN_INTERP_ROWS_LOG_SOFTMAX,
   KILN_INTERP_ROWS_LAYERNORM,
+  KILN_INTERP_ROWS_ARGMAX, /* out_buf: i64, one per row */
+  KILN_INTERP_ROWS_ARGMIN,
 } kiln_interp_rows_kind;
 
 typedef struct kiln_interp_rows {
@@ -66,6 +68,7 @@ typedef struct kiln_interp_rows {
   int out_buf, x_buf;
   int scale_buf, bias_buf; /* LAYERNORM: n f32 each; bias_buf -1: none */
   float eps;
+  bool last;         /* ARGMAX/ARGMIN: select_last_index */
 } kiln_interp_rows;
 
 kiln_status_t kiln_interp_rows_create(const kiln_interp_rows *rows, kiln_interp_kernel **out);

@@ -90,6 +90,9 @@ typedef struct kiln_lanes_ops {
   void (*softmax_rows)(int64_t r0, int64_t r1, int64_t n, float *y, const float *x, bool log);
   void (*layernorm_rows)(int64_t r0, int64_t r1, int64_t n, float *y, const float *x, const float *scale,
                          const float *bias, float eps);
+  /* y[r] = ArgMax (max) or ArgMin of row r of n f32: the first (last)
+   * position of the best value, NaN beating every number (ref's rule). */
+  void (*arg_rows)(int64_t r0, int64_t r1, int64_t n, int64_t *y, const float *x, bool max, bool last);
 } kiln_lanes_ops;
 
 extern const kiln_lanes_ops kiln_lanes_generic;

@@ -728,6 +728,48 @@ static void lanes_layernorm_rows(int64_t r0, int64_t r1, int64_t n, float *y, co
   }
 }
 
+/* ArgMax (max) / ArgMin of each row: the first (last) position of the
+ * best value, NaN beating every number as in ref (reduce.c's
+ * arg_compare). Pass 1 keeps 16 lanes of best values and NaN flags (a
+ * compare-select the vectorizer takes); pass 2 finds the position,
+ * stopping at the first hit from the chosen end. */
+static void lanes_arg_rows(int64_t r0, int64_t r1, int64_t n, int64_t *y, const float *x, bool max, bool last) {
+  enum { W = 16 };
+  for (int64_t r = r0; r < r1; r++) {
+    const float *p = x + r * n;
+    float acc[W];
+    int nan[W];
+    for (int l = 0; l < W; l++) acc[l] = p[0], nan[l] = 0;
+    int64_t j = 0;
+    for (; j + W <= n; j += W)
+      for (int l = 0; l < W; l++) {
+        float v = p[j + l];
+        nan[l] |= v != v;
+        acc[l] = (max ? v > acc[l] : v < acc[l]) ? v : acc[l];
+      }
+    float best = acc[0];
+    int any_nan = 0;
+    for (int l = 0; l < W; l++) {
+      any_nan |= nan[l];
+      best = (max ? acc[l] > best : acc[l] < best) ? acc[l] : best;
+    }
+    for (; j < n; j++) {
+      float v = p[j];
+      any_nan |= v != v;
+      best = (max ? v > best : v < best) ? v : best;
+    }
+    int64_t at = 0;
+    if (last) {
+      for (at = n - 1; at > 0; at--)
+        if (any_nan ? p[at] != p[at] : p[at] == best) break;
+    } else {
+      for (at = 0; at < n - 1; at++)
+        if (any_nan ? p[at] != p[at] : p[at] == best) break;
+    }
+    y[r] = at;
+  }
+}
+
 const kiln_lanes_ops LANES_TABLE = {
     .name = LANES_NAME,
     .binary = lanes_binary,
@@ -752,4 +794,5 @@ const kiln_lanes_ops LANES_TABLE = {
     .quantize = lanes_quantize,
     .softmax_rows = lanes_softmax_rows,
     .layernorm_rows = lanes_layernorm_rows,
+    .arg_rows = lanes_arg_rows,
 };
