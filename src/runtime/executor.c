@@ -329,7 +329,7 @@ kiln_status_t kiln_run_host_node(const kiln_graph *g, const kiln_node *node, kil
     const kiln_type *t = &g->values[v].type;
     if (res[i]->kind == KILN_VALUE_TENSOR && t->kind == KILN_TYPE_TENSOR && t->rank >= 0) {
       const kiln_tensor *ot = res[i]->tensor;
-      bool ok = ot->rank == t->rank && ot->dtype == t->dtype;
+      bool ok = ot->rank == t->rank && (t->dtype == KILN_DTYPE_UNDEFINED || ot->dtype == t->dtype);
       for (int d = 0; ok && d < t->rank; d++) ok = t->dims[d] < 0 || t->dims[d] == ot->dims[d];
       if (!ok) {
         char a[128], b[128];

@@ -239,6 +239,16 @@ kiln_status_t kiln_plan_optimize_for(kiln_device *dev, kiln_graph *g) {
 
 /* ---- execute ------------------------------------------------------------------- */
 
+/* Whether value id is a tensor of no elements (its planned buffer may be
+ * no buffer at all: bound to NULL). */
+static bool empty_value(const kiln_graph *g, int id) {
+  const kiln_type *t = &g->values[id].type;
+  if (t->kind != KILN_TYPE_TENSOR || t->rank < 0) return false;
+  for (int d = 0; d < t->rank; d++)
+    if (t->dims[d] == 0) return true;
+  return false;
+}
+
 /* A tensor view of a value's bytes (no copy) for reference kernels and observers. */
 static kiln_status_t wrap_value(const kiln_graph *g, int id, void *ptr, kiln_value **out) {
   const kiln_type *t = &g->values[id].type;
@@ -262,7 +272,8 @@ static kiln_status_t outer_value(void *user, int id, kiln_value **out) {
   const kiln_graph *g = r->x->plan->g;
   if (r->host[id]) return kiln_value_share(r->host[id], out);
   if (g->values[id].constant) return kiln_value_from_tensor(kiln_tensor_retain(g->values[id].constant), out);
-  if (!r->b->host[id]) return kiln_error(KILN_INTERNAL, "value '%s' is not on the host", g->values[id].name);
+  if (!r->b->host[id] && !empty_value(g, id))
+    return kiln_error(KILN_INTERNAL, "value '%s' is not on the host", g->values[id].name);
   return wrap_value(g, id, r->b->host[id], out);
 }
 
@@ -303,7 +314,8 @@ static kiln_status_t run_host_step(struct kiln_executable *x, const kiln_plan_st
     int v = node->inputs[i];
     if (v < 0) continue;
     if (host[v]) ins[i] = host[v];
-    else if (!b->host[v]) st = kiln_error(KILN_INTERNAL, "value '%s' is not on the host", g->values[v].name);
+    else if (!b->host[v] && !empty_value(g, v))
+      st = kiln_error(KILN_INTERNAL, "value '%s' is not on the host", g->values[v].name);
     else if ((st = wrap_value(g, v, b->host[v], &owned[i])) == NULL) ins[i] = owned[i];
   }
   body_runner runner = {x, node, b, host};

@@ -1566,6 +1566,13 @@ static void eval_reduce(ik_state *s, const kiln_interp_kernel *k, int i) {
   const ik_ins *x = &k->ins[i];
   const kiln_lanes_ops *ops = k->ops;
   void *acc = slot(s, i);
+  if (x->extent < 1) {
+    /* Over an empty axis: the initial value, one scalar; the body (its
+     * loads) is never evaluated. */
+    memcpy(acc, x->bytes, 8);
+    s->scalar[i] = 1;
+    return;
+  }
   bool lanewise = false;
   for (int j = 0; j < x->n_vars && !lanewise; j++) lanewise = s->varying[k->var_list[x->vars + j]];
   if (lanewise) {
