@@ -2,13 +2,14 @@
 # Creates (once) the Python virtual environment that the benchmarks and the
 # zoo check run ONNX Runtime in, and pip-installs onnxruntime, onnx and numpy
 # there (onnx: onnxruntime.quantization needs it, and its wheel ships the
-# light_* models). Idempotent: when the venv exists and imports all three it
-# does nothing, without touching the network. Uses the first `python3` on PATH
-# (Debian's /usr/bin/python3 has torch for the exports; this one need not).
+# light_* models). Idempotent: when the venv exists and imports all three
+# (onnx at its pin) it does nothing, without touching the network. Uses the
+# first `python3` on PATH (Debian's /usr/bin/python3 has torch for the
+# exports; this one need not).
 #
 #   scripts/python-venv.sh [--update] [VENV_DIR]     (default: bench/.venv)
 #
-# --update pip-upgrades the three packages. Prints the venv's python path last.
+# --update pip-upgrades onnxruntime and numpy (onnx stays at its pin). Prints the venv's python path last.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 update=0
@@ -19,8 +20,12 @@ if [ ! -x "$py" ]; then
   echo "python-venv: creating $venv with $(command -v python3)" >&2
   python3 -m venv "$venv"
 fi
-if [ "$update" = 1 ] || ! "$py" -c "import onnxruntime, onnx, numpy" >/dev/null 2>&1; then
-  echo "python-venv: pip-installing onnxruntime, onnx and numpy into $venv" >&2
-  "$py" -m pip install --quiet --disable-pip-version-check --upgrade onnxruntime onnx numpy >&2
+# onnx is pinned: its node cases are the newest-ONNX conformance suite
+# (tests/conformance/gen_onnx_node_cases.py), whose expected-pass list is
+# written for this version.
+onnx_pin=1.23.2
+if [ "$update" = 1 ] || ! "$py" -c "import onnxruntime, numpy, onnx; assert onnx.__version__ == '$onnx_pin'" >/dev/null 2>&1; then
+  echo "python-venv: pip-installing onnxruntime, onnx==$onnx_pin and numpy into $venv" >&2
+  "$py" -m pip install --quiet --disable-pip-version-check --upgrade onnxruntime "onnx==$onnx_pin" numpy >&2
 fi
 echo "$py"

@@ -27,6 +27,8 @@ echo "== test models (PyTorch export, /usr/bin/python3)"
 
 echo "== ONNX Runtime venv (scripts/python-venv.sh: bench/.venv, pip: onnxruntime, onnx, numpy)"
 ./scripts/python-venv.sh bench/.venv >/dev/null
+echo "== newest ONNX node cases (tests/conformance/gen_onnx_node_cases.py, the venv's onnx)"
+tests/conformance/latest_cases.sh "$PWD" build/onnx-node-latest
 echo "== model zoo, suite tier (bench/zoo/export_zoo.py, for zoo.cpu)"
 python3 bench/zoo/export_zoo.py --tier suite --out build/zoo
 
