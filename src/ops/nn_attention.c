@@ -719,10 +719,49 @@ done:
   return st;
 }
 
+/* Two contractions (2 per multiply-add) and ~5 per score for the softmax;
+ * 0 while a size is unknown. */
+static int64_t attn_flops_of(const attn_geom *a) {
+  if (a->batch < 0 || a->hq < 0 || a->sq < 0 || a->total < 0 || a->d < 0 || a->dv < 0) return 0;
+  return a->batch * a->hq * a->sq * a->total * (2 * a->d + 2 * a->dv + 5);
+}
+
+static void node_input_types(const kiln_graph *g, const kiln_node *n, int count, const kiln_type **out) {
+  for (int i = 0; i < count; i++) out[i] = i < n->n_inputs && n->inputs[i] >= 0 ? &g->values[n->inputs[i]].type : NULL;
+}
+
+static int64_t attention_flops(const kiln_graph *g, const kiln_node *n) {
+  const kiln_type *in[7];
+  node_input_types(g, n, 7, in);
+  if (n->opset < 24) in[6] = NULL;
+  attn_geom a;
+  if (!in[0] || !in[1] || !in[2]) return 0;
+  kiln_status_t st = attn_geometry(n, n->opset, in, 7, &a);
+  if (st) {
+    kiln_status_free(st);
+    return 0;
+  }
+  return attn_flops_of(&a);
+}
+
+static int64_t flex_flops(const kiln_graph *g, const kiln_node *n) {
+  const kiln_type *in[3];
+  node_input_types(g, n, 3, in);
+  attn_geom a;
+  if (!in[0] || !in[1] || !in[2]) return 0;
+  kiln_status_t st = flex_geometry(in, &a);
+  if (st) {
+    kiln_status_free(st);
+    return 0;
+  }
+  return attn_flops_of(&a);
+}
+
 static const kiln_op_def attention_ops[] = {
-    {"", "Attention", 3, 7, 1, 4, attention_infer, attention_kernel, KILN_OP_REREADS_INPUT, .id = KILN_OP_Attention},
+    {"", "Attention", 3, 7, 1, 4, attention_infer, attention_kernel, KILN_OP_REREADS_INPUT, .id = KILN_OP_Attention,
+     .flops = attention_flops},
     {"ai.onnx.preview", "FlexAttention", 3, 3, 1, 1, flex_infer, flex_kernel, KILN_OP_CONTROL_FLOW,
-     .id = KILN_OP_preview_FlexAttention},
+     .id = KILN_OP_preview_FlexAttention, .flops = flex_flops},
 };
 
 const kiln_op_def *kiln_ops_attention(int *out_n) {
