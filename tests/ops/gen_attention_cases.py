@@ -208,6 +208,30 @@ def gen_errors(root, rng):
                "'attn'.*q_num_heads and kv_num_heads")
 
 
+def gen_flex_errors(root, rng):
+    """FlexAttention whose score_mod changes the scores' shape."""
+    d = os.path.join(root, 'errors')
+    scores = helper.make_tensor_value_info('scores', TensorProto.FLOAT, ['B', 'H', 'L', 'S'])
+    summed = helper.make_tensor_value_info('summed', TensorProto.FLOAT, None)
+    body = helper.make_graph([helper.make_node('ReduceSum', ['scores'], ['summed'], keepdims=0)], 'shrink',
+                             [scores], [summed])
+    node = helper.make_node('FlexAttention', ['Q', 'K', 'V'], ['Y'], name='flex', domain='ai.onnx.preview',
+                            score_mod=body)
+    names = ('Q', 'K', 'V')
+    vals = [rng.standard_normal((1, 2, 3, 4)).astype(np.float32) for _ in names]
+    g = helper.make_graph([node], 'flex_bad_score_mod',
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 2, 3, 4]) for n in names],
+                          [helper.make_tensor_value_info('Y', TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 26), helper.make_opsetid('ai.onnx.preview', 1)])
+    m.ir_version = 8
+    with open(os.path.join(d, 'flex_score_mod_shape.onnx'), 'wb') as f:
+        f.write(m.SerializeToString())
+    with open(os.path.join(d, 'flex_score_mod_shape.expect'), 'w') as f:
+        f.write("'flex'.*score_mod.*returned f32 \\[\\], expected f32 \\[1,2,3,3\\]\n")
+    for n, a in zip(names, vals):
+        np.save(os.path.join(d, 'flex_score_mod_shape.%s.npy' % n), a)
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__)
@@ -217,6 +241,7 @@ def main():
     w = Writer(root)
     gen_cases(w, rng)
     gen_errors(root, rng)
+    gen_flex_errors(root, rng)
     print('attention: %d cases, errors: %d models' % (len(w.names['attention']),
                                                       len([f for f in os.listdir(os.path.join(root, 'errors'))
                                                            if f.endswith('.onnx')])))
