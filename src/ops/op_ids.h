@@ -200,7 +200,9 @@
   X(training_Gradient, "ai.onnx.preview.training", "Gradient") \
   X(kiln_Gelu, "kiln", "Gelu") \
   X(kiln_FusedAttention, "kiln", "FusedAttention") \
-  X(kiln_Resample, "kiln", "Resample")
+  X(kiln_Resample, "kiln", "Resample") \
+  X(Attention, "", "Attention") \
+  X(preview_FlexAttention, "ai.onnx.preview", "FlexAttention")
 
 typedef enum kiln_op_id {
   KILN_OP_UNKNOWN = 0, /* a node whose op is not registered (or not resolved yet) */
