@@ -200,7 +200,16 @@
   X(training_Gradient, "ai.onnx.preview.training", "Gradient") \
   X(kiln_Gelu, "kiln", "Gelu") \
   X(kiln_FusedAttention, "kiln", "FusedAttention") \
-  X(kiln_Resample, "kiln", "Resample")
+  X(kiln_Resample, "kiln", "Resample") \
+  X(Gelu, "", "Gelu") \
+  X(Swish, "", "Swish") \
+  X(SwiGLU, "", "SwiGLU") \
+  X(Mish, "", "Mish") \
+  X(RMSNormalization, "", "RMSNormalization") \
+  X(GroupNormalization, "", "GroupNormalization") \
+  X(RotaryEmbedding, "", "RotaryEmbedding") \
+  X(LinearAttention, "", "LinearAttention") \
+  X(CausalConvWithState, "", "CausalConvWithState")
 
 typedef enum kiln_op_id {
   KILN_OP_UNKNOWN = 0, /* a node whose op is not registered (or not resolved yet) */
