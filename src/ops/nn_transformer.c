@@ -313,10 +313,7 @@ static kiln_status_t rope_shape_of(const kiln_node *node, int rank, const int64_
   } else {
     r->heads = dims[1];
     r->seq = dims[2];
-    r->head = dims[3];
-    if (num_heads && dims[1] >= 0 && num_heads != dims[1])
-      return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (X): %lld heads, attribute num_heads says %lld",
-                        (long long)dims[1], (long long)num_heads);
+    r->head = dims[3]; /* num_heads, if given, is not read (as the ONNX reference) */
   }
   int64_t rot = kiln_attr_int(node, "rotary_embedding_dim", 0);
   if (rot < 0 || rot % 2 || (r->head >= 0 && rot > r->head))
@@ -369,7 +366,8 @@ static kiln_status_t rope_kernel(kiln_kernel_ctx *ctx) {
     if (!ok)
       return kiln_error(KILN_INVALID_ARGUMENT, "input %d (%s): shape %s, expected %s", i, i == 1 ? "cos_cache" : "sin_cache",
                         kiln_shape_str(c->rank, c->dims, s, sizeof s),
-                        pos ? (snprintf(e, sizeof e, "[max_position, %lld] (rotary dim / 2) like cos_cache", (long long)half), e)
+                        pos ? (snprintf(e, sizeof e, "[%s, %lld] (positions, rotary dim / 2)",
+                                        i == 1 ? "max_position" : "cos_cache's positions", (long long)half), e)
                             : kiln_shape_str(3, want, e, sizeof e));
   }
   KILN_TRY(kiln_kernel_output_uninit(ctx, 0, x->dtype, x->rank, x->dims, &y));
@@ -425,7 +423,7 @@ static kiln_status_t la_params_of(const kiln_node *node, la_params *p) {
   p->q_heads = qa->i;
   p->kv_heads = ka->i;
   if (p->q_heads < 1 || p->kv_heads < 1 || p->q_heads % p->kv_heads)
-    return kiln_error(KILN_INVALID_MODEL, "attributes q_num_heads %lld and kv_num_heads %lld: expected a positive multiple of a positive count",
+    return kiln_error(KILN_INVALID_MODEL, "attributes q_num_heads %lld and kv_num_heads %lld: q_num_heads must be a positive multiple of kv_num_heads >= 1",
                       (long long)p->q_heads, (long long)p->kv_heads);
   return NULL;
 }
