@@ -125,7 +125,7 @@ static int unary_kind_of(kiln_op_id id) {
     case KILN_OP_Cos: return U_COS;
     case KILN_OP_Identity: return U_IDENTITY;
     case KILN_OP_Selu: return U_SELU;
-    case KILN_OP_kiln_Gelu: return U_GELU;
+    case KILN_OP_kiln_Gelu: case KILN_OP_Gelu: return U_GELU; /* one formula (ONNX Gelu-20 runs kiln.Gelu's kernel) */
     case KILN_OP_Round: return U_ROUND;
     case KILN_OP_Dropout: return U_IDENTITY; /* inference mode (checked in kiln_lower_class) */
     case KILN_OP_Not: return U_NOT;

@@ -81,6 +81,8 @@ static kiln_status_t gelu_kernel(kiln_kernel_ctx *ctx) {
   return NULL;
 }
 
+kiln_status_t kiln_gelu_ref_kernel(kiln_kernel_ctx *ctx) { return gelu_kernel(ctx); }
+
 /* ---- FusedAttention -------------------------------------------------------------- */
 
 typedef struct attn_shape {

@@ -219,6 +219,10 @@ typedef struct kiln_einsum_plan {
 kiln_status_t kiln_einsum_parse(const char *eq, int n_inputs, const int *ranks, const int64_t *const *dims,
                                 kiln_einsum_plan *p);
 
+/* kiln.Gelu's reference kernel (ops/fused.c), which ONNX Gelu-20
+ * (ops/nn_transformer.c) runs too: one formula for both. */
+kiln_status_t kiln_gelu_ref_kernel(struct kiln_kernel_ctx *ctx);
+
 /* ---- registry ----------------------------------------------------------- */
 
 /* The op definition for (domain, op_type), or NULL. domain "" == "ai.onnx". */
@@ -245,7 +249,8 @@ const char *kiln_op_id_name(kiln_op_id id);
   X(misc)                   \
   X(training)               \
   X(fused)                  \
-  X(attention)
+  X(attention)              \
+  X(transformer)
 
 #define KILN_DECLARE_OP_FAMILY(name) const kiln_op_def *kiln_ops_##name(int *out_n);
 KILN_OP_FAMILIES(KILN_DECLARE_OP_FAMILY)

@@ -202,7 +202,16 @@
   X(kiln_FusedAttention, "kiln", "FusedAttention") \
   X(kiln_Resample, "kiln", "Resample") \
   X(Attention, "", "Attention") \
-  X(preview_FlexAttention, "ai.onnx.preview", "FlexAttention")
+  X(preview_FlexAttention, "ai.onnx.preview", "FlexAttention") \
+  X(Gelu, "", "Gelu") \
+  X(Swish, "", "Swish") \
+  X(SwiGLU, "", "SwiGLU") \
+  X(Mish, "", "Mish") \
+  X(RMSNormalization, "", "RMSNormalization") \
+  X(GroupNormalization, "", "GroupNormalization") \
+  X(RotaryEmbedding, "", "RotaryEmbedding") \
+  X(LinearAttention, "", "LinearAttention") \
+  X(CausalConvWithState, "", "CausalConvWithState")
 
 typedef enum kiln_op_id {
   KILN_OP_UNKNOWN = 0, /* a node whose op is not registered (or not resolved yet) */

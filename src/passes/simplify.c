@@ -121,7 +121,7 @@ static bool is_unary_pointwise(const kiln_node *n) {
     case KILN_OP_Log: case KILN_OP_Neg: case KILN_OP_Reciprocal: case KILN_OP_Relu: case KILN_OP_Round:
     case KILN_OP_Selu: case KILN_OP_Sigmoid: case KILN_OP_Sign: case KILN_OP_Sin: case KILN_OP_Softplus:
     case KILN_OP_Softsign: case KILN_OP_Sqrt: case KILN_OP_Tanh: case KILN_OP_ThresholdedRelu: case KILN_OP_Not:
-    case KILN_OP_Cast: case KILN_OP_IsNaN: case KILN_OP_kiln_Gelu:
+    case KILN_OP_Cast: case KILN_OP_IsNaN: case KILN_OP_kiln_Gelu: case KILN_OP_Gelu:
       return n->n_inputs == 1 && n->n_outputs == 1;
     default: return false;
   }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Generates the extra op cases (tests/ops/gen_op_cases.py: suites `dtypes`
-# and `attrs`) into a temporary folder and runs kiln_conformance on each
+# Generates the extra op cases (tests/ops/gen_op_cases.py: suites `dtypes`,
+# `attrs` and `transformer`) into a temporary folder and runs kiln_conformance on each
 # suite against tests/ops/expected_pass.txt.
 #
 #   run_op_cases.sh KILN_CONFORMANCE_BINARY SOURCE_DIR [runner options...]
@@ -49,7 +49,7 @@ if [ -n "$unlisted" ]; then
 fi
 
 summary=""
-for suite in dtypes attrs; do
+for suite in dtypes attrs transformer; do
   echo "== suite $suite"
   "$conf" --data "$tmp/data" --suite "$suite" --expect "$expect" "$@" > "$tmp/$suite.log" 2>&1
   rc=$?
