@@ -95,6 +95,7 @@
   X(Hardmax, "", "Hardmax") \
   X(LpNormalization, "", "LpNormalization") \
   X(CumSum, "", "CumSum") \
+  X(CumProd, "", "CumProd") \
   X(TopK, "", "TopK") \
   X(Concat, "", "Concat") \
   X(Compress, "", "Compress") \
