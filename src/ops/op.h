@@ -243,6 +243,7 @@ const char *kiln_op_id_name(kiln_op_id id);
   X(sequence)               \
   X(control)                \
   X(misc)                   \
+  X(bitwise)                \
   X(training)               \
   X(fused)
 

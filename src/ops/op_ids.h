@@ -195,6 +195,11 @@
   X(RandomUniform, "", "RandomUniform") \
   X(RandomNormal, "", "RandomNormal") \
   X(Multinomial, "", "Multinomial") \
+  X(BitwiseAnd, "", "BitwiseAnd") \
+  X(BitwiseOr, "", "BitwiseOr") \
+  X(BitwiseXor, "", "BitwiseXor") \
+  X(BitwiseNot, "", "BitwiseNot") \
+  X(BitCast, "", "BitCast") \
   X(training_Adagrad, "ai.onnx.preview.training", "Adagrad") \
   X(training_Momentum, "ai.onnx.preview.training", "Momentum") \
   X(training_Adam, "ai.onnx.preview.training", "Adam") \
