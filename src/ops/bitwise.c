@@ -75,7 +75,8 @@ static kiln_status_t bitcast_infer(kiln_infer_ctx *ctx) {
   if (in && in->dtype != KILN_DTYPE_UNDEFINED && in->dtype != KILN_DTYPE_STRING &&
       kiln_dtype_size(in->dtype) != kiln_dtype_size(to))
     return kiln_error(KILN_INVALID_ARGUMENT,
-                      "input 0 (input) has dtype %s (%zu bytes) but attribute to is %s (%zu bytes)", kiln_dtype_name(in->dtype), kiln_dtype_size(in->dtype), kiln_dtype_name(to), kiln_dtype_size(to));
+                      "input 0 (input) has dtype %s (%zu bytes) but attribute to is %s (%zu bytes)",
+                      kiln_dtype_name(in->dtype), kiln_dtype_size(in->dtype), kiln_dtype_name(to), kiln_dtype_size(to));
   if (!in) {
     kiln_infer_set(ctx, 0, to, -1, NULL);
     return NULL;
@@ -96,7 +97,8 @@ static kiln_status_t bitcast_kernel(kiln_kernel_ctx *ctx) {
     return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (input) is a string tensor: BitCast needs fixed-size elements");
   if (kiln_dtype_size(x->dtype) != kiln_dtype_size(to))
     return kiln_error(KILN_INVALID_ARGUMENT,
-                      "input 0 (input) has dtype %s (%zu bytes) but attribute to is %s (%zu bytes)", kiln_dtype_name(x->dtype), kiln_dtype_size(x->dtype), kiln_dtype_name(to), kiln_dtype_size(to));
+                      "input 0 (input) has dtype %s (%zu bytes) but attribute to is %s (%zu bytes)",
+                      kiln_dtype_name(x->dtype), kiln_dtype_size(x->dtype), kiln_dtype_name(to), kiln_dtype_size(to));
   KILN_TRY(kiln_kernel_output_uninit(ctx, 0, to, x->rank, x->dims, &y));
   if (x->numel) memcpy(y->data, x->data, kiln_tensor_nbytes(x));
   if (to == KILN_DTYPE_BOOL && x->dtype != KILN_DTYPE_BOOL) {

@@ -1,5 +1,6 @@
 /* Binary and n-ary elementwise ops with numpy broadcasting: arithmetic,
- * comparisons, logic, Pow, Mod, BitShift (signed from opset 28), PRelu, Max/Min/Sum/Mean, Where.
+ * comparisons, logic, Pow, Mod, BitShift (signed from opset 28), PRelu,
+ * Max/Min/Sum/Mean, Where.
  *
  * Floats compute in double and round once into the output dtype. Integers
  * compute exactly in int64 (signed) or uint64 (unsigned, bool) and wrap

@@ -244,6 +244,8 @@ const char *kiln_op_id_name(kiln_op_id id);
   X(control)                \
   X(misc)                   \
   X(bitwise)                \
+  X(image)                  \
+  X(kv_cache)               \
   X(training)               \
   X(fused)
 

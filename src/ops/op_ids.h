@@ -200,6 +200,11 @@
   X(BitwiseXor, "", "BitwiseXor") \
   X(BitwiseNot, "", "BitwiseNot") \
   X(BitCast, "", "BitCast") \
+  X(CenterCropPad, "", "CenterCropPad") \
+  X(Col2Im, "", "Col2Im") \
+  X(AffineGrid, "", "AffineGrid") \
+  X(DeformConv, "", "DeformConv") \
+  X(TensorScatter, "", "TensorScatter") \
   X(training_Adagrad, "ai.onnx.preview.training", "Adagrad") \
   X(training_Momentum, "ai.onnx.preview.training", "Momentum") \
   X(training_Adam, "ai.onnx.preview.training", "Adam") \
