@@ -23,6 +23,29 @@ static kiln_status_t spatial_attr(const kiln_node *node, const char *name, int n
   return NULL;
 }
 
+/* The first element past a sliding window's input: dilation * (kernel - 1)
+ * + 1, and the room left for its other positions: size + pads - span.
+ * Sizes and pads above 2^40 (no tensor has such an axis) are refused, so
+ * the sums cannot overflow; false when the span overflows or the window
+ * does not fit. */
+#define SPATIAL_LIMIT ((int64_t)1 << 40)
+static bool window_room(int64_t size, int64_t pad_begin, int64_t pad_end, int64_t kernel, int64_t dilation,
+                        int64_t *room) {
+  int64_t span;
+  if (!kiln_mul_i64(dilation, kernel - 1, &span) || span >= SPATIAL_LIMIT * 3) return false;
+  *room = size + pad_begin + pad_end - (span + 1);
+  return *room >= 0;
+}
+
+/* The product of d[0..n) into *out; false on overflow. */
+static bool checked_prod(const int64_t *d, int n, int64_t *out) {
+  int64_t p = 1;
+  for (int i = 0; i < n; i++)
+    if (!kiln_mul_i64(p, d[i], &p)) return false;
+  *out = p;
+  return true;
+}
+
 /* ---- CenterCropPad --------------------------------------------------------- */
 
 /* The axes `shape` refers to (attribute axes, else all of them), each in [0, rank). */
@@ -145,14 +168,15 @@ static kiln_status_t col2im_geometry(const kiln_node *node, const int64_t *image
       return kiln_error(KILN_INVALID_ARGUMENT, "input 2 (block_shape) value %lld is not positive", (long long)block[i]);
     if (g->strides[i] < 1 || g->dilations[i] < 1)
       return kiln_error(KILN_INVALID_ARGUMENT, "attributes strides and dilations must be positive (axis %d)", i);
-    if (g->pads[i] < 0 || g->pads[i + nd] < 0)
-      return kiln_error(KILN_INVALID_ARGUMENT, "attribute pads must be non-negative (axis %d)", i);
-    int64_t span = g->dilations[i] * (block[i] - 1) + 1;
-    int64_t room = image[i] + g->pads[i] + g->pads[i + nd] - span;
-    if (room < 0)
+    if (g->pads[i] < 0 || g->pads[i + nd] < 0 || g->pads[i] > SPATIAL_LIMIT || g->pads[i + nd] > SPATIAL_LIMIT ||
+        image[i] > SPATIAL_LIMIT)
+      return kiln_error(KILN_INVALID_ARGUMENT, "attribute pads must be in [0, 2^40] and image_shape at most 2^40 (axis %d)",
+                        i);
+    int64_t room;
+    if (!window_room(image[i], g->pads[i], g->pads[i + nd], block[i], g->dilations[i], &room))
       return kiln_error(KILN_INVALID_ARGUMENT,
-                        "block of %lld (dilated %lld) does not fit image axis %d of %lld (pads %lld+%lld)",
-                        (long long)block[i], (long long)span, i, (long long)image[i], (long long)g->pads[i],
+                        "block of %lld (dilation %lld) does not fit image axis %d of %lld (pads %lld+%lld)",
+                        (long long)block[i], (long long)g->dilations[i], i, (long long)image[i], (long long)g->pads[i],
                         (long long)g->pads[i + nd]);
     g->blocks[i] = room / g->strides[i] + 1;
   }
@@ -180,9 +204,8 @@ static kiln_status_t col2im_infer(kiln_infer_ctx *ctx) {
   if (image_known)
     for (int i = 0; i < nd; i++) dims[2 + i] = image[i];
   if (block_known && in && in->rank == 3 && in->dims[1] >= 0) {
-    int64_t k = 1;
-    for (int i = 0; i < n_block; i++) k *= block[i] > 0 ? block[i] : 1;
-    if (in->dims[1] % k == 0) dims[1] = in->dims[1] / k;
+    int64_t k;
+    if (checked_prod(block, n_block, &k) && k > 0 && in->dims[1] % k == 0) dims[1] = in->dims[1] / k;
   }
   kiln_infer_set(ctx, 0, dt, nd + 2, dims);
   return NULL;
@@ -213,7 +236,9 @@ static kiln_status_t col2im_kernel(kiln_kernel_ctx *ctx) {
   }
   col2im_geom g;
   KILN_TRY(col2im_geometry(ctx->node, image, block, nd, &g));
-  int64_t k = kiln_mv_prod(g.block, 0, nd), l = kiln_mv_prod(g.blocks, 0, nd), pixels = kiln_mv_prod(g.image, 0, nd);
+  int64_t k, l, pixels;
+  if (!checked_prod(g.block, nd, &k) || !checked_prod(g.blocks, nd, &l) || !checked_prod(g.image, nd, &pixels))
+    return kiln_error(KILN_INVALID_ARGUMENT, "inputs 1 (image_shape) and 2 (block_shape) give more elements than int64");
   if (x->dims[1] % k)
     return kiln_error(KILN_INVALID_ARGUMENT,
                       "input 0 (input) dim 1 = %lld is not a multiple of prod(block_shape) = %lld",
@@ -325,6 +350,8 @@ static kiln_status_t affine_grid_kernel(kiln_kernel_ctx *ctx) {
     return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (size) must be int64 [N, C, H, W] or [N, C, D, H, W]");
   int nd = (int)size_t_->numel - 2;
   const int64_t *size = size_t_->data;
+  for (int i = 0; i < nd + 2; i++)
+    if (size[i] < 0) return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (size) value %lld is negative", (long long)size[i]);
   if (theta->rank != 3 || theta->dims[1] != nd || theta->dims[2] != nd + 1 || theta->dims[0] != size[0]) {
     char s[128];
     return kiln_error(KILN_INVALID_ARGUMENT,
@@ -334,8 +361,6 @@ static kiln_status_t affine_grid_kernel(kiln_kernel_ctx *ctx) {
   bool align = kiln_attr_int(ctx->node, "align_corners", 0) != 0;
   int64_t dims[5] = {size[0]}, spatial[3];
   for (int i = 0; i < nd; i++) {
-    if (size[2 + i] < 0)
-      return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (size) value %lld is negative", (long long)size[2 + i]);
     spatial[i] = dims[1 + i] = size[2 + i];
   }
   dims[nd + 1] = nd;
@@ -392,15 +417,16 @@ static kiln_status_t deform_geometry(const kiln_node *node, int rank, const int6
     if (ks && wd[2 + i] >= 0 && wd[2 + i] != ks[i])
       return kiln_error(KILN_INVALID_ARGUMENT, "attribute kernel_shape[%d] = %lld but input 1 (W) has %lld", i,
                         (long long)ks[i], (long long)wd[2 + i]);
-    if (g->strides[i] < 1 || g->dilations[i] < 1 || g->pads[i] < 0 || g->pads[nd + i] < 0)
-      return kiln_error(KILN_INVALID_ARGUMENT, "strides and dilations must be positive and pads non-negative (axis %d)",
-                        i);
+    if (g->strides[i] < 1 || g->dilations[i] < 1 || g->pads[i] < 0 || g->pads[nd + i] < 0 ||
+        g->pads[i] > SPATIAL_LIMIT || g->pads[nd + i] > SPATIAL_LIMIT)
+      return kiln_error(KILN_INVALID_ARGUMENT,
+                        "strides and dilations must be positive and pads in [0, 2^40] (axis %d)", i);
     if (g->in[i] < 0 || g->kernel[i] < 0) {
       g->out[i] = -1;
       continue;
     }
-    int64_t room = g->in[i] + g->pads[i] + g->pads[nd + i] - (g->dilations[i] * (g->kernel[i] - 1) + 1);
-    if (room < 0 || g->kernel[i] < 1)
+    int64_t room;
+    if (g->kernel[i] < 1 || !window_room(g->in[i], g->pads[i], g->pads[nd + i], g->kernel[i], g->dilations[i], &room))
       return kiln_error(KILN_INVALID_ARGUMENT, "kernel of %lld (dilation %lld) does not fit input axis %d of %lld",
                         (long long)g->kernel[i], (long long)g->dilations[i], 2 + i, (long long)g->in[i]);
     g->out[i] = room / g->strides[i] + 1;
@@ -485,9 +511,9 @@ static kiln_status_t deform_conv_kernel(kiln_kernel_ctx *ctx) {
   deform_geom g;
   KILN_TRY(deform_geometry(ctx->node, x->rank, x->dims, w->dims, &g));
   int nd = g.nd;
-  g.taps = kiln_mv_prod(g.kernel, 0, nd);
-  g.out_points = kiln_mv_prod(g.out, 0, nd);
-  g.in_points = kiln_mv_prod(g.in, 0, nd);
+  if (!checked_prod(g.kernel, nd, &g.taps) || !checked_prod(g.out, nd, &g.out_points) ||
+      !checked_prod(g.in, nd, &g.in_points))
+    return kiln_error(KILN_INVALID_ARGUMENT, "the output of %d spatial axes has more elements than int64", nd);
   if (g.c % g.group || g.oc % g.group || w->dims[1] * g.group != g.c)
     return kiln_error(KILN_INVALID_ARGUMENT,
                       "input 1 (W) has %lld output and %lld input channels; X has %lld channels in %lld groups",
