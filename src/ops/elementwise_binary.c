@@ -1,5 +1,6 @@
 /* Binary and n-ary elementwise ops with numpy broadcasting: arithmetic,
- * comparisons, logic, Pow, Mod, BitShift, PRelu, Max/Min/Sum/Mean, Where.
+ * comparisons, logic, Pow, Mod, BitShift (signed from opset 28), PRelu,
+ * Max/Min/Sum/Mean, Where.
  *
  * Floats compute in double and round once into the output dtype. Integers
  * compute exactly in int64 (signed) or uint64 (unsigned, bool) and wrap
@@ -122,9 +123,18 @@ static int64_t i_mod(int64_t a, int64_t b, const ew_params *p) {
 }
 static uint64_t u_mod(uint64_t a, uint64_t b, const ew_params *p) { return a % b; }
 
+/* BitShift: flag_a 1 = right, flag_b the element's bit width. A shift by
+ * the width or more (or, signed, by a negative amount) leaves only what the
+ * fill gives: 0, or -1 for a negative value shifted right (opset 28's rule).
+ * A left shift wraps past the top bit; the store narrows to the width. */
 static uint64_t u_bitshift(uint64_t a, uint64_t b, const ew_params *p) {
-  if (b >= 64) return 0;
+  if (b >= (uint64_t)p->flag_b) return 0;
   return p->flag_a ? a >> b : a << b;
+}
+static int64_t i_bitshift(int64_t a, int64_t b, const ew_params *p) {
+  if (b < 0 || b >= p->flag_b) return p->flag_a && a < 0 ? -1 : 0;
+  if (!p->flag_a) return (int64_t)((uint64_t)a << b);
+  return a < 0 ? ~(~a >> b) : a >> b; /* arithmetic, without C's implementation-defined >> of a negative */
 }
 
 static uint64_t u_and(uint64_t a, uint64_t b, const ew_params *p) { return a && b; }
@@ -193,7 +203,7 @@ kiln_status_t ew_kernel_Mod(kiln_kernel_ctx *ctx) {
 }
 kiln_status_t ew_infer_Mod(kiln_infer_ctx *ctx) { return infer_binary(ctx, false, false); }
 
-static const binary_def def_BitShift = {.allowed = EW_UINTS, .u = u_bitshift};
+static const binary_def def_BitShift = {.allowed = EW_INTS, .i = i_bitshift, .u = u_bitshift};
 kiln_status_t ew_kernel_BitShift(kiln_kernel_ctx *ctx) {
   const char *dir = kiln_attr_string(ctx->node, "direction", NULL);
   ew_params p = {0};
@@ -202,6 +212,15 @@ kiln_status_t ew_kernel_BitShift(kiln_kernel_ctx *ctx) {
   else if (!dir || strcmp(dir, "LEFT"))
     return kiln_error(KILN_INVALID_ARGUMENT, "attribute direction must be \"LEFT\" or \"RIGHT\", got %s%s%s",
                       dir ? "\"" : "", dir ? dir : "nothing", dir ? "\"" : "");
+  kiln_tensor *x = kiln_kernel_input(ctx, 0);
+  if (x) {
+    /* Signed integers joined the schema in opset 28. */
+    if (ctx->opset < 28 && (EW_BIT(x->dtype) & EW_SINTS))
+      return kiln_error(KILN_INVALID_ARGUMENT,
+                        "input 0 (X) has dtype %s; BitShift takes signed integers from opset 28 (node opset %d)",
+                        kiln_dtype_name(x->dtype), ctx->opset);
+    p.flag_b = (int64_t)kiln_dtype_size(x->dtype) * 8;
+  }
   return run_binary(ctx, &def_BitShift, &p);
 }
 kiln_status_t ew_infer_BitShift(kiln_infer_ctx *ctx) { return infer_binary(ctx, false, false); }

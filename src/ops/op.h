@@ -247,6 +247,9 @@ const char *kiln_op_id_name(kiln_op_id id);
   X(sequence)               \
   X(control)                \
   X(misc)                   \
+  X(bitwise)                \
+  X(image)                  \
+  X(kv_cache)               \
   X(training)               \
   X(fused)                  \
   X(attention)              \

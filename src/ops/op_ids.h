@@ -95,6 +95,7 @@
   X(Hardmax, "", "Hardmax") \
   X(LpNormalization, "", "LpNormalization") \
   X(CumSum, "", "CumSum") \
+  X(CumProd, "", "CumProd") \
   X(TopK, "", "TopK") \
   X(Concat, "", "Concat") \
   X(Compress, "", "Compress") \
@@ -194,6 +195,16 @@
   X(RandomUniform, "", "RandomUniform") \
   X(RandomNormal, "", "RandomNormal") \
   X(Multinomial, "", "Multinomial") \
+  X(BitwiseAnd, "", "BitwiseAnd") \
+  X(BitwiseOr, "", "BitwiseOr") \
+  X(BitwiseXor, "", "BitwiseXor") \
+  X(BitwiseNot, "", "BitwiseNot") \
+  X(BitCast, "", "BitCast") \
+  X(CenterCropPad, "", "CenterCropPad") \
+  X(Col2Im, "", "Col2Im") \
+  X(AffineGrid, "", "AffineGrid") \
+  X(DeformConv, "", "DeformConv") \
+  X(TensorScatter, "", "TensorScatter") \
   X(training_Adagrad, "ai.onnx.preview.training", "Adagrad") \
   X(training_Momentum, "ai.onnx.preview.training", "Momentum") \
   X(training_Adam, "ai.onnx.preview.training", "Adam") \

@@ -1,6 +1,6 @@
 /* Ops of the "reduce" family: the Reduce* ops and ArgMax/ArgMin here;
  * Softmax, LogSoftmax, Hardmax and LpNormalization in reduce_softmax.c;
- * CumSum and TopK in reduce_scan.c. The family table is at the bottom.
+ * CumSum, CumProd and TopK in reduce_scan.c. The family table is at the bottom.
  *
  * Reductions accumulate in double for float types (rounded back once) and
  * exactly (wrapping modulo 2^64, then to the element width) for integers,
@@ -495,6 +495,7 @@ static const kiln_op_def reduce_ops[] = {
     RD_OP(Hardmax, 1, 1, 1, 1, same_as_input0, kiln_reduce_hardmax_kernel, KILN_OPCLASS_NONE),
     RD_OP(LpNormalization, 1, 1, 1, 1, same_as_input0, kiln_reduce_lpnorm_kernel, KILN_OPCLASS_NONE),
     RD_OP(CumSum, 2, 2, 1, 1, same_as_input0, kiln_reduce_cumsum_kernel, KILN_OPCLASS_NONE),
+    RD_OP(CumProd, 2, 2, 1, 1, same_as_input0, kiln_reduce_cumprod_kernel, KILN_OPCLASS_NONE),
     RD_OP(TopK, 1, 2, 2, 2, kiln_reduce_topk_infer, kiln_reduce_topk_kernel, KILN_OPCLASS_NONE),
 };
 

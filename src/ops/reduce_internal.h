@@ -34,6 +34,7 @@ kiln_status_t kiln_reduce_lpnorm_kernel(kiln_kernel_ctx *ctx);
 
 /* reduce_scan.c */
 kiln_status_t kiln_reduce_cumsum_kernel(kiln_kernel_ctx *ctx);
+kiln_status_t kiln_reduce_cumprod_kernel(kiln_kernel_ctx *ctx);
 kiln_status_t kiln_reduce_topk_kernel(kiln_kernel_ctx *ctx);
 kiln_status_t kiln_reduce_topk_infer(kiln_infer_ctx *ctx);
 

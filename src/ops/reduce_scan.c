@@ -1,14 +1,15 @@
-/* CumSum and TopK: ops that walk each row along one axis in order. */
+/* CumSum, CumProd and TopK: ops that walk each row along one axis in order. */
 #include "ops/reduce_internal.h"
 
 #include <math.h>
 
-/* ---- CumSum -------------------------------------------------------------- */
+/* ---- CumSum and CumProd -------------------------------------------------- */
 
-/* Running sums along `axis` (input 1, a scalar). exclusive: each output
- * leaves out its own element; reverse: sums run from the end. Floats
- * accumulate in double; integers exactly, wrapping like numpy. */
-kiln_status_t kiln_reduce_cumsum_kernel(kiln_kernel_ctx *ctx) {
+/* Running sums (or products) along `axis` (input 1, a scalar). exclusive:
+ * each output leaves out its own element (an exclusive product starts at
+ * 1); reverse: the scan runs from the end. Floats accumulate in double;
+ * integers exactly, wrapping modulo 2^64 (then 2^bits on store) like numpy. */
+static kiln_status_t scan_kernel(kiln_kernel_ctx *ctx, bool product) {
   kiln_tensor *x, *axis_t, *y;
   KILN_TRY(kiln_kernel_require_input(ctx, 0, &x));
   KILN_TRY(kiln_kernel_require_input(ctx, 1, &axis_t));
@@ -28,26 +29,31 @@ kiln_status_t kiln_reduce_cumsum_kernel(kiln_kernel_ctx *ctx) {
   for (int64_t o = 0; o < outer; o++) {
     for (int64_t i = 0; i < inner; i++) {
       int64_t base = o * n * inner + i;
-      double facc = 0.0;
-      uint64_t iacc = 0;
+      double facc = product ? 1.0 : 0.0;
+      uint64_t iacc = product ? 1 : 0;
       for (int64_t s = 0; s < n; s++) {
         int64_t at = base + (reverse ? n - 1 - s : s) * inner;
         if (is_float) {
           double v = kiln_load_f64(x->data, dt, at);
-          if (!exclusive) facc += v;
+          if (!exclusive) facc = product ? facc * v : facc + v;
           kiln_store_f64(y->data, dt, at, facc);
-          if (exclusive) facc += v;
+          if (exclusive) facc = product ? facc * v : facc + v;
         } else {
           uint64_t v = kiln_load_u64(x->data, dt, at);
-          if (!exclusive) iacc += v;
+          if (!exclusive) iacc = product ? iacc * v : iacc + v;
           kiln_store_i64(y->data, dt, at, (int64_t)iacc);
-          if (exclusive) iacc += v;
+          if (exclusive) iacc = product ? iacc * v : iacc + v;
         }
       }
     }
   }
   return NULL;
 }
+
+kiln_status_t kiln_reduce_cumsum_kernel(kiln_kernel_ctx *ctx) { return scan_kernel(ctx, false); }
+
+/* CumProd (opset 26): CumSum's scan with a product; the same attributes. */
+kiln_status_t kiln_reduce_cumprod_kernel(kiln_kernel_ctx *ctx) { return scan_kernel(ctx, true); }
 
 /* ---- TopK ---------------------------------------------------------------- */
 

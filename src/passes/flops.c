@@ -11,7 +11,7 @@ int64_t kiln_node_flops(const kiln_graph *g, const kiln_node *n) {
   int64_t out_n = 1;
   for (int i = 0; i < out->rank; i++) {
     if (out->dims[i] < 0) return 0;
-    out_n *= out->dims[i];
+    if (!kiln_mul_i64(out_n, out->dims[i], &out_n)) return 0; /* more elements than int64: no tensor has it */
   }
   return n->op && n->op->flops ? n->op->flops(g, n) : out_n;
 }

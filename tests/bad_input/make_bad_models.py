@@ -127,6 +127,25 @@ save("loop_past_run_timeout",  # 2^40 iterations: stopped by KILN_RUN_TIMEOUT, n
            [numpy_helper.from_array(np.array(1 << 40, np.int64), "m")]),
      "'loop'.*took longer than its limit of 1 s \\(KILN_RUN_TIMEOUT\\)", {"x": x4}, env={"KILN_RUN_TIMEOUT": "1"})
 
+# Window geometry of the opset 18-24 ops: pads near 2^62 overflowed int64
+# sums (Col2Im, DeformConv) before they were bounded.
+cols = np.ones((1, 4, 1), np.float32)
+save("col2im_huge_pads",
+     model([helper.make_node("Col2Im", ["x", "img", "blk"], ["y"], name="c2i", pads=[1 << 62] * 4)], [vi("x", f32, [1, 4, 1])],
+           [vi("y", f32, None)], [numpy_helper.from_array(np.array([3, 4], np.int64), "img"),
+                                  numpy_helper.from_array(np.array([2, 2], np.int64), "blk")], opset=18),
+     "'c2i'.*pads", {"x": cols})
+save("deform_conv_huge_pads",
+     model([helper.make_node("DeformConv", ["x", "w", "off"], ["y"], name="dc", pads=[1 << 40] * 4)], [vi("x", f32, [1, 1, 3, 3])],
+           [vi("y", f32, None)], [numpy_helper.from_array(np.ones((1, 1, 2, 2), np.float32), "w"),
+                                  numpy_helper.from_array(np.ones((1, 8, 2, 2), np.float32), "off")], opset=22),
+     "'dc'", {"x": np.ones((1, 1, 3, 3), np.float32)})
+save("tensor_scatter_past_the_end",
+     model([helper.make_node("TensorScatter", ["past", "upd", "wi"], ["y"], name="ts")], [vi("past", f32, [2, 4, 3])],
+           [vi("y", f32, None)], [numpy_helper.from_array(np.ones((2, 2, 3), np.float32), "upd"),
+                                  numpy_helper.from_array(np.array([(1 << 63) - 1, 0], np.int64), "wi")], opset=24),
+     "'ts'.*write_indices", {"past": np.ones((2, 4, 3), np.float32)})
+
 # Bytes that are not a model
 good = model([helper.make_node("Relu", ["x"], ["y"], name="r")], [vi("x", f32, [4])], [vi("y", f32, [4])]).SerializeToString()
 save("truncated", good[: len(good) // 2], "(truncated|past the end|malformed)", {"x": x4})

@@ -6,6 +6,7 @@ ONNX backend test data, so kiln_conformance runs them:
 
 OUTDIR/dtypes/...  every op of a broad list for every dtype its schema allows
 OUTDIR/attrs/...   attribute and opset variants the official data misses
+                   (op18_*: ops of opsets 18-28, cases_opset18.py)
 OUTDIR/transformer/...  the opset 18-28 transformer-family ops on random shapes
                    (cases_transformer.py: models of opsets onnx 1.12 does not know)
 
@@ -38,6 +39,7 @@ def main():
     torch.set_num_threads(1)
     import cases_attrs
     import cases_dtypes
+    import cases_opset18
     import cases_transformer
     w = Writer(root, check='--check' in sys.argv)
     for suite in ('dtypes', 'attrs', 'transformer'):
@@ -45,6 +47,7 @@ def main():
     np.seterr(all='ignore')
     cases_dtypes.gen(w, torch)
     cases_attrs.gen(w, torch)
+    cases_opset18.gen(w, torch)
     cases_transformer.gen(w)
     for suite in sorted(w.names):
         print('%s: %d cases' % (suite, len(w.names[suite])))
