@@ -839,8 +839,9 @@ static kiln_status_t blocksize_of(const kiln_node *node, int64_t *out) {
   return NULL;
 }
 
-static kiln_status_t d2s_mode(const kiln_node *node, int opset, bool *crd) {
-  const char *m = opset >= 11 ? kiln_attr_string(node, "mode", "DCR") : "DCR";
+/* mode: DepthToSpace from opset 11, SpaceToDepth from opset 28. */
+static kiln_status_t d2s_mode(const kiln_node *node, int opset, bool to_space, bool *crd) {
+  const char *m = opset >= (to_space ? 11 : 28) ? kiln_attr_string(node, "mode", "DCR") : "DCR";
   if (!strcmp(m, "DCR"))
     *crd = false;
   else if (!strcmp(m, "CRD"))
@@ -884,10 +885,8 @@ static kiln_status_t d2s_infer(kiln_infer_ctx *ctx, bool to_space) {
   const kiln_type *in = kiln_mv_in_type(ctx, 0);
   int64_t b, out[4];
   KILN_TRY(blocksize_of(ctx->node, &b));
-  if (to_space) {
-    bool crd;
-    KILN_TRY(d2s_mode(ctx->node, ctx->opset, &crd));
-  }
+  bool crd;
+  KILN_TRY(d2s_mode(ctx->node, ctx->opset, to_space, &crd));
   if (!in || in->rank < 0) {
     kiln_infer_set(ctx, 0, dt, 4, NULL);
     return NULL;
@@ -909,7 +908,9 @@ static int64_t d2s_src(const int64_t *co, const void *user) {
 static int64_t s2d_src(const int64_t *co, const void *user) {
   const d2s_plan *p = user;
   int64_t b = p->b;
-  int64_t k = co[1] / p->c, c = co[1] % p->c, i = k / b, j = k % b;
+  /* DCR: channel (i*b + j)*C + c; CRD: c*b*b + i*b + j */
+  int64_t k = p->crd ? co[1] % (b * b) : co[1] / p->c, c = p->crd ? co[1] / (b * b) : co[1] % p->c;
+  int64_t i = k / b, j = k % b;
   return ((co[0] * p->c + c) * p->h + co[2] * b + i) * p->w + co[3] * b + j;
 }
 
@@ -919,7 +920,7 @@ static kiln_status_t d2s_kernel(kiln_kernel_ctx *ctx, bool to_space) {
   if (x->rank != 4) return kiln_error(KILN_INVALID_ARGUMENT, "input 0: expected rank 4, got %d", x->rank);
   d2s_plan p = {.n = x->dims[0], .c = x->dims[1], .h = x->dims[2], .w = x->dims[3]};
   KILN_TRY(blocksize_of(ctx->node, &p.b));
-  if (to_space) KILN_TRY(d2s_mode(ctx->node, ctx->opset, &p.crd));
+  KILN_TRY(d2s_mode(ctx->node, ctx->opset, to_space, &p.crd));
   int64_t out[4];
   KILN_TRY(d2s_dims(to_space, x->dims, p.b, out));
   KILN_TRY(kiln_kernel_output_tensor(ctx, 0, x->dtype, 4, out, &y));
