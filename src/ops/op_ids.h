@@ -200,7 +200,10 @@
   X(training_Gradient, "ai.onnx.preview.training", "Gradient") \
   X(kiln_Gelu, "kiln", "Gelu") \
   X(kiln_FusedAttention, "kiln", "FusedAttention") \
-  X(kiln_Resample, "kiln", "Resample")
+  X(kiln_Resample, "kiln", "Resample") \
+  X(StringConcat, "", "StringConcat") \
+  X(StringSplit, "", "StringSplit") \
+  X(RegexFullMatch, "", "RegexFullMatch")
 
 typedef enum kiln_op_id {
   KILN_OP_UNKNOWN = 0, /* a node whose op is not registered (or not resolved yet) */
