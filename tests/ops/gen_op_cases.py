@@ -6,6 +6,7 @@ ONNX backend test data, so kiln_conformance runs them:
 
 OUTDIR/dtypes/...  every op of a broad list for every dtype its schema allows
 OUTDIR/attrs/...   attribute and opset variants the official data misses
+                   (latest_*: opsets 18-28, cases_latest.py)
 
 Expected outputs are computed independently (numpy in float64 or exact
 integer math; torch on the CPU for convolutions, pools, norms, RNNs).
@@ -36,12 +37,14 @@ def main():
     torch.set_num_threads(1)
     import cases_attrs
     import cases_dtypes
+    import cases_latest
     w = Writer(root, check='--check' in sys.argv)
     for suite in ('dtypes', 'attrs'):
         shutil.rmtree(os.path.join(root, suite), ignore_errors=True)
     np.seterr(all='ignore')
     cases_dtypes.gen(w, torch)
     cases_attrs.gen(w, torch)
+    cases_latest.gen(w, torch)
     for suite in sorted(w.names):
         print('%s: %d cases' % (suite, len(w.names[suite])))
     print('wrote %.1f MB in %.1f s' % (w.bytes / 1e6, time.time() - t0))
