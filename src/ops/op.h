@@ -245,7 +245,8 @@ const char *kiln_op_id_name(kiln_op_id id);
   X(misc)                   \
   X(training)               \
   X(fused)                  \
-  X(text)
+  X(text)                   \
+  X(ml)
 
 #define KILN_DECLARE_OP_FAMILY(name) const kiln_op_def *kiln_ops_##name(int *out_n);
 KILN_OP_FAMILIES(KILN_DECLARE_OP_FAMILY)

@@ -203,7 +203,11 @@
   X(kiln_Resample, "kiln", "Resample") \
   X(StringConcat, "", "StringConcat") \
   X(StringSplit, "", "StringSplit") \
-  X(RegexFullMatch, "", "RegexFullMatch")
+  X(RegexFullMatch, "", "RegexFullMatch") \
+  X(ml_LabelEncoder, "ai.onnx.ml", "LabelEncoder") \
+  X(ml_TreeEnsemble, "ai.onnx.ml", "TreeEnsemble") \
+  X(ml_ArrayFeatureExtractor, "ai.onnx.ml", "ArrayFeatureExtractor") \
+  X(ml_Binarizer, "ai.onnx.ml", "Binarizer")
 
 typedef enum kiln_op_id {
   KILN_OP_UNKNOWN = 0, /* a node whose op is not registered (or not resolved yet) */
