@@ -3,7 +3,8 @@
 / antialias / half_pixel_symmetric, Pad wrap, GridSample 5-D, DFT's axis
 input and IRFFT, ReduceMax/Min over bool, Range over f16, Equal over
 strings, SpaceToDepth CRD, LpNormalization's zero rows, StringConcat,
-StringSplit and RegexFullMatch.
+StringSplit and RegexFullMatch, and the ai.onnx.ml ops LabelEncoder,
+TreeEnsemble, ArrayFeatureExtractor and Binarizer.
 
 Expected values are computed here, independently of kiln: numpy in float64
 (Resize by per-axis weight matrices written from the spec's formulas,
@@ -26,6 +27,7 @@ def gen(w, torch):
     gen_resize(case)
     gen_misc(case, torch)
     gen_strings(case)
+    gen_ml(case)
 
 
 # ---- Resize --------------------------------------------------------------------------
@@ -272,3 +274,130 @@ def gen_strings(case):
         rx = re.compile(pat)
         ref = np.array([rx.fullmatch(s) is not None for s in words])
         case('regexfullmatch20_%02d' % k, 'RegexFullMatch', 20, [words], [ref], {'pattern': pat})
+
+
+# ---- ai.onnx.ml ------------------------------------------------------------------------
+
+ML = 'ai.onnx.ml'
+
+
+def gen_ml(case):
+    from onnx import numpy_helper
+    rng = np.random.default_rng(20)
+    obj = object
+
+    def t(a, name):
+        return numpy_helper.from_array(np.asarray(a), name)
+
+    # LabelEncoder-4: repeated keys (the last wins), NaN keys, defaults, tensors.
+    x = np.array([1.5, np.nan, -2.0, 7.0, 1.5], np.float32)
+    keys, vals = [1.5, -2.0, float('nan'), 1.5], ['a', 'b', 'nan', 'last']
+
+    def lookup(v, dflt):
+        hit = dflt
+        for k, w in zip(keys, vals):
+            if k == v or (math.isnan(k) and math.isnan(v)):
+                hit = w
+        return hit
+    case('ml_labelencoder4_float_string', 'LabelEncoder', 4, [x],
+         [np.array([lookup(float(v), 'none') for v in x], dtype=obj)],
+         {'keys_floats': keys, 'values_strings': vals, 'default_string': 'none'}, domain=ML)
+    case('ml_labelencoder4_float_string_spec_default', 'LabelEncoder', 4, [x],
+         [np.array([lookup(float(v), '_Unused') for v in x], dtype=obj)],
+         {'keys_floats': keys, 'values_strings': vals}, domain=ML)
+    xi = np.array([[3, 1], [4, 1]], np.int64)
+    case('ml_labelencoder4_int_float', 'LabelEncoder', 4, [xi],
+         [np.array([[0.5, -1.0], [-0.0, -1.0]], np.float32)],
+         {'keys_int64s': [3, 1, 9], 'values_floats': [0.5, -1.0, 2.0]}, domain=ML)
+    xs = np.array(['b', 'z', 'a'], dtype=obj)
+    case('ml_labelencoder4_tensor_int16', 'LabelEncoder', 4, [xs], [np.array([7, -3, 5], np.int16)],
+         {'keys_tensor': t(np.array(['a', 'b'], dtype=obj), 'k'), 'values_tensor': t(np.array([5, 7], np.int16), 'v'),
+          'default_tensor': t(np.array([-3], np.int16), 'd')}, domain=ML)
+    case('ml_labelencoder2_string_int', 'LabelEncoder', 2, [xs], [np.array([2, -1, 1], np.int64)],
+         {'keys_strings': ['a', 'b'], 'values_int64s': [1, 2]}, domain=ML)
+
+    # TreeEnsemble-5: two trees over three features, every mode but MEMBER on one, MEMBER on the other.
+    nodes = dict(featureids=[0, 1, 2, 2, 0], modes=[0, 3, 6, 4, 5], splits=[0.0, 0.5, 0.0, 1.0, 0.25],
+                 truenodeids=[1, 0, 0, 1, 2], falsenodeids=[2, 3, 1, 4, 3],
+                 trueleafs=[0, 1, 1, 1, 1], falseleafs=[1, 0, 0, 1, 1], tracks=[1, 0, 0, 0, 0])
+    leaves = dict(targetids=[0, 1, 2, 0, 1, 2, 0], weights=[1.5, -2.0, 0.25, 3.0, 4.5, -1.0, 0.75])
+    members = [1.0, 2.0, float('nan')]
+    roots = [0, 2]
+    # Tree 0: node0 (f0 <= 0, NaN -> true) -> node1 (f1 > 0.5 ? leaf0 : node3); false -> leaf2.
+    #         node3 (f2 == 1 ? leaf1 : leaf4).
+    # Tree 1: node2 (f2 in {1, 2} ? leaf0 : node1 ...) reuses node1 as its false branch's subtree.
+
+    def walk(root, xr):
+        i = root
+        for _ in range(10):
+            f, mode, sp = nodes['featureids'][i], nodes['modes'][i], nodes['splits'][i]
+            v = float(xr[f])
+            if math.isnan(v) and nodes['tracks'][i]:
+                go = True
+            elif mode == 0:
+                go = v <= sp
+            elif mode == 3:
+                go = v > sp
+            elif mode == 4:
+                go = v == sp
+            elif mode == 5:
+                go = v != sp
+            else:
+                go = v in members[:2]
+            nxt = nodes['truenodeids'][i] if go else nodes['falsenodeids'][i]
+            if (nodes['trueleafs'] if go else nodes['falseleafs'])[i]:
+                return nxt
+            i = nxt
+        raise ValueError('cycle')
+
+    xt = rng.choice([-1.0, 0.0, 0.25, 0.5, 1.0, 2.0, 3.0], (8, 3)).astype(np.float32)
+    xt[1, 0] = np.nan
+    xt[2, 2] = np.nan
+    attrs = {'nodes_featureids': nodes['featureids'], 'nodes_modes': t(np.array(nodes['modes'], np.uint8), 'm'),
+             'nodes_splits': t(np.array(nodes['splits'], np.float32), 's'),
+             'nodes_truenodeids': nodes['truenodeids'], 'nodes_falsenodeids': nodes['falsenodeids'],
+             'nodes_trueleafs': nodes['trueleafs'], 'nodes_falseleafs': nodes['falseleafs'],
+             'nodes_missing_value_tracks_true': nodes['tracks'],
+             'leaf_targetids': leaves['targetids'], 'leaf_weights': t(np.array(leaves['weights'], np.float32), 'w'),
+             'membership_values': t(np.array(members, np.float32), 'mv'), 'tree_roots': roots, 'n_targets': 3}
+    for agg, aname in ((0, 'average'), (1, 'sum'), (2, 'min'), (3, 'max')):
+        for post, pname in ((0, 'none'), (1, 'softmax'), (2, 'logistic'), (3, 'softmax_zero')):
+            if agg not in (1,) and post != 0:
+                continue
+            big = np.finfo(np.float32).max
+            out = np.full((8, 3), big if agg == 2 else -big if agg == 3 else 0.0)
+            for b in range(8):
+                for r in roots:
+                    leaf = walk(r, xt[b])
+                    tid, wgt = leaves['targetids'][leaf], float(np.float32(leaves['weights'][leaf]))
+                    if agg == 0:
+                        out[b, tid] += wgt / len(roots)
+                    elif agg == 1:
+                        out[b, tid] += wgt
+                    elif agg == 2:
+                        out[b, tid] = min(out[b, tid], wgt)
+                    else:
+                        out[b, tid] = max(out[b, tid], wgt)
+            if post == 2:
+                out = 1 / (1 + np.exp(-out))
+            elif post in (1, 3):
+                for b in range(8):
+                    keep = np.ones(3, bool) if post == 1 else out[b] != 0
+                    e = np.exp(out[b][keep] - out[b][keep].max()) if keep.any() else np.zeros(0)
+                    out[b][keep] = e / e.sum() if keep.any() else e
+            case('ml_treeensemble5_%s_%s' % (aname, pname), 'TreeEnsemble', 5, [xt], [out.astype(np.float32)],
+                 dict(attrs, aggregate_function=agg, post_transform=post), domain=ML)
+
+    # ArrayFeatureExtractor: the last axis, and a 1-D X as one row.
+    xa = rng.uniform(-1, 1, (2, 3, 5)).astype(np.float32)
+    ia = np.array([[4, 0, 4]], np.int64)
+    case('ml_arrayfeatureextractor_3d', 'ArrayFeatureExtractor', 1, [xa, ia], [xa[..., [4, 0, 4]]], domain=ML)
+    xs1 = np.array(['p', 'q', 'r'], dtype=obj)
+    case('ml_arrayfeatureextractor_1d_string', 'ArrayFeatureExtractor', 1, [xs1, np.array([2, 1], np.int64)],
+         [np.array([['r', 'q']], dtype=obj)], domain=ML)
+
+    # Binarizer: strictly greater than the threshold is 1.
+    xb = np.array([[-3, 2, 5], [7, 2, 0]], np.int64)
+    case('ml_binarizer_int64', 'Binarizer', 1, [xb], [(xb > 2).astype(np.int64)], {'threshold': 2.0}, domain=ML)
+    xd = rng.uniform(-1, 1, (4, 4))
+    case('ml_binarizer_f64_default', 'Binarizer', 1, [xd], [(xd > 0).astype(np.float64)], domain=ML)
