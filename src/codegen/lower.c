@@ -868,7 +868,7 @@ static te_expr *compute_slice(te_builder *b, const te_tensor *t, te_expr *const 
 
 /* Pad: p[0..r) padding at the start, p[R..) elements cropped at the start,
  * p[2R..) the cropped input's length per axis (R = KILN_MAX_RANK); ip: 0 constant (fp[0] the
- * value), 1 reflect (numpy's: the edge is not repeated), 2 edge. Every
+ * value), 1 reflect (numpy's: the edge is not repeated), 2 edge, 3 wrap. Every
  * index is clamped into the input (every load is computed). */
 static te_expr *compute_pad(te_builder *b, const te_tensor *t, te_expr *const *idx) {
   const te_tensor *in = t->in[0];
@@ -884,6 +884,8 @@ static te_expr *compute_pad(te_builder *b, const te_tensor *t, te_expr *const *i
       int64_t period = 2 * (len - 1);
       te_expr *m = te_imod(b, te_iadd(b, te_imod(b, c, period), te_idx(b, period)), period);
       c = te_select(b, te_binary(b, TE_LT, m, te_idx(b, len)), m, te_binary(b, TE_SUB, te_idx(b, period), m));
+    } else if (t->ip == 3 && len > 0) { /* wrap */
+      c = te_imod(b, te_iadd(b, te_imod(b, c, len), te_idx(b, len)), len);
     } else if (t->ip == 0) {
       te_expr *ok = te_binary(b, TE_AND, te_binary(b, TE_LE, te_idx(b, 0), c), te_binary(b, TE_LT, c, te_idx(b, len)));
       valid = valid ? te_binary(b, TE_AND, valid, ok) : ok;

@@ -188,7 +188,35 @@ BINARY_OP(Div, .allowed = EW_NUMERIC, .legacy = true, .int_div = true, .f = f_di
 BINARY_OP(And, .allowed = EW_BOOL, .bool_out = true, .legacy = true, .u = u_and)
 BINARY_OP(Or, .allowed = EW_BOOL, .bool_out = true, .legacy = true, .u = u_or)
 BINARY_OP(Xor, .allowed = EW_BOOL, .bool_out = true, .legacy = true, .u = u_xor)
-BINARY_OP(Equal, .allowed = EW_NUMERIC | EW_BOOL, .bool_out = true, .legacy = true, .f = f_eq, .i = i_eq, .u = u_eq)
+/* Equal: opset 19 adds strings (byte-wise equality; an unset string is ""). */
+static const binary_def def_Equal = {
+    .allowed = EW_NUMERIC | EW_BOOL, .bool_out = true, .legacy = true, .f = f_eq, .i = i_eq, .u = u_eq};
+
+static kiln_status_t run_string_equal(kiln_kernel_ctx *ctx, const kiln_tensor *a, const kiln_tensor *b) {
+  KILN_TRY(check_same_dtype(b, 1, a));
+  ew_shape shapes[2] = {ew_shape_of(a), ew_shape_of(b)};
+  ew_bcast it;
+  KILN_TRY(ew_bcast_init(&it, 2, shapes));
+  kiln_tensor *y;
+  kiln_status_t st = kiln_kernel_output_tensor(ctx, 0, KILN_DTYPE_BOOL, it.rank, it.dims, &y);
+  const char *const *sa = a->data, *const *sb = b->data;
+  for (int64_t k = 0; !st && k < it.numel; k++, ew_bcast_next(&it)) {
+    const char *x = sa[it.offsets[0]], *z = sb[it.offsets[1]];
+    ((bool *)y->data)[k] = !strcmp(x ? x : "", z ? z : "");
+  }
+  ew_bcast_free(&it);
+  return st;
+}
+
+kiln_status_t ew_kernel_Equal(kiln_kernel_ctx *ctx) {
+  kiln_tensor *a, *b;
+  KILN_TRY(kiln_kernel_require_input(ctx, 0, &a));
+  KILN_TRY(kiln_kernel_require_input(ctx, 1, &b));
+  if (a->dtype == KILN_DTYPE_STRING && ctx->opset >= 19) return run_string_equal(ctx, a, b);
+  ew_params p = {0};
+  return run_binary(ctx, &def_Equal, &p);
+}
+kiln_status_t ew_infer_Equal(kiln_infer_ctx *ctx) { return infer_binary(ctx, true, true); }
 BINARY_OP(Greater, .allowed = EW_NUMERIC, .bool_out = true, .legacy = true, .f = f_gt, .i = i_gt, .u = u_gt)
 BINARY_OP(Less, .allowed = EW_NUMERIC, .bool_out = true, .legacy = true, .f = f_lt, .i = i_lt, .u = u_lt)
 BINARY_OP(GreaterOrEqual, .allowed = EW_NUMERIC, .bool_out = true, .f = f_ge, .i = i_ge, .u = u_ge)

@@ -1,4 +1,4 @@
-/* GridSample (opset 16), RoiAlign (opsets 10, 16), NonMaxSuppression
+/* GridSample (opsets 16, 20: any number of spatial axes), RoiAlign (opsets 10, 16), NonMaxSuppression
  * (opsets 10, 11).
  *
  * GridSample follows torch.nn.functional.grid_sample (the source of the
@@ -75,11 +75,15 @@ static double gs_pad(double v, int64_t size, const gs_params *p) {
   return v;
 }
 
-/* Pixel (y, x) of one H×W plane, 0 outside. */
-static double gs_pixel(const double *plane, int64_t h, int64_t w, double y, double x) {
-  /* Far-away coordinates are outside anyway; compare before converting. */
-  if (!(y >= 0 && y < (double)h && x >= 0 && x < (double)w)) return 0;
-  return plane[(int64_t)y * w + (int64_t)x];
+/* Pixel at integral coordinates u (spatial axes in order) of one plane, 0 outside. */
+static double gs_pixel(const double *plane, int r, const int64_t *dims, const double *u) {
+  int64_t off = 0;
+  for (int d = 0; d < r; d++) {
+    /* Far-away coordinates are outside anyway; compare before converting. */
+    if (!(u[d] >= 0 && u[d] < (double)dims[d])) return 0;
+    off = off * dims[d] + (int64_t)u[d];
+  }
+  return plane[off];
 }
 
 static void gs_cubic_coeffs(double t, double c[4]) {
@@ -95,32 +99,54 @@ static void gs_cubic_coeffs(double t, double c[4]) {
   c[3] = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a;
 }
 
-static double gs_sample(const double *plane, int64_t h, int64_t w, double gx, double gy, const gs_params *p) {
-  double x = gs_unnormalize(gx, w, p->align_corners);
-  double y = gs_unnormalize(gy, h, p->align_corners);
-  if (isnan(x) || isnan(y)) return NAN;
-  if (p->mode == KILN_GS_BICUBIC) {
-    double x0 = floor(x), y0 = floor(y);
-    double cx[4], cy[4];
-    gs_cubic_coeffs(x - x0, cx);
-    gs_cubic_coeffs(y - y0, cy);
-    double acc = 0;
-    for (int i = 0; i < 4; i++) {
-      double row = 0;
-      for (int j = 0; j < 4; j++) {
-        double tx = gs_pad(x0 - 1 + j, w, p), ty = gs_pad(y0 - 1 + i, h, p);
-        row += cx[j] * gs_pixel(plane, h, w, ty, tx);
-      }
-      acc += cy[i] * row;
+/* One sample of a plane of r spatial axes; g[d]: the grid value for
+ * spatial axis d (the grid's last dim lists them innermost first). The
+ * taps are the tensor product of per-axis taps: 4 per axis (cubic, each
+ * padded), 2 (linear) or 1 (nearest, rounded half to even). */
+static double gs_sample(const double *plane, int r, const int64_t *dims, const double *g, const gs_params *p) {
+  double u[KILN_MAX_RANK], base[KILN_MAX_RANK], w[KILN_MAX_RANK][4], tap[KILN_MAX_RANK];
+  int n_taps = p->mode == KILN_GS_BICUBIC ? 4 : p->mode == KILN_GS_BILINEAR ? 2 : 1;
+  for (int d = 0; d < r; d++) {
+    u[d] = gs_unnormalize(g[d], dims[d], p->align_corners);
+    if (isnan(u[d])) return NAN;
+    if (p->mode == KILN_GS_BICUBIC) {
+      base[d] = floor(u[d]) - 1;
+      gs_cubic_coeffs(u[d] - floor(u[d]), w[d]);
+    } else if (p->mode == KILN_GS_NEAREST) {
+      base[d] = nearbyint(gs_pad(u[d], dims[d], p));
+      w[d][0] = 1;
+    } else {
+      double v = gs_pad(u[d], dims[d], p);
+      base[d] = floor(v);
+      w[d][0] = base[d] + 1 - v;
+      w[d][1] = v - base[d];
     }
-    return acc;
   }
-  x = gs_pad(x, w, p);
-  y = gs_pad(y, h, p);
-  if (p->mode == KILN_GS_NEAREST) return gs_pixel(plane, h, w, nearbyint(y), nearbyint(x));
-  double x0 = floor(x), y0 = floor(y), x1 = x0 + 1, y1 = y0 + 1;
-  return gs_pixel(plane, h, w, y0, x0) * (x1 - x) * (y1 - y) + gs_pixel(plane, h, w, y0, x1) * (x - x0) * (y1 - y) +
-         gs_pixel(plane, h, w, y1, x0) * (x1 - x) * (y - y0) + gs_pixel(plane, h, w, y1, x1) * (x - x0) * (y - y0);
+  int k[KILN_MAX_RANK] = {0};
+  double acc = 0;
+  for (;;) {
+    double wt = 1;
+    for (int d = 0; d < r; d++) {
+      wt *= w[d][k[d]];
+      tap[d] = base[d] + k[d];
+      if (p->mode == KILN_GS_BICUBIC) tap[d] = gs_pad(tap[d], dims[d], p);
+    }
+    acc += wt * gs_pixel(plane, r, dims, tap);
+    int d = r - 1;
+    while (d >= 0 && ++k[d] == n_taps) k[d--] = 0;
+    if (d < 0) break;
+  }
+  return acc;
+}
+
+/* Opset 16: 4-D X only; opset 20: X (N, C, D1..Dr), grid (N, D1_out..Dr_out, r). */
+static kiln_status_t gs_check_rank(int opset, int x_rank) {
+  if (opset < 20 && x_rank != 4)
+    return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (X): rank %d, expected 4 (N, C, H, W) before opset 20", x_rank);
+  if (x_rank < 3)
+    return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (X): rank %d, expected N, C and at least one spatial axis",
+                      x_rank);
+  return NULL;
 }
 
 kiln_status_t kiln_misc_grid_sample_kernel(kiln_kernel_ctx *ctx) {
@@ -135,37 +161,45 @@ kiln_status_t kiln_misc_grid_sample_kernel(kiln_kernel_ctx *ctx) {
   if (!kiln_dtype_is_float(grid->dtype))
     return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (grid): dtype %s, expected a float type",
                       kiln_dtype_name(grid->dtype));
-  if (x->rank != 4) return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (X): rank %d, expected 4 (N, C, H, W)", x->rank);
-  if (grid->rank != 4 || grid->dims[3] != 2)
-    return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (grid): expected shape (N, H_out, W_out, 2)");
+  KILN_TRY(gs_check_rank(ctx->opset, x->rank));
+  int r = x->rank - 2;
+  if (grid->rank != x->rank || grid->dims[r + 1] != r)
+    return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (grid): expected shape (N, %d output dims, %d)", r, r);
+  if (p.mode == KILN_GS_BICUBIC && r != 2)
+    return kiln_error(KILN_INVALID_ARGUMENT, "attribute mode: cubic needs a 4-D input, X has rank %d", x->rank);
   if (grid->dims[0] != x->dims[0])
     return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (grid): batch %lld differs from X's batch %lld",
                       (long long)grid->dims[0], (long long)x->dims[0]);
-  int64_t n = x->dims[0], c = x->dims[1], h = x->dims[2], w = x->dims[3];
-  int64_t ho = grid->dims[1], wo = grid->dims[2];
-  int64_t odims[4] = {n, c, ho, wo};
+  int64_t n = x->dims[0], c = x->dims[1], plane_size = 1, out_size = 1;
+  int64_t odims[KILN_MAX_RANK];
+  const int64_t *sdims = x->dims + 2;
+  odims[0] = n;
+  odims[1] = c;
+  for (int d = 0; d < r; d++) {
+    plane_size *= sdims[d];
+    odims[2 + d] = grid->dims[1 + d];
+    out_size *= odims[2 + d];
+  }
   kiln_tensor *y;
-  KILN_TRY(kiln_kernel_output_tensor(ctx, 0, x->dtype, 4, odims, &y));
+  KILN_TRY(kiln_kernel_output_tensor(ctx, 0, x->dtype, x->rank, odims, &y));
   if (y->numel == 0) return NULL;
-  if (h == 0 || w == 0) {
+  if (plane_size == 0) {
     /* Every tap is outside an empty image. */
     for (int64_t i = 0; i < y->numel; i++) kiln_misc_store_rounded(y->data, y->dtype, i, 0);
     return NULL;
   }
-  double *plane = malloc(sizeof(double) * (size_t)(h * w));
+  double *plane = malloc(sizeof(double) * (size_t)plane_size);
   if (!plane) return KILN_OOM();
   int64_t e = 0;
   for (int64_t b = 0; b < n; b++) {
     for (int64_t ch = 0; ch < c; ch++) {
-      int64_t base = (b * c + ch) * h * w;
-      for (int64_t i = 0; i < h * w; i++) plane[i] = kiln_load_f64(x->data, x->dtype, base + i);
-      for (int64_t oy = 0; oy < ho; oy++) {
-        for (int64_t ox = 0; ox < wo; ox++, e++) {
-          int64_t gi = ((b * ho + oy) * wo + ox) * 2;
-          double gx = kiln_load_f64(grid->data, grid->dtype, gi);
-          double gy = kiln_load_f64(grid->data, grid->dtype, gi + 1);
-          kiln_misc_store_rounded(y->data, y->dtype, e, gs_sample(plane, h, w, gx, gy, &p));
-        }
+      int64_t base = (b * c + ch) * plane_size;
+      for (int64_t i = 0; i < plane_size; i++) plane[i] = kiln_load_f64(x->data, x->dtype, base + i);
+      for (int64_t o = 0; o < out_size; o++, e++) {
+        int64_t gi = (b * out_size + o) * r;
+        double g[KILN_MAX_RANK];
+        for (int d = 0; d < r; d++) g[r - 1 - d] = kiln_load_f64(grid->data, grid->dtype, gi + d);
+        kiln_misc_store_rounded(y->data, y->dtype, e, gs_sample(plane, r, sdims, g, &p));
       }
     }
   }
@@ -176,21 +210,26 @@ kiln_status_t kiln_misc_grid_sample_kernel(kiln_kernel_ctx *ctx) {
 kiln_status_t kiln_misc_grid_sample_infer(kiln_infer_ctx *ctx) {
   const kiln_type *xt = ctx->inputs[0], *gt = ctx->n_inputs > 1 ? ctx->inputs[1] : NULL;
   if (!xt) return NULL;
-  if (xt->rank >= 0 && xt->rank != 4)
-    return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (X): rank %d, expected 4 (N, C, H, W)", xt->rank);
-  if (gt && gt->rank >= 0 && gt->rank != 4)
-    return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (grid): rank %d, expected 4 (N, H_out, W_out, 2)", gt->rank);
-  int64_t dims[4] = {-1, -1, -1, -1};
-  if (xt->rank == 4) {
+  int rank = xt->rank >= 0 ? xt->rank : gt ? gt->rank : -1;
+  if (rank < 0) {
+    kiln_infer_set(ctx, 0, xt->dtype, -1, NULL);
+    return NULL;
+  }
+  KILN_TRY(gs_check_rank(ctx->opset, rank));
+  if (gt && gt->rank >= 0 && gt->rank != rank)
+    return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (grid): rank %d, expected %d (N, %d output dims, %d)", gt->rank,
+                      rank, rank - 2, rank - 2);
+  int64_t dims[KILN_MAX_RANK];
+  for (int d = 0; d < rank; d++) dims[d] = -1;
+  if (xt->rank == rank) {
     dims[0] = xt->dims[0];
     dims[1] = xt->dims[1];
   }
-  if (gt && gt->rank == 4) {
+  if (gt && gt->rank == rank) {
     if (dims[0] < 0) dims[0] = gt->dims[0];
-    dims[2] = gt->dims[1];
-    dims[3] = gt->dims[2];
+    for (int d = 0; d < rank - 2; d++) dims[2 + d] = gt->dims[1 + d];
   }
-  kiln_infer_set(ctx, 0, xt->dtype, 4, dims);
+  kiln_infer_set(ctx, 0, xt->dtype, rank, dims);
   return NULL;
 }
 

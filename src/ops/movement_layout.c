@@ -420,9 +420,10 @@ kiln_status_t kiln_mv_kernel_Slice(kiln_kernel_ctx *ctx) {
 
 /* ---- Pad ---------------------------------------------------------------- */
 
-typedef enum { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE } pad_mode; /* the values kiln_pad_geometry reports */
+typedef enum { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE, PAD_WRAP } pad_mode; /* the values kiln_pad_geometry reports */
 
-static kiln_status_t pad_mode_of(const kiln_node *node, pad_mode *out) {
+/* wrap (opset 19): the input repeated as a torus, numpy.pad's "wrap". */
+static kiln_status_t pad_mode_of(const kiln_node *node, int opset, pad_mode *out) {
   const char *m = kiln_attr_string(node, "mode", "constant");
   if (!strcmp(m, "constant"))
     *out = PAD_CONSTANT;
@@ -430,6 +431,8 @@ static kiln_status_t pad_mode_of(const kiln_node *node, pad_mode *out) {
     *out = PAD_REFLECT;
   else if (!strcmp(m, "edge"))
     *out = PAD_EDGE;
+  else if (opset >= 19 && !strcmp(m, "wrap"))
+    *out = PAD_WRAP;
   else
     return kiln_error(KILN_UNSUPPORTED, "attribute mode: unsupported pad mode '%s'", m);
   return NULL;
@@ -501,7 +504,7 @@ kiln_status_t kiln_mv_infer_Pad(kiln_infer_ctx *ctx) {
     return NULL;
   }
   pad_mode mode;
-  KILN_TRY(pad_mode_of(ctx->node, &mode));
+  KILN_TRY(pad_mode_of(ctx->node, ctx->opset, &mode));
   int64_t pads[2 * KILN_MAX_RANK], out[KILN_MAX_RANK];
   if (ctx->opset >= 11) {
     bool axes_exists = ctx->opset >= 18 && kiln_mv_in_present(ctx, 3);
@@ -534,6 +537,9 @@ static int64_t pad_src(const int64_t *coord, const void *user) {
       if (p->mode == PAD_CONSTANT) return -1;
       if (p->mode == PAD_EDGE) {
         c = c < 0 ? 0 : n - 1;
+      } else if (p->mode == PAD_WRAP) {
+        c %= n;
+        if (c < 0) c += n;
       } else if (n == 1) {
         c = 0;
       } else { /* reflect without repeating the edge, as numpy.pad */
@@ -552,7 +558,7 @@ kiln_status_t kiln_pad_geometry(const kiln_node *node, int opset, int rank, cons
                                 const kiln_tensor *pads_t, const kiln_tensor *axes_t, int *mode, int64_t *before,
                                 int64_t *crop, int64_t *len) {
   pad_mode m;
-  KILN_TRY(pad_mode_of(node, &m));
+  KILN_TRY(pad_mode_of(node, opset, &m));
   *mode = (int)m;
   int64_t pads[2 * KILN_MAX_RANK], out[KILN_MAX_RANK];
   KILN_TRY(pad_amounts(node, opset, rank, pads_t, opset >= 18 ? axes_t : NULL, pads));
@@ -566,8 +572,8 @@ kiln_status_t kiln_pad_geometry(const kiln_node *node, int opset, int rank, cons
       return kiln_error(KILN_INVALID_ARGUMENT, "pads %lld, %lld remove more than the %lld elements of axis %d",
                         (long long)b, (long long)e, (long long)dims[d], d);
     if (m != PAD_CONSTANT && len[d] == 0 && out[d] > 0)
-      return kiln_error(KILN_INVALID_ARGUMENT, "cannot %s-pad the empty axis %d", m == PAD_EDGE ? "edge" : "reflect",
-                        d);
+      return kiln_error(KILN_INVALID_ARGUMENT, "cannot %s-pad the empty axis %d",
+                        m == PAD_EDGE ? "edge" : m == PAD_WRAP ? "wrap" : "reflect", d);
   }
   return NULL;
 }
@@ -833,8 +839,9 @@ static kiln_status_t blocksize_of(const kiln_node *node, int64_t *out) {
   return NULL;
 }
 
-static kiln_status_t d2s_mode(const kiln_node *node, int opset, bool *crd) {
-  const char *m = opset >= 11 ? kiln_attr_string(node, "mode", "DCR") : "DCR";
+/* mode: DepthToSpace from opset 11, SpaceToDepth from opset 28. */
+static kiln_status_t d2s_mode(const kiln_node *node, int opset, bool to_space, bool *crd) {
+  const char *m = opset >= (to_space ? 11 : 28) ? kiln_attr_string(node, "mode", "DCR") : "DCR";
   if (!strcmp(m, "DCR"))
     *crd = false;
   else if (!strcmp(m, "CRD"))
@@ -878,10 +885,8 @@ static kiln_status_t d2s_infer(kiln_infer_ctx *ctx, bool to_space) {
   const kiln_type *in = kiln_mv_in_type(ctx, 0);
   int64_t b, out[4];
   KILN_TRY(blocksize_of(ctx->node, &b));
-  if (to_space) {
-    bool crd;
-    KILN_TRY(d2s_mode(ctx->node, ctx->opset, &crd));
-  }
+  bool crd;
+  KILN_TRY(d2s_mode(ctx->node, ctx->opset, to_space, &crd));
   if (!in || in->rank < 0) {
     kiln_infer_set(ctx, 0, dt, 4, NULL);
     return NULL;
@@ -903,7 +908,9 @@ static int64_t d2s_src(const int64_t *co, const void *user) {
 static int64_t s2d_src(const int64_t *co, const void *user) {
   const d2s_plan *p = user;
   int64_t b = p->b;
-  int64_t k = co[1] / p->c, c = co[1] % p->c, i = k / b, j = k % b;
+  /* DCR: channel (i*b + j)*C + c; CRD: c*b*b + i*b + j */
+  int64_t k = p->crd ? co[1] % (b * b) : co[1] / p->c, c = p->crd ? co[1] / (b * b) : co[1] % p->c;
+  int64_t i = k / b, j = k % b;
   return ((co[0] * p->c + c) * p->h + co[2] * b + i) * p->w + co[3] * b + j;
 }
 
@@ -913,7 +920,7 @@ static kiln_status_t d2s_kernel(kiln_kernel_ctx *ctx, bool to_space) {
   if (x->rank != 4) return kiln_error(KILN_INVALID_ARGUMENT, "input 0: expected rank 4, got %d", x->rank);
   d2s_plan p = {.n = x->dims[0], .c = x->dims[1], .h = x->dims[2], .w = x->dims[3]};
   KILN_TRY(blocksize_of(ctx->node, &p.b));
-  if (to_space) KILN_TRY(d2s_mode(ctx->node, ctx->opset, &p.crd));
+  KILN_TRY(d2s_mode(ctx->node, ctx->opset, to_space, &p.crd));
   int64_t out[4];
   KILN_TRY(d2s_dims(to_space, x->dims, p.b, out));
   KILN_TRY(kiln_kernel_output_tensor(ctx, 0, x->dtype, 4, out, &y));

@@ -584,13 +584,15 @@ kiln_status_t kiln_mv_kernel_EyeLike(kiln_kernel_ctx *ctx) {
 
 /* ---- Range -------------------------------------------------------------- */
 
-static bool range_dtype_ok(kiln_dtype dt) {
+/* Opset 27 adds f16 and bf16, computed in the stash_type (f32 or f64). */
+static bool range_dtype_ok(kiln_dtype dt, int opset) {
+  if (opset >= 27 && (dt == KILN_DTYPE_F16 || dt == KILN_DTYPE_BF16)) return true;
   return dt == KILN_DTYPE_F32 || dt == KILN_DTYPE_F64 || dt == KILN_DTYPE_I16 || dt == KILN_DTYPE_I32 ||
          dt == KILN_DTYPE_I64;
 }
 
 /* Number of elements for start/limit/delta (all one dtype). */
-static kiln_status_t range_count(const kiln_tensor *t[3], int64_t *out) {
+static kiln_status_t range_count(const kiln_tensor *t[3], int opset, int64_t *out) {
   static const char *names[3] = {"start", "limit", "delta"};
   for (int i = 0; i < 3; i++) {
     if (t[i]->numel != 1 || t[i]->rank > 1)
@@ -601,7 +603,7 @@ static kiln_status_t range_count(const kiln_tensor *t[3], int64_t *out) {
                         kiln_dtype_name(t[i]->dtype), kiln_dtype_name(t[0]->dtype));
   }
   kiln_dtype dt = t[0]->dtype;
-  if (!range_dtype_ok(dt)) return kiln_error(KILN_INVALID_ARGUMENT, "unsupported dtype %s", kiln_dtype_name(dt));
+  if (!range_dtype_ok(dt, opset)) return kiln_error(KILN_INVALID_ARGUMENT, "unsupported dtype %s", kiln_dtype_name(dt));
   if (kiln_dtype_is_float(dt)) {
     double s = kiln_load_f64(t[0]->data, dt, 0), l = kiln_load_f64(t[1]->data, dt, 0),
            d = kiln_load_f64(t[2]->data, dt, 0);
@@ -634,7 +636,7 @@ kiln_status_t kiln_mv_infer_Range(kiln_infer_ctx *ctx) {
   kiln_dtype dt = kiln_mv_in_dtype(ctx, 0);
   const kiln_tensor *t[3] = {kiln_mv_const(ctx, 0), kiln_mv_const(ctx, 1), kiln_mv_const(ctx, 2)};
   int64_t n = -1;
-  if (t[0] && t[1] && t[2]) KILN_TRY(range_count(t, &n));
+  if (t[0] && t[1] && t[2]) KILN_TRY(range_count(t, ctx->opset, &n));
   kiln_infer_set(ctx, 0, dt, 1, &n);
   return NULL;
 }
@@ -644,12 +646,21 @@ kiln_status_t kiln_mv_kernel_Range(kiln_kernel_ctx *ctx) {
   for (int i = 0; i < 3; i++) KILN_TRY(kiln_kernel_require_input(ctx, i, &in[i]));
   const kiln_tensor *t[3] = {in[0], in[1], in[2]};
   int64_t n;
-  KILN_TRY(range_count(t, &n));
+  KILN_TRY(range_count(t, ctx->opset, &n));
   kiln_dtype dt = in[0]->dtype;
+  /* f16/bf16: each value computed in the stash type, then rounded once more */
+  bool low = dt == KILN_DTYPE_F16 || dt == KILN_DTYPE_BF16;
+  int64_t stash = low ? kiln_attr_int(ctx->node, "stash_type", KILN_DTYPE_F32) : KILN_DTYPE_F64;
+  if (stash != KILN_DTYPE_F32 && stash != KILN_DTYPE_F64)
+    return kiln_error(KILN_INVALID_ARGUMENT, "attribute stash_type: %lld, expected 1 (float) or 11 (double)",
+                      (long long)stash);
   KILN_TRY(kiln_kernel_output_tensor(ctx, 0, dt, 1, &n, &y));
   if (kiln_dtype_is_float(dt)) {
     double s = kiln_load_f64(in[0]->data, dt, 0), d = kiln_load_f64(in[2]->data, dt, 0);
-    for (int64_t i = 0; i < n; i++) kiln_store_f64(y->data, dt, i, s + (double)i * d);
+    for (int64_t i = 0; i < n; i++) {
+      double v = s + (double)i * d;
+      kiln_store_f64(y->data, dt, i, stash == KILN_DTYPE_F32 && low ? (double)(float)v : v);
+    }
   } else {
     uint64_t s = (uint64_t)kiln_load_i64(in[0]->data, dt, 0), d = (uint64_t)kiln_load_i64(in[2]->data, dt, 0);
     for (int64_t i = 0; i < n; i++) kiln_store_i64(y->data, dt, i, (int64_t)(s + (uint64_t)i * d));

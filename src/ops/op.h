@@ -143,7 +143,7 @@ int64_t kiln_flops_matmul(const kiln_graph *g, const kiln_node *node);
 int64_t kiln_flops_attention(const kiln_graph *g, const kiln_node *node);
 
 /* Pad's geometry (ops/movement_layout.c), shared by its reference kernel
- * and its compute definition: the mode (0 constant, 1 reflect, 2 edge)
+ * and its compute definition: the mode (0 constant, 1 reflect, 2 edge, 3 wrap)
  * and, per axis of an input of rank `rank` and sizes dims, the positive
  * padding at the start (before), the elements removed at the start by a
  * negative pad (crop) and the input's length after cropping (len). pads_t
@@ -253,7 +253,9 @@ const char *kiln_op_id_name(kiln_op_id id);
   X(training)               \
   X(fused)                  \
   X(attention)              \
-  X(transformer)
+  X(transformer)            \
+  X(text)                   \
+  X(ml)
 
 #define KILN_DECLARE_OP_FAMILY(name) const kiln_op_def *kiln_ops_##name(int *out_n);
 KILN_OP_FAMILIES(KILN_DECLARE_OP_FAMILY)

@@ -222,7 +222,14 @@
   X(GroupNormalization, "", "GroupNormalization") \
   X(RotaryEmbedding, "", "RotaryEmbedding") \
   X(LinearAttention, "", "LinearAttention") \
-  X(CausalConvWithState, "", "CausalConvWithState")
+  X(CausalConvWithState, "", "CausalConvWithState") \
+  X(StringConcat, "", "StringConcat") \
+  X(StringSplit, "", "StringSplit") \
+  X(RegexFullMatch, "", "RegexFullMatch") \
+  X(ml_LabelEncoder, "ai.onnx.ml", "LabelEncoder") \
+  X(ml_TreeEnsemble, "ai.onnx.ml", "TreeEnsemble") \
+  X(ml_ArrayFeatureExtractor, "ai.onnx.ml", "ArrayFeatureExtractor") \
+  X(ml_Binarizer, "ai.onnx.ml", "Binarizer")
 
 typedef enum kiln_op_id {
   KILN_OP_UNKNOWN = 0, /* a node whose op is not registered (or not resolved yet) */

@@ -74,6 +74,7 @@ static uint64_t int_highest(kiln_dtype dt) {
     case KILN_DTYPE_U8: return UINT8_MAX;
     case KILN_DTYPE_U16: return UINT16_MAX;
     case KILN_DTYPE_U32: return UINT32_MAX;
+    case KILN_DTYPE_BOOL: return 1;
     default: return UINT64_MAX;
   }
 }
@@ -349,6 +350,8 @@ static kiln_status_t reduce_kernel(kiln_kernel_ctx *ctx, reduce_kind kind) {
   kiln_tensor *x;
   KILN_TRY(kiln_kernel_require_input(ctx, 0, &x));
   unsigned allowed = KILN_DT_NUMERIC;
+  /* opset 20: ReduceMax / ReduceMin of bool (any / all) */
+  if (ctx->opset >= 20 && (kind == REDUCE_MAX || kind == REDUCE_MIN)) allowed |= KILN_DT_BIT(KILN_DTYPE_BOOL);
   KILN_TRY(kiln_reduce_check_dtype(x, allowed, "input 0 (data)"));
   int64_t axes[KILN_MAX_RANK];
   int n_axes;

@@ -110,7 +110,8 @@ kiln_status_t kiln_reduce_lpnorm_kernel(kiln_kernel_ctx *ctx) {
       if (p == 2) norm = sqrt(norm);
       for (int64_t k = 0; k < l.n; k++) {
         int64_t at = base + k * l.inner;
-        kiln_store_f64(y->data, dt, at, kiln_load_f64(x->data, dt, at) / norm);
+        /* a zero norm (an all-zero row) gives 0, not 0/0, as the spec states */
+        kiln_store_f64(y->data, dt, at, norm == 0 ? 0.0 : kiln_load_f64(x->data, dt, at) / norm);
       }
     }
   }

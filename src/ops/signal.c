@@ -1,4 +1,4 @@
-/* Ops of the "signal" family (opset 17): DFT, STFT, the Blackman / Hamming /
+/* Ops of the "signal" family (opset 17; DFT 20): DFT, STFT, the Blackman / Hamming /
  * Hann windows and MelWeightMatrix.
  *
  * Everything is computed in double and rounded to the output dtype once.
@@ -85,6 +85,25 @@ static void dft_1d(const double *in_re, const double *in_im, int64_t n_in, int64
   }
 }
 
+/* One inverse real DFT (IRFFT) of length n_fft from the one-sided spectrum
+ * of n_in bins (bins past n_fft/2 ignored, missing ones zero): the full
+ * spectrum is Hermitian, X[n-k] = conj(X[k]), and the imaginary parts of
+ * the DC and (even n_fft) Nyquist bins do not contribute, as numpy's irfft.
+ * Writes n_fft real samples, scaled by 1/n_fft. */
+static void irfft_1d(const double *in_re, const double *in_im, int64_t n_in, int64_t n_fft, double *out) {
+  int64_t half = n_fft / 2;
+  for (int64_t t = 0; t < n_fft; t++) {
+    double acc = n_in > 0 ? in_re[0] : 0.0;
+    int64_t m = t % n_fft; /* (k*t) mod n_fft, kept reduced as k advances */
+    for (int64_t k = 1; k <= half && k < n_in; k++, m = (m + t) % n_fft) {
+      double ang = 2.0 * SIGNAL_PI * (double)m / (double)n_fft;
+      double term = in_re[k] * cos(ang) - in_im[k] * sin(ang);
+      acc += (n_fft % 2 == 0 && k == half) ? term : 2 * term;
+    }
+    out[t] = acc / (double)n_fft;
+  }
+}
+
 /* Axis of DFT: opset 17 allows [0, r-2]; later opsets also count from the
  * back ([-r, -2]), which we accept too. */
 static kiln_status_t dft_axis(int64_t axis, int rank, int *out) {
@@ -94,6 +113,26 @@ static kiln_status_t dft_axis(int64_t axis, int rank, int *out) {
                       (long long)axis, rank);
   *out = (int)a;
   return NULL;
+}
+
+/* The axis: opset 17's attribute (default 1), opset 20's optional scalar
+ * input 2 (default -2). */
+static kiln_status_t dft_axis_of(const kiln_kernel_ctx *ctx, int rank, int *out) {
+  if (ctx->opset < 20) {
+    if (ctx->n_inputs > 2)
+      return kiln_error(KILN_INVALID_MODEL, "has %d inputs; input 2 (axis) exists from opset 20 (node opset %d)",
+                        ctx->n_inputs, ctx->opset);
+    return dft_axis(kiln_attr_int(ctx->node, "axis", 1), rank, out);
+  }
+  int64_t axis = -2;
+  kiln_tensor *axis_t = ctx->n_inputs > 2 ? kiln_kernel_input(ctx, 2) : NULL;
+  if (axis_t) {
+    if (axis_t->dtype != KILN_DTYPE_I64 || axis_t->numel != 1)
+      return kiln_error(KILN_INVALID_ARGUMENT, "input 2 (axis): expected one int64, got %s with %lld elements",
+                        kiln_dtype_name(axis_t->dtype), (long long)axis_t->numel);
+    axis = ((const int64_t *)axis_t->data)[0];
+  }
+  return dft_axis(axis, rank, out);
 }
 
 static kiln_status_t dft_kernel(kiln_kernel_ctx *ctx) {
@@ -109,23 +148,27 @@ static kiln_status_t dft_kernel(kiln_kernel_ctx *ctx) {
     return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (input): last dim must be 1 (real) or 2 (complex), got %lld",
                       (long long)comp);
   int axis = 0;
-  KILN_TRY(dft_axis(kiln_attr_int(ctx->node, "axis", 1), x->rank, &axis));
+  KILN_TRY(dft_axis_of(ctx, x->rank, &axis));
   bool inverse = kiln_attr_int(ctx->node, "inverse", 0) != 0;
   bool onesided = kiln_attr_int(ctx->node, "onesided", 0) != 0;
+  bool irfft = inverse && onesided; /* one-sided spectrum in, real signal out */
   int64_t n_in = x->dims[axis];
-  int64_t n_fft = n_in;
+  int64_t n_fft = irfft ? 2 * (n_in - 1) : n_in;
   if (len_t) {
     KILN_TRY(scalar_int_input(len_t, 1, "dft_length", &n_fft));
     if (n_fft <= 0)
       return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (dft_length): must be positive, got %lld", (long long)n_fft);
   }
   if (n_fft == 0) return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (input): signal axis %d is empty", axis);
-  int64_t n_out = onesided ? n_fft / 2 + 1 : n_fft;
+  if (n_fft <= 0)
+    return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (input): %lld one-sided bins on axis %d give no inverse length",
+                      (long long)n_in, axis);
+  int64_t n_out = irfft ? n_fft : onesided ? n_fft / 2 + 1 : n_fft;
 
   int64_t odims[KILN_MAX_RANK];
   memcpy(odims, x->dims, sizeof odims);
   odims[axis] = n_out;
-  odims[x->rank - 1] = 2;
+  odims[x->rank - 1] = irfft ? 1 : 2;
   kiln_tensor *y;
   KILN_TRY(kiln_kernel_output_tensor(ctx, 0, x->dtype, x->rank, odims, &y));
 
@@ -144,6 +187,11 @@ static kiln_status_t dft_kernel(kiln_kernel_ctx *ctx) {
         int64_t base = ((o * n_in + j) * inner + i) * comp;
         in_re[j] = kiln_load_f64(x->data, x->dtype, base);
         in_im[j] = comp == 2 ? kiln_load_f64(x->data, x->dtype, base + 1) : 0.0;
+      }
+      if (irfft) {
+        irfft_1d(in_re, in_im, n_in, n_fft, out_re);
+        for (int64_t k = 0; k < n_out; k++) kiln_store_f64(y->data, y->dtype, (o * n_out + k) * inner + i, out_re[k]);
+        continue;
       }
       dft_1d(in_re, in_im, n_in, n_fft, inverse, n_out, out_re, out_im);
       for (int64_t k = 0; k < n_out; k++) {
@@ -166,16 +214,25 @@ static kiln_status_t dft_infer(kiln_infer_ctx *ctx) {
   }
   if (x->rank < 2)
     return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (input): expected rank >= 2 ([..., 1|2]), got %d", x->rank);
-  int axis = 0;
-  KILN_TRY(dft_axis(kiln_attr_int(ctx->node, "axis", 1), x->rank, &axis));
+  int64_t axis_v = ctx->opset < 20 ? kiln_attr_int(ctx->node, "axis", 1) : -2;
+  bool inverse = kiln_attr_int(ctx->node, "inverse", 0) != 0;
   bool onesided = kiln_attr_int(ctx->node, "onesided", 0) != 0;
+  bool irfft = inverse && onesided;
   int64_t dims[KILN_MAX_RANK];
   memcpy(dims, x->dims, sizeof dims);
+  dims[x->rank - 1] = irfft ? 1 : 2;
+  if (ctx->opset >= 20 && ctx->n_inputs > 2 && ctx->inputs[2] && !infer_const_int(ctx, 2, &axis_v)) {
+    for (int d = 0; d < x->rank - 1; d++) dims[d] = -1; /* the axis is known at run time only */
+    kiln_infer_set(ctx, 0, x->dtype, x->rank, dims);
+    return NULL;
+  }
+  int axis = 0;
+  KILN_TRY(dft_axis(axis_v, x->rank, &axis));
   int64_t n = x->dims[axis];
+  if (irfft && n >= 0) n = 2 * (n - 1);
   bool has_len = ctx->n_inputs > 1 && ctx->inputs[1];
   if (has_len && !infer_const_int(ctx, 1, &n)) n = -1;
-  dims[axis] = n < 0 ? -1 : onesided ? n / 2 + 1 : n;
-  dims[x->rank - 1] = 2;
+  dims[axis] = n < 0 ? -1 : irfft ? n : onesided ? n / 2 + 1 : n;
   kiln_infer_set(ctx, 0, x->dtype, x->rank, dims);
   return NULL;
 }
@@ -385,7 +442,7 @@ static kiln_status_t mel_infer(kiln_infer_ctx *ctx) {
 }
 
 static const kiln_op_def signal_ops[] = {
-    {"", "DFT", 1, 2, 1, 1, dft_infer, dft_kernel, 0, .id = KILN_OP_DFT},
+    {"", "DFT", 1, 3, 1, 1, dft_infer, dft_kernel, 0, .id = KILN_OP_DFT},
     {"", "STFT", 2, 4, 1, 1, stft_infer, stft_kernel, 0, .id = KILN_OP_STFT},
     {"", "HannWindow", 1, 1, 1, 1, window_infer, hann_kernel, 0, .id = KILN_OP_HannWindow},
     {"", "HammingWindow", 1, 1, 1, 1, window_infer, hamming_kernel, 0, .id = KILN_OP_HammingWindow},

@@ -6,7 +6,8 @@ ONNX backend test data, so kiln_conformance runs them:
 
 OUTDIR/dtypes/...  every op of a broad list for every dtype its schema allows
 OUTDIR/attrs/...   attribute and opset variants the official data misses
-                   (op18_*: ops of opsets 18-28, cases_opset18.py)
+                   (op18_*: ops of opsets 18-28, cases_opset18.py;
+                   latest_*: opset 18-28 changes of existing ops, cases_latest.py)
 OUTDIR/transformer/...  the opset 18-28 transformer-family ops on random shapes
                    (cases_transformer.py: models of opsets onnx 1.12 does not know)
 
@@ -41,6 +42,7 @@ def main():
     import cases_dtypes
     import cases_opset18
     import cases_transformer
+    import cases_latest
     w = Writer(root, check='--check' in sys.argv)
     for suite in ('dtypes', 'attrs', 'transformer'):
         shutil.rmtree(os.path.join(root, suite), ignore_errors=True)
@@ -49,6 +51,7 @@ def main():
     cases_attrs.gen(w, torch)
     cases_opset18.gen(w, torch)
     cases_transformer.gen(w)
+    cases_latest.gen(w, torch)
     for suite in sorted(w.names):
         print('%s: %d cases' % (suite, len(w.names[suite])))
     print('wrote %.1f MB in %.1f s' % (w.bytes / 1e6, time.time() - t0))
