@@ -43,6 +43,8 @@
 #include "passes/passes_opt.h"
 #include "ops/rnn.h"
 
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 
 typedef struct builder {
@@ -653,11 +655,198 @@ static kiln_status_t decompose_batchnorm(kiln_graph *g, int ni) {
   return finish(&b);
 }
 
+/* ONNX Attention (opsets 23-25, ops/nn_attention.c's contract) as the ops
+ * every compiling device compiles, so it no longer runs on ref:
+ *   Q, K, V in 4-D [B, H, S, D] (3-D [B, S, H*D]: Reshape + Transpose in,
+ *   the reverse out); K_all = Concat(past_key, K) on the sequence axis (the
+ *   present_key output), V_all likewise;
+ *   scores = MatMul(Q * sqrt(scale), Transpose(K_all * sqrt(scale)))
+ *   (grouped-query heads: Q as [B, Hkv, G, S, D] against K as
+ *   [B, Hkv, 1, D, T], MatMul broadcasting the group axis, no K copy);
+ *   softcap c: c * Tanh(scores / c); plus the bias: the mask (bool: Where
+ *   0 / -inf) and is_causal's constant [S, T] (key j masked past i + P);
+ *   P = Softmax(scores, -1), zero where a row's bias is -inf throughout (ref's
+ *   rule; only a mask can do that: a causal row always keeps key 0; see
+ *   below how);
+ *   Y = MatMul(P, V_all).
+ * Without a fused kernel on the device the pattern pass still sees the
+ * MatMul-Softmax-MatMul chain and may fuse it (kiln.FusedAttention).
+ * Only f32 (mask bool or f32) with shapes known and a mask whose last axis
+ * is T; nonpad_kv_seqlen, the opset-25 window and a wanted
+ * qk_matmul_output stay on ref. */
+static bool attn_f32(const kiln_graph *g, int v, bool bool_ok) {
+  const kiln_type *t = &g->values[v].type;
+  return t->kind == KILN_TYPE_TENSOR && kiln_opt_shape_known(t) &&
+         (t->dtype == KILN_DTYPE_F32 || (bool_ok && t->dtype == KILN_DTYPE_BOOL));
+}
+
+static kiln_status_t decompose_attention(kiln_graph *g, int ni) {
+  const kiln_node *n = &g->nodes[ni];
+  if (n->domain[0] || n->n_inputs < 3 || n->n_outputs < 1 || n->outputs[0] < 0) return NULL;
+  if ((n->n_outputs > 3 && n->outputs[3] >= 0) || (n->n_inputs > 6 && n->inputs[6] >= 0)) return NULL;
+  if (n->opset >= 25 && (kiln_attr_int(n, "left_window_size", -1) != -1 || kiln_attr_int(n, "right_window_size", -1) != -1))
+    return NULL;
+  int in[6];
+  for (int i = 0; i < 6; i++) in[i] = i < n->n_inputs ? n->inputs[i] : -1;
+  if (in[0] < 0 || in[1] < 0 || in[2] < 0 || (in[4] < 0) != (in[5] < 0)) return NULL;
+  for (int i = 0; i < 6; i++)
+    if (in[i] >= 0 && !attn_f32(g, in[i], i == 3)) return NULL;
+  int64_t qd[4], kd[4], vd[4], md[4] = {1, 1, 1, 1}, pd[2][4];
+  int rank = g->values[in[0]].type.rank, mr = in[3] >= 0 ? g->values[in[3]].type.rank : 0;
+  if ((rank != 3 && rank != 4) || g->values[in[1]].type.rank != rank || g->values[in[2]].type.rank != rank || mr > 4)
+    return NULL;
+  memcpy(qd, g->values[in[0]].type.dims, sizeof(int64_t) * (size_t)rank);
+  memcpy(kd, g->values[in[1]].type.dims, sizeof(int64_t) * (size_t)rank);
+  memcpy(vd, g->values[in[2]].type.dims, sizeof(int64_t) * (size_t)rank);
+  for (int i = 0; i < mr; i++) md[4 - mr + i] = g->values[in[3]].type.dims[i];
+  int64_t B = qd[0], Hq, Hkv, S, E, L, Ev, P = 0;
+  if (rank == 4) {
+    Hq = qd[1], S = qd[2], E = qd[3], Hkv = kd[1], L = kd[2], Ev = vd[3];
+    if (kd[0] != B || kd[3] != E || vd[0] != B || vd[1] != Hkv || vd[2] != L) return NULL;
+  } else {
+    Hq = kiln_attr_int(n, "q_num_heads", 0), Hkv = kiln_attr_int(n, "kv_num_heads", 0);
+    if (Hq < 1 || Hkv < 1 || qd[2] % Hq || vd[2] % Hkv) return NULL;
+    S = qd[1], E = qd[2] / Hq, L = kd[1], Ev = vd[2] / Hkv;
+    if (kd[0] != B || kd[2] != Hkv * E || vd[0] != B || vd[1] != L) return NULL;
+  }
+  if (Hkv < 1 || Hq % Hkv || E < 1 || S < 1) return NULL;
+  if (in[4] >= 0) {
+    for (int j = 0; j < 2; j++) {
+      const kiln_type *t = &g->values[in[4 + j]].type;
+      if (t->rank != 4) return NULL;
+      memcpy(pd[j], t->dims, sizeof pd[j]);
+    }
+    P = pd[0][2];
+    if (pd[0][0] != B || pd[0][1] != Hkv || pd[0][3] != E || pd[1][0] != B || pd[1][1] != Hkv || pd[1][2] != P ||
+        pd[1][3] != Ev)
+      return NULL;
+  }
+  int64_t T = P + L, G = Hq / Hkv;
+  const int64_t mwant[4] = {B, Hq, S, T};
+  for (int i = 0; i < 4 && in[3] >= 0; i++)
+    if (md[i] != mwant[i] && !(md[i] == 1 && i < 3)) return NULL;
+  if (in[3] >= 0 && md[1] != 1 && md[1] != Hq) return NULL;
+  bool causal = kiln_attr_int(n, "is_causal", 0) != 0, bool_mask = in[3] >= 0 && g->values[in[3]].type.dtype == KILN_DTYPE_BOOL;
+  double softcap = kiln_attr_float(n, "softcap", 0.0f);
+  const kiln_attr *sa = kiln_node_attr(n, "scale");
+  double scale = sa && sa->type == KILN_ATTR_FLOAT ? (double)sa->f : 1.0 / sqrt((double)E);
+  int out[3] = {n->outputs[0], n->n_outputs > 1 ? n->outputs[1] : -1, n->n_outputs > 2 ? n->outputs[2] : -1};
+  const kiln_dtype F = KILN_DTYPE_F32;
+  builder b = {.g = g};
+  snprintf(b.base, sizeof b.base, "%s", n->name);
+  KILN_TRY(replace_node(&b, g, ni));
+  /* Q, K, V as [B, heads, seq, head size]. */
+  int64_t q4[4] = {B, Hq, S, E}, k4[4] = {B, Hkv, L, E}, v4[4] = {B, Hkv, L, Ev};
+  const int64_t swap12[4] = {0, 2, 1, 3};
+  int q = in[0], k = in[1], v = in[2];
+  if (rank == 3) {
+    int64_t qs[4] = {B, S, Hq, E}, ks[4] = {B, L, Hkv, E}, vs[4] = {B, L, Hkv, Ev};
+    q = transpose(&b, reshape(&b, q, 4, qs, -1), 4, swap12, qs, -1);
+    k = transpose(&b, reshape(&b, k, 4, ks, -1), 4, swap12, ks, -1);
+    v = transpose(&b, reshape(&b, v, 4, vs, -1), 4, swap12, vs, -1);
+  }
+  /* The cache: the past prepended (the present outputs). */
+  int kv[2] = {k, v};
+  for (int j = 0; j < 2; j++) {
+    if (in[4] >= 0) {
+      kv[j] = concat_tree(&b, (int[]){in[4 + j], kv[j]}, 2, 2, 13, out[1 + j]);
+    } else if (out[1 + j] >= 0) {
+      kv[j] = node(&b, "Identity", 16, 1, &kv[j], out[1 + j], F, 4, j ? v4 : k4);
+    }
+  }
+  int64_t kall[4] = {B, Hkv, T, E};
+  int root = scalar_const(&b, F, (double)(float)sqrt(scale));
+  int qsc = node(&b, "Mul", 14, 2, (int[]){q, root}, -1, F, 4, q4);
+  int ksc = node(&b, "Mul", 14, 2, (int[]){kv[0], root}, -1, F, 4, kall);
+  int ktr = transpose(&b, ksc, 4, (const int64_t[]){0, 1, 3, 2}, kall, -1);
+  /* The scores: [B, Hq, S, T], or [B, Hkv, G, S, T] for grouped heads. */
+  int r = G > 1 ? 5 : 4;
+  int64_t sd[5] = {B, Hq, S, T}, q5[5] = {B, Hkv, G, S, E}, k5[5] = {B, Hkv, 1, E, T}, v5[5] = {B, Hkv, 1, T, Ev};
+  int lhs = qsc, rhs = ktr, vv = kv[1];
+  if (G > 1) {
+    memcpy(sd, (int64_t[]){B, Hkv, G, S, T}, sizeof sd);
+    lhs = reshape(&b, qsc, 5, q5, -1);
+    rhs = reshape(&b, ktr, 5, k5, -1);
+    vv = reshape(&b, kv[1], 5, v5, -1);
+  }
+  int sc = node(&b, "MatMul", 13, 2, (int[]){lhs, rhs}, -1, F, r, sd);
+  if (softcap > 0) {
+    int c = scalar_const(&b, F, softcap);
+    int th = node(&b, "Tanh", 13, 1, (int[]){node(&b, "Div", 14, 2, (int[]){sc, c}, -1, F, r, sd)}, -1, F, r, sd);
+    sc = node(&b, "Mul", 14, 2, (int[]){th, c}, -1, F, r, sd);
+  }
+  /* The bias, shaped to broadcast against the scores. */
+  int bias = -1, brank = r;
+  int64_t bd[5] = {1, 1, 1, 1, 1};
+  if (in[3] >= 0) {
+    int m = mr < 4 ? reshape(&b, in[3], 4, md, -1) : in[3];
+    if (bool_mask)
+      m = node(&b, "Where", 16, 3, (int[]){m, scalar_const(&b, F, 0.0), scalar_const(&b, F, -INFINITY)}, -1, F, 4, md);
+    if (G > 1) {
+      int64_t m5[5] = {md[0], md[1] == 1 ? 1 : Hkv, md[1] == 1 ? 1 : G, md[2], md[3]};
+      m = reshape(&b, m, 5, m5, -1);
+      memcpy(bd, m5, sizeof m5);
+    } else {
+      memcpy(bd, md, sizeof md);
+    }
+    bias = m;
+  }
+  if (causal) {
+    int64_t cd[2] = {S, T};
+    kiln_tensor *ct = NULL;
+    if (!b.st) b.st = kiln_tensor_new(F, 2, cd, &ct);
+    if (!b.st) {
+      float *c = ct->data;
+      for (int64_t i = 0; i < S; i++)
+        for (int64_t j = 0; j < T; j++) c[i * T + j] = j > i + P ? -INFINITY : 0.0f;
+    }
+    int cid = const_of(&b, ct);
+    if (bias < 0) {
+      bias = cid;
+      for (int i = 0; i < r; i++) bd[i] = i == r - 2 ? S : i == r - 1 ? T : 1;
+    } else {
+      bd[r - 2] = S;
+      bias = node(&b, "Add", 14, 2, (int[]){bias, cid}, -1, F, brank, bd);
+    }
+  }
+  /* A mask can mask a whole row, where ref gives zeros: the bias clamped
+   * to -FLT_MAX (such a row's softmax is finite, an -inf key's weight
+   * still underflows to 0), the probabilities times keep = (the row's
+   * bias reaches above -inf), a float every dialect stores. */
+  int keep = -1;
+  if (in[3] >= 0) {
+    int64_t rd[5];
+    memcpy(rd, bd, sizeof rd);
+    rd[r - 1] = 1;
+    int mx = node(&b, "ReduceMax", 13, 1, &bias, -1, F, r, rd);
+    if (!b.st) b.st = kiln_opt_set_attr_ints(last(&b), "axes", 1, (const int64_t[]){-1});
+    if (!b.st) b.st = kiln_opt_set_attr_int(last(&b), "keepdims", 1);
+    int lo = scalar_const(&b, F, -FLT_MAX);
+    int any = node(&b, "GreaterOrEqual", 16, 2, (int[]){mx, lo}, -1, KILN_DTYPE_BOOL, r, rd);
+    keep = node(&b, "Cast", 13, 1, &any, -1, F, r, rd);
+    if (!b.st) b.st = kiln_opt_set_attr_int(last(&b), "to", KILN_DTYPE_F32);
+    bias = node(&b, "Max", 13, 2, (int[]){bias, lo}, -1, F, r, bd);
+  }
+  if (bias >= 0) sc = node(&b, "Add", 14, 2, (int[]){sc, bias}, -1, F, r, sd);
+  int pr = node(&b, "Softmax", 13, 1, &sc, -1, F, r, sd);
+  if (!b.st) b.st = kiln_opt_set_attr_int(last(&b), "axis", -1);
+  if (keep >= 0) pr = node(&b, "Mul", 14, 2, (int[]){pr, keep}, -1, F, r, sd);
+  int64_t y4[4] = {B, Hq, S, Ev}, y5[5] = {B, Hkv, G, S, Ev};
+  int y = node(&b, "MatMul", 13, 2, (int[]){pr, vv}, G == 1 && rank == 4 ? out[0] : -1, F, r, G > 1 ? y5 : y4);
+  if (G > 1) y = reshape(&b, y, 4, y4, rank == 4 ? out[0] : -1);
+  if (rank == 3) {
+    int yt = transpose(&b, y, 4, swap12, y4, -1);
+    reshape(&b, yt, 3, (const int64_t[]){B, S, Hq * Ev}, out[0]);
+  }
+  return finish(&b);
+}
+
 static kiln_status_t decompose_graph(kiln_graph *g, bool keep_recurrent) {
   for (int ni = g->n_nodes - 1; ni >= 0; ni--) /* from the end: insertions move no node still to visit */
     switch (kiln_node_op_id(&g->nodes[ni])) {
       case KILN_OP_DynamicQuantizeLinear: KILN_TRY(decompose_dql(g, ni)); break;
       case KILN_OP_BatchNormalization: KILN_TRY(decompose_batchnorm(g, ni)); break;
+      case KILN_OP_Attention: KILN_TRY(decompose_attention(g, ni)); break;
       case KILN_OP_Concat:
         if (g->nodes[ni].n_inputs > 8) KILN_TRY(decompose_concat(g, ni));
         break;

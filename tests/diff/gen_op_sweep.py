@@ -117,6 +117,12 @@ class Model:
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid('', self.opset)],
                                   producer_name='kiln-diff-sweep')
         model.ir_version = 8
+        if self.opset > 17:
+            # Newer than Debian's onnx knows: no inference or checker; every output is declared.
+            model.ir_version = 10
+            for o in model.graph.output:
+                o.type.CopyFrom(helper.make_tensor_type_proto(F, self.out_shapes[o.name]))
+            return model
         model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
         # Declare the outputs with their inferred types.
         vi = {v.name: v for v in model.graph.value_info}
@@ -1786,6 +1792,59 @@ def host_cases():
     m.out(m.node('Tanh', [m.node('ScatterElements', [x, m.const(idx), m.source([7, 3, 6])], axis=0)]))
 
 
+def attention_cases():
+    """ONNX Attention (opset 23) on random geometry: 3-D and 4-D, grouped and multi-query heads, a past
+    cache of several lengths, bool and float masks of rank 2-4 (per head or shared, per batch or shared;
+    one that masks whole rows), causal, softcap, scale, the present outputs. Compiling devices run it as
+    the graph passes/decompose.c makes of it (f32); the ref kernel is the truth. Saved without onnx's
+    checker (see Model.build)."""
+    rng = np.random.RandomState(2323)
+    for i in range(36):
+        m = case('Attention_rand_%d' % i, opset=23)
+        rank3 = rng.rand() < 0.3
+        hkv = int(rng.choice([1, 2]))
+        grp = int(rng.choice([1, 2, 3]))
+        hq = hkv * grp
+        b, s, l = int(rng.choice([1, 2])), int(rng.randint(1, 6)), int(rng.randint(1, 7))
+        p = int(rng.choice([0, 0, 3, 7]))
+        e, ev = int(rng.choice([4, 8])), int(rng.choice([4, 6]))
+        t = p + l
+        attrs = {}
+        if rank3:
+            q, k, v = m.inp([b, s, hq * e]), m.inp([b, l, hkv * e]), m.inp([b, l, hkv * ev])
+            attrs.update(q_num_heads=hq, kv_num_heads=hkv)
+        else:
+            q, k, v = m.inp([b, hq, s, e]), m.inp([b, hkv, l, e]), m.inp([b, hkv, l, ev])
+        mask_kind = rng.choice(['none', 'bool', 'float', 'rows'])
+        mask = ''
+        if mask_kind != 'none':
+            mrank = int(rng.randint(2, 5))
+            full = [b if rng.rand() < 0.5 else 1, hq if rng.rand() < 0.5 else 1, s, t]
+            x = m.inp(full[4 - mrank:])
+            if mask_kind == 'float':
+                mask = x
+            else:  # bool: mostly true; 'rows': false everywhere (whole rows masked: zeros out)
+                mask = m.node('Greater', [x, m.const(np.float32(10.0 if mask_kind == 'rows' else -1.0))])
+        if rng.rand() < 0.4:
+            attrs['is_causal'] = 1
+        if rng.rand() < 0.3:
+            attrs['softcap'] = 2.0
+        if rng.rand() < 0.3:
+            attrs['scale'] = 0.3
+        ins = [q, k, v, mask]
+        if p:
+            ins += [m.inp([b, hkv, p, e]), m.inp([b, hkv, p, ev])]
+        while ins[-1] == '':
+            ins.pop()
+        present = p > 0 or rng.rand() < 0.3
+        outs = [m.fresh('y')] + ([m.fresh('pk'), m.fresh('pv')] if present else [])
+        m.nodes.append(helper.make_node('Attention', ins, outs, name=m.fresh('n_Attention_'), **attrs))
+        m.out(outs[0], [b, s, hq * ev] if rank3 else [b, hq, s, ev])
+        if present:
+            m.out(outs[1], [b, hkv, t, e])
+            m.out(outs[2], [b, hkv, t, ev])
+
+
 def main(argv):
     if len(argv) < 2:
         print('usage: gen_op_sweep.py OUTDIR [--list]', file=sys.stderr)
@@ -1793,7 +1852,7 @@ def main(argv):
     out = argv[1]
     for gen in (unary_cases, binary_cases, where_cases, reduce_cases, softmax_cases, movement_cases, matmul_cases,
                 gemm_cases, conv_cases, conv_transpose_cases, dtype_cases, rnn_cases, pool_cases, layernorm_cases, epilogue_cases, structure_cases, pattern_cases,
-                large_cases, host_cases):
+                large_cases, host_cases, attention_cases):
         gen()
     os.makedirs(out, exist_ok=True)
     names = set()
