@@ -660,7 +660,7 @@ static kiln_status_t decompose_batchnorm(kiln_graph *g, int ni) {
  *   Q, K, V in 4-D [B, H, S, D] (3-D [B, S, H*D]: Reshape + Transpose in,
  *   the reverse out); K_all = Concat(past_key, K) on the sequence axis (the
  *   present_key output), V_all likewise;
- *   scores = MatMul(Q * sqrt(scale), Transpose(K_all * sqrt(scale)))
+ *   scores = MatMul(Q * scale, Transpose(K_all))
  *   (grouped-query heads: Q as [B, Hkv, G, S, D] against K as
  *   [B, Hkv, 1, D, T], MatMul broadcasting the group axis, no K copy);
  *   softcap c: c * Tanh(scores / c); plus the bias: the mask (bool: Where
@@ -755,10 +755,10 @@ static kiln_status_t decompose_attention(kiln_graph *g, int ni) {
     }
   }
   int64_t kall[4] = {B, Hkv, T, E};
-  int root = scalar_const(&b, F, (double)(float)sqrt(scale));
-  int qsc = node(&b, "Mul", 14, 2, (int[]){q, root}, -1, F, 4, q4);
-  int ksc = node(&b, "Mul", 14, 2, (int[]){kv[0], root}, -1, F, 4, kall);
-  int ktr = transpose(&b, ksc, 4, (const int64_t[]){0, 1, 3, 2}, kall, -1);
+  /* The whole scale on Q (ref scales both by its root: the same up to
+   * rounding), so K's Transpose stays a view the contraction reads. */
+  int qsc = node(&b, "Mul", 14, 2, (int[]){q, scalar_const(&b, F, scale)}, -1, F, 4, q4);
+  int ktr = transpose(&b, kv[0], 4, (const int64_t[]){0, 1, 3, 2}, kall, -1);
   /* The scores: [B, Hq, S, T], or [B, Hkv, G, S, T] for grouped heads. */
   int r = G > 1 ? 5 : 4;
   int64_t sd[5] = {B, Hq, S, T}, q5[5] = {B, Hkv, G, S, E}, k5[5] = {B, Hkv, 1, E, T}, v5[5] = {B, Hkv, 1, T, Ev};
