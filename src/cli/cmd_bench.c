@@ -192,7 +192,8 @@ static kiln_status_t read_input_file(const char *path, const kiln_value_def *def
     return st;
   }
   kiln_tensor *t;
-  KILN_TRY(kiln_npy_read_file(path, &t));
+  /* An untyped '<V1'/'<V2' array (ml_dtypes' float8, int4, bfloat16...) is the input's dtype. */
+  KILN_TRY(kiln_npy_read_file_as(path, def->type.dtype, &t));
   kiln_status_t st = kiln_value_from_tensor(t, out);
   if (st) kiln_tensor_release(t);
   return st;
