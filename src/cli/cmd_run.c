@@ -25,7 +25,7 @@ static void print_values(const kiln_tensor *t, int max) {
     if (t->dtype == KILN_DTYPE_STRING) {
       const char *s = ((char **)t->data)[i];
       printf(" \"%s\"", s ? s : "");
-    } else if (kiln_dtype_is_float(t->dtype)) {
+    } else if (kiln_dtype_is_float(t->dtype) || kiln_dtype_is_narrow_float(t->dtype)) {
       printf(" %.6g", kiln_load_f64(t->data, t->dtype, i));
     } else if (t->dtype == KILN_DTYPE_U64) {
       printf(" %llu", (unsigned long long)kiln_load_u64(t->data, t->dtype, i));
