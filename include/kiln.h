@@ -135,7 +135,9 @@ int64_t kiln_tensor_numel(const kiln_tensor *tensor);
 /* Borrowed pointer to the elements (row-major). */
 void *kiln_tensor_data(kiln_tensor *tensor);
 
-/* .npy files (all kiln dtypes; STRING as NumPy unicode; C or Fortran order and either byte order on read). */
+/* .npy files (all kiln dtypes; STRING as NumPy unicode; C or Fortran order and either byte order on read).
+ * bfloat16 and the narrow types are saved as np.save stores ml_dtypes arrays ('<V2', '<V1'); a '<V2' file
+ * loads as bfloat16, a '<V1' one needs its dtype (src/tensor/npy.h: kiln_npy_read_file_as). */
 kiln_status_t kiln_tensor_load_npy(const char *path, kiln_tensor **out_tensor);
 kiln_status_t kiln_tensor_save_npy(const kiln_tensor *tensor, const char *path);
 
