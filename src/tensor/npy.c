@@ -222,6 +222,11 @@ static kiln_status_t parse_descr(lexer *lx, const char *s, size_t n, npy_header 
     has_size = true;
   }
   bool swap_order = (order == '>' && little) || (order == '<' && !little);
+  if (kind == 'f' && has_size && size == 1) { /* np.save of ml_dtypes' float8_e5m2 (numpy cannot load it back) */
+    h->dtype = KILN_DTYPE_F8E5M2;
+    h->item_size = h->swap_unit = 1;
+    return NULL;
+  }
   if (kind == 'V' && has_size) {
     /* np.save writes ml_dtypes arrays (bfloat16, float8, int4, ...) as
      * untyped bytes: the caller says which dtype they are. */

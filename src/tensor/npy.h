@@ -20,6 +20,9 @@
  *                 the caller (kiln_npy_read_*_as: `kiln run` passes the model
  *                 input's). Elements are as ml_dtypes holds them in memory,
  *                 one per byte: float8/float4 bit codes, int4/int2 values.
+ *   '<f1'         float8_e5m2 (what np.save writes for ml_dtypes' float8_e5m2,
+ *                 whose dtype claims kind 'f'; kiln writes it as '<V1', which
+ *                 numpy can load),
  *   'bfloat16', 'float8_e4m3fn', 'int4', ... (ml_dtypes' names; kiln wrote
  *                 'bfloat16' before it wrote '<V2'): that dtype,
  *   '<U<n>'       fixed-width UTF-32 strings -> STRING tensor (UTF-8, trailing
