@@ -109,7 +109,8 @@ kiln_status_t kiln_infer_broadcast(kiln_infer_ctx *ctx, kiln_dtype dtype) {
 }
 
 bool kiln_op_takes_narrow(const kiln_op_def *op) {
-  if (!op || (op->domain && op->domain[0])) return true; /* kiln's own ops: their passes decide */
+  if (!op) return true;
+  if (op->domain && !strcmp(op->domain, "kiln")) return true; /* kiln's own ops: the passes that make them decide */
   switch (op->id) {
     case KILN_OP_Cast: case KILN_OP_CastLike: case KILN_OP_Constant: case KILN_OP_ConstantOfShape:
     case KILN_OP_QuantizeLinear: case KILN_OP_DequantizeLinear: case KILN_OP_QLinearMatMul: case KILN_OP_Dropout:
