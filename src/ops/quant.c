@@ -90,7 +90,8 @@ static kiln_status_t qaxis_make(const kiln_kernel_ctx *ctx, const kiln_tensor *x
     if (block) {
       bool ok = scale->rank == x->rank;
       for (int d = 0; ok && d < x->rank; d++)
-        ok = d == axis ? scale->dims[d] == (x->dims[d] + block - 1) / block : scale->dims[d] == x->dims[d];
+        ok = d == axis ? scale->dims[d] == x->dims[d] / block + (x->dims[d] % block != 0)
+                     : scale->dims[d] == x->dims[d];
       if (!ok)
         return kiln_error(KILN_INVALID_ARGUMENT,
                           "input 1 (scale): shape %s does not block input 0's %s by %lld along axis %lld",
