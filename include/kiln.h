@@ -93,6 +93,20 @@ typedef enum kiln_dtype {
   KILN_DTYPE_C64 = 14,
   KILN_DTYPE_C128 = 15,
   KILN_DTYPE_BF16 = 16,
+  /* Narrow types. In memory each element takes ONE BYTE (like ml_dtypes'
+   * numpy arrays): a float8/float4 holds its bit code, int4/int2 their value
+   * (-8..7, 0..15, -2..1, 0..3). ONNX's packing (two 4-bit or four 2-bit
+   * elements per byte, low bits first) exists only in protobuf. */
+  KILN_DTYPE_F8E4M3FN = 17,
+  KILN_DTYPE_F8E4M3FNUZ = 18,
+  KILN_DTYPE_F8E5M2 = 19,
+  KILN_DTYPE_F8E5M2FNUZ = 20,
+  KILN_DTYPE_U4 = 21,
+  KILN_DTYPE_I4 = 22,
+  KILN_DTYPE_F4E2M1 = 23,
+  KILN_DTYPE_F8E8M0 = 24,
+  KILN_DTYPE_U2 = 25,
+  KILN_DTYPE_I2 = 26,
 } kiln_dtype;
 
 #define KILN_MAX_RANK 12
@@ -121,7 +135,9 @@ int64_t kiln_tensor_numel(const kiln_tensor *tensor);
 /* Borrowed pointer to the elements (row-major). */
 void *kiln_tensor_data(kiln_tensor *tensor);
 
-/* .npy files (all kiln dtypes; STRING as NumPy unicode; C or Fortran order and either byte order on read). */
+/* .npy files (all kiln dtypes; STRING as NumPy unicode; C or Fortran order and either byte order on read).
+ * bfloat16 and the narrow types are saved as np.save stores ml_dtypes arrays ('<V2', '<V1'); a '<V2' file
+ * loads as bfloat16, a '<V1' one needs its dtype (src/tensor/npy.h: kiln_npy_read_file_as). */
 kiln_status_t kiln_tensor_load_npy(const char *path, kiln_tensor **out_tensor);
 kiln_status_t kiln_tensor_save_npy(const kiln_tensor *tensor, const char *path);
 

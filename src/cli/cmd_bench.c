@@ -147,7 +147,8 @@ static kiln_status_t random_input(kiln_cli_inputs *in, const kiln_value_def *def
     return kiln_error(KILN_INVALID_ARGUMENT, "input '%s' has no declared dtype and rank (%s): give it with --input",
                       def->name, kiln_type_str(t, tb, sizeof tb));
   kiln_dtype dt = t->dtype;
-  bool is_float = kiln_dtype_is_float(dt), is_int = kiln_dtype_is_int(dt), is_bool = dt == KILN_DTYPE_BOOL;
+  bool is_float = kiln_dtype_is_float(dt) || kiln_dtype_is_narrow_float(dt),
+       is_int = kiln_dtype_is_int(dt) || kiln_dtype_is_narrow_int(dt), is_bool = dt == KILN_DTYPE_BOOL;
   if (!is_float && !is_int && !is_bool)
     return kiln_error(KILN_UNSUPPORTED, "input '%s' is %s: no random values for that dtype; give it with --input",
                       def->name, kiln_dtype_name(dt));
@@ -192,7 +193,8 @@ static kiln_status_t read_input_file(const char *path, const kiln_value_def *def
     return st;
   }
   kiln_tensor *t;
-  KILN_TRY(kiln_npy_read_file(path, &t));
+  /* An untyped '<V1'/'<V2' array (ml_dtypes' float8, int4, bfloat16...) is the input's dtype. */
+  KILN_TRY(kiln_npy_read_file_as(path, def->type.dtype, &t));
   kiln_status_t st = kiln_value_from_tensor(t, out);
   if (st) kiln_tensor_release(t);
   return st;

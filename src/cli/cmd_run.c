@@ -25,7 +25,7 @@ static void print_values(const kiln_tensor *t, int max) {
     if (t->dtype == KILN_DTYPE_STRING) {
       const char *s = ((char **)t->data)[i];
       printf(" \"%s\"", s ? s : "");
-    } else if (kiln_dtype_is_float(t->dtype)) {
+    } else if (kiln_dtype_is_float(t->dtype) || kiln_dtype_is_narrow_float(t->dtype)) {
       printf(" %.6g", kiln_load_f64(t->data, t->dtype, i));
     } else if (t->dtype == KILN_DTYPE_U64) {
       printf(" %llu", (unsigned long long)kiln_load_u64(t->data, t->dtype, i));
@@ -132,8 +132,12 @@ int kiln_cmd_run(int argc, char **argv) {
       for (int k = 0; k < n && !st; k++) st = kiln_value_seq_insert(inputs[i], -1, kiln_tensor_retain(ts[k]));
       if (nm) kiln_npz_free(n, nm, ts);
     } else {
+      /* An untyped '<V1'/'<V2' array (how np.save writes ml_dtypes' float8,
+       * int4, bfloat16, ...) takes the dtype the model declares. */
+      const kiln_graph *g = model->ir->graph;
+      int id = kiln_graph_find_value(g, in_names[i]);
       kiln_tensor *t;
-      st = kiln_npy_read_file(in_files[i], &t);
+      st = kiln_npy_read_file_as(in_files[i], id >= 0 ? g->values[id].type.dtype : KILN_DTYPE_UNDEFINED, &t);
       if (!st) st = kiln_value_from_tensor(t, &inputs[i]);
     }
     if (st) st = kiln_status_annotate(st, "input '%s'", in_names[i]);

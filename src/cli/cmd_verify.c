@@ -78,7 +78,7 @@ static void compare_tensors(const kiln_tensor *d, const kiln_tensor *r, int item
     return;
   }
   kiln_dtype dt = r->dtype;
-  bool is_float = kiln_dtype_is_float(dt);
+  bool is_float = kiln_dtype_is_float(dt) || kiln_dtype_is_narrow_float(dt);
   for (int64_t i = 0; i < r->numel; i++) {
     double a = 0, b = 0, ratio = 0;
     bool bad;
@@ -185,7 +185,7 @@ static kiln_status_t inject_error(const kiln_node *node, kiln_value *const *outp
     }
     int64_t e = c->numel / 2;
     kiln_dtype dt = c->dtype;
-    if (kiln_dtype_is_float(dt)) {
+    if (kiln_dtype_is_float(dt) || kiln_dtype_is_narrow_float(dt)) {
       double x = kiln_load_f64(c->data, dt, e);
       kiln_store_f64(c->data, dt, e, isfinite(x) ? x + 1.0 + fabs(x) : 0.0);
     } else if (dt == KILN_DTYPE_BOOL) {

@@ -427,6 +427,12 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
       if (q ? xdt != KILN_DTYPE_F32 : !(xdt == KILN_DTYPE_I8 || xdt == KILN_DTYPE_U8 || xdt == KILN_DTYPE_I32))
         return "dtype not computed by compiled kernels";
       if (!sc || dtype_of(sc) != KILN_DTYPE_F32 || !fully_known(&sc->type)) return "a scale that is not f32";
+      /* Opset 21+ attributes the compiled kernels do not implement: blocks,
+       * another output dtype, another division precision. */
+      if (kiln_attr_int(n, "block_size", 0) || kiln_attr_int(n, "precision", 0) ||
+          (kiln_attr_int(n, "output_dtype", 0) &&
+           kiln_attr_int(n, "output_dtype", 0) != (q ? (zp ? dtype_of(zp) : KILN_DTYPE_U8) : KILN_DTYPE_F32)))
+        return "block_size, precision or output_dtype (ref runs them)";
       if (zp && (!fully_known(&zp->type) || (q ? !(dtype_of(zp) == KILN_DTYPE_I8 || dtype_of(zp) == KILN_DTYPE_U8)
                                                 : dtype_of(zp) != xdt)))
         return "a zero point of another dtype (ref reports it)";

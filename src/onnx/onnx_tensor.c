@@ -7,6 +7,12 @@
  * is borrowed from the source buffer (zero copy); otherwise it is copied in
  * chunks and the source pages behind each chunk are dropped (madvise), so a
  * model's resident size stays near one copy of its weights.
+ *
+ * Sub-byte types (int4, uint4, float4: two per byte; int2, uint2: four per
+ * byte; low bits first, in raw_data, external data or one byte per
+ * int32_data entry) are unpacked here to kiln's one element per byte (see
+ * tensor/dtype.h); the packed size must match exactly, so an odd-length int4
+ * tensor without its padding nibble is an error, not a short read.
  */
 #include "onnx/onnx_internal.h"
 
@@ -52,13 +58,31 @@ static size_t dtype_align(kiln_dtype dt) {
   return kiln_dtype_size(dt);
 }
 
-static bool dtype_known(int64_t dt) { return dt > 0 && dt <= KILN_DTYPE_BF16; }
+static bool dtype_known(int64_t dt) { return dt > 0 && dt <= KILN_DTYPE_LAST; }
 
-static kiln_status_t bad_dtype(int64_t dt) {
-  if (dt >= 17 && dt <= 23)
-    return kiln_error(KILN_UNSUPPORTED, "dtype %lld (float8/int4 family) is not supported", (long long)dt);
-  return kiln_error(KILN_INVALID_MODEL, "unknown dtype %lld", (long long)dt);
+static kiln_status_t bad_dtype(int64_t dt) { return kiln_error(KILN_INVALID_MODEL, "unknown dtype %lld", (long long)dt); }
+
+/* Bytes of numel elements of dt in ONNX's packed form; false on overflow. */
+static bool packed_bytes(kiln_dtype dt, int64_t numel, int64_t *out) {
+  int bits = kiln_dtype_bits(dt);
+  if (bits >= 8) return kiln_mul_i64(numel, (int64_t)kiln_dtype_size(dt), out);
+  int per = 8 / bits;
+  *out = numel / per + (numel % per != 0);
+  return true;
 }
+
+/* Packed sub-byte data -> one element per byte (signed ints sign-extended). */
+static void unpack_elements(kiln_dtype dt, const uint8_t *packed, uint8_t *out, int64_t numel) {
+  int bits = kiln_dtype_bits(dt), per = 8 / bits;
+  unsigned mask = (1u << bits) - 1;
+  for (int64_t i = 0; i < numel; i++) {
+    unsigned v = (packed[i / per] >> ((i % per) * bits)) & mask;
+    if ((dt == KILN_DTYPE_I4 || dt == KILN_DTYPE_I2) && (v >> (bits - 1))) v |= ~mask; /* sign-extend */
+    out[i] = (uint8_t)v;
+  }
+}
+
+static bool is_sub_byte(kiln_dtype dt) { return kiln_dtype_bits(dt) < 8; }
 
 /* ---- external data ---------------------------------------------------- */
 
@@ -278,6 +302,11 @@ static int typed_field_for(kiln_dtype dt, int *per_elem, int *wire) {
     case KILN_DTYPE_BOOL: case KILN_DTYPE_F16: case KILN_DTYPE_BF16:
       *wire = PW_VARINT;
       return 5;
+    case KILN_DTYPE_F8E4M3FN: case KILN_DTYPE_F8E4M3FNUZ: case KILN_DTYPE_F8E5M2: case KILN_DTYPE_F8E5M2FNUZ:
+    case KILN_DTYPE_F8E8M0: case KILN_DTYPE_U4: case KILN_DTYPE_I4: case KILN_DTYPE_F4E2M1: case KILN_DTYPE_U2:
+    case KILN_DTYPE_I2: /* one (packed) byte per entry */
+      *wire = PW_VARINT;
+      return 5;
     case KILN_DTYPE_STRING: *wire = PW_LEN; return 6;
     case KILN_DTYPE_I64: *wire = PW_VARINT; return 7;
     case KILN_DTYPE_F64: *wire = PW_I64; return 10;
@@ -317,6 +346,13 @@ static kiln_status_t store_cb(void *c, int64_t unused, uint64_t raw) {
     case KILN_DTYPE_I8: ((int8_t *)s->data)[i] = (int8_t)(uint8_t)raw; break;
     case KILN_DTYPE_U16: case KILN_DTYPE_F16: case KILN_DTYPE_BF16: ((uint16_t *)s->data)[i] = (uint16_t)raw; break;
     case KILN_DTYPE_U8: ((uint8_t *)s->data)[i] = (uint8_t)raw; break;
+    case KILN_DTYPE_F8E4M3FN: case KILN_DTYPE_F8E4M3FNUZ: case KILN_DTYPE_F8E5M2: case KILN_DTYPE_F8E5M2FNUZ:
+    case KILN_DTYPE_F8E8M0: case KILN_DTYPE_U4: case KILN_DTYPE_I4: case KILN_DTYPE_F4E2M1: case KILN_DTYPE_U2:
+    case KILN_DTYPE_I2:
+      if (raw > 0xff) return kiln_error(KILN_INVALID_MODEL, "int32_data entry %lld = %llu does not fit a byte of %s",
+                                        (long long)i, (unsigned long long)raw, kiln_dtype_name(s->dtype));
+      ((uint8_t *)s->data)[i] = (uint8_t)raw;
+      break;
     case KILN_DTYPE_BOOL: ((uint8_t *)s->data)[i] = raw != 0; break;
     case KILN_DTYPE_I64: case KILN_DTYPE_U64: ((uint64_t *)s->data)[i] = raw; break;
     case KILN_DTYPE_U32: ((uint32_t *)s->data)[i] = (uint32_t)raw; break;
@@ -329,6 +365,11 @@ static kiln_status_t store_cb(void *c, int64_t unused, uint64_t raw) {
  * the source can be kept alive, else copied. */
 static kiln_status_t tensor_from_bytes(const onnx_source *s, kiln_dtype dt, int rank, const int64_t *dims,
                                        const uint8_t *p, size_t nbytes, kiln_tensor **out) {
+  if (is_sub_byte(dt)) {
+    KILN_TRY(kiln_tensor_new_uninit(dt, rank, dims, out));
+    unpack_elements(dt, p, (*out)->data, (*out)->numel);
+    return NULL;
+  }
   if (nbytes && s->keep && ((uintptr_t)p % dtype_align(dt)) == 0)
     return kiln_tensor_wrap(dt, rank, dims, (void *)(uintptr_t)p, s->keep, out);
   KILN_TRY(kiln_tensor_new_uninit(dt, rank, dims, out));
@@ -350,7 +391,7 @@ static kiln_status_t build_tensor(onnx_loader *L, onnx_slice msg, tensor_msg *m,
       return kiln_error(KILN_INVALID_MODEL, "negative dimension in shape %s",
                         kiln_shape_str(m->rank, m->dims, shape, sizeof shape));
   int64_t numel = kiln_shape_numel(m->rank, m->dims), nbytes;
-  if (numel < 0 || !kiln_mul_i64(numel, (int64_t)kiln_dtype_size(dt), &nbytes))
+  if (numel < 0 || !packed_bytes(dt, numel, &nbytes))
     return kiln_error(KILN_INVALID_MODEL, "shape %s overflows", kiln_shape_str(m->rank, m->dims, shape, sizeof shape));
   kiln_shape_str(m->rank, m->dims, shape, sizeof shape);
 
@@ -372,25 +413,38 @@ static kiln_status_t build_tensor(onnx_loader *L, onnx_slice msg, tensor_msg *m,
   if (m->has_raw) {
     if (dt == KILN_DTYPE_STRING) return kiln_error(KILN_INVALID_MODEL, "string tensors cannot use raw_data");
     if ((uint64_t)m->raw.len != (uint64_t)nbytes)
-      return kiln_error(KILN_INVALID_MODEL, "raw_data holds %zu bytes but %s %s needs %lld", m->raw.len,
-                        kiln_dtype_name(dt), shape, (long long)nbytes);
+      return kiln_error(KILN_INVALID_MODEL, "raw_data holds %zu bytes but %s %s needs %lld%s", m->raw.len,
+                        kiln_dtype_name(dt), shape, (long long)nbytes,
+                        !is_sub_byte(dt) ? ""
+                        : kiln_dtype_bits(dt) == 4 ? " (two elements per byte, an odd count padded with a zero nibble)"
+                                                   : " (four elements per byte, the last byte padded with zero bits)");
     return tensor_from_bytes(&L->src, dt, m->rank, m->dims, m->raw.p, m->raw.len, out);
   }
 
   int per, wire;
   int field = typed_field_for(dt, &per, &wire);
   int64_t want;
-  if (!field || !kiln_mul_i64(numel, per, &want))
+  if (is_sub_byte(dt)) {
+    want = nbytes; /* one packed byte per int32_data entry */
+  } else if (!field || !kiln_mul_i64(numel, per, &want))
     return kiln_error(KILN_INVALID_MODEL, "dtype %s has no typed data field", kiln_dtype_name(dt));
   if (m->n_typed[field] != want)
     return kiln_error(KILN_INVALID_MODEL, "%s holds %lld values but %s %s needs %lld", typed_field_name(field),
                       (long long)m->n_typed[field], kiln_dtype_name(dt), shape, (long long)want);
   kiln_tensor *t;
   KILN_TRY(kiln_tensor_new(dt, m->rank, m->dims, &t));
+  uint8_t *packed = NULL;
+  if (is_sub_byte(dt)) {
+    packed = malloc(want ? (size_t)want : 1);
+    if (!packed) {
+      kiln_tensor_release(t);
+      return KILN_OOM();
+    }
+  }
   pw_reader r = pw_reader_make(L->src.base, msg.p, msg.len);
   pw_field f;
   bool more;
-  store_ctx sc = {t->data, dt, 0, want};
+  store_ctx sc = {packed ? (void *)packed : t->data, dt, 0, want};
   kiln_status_t st = NULL;
   int64_t si = 0;
   while (!st) {
@@ -408,6 +462,8 @@ static kiln_status_t build_tensor(onnx_loader *L, onnx_slice msg, tensor_msg *m,
       if (f.wire == PW_LEN) release_pages(&L->src, f.data, f.len);
     }
   }
+  if (!st && packed) unpack_elements(dt, packed, t->data, numel);
+  free(packed);
   if (st) {
     kiln_tensor_release(t);
     return st;

@@ -92,6 +92,20 @@ static void write_value_info(pw_writer *w, uint32_t field, const kiln_graph *g, 
   pw_end(w, m);
 }
 
+/* raw_data of n elements of a sub-byte dtype (kiln keeps one per byte):
+ * packed as ONNX wants, low bits first, the last byte's spare bits zero. */
+static void put_packed_raw(pw_writer *w, uint32_t field, const uint8_t *elems, int64_t n, kiln_dtype dt) {
+  int bits = kiln_dtype_bits(dt), per = 8 / bits;
+  unsigned mask = (1u << bits) - 1;
+  pw_put_tag(w, field, PW_LEN);
+  pw_put_varint(w, (uint64_t)(n / per + (n % per != 0)));
+  for (int64_t i = 0; i < n; i += per) {
+    uint8_t b = 0;
+    for (int k = 0; k < per && i + k < n; k++) b |= (uint8_t)((elems[i + k] & mask) << (k * bits));
+    pw_put_raw(w, &b, 1);
+  }
+}
+
 static void write_tensor_fields(pw_writer *w, const kiln_tensor *t, const char *name) {
   for (int i = 0; i < t->rank; i++) pw_put_i64_field(w, 1, t->dims[i]);
   pw_put_varint_field(w, 2, (uint64_t)t->dtype);
@@ -101,6 +115,8 @@ static void write_tensor_fields(pw_writer *w, const kiln_tensor *t, const char *
       const char *s = ((char *const *)t->data)[i];
       pw_put_bytes_field(w, 6, s ? s : "", s ? strlen(s) : 0);
     }
+  } else if (kiln_dtype_bits(t->dtype) < 8) {
+    put_packed_raw(w, 9, t->data, t->numel, t->dtype);
   } else {
     pw_put_bytes_field(w, 9, t->data, kiln_tensor_nbytes(t));
   }
@@ -116,6 +132,8 @@ static void write_tensor(pw_writer *w, uint32_t field, const kiln_tensor *t, con
  * int64 indices. */
 static kiln_status_t write_sparse(pw_writer *w, uint32_t field, const kiln_tensor *t) {
   if (t->dtype == KILN_DTYPE_STRING) return kiln_error(KILN_UNSUPPORTED, "sparse string tensors cannot be written");
+  if (kiln_dtype_bits(t->dtype) < 8)
+    return kiln_error(KILN_UNSUPPORTED, "sparse %s tensors cannot be written", kiln_dtype_name(t->dtype));
   size_t es = kiln_dtype_size(t->dtype);
   static const uint8_t zero[16];
   int64_t nnz = 0;

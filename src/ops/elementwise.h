@@ -77,6 +77,11 @@ bool ew_is_unsigned(kiln_dtype dt); /* unsigned ints and bool */
 #define EW_STRING EW_BIT(KILN_DTYPE_STRING)
 #define EW_COMPLEX (EW_BIT(KILN_DTYPE_C64) | EW_BIT(KILN_DTYPE_C128))
 #define EW_ALL (EW_NUMERIC | EW_BOOL | EW_STRING | EW_COMPLEX)
+/* float8, float4, int4, int2: only ops that name them take them (not in EW_ALL). */
+#define EW_FLOAT8 (EW_BIT(KILN_DTYPE_F8E4M3FN) | EW_BIT(KILN_DTYPE_F8E4M3FNUZ) | EW_BIT(KILN_DTYPE_F8E5M2) | \
+                   EW_BIT(KILN_DTYPE_F8E5M2FNUZ))
+#define EW_NARROW (EW_FLOAT8 | EW_BIT(KILN_DTYPE_F8E8M0) | EW_BIT(KILN_DTYPE_F4E2M1) | EW_BIT(KILN_DTYPE_U4) | \
+                   EW_BIT(KILN_DTYPE_I4) | EW_BIT(KILN_DTYPE_U2) | EW_BIT(KILN_DTYPE_I2))
 
 /* Error unless t's dtype is in `allowed`; names the input. */
 kiln_status_t ew_check_dtype(const kiln_tensor *t, int input, unsigned allowed);

@@ -2,14 +2,20 @@
  *
  * Cast follows numpy's astype, which produced the ONNX test data:
  * float -> int truncates toward zero, int -> int wraps, anything -> bool
- * is "!= 0". Two choices are forced by the ONNX 1.12 test data:
- *  - to bfloat16 the float32 value is truncated (the data was made by
- *    dropping the low 16 bits), not rounded to nearest even;
+ * is "!= 0". Two choices are forced by the ONNX test data:
+ *  - to bfloat16 the float32 value is truncated before opset 19 (ONNX 1.12's
+ *    data was made by dropping the low 16 bits) and rounded to nearest even
+ *    from opset 19 on (the reference since then; ONNX 1.23's data);
  *  - float -> string gives the shortest digits that read back to the same
  *    value, laid out like numpy's str() ("0.039187793", "1e-05",
  *    "123456790.0"), with ONNX's literals "NaN", "INF", "-INF".
  * String -> number accepts anything strtod/strtoll read completely,
- * including "NaN", "INF", "+INF", "-INF" in any case. */
+ * including "NaN", "INF", "+INF", "-INF" in any case.
+ * Narrow types (opset 19+: float8, 21+: int4/uint4, 23+: float4, 24+:
+ * float8e8m0, 25+: int2/uint2): float8 follows the 'saturate' attribute
+ * (default 1) with ONNX's tables, float8e8m0 also 'round_mode' (default
+ * "up"); float -> int4/int2 truncates and gives 0 out of range (as
+ * ml_dtypes, which made the test data; ONNX leaves it undefined). */
 #include "ops/elementwise.h"
 
 #include <errno.h>
@@ -110,8 +116,28 @@ static uint16_t f32_to_bf16_trunc(float f) {
   return (uint16_t)(x >> 16);
 }
 
+/* How a Cast node converts (its attributes and opset). */
+typedef struct cast_mode {
+  bool saturate;  /* float8: clamp out-of-range values */
+  int e8m0_round; /* KILN_E8M0_* */
+  bool bf16_rne;  /* to bfloat16: round to nearest even, else truncate */
+} cast_mode;
+
+/* Stores v (a double) as element i of y in a float dtype (narrow ones included). */
+static void store_float(kiln_tensor *y, int64_t i, double v, const cast_mode *mode) {
+  kiln_dtype to = y->dtype;
+  if (to == KILN_DTYPE_BF16 && !mode->bf16_rne)
+    ((uint16_t *)y->data)[i] = f32_to_bf16_trunc((float)v);
+  else if (to == KILN_DTYPE_F8E8M0)
+    ((uint8_t *)y->data)[i] = kiln_f32_to_e8m0((float)v, mode->saturate, mode->e8m0_round);
+  else if (kiln_dtype_is_narrow_float(to))
+    ((uint8_t *)y->data)[i] = kiln_f64_to_narrow_float(v, to, mode->saturate);
+  else
+    ew_store_f64(y->data, to, i, v);
+}
+
 /* Parses string element i of the input into element i of y (dtype to). */
-static kiln_status_t parse_string(const char *s, int64_t i, kiln_tensor *y) {
+static kiln_status_t parse_string(const char *s, int64_t i, kiln_tensor *y, const cast_mode *mode) {
   kiln_dtype to = y->dtype;
   if (!s) s = "";
   char *end;
@@ -127,7 +153,7 @@ static kiln_status_t parse_string(const char *s, int64_t i, kiln_tensor *y) {
       return NULL;
     }
   }
-  if (kiln_dtype_is_int(to) || to == KILN_DTYPE_BOOL) {
+  if (kiln_dtype_is_int(to) || kiln_dtype_is_narrow_int(to) || to == KILN_DTYPE_BOOL) {
     /* Exact integer text first (int64 values beyond 2^53 survive). */
     errno = 0;
     if (to == KILN_DTYPE_U64) {
@@ -152,8 +178,8 @@ static kiln_status_t parse_string(const char *s, int64_t i, kiln_tensor *y) {
   }
   double v = strtod(s, &end);
   if (end == s || !only_space(end)) return not_a_number(i, s, to);
-  if (to == KILN_DTYPE_BF16)
-    ((uint16_t *)y->data)[i] = f32_to_bf16_trunc((float)v);
+  if (kiln_dtype_is_float(to) || kiln_dtype_is_narrow_float(to))
+    store_float(y, i, v, mode);
   else
     ew_store_f64(y->data, to, i, v);
   return NULL;
@@ -165,6 +191,8 @@ static kiln_status_t format_element(const kiln_tensor *x, int64_t i, kiln_tensor
   kiln_dtype dt = x->dtype;
   if (kiln_dtype_is_float(dt))
     format_float(kiln_load_f64(x->data, dt, i), dt, buf, sizeof buf);
+  else if (kiln_dtype_is_narrow_float(dt)) /* exact in float32 */
+    format_float(kiln_load_f64(x->data, dt, i), KILN_DTYPE_F32, buf, sizeof buf);
   else if (dt == KILN_DTYPE_BOOL)
     snprintf(buf, sizeof buf, "%s", ((const uint8_t *)x->data)[i] ? "True" : "False");
   else if (dt == KILN_DTYPE_U64)
@@ -176,9 +204,9 @@ static kiln_status_t format_element(const kiln_tensor *x, int64_t i, kiln_tensor
 
 /* ---- numeric conversion ---------------------------------------------------- */
 
-static void convert_number(const kiln_tensor *x, int64_t i, kiln_tensor *y) {
+static void convert_number(const kiln_tensor *x, int64_t i, kiln_tensor *y, const cast_mode *mode) {
   kiln_dtype from = x->dtype, to = y->dtype;
-  if (kiln_dtype_is_float(to)) {
+  if (kiln_dtype_is_float(to) || kiln_dtype_is_narrow_float(to)) {
     /* The value in double; 64-bit ints convert straight to float32 so
      * they round once. */
     double v;
@@ -199,11 +227,9 @@ static void convert_number(const kiln_tensor *x, int64_t i, kiln_tensor *y) {
     }
     if (to == KILN_DTYPE_F32)
       ((float *)y->data)[i] = have_f32 ? f32 : (float)v;
-    else if (to == KILN_DTYPE_BF16)
-      ((uint16_t *)y->data)[i] = f32_to_bf16_trunc(have_f32 ? f32 : (float)v);
     else
-      ew_store_f64(y->data, to, i, v);
-  } else if (kiln_dtype_is_float(from)) {
+      store_float(y, i, have_f32 ? (double)f32 : v, mode);
+  } else if (kiln_dtype_is_float(from) || kiln_dtype_is_narrow_float(from)) {
     kiln_store_f64(y->data, to, i, kiln_load_f64(x->data, from, i)); /* truncates toward zero */
   } else if (from == KILN_DTYPE_U64) {
     kiln_store_i64(y->data, to, i, (int64_t)kiln_load_u64(x->data, from, i)); /* wraps */
@@ -212,9 +238,9 @@ static void convert_number(const kiln_tensor *x, int64_t i, kiln_tensor *y) {
   }
 }
 
-static kiln_status_t cast_into(const kiln_tensor *x, kiln_tensor *y) {
+static kiln_status_t cast_into(const kiln_tensor *x, kiln_tensor *y, const cast_mode *mode) {
   kiln_dtype from = x->dtype, to = y->dtype;
-  const unsigned castable = EW_NUMERIC | EW_BOOL | EW_STRING;
+  const unsigned castable = EW_NUMERIC | EW_BOOL | EW_STRING | EW_NARROW;
   KILN_TRY(ew_check_dtype(x, 0, castable));
   if (!(castable & EW_BIT(to)))
     return kiln_error(KILN_UNSUPPORTED, "cannot cast to %s", kiln_dtype_name(to));
@@ -224,14 +250,14 @@ static kiln_status_t cast_into(const kiln_tensor *x, kiln_tensor *y) {
       if (to == KILN_DTYPE_STRING)
         KILN_TRY(kiln_tensor_set_string(y, i, s ? s : "", s ? strlen(s) : 0));
       else
-        KILN_TRY(parse_string(s, i, y));
+        KILN_TRY(parse_string(s, i, y, mode));
     } else if (to == KILN_DTYPE_STRING) {
       KILN_TRY(format_element(x, i, y));
     } else if (from == to) {
       size_t es = kiln_dtype_size(to);
       memcpy((char *)y->data + (size_t)i * es, (const char *)x->data + (size_t)i * es, es);
     } else {
-      convert_number(x, i, y);
+      convert_number(x, i, y, mode);
     }
   }
   return NULL;
@@ -241,7 +267,9 @@ static kiln_status_t cast_into(const kiln_tensor *x, kiln_tensor *y) {
 static kiln_status_t cast_target(const kiln_node *node, kiln_dtype *out) {
   static const char *const names[] = {NULL,    "FLOAT",   "UINT8",  "INT8",      "UINT16",     "INT16",
                                       "INT32", "INT64",   "STRING", "BOOL",      "FLOAT16",    "DOUBLE",
-                                      "UINT32", "UINT64", "COMPLEX64", "COMPLEX128", "BFLOAT16"};
+                                      "UINT32", "UINT64", "COMPLEX64", "COMPLEX128", "BFLOAT16",
+                                      "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4",
+                                      "INT4", "FLOAT4E2M1", "FLOAT8E8M0", "UINT2", "INT2"};
   const kiln_attr *a = kiln_node_attr(node, "to");
   if (!a) return kiln_error(KILN_INVALID_MODEL, "attribute 'to' is required");
   if (a->type == KILN_ATTR_STRING) {
@@ -262,10 +290,27 @@ static kiln_status_t cast_target(const kiln_node *node, kiln_dtype *out) {
   return NULL;
 }
 
+static kiln_status_t cast_mode_of(const kiln_node *node, int opset, cast_mode *out) {
+  out->saturate = kiln_attr_int(node, "saturate", 1) != 0;
+  out->bf16_rne = opset <= 0 || opset >= 19;
+  const char *rm = kiln_attr_string(node, "round_mode", "up");
+  if (!strcmp(rm, "up"))
+    out->e8m0_round = KILN_E8M0_UP;
+  else if (!strcmp(rm, "down"))
+    out->e8m0_round = KILN_E8M0_DOWN;
+  else if (!strcmp(rm, "nearest"))
+    out->e8m0_round = KILN_E8M0_NEAREST;
+  else
+    return kiln_error(KILN_INVALID_MODEL, "attribute round_mode=\"%.32s\" is not up, down or nearest", rm);
+  return NULL;
+}
+
 static kiln_status_t cast_to_output(kiln_kernel_ctx *ctx, const kiln_tensor *x, kiln_dtype to) {
   kiln_tensor *y;
+  cast_mode mode;
+  KILN_TRY(cast_mode_of(ctx->node, ctx->opset, &mode));
   KILN_TRY(kiln_kernel_output_tensor(ctx, 0, to, x->rank, x->dims, &y));
-  return cast_into(x, y);
+  return cast_into(x, y, &mode);
 }
 
 kiln_status_t ew_kernel_Cast(kiln_kernel_ctx *ctx) {

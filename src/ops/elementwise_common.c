@@ -152,7 +152,7 @@ kiln_status_t ew_check_dtype(const kiln_tensor *t, int input, unsigned allowed) 
   char list[256];
   size_t len = 0;
   list[0] = 0;
-  for (int d = 1; d <= KILN_DTYPE_BF16; d++)
+  for (int d = 1; d <= KILN_DTYPE_LAST; d++)
     if (allowed & (1u << d))
       len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", len ? ", " : "", kiln_dtype_name((kiln_dtype)d));
   return kiln_error(KILN_INVALID_ARGUMENT, "input %d has dtype %s; expected one of %s", input,

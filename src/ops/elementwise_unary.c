@@ -176,7 +176,7 @@ kiln_status_t ew_kernel_HardSigmoid(kiln_kernel_ctx *ctx) {
 }
 kiln_status_t ew_infer_HardSigmoid(kiln_infer_ctx *ctx) { return infer_unary(ctx, false); }
 
-static const unary_def def_IsInf = {.allowed = EW_FLOATS, .bool_out = true, .f = f_isinf};
+static const unary_def def_IsInf = {.allowed = EW_FLOATS | EW_FLOAT8, /* float8: opset 20 */ .bool_out = true, .f = f_isinf};
 kiln_status_t ew_kernel_IsInf(kiln_kernel_ctx *ctx) {
   ew_params p = {.flag_a = kiln_attr_int(ctx->node, "detect_negative", 1),
                  .flag_b = kiln_attr_int(ctx->node, "detect_positive", 1)};
@@ -184,7 +184,7 @@ kiln_status_t ew_kernel_IsInf(kiln_kernel_ctx *ctx) {
 }
 kiln_status_t ew_infer_IsInf(kiln_infer_ctx *ctx) { return infer_unary(ctx, true); }
 
-static const unary_def def_IsNaN = {.allowed = EW_FLOATS, .bool_out = true, .f = f_isnan};
+static const unary_def def_IsNaN = {.allowed = EW_FLOATS | EW_FLOAT8, .bool_out = true, .f = f_isnan};
 kiln_status_t ew_kernel_IsNaN(kiln_kernel_ctx *ctx) {
   ew_params p = {0};
   return run_unary(ctx, &def_IsNaN, &p);

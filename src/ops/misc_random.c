@@ -53,7 +53,8 @@ static kiln_status_t random_dtype(const kiln_node *node, kiln_dtype dflt, kiln_d
     *out = dflt;
     return NULL;
   }
-  if (a->type != KILN_ATTR_INT || !kiln_dtype_is_valid((int)a->i) || a->i == KILN_DTYPE_UNDEFINED)
+  if (a->type != KILN_ATTR_INT || !kiln_dtype_is_valid((int)a->i) || a->i == KILN_DTYPE_UNDEFINED ||
+      kiln_dtype_is_narrow((kiln_dtype)a->i))
     return kiln_error(KILN_INVALID_MODEL, "attribute dtype: %lld is not a valid data type", (long long)a->i);
   *out = (kiln_dtype)a->i;
   return NULL;

@@ -546,7 +546,8 @@ static kiln_status_t eyelike_dtype(const kiln_node *node, kiln_dtype in, kiln_dt
     *out = in;
     return NULL;
   }
-  if (!kiln_dtype_is_valid((int)dt) || dt == KILN_DTYPE_STRING || dt == KILN_DTYPE_C64 || dt == KILN_DTYPE_C128)
+  if (!kiln_dtype_is_valid((int)dt) || dt == KILN_DTYPE_STRING || dt == KILN_DTYPE_C64 || dt == KILN_DTYPE_C128 ||
+      kiln_dtype_is_narrow((kiln_dtype)dt))
     return kiln_error(KILN_INVALID_ARGUMENT, "attribute dtype: unsupported dtype %lld", (long long)dt);
   *out = (kiln_dtype)dt;
   return NULL;

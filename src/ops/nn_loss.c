@@ -30,7 +30,8 @@ kiln_status_t nn_dropout_infer(kiln_infer_ctx *ctx) {
 kiln_status_t nn_dropout_kernel(kiln_kernel_ctx *ctx) {
   kiln_tensor *x, *y, *mask = NULL;
   KILN_TRY(kiln_kernel_require_input(ctx, 0, &x));
-  KILN_TRY(nn_require_float(x, 0, "data"));
+  bool float8 = kiln_dtype_is_narrow_float(x->dtype) && x->dtype != KILN_DTYPE_F4E2M1 && x->dtype != KILN_DTYPE_F8E8M0;
+  if (!(float8 && ctx->opset >= 22)) KILN_TRY(nn_require_float(x, 0, "data")); /* float8 from Dropout-22 */
   double ratio = kiln_attr_float(ctx->node, "ratio", 0.5f);
   bool training = false;
   /* Before opset 12 training is not a run-time choice: opset 7-11 are

@@ -107,3 +107,30 @@ kiln_status_t kiln_infer_broadcast(kiln_infer_ctx *ctx, kiln_dtype dtype) {
   kiln_infer_set(ctx, 0, dtype, rank, dims);
   return NULL;
 }
+
+bool kiln_op_takes_narrow(const kiln_op_def *op) {
+  if (!op) return true;
+  if (op->domain && !strcmp(op->domain, "kiln")) return true; /* kiln's own ops: the passes that make them decide */
+  switch (op->id) {
+    case KILN_OP_Cast: case KILN_OP_CastLike: case KILN_OP_Constant: case KILN_OP_ConstantOfShape:
+    case KILN_OP_QuantizeLinear: case KILN_OP_DequantizeLinear: case KILN_OP_QLinearMatMul: case KILN_OP_Dropout:
+    case KILN_OP_Flatten: case KILN_OP_Identity: case KILN_OP_If: case KILN_OP_Loop: case KILN_OP_Scan:
+    case KILN_OP_Optional: case KILN_OP_OptionalGetElement: case KILN_OP_OptionalHasElement: case KILN_OP_Pad:
+    case KILN_OP_Reshape: case KILN_OP_Shape: case KILN_OP_Size: case KILN_OP_Squeeze: case KILN_OP_Unsqueeze:
+    case KILN_OP_Transpose: case KILN_OP_IsInf: case KILN_OP_IsNaN:
+      return true;
+    default:
+      return false;
+  }
+}
+
+kiln_status_t kiln_kernel_check_narrow_inputs(const kiln_kernel_ctx *ctx) {
+  if (kiln_op_takes_narrow(ctx->node->op)) return NULL;
+  for (int i = 0; i < ctx->n_inputs; i++) {
+    const kiln_tensor *t = kiln_kernel_input(ctx, i);
+    if (t && kiln_dtype_is_narrow(t->dtype))
+      return kiln_error(KILN_INVALID_ARGUMENT, "input %d has dtype %s; %s does not take float8, float4, int4 or int2",
+                        i, kiln_dtype_name(t->dtype), ctx->node->op_type);
+  }
+  return NULL;
+}

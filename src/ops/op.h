@@ -104,6 +104,12 @@ typedef struct kiln_kernel_ctx {
 /* Input i as a tensor, or NULL if absent (or not a tensor). */
 kiln_tensor *kiln_kernel_input(const kiln_kernel_ctx *ctx, int i);
 /* Input i as a tensor; an error naming the input if absent or not a tensor. */
+/* Narrow dtypes (float8, float4, int4, int2) reach only the ONNX ops whose
+ * schemas name them (Cast, QuantizeLinear, Reshape, ...: kiln_op_takes_narrow).
+ * Run before a kernel: an error naming the input for any other ONNX op, so no
+ * generic element path computes on them by accident. */
+bool kiln_op_takes_narrow(const kiln_op_def *op);
+kiln_status_t kiln_kernel_check_narrow_inputs(const kiln_kernel_ctx *ctx);
 kiln_status_t kiln_kernel_require_input(const kiln_kernel_ctx *ctx, int i, kiln_tensor **out);
 /* Allocates output i (zero-filled) and stores it in ctx->outputs[i]. *out is borrowed. */
 kiln_status_t kiln_kernel_output_tensor(kiln_kernel_ctx *ctx, int i, kiln_dtype dtype, int rank,

@@ -57,44 +57,134 @@ static kiln_status_t expect_scalar(const kiln_tensor *t, int idx, const char *na
 
 /* ---- QuantizeLinear / DequantizeLinear -------------------------------------- */
 
-/* How a scale (and its zero point) maps onto x: per tensor, or along `axis`.
- * elem -> parameter index is (i / inner) % count. */
+/* How a scale (and its zero point) maps onto x: per tensor, along `axis`,
+ * or in blocks of `block` along axis (opset 21+: the scale has x's shape
+ * with ceil(dim / block) at axis). x element i = (outer, a, in) with a the
+ * coordinate along axis and `inner` the product of the dims after it. */
 typedef struct qaxis {
-  int64_t count; /* 1 for per-tensor */
+  int64_t count; /* 1 for per-tensor; else x's dim along axis */
   int64_t inner; /* product of x dims after axis */
+  int64_t block; /* 0 unless blocked */
+  int64_t nblocks; /* scale dim along axis when blocked */
 } qaxis;
 
 static kiln_status_t qaxis_make(const kiln_kernel_ctx *ctx, const kiln_tensor *x, const kiln_tensor *scale,
                                 const kiln_tensor *zp, qaxis *out) {
+  memset(out, 0, sizeof *out);
   out->count = 1;
   out->inner = 1;
-  if (scale->numel == 1 && scale->rank <= 1) {
+  int64_t block = ctx->opset >= 21 ? kiln_attr_int(ctx->node, "block_size", 0) : 0;
+  if (block < 0) return kiln_error(KILN_INVALID_ARGUMENT, "attribute block_size: %lld is negative", (long long)block);
+  char s1[256], s2[256];
+  if (scale->numel == 1 && scale->rank <= 1 && !block) {
     /* per tensor */
   } else {
     if (ctx->opset < 13)
       return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (scale): must be a scalar before opset 13, got %lld elements",
                         (long long)scale->numel);
-    if (scale->rank != 1)
-      return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (scale): expected a scalar or 1-D tensor, got rank %d",
-                        scale->rank);
     int64_t axis = kiln_attr_int(ctx->node, "axis", 1);
     if (axis < -x->rank || axis >= x->rank)
       return kiln_error(KILN_INVALID_ARGUMENT, "attribute axis: %lld out of range for input rank %d", (long long)axis,
                         x->rank);
     if (axis < 0) axis += x->rank;
-    if (scale->dims[0] != x->dims[axis])
-      return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (scale): %lld elements, but input 0 has %lld along axis %lld",
-                        (long long)scale->dims[0], (long long)x->dims[axis], (long long)axis);
-    out->count = scale->dims[0];
+    if (block) {
+      bool ok = scale->rank == x->rank;
+      for (int d = 0; ok && d < x->rank; d++)
+        ok = d == axis ? scale->dims[d] == x->dims[d] / block + (x->dims[d] % block != 0)
+                     : scale->dims[d] == x->dims[d];
+      if (!ok)
+        return kiln_error(KILN_INVALID_ARGUMENT,
+                          "input 1 (scale): shape %s does not block input 0's %s by %lld along axis %lld",
+                          kiln_shape_str(scale->rank, scale->dims, s1, sizeof s1),
+                          kiln_shape_str(x->rank, x->dims, s2, sizeof s2), (long long)block, (long long)axis);
+      out->block = block;
+      out->nblocks = scale->dims[axis];
+    } else {
+      if (scale->rank != 1)
+        return kiln_error(KILN_INVALID_ARGUMENT,
+                          "input 1 (scale): expected a scalar or 1-D tensor (or block_size for blocks), got rank %d",
+                          scale->rank);
+      if (scale->dims[0] != x->dims[axis])
+        return kiln_error(KILN_INVALID_ARGUMENT, "input 1 (scale): %lld elements, but input 0 has %lld along axis %lld",
+                          (long long)scale->dims[0], (long long)x->dims[axis], (long long)axis);
+    }
+    out->count = x->dims[axis];
     for (int d = (int)axis + 1; d < x->rank; d++) out->inner *= x->dims[d];
   }
-  if (zp && zp->numel != scale->numel)
-    return kiln_error(KILN_INVALID_ARGUMENT, "input 2 (zero_point): %lld elements, but the scale has %lld",
-                      (long long)zp->numel, (long long)scale->numel);
+  if (zp && (zp->numel != scale->numel || (block && zp->rank != scale->rank)))
+    return kiln_error(KILN_INVALID_ARGUMENT, "input 2 (zero_point): shape %s, but the scale has %s",
+                      kiln_shape_str(zp->rank, zp->dims, s1, sizeof s1),
+                      kiln_shape_str(scale->rank, scale->dims, s2, sizeof s2));
   return NULL;
 }
 
-static int64_t qaxis_index(const qaxis *q, int64_t i) { return q->count == 1 ? 0 : (i / q->inner) % q->count; }
+static int64_t qaxis_index(const qaxis *q, int64_t i) {
+  if (q->count == 1 && !q->block) return 0;
+  int64_t a = (i / q->inner) % q->count;
+  if (!q->block) return a;
+  int64_t outer = i / (q->inner * q->count);
+  return (outer * q->nblocks + a / q->block) * q->inner + i % q->inner;
+}
+
+/* Quantized output types (int ones clamp to their range; float8/float4 convert). */
+static bool is_quant_type(kiln_dtype dt) {
+  switch (dt) {
+    case KILN_DTYPE_U8: case KILN_DTYPE_I8: case KILN_DTYPE_U16: case KILN_DTYPE_I16: case KILN_DTYPE_U4:
+    case KILN_DTYPE_I4: case KILN_DTYPE_U2: case KILN_DTYPE_I2: case KILN_DTYPE_F8E4M3FN: case KILN_DTYPE_F8E4M3FNUZ:
+    case KILN_DTYPE_F8E5M2: case KILN_DTYPE_F8E5M2FNUZ: case KILN_DTYPE_F4E2M1:
+      return true;
+    default:
+      return false;
+  }
+}
+
+/* x_scale / y_scale: float, float16, bfloat16 (and float8e8m0 from opset 25). */
+static kiln_status_t expect_scale(const kiln_tensor *t, int idx, const char *name, int opset) {
+  kiln_dtype dt = t->dtype;
+  if (dt == KILN_DTYPE_F32 || (opset >= 19 && (dt == KILN_DTYPE_F16 || dt == KILN_DTYPE_BF16)) ||
+      (opset >= 25 && dt == KILN_DTYPE_F8E8M0))
+    return NULL;
+  return kiln_error(KILN_INVALID_ARGUMENT, "input %d (%s): expected float%s, got %s", idx, name,
+                    opset >= 25 ? ", float16, bfloat16 or float8e8m0" : opset >= 19 ? ", float16 or bfloat16" : "",
+                    kiln_dtype_name(dt));
+}
+
+/* A float8 zero point must be 0 (ONNX: float8 quantization has none). */
+static kiln_status_t check_float8_zero_point(const kiln_tensor *zp, int idx, const char *name) {
+  if (!zp || !kiln_dtype_is_narrow_float(zp->dtype) || zp->dtype == KILN_DTYPE_F4E2M1) return NULL;
+  for (int64_t i = 0; i < zp->numel; i++) {
+    uint8_t c = ((const uint8_t *)zp->data)[i];
+    if (kiln_narrow_is_nan(c, zp->dtype))
+      return kiln_error(KILN_INVALID_ARGUMENT, "input %d (%s): element %lld is a %s NaN (code 0x%02x); a float8 zero "
+                        "point must be 0", idx, name, (long long)i, kiln_dtype_name(zp->dtype), c);
+    if (kiln_narrow_to_f32(c, zp->dtype) != 0.0f)
+      return kiln_error(KILN_INVALID_ARGUMENT, "input %d (%s): element %lld is %g; a float8 zero point must be 0", idx,
+                        name, (long long)i, (double)kiln_narrow_to_f32(c, zp->dtype));
+  }
+  return NULL;
+}
+
+/* The output dtype: the zero point's, else output_dtype (opset 21+), else uint8. */
+static kiln_status_t quantize_out_dtype(const kiln_node *node, int opset, kiln_dtype zp_dt, kiln_dtype *out) {
+  int64_t od = opset >= 21 ? kiln_attr_int(node, "output_dtype", 0) : 0;
+  if (od && !kiln_dtype_is_valid((int)od))
+    return kiln_error(KILN_INVALID_MODEL, "attribute output_dtype=%lld is not a data type", (long long)od);
+  if (od && zp_dt && od != zp_dt)
+    return kiln_error(KILN_INVALID_ARGUMENT, "attribute output_dtype=%s differs from input 2 (y_zero_point)'s %s",
+                      kiln_dtype_name((kiln_dtype)od), kiln_dtype_name(zp_dt));
+  *out = zp_dt ? zp_dt : od ? (kiln_dtype)od : KILN_DTYPE_U8;
+  return NULL;
+}
+
+/* The dtype x / scale is computed in: 'precision' (opset 23+) if set, else
+ * numpy's promotion of the two (int32 x: double). */
+static kiln_dtype quantize_division_dtype(const kiln_node *node, int opset, kiln_dtype x, kiln_dtype s) {
+  int64_t p = opset >= 23 ? kiln_attr_int(node, "precision", 0) : 0;
+  if (p == KILN_DTYPE_F16 || p == KILN_DTYPE_BF16 || p == KILN_DTYPE_F32 || p == KILN_DTYPE_F64) return (kiln_dtype)p;
+  if (x == KILN_DTYPE_F64 || x == KILN_DTYPE_I32 || s == KILN_DTYPE_F64) return KILN_DTYPE_F64;
+  if (x == s && (x == KILN_DTYPE_F16 || x == KILN_DTYPE_BF16)) return x;
+  return KILN_DTYPE_F32;
+}
 
 static kiln_status_t quantize_kernel(kiln_kernel_ctx *ctx) {
   kiln_tensor *x, *scale, *zp = kiln_kernel_input(ctx, 2);
@@ -102,23 +192,42 @@ static kiln_status_t quantize_kernel(kiln_kernel_ctx *ctx) {
   KILN_TRY(kiln_kernel_require_input(ctx, 1, &scale));
   if (!kiln_dtype_is_float(x->dtype) && x->dtype != KILN_DTYPE_I32)
     return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (x): expected float or int32, got %s", kiln_dtype_name(x->dtype));
-  KILN_TRY(expect_dtype(scale, 1, "y_scale", KILN_DTYPE_F32));
-  if (zp) KILN_TRY(expect_q8(zp, 2, "y_zero_point"));
+  KILN_TRY(expect_scale(scale, 1, "y_scale", ctx->opset));
+  kiln_dtype odt;
+  KILN_TRY(quantize_out_dtype(ctx->node, ctx->opset, zp ? zp->dtype : KILN_DTYPE_UNDEFINED, &odt));
+  if (!is_quant_type(odt) || (ctx->opset < 19 && !is_q8(odt)))
+    return kiln_error(KILN_INVALID_ARGUMENT, "%s %s is not a quantized type of QuantizeLinear-%d",
+                      zp ? "input 2 (y_zero_point):" : "output dtype", kiln_dtype_name(odt), ctx->opset);
+  KILN_TRY(check_float8_zero_point(zp, 2, "y_zero_point"));
   qaxis q;
   KILN_TRY(qaxis_make(ctx, x, scale, zp, &q));
-  kiln_dtype odt = zp ? zp->dtype : KILN_DTYPE_U8;
+  kiln_dtype div = quantize_division_dtype(ctx->node, ctx->opset, x->dtype, scale->dtype);
+  bool saturate = kiln_attr_int(ctx->node, "saturate", 1) != 0;
   kiln_tensor *y;
   KILN_TRY(kiln_kernel_output_tensor(ctx, 0, odt, x->rank, x->dims, &y));
-  const float *s = scale->data;
   for (int64_t i = 0; i < x->numel; i++) {
     int64_t p = qaxis_index(&q, i);
-    int64_t z = zp ? kiln_load_i64(zp->data, zp->dtype, p) : 0;
-    double r;
-    if (x->dtype == KILN_DTYPE_F64 || x->dtype == KILN_DTYPE_I32)
-      r = nearbyint(kiln_load_f64(x->data, x->dtype, i) / (double)s[p]);
-    else /* float32 (f16/bf16 widened to it) divided in float32 */
-      r = nearbyintf((float)kiln_load_f64(x->data, x->dtype, i) / s[p]);
-    kiln_store_i64(y->data, odt, i, q_saturate(r, z, odt));
+    double xv = kiln_load_f64(x->data, x->dtype, i), sv = kiln_load_f64(scale->data, scale->dtype, p), v;
+    switch (div) {
+      case KILN_DTYPE_F64: v = xv / sv; break;
+      case KILN_DTYPE_F16: v = kiln_f16_to_f32(kiln_f32_to_f16(kiln_f16_to_f32(kiln_f64_to_f16(xv)) /
+                                                               kiln_f16_to_f32(kiln_f64_to_f16(sv))));
+        break;
+      case KILN_DTYPE_BF16: v = kiln_bf16_to_f32(kiln_f32_to_bf16(kiln_bf16_to_f32(kiln_f64_to_bf16(xv)) /
+                                                                  kiln_bf16_to_f32(kiln_f64_to_bf16(sv))));
+        break;
+      default: v = (float)xv / (float)sv; break;
+    }
+    if (kiln_dtype_is_narrow_float(odt)) {
+      if (zp && odt == KILN_DTYPE_F4E2M1) v += kiln_load_f64(zp->data, odt, p);
+      ((uint8_t *)y->data)[i] = kiln_f64_to_narrow_float(v, odt, odt == KILN_DTYPE_F4E2M1 || saturate);
+    } else {
+      int64_t z = zp ? kiln_load_i64(zp->data, zp->dtype, p) : 0, lo, hi;
+      kiln_dtype_int_range(odt, &lo, &hi);
+      double r = nearbyint(v);
+      int64_t qv = isnan(r) ? z : r + (double)z < (double)lo ? lo : r + (double)z > (double)hi ? hi : (int64_t)(r + z);
+      kiln_store_i64(y->data, odt, i, qv);
+    }
   }
   return NULL;
 }
@@ -126,7 +235,8 @@ static kiln_status_t quantize_kernel(kiln_kernel_ctx *ctx) {
 static kiln_status_t quantize_infer(kiln_infer_ctx *ctx) {
   const kiln_type *x = ctx->inputs[0];
   const kiln_type *zp = ctx->n_inputs > 2 ? ctx->inputs[2] : NULL;
-  kiln_dtype odt = zp ? zp->dtype : KILN_DTYPE_U8;
+  kiln_dtype odt;
+  KILN_TRY(quantize_out_dtype(ctx->node, ctx->opset, zp ? zp->dtype : KILN_DTYPE_UNDEFINED, &odt));
   if (x) kiln_infer_set(ctx, 0, odt, x->rank, x->dims);
   return NULL;
 }
@@ -145,22 +255,69 @@ static kiln_status_t quantize_infer(kiln_infer_ctx *ctx) {
     for (; j < run; j++) yr[j] = ((float)xr[j] - z) * sp;                                                  \
   } while (0)
 
+static bool is_dequant_input(kiln_dtype dt, int opset) {
+  if (is_q8(dt) || dt == KILN_DTYPE_I32) return true;
+  if (opset >= 19 && kiln_dtype_is_narrow_float(dt) && dt != KILN_DTYPE_F4E2M1 && dt != KILN_DTYPE_F8E8M0) return true;
+  if (opset >= 21 && (dt == KILN_DTYPE_U16 || dt == KILN_DTYPE_I16 || dt == KILN_DTYPE_U4 || dt == KILN_DTYPE_I4))
+    return true;
+  if (opset >= 23 && dt == KILN_DTYPE_F4E2M1) return true;
+  return opset >= 25 && (dt == KILN_DTYPE_U2 || dt == KILN_DTYPE_I2);
+}
+
+/* Output dtype: output_dtype (opset 23+), else the scale's. */
+static kiln_status_t dequantize_out_dtype(const kiln_node *node, int opset, kiln_dtype scale_dt, kiln_dtype *out) {
+  int64_t od = opset >= 23 ? kiln_attr_int(node, "output_dtype", 0) : 0;
+  kiln_dtype dt = od ? (kiln_dtype)od : scale_dt;
+  if (od || scale_dt) {
+    if (dt != KILN_DTYPE_F32 && dt != KILN_DTYPE_F16 && dt != KILN_DTYPE_BF16)
+      return kiln_error(KILN_INVALID_ARGUMENT, "output dtype %s (%s) is not float, float16 or bfloat16",
+                        od ? kiln_dtype_name(dt) : kiln_dtype_name(scale_dt), od ? "output_dtype" : "the scale's");
+  }
+  *out = dt;
+  return NULL;
+}
+
 static kiln_status_t dequantize_kernel(kiln_kernel_ctx *ctx) {
   kiln_tensor *x, *scale, *zp = kiln_kernel_input(ctx, 2);
   KILN_TRY(kiln_kernel_require_input(ctx, 0, &x));
   KILN_TRY(kiln_kernel_require_input(ctx, 1, &scale));
-  if (!is_q8(x->dtype) && x->dtype != KILN_DTYPE_I32)
-    return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (x): expected int8, uint8 or int32, got %s",
-                      kiln_dtype_name(x->dtype));
-  KILN_TRY(expect_dtype(scale, 1, "x_scale", KILN_DTYPE_F32));
+  if (!is_dequant_input(x->dtype, ctx->opset))
+    return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (x): %s is not a quantized type of DequantizeLinear-%d",
+                      kiln_dtype_name(x->dtype), ctx->opset);
+  KILN_TRY(expect_scale(scale, 1, "x_scale", ctx->opset));
   if (zp) KILN_TRY(expect_dtype(zp, 2, "x_zero_point", x->dtype));
+  KILN_TRY(check_float8_zero_point(zp, 2, "x_zero_point"));
+  /* float8 and float4 have no zero point (a float8 one was checked to be 0). */
+  if (zp && kiln_dtype_is_narrow_float(x->dtype)) zp = NULL;
   qaxis q;
   KILN_TRY(qaxis_make(ctx, x, scale, zp, &q));
+  kiln_dtype odt;
+  KILN_TRY(dequantize_out_dtype(ctx->node, ctx->opset, scale->dtype, &odt));
   kiln_tensor *y;
-  KILN_TRY(kiln_tensor_new_uninit(KILN_DTYPE_F32, x->rank, x->dims, &y));
+  KILN_TRY(kiln_tensor_new_uninit(odt, x->rank, x->dims, &y));
   KILN_TRY(kiln_kernel_set_output(ctx, 0, y));
+  /* Other than int8/uint8/int32 -> float with a float scale: element by
+   * element, in float32 as the reference computes, rounded to the output. */
+  if (odt != KILN_DTYPE_F32 || scale->dtype != KILN_DTYPE_F32 ||
+      !(is_q8(x->dtype) || x->dtype == KILN_DTYPE_I32)) {
+    for (int64_t i = 0; i < x->numel; i++) {
+      int64_t p = qaxis_index(&q, i);
+      float z = zp ? (float)kiln_load_f64(zp->data, zp->dtype, p) : 0.0f;
+      float v = ((float)kiln_load_f64(x->data, x->dtype, i) - z) * (float)kiln_load_f64(scale->data, scale->dtype, p);
+      kiln_store_f64(y->data, odt, i, v);
+    }
+    return NULL;
+  }
   const float *s = scale->data;
   float *yd = y->data;
+  if (q.block) {
+    for (int64_t i = 0; i < x->numel; i++) {
+      int64_t p = qaxis_index(&q, i);
+      float z = zp ? (float)kiln_load_i64(zp->data, zp->dtype, p) : 0.0f;
+      yd[i] = ((float)kiln_load_i64(x->data, x->dtype, i) - z) * s[p];
+    }
+    return NULL;
+  }
   /* Parameters per the last axis (a MatMul weight [K, N] per output
    * column): rows of `count`, each element its own parameter, the zero
    * points read once (one element per run was a call per weight). */
@@ -198,8 +355,10 @@ static kiln_status_t dequantize_kernel(kiln_kernel_ctx *ctx) {
 }
 
 static kiln_status_t dequantize_infer(kiln_infer_ctx *ctx) {
-  const kiln_type *x = ctx->inputs[0];
-  if (x) kiln_infer_set(ctx, 0, KILN_DTYPE_F32, x->rank, x->dims);
+  const kiln_type *x = ctx->inputs[0], *scale = ctx->n_inputs > 1 ? ctx->inputs[1] : NULL;
+  kiln_dtype odt;
+  KILN_TRY(dequantize_out_dtype(ctx->node, ctx->opset, scale ? scale->dtype : KILN_DTYPE_UNDEFINED, &odt));
+  if (x) kiln_infer_set(ctx, 0, odt ? odt : KILN_DTYPE_F32, x->rank, x->dims);
   return NULL;
 }
 
@@ -724,8 +883,8 @@ static kiln_status_t qlinear_matmul_kernel(kiln_kernel_ctx *ctx) {
   KILN_TRY(expect_dtype(in[2], 2, names[2], a->dtype));
   KILN_TRY(expect_dtype(in[5], 5, names[5], b->dtype));
   static const int scale_inputs[3] = {1, 4, 6};
-  for (int j = 0; j < 3; j++)
-    KILN_TRY(expect_dtype(in[scale_inputs[j]], scale_inputs[j], names[scale_inputs[j]], KILN_DTYPE_F32));
+  for (int j = 0; j < 3; j++) /* float16 scales from opset 21 */
+    KILN_TRY(expect_scale(in[scale_inputs[j]], scale_inputs[j], names[scale_inputs[j]], ctx->opset >= 21 ? 19 : 0));
   mm_geom g;
   KILN_TRY(mm_geom_make(a->rank, a->dims, b->rank, b->dims, &g));
   mm_param az, bz;

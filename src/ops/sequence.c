@@ -110,7 +110,7 @@ static kiln_status_t sequence_empty_infer(kiln_infer_ctx *ctx) {
 
 static kiln_status_t sequence_empty_kernel(kiln_kernel_ctx *ctx) {
   kiln_dtype dt = sequence_empty_dtype(ctx->node);
-  if (!kiln_dtype_is_valid((int)dt))
+  if (!kiln_dtype_is_valid((int)dt) || kiln_dtype_is_narrow(dt))
     return kiln_error(KILN_INVALID_ARGUMENT, "attribute dtype %d is not a valid element type", (int)dt);
   kiln_value *v;
   KILN_TRY(kiln_value_new_sequence(dt, &v));

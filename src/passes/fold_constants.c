@@ -84,7 +84,8 @@ static bool evaluate_now(const kiln_graph *g, const kiln_node *n, kiln_tensor **
   for (int i = 0; i < n->n_outputs; i++) wanted[i] = n->outputs[i] >= 0;
   if (ok) {
     kiln_kernel_ctx ctx = {n, n->opset, n->n_inputs, in, n->n_outputs, out, wanted, NULL, NULL};
-    kiln_status_t st = n->op->ref_kernel(&ctx);
+    kiln_status_t st = kiln_kernel_check_narrow_inputs(&ctx);
+    if (!st) st = n->op->ref_kernel(&ctx);
     /* An error is the run's to report, with the node's real context. */
     ok = !st;
     kiln_status_free(st);

@@ -112,7 +112,8 @@ static void evaluate_known(kiln_graph *g, const kiln_node *n, const kiln_type *t
   for (int i = 0; i < n->n_outputs; i++) wanted[i] = n->outputs[i] >= 0;
   if (ok) {
     kiln_kernel_ctx ctx = {n, n->opset, n->n_inputs, in, n->n_outputs, out, wanted, NULL, NULL};
-    kiln_status_t st = op->ref_kernel(&ctx);
+    kiln_status_t st = kiln_kernel_check_narrow_inputs(&ctx);
+    if (!st) st = op->ref_kernel(&ctx);
     /* A failure here is the run's to report, with its real inputs. */
     if (!st) {
       for (int i = 0; i < n->n_outputs; i++) {

@@ -317,7 +317,8 @@ kiln_status_t kiln_run_host_node(const kiln_graph *g, const kiln_node *node, kil
   for (int i = 0; i < node->n_outputs; i++) wanted[i] = node->outputs[i] >= 0;
   kiln_kernel_ctx ctx = {node, node->opset, node->n_inputs, in, node->n_outputs, res, wanted, run_subgraph, runner_data};
   bool handled = false;
-  kiln_status_t st = native ? native(native_user, &ctx, &handled) : NULL;
+  kiln_status_t st = kiln_kernel_check_narrow_inputs(&ctx);
+  if (!st && native) st = native(native_user, &ctx, &handled);
   if (!st && !handled) st = node->op->ref_kernel(&ctx);
   for (int i = 0; i < node->n_outputs && !st; i++) {
     int v = node->outputs[i];

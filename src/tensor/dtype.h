@@ -1,6 +1,17 @@
 /* dtype.h — element types: sizes, names, half/bfloat16 conversion and
  * generic element access (load/store through double or int64) for kernels
- * that are written once for every dtype. */
+ * that are written once for every dtype.
+ *
+ * Narrow types (ONNX 17..26: float8 E4M3FN/E4M3FNUZ/E5M2/E5M2FNUZ/E8M0,
+ * float4 E2M1, int4/uint4, int2/uint2) take ONE BYTE PER ELEMENT in memory,
+ * as ml_dtypes' numpy arrays do: a float8/float4 element is its bit code
+ * (float4 in the low nibble), an int4/int2 element is its value in an
+ * int8/uint8 slot. ONNX packs 4-bit types two per byte and 2-bit types four
+ * per byte (low bits first); that packing is applied only where tensors
+ * cross protobuf (src/onnx/onnx_tensor.c reads, onnx_writer.c writes), so
+ * every kernel indexes them like any 1-byte type. These types are not
+ * "float" or "int" for kiln_dtype_is_float/_int: ops take them only where
+ * they name them (Cast, QuantizeLinear, ...). */
 #ifndef KILN_TENSOR_DTYPE_H
 #define KILN_TENSOR_DTYPE_H
 
@@ -10,7 +21,30 @@
 #include <stdint.h>
 #include <string.h>
 
+#define KILN_DTYPE_LAST KILN_DTYPE_I2
+
 bool kiln_dtype_is_valid(int dtype);
+/* float8 / float4 / int4 / int2 (one byte per element in memory). */
+bool kiln_dtype_is_narrow(kiln_dtype dt);
+bool kiln_dtype_is_narrow_float(kiln_dtype dt); /* float8 (incl. E8M0) and float4 */
+bool kiln_dtype_is_narrow_int(kiln_dtype dt);   /* int4 uint4 int2 uint2 */
+/* Bits per element in ONNX's packed form: 4 or 2 for the sub-byte types, else 8 * size. */
+int kiln_dtype_bits(kiln_dtype dt);
+/* Value range of an integer dtype, narrow ones included (u64's hi is INT64_MAX). */
+void kiln_dtype_int_range(kiln_dtype dt, int64_t *lo, int64_t *hi);
+
+/* Narrow float codes <-> values. Decoding is exact (NaN for NaN codes, the
+ * sign kept). Encoding rounds to nearest even; with saturate, values beyond
+ * the largest finite (and +-Inf) become +-max, without it they become Inf
+ * (E5M2) or NaN (the FN/FNUZ types), as ONNX's Cast tables say. float4 has
+ * neither Inf nor NaN: it always saturates and NaN gives code 0x8 (as ml_dtypes). */
+float kiln_narrow_to_f32(uint8_t code, kiln_dtype dt);
+uint8_t kiln_f64_to_narrow_float(double v, kiln_dtype dt, bool saturate);
+/* float -> E8M0 as ONNX's Cast: round_mode 0 "up", 1 "down", 2 "nearest". */
+enum { KILN_E8M0_UP = 0, KILN_E8M0_DOWN = 1, KILN_E8M0_NEAREST = 2 };
+uint8_t kiln_f32_to_e8m0(float v, bool saturate, int round_mode);
+/* Is this code a NaN of the narrow float type dt? */
+bool kiln_narrow_is_nan(uint8_t code, kiln_dtype dt);
 bool kiln_dtype_is_float(kiln_dtype dt);   /* f16 bf16 f32 f64 */
 bool kiln_dtype_is_int(kiln_dtype dt);     /* signed or unsigned integers, not bool */
 bool kiln_dtype_is_signed(kiln_dtype dt);  /* signed ints and floats */

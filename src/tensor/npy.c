@@ -33,6 +33,7 @@ static bool host_is_little(void) {
 
 /* What the header says about the data that follows it. */
 typedef struct npy_header {
+  kiln_dtype void_as; /* in: the dtype of a 'V<n>' descr (UNDEFINED: only V2, as BF16) */
   kiln_dtype dtype;
   int rank;
   int64_t dims[KILN_MAX_RANK];
@@ -185,11 +186,26 @@ static kiln_status_t parse_descr(lexer *lx, const char *s, size_t n, npy_header 
   bool little = host_is_little();
   h->swap = false;
   h->str_kind = 0;
-  if (n == 8 && memcmp(s, "bfloat16", 8) == 0) { /* kiln's convention, little-endian data */
-    h->dtype = KILN_DTYPE_BF16;
-    h->item_size = h->swap_unit = 2;
-    h->swap = !little;
-    return NULL;
+  /* Dtype names as descr: 'bfloat16' (kiln's convention before it wrote
+   * '<V2') and ml_dtypes' names, little-endian data. */
+  static const struct {
+    const char *name;
+    kiln_dtype dtype;
+  } named[] = {
+      {"bfloat16", KILN_DTYPE_BF16},          {"float8_e4m3fn", KILN_DTYPE_F8E4M3FN},
+      {"float8_e4m3fnuz", KILN_DTYPE_F8E4M3FNUZ}, {"float8_e5m2", KILN_DTYPE_F8E5M2},
+      {"float8_e5m2fnuz", KILN_DTYPE_F8E5M2FNUZ}, {"float8_e8m0fnu", KILN_DTYPE_F8E8M0},
+      {"float4_e2m1fn", KILN_DTYPE_F4E2M1},   {"int4", KILN_DTYPE_I4},
+      {"uint4", KILN_DTYPE_U4},               {"int2", KILN_DTYPE_I2},
+      {"uint2", KILN_DTYPE_U2},
+  };
+  for (size_t k = 0; k < KILN_ARRAY_SIZE(named); k++) {
+    if (strlen(named[k].name) == n && !memcmp(s, named[k].name, n)) {
+      h->dtype = named[k].dtype;
+      h->item_size = h->swap_unit = kiln_dtype_size(h->dtype);
+      h->swap = !little && h->item_size > 1;
+      return NULL;
+    }
   }
   size_t i = 0;
   char order = '=';
@@ -204,6 +220,27 @@ static kiln_status_t parse_descr(lexer *lx, const char *s, size_t n, npy_header 
     kind = 'b';
     size = 1;
     has_size = true;
+  }
+  bool swap_order = (order == '>' && little) || (order == '<' && !little);
+  if (kind == 'f' && has_size && size == 1) { /* np.save of ml_dtypes' float8_e5m2 (numpy cannot load it back) */
+    h->dtype = KILN_DTYPE_F8E5M2;
+    h->item_size = h->swap_unit = 1;
+    return NULL;
+  }
+  if (kind == 'V' && has_size) {
+    /* np.save writes ml_dtypes arrays (bfloat16, float8, int4, ...) as
+     * untyped bytes: the caller says which dtype they are. */
+    kiln_dtype dt = h->void_as ? h->void_as : size == 2 ? KILN_DTYPE_BF16 : KILN_DTYPE_UNDEFINED;
+    if (dt == KILN_DTYPE_UNDEFINED || kiln_dtype_size(dt) != size ||
+        !(dt == KILN_DTYPE_BF16 || kiln_dtype_is_narrow(dt)))
+      return lex_error(lx, KILN_UNSUPPORTED,
+                       "descr '%s' is untyped bytes (how numpy saves ml_dtypes arrays)%s%s", shown,
+                       h->void_as ? " and does not fit " : ": a 1-byte one needs the dtype from the model",
+                       h->void_as ? kiln_dtype_name(h->void_as) : "");
+    h->dtype = dt;
+    h->item_size = h->swap_unit = size;
+    h->swap = swap_order && size > 1;
+    return NULL;
   }
   if (!has_size) {
     if (kind == 'M' || kind == 'm' || kind == 'V')
@@ -221,7 +258,6 @@ static kiln_status_t parse_descr(lexer *lx, const char *s, size_t n, npy_header 
       {'u', 4, KILN_DTYPE_U32}, {'u', 8, KILN_DTYPE_U64}, {'b', 1, KILN_DTYPE_BOOL},
       {'c', 8, KILN_DTYPE_C64}, {'c', 16, KILN_DTYPE_C128},
   };
-  bool swap_order = (order == '>' && little) || (order == '<' && !little);
   if (kind == 'U' || kind == 'S' || kind == 'a') {
     h->dtype = KILN_DTYPE_STRING;
     h->str_kind = kind == 'U' ? 'U' : 'S';
@@ -463,6 +499,11 @@ static kiln_status_t decode_data(const npy_header *h, const uint8_t *raw, const 
 /* ---- reading -------------------------------------------------------------- */
 
 kiln_status_t kiln_npy_read_buffer_named(const void *data, size_t size, const char *what, kiln_tensor **out) {
+  return kiln_npy_read_buffer_as(data, size, what, KILN_DTYPE_UNDEFINED, out);
+}
+
+kiln_status_t kiln_npy_read_buffer_as(const void *data, size_t size, const char *what, kiln_dtype void_as,
+                                      kiln_tensor **out) {
   if (!out) return kiln_error(KILN_INVALID_ARGUMENT, "kiln_npy_read_buffer: NULL output");
   *out = NULL;
   if (!what) what = "<npy buffer>";
@@ -475,6 +516,7 @@ kiln_status_t kiln_npy_read_buffer_named(const void *data, size_t size, const ch
                       what, header_len, size);
   npy_header h;
   memset(&h, 0, sizeof h);
+  h.void_as = void_as;
   KILN_TRY(parse_dict((const char *)p + prefix, header_len, what, &h));
   size_t avail = size - prefix - header_len;
   if ((uint64_t)h.data_bytes > avail) {
@@ -521,7 +563,7 @@ static kiln_status_t read_file_data(FILE *f, const npy_header *h, const char *pa
   return st;
 }
 
-static kiln_status_t read_open_file(FILE *f, const char *path, kiln_tensor **out) {
+static kiln_status_t read_open_file(FILE *f, const char *path, kiln_dtype void_as, kiln_tensor **out) {
   uint8_t pre[12];
   size_t got = fread(pre, 1, sizeof pre, f);
   if (got < sizeof pre && ferror(f)) return kiln_error(KILN_IO_ERROR, "%s: read failed: %s", path, strerror(errno));
@@ -534,6 +576,7 @@ static kiln_status_t read_open_file(FILE *f, const char *path, kiln_tensor **out
   kiln_status_t st = read_exact(f, text, header_len, path, ".npy header");
   npy_header h;
   memset(&h, 0, sizeof h);
+  h.void_as = void_as;
   if (!st) st = parse_dict(text, header_len, path, &h);
   free(text);
   if (st) return st;
@@ -552,11 +595,15 @@ static kiln_status_t read_open_file(FILE *f, const char *path, kiln_tensor **out
 }
 
 kiln_status_t kiln_npy_read_file(const char *path, kiln_tensor **out) {
+  return kiln_npy_read_file_as(path, KILN_DTYPE_UNDEFINED, out);
+}
+
+kiln_status_t kiln_npy_read_file_as(const char *path, kiln_dtype void_as, kiln_tensor **out) {
   if (!path || !out) return kiln_error(KILN_INVALID_ARGUMENT, "kiln_npy_read_file: NULL argument");
   *out = NULL;
   FILE *f = fopen(path, "rb");
   if (!f) return kiln_error(KILN_IO_ERROR, "%s: cannot open: %s", path, strerror(errno));
-  kiln_status_t st = read_open_file(f, path, out);
+  kiln_status_t st = read_open_file(f, path, void_as, out);
   fclose(f);
   return st;
 }
@@ -620,7 +667,11 @@ static kiln_status_t prepare(const kiln_tensor *t, npy_prepared *pr) {
     case KILN_DTYPE_F32: strcpy(descr, "<f4"); break;
     case KILN_DTYPE_F64: strcpy(descr, "<f8"); break;
     case KILN_DTYPE_F16: strcpy(descr, "<f2"); break;
-    case KILN_DTYPE_BF16: strcpy(descr, "bfloat16"); break;
+    /* What np.save writes for ml_dtypes arrays: untyped bytes of the element's size. */
+    case KILN_DTYPE_BF16: strcpy(descr, "<V2"); break;
+    case KILN_DTYPE_F8E4M3FN: case KILN_DTYPE_F8E4M3FNUZ: case KILN_DTYPE_F8E5M2: case KILN_DTYPE_F8E5M2FNUZ:
+    case KILN_DTYPE_F8E8M0: case KILN_DTYPE_F4E2M1: case KILN_DTYPE_U4: case KILN_DTYPE_I4: case KILN_DTYPE_U2:
+    case KILN_DTYPE_I2: strcpy(descr, "<V1"); break;
     case KILN_DTYPE_I8: strcpy(descr, "|i1"); break;
     case KILN_DTYPE_U8: strcpy(descr, "|u1"); break;
     case KILN_DTYPE_I16: strcpy(descr, "<i2"); break;

@@ -153,6 +153,33 @@ save("garbage", bytes(range(256)) * 4, "(malformed|invalid|wire|past the end|tru
 save("empty_file", b"", "(empty|no graph|graph)", {"x": x4})
 # A length prefix claiming ~2^62 bytes.
 save("huge_length", b"\x3a\xff\xff\xff\xff\xff\xff\xff\xff\x3f", "(past the end|truncated|length)", {"x": x4})
+# Narrow dtypes (ONNX 17-26; set by number: this onnx may predate them).
+INT4, F8E4M3FN = 22, 17
+
+
+def typed_raw(name, dtype, dims, raw):
+    t = TensorProto()
+    t.name, t.data_type, t.raw_data = name, dtype, raw
+    t.dims.extend(dims)
+    return t
+
+
+# An odd-length int4 initializer whose raw_data lacks the padding nibble's byte.
+save("int4_odd_no_padding",
+     model([helper.make_node("Identity", ["w"], ["y"], name="id")], [], [vi("y", INT4, [3])],
+           [typed_raw("w", INT4, [3], b"\x21")], opset=21),
+     "'w'.*raw_data holds 1 bytes but i4 \\[3\\] needs 2")
+# An op whose schema does not name float8 must refuse it, naming node and input.
+save("relu_float8",
+     model([helper.make_node("Relu", ["w"], ["y"], name="relu")], [], [vi("y", F8E4M3FN, [2])],
+           [typed_raw("w", F8E4M3FN, [2], b"\x38\x40")], opset=21),
+     "'relu'.*input 0 has dtype f8e4m3fn; Relu does not take")
+# A float8 zero point that is a NaN encoding.
+save("dequantize_float8_nan_zero_point",
+     model([helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq")], [], [vi("y", f32, [2])],
+           [typed_raw("q", F8E4M3FN, [2], b"\x38\x40"), numpy_helper.from_array(np.array(2.0, np.float32), "s"),
+            typed_raw("z", F8E4M3FN, [], b"\x7f")], opset=21),
+     "'dq'.*input 2 \\(x_zero_point\\): element 0 is a f8e4m3fn NaN")
 # Deeply nested If subgraphs.
 leaf = helper.make_graph([helper.make_node("Identity", ["x"], ["o"])], "leaf", [], [vi("o", f32, [4])])
 inner = leaf

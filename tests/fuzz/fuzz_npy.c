@@ -5,7 +5,11 @@
  * and read again it gives the same tensor (strings that are not valid UTF-8
  * may fail to write; that is allowed). A mismatch traps.
  *
- * Seeds: tests/fuzz/corpus_npy/ (tiny files written by NumPy).
+ * An untyped '<V1'/'<V2' descr (np.save of ml_dtypes arrays) is read as the
+ * dtype the input's last byte picks (none, bf16, or one of the narrow
+ * types), so every narrow dtype's path is reached.
+ *
+ * Seeds: tests/fuzz/corpus_npy/ (tiny files written by NumPy, ml_dtypes).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -33,7 +37,7 @@ static void check_round_trip(const kiln_tensor *t) {
     return;
   }
   kiln_tensor *back = NULL;
-  st = kiln_npy_read_buffer(buf, n, &back);
+  st = kiln_npy_read_buffer_as(buf, n, NULL, t->dtype, &back);
   if (st || !same(t, back)) __builtin_trap();
   kiln_tensor_release(back);
   free(buf);
@@ -53,8 +57,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     kiln_npz_free(n, names, ts);
     return 0;
   }
+  static const kiln_dtype void_as[] = {
+      KILN_DTYPE_UNDEFINED, KILN_DTYPE_BF16, KILN_DTYPE_F8E4M3FN, KILN_DTYPE_F8E4M3FNUZ, KILN_DTYPE_F8E5M2,
+      KILN_DTYPE_F8E5M2FNUZ, KILN_DTYPE_F8E8M0, KILN_DTYPE_F4E2M1, KILN_DTYPE_U4, KILN_DTYPE_I4, KILN_DTYPE_U2,
+      KILN_DTYPE_I2};
+  kiln_dtype as = size ? void_as[data[size - 1] % (sizeof void_as / sizeof void_as[0])] : KILN_DTYPE_UNDEFINED;
   kiln_tensor *t = NULL;
-  kiln_status_t st = kiln_npy_read_buffer(data, size, &t);
+  kiln_status_t st = kiln_npy_read_buffer_as(data, size, NULL, as, &t);
   if (st) {
     kiln_status_free(st);
     return 0;

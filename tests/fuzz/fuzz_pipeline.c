@@ -199,7 +199,7 @@ static bool mutate_model(kiln_model_ir *m, uint64_t *rng) {
     if (!g->n_inputs) return false;
     kiln_type *t = &g->values[g->inputs[next_random(rng) % (uint64_t)g->n_inputs]].type;
     if (t->kind != KILN_TYPE_TENSOR) return false;
-    t->dtype = (kiln_dtype)(1 + next_random(rng) % 16);
+    t->dtype = (kiln_dtype)(1 + next_random(rng) % KILN_DTYPE_LAST);
     return true;
   }
   case 3: { /* an initializer's (or Constant's tensor's) values */

@@ -55,7 +55,7 @@ for case in sorted(os.listdir(suite)):
 
 os.makedirs(corpus, exist_ok=True)
 for f in os.listdir(corpus):
-    if not f.startswith("regress-"):  # regression cases for fixed findings stay
+    if not f.startswith(("regress-", "narrow-")):  # fixed findings and make_narrow_seeds.py's stay
         os.remove(os.path.join(corpus, f))
 for key, (size, path) in sorted(best.items()):
     data = open(path, "rb").read()
@@ -70,7 +70,7 @@ entries = ['"%s"' % escape(s) for s in sorted(strings)]
 # TensorProto.DataType varints after the elem_type / data_type tags, small
 # ints and dims as varints, -1 as an int64 varint, a dim_param.
 for tag in (0x08, 0x10):
-    entries += ['"\\x%02x\\x%02x"' % (tag, v) for v in list(range(1, 17)) + [0x7f]]
+    entries += ['"\\x%02x\\x%02x"' % (tag, v) for v in list(range(1, 27)) + [0x7f]]
 entries.append('"\\x08\\xff\\xff\\xff\\xff\\xff\\xff\\xff\\xff\\xff\\x01"')
 entries.append('"\\x12\\x01N"')
 with open(os.path.join(here, "pipeline.dict"), "w") as d:

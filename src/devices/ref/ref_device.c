@@ -22,6 +22,7 @@ static kiln_status_t ref_run_node(kiln_device *dev, kiln_kernel_ctx *ctx) {
   const kiln_op_def *op = ctx->node->op;
   if (!op || !op->ref_kernel)
     return kiln_error(KILN_UNSUPPORTED, "no reference kernel for op %s", ctx->node->op_type);
+  KILN_TRY(kiln_kernel_check_narrow_inputs(ctx));
   return op->ref_kernel(ctx);
 }
 
