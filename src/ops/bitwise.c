@@ -73,10 +73,10 @@ static kiln_status_t bitcast_infer(kiln_infer_ctx *ctx) {
   KILN_TRY(bitcast_target(ctx->node, &to));
   const kiln_type *in = ctx->inputs[0];
   if (in && in->dtype != KILN_DTYPE_UNDEFINED && in->dtype != KILN_DTYPE_STRING &&
-      kiln_dtype_size(in->dtype) != kiln_dtype_size(to))
-    return kiln_error(KILN_INVALID_ARGUMENT,
-                      "input 0 (input) has dtype %s (%zu bytes) but attribute to is %s (%zu bytes)",
-                      kiln_dtype_name(in->dtype), kiln_dtype_size(in->dtype), kiln_dtype_name(to), kiln_dtype_size(to));
+      kiln_dtype_bits(in->dtype) != kiln_dtype_bits(to))
+    return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (input) has dtype %s (%d bits) but attribute to is %s (%d bits)",
+                      kiln_dtype_name(in->dtype), kiln_dtype_bits(in->dtype), kiln_dtype_name(to),
+                      kiln_dtype_bits(to));
   if (!in) {
     kiln_infer_set(ctx, 0, to, -1, NULL);
     return NULL;
@@ -95,11 +95,23 @@ static kiln_status_t bitcast_kernel(kiln_kernel_ctx *ctx) {
   KILN_TRY(bitcast_target(ctx->node, &to));
   if (x->dtype == KILN_DTYPE_STRING)
     return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (input) is a string tensor: BitCast needs fixed-size elements");
-  if (kiln_dtype_size(x->dtype) != kiln_dtype_size(to))
-    return kiln_error(KILN_INVALID_ARGUMENT,
-                      "input 0 (input) has dtype %s (%zu bytes) but attribute to is %s (%zu bytes)",
-                      kiln_dtype_name(x->dtype), kiln_dtype_size(x->dtype), kiln_dtype_name(to), kiln_dtype_size(to));
+  int bits = kiln_dtype_bits(x->dtype);
+  if (bits != kiln_dtype_bits(to))
+    return kiln_error(KILN_INVALID_ARGUMENT, "input 0 (input) has dtype %s (%d bits) but attribute to is %s (%d bits)",
+                      kiln_dtype_name(x->dtype), bits, kiln_dtype_name(to), kiln_dtype_bits(to));
   KILN_TRY(kiln_kernel_output_uninit(ctx, 0, to, x->rank, x->dims, &y));
+  if (bits < 8) {
+    /* Sub-byte types hold one element per byte (a signed one sign-extended,
+     * float4 its code): the element's low bits are its ONNX bits. */
+    const uint8_t *a = x->data;
+    uint8_t *b = y->data, mask = (uint8_t)((1u << bits) - 1), sign = (uint8_t)(1u << (bits - 1));
+    bool sext = to == KILN_DTYPE_I4 || to == KILN_DTYPE_I2;
+    for (int64_t k = 0; k < x->numel; k++) {
+      uint8_t c = a[k] & mask;
+      b[k] = sext && (c & sign) ? (uint8_t)(c | (uint8_t)~mask) : c;
+    }
+    return NULL;
+  }
   if (x->numel) memcpy(y->data, x->data, kiln_tensor_nbytes(x));
   if (to == KILN_DTYPE_BOOL && x->dtype != KILN_DTYPE_BOOL) {
     uint8_t *b = y->data;

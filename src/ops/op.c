@@ -117,7 +117,7 @@ bool kiln_op_takes_narrow(const kiln_op_def *op) {
     case KILN_OP_Flatten: case KILN_OP_Identity: case KILN_OP_If: case KILN_OP_Loop: case KILN_OP_Scan:
     case KILN_OP_Optional: case KILN_OP_OptionalGetElement: case KILN_OP_OptionalHasElement: case KILN_OP_Pad:
     case KILN_OP_Reshape: case KILN_OP_Shape: case KILN_OP_Size: case KILN_OP_Squeeze: case KILN_OP_Unsqueeze:
-    case KILN_OP_Transpose: case KILN_OP_IsInf: case KILN_OP_IsNaN:
+    case KILN_OP_Transpose: case KILN_OP_IsInf: case KILN_OP_IsNaN: case KILN_OP_BitCast: case KILN_OP_TensorScatter:
       return true;
     default:
       return false;
