@@ -841,12 +841,101 @@ static kiln_status_t decompose_attention(kiln_graph *g, int ni) {
   return finish(&b);
 }
 
+/* The activations of opsets 18-28 (ops/nn_transformer.c) as the elementwise
+ * ops every compiling device fuses, f32 with shapes known:
+ *   Swish(X, alpha)     X * Sigmoid(alpha * X)
+ *   SwiGLU(A, B, alpha) A * Sigmoid(alpha * A) * B
+ *   Mish(X)             X * Tanh(Softplus(X))
+ * and RMSNormalization(X, scale, axis, epsilon) over the axes from axis on:
+ *   X / Sqrt(ReduceMean(X * X) + epsilon) * scale   (scale f32, broadcast)
+ * the reduction a row statistic the compilers hoist as LayerNorm's. */
+static bool f32_shaped(const kiln_graph *g, int v) {
+  if (v < 0) return false;
+  const kiln_type *t = &g->values[v].type;
+  return t->kind == KILN_TYPE_TENSOR && t->dtype == KILN_DTYPE_F32 && kiln_opt_shape_known(t);
+}
+
+static kiln_status_t decompose_activation(kiln_graph *g, int ni) {
+  const kiln_node *n = &g->nodes[ni];
+  kiln_op_id id = kiln_node_op_id(n);
+  int n_in = id == KILN_OP_SwiGLU ? 2 : 1;
+  if (n->domain[0] || n->n_inputs != n_in || n->n_outputs != 1 || n->outputs[0] < 0) return NULL;
+  for (int i = 0; i < n_in; i++)
+    if (!f32_shaped(g, n->inputs[i])) return NULL;
+  const kiln_type *t = &g->values[n->inputs[0]].type;
+  if (id == KILN_OP_SwiGLU) { /* A and B of one shape (else ref words it) */
+    const kiln_type *u = &g->values[n->inputs[1]].type;
+    if (u->rank != t->rank || memcmp(u->dims, t->dims, sizeof(int64_t) * (size_t)t->rank)) return NULL;
+  }
+  int r = t->rank, x = n->inputs[0], other = n_in > 1 ? n->inputs[1] : -1, out = n->outputs[0];
+  int64_t dims[KILN_MAX_RANK];
+  memcpy(dims, t->dims, sizeof(int64_t) * (size_t)r);
+  double alpha = kiln_attr_float(n, "alpha", 1.0f);
+  const kiln_dtype F = KILN_DTYPE_F32;
+  builder b = {.g = g};
+  snprintf(b.base, sizeof b.base, "%s", n->name);
+  KILN_TRY(replace_node(&b, g, ni));
+  if (id == KILN_OP_Mish) {
+    int sp = node(&b, "Softplus", 1, 1, &x, -1, F, r, dims);
+    int th = node(&b, "Tanh", 13, 1, &sp, -1, F, r, dims);
+    node(&b, "Mul", 14, 2, (int[]){x, th}, out, F, r, dims);
+    return finish(&b);
+  }
+  int ax = alpha == 1.0 ? x : node(&b, "Mul", 14, 2, (int[]){x, scalar_const(&b, F, alpha)}, -1, F, r, dims);
+  int sg = node(&b, "Sigmoid", 13, 1, &ax, -1, F, r, dims);
+  int sw = node(&b, "Mul", 14, 2, (int[]){x, sg}, other >= 0 ? -1 : out, F, r, dims);
+  if (other >= 0) node(&b, "Mul", 14, 2, (int[]){sw, other}, out, F, r, dims);
+  return finish(&b);
+}
+
+static kiln_status_t decompose_rms_norm(kiln_graph *g, int ni) {
+  const kiln_node *n = &g->nodes[ni];
+  if (n->domain[0] || n->n_inputs != 2 || n->n_outputs != 1 || n->outputs[0] < 0) return NULL;
+  if (!f32_shaped(g, n->inputs[0]) || !f32_shaped(g, n->inputs[1])) return NULL;
+  if (kiln_attr_int(n, "stash_type", 1) != 1) return NULL;
+  const kiln_type *t = &g->values[n->inputs[0]].type, *st = &g->values[n->inputs[1]].type;
+  int r = t->rank;
+  int64_t axis = kiln_attr_int(n, "axis", -1);
+  if (r < 1 || axis < -r || axis >= r || st->rank > r) return NULL; /* ref words it */
+  if (axis < 0) axis += r;
+  for (int d = 0; d < st->rank; d++) { /* the scale broadcasts to X without growing it */
+    int64_t sd = st->dims[d], xd = t->dims[r - st->rank + d];
+    if (sd != 1 && sd != xd) return NULL;
+  }
+  int64_t dims[KILN_MAX_RANK], rdims[KILN_MAX_RANK], axes[KILN_MAX_RANK];
+  int na = 0;
+  memcpy(dims, t->dims, sizeof(int64_t) * (size_t)r);
+  for (int d = 0; d < r; d++) {
+    rdims[d] = d >= axis ? 1 : dims[d];
+    if (d >= axis) axes[na++] = d;
+  }
+  int x = n->inputs[0], scale = n->inputs[1], out = n->outputs[0];
+  double eps = kiln_attr_float(n, "epsilon", 1e-5f);
+  const kiln_dtype F = KILN_DTYPE_F32;
+  builder b = {.g = g};
+  snprintf(b.base, sizeof b.base, "%s", n->name);
+  KILN_TRY(replace_node(&b, g, ni));
+  int sq = node(&b, "Mul", 14, 2, (int[]){x, x}, -1, F, r, dims);
+  int ms = node(&b, "ReduceMean", 13, 1, &sq, -1, F, r, rdims);
+  if (!b.st) b.st = kiln_opt_set_attr_ints(last(&b), "axes", na, axes);
+  if (!b.st) b.st = kiln_opt_set_attr_int(last(&b), "keepdims", 1);
+  int ve = node(&b, "Add", 14, 2, (int[]){ms, scalar_const(&b, F, eps)}, -1, F, r, rdims);
+  int rt = node(&b, "Sqrt", 13, 1, &ve, -1, F, r, rdims);
+  int nx = node(&b, "Div", 14, 2, (int[]){x, rt}, -1, F, r, dims);
+  node(&b, "Mul", 14, 2, (int[]){nx, scale}, out, F, r, dims);
+  return finish(&b);
+}
+
 static kiln_status_t decompose_graph(kiln_graph *g, bool keep_recurrent) {
   for (int ni = g->n_nodes - 1; ni >= 0; ni--) /* from the end: insertions move no node still to visit */
     switch (kiln_node_op_id(&g->nodes[ni])) {
       case KILN_OP_DynamicQuantizeLinear: KILN_TRY(decompose_dql(g, ni)); break;
       case KILN_OP_BatchNormalization: KILN_TRY(decompose_batchnorm(g, ni)); break;
       case KILN_OP_Attention: KILN_TRY(decompose_attention(g, ni)); break;
+      case KILN_OP_Swish:
+      case KILN_OP_SwiGLU:
+      case KILN_OP_Mish: KILN_TRY(decompose_activation(g, ni)); break;
+      case KILN_OP_RMSNormalization: KILN_TRY(decompose_rms_norm(g, ni)); break;
       case KILN_OP_Concat:
         if (g->nodes[ni].n_inputs > 8) KILN_TRY(decompose_concat(g, ni));
         break;

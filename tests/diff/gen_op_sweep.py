@@ -1845,6 +1845,29 @@ def attention_cases():
             m.out(outs[2], [b, hkv, t, ev])
 
 
+def transformer_cases():
+    """The opset 18-28 activations and RMSNormalization on random shapes (compiling devices run them as the
+    elementwise and reduction graphs passes/decompose.c makes; ref's kernels are the truth). Saved without
+    onnx's checker (see Model.build)."""
+    rng = np.random.RandomState(2424)
+    for i in range(6):
+        shape = [int(d) for d in rng.randint(1, 9, size=rng.randint(1, 5))]
+        alpha = [1.0, 0.5, 1.7][i % 3]
+        m = case('Swish_rand_%d' % i, opset=24)
+        m.out(m.node('Swish', [m.source(shape)], alpha=alpha), shape)
+        m = case('SwiGLU_rand_%d' % i, opset=28)
+        m.out(m.node('SwiGLU', [m.source(shape), m.source(shape)], alpha=alpha), shape)
+        m = case('Mish_rand_%d' % i, opset=22)
+        m.out(m.node('Mish', [m.source(shape)]), shape)
+        r = len(shape)
+        axis = int(rng.randint(-r, r))
+        a = axis % r
+        scale_shape = shape[a:] if i % 2 == 0 else [1] * (r - a - 1) + [shape[-1]]
+        m = case('RMSNormalization_rand_%d' % i, opset=23)
+        m.out(m.node('RMSNormalization', [m.source(shape), m.randc(scale_shape)], axis=axis,
+                     epsilon=[1e-5, 1e-3][i % 2]), shape)
+
+
 def main(argv):
     if len(argv) < 2:
         print('usage: gen_op_sweep.py OUTDIR [--list]', file=sys.stderr)
@@ -1852,7 +1875,7 @@ def main(argv):
     out = argv[1]
     for gen in (unary_cases, binary_cases, where_cases, reduce_cases, softmax_cases, movement_cases, matmul_cases,
                 gemm_cases, conv_cases, conv_transpose_cases, dtype_cases, rnn_cases, pool_cases, layernorm_cases, epilogue_cases, structure_cases, pattern_cases,
-                large_cases, host_cases, attention_cases):
+                large_cases, host_cases, attention_cases, transformer_cases):
         gen()
     os.makedirs(out, exist_ok=True)
     names = set()
