@@ -926,6 +926,104 @@ static kiln_status_t decompose_rms_norm(kiln_graph *g, int ni) {
   return finish(&b);
 }
 
+/* RotaryEmbedding (opset 23, ops/nn_transformer.c's rule) as slices,
+ * elementwise products and a Concat (f32, shapes known):
+ *   cos, sin = the caches' rows (Gather by position_ids, which must be a
+ *   constant: a run-time position is range-checked by ref's kernel, which a
+ *   Gather would wrap instead), shaped to broadcast over the heads;
+ *   x1, x2 = the rotated prefix's halves (interleaved: its even and odd
+ *   elements, as [.., rot/2, 2] sliced on the last axis);
+ *   y1 = x1 cos - x2 sin, y2 = x1 sin + x2 cos, joined back, then the
+ *   unrotated rest of each head. 3-D X [B, S, H*D] is viewed as [B, S, H, D]. */
+static kiln_status_t decompose_rope(kiln_graph *g, int ni) {
+  const kiln_node *n = &g->nodes[ni];
+  if (n->domain[0] || n->n_inputs < 3 || n->n_outputs != 1 || n->outputs[0] < 0) return NULL;
+  for (int i = 0; i < 3; i++)
+    if (!f32_shaped(g, n->inputs[i])) return NULL;
+  int pos = n->n_inputs > 3 ? n->inputs[3] : -1;
+  const kiln_tensor *pt = pos >= 0 ? kiln_opt_const(g, pos) : NULL;
+  if (pos >= 0 && (!pt || pt->dtype != KILN_DTYPE_I64 || pt->rank != 2)) return NULL;
+  const kiln_type *xt = &g->values[n->inputs[0]].type, *ct = &g->values[n->inputs[1]].type,
+                  *st = &g->values[n->inputs[2]].type;
+  int r = xt->rank;
+  if (r != 3 && r != 4) return NULL;
+  int64_t B = xt->dims[0], S = r == 4 ? xt->dims[2] : xt->dims[1], H, D;
+  if (r == 4) {
+    H = xt->dims[1], D = xt->dims[3];
+  } else {
+    H = kiln_attr_int(n, "num_heads", 0);
+    if (H < 1 || xt->dims[2] % H) return NULL;
+    D = xt->dims[2] / H;
+  }
+  int64_t rot = kiln_attr_int(n, "rotary_embedding_dim", 0);
+  if (!rot) rot = D;
+  if (rot < 2 || rot % 2 || rot > D) return NULL;
+  int64_t half = rot / 2;
+  bool interleaved = kiln_attr_int(n, "interleaved", 0) != 0;
+  /* The caches as ref checks them; positions within range (else ref words it). */
+  if (ct->rank != st->rank || memcmp(ct->dims, st->dims, sizeof(int64_t) * (size_t)ct->rank)) return NULL;
+  if (pt) {
+    if (pt->dims[0] != B || pt->dims[1] != S || ct->rank != 2 || ct->dims[1] != half) return NULL;
+    for (int64_t i = 0; i < pt->numel; i++)
+      if (((const int64_t *)pt->data)[i] < 0 || ((const int64_t *)pt->data)[i] >= ct->dims[0]) return NULL;
+  } else if (ct->rank != 3 || ct->dims[0] != B || ct->dims[1] != S || ct->dims[2] != half) {
+    return NULL;
+  }
+  int x = n->inputs[0], cc = n->inputs[1], sc = n->inputs[2], out = n->outputs[0];
+  const kiln_dtype F = KILN_DTYPE_F32;
+  builder b = {.g = g};
+  snprintf(b.base, sizeof b.base, "%s", n->name);
+  KILN_TRY(replace_node(&b, g, ni));
+  /* X as 4-D: [B, H, S, D], or [B, S, H, D] for the packed form. */
+  int64_t xd[4] = {B, H, S, D}, cd[4] = {B, 1, S, half};
+  if (r == 3) {
+    memcpy(xd, (int64_t[]){B, S, H, D}, sizeof xd);
+    memcpy(cd, (int64_t[]){B, S, 1, half}, sizeof cd);
+    x = reshape(&b, x, 4, xd, -1);
+  }
+  int cs[2] = {cc, sc};
+  for (int j = 0; j < 2; j++) {
+    if (pt) {
+      int64_t gd[3] = {B, S, half};
+      cs[j] = node(&b, "Gather", 13, 2, (int[]){cs[j], pos}, -1, F, 3, gd);
+      if (!b.st) b.st = kiln_opt_set_attr_int(last(&b), "axis", 0);
+    }
+    int64_t c5[5] = {cd[0], cd[1], cd[2], half, 1};
+    cs[j] = interleaved ? reshape(&b, cs[j], 5, c5, -1) : reshape(&b, cs[j], 4, cd, -1);
+  }
+  int rk = interleaved ? 5 : 4;
+  int64_t hd[5] = {xd[0], xd[1], xd[2], half, 1};
+  int x1, x2, xr = rot < D ? slice(&b, x, 3, 0, rot, 4, xd) : x;
+  if (interleaved) {
+    int64_t pd[5] = {xd[0], xd[1], xd[2], half, 2};
+    int xp = reshape(&b, xr, 5, pd, -1);
+    x1 = slice(&b, xp, 4, 0, 1, 5, pd);
+    x2 = slice(&b, xp, 4, 1, 2, 5, pd);
+  } else {
+    int64_t rd[4] = {xd[0], xd[1], xd[2], rot};
+    x1 = slice(&b, xr, 3, 0, half, 4, rd);
+    x2 = slice(&b, xr, 3, half, rot, 4, rd);
+    hd[3] = half;
+  }
+  int y1 = node(&b, "Sub", 14, 2,
+                (int[]){node(&b, "Mul", 14, 2, (int[]){x1, cs[0]}, -1, F, rk, hd),
+                        node(&b, "Mul", 14, 2, (int[]){x2, cs[1]}, -1, F, rk, hd)},
+                -1, F, rk, hd);
+  int y2 = node(&b, "Add", 14, 2,
+                (int[]){node(&b, "Mul", 14, 2, (int[]){x1, cs[1]}, -1, F, rk, hd),
+                        node(&b, "Mul", 14, 2, (int[]){x2, cs[0]}, -1, F, rk, hd)},
+                -1, F, rk, hd);
+  bool whole = rot == D;
+  int last_out = whole && r == 4 ? out : -1;
+  int yr = concat_tree(&b, (int[]){y1, y2}, 2, rk - 1, 13, interleaved ? -1 : last_out);
+  int64_t rd4[4] = {xd[0], xd[1], xd[2], rot};
+  if (interleaved) yr = reshape(&b, yr, 4, rd4, last_out);
+  int y = yr;
+  if (!whole) y = concat_tree(&b, (int[]){yr, slice(&b, x, 3, rot, D, 4, xd)}, 2, 3, 13, r == 4 ? out : -1);
+  if (r == 3) reshape(&b, y, 3, (const int64_t[]){B, S, H * D}, out);
+  return finish(&b);
+}
+
 static kiln_status_t decompose_graph(kiln_graph *g, bool keep_recurrent) {
   for (int ni = g->n_nodes - 1; ni >= 0; ni--) /* from the end: insertions move no node still to visit */
     switch (kiln_node_op_id(&g->nodes[ni])) {
@@ -936,6 +1034,7 @@ static kiln_status_t decompose_graph(kiln_graph *g, bool keep_recurrent) {
       case KILN_OP_SwiGLU:
       case KILN_OP_Mish: KILN_TRY(decompose_activation(g, ni)); break;
       case KILN_OP_RMSNormalization: KILN_TRY(decompose_rms_norm(g, ni)); break;
+      case KILN_OP_RotaryEmbedding: KILN_TRY(decompose_rope(g, ni)); break;
       case KILN_OP_Concat:
         if (g->nodes[ni].n_inputs > 8) KILN_TRY(decompose_concat(g, ni));
         break;

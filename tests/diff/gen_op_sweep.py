@@ -1846,7 +1846,8 @@ def attention_cases():
 
 
 def transformer_cases():
-    """The opset 18-28 activations and RMSNormalization on random shapes (compiling devices run them as the
+    """The opset 18-28 activations, RMSNormalization and RotaryEmbedding (constant position ids or none)
+    on random shapes (compiling devices run them as the
     elementwise and reduction graphs passes/decompose.c makes; ref's kernels are the truth). Saved without
     onnx's checker (see Model.build)."""
     rng = np.random.RandomState(2424)
@@ -1866,6 +1867,29 @@ def transformer_cases():
         m = case('RMSNormalization_rand_%d' % i, opset=23)
         m.out(m.node('RMSNormalization', [m.source(shape), m.randc(scale_shape)], axis=axis,
                      epsilon=[1e-5, 1e-3][i % 2]), shape)
+
+    for i in range(8):
+        packed, inter, partial, with_pos = i & 1, (i >> 1) & 1, (i >> 2) & 1, i % 3 != 0
+        b, h, sq, d = int(rng.randint(1, 3)), int(rng.randint(1, 4)), int(rng.randint(1, 6)), int(rng.choice([4, 8]))
+        rot = d // 2 if partial and d >= 4 else d
+        if rot % 2:
+            rot = d
+        half = rot // 2
+        xshape = [b, sq, h * d] if packed else [b, h, sq, d]
+        attrs = dict(interleaved=inter)
+        if packed:
+            attrs['num_heads'] = h
+        if rot != d:
+            attrs['rotary_embedding_dim'] = rot
+        m = case('RotaryEmbedding_rand_%d' % i, opset=23)
+        if with_pos:
+            maxp = 16
+            ang = rng.uniform(-3, 3, size=(maxp, half)).astype(np.float32)
+            ins = [m.source(xshape), m.const(np.cos(ang)), m.const(np.sin(ang)),
+                   m.const(rng.randint(0, maxp, size=(b, sq)).astype(np.int64))]
+        else:
+            ins = [m.source(xshape), m.source([b, sq, half]), m.source([b, sq, half])]
+        m.out(m.node('RotaryEmbedding', ins, **attrs), xshape)
 
 
 def main(argv):
