@@ -1,5 +1,6 @@
 #include "base/common.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #ifdef __linux__
@@ -23,6 +24,71 @@ void *kiln_alloc_aligned_huge(size_t bytes) {
   if (align == HUGE_PAGE_BYTES) (void)madvise(p, bytes, MADV_HUGEPAGE); /* advice: failing is harmless */
 #endif
   return p;
+}
+
+static struct {
+  pthread_mutex_t lock;
+  void *p[KILN_BIG_CACHE_BLOCKS];
+  size_t size[KILN_BIG_CACHE_BLOCKS];
+  int n;        /* kept blocks, oldest first */
+  size_t bytes; /* their total */
+} big_cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+void *kiln_big_alloc(size_t bytes) {
+  pthread_mutex_lock(&big_cache.lock);
+  int best = -1;
+  for (int i = 0; i < big_cache.n; i++)
+    if (big_cache.size[i] >= bytes && big_cache.size[i] / 2 <= bytes &&
+        (best < 0 || big_cache.size[i] < big_cache.size[best]))
+      best = i;
+  void *p = NULL;
+  if (best >= 0) {
+    p = big_cache.p[best];
+    big_cache.bytes -= big_cache.size[best];
+    for (int i = best; i + 1 < big_cache.n; i++) {
+      big_cache.p[i] = big_cache.p[i + 1];
+      big_cache.size[i] = big_cache.size[i + 1];
+    }
+    big_cache.n--;
+  }
+  pthread_mutex_unlock(&big_cache.lock);
+  return p ? p : kiln_alloc_aligned(bytes);
+}
+
+void kiln_big_free(void *p, size_t bytes) {
+  if (!p) return;
+  if (bytes < KILN_BIG_BLOCK || bytes > KILN_BIG_CACHE_BYTES) {
+    free(p);
+    return;
+  }
+  void *drop[KILN_BIG_CACHE_BLOCKS + 1];
+  int n_drop = 0;
+  pthread_mutex_lock(&big_cache.lock);
+  while (big_cache.n > 0 && (big_cache.n == KILN_BIG_CACHE_BLOCKS || big_cache.bytes + bytes > KILN_BIG_CACHE_BYTES)) {
+    drop[n_drop++] = big_cache.p[0];
+    big_cache.bytes -= big_cache.size[0];
+    for (int i = 0; i + 1 < big_cache.n; i++) {
+      big_cache.p[i] = big_cache.p[i + 1];
+      big_cache.size[i] = big_cache.size[i + 1];
+    }
+    big_cache.n--;
+  }
+  big_cache.p[big_cache.n] = p;
+  big_cache.size[big_cache.n++] = bytes;
+  big_cache.bytes += bytes;
+  pthread_mutex_unlock(&big_cache.lock);
+  for (int i = 0; i < n_drop; i++) free(drop[i]); /* outside the lock */
+}
+
+void kiln_big_cache_drain(void) {
+  pthread_mutex_lock(&big_cache.lock);
+  int n = big_cache.n;
+  void *drop[KILN_BIG_CACHE_BLOCKS];
+  memcpy(drop, big_cache.p, sizeof(void *) * (size_t)n);
+  big_cache.n = 0;
+  big_cache.bytes = 0;
+  pthread_mutex_unlock(&big_cache.lock);
+  for (int i = 0; i < n; i++) free(drop[i]);
 }
 
 char *kiln_strdup(const char *s) {

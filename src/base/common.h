@@ -38,6 +38,24 @@ void *kiln_alloc_aligned(size_t bytes);
  * steadily without. */
 void *kiln_alloc_aligned_huge(size_t bytes);
 
+/* Large blocks (KILN_BIG_BLOCK bytes and more) for tensor data, from a
+ * small cache of freed ones: glibc serves such sizes with mmap and unmaps
+ * them at free, so every run of a model with large outputs faulted its
+ * pages in again (a decoder's KV cache, 2 x 33 MB a step: 16k page faults,
+ * two thirds of the step). kiln_big_free keeps at most KILN_BIG_CACHE_BLOCKS
+ * blocks, KILN_BIG_CACHE_BYTES in all (the oldest goes first);
+ * kiln_big_alloc takes the smallest kept block of `bytes` to 2 x `bytes`.
+ * bytes: the size asked for (kiln_big_free's must be at most the block's);
+ * blocks are 64-byte aligned, uninitialized, and plain free() may free
+ * them too. Thread-safe. */
+#define KILN_BIG_BLOCK ((size_t)4 << 20)
+#define KILN_BIG_CACHE_BLOCKS 8
+#define KILN_BIG_CACHE_BYTES ((size_t)256 << 20)
+void *kiln_big_alloc(size_t bytes);
+void kiln_big_free(void *p, size_t bytes);
+/* Frees every kept block (tests; the process's exit frees them anyway). */
+void kiln_big_cache_drain(void);
+
 /* strdup that returns NULL on NULL. */
 char *kiln_strdup(const char *s);
 /* printf into a new heap string (NULL on OOM). */

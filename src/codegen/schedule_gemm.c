@@ -175,7 +175,12 @@ void kiln_schedule_gemm(const te_builder *b, kiln_loop_nest *nest, bool any_size
     return;
   }
   bool b_packed_once = lb->op == TE_LOAD && te_get_buffer(b, lb->buf)->constant;
-  bool small = (t.m < 4 && !b_packed_once) || t.n < 4 || t.k < 4 || (double)t.m * (double)t.n * (double)t.k < 8192.0;
+  /* A few rows against a large run-time B (attention's P x V in a decoder
+   * step: 1 x 2049 against 2049 x 128) go to the routine too: its small-M
+   * path streams B's rows unpacked, where the loops read B down its columns. */
+  bool few_rows_big_b = t.m < 4 && (double)t.n * (double)t.k >= 65536.0;
+  bool small = (t.m < 4 && !b_packed_once && !few_rows_big_b) || t.n < 4 || t.k < 4 ||
+               (double)t.m * (double)t.n * (double)t.k < 8192.0;
   if (small && !any_size) return;
   te_affine fa, fb;
   bool a_k_contiguous, b_k_contiguous;

@@ -758,18 +758,35 @@ static kiln_status_t decompose_attention(kiln_graph *g, int ni) {
   /* The whole scale on Q (ref scales both by its root: the same up to
    * rounding), so K's Transpose stays a view the contraction reads. */
   int qsc = node(&b, "Mul", 14, 2, (int[]){q, scalar_const(&b, F, scale)}, -1, F, 4, q4);
-  int ktr = transpose(&b, kv[0], 4, (const int64_t[]){0, 1, 3, 2}, kall, -1);
-  /* The scores: [B, Hq, S, T], or [B, Hkv, G, S, T] for grouped heads. */
+  /* The scores: [B, Hq, S, T], or [B, Hkv, G, S, T] for grouped heads.
+   * Few query rows (a decoder's step): K x Q^T, then the [T, S] result
+   * transposed (for S = 1 a view), so the product reads K's rows where they
+   * lie; Q x K^T would read a transposed copy of the whole cache. */
   int r = G > 1 ? 5 : 4;
   int64_t sd[5] = {B, Hq, S, T}, q5[5] = {B, Hkv, G, S, E}, k5[5] = {B, Hkv, 1, E, T}, v5[5] = {B, Hkv, 1, T, Ev};
-  int lhs = qsc, rhs = ktr, vv = kv[1];
-  if (G > 1) {
-    memcpy(sd, (int64_t[]){B, Hkv, G, S, T}, sizeof sd);
-    lhs = reshape(&b, qsc, 5, q5, -1);
-    rhs = reshape(&b, ktr, 5, k5, -1);
-    vv = reshape(&b, kv[1], 5, v5, -1);
+  int64_t kr5[5] = {B, Hkv, 1, T, E};
+  int vv = G > 1 ? reshape(&b, kv[1], 5, v5, -1) : kv[1];
+  if (G > 1) memcpy(sd, (int64_t[]){B, Hkv, G, S, T}, sizeof sd);
+  int sc;
+  if (S < 4) {
+    int64_t qd[5], ts[5], perm[5];
+    for (int i = 0; i < r; i++) {
+      qd[i] = G > 1 ? q5[i] : q4[i];
+      perm[i] = i;
+    }
+    perm[r - 2] = r - 1, perm[r - 1] = r - 2;
+    int qv = G > 1 ? reshape(&b, qsc, 5, q5, -1) : qsc;
+    int qt = transpose(&b, qv, r, perm, qd, -1);
+    int kk = G > 1 ? reshape(&b, kv[0], 5, kr5, -1) : kv[0];
+    memcpy(ts, sd, sizeof ts);
+    ts[r - 2] = T, ts[r - 1] = S;
+    int st = node(&b, "MatMul", 13, 2, (int[]){kk, qt}, -1, F, r, ts);
+    sc = transpose(&b, st, r, perm, ts, -1);
+  } else {
+    int ktr = transpose(&b, kv[0], 4, (const int64_t[]){0, 1, 3, 2}, kall, -1);
+    int lhs = G > 1 ? reshape(&b, qsc, 5, q5, -1) : qsc, rhs = G > 1 ? reshape(&b, ktr, 5, k5, -1) : ktr;
+    sc = node(&b, "MatMul", 13, 2, (int[]){lhs, rhs}, -1, F, r, sd);
   }
-  int sc = node(&b, "MatMul", 13, 2, (int[]){lhs, rhs}, -1, F, r, sd);
   if (softcap > 0) {
     int c = scalar_const(&b, F, softcap);
     int th = node(&b, "Tanh", 13, 1, (int[]){node(&b, "Div", 14, 2, (int[]){sc, c}, -1, F, r, sd)}, -1, F, r, sd);

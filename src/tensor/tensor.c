@@ -92,7 +92,7 @@ static kiln_status_t tensor_alloc(kiln_dtype dtype, int rank, const int64_t *dim
   /* At least one line so data != NULL. */
   size_t alloc = ((size_t)bytes + 63) & ~(size_t)63;
   if (alloc == 0) alloc = 64;
-  t->data = kiln_alloc_aligned(alloc);
+  t->data = alloc >= KILN_BIG_BLOCK ? kiln_big_alloc(alloc) : kiln_alloc_aligned(alloc);
   if (!t->data) {
     free(t);
     *out = NULL;
@@ -175,7 +175,10 @@ void kiln_tensor_release(kiln_tensor *t) {
   if (t->owns_data) {
     if (t->dtype == KILN_DTYPE_STRING)
       for (int64_t i = 0; i < t->numel; i++) free(((char **)t->data)[i]);
-    free(t->data);
+    /* (the size tensor_alloc asked for: a big block goes back to the cache) */
+    size_t alloc = ((size_t)t->numel * kiln_dtype_size(t->dtype) + 63) & ~(size_t)63;
+    if (alloc >= KILN_BIG_BLOCK) kiln_big_free(t->data, alloc);
+    else free(t->data);
   }
   kiln_keepalive_release(t->keepalive);
   free(t);
