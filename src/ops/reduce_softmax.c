@@ -1,5 +1,7 @@
 /* Softmax, LogSoftmax, Hardmax and LpNormalization: ops that normalize
- * each row along an axis. Computed in double, rounded back once.
+ * each row along an axis. Computed in double, rounded back once, except
+ * f16/bf16 Softmax and LogSoftmax, which round at each step of their ONNX
+ * function body as ONNX's reference computes it (see half_row below).
  *
  * Before opset 13, Softmax/LogSoftmax/Hardmax coerce the input to 2-D at
  * `axis` (default 1): a row is everything from `axis` on. From 13 a row
@@ -40,6 +42,44 @@ static kiln_status_t softmax_layout(const kiln_kernel_ctx *ctx, const kiln_tenso
 
 typedef enum { NORM_SOFTMAX, NORM_LOG_SOFTMAX, NORM_HARDMAX } softmax_kind;
 
+/* v rounded to dt (F16 or BF16), held in double. */
+static double round_half(kiln_dtype dt, double v) {
+  if (dt == KILN_DTYPE_BF16) return (double)kiln_bf16_to_f32(kiln_f64_to_bf16(v));
+  return (double)kiln_f16_to_f32(kiln_f64_to_f16(v));
+}
+
+/* One f16/bf16 row (max m) of Softmax or LogSoftmax, rounded to dt after
+ * every step of the function body, as ONNX's reference (numpy, ml_dtypes)
+ * does: d = x - m, e = exp(d) (taken in f32, then rounded), s = sum(e),
+ * then e / s, or d - log(s) for LogSoftmax (the function body's form; the
+ * reference's own LogSoftmax takes log of the rounded softmax, which is
+ * -inf wherever a probability underflows: x - m below about -17.3 in f16).
+ * The sum rounds as the reference's reduction does: ml_dtypes' bfloat16
+ * adds one element at a time, rounding each partial sum; numpy's float16
+ * does that too when the axis is strided (inner > 1), but along the
+ * contiguous axis it accumulates in float pairwise and rounds once, which
+ * for these terms is the exact sum rounded once. An unrounded bf16 sum
+ * leaves attention outputs an ulp off ONNX's. */
+static void half_row(const kiln_tensor *x, kiln_tensor *y, const row_layout *l, int64_t base, double m,
+                     softmax_kind kind) {
+  kiln_dtype dt = x->dtype;
+  bool round_each = dt == KILN_DTYPE_BF16 || l->inner > 1;
+  double s = 0.0;
+  for (int64_t k = 0; k < l->n; k++) {
+    double d = round_half(dt, kiln_load_f64(x->data, dt, base + k * l->inner) - m);
+    s += round_half(dt, (float)exp(d));
+    if (round_each) s = round_half(dt, s);
+  }
+  s = round_half(dt, s);
+  double log_s = round_half(dt, (float)log(s));
+  for (int64_t k = 0; k < l->n; k++) {
+    int64_t at = base + k * l->inner;
+    double d = round_half(dt, kiln_load_f64(x->data, dt, at) - m);
+    double v = kind == NORM_SOFTMAX ? round_half(dt, (float)exp(d)) / s : d - log_s;
+    kiln_store_f64(y->data, dt, at, round_half(dt, v));
+  }
+}
+
 static kiln_status_t softmax_common(kiln_kernel_ctx *ctx, softmax_kind kind) {
   kiln_tensor *x, *y;
   KILN_TRY(kiln_kernel_require_input(ctx, 0, &x));
@@ -66,6 +106,10 @@ static kiln_status_t softmax_common(kiln_kernel_ctx *ctx, softmax_kind kind) {
         double v = kiln_load_f64(x->data, dt, base + k * l.inner);
         if (v > m || isnan(v)) m = v;
         if (isnan(m)) break;
+      }
+      if (dt == KILN_DTYPE_F16 || dt == KILN_DTYPE_BF16) {
+        half_row(x, y, &l, base, m, kind);
+        continue;
       }
       double sum = 0.0;
       for (int64_t k = 0; k < l.n; k++) sum += exp(kiln_load_f64(x->data, dt, base + k * l.inner) - m);

@@ -6,9 +6,11 @@ integer dtypes), torch (float64, CPU) for convolutions, pools and norms.
 Reference rounding: results are computed in float64 from the (already
 rounded) input values and rounded once to the output dtype; bfloat16 goes
 float64 -> float32 -> bfloat16 (nearest even). numpy's own float16
-arithmetic (which rounds every intermediate to float16) is never used: kiln
+arithmetic (which rounds every intermediate to float16) is not used: kiln
 computes float16/bfloat16 through float/double and rounds back, as the
-ONNX reference effectively does in float32/float64.
+ONNX reference effectively does in float32/float64. The exception is
+Softmax/LogSoftmax, which the ONNX reference computes step by step in the
+element type (oplib.softmax_steps), and kiln with it.
 Integer results of float math (Erf on ints, ReduceMean/L2/LogSum on ints,
 Pow with a float exponent) truncate toward zero like numpy's astype."""
 import math
@@ -16,7 +18,7 @@ import math
 import numpy as np
 
 from oplib import (BF16, FLOATS, SHORT, UINTS, Rand, bf16_round, f64, is_float, is_int, make, out,
-                   schema_types, vals)
+                   schema_types, softmax_steps, vals)
 
 SUITE = 'dtypes'
 SH = (3, 5, 7)
@@ -440,6 +442,8 @@ def gen_reduce(case, r):
                 if op == 'Hardmax':
                     res = np.zeros_like(v)
                     np.put_along_axis(res, np.expand_dims(np.argmax(v, axis), axis), 1, axis)
+                elif dt in ('float16', 'bfloat16'):  # as ONNX's reference: rounded at every step
+                    res = softmax_steps(dt, v, axis, op == 'LogSoftmax')
                 else:
                     m = v.max(axis, keepdims=True)
                     e = np.exp(v - m)

@@ -98,6 +98,34 @@ class BF16:
         return 'BF16(%r)' % (self.v,)
 
 
+def softmax_steps(dt, v, axis, log):
+    """Softmax (or LogSoftmax, log=True) along axis of the float64 values v
+    as ONNX's reference evaluates it in a 16-bit float dtype dt: every step
+    of the function body (x - max, exp, sum, then e / sum or (x - max) -
+    log(sum)) rounds to dt. float16 is numpy's own float16 arithmetic (the
+    reference's): its sum accumulates in float and rounds once along the
+    contiguous axis, and rounds each addition along a strided one. bfloat16
+    is float32 arithmetic rounded to bfloat16, the sum rounded after every
+    addition as ml_dtypes' reduction does. Returns float64 values."""
+    if dt == 'float16':
+        x = np.asarray(v).astype(np.float16)
+        d = x - x.max(axis, keepdims=True)
+        e = np.exp(d)
+        s = e.sum(axis, keepdims=True)
+        return (d - np.log(s) if log else e / s).astype(np.float64)
+    assert dt == 'bfloat16', dt
+
+    def rnd(a):
+        return bf16_round(np.asarray(a, dtype=np.float32))
+    x = np.asarray(v, dtype=np.float32)
+    d = rnd(x - x.max(axis, keepdims=True))
+    e = rnd(np.exp(d))
+    s = np.zeros_like(np.take(e, [0], axis))
+    for k in range(e.shape[axis]):
+        s = rnd(s + np.take(e, [k], axis))
+    return (rnd(d - rnd(np.log(s))) if log else rnd(e / s)).astype(np.float64)
+
+
 def dtname(t):
     """Our dtype name for a tensor value."""
     if isinstance(t, BF16):
