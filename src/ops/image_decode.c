@@ -33,6 +33,7 @@
 
 #if defined(KILN_HAVE_JPEGLIB)
 #include <jpeglib.h>
+#include <jerror.h>
 #endif
 
 typedef enum image_format {
@@ -291,7 +292,14 @@ static void jpeg_on_error(j_common_ptr cinfo) {
   longjmp(g->jump, 1);
 }
 
-static void jpeg_on_message(j_common_ptr cinfo) { (void)cinfo; /* warnings: corrupt data still decodes, as in Pillow */ }
+/* Warnings: corrupt data still decodes, as in Pillow, but data that ends
+ * early is an error (Pillow: "image file is truncated"), not an image
+ * completed with gray. */
+static void jpeg_on_warning(j_common_ptr cinfo, int level) {
+  if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) jpeg_on_error(cinfo);
+}
+
+static void jpeg_on_message(j_common_ptr cinfo) { (void)cinfo; }
 
 static kiln_status_t decode_jpeg(const uint8_t *b, size_t n, rgb_image *img) {
   pthread_once(&jpeg_once, jpeg_load);
@@ -303,6 +311,7 @@ static kiln_status_t decode_jpeg(const uint8_t *b, size_t n, rgb_image *img) {
   cinfo.err = jpeg_api.std_error(&guard.mgr);
   guard.mgr.error_exit = jpeg_on_error;
   guard.mgr.output_message = jpeg_on_message;
+  guard.mgr.emit_message = jpeg_on_warning;
   uint8_t *volatile px = NULL;
   volatile bool created = false;
   if (setjmp(guard.jump)) {
