@@ -156,7 +156,7 @@ static kiln_status_t decode_bmp(const uint8_t *b, size_t n, rgb_image *img) {
       pal[i][0] = b[p + 2], pal[i][1] = b[p + 1], pal[i][2] = b[p];
     }
   }
-  if (w > INT32_MAX / 32) return kiln_error(KILN_INVALID_ARGUMENT, "BMP: width %lld", (long long)w);
+  if (w > INT32_MAX / 32) return kiln_error(KILN_INVALID_ARGUMENT, "BMP: width %lld is past the format's limit", (long long)w);
   uint64_t stride = (((uint64_t)w * bpp + 31) / 32) * 4;
   if (off > n || (uint64_t)h > (n - off) / stride)
     return kiln_error(KILN_INVALID_ARGUMENT, "BMP: truncated pixel data (%zu bytes for %lld rows of %llu)", n - (off > n ? n : off),
@@ -851,7 +851,7 @@ static kiln_status_t decode_any(const uint8_t *b, size_t n, rgb_image *img) {
     default: break;
   }
   return kiln_error(KILN_INVALID_ARGUMENT,
-                    "input 0 (encoded_stream): %zu bytes that start like no supported image format "
+                    "%zu bytes that start like no supported image format "
                     "(JPEG, PNG, BMP, PNM, TIFF, WebP, JPEG 2000)",
                     n);
 }
