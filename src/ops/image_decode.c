@@ -429,7 +429,7 @@ static void png_read_bytes(png_struct *png, uint8_t *out, size_t n) {
 
 static kiln_status_t decode_png(const uint8_t *b, size_t n, rgb_image *img) {
   pthread_once(&png_once, png_load);
-  if (!png_api.ok) return missing_library(IMG_PNG, "libpng16.so.16", "libpng16-16t64 (or libpng16-16)");
+  if (!png_api.ok) return missing_library(IMG_PNG, "libpng16.so.16", "libpng16-16");
   png_reader r = {.data = b, .size = n};
   png_struct *volatile png = png_api.create_read_struct(png_api.get_libpng_ver(NULL), &r, png_on_error, png_on_warning);
   if (!png) return KILN_OOM();
