@@ -101,15 +101,14 @@ static kiln_status_t rgb_alloc(rgb_image *img, int64_t h, int64_t w) {
 static uint32_t le16(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8; }
 static uint32_t le32(const uint8_t *p) { return le16(p) | le16(p + 2) << 16; }
 
-/* The 8-bit value of the bits of v under mask (Pillow's BMP rule for
- * bit fields: the field scaled to 0..255). */
+/* The 8-bit value of the bits of v under mask: the field scaled to 0..255
+ * and truncated, as Pillow reads 16-bit and bit-field BMPs. */
 static uint8_t mask_value(uint32_t v, uint32_t mask) {
   if (!mask) return 0;
   int shift = 0;
   while (!((mask >> shift) & 1)) shift++;
-  uint32_t max = mask >> shift;
-  uint32_t f = (v & mask) >> shift;
-  return (uint8_t)(max == 255 ? f : (f * 255 + max / 2) / max);
+  uint64_t max = mask >> shift, f = (v & mask) >> shift;
+  return (uint8_t)(f * 255 / max);
 }
 
 static kiln_status_t decode_bmp(const uint8_t *b, size_t n, rgb_image *img) {
@@ -205,6 +204,14 @@ static bool pnm_number(const uint8_t *b, size_t n, size_t *pos, uint32_t *out) {
   return true;
 }
 
+/* A sample of 0..maxval as 0..255, rounded half to even (as Pillow). */
+static uint8_t pnm_scale(uint32_t v, uint32_t maxval) {
+  if (v >= maxval) return 255;
+  uint64_t num = (uint64_t)v * 255, q = num / maxval, rem2 = 2 * (num % maxval);
+  if (rem2 > maxval || (rem2 == maxval && (q & 1))) q++;
+  return (uint8_t)q;
+}
+
 static kiln_status_t decode_pnm(const uint8_t *b, size_t n, rgb_image *img) {
   if (b[1] != '5' && b[1] != '6')
     return kiln_error(KILN_UNSUPPORTED, "PNM: P%c is not supported (binary P5 and P6 are)", b[1]);
@@ -225,7 +232,7 @@ static kiln_status_t decode_pnm(const uint8_t *b, size_t n, rgb_image *img) {
     for (int c = 0; c < 3; c++) {
       const uint8_t *q = s + (i * (uint64_t)ch + (uint64_t)(ch == 3 ? c : 0)) * (uint64_t)bytes;
       uint32_t v = bytes == 2 ? (uint32_t)q[0] << 8 | q[1] : q[0];
-      img->px[i * 3 + (uint64_t)c] = (uint8_t)(maxval == 255 ? v : ((uint64_t)(v > maxval ? maxval : v) * 255 + maxval / 2) / maxval);
+      img->px[i * 3 + (uint64_t)c] = pnm_scale(v, maxval);
     }
   }
   return NULL;
@@ -797,8 +804,8 @@ static kiln_status_t decode_jpeg2000(image_format f, const uint8_t *b, size_t n,
   for (int64_t i = 0; i < w * h; i++) {
     for (int c = 0; c < 3; c++) {
       const opj_comp *k = &image->comps[used == 3 ? c : 0];
-      int32_t v = k->data[i];
-      if (k->sgnd) v += 1 << (k->prec - 1);
+      int64_t v = k->data[i];
+      if (k->sgnd) v += (int64_t)1 << (k->prec - 1);
       if (k->prec > 8) v >>= k->prec - 8;
       else if (k->prec < 8) v = v * 255 / ((1 << k->prec) - 1);
       img->px[i * 3 + c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
