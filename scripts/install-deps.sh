@@ -17,6 +17,9 @@
 #   oneDNN:  the header at build time and libdnnl.so.2 at run time: the cpu
 #            device's convolutions with weights given at run time (training)
 #            run on it where it loads (src/devices/cpu/cpu_conv_dnnl.c).
+#   images:  the libraries ImageDecoder dlopens (libjpeg62-turbo, libpng16,
+#            libtiff, libwebp, openjpeg) and jpeglib.h for its JPEG decoder
+#            (src/ops/image_decode.c); Pillow for the bad-input cases' images.
 #   training: OpenBLAS for Debian's torch (the training tests' PyTorch
 #            reference runs 6 x 300 steps; the reference BLAS is 40x slower),
 #            Fashion-MNIST and scikit-learn (digits) for the real-data
@@ -30,6 +33,7 @@ packages=(
   opencl-c-headers ocl-icd-libopencl1 pocl-opencl-icd clinfo
   libopenblas0-pthread dataset-fashion-mnist python3-sklearn
   libdnnl-dev
+  libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libtiff6 libwebp7 libopenjp2-7 python3-pil
 )
 
 missing=()

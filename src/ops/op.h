@@ -261,6 +261,7 @@ const char *kiln_op_id_name(kiln_op_id id);
   X(attention)              \
   X(transformer)            \
   X(text)                   \
+  X(image_decode)           \
   X(ml)
 
 #define KILN_DECLARE_OP_FAMILY(name) const kiln_op_def *kiln_ops_##name(int *out_n);

@@ -226,6 +226,7 @@
   X(StringConcat, "", "StringConcat") \
   X(StringSplit, "", "StringSplit") \
   X(RegexFullMatch, "", "RegexFullMatch") \
+  X(ImageDecoder, "", "ImageDecoder") \
   X(ml_LabelEncoder, "ai.onnx.ml", "LabelEncoder") \
   X(ml_TreeEnsemble, "ai.onnx.ml", "TreeEnsemble") \
   X(ml_ArrayFeatureExtractor, "ai.onnx.ml", "ArrayFeatureExtractor") \

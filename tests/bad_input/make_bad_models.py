@@ -180,6 +180,31 @@ save("dequantize_float8_nan_zero_point",
            [typed_raw("q", F8E4M3FN, [2], b"\x38\x40"), numpy_helper.from_array(np.array(2.0, np.float32), "s"),
             typed_raw("z", F8E4M3FN, [], b"\x7f")], opset=21),
      "'dq'.*input 2 \\(x_zero_point\\): element 0 is a f8e4m3fn NaN")
+# ImageDecoder: broken image bytes are one-line errors naming the node.
+def image_bytes(fmt):
+    try:
+        import io
+        from PIL import Image
+        b = io.BytesIO()
+        Image.fromarray(np.arange(32 * 32 * 3, dtype=np.uint8).reshape(32, 32, 3), "RGB").save(b, fmt)
+        return b.getvalue()
+    except ImportError:  # without Pillow: a JPEG header and its first segment, cut short
+        return b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00" + b"\xff\xdb\x00\x43\x00" * 64
+
+
+decoder = model([helper.make_node("ImageDecoder", ["x"], ["y"], name="dec")], [vi("x", TensorProto.UINT8, [None])],
+                [vi("y", TensorProto.UINT8, None)], opset=20)
+save("image_decoder_truncated_jpeg", decoder, "'dec'.*JPEG: (Premature end|.*)",
+     {"x": np.frombuffer(image_bytes("JPEG")[:300], np.uint8)})
+save("image_decoder_truncated_png", decoder, "'dec'.*PNG: ",
+     {"x": np.frombuffer(image_bytes("PNG")[:-30], np.uint8)})
+save("image_decoder_random_bytes", decoder, "'dec'.*no supported image format",
+     {"x": np.concatenate([[0], np.random.default_rng(7).integers(0, 256, 999)]).astype(np.uint8)})
+save("image_decoder_empty", decoder, "'dec'.*encoded_stream.*empty", {"x": np.zeros(0, np.uint8)})
+bmp = bytearray(image_bytes("BMP"))
+bmp[18:26] = (1 << 30).to_bytes(4, "little") + (1 << 30).to_bytes(4, "little")  # a header claiming 2^60 pixels
+save("image_decoder_bmp_huge", decoder, "'dec'.*BMP", {"x": np.frombuffer(bytes(bmp), np.uint8)})
+
 # Deeply nested If subgraphs.
 leaf = helper.make_graph([helper.make_node("Identity", ["x"], ["o"])], "leaf", [], [vi("o", f32, [4])])
 inner = leaf

@@ -55,7 +55,7 @@ for case in sorted(os.listdir(suite)):
 
 os.makedirs(corpus, exist_ok=True)
 for f in os.listdir(corpus):
-    if not f.startswith(("regress-", "narrow-")):  # fixed findings and make_narrow_seeds.py's stay
+    if not f.startswith(("regress-", "narrow-", "image-")):  # fixed findings, make_narrow_seeds.py and make_image_seeds.py stay
         os.remove(os.path.join(corpus, f))
 for key, (size, path) in sorted(best.items()):
     data = open(path, "rb").read()
