@@ -414,6 +414,20 @@ static bool attn_bias_row(const attn_geom *g, const attn_params *p, const kiln_t
   return all_masked;
 }
 
+/* The run-time tensors' types (tp[i] NULL for an absent input), so the
+ * kernels check shapes with the inference's own geometry rules. */
+static void types_of(kiln_tensor *const *in, int n, kiln_type *ty, const kiln_type **tp) {
+  for (int i = 0; i < n; i++) {
+    if (!in[i]) continue;
+    memset(&ty[i], 0, sizeof ty[i]);
+    ty[i].kind = KILN_TYPE_TENSOR;
+    ty[i].dtype = in[i]->dtype;
+    ty[i].rank = in[i]->rank;
+    memcpy(ty[i].dims, in[i]->dims, sizeof(int64_t) * (size_t)in[i]->rank);
+    tp[i] = &ty[i];
+  }
+}
+
 static kiln_status_t attention_kernel(kiln_kernel_ctx *ctx) {
   kiln_tensor *in[7] = {0};
   for (int i = 0; i < 3; i++) {
@@ -442,15 +456,7 @@ static kiln_status_t attention_kernel(kiln_kernel_ctx *ctx) {
 
   kiln_type ty[7];
   const kiln_type *tp[7] = {0};
-  for (int i = 0; i < 7; i++) {
-    if (!in[i]) continue;
-    memset(&ty[i], 0, sizeof ty[i]);
-    ty[i].kind = KILN_TYPE_TENSOR;
-    ty[i].dtype = in[i]->dtype;
-    ty[i].rank = in[i]->rank;
-    memcpy(ty[i].dims, in[i]->dims, sizeof(int64_t) * (size_t)in[i]->rank);
-    tp[i] = &ty[i];
-  }
+  types_of(in, 7, ty, tp);
   attn_geom g;
   KILN_TRY(attn_geometry(ctx->node, ctx->opset, tp, 7, &g));
   KILN_TRY(attn_check_mask(&g, tp[3]));
@@ -649,15 +655,8 @@ static kiln_status_t flex_kernel(kiln_kernel_ctx *ctx) {
                         kiln_dtype_name(in[i]->dtype), kiln_dtype_name(in[0]->dtype));
   }
   kiln_type ty[3];
-  const kiln_type *tp[3];
-  for (int i = 0; i < 3; i++) {
-    memset(&ty[i], 0, sizeof ty[i]);
-    ty[i].kind = KILN_TYPE_TENSOR;
-    ty[i].dtype = in[i]->dtype;
-    ty[i].rank = in[i]->rank;
-    memcpy(ty[i].dims, in[i]->dims, sizeof(int64_t) * (size_t)in[i]->rank);
-    tp[i] = &ty[i];
-  }
+  const kiln_type *tp[3] = {0};
+  types_of(in, 3, ty, tp);
   attn_geom g;
   KILN_TRY(flex_geometry(tp, &g));
   kiln_dtype t1 = in[0]->dtype, ct;
