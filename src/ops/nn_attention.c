@@ -35,15 +35,6 @@
 #include <math.h>
 #include <stdio.h>
 
-/* x rounded to dtype t (computed values are kept in double). */
-static double round_to(kiln_dtype t, double x) {
-  switch (t) {
-    case KILN_DTYPE_F32: return (double)(float)x;
-    case KILN_DTYPE_F16: return (double)kiln_f16_to_f32(kiln_f64_to_f16(x));
-    case KILN_DTYPE_BF16: return (double)kiln_bf16_to_f32(kiln_f64_to_bf16(x));
-    default: return x;
-  }
-}
 
 /* numpy's result type of two float dtypes (f16 with bf16: f32). */
 static kiln_dtype promote_float(kiln_dtype a, kiln_dtype b) {
@@ -62,7 +53,7 @@ static double dot_as(kiln_dtype t, const double *a, int64_t sa, const double *b,
   }
   float s = 0;
   for (int64_t i = 0; i < n; i++) s += (float)a[i * sa] * (float)b[i * sb];
-  return round_to(t, s);
+  return kiln_round_to_dtype(t, s);
 }
 
 /* Softmax of x[0..n) in dtype t, in place, as the reference computes it:
@@ -81,12 +72,12 @@ static void softmax_as(kiln_dtype t, double *x, int64_t n) {
   double safe = m == -INFINITY ? 0.0 : m;
   double s = 0;
   for (int64_t j = 0; j < n; j++) {
-    x[j] = round_to(t, exp(round_to(t, x[j] - safe)));
-    s = t == KILN_DTYPE_BF16 ? round_to(t, s + x[j]) : s + x[j];
+    x[j] = kiln_round_to_dtype(t, exp(kiln_round_to_dtype(t, x[j] - safe)));
+    s = t == KILN_DTYPE_BF16 ? kiln_round_to_dtype(t, s + x[j]) : s + x[j];
   }
-  s = round_to(t, s);
+  s = kiln_round_to_dtype(t, s);
   if (s == 0) s = 1;
-  for (int64_t j = 0; j < n; j++) x[j] = round_to(t, x[j] / s);
+  for (int64_t j = 0; j < n; j++) x[j] = kiln_round_to_dtype(t, x[j] / s);
 }
 
 static kiln_status_t require_float_input(const kiln_tensor *t, int i, const char *name) {
@@ -369,7 +360,7 @@ static kiln_status_t attn_params_of(const kiln_kernel_ctx *ctx, const attn_geom 
   p->t2 = v->dtype;
   const kiln_attr *sa = kiln_node_attr(node, "scale");
   double scale = sa && sa->type == KILN_ATTR_FLOAT ? (double)sa->f : 1.0 / sqrt((double)g->d);
-  p->scale_sqrt = round_to(p->t1, sqrt(scale));
+  p->scale_sqrt = kiln_round_to_dtype(p->t1, sqrt(scale));
   p->softcap = kiln_attr_float(node, "softcap", 0.0f);
   p->left = ctx->opset >= 25 ? kiln_attr_int(node, "left_window_size", -1) : -1;
   p->right = ctx->opset >= 25 ? kiln_attr_int(node, "right_window_size", -1) : -1;
@@ -509,7 +500,7 @@ static kiln_status_t attention_kernel(kiln_kernel_ctx *ctx) {
   }
   if (st) goto done;
   /* K scaled by sqrt(scale), rounded to T1, in place. */
-  for (int64_t e = 0; e < g.batch * g.hkv * g.total * g.d; e++) kall[e] = round_to(p.t1, kall[e] * p.scale_sqrt);
+  for (int64_t e = 0; e < g.batch * g.hkv * g.total * g.d; e++) kall[e] = kiln_round_to_dtype(p.t1, kall[e] * p.scale_sqrt);
   kiln_dtype pv_t = promote_float(p.t1, p.t2);
   int64_t group = g.hq / g.hkv;
   for (int64_t b = 0; b < g.batch; b++)
@@ -518,7 +509,7 @@ static kiln_status_t attention_kernel(kiln_kernel_ctx *ctx) {
       const double *kb = kall + (b * g.hkv + kh) * g.total * g.d, *vb = vall + (b * g.hkv + kh) * g.total * g.dv;
       for (int64_t i = 0; i < g.sq; i++) {
         for (int64_t e = 0; e < g.d; e++)
-          qs[e] = round_to(p.t1, kiln_load_f64(q->data, q->dtype, attn_offset(g.rank, g.hq, g.sq, g.d, b, h, i, e)) *
+          qs[e] = kiln_round_to_dtype(p.t1, kiln_load_f64(q->data, q->dtype, attn_offset(g.rank, g.hq, g.sq, g.d, b, h, i, e)) *
                                      p.scale_sqrt);
         bool all_masked = attn_bias_row(&g, &p, mask, mstr, mask_len, nonpad, b, h, i, bias);
         int64_t qk_base = ((b * g.hq + h) * g.sq + i) * g.total;
@@ -526,23 +517,23 @@ static kiln_status_t attention_kernel(kiln_kernel_ctx *ctx) {
           double x = dot_as(p.t1, qs, 1, kb + j * g.d, 1, g.d);
           if (qk_out && p.mode == 0) kiln_store_f64(qk_out->data, p.t1, qk_base + j, x);
           if (p.softcap > 0) {
-            x = round_to(p.t1, x / p.softcap);
-            x = round_to(p.t1, tanh(x));
-            x = round_to(p.t1, x * p.softcap);
+            x = kiln_round_to_dtype(p.t1, x / p.softcap);
+            x = kiln_round_to_dtype(p.t1, tanh(x));
+            x = kiln_round_to_dtype(p.t1, x * p.softcap);
           }
           if (qk_out && p.mode == 1) kiln_store_f64(qk_out->data, p.t1, qk_base + j, x);
-          x = round_to(p.bias_t, x + bias[j]);
+          x = kiln_round_to_dtype(p.bias_t, x + bias[j]);
           if (qk_out && p.mode == 2) kiln_store_f64(qk_out->data, p.t1, qk_base + j, x);
-          row[j] = round_to(p.softmax_t, x);
+          row[j] = kiln_round_to_dtype(p.softmax_t, x);
         }
         softmax_as(p.softmax_t, row, g.total);
         for (int64_t j = 0; j < g.total; j++) {
-          row[j] = all_masked ? 0.0 : round_to(p.t1, row[j]);
+          row[j] = all_masked ? 0.0 : kiln_round_to_dtype(p.t1, row[j]);
           if (qk_out && p.mode == 3) kiln_store_f64(qk_out->data, p.t1, qk_base + j, row[j]);
         }
         for (int64_t e = 0; e < g.dv; e++) {
           for (int64_t j = 0; j < g.total; j++) vcol[j] = vb[j * g.dv + e];
-          double out = round_to(p.t1, dot_as(pv_t, row, 1, vcol, 1, g.total));
+          double out = kiln_round_to_dtype(p.t1, dot_as(pv_t, row, 1, vcol, 1, g.total));
           kiln_store_f64(y->data, p.t1, attn_offset(g.rank, g.hq, g.sq, g.dv, b, h, i, e), out);
         }
       }
@@ -639,7 +630,7 @@ static kiln_status_t flex_modify(kiln_kernel_ctx *ctx, const char *name, kiln_dt
     return st;
   }
   const kiln_tensor *r = vout->tensor;
-  for (int64_t i = 0; i < r->numel; i++) x[i] = round_to(t, kiln_load_f64(r->data, r->dtype, i));
+  for (int64_t i = 0; i < r->numel; i++) x[i] = kiln_round_to_dtype(t, kiln_load_f64(r->data, r->dtype, i));
   kiln_value_free(vout);
   return NULL;
 }
@@ -664,7 +655,7 @@ static kiln_status_t flex_kernel(kiln_kernel_ctx *ctx) {
   const kiln_attr *sa = kiln_node_attr(ctx->node, "scale");
   /* The reference takes the square root in f32, then rounds to T1. */
   float scale = sa && sa->type == KILN_ATTR_FLOAT ? sa->f : (float)(1.0 / sqrt((double)g.d));
-  double sq = round_to(t1, (double)sqrtf(scale));
+  double sq = kiln_round_to_dtype(t1, (double)sqrtf(scale));
   int64_t sdims[4] = {g.batch, g.hq, g.sq, g.total}, ydims[4] = {g.batch, g.hq, g.sq, g.dv};
   int64_t n = g.batch * g.hq * g.sq * g.total;
   double *scores = NULL, *qs = NULL, *ks = NULL, *vv = NULL;
@@ -673,9 +664,9 @@ static kiln_status_t flex_kernel(kiln_kernel_ctx *ctx) {
   if (!st) st = load_all(in[2], &vv);
   if (!st && !(scores = malloc((size_t)(n > 0 ? n : 1) * sizeof *scores))) st = KILN_OOM();
   if (st) goto done;
-  for (int64_t e = 0; e < in[0]->numel; e++) qs[e] = round_to(t1, qs[e] * sq);
-  for (int64_t e = 0; e < in[1]->numel; e++) ks[e] = round_to(t1, ks[e] * sq);
-  for (int64_t e = 0; e < in[2]->numel; e++) vv[e] = round_to(ct, vv[e]);
+  for (int64_t e = 0; e < in[0]->numel; e++) qs[e] = kiln_round_to_dtype(t1, qs[e] * sq);
+  for (int64_t e = 0; e < in[1]->numel; e++) ks[e] = kiln_round_to_dtype(t1, ks[e] * sq);
+  for (int64_t e = 0; e < in[2]->numel; e++) vv[e] = kiln_round_to_dtype(ct, vv[e]);
   int64_t group = g.hq / g.hkv;
   for (int64_t b = 0; b < g.batch; b++)
     for (int64_t h = 0; h < g.hq; h++) {
@@ -683,7 +674,7 @@ static kiln_status_t flex_kernel(kiln_kernel_ctx *ctx) {
       for (int64_t i = 0; i < g.sq; i++) {
         const double *qr = qs + ((b * g.hq + h) * g.sq + i) * g.d;
         double *sr = scores + ((b * g.hq + h) * g.sq + i) * g.total;
-        for (int64_t j = 0; j < g.total; j++) sr[j] = round_to(ct, dot_as(t1, qr, 1, kb + j * g.d, 1, g.d));
+        for (int64_t j = 0; j < g.total; j++) sr[j] = kiln_round_to_dtype(ct, dot_as(t1, qr, 1, kb + j * g.d, 1, g.d));
       }
     }
   if ((st = flex_modify(ctx, "score_mod", ct, sdims, scores))) goto done;
@@ -692,11 +683,11 @@ static kiln_status_t flex_kernel(kiln_kernel_ctx *ctx) {
     for (int64_t j = 0; j < g.total; j++) m = isnan(x[j]) || isnan(m) ? NAN : (x[j] > m ? x[j] : m);
     double s = 0;
     for (int64_t j = 0; j < g.total; j++) {
-      x[j] = round_to(ct, exp(round_to(ct, x[j] - m)));
-      s = ct == KILN_DTYPE_BF16 ? round_to(ct, s + x[j]) : s + x[j];
+      x[j] = kiln_round_to_dtype(ct, exp(kiln_round_to_dtype(ct, x[j] - m)));
+      s = ct == KILN_DTYPE_BF16 ? kiln_round_to_dtype(ct, s + x[j]) : s + x[j];
     }
-    s = round_to(ct, s);
-    for (int64_t j = 0; j < g.total; j++) x[j] = round_to(ct, x[j] / s);
+    s = kiln_round_to_dtype(ct, s);
+    for (int64_t j = 0; j < g.total; j++) x[j] = kiln_round_to_dtype(ct, x[j] / s);
   }
   if ((st = flex_modify(ctx, "prob_mod", ct, sdims, scores))) goto done;
   kiln_tensor *y;

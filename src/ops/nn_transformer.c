@@ -21,12 +21,6 @@
 #include <math.h>
 #include <stdio.h>
 
-/* v rounded to dtype dt (identity for f64). */
-static double round_to(kiln_dtype dt, double v) {
-  unsigned char buf[16];
-  kiln_store_f64(buf, dt, 0, v);
-  return kiln_load_f64(buf, dt, 0);
-}
 
 static double sigmoid(double x) { return x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x)); }
 
@@ -199,7 +193,7 @@ static kiln_status_t rms_norm_kernel(kiln_kernel_ctx *ctx) {
       int64_t so = 0;
       for (int i = 0; i < x->rank; i++) so += idx[i] * sstr[i];
       /* The function casts the normalized value to X's type, then scales in V. */
-      double n = round_to(x->dtype, kiln_load_f64(x->data, x->dtype, base + j) * inv);
+      double n = kiln_round_to_dtype(x->dtype, kiln_load_f64(x->data, x->dtype, base + j) * inv);
       kiln_store_f64(y->data, y->dtype, base + j, n * kiln_load_f64(scale->data, scale->dtype, so));
       nn_next_index(x->rank, x->dims, idx);
     }
@@ -276,7 +270,7 @@ static kiln_status_t group_norm_kernel(kiln_kernel_ctx *ctx) {
       for (int64_t j = 0; j < run; j++) {
         int64_t p = per_channel ? g * cg + j / (inner ? inner : 1) : g;
         double n = (kiln_load_f64(x->data, x->dtype, base + j) - mean) * inv;
-        if (per_channel) n = round_to(x->dtype, n); /* the function's cast back to X's type */
+        if (per_channel) n = kiln_round_to_dtype(x->dtype, n); /* the function's cast back to X's type */
         double v = n * kiln_load_f64(in[1]->data, in[1]->dtype, p) + kiln_load_f64(in[2]->data, in[2]->dtype, p);
         kiln_store_f64(y->data, y->dtype, base + j, v);
       }
@@ -645,7 +639,7 @@ static kiln_status_t ccs_kernel(kiln_kernel_ctx *ctx) {
         double acc = bc;
         for (int64_t j = 0; j < K; j++) acc += kiln_load_f64(w->data, w->dtype, c * K + j) * PADDED(b, c, t + j);
         if (silu) {
-          acc = round_to(x->dtype, acc); /* the convolution's result, in the input's type */
+          acc = kiln_round_to_dtype(x->dtype, acc); /* the convolution's result, in the input's type */
           acc *= sigmoid(acc);
         }
         kiln_store_f64(y->data, y->dtype, (b * C + c) * L + t, acc);

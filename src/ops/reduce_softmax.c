@@ -42,11 +42,6 @@ static kiln_status_t softmax_layout(const kiln_kernel_ctx *ctx, const kiln_tenso
 
 typedef enum { NORM_SOFTMAX, NORM_LOG_SOFTMAX, NORM_HARDMAX } softmax_kind;
 
-/* v rounded to dt (F16 or BF16), held in double. */
-static double round_half(kiln_dtype dt, double v) {
-  if (dt == KILN_DTYPE_BF16) return (double)kiln_bf16_to_f32(kiln_f64_to_bf16(v));
-  return (double)kiln_f16_to_f32(kiln_f64_to_f16(v));
-}
 
 /* One f16/bf16 row (max m) of Softmax or LogSoftmax, rounded to dt after
  * every step of the function body, as ONNX's reference (numpy, ml_dtypes)
@@ -66,17 +61,17 @@ static void half_row(const kiln_tensor *x, kiln_tensor *y, const row_layout *l, 
   bool round_each = dt == KILN_DTYPE_BF16 || l->inner > 1;
   double s = 0.0;
   for (int64_t k = 0; k < l->n; k++) {
-    double d = round_half(dt, kiln_load_f64(x->data, dt, base + k * l->inner) - m);
-    s += round_half(dt, (float)exp(d));
-    if (round_each) s = round_half(dt, s);
+    double d = kiln_round_to_dtype(dt, kiln_load_f64(x->data, dt, base + k * l->inner) - m);
+    s += kiln_round_to_dtype(dt, (float)exp(d));
+    if (round_each) s = kiln_round_to_dtype(dt, s);
   }
-  s = round_half(dt, s);
-  double log_s = round_half(dt, (float)log(s));
+  s = kiln_round_to_dtype(dt, s);
+  double log_s = kiln_round_to_dtype(dt, (float)log(s));
   for (int64_t k = 0; k < l->n; k++) {
     int64_t at = base + k * l->inner;
-    double d = round_half(dt, kiln_load_f64(x->data, dt, at) - m);
-    double v = kind == NORM_SOFTMAX ? round_half(dt, (float)exp(d)) / s : d - log_s;
-    kiln_store_f64(y->data, dt, at, round_half(dt, v));
+    double d = kiln_round_to_dtype(dt, kiln_load_f64(x->data, dt, at) - m);
+    double v = kind == NORM_SOFTMAX ? kiln_round_to_dtype(dt, (float)exp(d)) / s : d - log_s;
+    kiln_store_f64(y->data, dt, at, kiln_round_to_dtype(dt, v));
   }
 }
 

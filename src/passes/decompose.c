@@ -674,7 +674,10 @@ static kiln_status_t decompose_batchnorm(kiln_graph *g, int ni) {
  * Only f32 (mask bool or f32) with shapes known and a mask whose last axis
  * is T; nonpad_kv_seqlen, the opset-25 window and a wanted
  * qk_matmul_output stay on ref. */
-static bool attn_f32(const kiln_graph *g, int v, bool bool_ok) {
+/* Value v is an f32 tensor (or, with bool_ok, a bool one) of known shape:
+ * what the transformer ops' rewrites take. */
+static bool f32_shaped(const kiln_graph *g, int v, bool bool_ok) {
+  if (v < 0) return false;
   const kiln_type *t = &g->values[v].type;
   return t->kind == KILN_TYPE_TENSOR && kiln_opt_shape_known(t) &&
          (t->dtype == KILN_DTYPE_F32 || (bool_ok && t->dtype == KILN_DTYPE_BOOL));
@@ -690,7 +693,7 @@ static kiln_status_t decompose_attention(kiln_graph *g, int ni) {
   for (int i = 0; i < 6; i++) in[i] = i < n->n_inputs ? n->inputs[i] : -1;
   if (in[0] < 0 || in[1] < 0 || in[2] < 0 || (in[4] < 0) != (in[5] < 0)) return NULL;
   for (int i = 0; i < 6; i++)
-    if (in[i] >= 0 && !attn_f32(g, in[i], i == 3)) return NULL;
+    if (in[i] >= 0 && !f32_shaped(g, in[i], i == 3)) return NULL;
   int64_t qd[4], kd[4], vd[4], md[4] = {1, 1, 1, 1}, pd[2][4];
   int rank = g->values[in[0]].type.rank, mr = in[3] >= 0 ? g->values[in[3]].type.rank : 0;
   if ((rank != 3 && rank != 4) || g->values[in[1]].type.rank != rank || g->values[in[2]].type.rank != rank || mr > 4)
@@ -866,19 +869,13 @@ static kiln_status_t decompose_attention(kiln_graph *g, int ni) {
  * and RMSNormalization(X, scale, axis, epsilon) over the axes from axis on:
  *   X / Sqrt(ReduceMean(X * X) + epsilon) * scale   (scale f32, broadcast)
  * the reduction a row statistic the compilers hoist as LayerNorm's. */
-static bool f32_shaped(const kiln_graph *g, int v) {
-  if (v < 0) return false;
-  const kiln_type *t = &g->values[v].type;
-  return t->kind == KILN_TYPE_TENSOR && t->dtype == KILN_DTYPE_F32 && kiln_opt_shape_known(t);
-}
-
 static kiln_status_t decompose_activation(kiln_graph *g, int ni) {
   const kiln_node *n = &g->nodes[ni];
   kiln_op_id id = kiln_node_op_id(n);
   int n_in = id == KILN_OP_SwiGLU ? 2 : 1;
   if (n->domain[0] || n->n_inputs != n_in || n->n_outputs != 1 || n->outputs[0] < 0) return NULL;
   for (int i = 0; i < n_in; i++)
-    if (!f32_shaped(g, n->inputs[i])) return NULL;
+    if (!f32_shaped(g, n->inputs[i], false)) return NULL;
   const kiln_type *t = &g->values[n->inputs[0]].type;
   if (id == KILN_OP_SwiGLU) { /* A and B of one shape (else ref words it) */
     const kiln_type *u = &g->values[n->inputs[1]].type;
@@ -908,7 +905,7 @@ static kiln_status_t decompose_activation(kiln_graph *g, int ni) {
 static kiln_status_t decompose_rms_norm(kiln_graph *g, int ni) {
   const kiln_node *n = &g->nodes[ni];
   if (n->domain[0] || n->n_inputs != 2 || n->n_outputs != 1 || n->outputs[0] < 0) return NULL;
-  if (!f32_shaped(g, n->inputs[0]) || !f32_shaped(g, n->inputs[1])) return NULL;
+  if (!f32_shaped(g, n->inputs[0], false) || !f32_shaped(g, n->inputs[1], false)) return NULL;
   if (kiln_attr_int(n, "stash_type", 1) != 1) return NULL;
   const kiln_type *t = &g->values[n->inputs[0]].type, *st = &g->values[n->inputs[1]].type;
   int r = t->rank;
@@ -956,7 +953,7 @@ static kiln_status_t decompose_rope(kiln_graph *g, int ni) {
   const kiln_node *n = &g->nodes[ni];
   if (n->domain[0] || n->n_inputs < 3 || n->n_outputs != 1 || n->outputs[0] < 0) return NULL;
   for (int i = 0; i < 3; i++)
-    if (!f32_shaped(g, n->inputs[i])) return NULL;
+    if (!f32_shaped(g, n->inputs[i], false)) return NULL;
   int pos = n->n_inputs > 3 ? n->inputs[3] : -1;
   const kiln_tensor *pt = pos >= 0 ? kiln_opt_const(g, pos) : NULL;
   if (pos >= 0 && (!pt || pt->dtype != KILN_DTYPE_I64 || pt->rank != 2)) return NULL;

@@ -124,6 +124,18 @@ static inline uint16_t kiln_f32_to_bf16(float f) {
 uint16_t kiln_f64_to_f16(double v);
 uint16_t kiln_f64_to_bf16(double v);
 
+/* v rounded to float dtype dt as storing and reloading it would (f32, f16,
+ * bf16; v itself for f64): the rounding ONNX's reference implementation
+ * does between the steps of a function in a narrow float type. */
+static inline double kiln_round_to_dtype(kiln_dtype dt, double v) {
+  switch (dt) {
+    case KILN_DTYPE_F32: return (double)(float)v;
+    case KILN_DTYPE_F16: return (double)kiln_f16_to_f32(kiln_f64_to_f16(v));
+    case KILN_DTYPE_BF16: return (double)kiln_bf16_to_f32(kiln_f64_to_bf16(v));
+    default: return v;
+  }
+}
+
 /* Generic element access: element i of a buffer of dtype dt.
  * Not for STRING / complex. Bool loads as 0/1. */
 double kiln_load_f64(const void *data, kiln_dtype dt, int64_t i);
