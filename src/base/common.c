@@ -5,6 +5,9 @@
 #include <stdio.h>
 #ifdef __linux__
 #include <sys/mman.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 #endif
 
 #define HUGE_PAGE_BYTES ((size_t)2 << 20)
@@ -145,4 +148,31 @@ void kiln_int_vec_free(kiln_int_vec *v) {
   free(v->items);
   v->items = NULL;
   v->count = v->capacity = 0;
+}
+
+void kiln_memcpy_stream(void *dst, const void *src, size_t bytes) {
+#if defined(__x86_64__)
+  char *d = dst;
+  const char *s = src;
+  size_t head = (size_t)(-(uintptr_t)d & 15); /* to the first 16-byte aligned destination byte */
+  if (bytes < 256 || head > bytes) {
+    memcpy(dst, src, bytes);
+    return;
+  }
+  memcpy(d, s, head);
+  d += head, s += head, bytes -= head;
+  size_t n = bytes / 64; /* a cache line's four stores at a time: the write-combining buffer fills whole */
+  for (size_t i = 0; i < n; i++, d += 64, s += 64) {
+    __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)(s + 16));
+    __m128i c = _mm_loadu_si128((const __m128i *)(s + 32)), e = _mm_loadu_si128((const __m128i *)(s + 48));
+    _mm_stream_si128((__m128i *)d, a);
+    _mm_stream_si128((__m128i *)(d + 16), b);
+    _mm_stream_si128((__m128i *)(d + 32), c);
+    _mm_stream_si128((__m128i *)(d + 48), e);
+  }
+  memcpy(d, s, bytes - n * 64);
+  _mm_sfence();
+#else
+  memcpy(dst, src, bytes);
+#endif
 }

@@ -2480,6 +2480,7 @@ static void move_body(void *ctx, int64_t begin, int64_t end, int thread) {
   kiln_dtype dt = k->buf_dtype[k->out_buf];
   size_t size = lane_size(dt);
   char *out = x->buffers[k->out_buf];
+  bool stream = (size_t)k->buf_numel[k->out_buf] * size >= KILN_STREAM_COPY_MIN_DEST;
   for (int64_t r = m->chunk[begin]; r < m->chunk[end]; r++) {
     const ik_run *run = &m->runs[r];
     char *d = out + (size_t)run->dst * size;
@@ -2488,7 +2489,8 @@ static void move_body(void *ctx, int64_t begin, int64_t end, int thread) {
       continue;
     }
     const char *src = (const char *)x->buffers[run->leaf] + (size_t)run->src * size;
-    if (run->stride == 1) memcpy(d, src, (size_t)run->len * size);
+    if (run->stride == 1 && stream) kiln_memcpy_stream(d, src, (size_t)run->len * size);
+    else if (run->stride == 1) memcpy(d, src, (size_t)run->len * size);
     else k->ops->strided(dt, run->len, d, src, run->stride);
   }
 }
