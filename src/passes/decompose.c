@@ -942,9 +942,13 @@ static kiln_status_t decompose_rms_norm(kiln_graph *g, int ni) {
 
 /* RotaryEmbedding (opset 23, ops/nn_transformer.c's rule) as slices,
  * elementwise products and a Concat (f32, shapes known):
- *   cos, sin = the caches' rows (Gather by position_ids, which must be a
- *   constant: a run-time position is range-checked by ref's kernel, which a
- *   Gather would wrap instead), shaped to broadcast over the heads;
+ *   cos, sin = the caches' rows (Gather by position_ids), shaped to
+ *   broadcast over the heads. ref's kernel refuses a position outside
+ *   [0, max_position): a constant one is checked here (the node stays on
+ *   ref, which words the error), a run-time one goes through
+ *   Where(p < 0, max_position, p) first, so that the compiled Gather's
+ *   range check (runtime/plan.c) refuses the negatives a Gather would
+ *   wrap;
  *   x1, x2 = the rotated prefix's halves (interleaved: its even and odd
  *   elements, as [.., rot/2, 2] sliced on the last axis);
  *   y1 = x1 cos - x2 sin, y2 = x1 sin + x2 cos, joined back, then the
@@ -956,7 +960,10 @@ static kiln_status_t decompose_rope(kiln_graph *g, int ni) {
     if (!f32_shaped(g, n->inputs[i], false)) return NULL;
   int pos = n->n_inputs > 3 ? n->inputs[3] : -1;
   const kiln_tensor *pt = pos >= 0 ? kiln_opt_const(g, pos) : NULL;
-  if (pos >= 0 && (!pt || pt->dtype != KILN_DTYPE_I64 || pt->rank != 2)) return NULL;
+  const kiln_type *pty = pos >= 0 ? &g->values[pos].type : NULL;
+  if (pos >= 0 && (pty->kind != KILN_TYPE_TENSOR || pty->dtype != KILN_DTYPE_I64 || pty->rank != 2 ||
+                   !kiln_opt_shape_known(pty)))
+    return NULL;
   const kiln_type *xt = &g->values[n->inputs[0]].type, *ct = &g->values[n->inputs[1]].type,
                   *st = &g->values[n->inputs[2]].type;
   int r = xt->rank;
@@ -976,9 +983,9 @@ static kiln_status_t decompose_rope(kiln_graph *g, int ni) {
   bool interleaved = kiln_attr_int(n, "interleaved", 0) != 0;
   /* The caches as ref checks them; positions within range (else ref words it). */
   if (ct->rank != st->rank || memcmp(ct->dims, st->dims, sizeof(int64_t) * (size_t)ct->rank)) return NULL;
-  if (pt) {
-    if (pt->dims[0] != B || pt->dims[1] != S || ct->rank != 2 || ct->dims[1] != half) return NULL;
-    for (int64_t i = 0; i < pt->numel; i++)
+  if (pos >= 0) {
+    if (pty->dims[0] != B || pty->dims[1] != S || ct->rank != 2 || ct->dims[1] != half) return NULL;
+    for (int64_t i = 0; pt && i < pt->numel; i++)
       if (((const int64_t *)pt->data)[i] < 0 || ((const int64_t *)pt->data)[i] >= ct->dims[0]) return NULL;
   } else if (ct->rank != 3 || ct->dims[0] != B || ct->dims[1] != S || ct->dims[2] != half) {
     return NULL;
@@ -996,8 +1003,14 @@ static kiln_status_t decompose_rope(kiln_graph *g, int ni) {
     x = reshape(&b, x, 4, xd, -1);
   }
   int cs[2] = {cc, sc};
+  if (pos >= 0 && !pt) {
+    const kiln_dtype I = KILN_DTYPE_I64;
+    int64_t pd[2] = {B, S};
+    int neg = node(&b, "Less", 13, 2, (int[]){pos, scalar_const(&b, I, 0)}, -1, KILN_DTYPE_BOOL, 2, pd);
+    pos = node(&b, "Where", 16, 3, (int[]){neg, scalar_const(&b, I, (double)ct->dims[0]), pos}, -1, I, 2, pd);
+  }
   for (int j = 0; j < 2; j++) {
-    if (pt) {
+    if (pos >= 0) {
       int64_t gd[3] = {B, S, half};
       cs[j] = node(&b, "Gather", 13, 2, (int[]){cs[j], pos}, -1, F, 3, gd);
       if (!b.st) b.st = kiln_opt_set_attr_int(last(&b), "axis", 0);

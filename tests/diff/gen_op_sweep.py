@@ -1891,6 +1891,20 @@ def transformer_cases():
             ins = [m.source(xshape), m.source([b, sq, half]), m.source([b, sq, half])]
         m.out(m.node('RotaryEmbedding', ins, **attrs), xshape)
 
+    # position ids computed at run time (a decoder's positions are an input): in range, from a source
+    for i in range(4):
+        packed, inter = i & 1, (i >> 1) & 1
+        b, h, sq, d, maxp = int(rng.randint(1, 3)), int(rng.randint(1, 4)), int(rng.randint(1, 6)), 8, 12
+        xshape = [b, sq, h * d] if packed else [b, h, sq, d]
+        attrs = dict(interleaved=inter, **({'num_heads': h} if packed else {}))
+        ang = rng.uniform(-3, 3, size=(maxp, d // 2)).astype(np.float32)
+        m = case('RotaryEmbedding_rand_runtime_pos_%d' % i, opset=23)
+        steps = m.node('Cast', [m.node('Mul', [m.node('Abs', [m.source([b, sq])]), m.const(np.float32(5.0))])],
+                       to=TensorProto.INT64)
+        pos = m.node('Min', [steps, m.const(np.int64(maxp - 1))])
+        m.out(m.node('RotaryEmbedding', [m.source(xshape), m.const(np.cos(ang)), m.const(np.sin(ang)), pos], **attrs),
+              xshape)
+
 
 def main(argv):
     if len(argv) < 2:
