@@ -1860,6 +1860,8 @@ def transformer_cases():
         m.out(m.node('SwiGLU', [m.source(shape), m.source(shape)], alpha=alpha), shape)
         m = case('Mish_rand_%d' % i, opset=22)
         m.out(m.node('Mish', [m.source(shape)]), shape)
+        m = case('Gelu_rand_%d' % i, opset=20)  # ONNX's own Gelu (opset 20), exact and tanh
+        m.out(m.node('Gelu', [m.source(shape)], approximate=['none', 'tanh'][i % 2]), shape)
         r = len(shape)
         axis = int(rng.randint(-r, r))
         a = axis % r
@@ -1898,7 +1900,7 @@ def transformer_cases():
         xshape = [b, sq, h * d] if packed else [b, h, sq, d]
         attrs = dict(interleaved=inter, **({'num_heads': h} if packed else {}))
         ang = rng.uniform(-3, 3, size=(maxp, d // 2)).astype(np.float32)
-        m = case('RotaryEmbedding_rand_runtime_pos_%d' % i, opset=23)
+        m = case('RotaryEmbedding_runtime_pos_%d' % i, opset=23)
         steps = m.node('Cast', [m.node('Mul', [m.node('Abs', [m.source([b, sq])]), m.const(np.float32(5.0))])],
                        to=TensorProto.INT64)
         pos = m.node('Min', [steps, m.const(np.int64(maxp - 1))])
