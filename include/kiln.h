@@ -305,6 +305,7 @@ KILN_API kiln_status_t kiln_devices_json(char **out_json);
  *    "nodes": int (after optimization), "n_kernels": int (generated kernels),
  *    "fused_nodes": int, "nodes_on_ref": int, "device_segments": int,
  *    "kernels": [{"name": str  (the step's name: "Conv", "Add+fused", "host:LSTM"),
+ *                 "node": str  (the node that starts the step: a profile event's "name"),
  *                 "kind": "kernel" | "routine" | "dynamic" | "host_only" | "control_flow" | "interpreted",
  *                 "op": str  (the op types, "Conv+Relu"), "ops": [node names], "flops": int}],
  *    "fallbacks": [{"node": str, "op": str, "reason": str}]   (nodes left to ref),
