@@ -2,7 +2,7 @@
 stdin, against its documented schema; the metadata mode checks the lines
 the test prints against what onnx's Python reads from the model file.
 
-usage: check_json.py devices|report|report_ref|profile|profile_empty|verify|verify_given|bench|bench_noprof|metadata [MODEL]
+usage: check_json.py devices|report|report_ref|report_gpu|profile|profile_empty|verify|verify_given|bench|bench_noprof|metadata [MODEL]
 Exit status 0 when every check passes; the failures are printed.
 """
 import json
@@ -68,7 +68,7 @@ else:
         for a in doc["absent"]:
             has(a, {"name": str, "reason": str}, "absent")
 
-    elif mode in ("report", "report_ref"):
+    elif mode in ("report", "report_ref", "report_gpu"):
         has(doc, {"device": str, "mode": str, "threads": int, "precision": str, "nodes": int, "n_kernels": int,
                   "fused_nodes": int, "nodes_on_ref": int, "device_segments": int, "kernels": list,
                   "fallbacks": list, "memory": dict}, "report")
@@ -91,6 +91,9 @@ else:
                 check(want <= set(nodes), f"node names {nodes!r}")
                 fused = [k for k in doc["kernels"] if set(k["ops"]) == want]
                 check(len(fused) == 1 and fused[0]["op"] == "MatMul+Add+Relu", f"fused kernel {doc['kernels']}")
+        elif mode == "report_gpu":
+            check(doc["mode"] == "compiled" and doc["n_kernels"] >= 1, f"mode {doc['mode']}, {doc['n_kernels']} kernels")
+            check(doc["memory"]["host_memory"] is False and doc["memory"]["weight_bytes_on_device"] > 0, "memory")
         else:
             check(doc["device"] == "ref" and doc["mode"] == "interpreted", f"device/mode {doc['device']} {doc['mode']}")
             check(len(doc["kernels"]) == doc["nodes"] and not doc["fallbacks"], "ref lists each node")
