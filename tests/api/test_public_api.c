@@ -146,7 +146,7 @@ static void test_wrap_arguments(void) {
                KILN_INVALID_ARGUMENT, "out_tensor", "wrap without out_tensor");
   int64_t neg[2] = {3, -5};
   expect_error(kiln_tensor_wrap(KILN_DTYPE_F32, 2, neg, buf, sizeof buf, count_release, &mine, &t),
-               KILN_INVALID_ARGUMENT, "shape", "wrap a negative dim");
+               KILN_INVALID_ARGUMENT, "dimension 1 is negative", "wrap a negative dim");
   CHECK(mine == 0 && t == NULL, "a refused wrap called release (%d) or set the tensor", mine);
   /* Empty: NULL data is fine, release still called. */
   int64_t empty[2] = {0, 5};
