@@ -165,8 +165,10 @@ typedef void (*kiln_release_fn)(void *user_data);
  * KILN_INVALID_ARGUMENT saying what was expected); data may be NULL only
  * when numel is 0; STRING is refused (its elements are owned pointers).
  * Any address aligned to the element size works (a float buffer at 4 mod
- * 16, say): the tensor is a kiln_session_run input like a created one. A
- * run reads it during the call only; outputs never alias it. */
+ * 16, say): the tensor is a kiln_session_run input like a created one.
+ * A session keeps no reference to an input after the run, but an output
+ * may be the input tensor itself (a graph input passed through unchanged,
+ * on ref): then the release waits for that output's release as well. */
 KILN_API kiln_status_t kiln_tensor_wrap(kiln_dtype dtype, int rank, const int64_t *dims, void *data, size_t nbytes,
                                         kiln_release_fn release, void *user_data, kiln_tensor **out_tensor);
 

@@ -3,7 +3,8 @@
 kiln_model_metadata_get reports set, node names that need JSON escaping,
 and a second opset import.
 
-usage: make_metadata_model.py OUT.onnx
+usage: make_metadata_model.py OUT.onnx [IDENTITY.onnx]
+IDENTITY.onnx: a graph output that is its input passed through (Identity).
 """
 import sys
 
@@ -34,3 +35,11 @@ model.ir_version = 8
 onnx.helper.set_model_props(model, {"author": "h1", "license": "MIT \u00a9", "empty": ""})
 onnx.checker.check_model(model)
 onnx.save(model, sys.argv[1])
+
+if len(sys.argv) > 2:
+    g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "identity",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, sys.argv[2])

@@ -8,6 +8,7 @@
  *   MODELS_DIR: tests/models/export_models.py's output (mlp, small_cnn)
  *   WORK_DIR: where the metadata model is written */
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,6 +238,43 @@ done:
   kiln_model_destroy(m);
 }
 
+/* A graph output that is the wrapped input passed through: on ref the
+ * output is the input tensor itself, and the release waits for it. */
+static void test_wrap_passed_through(const char *path) {
+  kiln_model *m = NULL;
+  if (!ok(kiln_model_load_file(path, &m), path)) return;
+  const char *devices[2] = {"ref", "cpu"};
+  for (int d = 0; d < 2; d++) {
+    float buf[15];
+    for (int i = 0; i < 15; i++) buf[i] = rnd_normalish();
+    int64_t dims[2] = {3, 5};
+    int released = 0;
+    kiln_tensor *x = NULL, *y = NULL;
+    kiln_session *s = NULL;
+    kiln_session_options o = kiln_session_options_default();
+    o.device = devices[d];
+    const char *names[1] = {"x"};
+    if (ok(kiln_tensor_wrap(KILN_DTYPE_F32, 2, dims, buf, sizeof buf, count_release, &released, &x), "wrap") &&
+        ok(kiln_session_create(m, &o, &s), devices[d]) &&
+        ok(kiln_session_run(s, 1, names, (const kiln_tensor *const *)&x, 1, &y), "identity run")) {
+      CHECK(!memcmp(kiln_tensor_data(y), buf, sizeof buf), "%s: identity output differs", devices[d]);
+      bool aliased = kiln_tensor_data(y) == (void *)buf;
+      kiln_tensor_release(x);
+      x = NULL;
+      CHECK(released == (aliased ? 0 : 1), "%s: released %d times with the output %s", devices[d], released,
+            aliased ? "aliasing the buffer alive" : "a copy");
+      kiln_tensor_release(y);
+      y = NULL;
+      CHECK(released == 1, "%s: released %d times after both", devices[d], released);
+      printf("ok: %s: an output passed through %s\n", devices[d], aliased ? "is the wrapped tensor" : "is a copy");
+    }
+    kiln_tensor_release(x);
+    kiln_tensor_release(y);
+    kiln_session_destroy(s);
+  }
+  kiln_model_destroy(m);
+}
+
 /* ---- metadata ---- */
 
 static void test_metadata(const char *path) {
@@ -428,9 +466,10 @@ int main(int argc, char **argv) {
   g_api_dir = argv[2];
   g_python = argv[3];
   g_work = argv[4];
-  char meta[2048], cmd[8192];
+  char meta[2048], identity[2048], cmd[8192];
   snprintf(meta, sizeof meta, "%s/api_metadata.onnx", g_work);
-  snprintf(cmd, sizeof cmd, "'%s' '%s/make_metadata_model.py' '%s'", g_python, g_api_dir, meta);
+  snprintf(identity, sizeof identity, "%s/api_identity.onnx", g_work);
+  snprintf(cmd, sizeof cmd, "'%s' '%s/make_metadata_model.py' '%s' '%s'", g_python, g_api_dir, meta, identity);
   if (system(cmd) != 0) {
     printf("FAIL: %s\n", cmd);
     return 1;
@@ -440,6 +479,7 @@ int main(int argc, char **argv) {
   test_wrap_misaligned("mlp");
   test_wrap_misaligned("small_cnn");
   test_wrap_misaligned("transformer_encoder");
+  test_wrap_passed_through(identity);
   test_metadata(meta);
   test_devices_json();
   test_report_and_profile();
