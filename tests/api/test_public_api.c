@@ -406,7 +406,8 @@ static void test_verify_json(void) {
   kiln_model *m = load("mlp.onnx");
   if (!m) return;
   char *json = NULL;
-  if (ok(kiln_verify_json(m, "cpu", 0, NULL, NULL, &json), "verify_json cpu, random inputs")) check_json("verify", NULL, json);
+  if (ok(kiln_verify_json(m, "cpu", 0, NULL, NULL, &json), "verify_json cpu, random inputs"))
+    check_json("verify", NULL, json);
   kiln_string_free(json);
   json = NULL;
   /* Given inputs: PyTorch's, wrapped. */
@@ -427,7 +428,8 @@ static void test_verify_json(void) {
   kiln_tensor_release(x);
   expect_error(kiln_verify_json(m, "no-such-device", 0, NULL, NULL, &json), KILN_NOT_FOUND, "no-such-device",
                "verify on an unknown device");
-  expect_error(kiln_verify_json(NULL, "cpu", 0, NULL, NULL, &json), KILN_INVALID_ARGUMENT, "model", "verify NULL model");
+  expect_error(kiln_verify_json(NULL, "cpu", 0, NULL, NULL, &json), KILN_INVALID_ARGUMENT, "model",
+               "verify NULL model");
   expect_error(kiln_verify_json(m, "cpu", 0, NULL, NULL, NULL), KILN_INVALID_ARGUMENT, "out_json", "verify NULL out");
   CHECK(json == NULL, "a failed call left out_json set");
   kiln_model_destroy(m);
@@ -444,7 +446,8 @@ static void test_bench_json(void) {
   kiln_string_free(json);
   json = NULL;
   o.device = "ref";
-  if (ok(kiln_bench_json(m, &o, 0, NULL, NULL, 2, 5, 0, &json), "bench_json ref")) check_json("bench_noprof", NULL, json);
+  if (ok(kiln_bench_json(m, &o, 0, NULL, NULL, 2, 5, 0, &json), "bench_json ref"))
+    check_json("bench_noprof", NULL, json);
   kiln_string_free(json);
   json = NULL;
   expect_error(kiln_bench_json(m, &o, 0, NULL, NULL, 0, 0, 0, &json), KILN_INVALID_ARGUMENT, "iterations",

@@ -42,7 +42,9 @@ int main(void) {
   /* UTF-8: valid sequences pass through; a stray continuation byte, a
    * truncated sequence, an overlong form and a surrogate become U+FFFD. */
   kiln_json_string(&j, NULL, "\xc3\xa9\xe2\x9c\x93\xf0\x9f\x94\xa5|\x80|\xe2\x9c|\xc0\xaf|\xed\xa0\x80|");
-  expect_text(&j, "\"\xc3\xa9\xe2\x9c\x93\xf0\x9f\x94\xa5|\\ufffd|\\ufffd\\ufffd|\\ufffd\\ufffd|\\ufffd\\ufffd\\ufffd|\"",
+  expect_text(&j,
+              "\"\xc3\xa9\xe2\x9c\x93\xf0\x9f\x94\xa5|\\ufffd|\\ufffd\\ufffd|\\ufffd\\ufffd|"
+              "\\ufffd\\ufffd\\ufffd|\"",
               "utf-8");
 
   /* A key that needs escaping. */
