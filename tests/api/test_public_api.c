@@ -350,11 +350,12 @@ static void test_report_and_profile(void) {
   expect_error(kiln_session_report_json(NULL, &json), KILN_INVALID_ARGUMENT, "session", "report of NULL");
   expect_error(kiln_session_set_profiling(NULL, 1), KILN_INVALID_ARGUMENT, "session", "profiling NULL");
   expect_error(kiln_session_profile_json(NULL, &json), KILN_INVALID_ARGUMENT, "session", "profile of NULL");
-  /* cpu, ref, and a GPU device where one is found (lavapipe, PoCL): its profiled runs go step by step. */
-  const char *devices[4] = {"cpu", "ref"}, *checks[4] = {"report", "report_ref"};
+  /* cpu, ref, and the GPU devices found (lavapipe, PoCL, CUDA): their profiled runs go step by step. */
+  const char *devices[5] = {"cpu", "ref"}, *checks[5] = {"report", "report_ref"};
   int n_devices = 2;
-  for (int i = 0; i < kiln_device_count() && n_devices < 4; i++)
-    if (!strncmp(kiln_device_name(i), "vulkan", 6) || !strncmp(kiln_device_name(i), "opencl", 6)) {
+  for (int i = 0; i < kiln_device_count() && n_devices < 5; i++)
+    if (!strncmp(kiln_device_name(i), "vulkan", 6) || !strncmp(kiln_device_name(i), "opencl", 6) ||
+        !strncmp(kiln_device_name(i), "cuda", 4)) {
       devices[n_devices] = kiln_device_name(i);
       checks[n_devices++] = "report_gpu";
     }
