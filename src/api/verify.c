@@ -6,7 +6,7 @@
 
 #include "api/api.h"
 
-
+/* What one verification collects while the two sessions run (their observer hooks). */
 typedef struct verify_state {
   double rtol, atol;
   /* ref side: the ref session's graph and the value captured per value id */

@@ -1,6 +1,8 @@
 /* `kiln verify`: runs a model on a device and on ref with the same inputs,
  * compares every value both produce (matched by name) and reports the first
- * node, in graph order, whose output diverges beyond tolerance. */
+ * node, in graph order, whose output diverges beyond tolerance. The runs
+ * and comparisons are kiln_verify_run's (api/verify.c, which
+ * kiln_verify_json reports from too); this file parses and prints. */
 #include "cli/cmd_bench.h"
 
 #include "api/api.h"
