@@ -27,8 +27,12 @@
  * kiln_status_free(). The library never aborts on bad input.
  *
  * Ownership: a function that returns an object through an out_* parameter
- * transfers ownership to the caller (destroy/release it). Pointers passed in
- * are borrowed for the duration of the call unless stated otherwise.
+ * transfers ownership to the caller (destroy/release it); a JSON report
+ * returned through `char **out_json` is the caller's too (kiln_string_free),
+ * and *out_json is NULL when the call fails. Strings returned as `const
+ * char *` are borrowed (from the model, the device or the library). Pointers
+ * passed in are borrowed for the duration of the call unless stated
+ * otherwise (kiln_tensor_wrap's buffer: for the tensor's life).
  *
  * Thread safety: a kiln_model is immutable after loading and may be shared by
  * threads. A kiln_session may be used by one thread at a time (callers
@@ -321,7 +325,8 @@ KILN_API kiln_status_t kiln_session_report_json(const kiln_session *session, cha
  * step (a compiled kernel, a host step, or a node on the interpreter),
  * timed on the host clock around the step. On devices without host memory
  * (vulkan, opencl, cuda) profiled runs submit and wait per step, so they
- * are slower than plain runs. Disabling drops what was recorded. */
+ * are slower than plain runs. Enabling it again keeps what was recorded;
+ * disabling drops it. */
 KILN_API kiln_status_t kiln_session_set_profiling(kiln_session *session, int enabled);
 /* The events recorded since profiling was enabled or since the last call
  * (which clears them); KILN_INVALID_ARGUMENT when profiling is off:
