@@ -185,8 +185,8 @@ def _device_for(name: str, options: dict[str, Any], available: list[str]) -> str
     else:
         base = name
     dev_id = options.get("device_id")
-    if dev_id is not None and ":" not in base:
-        base = f"{base}:{int(dev_id)}"
+    if dev_id is not None and ":" not in base and not (base in available and int(dev_id) == 0):
+        base = f"{base}:{int(dev_id)}"  # cpu, ref and null have no index: device_id 0 is themselves
     ok = base in available or (":" not in base and any(a.split(":")[0] == base for a in available))
     if base.endswith(":0") and base[:-2] in available:
         ok = True
