@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("KILN_BUILD_DIR", REPO / "build"))
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 
 def _import_or_skip(name: str) -> Any:
@@ -69,7 +69,7 @@ def mlp_model() -> Any:
     b = rng.standard_normal(3).astype(np.float32)
     nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Add", ["h", "b"], ["p"]),
              helper.make_node("Relu", ["p"], ["y"]), helper.make_node("Sigmoid", ["p"], ["z"])]
-    inits = [onnx.numpy_helper.from_array(w, "W"), onnx.numpy_helper.from_array(b, "b")]
+    inits = [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b")]
     return make_model(nodes, [vi("x", TensorProto.FLOAT, ["batch", 4])],
                       [vi("y", TensorProto.FLOAT, ["batch", 3]), vi("z", TensorProto.FLOAT, ["batch", 3])], inits,
                       name="mlp")

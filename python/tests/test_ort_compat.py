@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import TensorProto, close, helper, make_model, mlp_reference, vi
+from conftest import TensorProto, close, helper, make_model, mlp_reference, numpy_helper, vi
 
 
 def _x(rng: np.random.Generator, n: int = 5) -> np.ndarray:
@@ -172,7 +172,7 @@ def test_initializer_input_can_be_overridden(rt: Any, rng: np.random.Generator) 
     b = rng.standard_normal(3).astype(np.float32)
     model = make_model([helper.make_node("Add", ["x", "b"], ["y"])],
                        [vi("x", TensorProto.FLOAT, [2, 3]), vi("b", TensorProto.FLOAT, [3])],
-                       [vi("y", TensorProto.FLOAT, [2, 3])], [__import__("onnx").numpy_helper.from_array(b, "b")])
+                       [vi("y", TensorProto.FLOAT, [2, 3])], [numpy_helper.from_array(b, "b")])
     sess = rt.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     assert [i.name for i in sess.get_inputs()] == ["x"]
     x = rng.standard_normal((2, 3)).astype(np.float32)
