@@ -50,6 +50,23 @@ extern "C" {
 #define KILN_VERSION_PATCH 0
 #define KILN_VERSION_STRING "0.1.0"
 
+/* Every function of this API is exported from libkiln.so with default
+ * visibility; the library is built with -fvisibility=hidden, so nothing
+ * else is (the tests that use internal symbols link the static library). */
+#if defined(__GNUC__) || defined(__clang__)
+#define KILN_API __attribute__((visibility("default")))
+#else
+#define KILN_API
+#endif
+
+/* KILN_VERSION_STRING of the library (which may differ from the header a
+ * caller was compiled with). A static string, never NULL. */
+KILN_API const char *kiln_version(void);
+
+/* Frees a string the API returned through a `char **out_json` parameter
+ * (kiln_devices_json, kiln_session_report_json, ...). NULL is ignored. */
+KILN_API void kiln_string_free(char *s);
+
 /* ---- status ---------------------------------------------------------- */
 
 typedef enum kiln_status_code {
@@ -68,10 +85,10 @@ typedef enum kiln_status_code {
 
 typedef struct kiln_status_s *kiln_status_t; /* NULL == success */
 
-kiln_status_code kiln_status_code_of(kiln_status_t status);
+KILN_API kiln_status_code kiln_status_code_of(kiln_status_t status);
 /* Borrowed; valid until kiln_status_free. Never NULL ("ok" for success). */
-const char *kiln_status_message(kiln_status_t status);
-void kiln_status_free(kiln_status_t status);
+KILN_API const char *kiln_status_message(kiln_status_t status);
+KILN_API void kiln_status_free(kiln_status_t status);
 
 /* ---- dtypes (values match ONNX TensorProto.DataType) ---------------- */
 
@@ -112,9 +129,9 @@ typedef enum kiln_dtype {
 #define KILN_MAX_RANK 12
 
 /* Short name ("f32", "i64", ...). Never NULL. */
-const char *kiln_dtype_name(kiln_dtype dtype);
+KILN_API const char *kiln_dtype_name(kiln_dtype dtype);
 /* Bytes per element; 0 for UNDEFINED. STRING reports sizeof(char*). */
-size_t kiln_dtype_size(kiln_dtype dtype);
+KILN_API size_t kiln_dtype_size(kiln_dtype dtype);
 
 /* ---- host tensors ------------------------------------------------------ */
 
@@ -122,24 +139,42 @@ size_t kiln_dtype_size(kiln_dtype dtype);
 typedef struct kiln_tensor kiln_tensor;
 
 /* New zero-filled tensor with refcount 1. rank may be 0 (scalar). */
-kiln_status_t kiln_tensor_create(kiln_dtype dtype, int rank, const int64_t *dims,
-                                 kiln_tensor **out_tensor);
+KILN_API kiln_status_t kiln_tensor_create(kiln_dtype dtype, int rank, const int64_t *dims,
+                                          kiln_tensor **out_tensor);
 /* Drops one reference; frees at zero. NULL is ignored. */
-void kiln_tensor_release(kiln_tensor *tensor);
-kiln_tensor *kiln_tensor_retain(kiln_tensor *tensor);
-kiln_dtype kiln_tensor_dtype(const kiln_tensor *tensor);
-int kiln_tensor_rank(const kiln_tensor *tensor);
+KILN_API void kiln_tensor_release(kiln_tensor *tensor);
+KILN_API kiln_tensor *kiln_tensor_retain(kiln_tensor *tensor);
+KILN_API kiln_dtype kiln_tensor_dtype(const kiln_tensor *tensor);
+KILN_API int kiln_tensor_rank(const kiln_tensor *tensor);
 /* Borrowed pointer to KILN_MAX_RANK dims, valid while the tensor lives. */
-const int64_t *kiln_tensor_dims(const kiln_tensor *tensor);
-int64_t kiln_tensor_numel(const kiln_tensor *tensor);
+KILN_API const int64_t *kiln_tensor_dims(const kiln_tensor *tensor);
+KILN_API int64_t kiln_tensor_numel(const kiln_tensor *tensor);
 /* Borrowed pointer to the elements (row-major). */
-void *kiln_tensor_data(kiln_tensor *tensor);
+KILN_API void *kiln_tensor_data(kiln_tensor *tensor);
+
+/* Called when a tensor made by kiln_tensor_wrap is freed (its refcount
+ * reached zero), with the user_data given to kiln_tensor_wrap. */
+typedef void (*kiln_release_fn)(void *user_data);
+
+/* A tensor over the caller's contiguous row-major buffer, without a copy,
+ * refcount 1. The tensor borrows `data` and never frees it: the caller
+ * keeps it valid while the tensor lives, and learns that it is gone when
+ * release(user_data) is called, once, as the last reference is dropped
+ * (release may be NULL). On failure nothing is kept and release is not
+ * called. nbytes must be numel * kiln_dtype_size(dtype) (else
+ * KILN_INVALID_ARGUMENT saying what was expected); data may be NULL only
+ * when numel is 0; STRING is refused (its elements are owned pointers).
+ * Any address aligned to the element size works (a float buffer at 4 mod
+ * 16, say): the tensor is a kiln_session_run input like a created one. A
+ * run reads it during the call only; outputs never alias it. */
+KILN_API kiln_status_t kiln_tensor_wrap(kiln_dtype dtype, int rank, const int64_t *dims, void *data, size_t nbytes,
+                                        kiln_release_fn release, void *user_data, kiln_tensor **out_tensor);
 
 /* .npy files (all kiln dtypes; STRING as NumPy unicode; C or Fortran order and either byte order on read).
  * bfloat16 and the narrow types are saved as np.save stores ml_dtypes arrays ('<V2', '<V1'); a '<V2' file
  * loads as bfloat16, a '<V1' one needs its dtype (src/tensor/npy.h: kiln_npy_read_file_as). */
-kiln_status_t kiln_tensor_load_npy(const char *path, kiln_tensor **out_tensor);
-kiln_status_t kiln_tensor_save_npy(const kiln_tensor *tensor, const char *path);
+KILN_API kiln_status_t kiln_tensor_load_npy(const char *path, kiln_tensor **out_tensor);
+KILN_API kiln_status_t kiln_tensor_save_npy(const kiln_tensor *tensor, const char *path);
 
 /* ---- models -------------------------------------------------------------- */
 
@@ -147,10 +182,10 @@ typedef struct kiln_model kiln_model;
 
 /* Loads an ONNX model. External data files are resolved relative to the
  * model's folder. The file is memory-mapped; weights are not copied twice. */
-kiln_status_t kiln_model_load_file(const char *path, kiln_model **out_model);
+KILN_API kiln_status_t kiln_model_load_file(const char *path, kiln_model **out_model);
 /* Loads from memory; `data` is copied, the caller keeps ownership. */
-kiln_status_t kiln_model_load_memory(const void *data, size_t size, kiln_model **out_model);
-void kiln_model_destroy(kiln_model *model);
+KILN_API kiln_status_t kiln_model_load_memory(const void *data, size_t size, kiln_model **out_model);
+KILN_API void kiln_model_destroy(kiln_model *model);
 
 /* A graph input or output, as declared by the model. Borrowed strings. */
 typedef struct kiln_io_info {
@@ -163,19 +198,40 @@ typedef struct kiln_io_info {
   int is_optional;         /* 1 for optional types */
 } kiln_io_info;
 
-int kiln_model_input_count(const kiln_model *model);
-int kiln_model_output_count(const kiln_model *model);
-kiln_status_t kiln_model_input_info(const kiln_model *model, int index, kiln_io_info *out_info);
-kiln_status_t kiln_model_output_info(const kiln_model *model, int index, kiln_io_info *out_info);
+KILN_API int kiln_model_input_count(const kiln_model *model);
+KILN_API int kiln_model_output_count(const kiln_model *model);
+KILN_API kiln_status_t kiln_model_input_info(const kiln_model *model, int index, kiln_io_info *out_info);
+KILN_API kiln_status_t kiln_model_output_info(const kiln_model *model, int index, kiln_io_info *out_info);
+
+/* What the model file says about itself. Every string is borrowed from
+ * the model (valid until kiln_model_destroy) and never NULL: "" where the
+ * file has none. */
+typedef struct kiln_model_metadata {
+  const char *producer_name, *producer_version, *domain, *doc_string; /* ModelProto's */
+  const char *graph_name, *graph_doc_string;                          /* the main GraphProto's */
+  int64_t model_version, ir_version;
+  int n_opsets; /* opset_import entries: kiln_model_opset */
+  int n_props;  /* metadata_props entries: kiln_model_metadata_prop */
+} kiln_model_metadata;
+
+KILN_API kiln_status_t kiln_model_metadata_get(const kiln_model *model, kiln_model_metadata *out_meta);
+/* Opset import `index` (0 .. n_opsets - 1): its domain ("" for ai.onnx;
+ * borrowed from the model) and version. */
+KILN_API kiln_status_t kiln_model_opset(const kiln_model *model, int index, const char **out_domain,
+                                        int64_t *out_version);
+/* metadata_props entry `index` (0 .. n_props - 1), in file order; strings
+ * borrowed from the model. */
+KILN_API kiln_status_t kiln_model_metadata_prop(const kiln_model *model, int index, const char **out_key,
+                                                const char **out_value);
 
 /* ---- devices -------------------------------------------------------------- */
 
 /* Number of devices compiled in and available on this machine. */
-int kiln_device_count(void);
+KILN_API int kiln_device_count(void);
 /* Name ("ref", ...) of device i; borrowed, NULL if out of range. */
-const char *kiln_device_name(int index);
+KILN_API const char *kiln_device_name(int index);
 /* One-line human-readable description of device i; borrowed. */
-const char *kiln_device_description(int index);
+KILN_API const char *kiln_device_description(int index);
 
 /* ---- sessions -------------------------------------------------------------- */
 
@@ -191,24 +247,24 @@ typedef struct kiln_session_options {
   kiln_precision precision;
 } kiln_session_options;
 
-kiln_session_options kiln_session_options_default(void);
+KILN_API kiln_session_options kiln_session_options_default(void);
 
 typedef struct kiln_session kiln_session;
 
 /* The session keeps a reference to the model's data: destroy the session
  * before the model. */
-kiln_status_t kiln_session_create(const kiln_model *model, const kiln_session_options *options,
-                                  kiln_session **out_session);
-void kiln_session_destroy(kiln_session *session);
+KILN_API kiln_status_t kiln_session_create(const kiln_model *model, const kiln_session_options *options,
+                                           kiln_session **out_session);
+KILN_API void kiln_session_destroy(kiln_session *session);
 
 /* Runs the model. inputs are bound by graph-input name (borrowed). On success
  * out_outputs[i] receives a new reference to the i-th graph output (the caller
  * releases it); n_outputs must not exceed kiln_model_output_count. Every graph
  * input without an initializer must be given; each is checked for dtype and
  * shape and an error names the input and what was expected. */
-kiln_status_t kiln_session_run(kiln_session *session, int n_inputs, const char *const *input_names,
-                               const kiln_tensor *const *inputs, int n_outputs,
-                               kiln_tensor **out_outputs);
+KILN_API kiln_status_t kiln_session_run(kiln_session *session, int n_inputs, const char *const *input_names,
+                                        const kiln_tensor *const *inputs, int n_outputs,
+                                        kiln_tensor **out_outputs);
 
 /* As kiln_session_run, with tensors the outputs are written into: where
  * into[i] is not NULL (into itself may be NULL), output i is copied into
@@ -218,9 +274,98 @@ kiln_status_t kiln_session_run(kiln_session *session, int n_inputs, const char *
  * every step) reuses its tensors instead of getting fresh ones, whose first
  * touch costs a page fault every 4 KB. into[i] must not be one of the
  * inputs. */
-kiln_status_t kiln_session_run_into(kiln_session *session, int n_inputs, const char *const *input_names,
-                                    const kiln_tensor *const *inputs, int n_outputs, kiln_tensor *const *into,
-                                    kiln_tensor **out_outputs);
+KILN_API kiln_status_t kiln_session_run_into(kiln_session *session, int n_inputs, const char *const *input_names,
+                                             const kiln_tensor *const *inputs, int n_outputs, kiln_tensor *const *into,
+                                             kiln_tensor **out_outputs);
+
+/* ---- reports as JSON ---------------------------------------------------------
+ *
+ * Each call below writes one JSON object (UTF-8) into *out_json, which the
+ * caller frees with kiln_string_free. Numbers JSON cannot hold (NaN, inf)
+ * are null; "_ms" / "_us" are milliseconds / microseconds, "_bytes" bytes.
+ * Members may be added in later versions; none listed here is removed. */
+
+/* The devices compiled in and found, with what `kiln devices` prints:
+ *   {"devices": [{"name": "cpu", "description": str, "vendor": str,
+ *                 "driver": str or null, "memory": "host" | "device",
+ *                 "memory_bytes": int (0: host memory / unknown),
+ *                 "compute_units": int (0: unknown), "subgroup_size": int (0: n/a),
+ *                 "features": [str]  ("all-dtypes", "fp16", "int8-dot", "cooperative-matrix",
+ *                                     "fused-attention", "recurrent-routine", "qdq-integer")}],
+ *    "absent": [{"name": str, "reason": str}]}   (devices built in but not usable here) */
+KILN_API kiln_status_t kiln_devices_json(char **out_json);
+
+/* What `kiln info --device D` prints, as data: the session's compiled form
+ * for the shapes of its last run, or, before any run, for the declared
+ * input shapes (symbolic dims taken as 1; the session compiles for them
+ * then, as a first run would):
+ *   {"device": str, "mode": "compiled" | "interpreted" | "fallback",
+ *    "fallback_reason": str or null  (why a compiling device interprets the whole graph),
+ *    "threads": int (0: default), "precision": "fp32" | "fp16",
+ *    "nodes": int (after optimization), "n_kernels": int (generated kernels),
+ *    "fused_nodes": int, "nodes_on_ref": int, "device_segments": int,
+ *    "kernels": [{"name": str  (the step's name: "Conv", "Add+fused", "host:LSTM"),
+ *                 "kind": "kernel" | "routine" | "dynamic" | "host_only" | "control_flow" | "interpreted",
+ *                 "op": str  (the op types, "Conv+Relu"), "ops": [node names], "flops": int}],
+ *    "fallbacks": [{"node": str, "op": str, "reason": str}]   (nodes left to ref),
+ *    "memory": {"host_memory": bool, "intermediate_bytes": int, "arena_bytes": int,
+ *               "weight_bytes_on_device": int}}
+ * "interpreted" (device ref) lists every node as its own kernel. Bodies of
+ * control flow are not listed (`kiln info` prints them). */
+KILN_API kiln_status_t kiln_session_report_json(const kiln_session *session, char **out_json);
+
+/* Profiling: while enabled, every run of the session records one event per
+ * step (a compiled kernel, a host step, or a node on the interpreter),
+ * timed on the host clock around the step. On devices without host memory
+ * (vulkan, opencl, cuda) profiled runs submit and wait per step, so they
+ * are slower than plain runs. Disabling drops what was recorded. */
+KILN_API kiln_status_t kiln_session_set_profiling(kiln_session *session, int enabled);
+/* The events recorded since profiling was enabled or since the last call
+ * (which clears them); KILN_INVALID_ARGUMENT when profiling is off:
+ *   {"device": str, "runs": int (runs since enabled),
+ *    "events": [{"name": str (the node starting the step), "op": str (op types, "Conv+Relu"),
+ *                "device": str, "thread": int (small per-process id), "run": int (0-based, since enabled),
+ *                "start_us": double (since the session's creation), "dur_us": double}]} */
+KILN_API kiln_status_t kiln_session_profile_json(kiln_session *session, char **out_json);
+
+/* What `kiln verify` does: the model on `device` (NULL: the default) and
+ * on ref with the same inputs, every value both produce (matched by name)
+ * compared, |device - ref| <= 1e-4 + 1e-3 |ref| per element (integers,
+ * bools, strings exact; NaN matches NaN). Inputs not given (n_inputs may
+ * be 0, names and tensors NULL then) are random as the CLI makes them
+ * (floats normal(0,1), ints in [0,3], seed 0, symbolic dims 1). An unknown
+ * device or bad arguments are a status; a run that fails on one side is
+ * reported in "errors" with "ok": false.
+ *   {"device": str, "ok": bool, "rtol": double, "atol": double, "inputs": [str (descriptions)],
+ *    "first_divergence": null or {"node": str, "op": str, "output": str, "device_type": str,
+ *        "ref_type": str, "max_abs_err": double, "max_rel_err": double, "n_bad": int,
+ *        "n_elements": int, "why": str or null (a dtype/shape/kind difference),
+ *        "tolerance": {"rtol": double, "atol": double}},
+ *    "outputs": [{"name": str, "compared": bool, "max_abs_err": double or null, "ok": bool}],
+ *    "compared": int, "diverging": int, "device_only": int, "ref_only": int (values not compared),
+ *    "max_abs_err": double, "max_rel_err": double, "device_ms": double, "ref_ms": double,
+ *    "errors": [str]} */
+KILN_API kiln_status_t kiln_verify_json(const kiln_model *model, const char *device, int n_inputs,
+                                        const char *const *input_names, const kiln_tensor *const *inputs,
+                                        char **out_json);
+
+/* What `kiln bench` measures, on a session of its own made with `options`
+ * (NULL: defaults): `warmup` runs, then `iterations` (>= 1) timed runs;
+ * with `profile`, `iterations` more runs profiled (kiln_session_set_profiling)
+ * whose events are summed per kernel. Inputs as for kiln_verify_json. The
+ * cpu device's tiered JIT may still be compiling during short benchmarks:
+ * set KILN_JIT=sync in the environment to time compiled kernels only (as
+ * `kiln bench` does).
+ *   {"device": str, "threads": int, "precision": str, "warmup": int, "iterations": int,
+ *    "inputs": [str], "create_ms": double (session creation), "first_run_ms": double,
+ *    "median_ms", "mean_ms", "min_ms", "max_ms", "p10_ms", "p90_ms": double,
+ *    "throughput_per_s": double,
+ *    and with profile: "profiled_ms": double (per run, summed over the kernels),
+ *    "kernels": [{"name": str, "op": str, "calls": int (over all profiled runs), "total_ms": double,
+ *                 "ms_per_run": double, "percent": double (of profiled_ms)}]  (slowest first)} */
+KILN_API kiln_status_t kiln_bench_json(const kiln_model *model, const kiln_session_options *options, int n_inputs,
+                                       const char *const *input_names, const kiln_tensor *const *inputs, int warmup,
+                                       int iterations, int profile, char **out_json);
 
 /* ---- training -------------------------------------------------------------- */
 
@@ -273,43 +418,43 @@ typedef struct kiln_trainer_options {
 
 /* sgd, lr 0.01, momentum 0, beta1 0.9, beta2 0.999, eps 1e-8, weight decay
  * the optimizer's default (0; AdamW 0.01), constant lr, grad_accum 1. */
-kiln_trainer_options kiln_trainer_options_default(void);
+KILN_API kiln_trainer_options kiln_trainer_options_default(void);
 
 typedef struct kiln_trainer kiln_trainer;
 
 /* The trainer keeps a reference to nothing of `model` after it returns
  * (it copies the graph and the weights). */
-kiln_status_t kiln_trainer_create(const kiln_model *model, const kiln_trainer_options *options,
-                                  kiln_trainer **out_trainer);
-void kiln_trainer_destroy(kiln_trainer *trainer);
+KILN_API kiln_status_t kiln_trainer_create(const kiln_model *model, const kiln_trainer_options *options,
+                                           kiln_trainer **out_trainer);
+KILN_API void kiln_trainer_destroy(kiln_trainer *trainer);
 /* One micro-batch: the graph inputs by name (borrowed; axis 0 the batch)
  * and the targets; the optimizer updates the weights every grad_accum
  * calls. out_loss: the micro-batch's loss (may be NULL). */
-kiln_status_t kiln_trainer_step(kiln_trainer *trainer, int n_inputs, const char *const *input_names,
-                                const kiln_tensor *const *inputs, const kiln_tensor *targets, double *out_loss);
+KILN_API kiln_status_t kiln_trainer_step(kiln_trainer *trainer, int n_inputs, const char *const *input_names,
+                                         const kiln_tensor *const *inputs, const kiln_tensor *targets, double *out_loss);
 /* The loss (inference mode: BatchNormalization on its running statistics,
  * no Dropout) on one batch with the current weights, and for
  * cross_entropy / nll the number of samples whose argmax over axis 1 is
  * the target (out_correct, may be NULL), of out_counted (targets not
  * ignored). */
-kiln_status_t kiln_trainer_evaluate(kiln_trainer *trainer, int n_inputs, const char *const *input_names,
-                                    const kiln_tensor *const *inputs, const kiln_tensor *targets, double *out_loss,
-                                    int64_t *out_correct, int64_t *out_counted);
+KILN_API kiln_status_t kiln_trainer_evaluate(kiln_trainer *trainer, int n_inputs, const char *const *input_names,
+                                             const kiln_tensor *const *inputs, const kiln_tensor *targets, double *out_loss,
+                                             int64_t *out_correct, int64_t *out_counted);
 /* Updates done so far, micro-batches stepped so far (updates x grad_accum,
  * plus those accumulating), and the learning rate of the next update. */
-int64_t kiln_trainer_updates(const kiln_trainer *trainer);
-int64_t kiln_trainer_micro_batches(const kiln_trainer *trainer);
-double kiln_trainer_lr(const kiln_trainer *trainer);
+KILN_API int64_t kiln_trainer_updates(const kiln_trainer *trainer);
+KILN_API int64_t kiln_trainer_micro_batches(const kiln_trainer *trainer);
+KILN_API double kiln_trainer_lr(const kiln_trainer *trainer);
 /* Checkpoints: a directory holding weights.npz (trainable values and
  * running statistics), optimizer.npz (the optimizer's state) and
  * trainer.json (format, update count, micro-batch count, the generator's
  * state); docs/TRAINING.md describes the format. load restores a trainer
  * created from the same model with the same options. */
-kiln_status_t kiln_trainer_save_checkpoint(const kiln_trainer *trainer, const char *dir);
-kiln_status_t kiln_trainer_load_checkpoint(kiln_trainer *trainer, const char *dir);
+KILN_API kiln_status_t kiln_trainer_save_checkpoint(const kiln_trainer *trainer, const char *dir);
+KILN_API kiln_status_t kiln_trainer_load_checkpoint(kiln_trainer *trainer, const char *dir);
 /* The model for inference with the current weights (its initializers
  * updated), as an ONNX file that ONNX Runtime loads. */
-kiln_status_t kiln_trainer_export(const kiln_trainer *trainer, const char *path);
+KILN_API kiln_status_t kiln_trainer_export(const kiln_trainer *trainer, const char *path);
 
 #ifdef __cplusplus
 }

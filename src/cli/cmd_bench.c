@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "api/api.h"
 #include "base/cpu_features.h"
 #include "runtime/plan.h"
 #include "passes/passes.h"
@@ -48,11 +49,7 @@ static const char *bench_help =
 
 /* ---- shared input binding --------------------------------------------- */
 
-double kiln_cli_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+double kiln_cli_now(void) { return kiln_now_seconds(); }
 
 static bool parse_i64(const char *s, int64_t *out) {
   char *end;
@@ -114,68 +111,24 @@ int kiln_cli_inputs_parse(kiln_cli_inputs *in, int argc, char **argv, int *i) {
   return 1;
 }
 
-/* splitmix64: small, fast, good enough for test data. */
-static uint64_t rng_next(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-static double rng_uniform(uint64_t *s) { return (double)(rng_next(s) >> 11) * (1.0 / 9007199254740992.0); }
-
-static double rng_normal(uint64_t *s) {
-  double u1 = rng_uniform(s), u2 = rng_uniform(s);
-  if (u1 < 1e-300) u1 = 1e-300;
-  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
 static int find_dim(const kiln_cli_inputs *in, const char *name) {
   for (int k = 0; name && k < in->n_dims; k++)
     if (strlen(name) == in->dim_name_len[k] && !strncmp(name, in->dim_names[k], in->dim_name_len[k])) return k;
   return -1;
 }
 
-static kiln_status_t random_input(kiln_cli_inputs *in, const kiln_value_def *def, bool *dim_used, uint64_t *rng,
-                                  kiln_value **out, char **out_desc) {
-  const kiln_type *t = &def->type;
-  char tb[256];
-  if (t->kind == KILN_TYPE_SEQUENCE)
-    return kiln_error(KILN_INVALID_ARGUMENT, "input '%s' is a sequence (%s): give it with --input NAME=FILE.npz",
-                      def->name, kiln_type_str(t, tb, sizeof tb));
-  if (t->kind != KILN_TYPE_TENSOR || t->rank < 0 || !t->dtype)
-    return kiln_error(KILN_INVALID_ARGUMENT, "input '%s' has no declared dtype and rank (%s): give it with --input",
-                      def->name, kiln_type_str(t, tb, sizeof tb));
-  kiln_dtype dt = t->dtype;
-  bool is_float = kiln_dtype_is_float(dt) || kiln_dtype_is_narrow_float(dt),
-       is_int = kiln_dtype_is_int(dt) || kiln_dtype_is_narrow_int(dt), is_bool = dt == KILN_DTYPE_BOOL;
-  if (!is_float && !is_int && !is_bool)
-    return kiln_error(KILN_UNSUPPORTED, "input '%s' is %s: no random values for that dtype; give it with --input",
-                      def->name, kiln_dtype_name(dt));
-  int64_t dims[KILN_MAX_RANK];
-  for (int d = 0; d < t->rank; d++) {
-    dims[d] = t->dims[d];
-    if (dims[d] >= 0) continue;
-    int k = find_dim(in, t->dim_params[d]);
-    if (k >= 0) dim_used[k] = true;
-    dims[d] = k >= 0 ? in->dim_values[k] : 1;
-  }
-  kiln_tensor *x;
-  KILN_RETURN_IF_ERROR(kiln_tensor_new(dt, t->rank, dims, &x), "input '%s'", def->name);
-  for (int64_t e = 0; e < x->numel; e++) {
-    if (is_float) kiln_store_f64(x->data, dt, e, rng_normal(rng));
-    else kiln_store_i64(x->data, dt, e, (int64_t)(rng_next(rng) % (is_bool ? 2 : 4)));
-  }
-  kiln_status_t st = kiln_value_from_tensor(x, out);
-  if (st) {
-    kiln_tensor_release(x);
-    return st;
-  }
-  char sb[256];
-  *out_desc = kiln_strfmt("%s %s%s random %s, seed %llu", def->name, kiln_dtype_name(dt),
-                          kiln_shape_str(t->rank, dims, sb, sizeof sb),
-                          is_float ? "normal(0,1)" : is_bool ? "0/1" : "ints in [0,3]", (unsigned long long)in->seed);
-  return *out_desc ? NULL : KILN_OOM();
+/* --dim values for kiln_random_input, noting which were used. */
+typedef struct dim_lookup {
+  const kiln_cli_inputs *in;
+  bool *used;
+} dim_lookup;
+
+static int64_t cli_dim_value(void *user, const char *name) {
+  dim_lookup *d = user;
+  int k = find_dim(d->in, name);
+  if (k < 0) return -1;
+  d->used[k] = true;
+  return d->in->dim_values[k];
 }
 
 static kiln_status_t read_input_file(const char *path, const kiln_value_def *def, kiln_value **out) {
@@ -204,7 +157,8 @@ kiln_status_t kiln_cli_inputs_build(kiln_cli_inputs *in, const kiln_model *model
   const kiln_graph *g = model->ir->graph;
   bool dim_used[KILN_CLI_MAX_DIMS] = {0};
   bool file_used[KILN_CLI_MAX_INPUTS] = {0};
-  uint64_t rng = in->seed * 0x2545f4914f6cdd1dull + 12345;
+  uint64_t rng = kiln_random_inputs_rng(in->seed);
+  dim_lookup dims = {in, dim_used};
   for (int k = 0; k < g->n_inputs; k++) {
     const kiln_value_def *def = &g->values[g->inputs[k]];
     int f = -1;
@@ -229,7 +183,7 @@ kiln_status_t kiln_cli_inputs_build(kiln_cli_inputs *in, const kiln_model *model
                                    v->kind == KILN_VALUE_TENSOR ? kiln_dtype_name(v->tensor->dtype) : "sequence", sb,
                                    in->file_paths[f]);
     } else {
-      KILN_TRY(random_input(in, def, dim_used, &rng, &in->values[slot], &in->desc[slot]));
+      KILN_TRY(kiln_random_input(def, cli_dim_value, &dims, in->seed, &rng, &in->values[slot], &in->desc[slot]));
       in->n++;
     }
     if (!in->desc[slot]) return KILN_OOM();
@@ -271,12 +225,7 @@ void kiln_cli_inputs_free(kiln_cli_inputs *in) {
 }
 
 const char *kiln_cli_session_device(const kiln_session *sess, const char *requested) {
-  if (sess && sess->n_devices > 0 && sess->devices[0]->vt->query) {
-    kiln_device_info info = {0};
-    sess->devices[0]->vt->query(sess->devices[0], &info);
-    if (info.name) return info.name;
-  }
-  return requested ? requested : "default";
+  return sess && sess->n_devices > 0 ? kiln_session_device_name(sess) : requested ? requested : "default";
 }
 
 /* ---- statistics ----------------------------------------------------------- */
@@ -284,16 +233,6 @@ const char *kiln_cli_session_device(const kiln_session *sess, const char *reques
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
-}
-
-/* Percentile of sorted values with linear interpolation (NumPy's default). */
-static double percentile(const double *sorted, int n, double p) {
-  if (n <= 0) return 0;
-  double pos = p / 100.0 * (n - 1);
-  int lo = (int)pos;
-  if (lo >= n - 1) return sorted[n - 1];
-  double frac = pos - lo;
-  return sorted[lo] + (sorted[lo + 1] - sorted[lo]) * frac;
 }
 
 static int64_t peak_rss_bytes(void) {
@@ -564,16 +503,12 @@ static int cmp_op_row(const void *a, const void *b) {
 
 /* ---- JSON ---------------------------------------------------------------- */
 
+/* The escaping of the API's JSON writer (base/json.h). */
 static void json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-    if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
-    else if (*p == '\n') fputs("\\n", f);
-    else if (*p == '\t') fputs("\\t", f);
-    else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
-    else fputc(*p, f);
-  }
-  fputc('"', f);
+  kiln_strbuf sb = {0};
+  kiln_json_escape(&sb, s);
+  fputs(sb.data && !sb.oom ? sb.data : "\"\"", f);
+  kiln_strbuf_free(&sb);
 }
 
 /* JSON has no NaN/Inf: print null for them. */
@@ -747,7 +682,8 @@ int kiln_cmd_bench(int argc, char **argv) {
   qsort(sorted, (size_t)K, sizeof *sorted, cmp_double);
   double sum = 0;
   for (int i = 0; i < K; i++) sum += lat[i];
-  double med = percentile(sorted, K, 50), p10 = percentile(sorted, K, 10), p90 = percentile(sorted, K, 90);
+  double med = kiln_percentile(sorted, K, 50), p10 = kiln_percentile(sorted, K, 10),
+         p90 = kiln_percentile(sorted, K, 90);
   double mn = sorted[0], mx = sorted[K - 1], mean = sum / K;
   double thr = t_total > 0 ? K / t_total : 0;
   int64_t rss = peak_rss_bytes();

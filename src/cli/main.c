@@ -61,7 +61,7 @@ int main(int argc, char **argv) {
   }
   const char *cmd = argv[1];
   if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
-    printf("kiln %s (commit %s)\n", KILN_VERSION_STRING, KILN_COMMIT_STRING);
+    printf("kiln %s (commit %s)\n", kiln_version(), KILN_COMMIT_STRING);
     return 0;
   }
   if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {

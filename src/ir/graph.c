@@ -550,7 +550,7 @@ kiln_status_t kiln_graph_of_node(const kiln_graph *src, int node_index, kiln_gra
   *out = NULL;
   if (node_index < 0 || node_index >= src->n_nodes) return kiln_error(KILN_INTERNAL, "node %d out of range", node_index);
   const kiln_node *sn = &src->nodes[node_index];
-  kiln_graph *g;
+  kiln_graph *g = NULL;
   KILN_TRY(kiln_graph_new(sn->name, NULL, &g));
   int *ins = calloc((size_t)sn->n_inputs + 1, sizeof *ins), *outs = calloc((size_t)sn->n_outputs + 1, sizeof *outs);
   kiln_status_t st = ins && outs ? NULL : KILN_OOM();
@@ -604,7 +604,7 @@ kiln_status_t kiln_graph_of_node(const kiln_graph *src, int node_index, kiln_gra
 
 kiln_status_t kiln_graph_clone(const kiln_graph *src, kiln_graph *parent, kiln_graph **out) {
   *out = NULL;
-  kiln_graph *g;
+  kiln_graph *g = NULL;
   KILN_TRY(kiln_graph_new(src->name, parent, &g));
   kiln_status_t st = clone_into(src, g);
   if (st) {

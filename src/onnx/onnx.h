@@ -25,6 +25,10 @@ typedef struct kiln_opset_import {
   int64_t version;
 } kiln_opset_import;
 
+typedef struct kiln_metadata_prop {
+  char *key, *value; /* owned; never NULL */
+} kiln_metadata_prop;
+
 /* The in-memory model: the internal form of the public kiln_model. */
 typedef struct kiln_model_ir {
   int64_t ir_version;
@@ -32,6 +36,9 @@ typedef struct kiln_model_ir {
   int64_t model_version;
   int n_opsets;
   kiln_opset_import *opsets;
+  int n_props;
+  kiln_metadata_prop *props;  /* metadata_props in file order; owned */
+  char *graph_doc_string;     /* the main graph's doc_string; owned, may be NULL */
   kiln_graph *graph;          /* owned */
   kiln_keepalive *file;       /* the mapping behind borrowed tensors (one ref), or NULL */
   char *path;                 /* owned; file the model came from, or NULL */
@@ -44,7 +51,7 @@ kiln_status_t kiln_onnx_load_file(const char *path, kiln_model_ir **out);
 kiln_status_t kiln_onnx_load_buffer(const void *data, size_t size, kiln_model_ir **out);
 void kiln_model_ir_free(kiln_model_ir *m);
 /* Opset version the model imports for `domain` ("" = ai.onnx), or -1. */
-int64_t kiln_model_opset(const kiln_model_ir *m, const char *domain);
+int64_t kiln_model_ir_opset(const kiln_model_ir *m, const char *domain);
 
 /* Standalone messages, as the ONNX test data stores them (input_0.pb ...):
  * TensorProto, SequenceProto, OptionalProto. Each decodes into an owned

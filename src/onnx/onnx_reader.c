@@ -974,14 +974,51 @@ kiln_status_t onnx_read_opset_list(onnx_loader *L, const onnx_slice *items, int 
   return read_opsets(L, &v, out, n_out);
 }
 
-static kiln_status_t validate_string_entry(onnx_loader *L, onnx_slice msg) {
+/* A StringStringEntryProto (metadata_props) appended to m->props. */
+static kiln_status_t read_metadata_prop(onnx_loader *L, onnx_slice msg, kiln_model_ir *m) {
   pw_reader r = pw_reader_make(L->src.base, msg.p, msg.len);
+  pw_field f;
+  bool more;
+  char *key = NULL, *value = NULL;
+  kiln_status_t st = NULL;
+  while (!st) {
+    st = pw_next(&r, &f, &more);
+    if (st || !more) break;
+    if (f.number != 1 && f.number != 2) continue;
+    char **str = f.number == 1 ? &key : &value;
+    if (!(st = pw_expect(&f, PW_LEN, f.number == 1 ? "key" : "value"))) {
+      free(*str);
+      *str = NULL;
+      st = pw_dup_string(&f, str);
+    }
+  }
+  if (!st && !key) key = kiln_strdup("");
+  if (!st && !value) value = kiln_strdup("");
+  kiln_metadata_prop *grown = st ? NULL : realloc(m->props, ((size_t)m->n_props + 1) * sizeof *grown);
+  if (!st && (!key || !value || !grown)) st = KILN_OOM();
+  if (st) {
+    free(key);
+    free(value);
+    return st;
+  }
+  m->props = grown;
+  m->props[m->n_props++] = (kiln_metadata_prop){key, value};
+  return NULL;
+}
+
+/* The GraphProto's doc_string (field 10), which build_graph does not keep. */
+static kiln_status_t read_graph_doc_string(onnx_loader *L, onnx_slice graph, char **out) {
+  pw_reader r = pw_reader_make(L->src.base, graph.p, graph.len);
   pw_field f;
   bool more;
   for (;;) {
     KILN_TRY(pw_next(&r, &f, &more));
     if (!more) return NULL;
-    if (f.number == 1 || f.number == 2) KILN_TRY(pw_expect(&f, PW_LEN, f.number == 1 ? "key" : "value"));
+    if (f.number != 10) continue;
+    KILN_TRY(pw_expect(&f, PW_LEN, "doc_string"));
+    free(*out);
+    *out = NULL;
+    KILN_TRY(pw_dup_string(&f, out));
   }
 }
 
@@ -1015,7 +1052,7 @@ static kiln_status_t read_model(onnx_loader *L, kiln_model_ir *m) {
         break;
       case 14:
         if (!(st = pw_expect(&f, PW_LEN, "metadata_props")))
-          st = validate_string_entry(L, slice_of(&f));
+          st = read_metadata_prop(L, slice_of(&f), m);
         if (st) st = kiln_status_annotate(st, "metadata_props");
         break;
       case 25:
@@ -1043,6 +1080,7 @@ static kiln_status_t read_model(onnx_loader *L, kiln_model_ir *m) {
   }
   if (!st) st = onnx_index_functions(L);
   if (!st && !has_graph) st = kiln_error(KILN_INVALID_MODEL, "the model has no graph");
+  if (!st && (st = read_graph_doc_string(L, graph, &m->graph_doc_string))) st = kiln_status_annotate(st, "graph");
   if (!st) st = build_graph(L, NULL, NULL, NULL, graph, 0, &m->graph);
   slice_vec_free(&opsets);
   slice_vec_free(&functions);
@@ -1058,6 +1096,12 @@ void kiln_model_ir_free(kiln_model_ir *m) {
   free(m->producer_version);
   free(m->domain);
   free(m->doc_string);
+  free(m->graph_doc_string);
+  for (int i = 0; i < m->n_props; i++) {
+    free(m->props[i].key);
+    free(m->props[i].value);
+  }
+  free(m->props);
   if (m->opsets)
     for (int i = 0; i < m->n_opsets; i++) free(m->opsets[i].domain);
   free(m->opsets);
@@ -1066,7 +1110,7 @@ void kiln_model_ir_free(kiln_model_ir *m) {
   free(m);
 }
 
-int64_t kiln_model_opset(const kiln_model_ir *m, const char *domain) {
+int64_t kiln_model_ir_opset(const kiln_model_ir *m, const char *domain) {
   if (!m) return -1;
   for (int i = 0; i < m->n_opsets; i++)
     if (onnx_domain_eq(m->opsets[i].domain, domain ? domain : "")) return m->opsets[i].version;

@@ -371,7 +371,7 @@ static kiln_status_t tensor_from_bytes(const onnx_source *s, kiln_dtype dt, int 
     return NULL;
   }
   if (nbytes && s->keep && ((uintptr_t)p % dtype_align(dt)) == 0)
-    return kiln_tensor_wrap(dt, rank, dims, (void *)(uintptr_t)p, s->keep, out);
+    return kiln_tensor_wrap_borrowed(dt, rank, dims, (void *)(uintptr_t)p, s->keep, out);
   KILN_TRY(kiln_tensor_new_uninit(dt, rank, dims, out));
   copy_release(s, (*out)->data, p, nbytes);
   return NULL;

@@ -474,6 +474,26 @@ static void fprint_ops(const kiln_plan *p, FILE *out, const char *head,
   fprintf(out, ")");
 }
 
+const char *kiln_plan_step_reason(const kiln_plan *p, const kiln_plan_step *s) {
+  const char *why = NULL;
+  plan_claim(&p->target, p->g, s->node, &why);
+  return why ? why : "?";
+}
+
+void kiln_plan_step_ops(const kiln_plan *p, const kiln_plan_step *s, char *buf, size_t size) {
+  if (!size) return;
+  buf[0] = 0;
+  int root = (int)(s->node - p->g->nodes);
+  const kiln_fusion *f = &p->fusion;
+  bool grouped = s->kind == KILN_STEP_KERNEL && f->n_members && root >= 0 && root < f->n_nodes && f->n_members[root] > 0;
+  int n = grouped ? f->n_members[root] : 1;
+  for (int i = 0; i < n; i++) {
+    const kiln_node *m = grouped ? &p->g->nodes[f->members[f->member_start[root] + i]] : s->node;
+    size_t len = strlen(buf);
+    snprintf(buf + len, size - len, "%s%s", i ? "+" : "", m->op_type);
+  }
+}
+
 void kiln_plan_describe(const kiln_plan *p, FILE *out) {
   int n_segments = 0, n_control = 0, n_ref = kiln_plan_nodes_on_ref(p);
   for (int f = 0; f < p->n_flushes; f++) n_segments += p->flushes[f].device_end > p->flushes[f].device_begin;
@@ -491,9 +511,7 @@ void kiln_plan_describe(const kiln_plan *p, FILE *out) {
     for (int i = 0; i < p->n_steps; i++) {
       const kiln_plan_step *s = &p->steps[i];
       if (!kiln_plan_step_on_ref(p, s)) continue;
-      const char *why = NULL;
-      plan_claim(&p->target, p->g, s->node, &why);
-      fprintf(out, "  %-24s %-28s %s\n", s->node->op_type, s->node->name, why ? why : "?");
+      fprintf(out, "  %-24s %-28s %s\n", s->node->op_type, s->node->name, kiln_plan_step_reason(p, s));
     }
   }
   fprintf(out, "memory: intermediates %.2f MiB in total, planned arena %.2f MiB (%.1f%%)\n",

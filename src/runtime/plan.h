@@ -156,6 +156,10 @@ void kiln_plan_free(kiln_plan *plan);
 
 /* Bytes value v occupies on the device (half for f32 when f32_as_half, rounded). */
 int64_t kiln_plan_value_bytes(const kiln_plan *plan, int v);
+/* Why a step that runs on ref is not claimed by the device (static text; "?" when the claim gave none). */
+const char *kiln_plan_step_reason(const kiln_plan *plan, const kiln_plan_step *s);
+/* The op types of a step's nodes joined by '+', in graph order ("Conv+Relu"); one op type for a HOST step. */
+void kiln_plan_step_ops(const kiln_plan *plan, const kiln_plan_step *s, char *buf, size_t size);
 /* `kiln info --device`: steps, fused groups, what ref runs and why, memory. */
 void kiln_plan_describe(const kiln_plan *plan, FILE *out);
 /* The index checks of step i (kiln_index_check) over the run's host
@@ -201,6 +205,8 @@ kiln_status_t kiln_plan_execute(kiln_device *dev, struct kiln_executable *exec, 
 kiln_status_t kiln_output_into(const kiln_value_def *v, kiln_tensor *dst, const void *src, kiln_value **out);
 void kiln_plan_executable_free(kiln_device *dev, struct kiln_executable *exec);
 void kiln_plan_describe_executable(kiln_device *dev, const struct kiln_executable *exec, FILE *out);
+/* Bytes of weights the executable uploaded to the device (0 on host-memory devices). */
+int64_t kiln_plan_weight_bytes(const struct kiln_executable *exec);
 /* What the last run did on the device (its plan_run_stats), for `kiln bench --profile`. */
 void kiln_plan_run_stats(kiln_device *dev, const struct kiln_executable *exec, FILE *out);
 /* State kept on the device (devices without host memory, plans without

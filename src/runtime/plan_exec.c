@@ -221,6 +221,8 @@ void kiln_plan_run_stats(kiln_device *dev, const struct kiln_executable *x, FILE
 
 const kiln_plan *kiln_plan_of(const struct kiln_executable *x) { return x->plan; }
 
+int64_t kiln_plan_weight_bytes(const struct kiln_executable *x) { return (int64_t)x->weight_bytes; }
+
 const kiln_body_plans *kiln_plan_bodies_of(const struct kiln_executable *x) { return x->bodies; }
 
 kiln_status_t kiln_plan_optimize_for(kiln_device *dev, kiln_graph *g) {
@@ -253,7 +255,7 @@ static bool empty_value(const kiln_graph *g, int id) {
 static kiln_status_t wrap_value(const kiln_graph *g, int id, void *ptr, kiln_value **out) {
   const kiln_type *t = &g->values[id].type;
   kiln_tensor *tt;
-  KILN_TRY(kiln_tensor_wrap(t->dtype, t->rank, t->dims, ptr, NULL, &tt));
+  KILN_TRY(kiln_tensor_wrap_borrowed(t->dtype, t->rank, t->dims, ptr, NULL, &tt));
   return kiln_value_from_tensor(tt, out);
 }
 

@@ -3,6 +3,7 @@
 #include "passes/autodiff.h"
 
 #include "runtime/plan.h"
+#include "runtime/profile.h"
 
 #include "base/limits.h"
 #include "passes/passes.h"
@@ -80,6 +81,7 @@ kiln_status_t kiln_session_create(const kiln_model *model, const kiln_session_op
   s->devices[s->n_devices++] = dev;
   s->threads = opts.threads;
   s->precision = opts.precision;
+  s->created_s = kiln_profile_now();
   *out_session = s;
   return NULL;
 }
@@ -87,6 +89,52 @@ kiln_status_t kiln_session_create(const kiln_model *model, const kiln_session_op
 static void drop_exec(kiln_session *s) {
   if (s->exec) kiln_plan_executable_free(s->devices[0], s->exec);
   s->exec = NULL;
+  free(s->prof_step_of);
+  s->prof_step_of = NULL;
+  s->prof_plan = NULL;
+}
+
+const char *kiln_session_device_name(const kiln_session *s) {
+  kiln_device_info info = {0};
+  if (s->n_devices > 0 && s->devices[0]->vt->query) s->devices[0]->vt->query(s->devices[0], &info);
+  return info.name ? info.name : "default";
+}
+
+/* ---- profiling: the profiler's hooks, chained before the tools' own ---- */
+
+/* The op types of the step a compiled plan starts at node ("Conv+Relu" for
+ * a fused group), or NULL when node is not a step's (the interpreter). */
+static const char *step_ops(kiln_session *s, const kiln_graph *g, const kiln_node *node, char *buf, size_t size) {
+  const kiln_plan *p = s->exec ? kiln_plan_of(s->exec) : NULL;
+  if (!p || p->g != g) return NULL;
+  if (s->prof_plan != p) {
+    free(s->prof_step_of);
+    s->prof_plan = NULL;
+    s->prof_step_of = malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *s->prof_step_of);
+    if (!s->prof_step_of) return NULL;
+    for (int i = 0; i < g->n_nodes; i++) s->prof_step_of[i] = -1;
+    for (int i = 0; i < p->n_steps; i++) s->prof_step_of[p->steps[i].node - g->nodes] = i;
+    s->prof_plan = p;
+  }
+  ptrdiff_t idx = node - g->nodes;
+  if (idx < 0 || idx >= g->n_nodes || s->prof_step_of[idx] < 0) return NULL;
+  kiln_plan_step_ops(p, &p->steps[s->prof_step_of[idx]], buf, size);
+  return buf;
+}
+
+static void profiled_before(void *user, const kiln_graph *g, const kiln_node *node) {
+  kiln_session *s = user;
+  kiln_profiler_before(s->profiler, node);
+  if (s->before_node) s->before_node(s->observer_user, g, node);
+}
+
+static kiln_status_t profiled_after(void *user, const kiln_graph *g, const kiln_node *node,
+                                    kiln_value *const *outputs) {
+  kiln_session *s = user;
+  char ops[256];
+  const kiln_node *start = s->profiler->start ? s->profiler->start : node;
+  KILN_TRY(kiln_profiler_after(s->profiler, node, step_ops(s, g, start, ops, sizeof ops)));
+  return s->observer ? s->observer(s->observer_user, g, node, outputs) : NULL;
 }
 
 void kiln_session_destroy(kiln_session *s) {
@@ -94,6 +142,8 @@ void kiln_session_destroy(kiln_session *s) {
   drop_exec(s);
   kiln_graph_free(s->specialized);
   free(s->spec_signature);
+  kiln_profiler_free(s->profiler);
+  free(s->prof_step_of);
   free(s);
 }
 
@@ -295,13 +345,22 @@ kiln_status_t kiln_session_run_values_into(kiln_session *s, int n_inputs, const 
   const kiln_graph *run_graph = NULL;
   bool armed = kiln_run_deadline_begin(); /* KILN_RUN_TIMEOUT: the interpreter checks it between nodes */
   if (!st) st = kiln_session_specialize(s, bound, &run_graph);
+  kiln_node_starter before = s->before_node;
+  kiln_node_observer after = s->observer;
+  void *hooks_user = s->observer_user;
+  if (!st && s->profiler) {
+    kiln_profiler_run_begin(s->profiler);
+    before = profiled_before;
+    after = profiled_after;
+    hooks_user = s;
+  }
   if (!st && s->exec) {
-    kiln_step_observer obs = {s->before_node, s->observer, s->observer_user};
+    kiln_step_observer obs = {before, after, hooks_user};
     st = kiln_plan_execute(s->devices[0], s->exec, bound, n_outputs, out_outputs, into,
-                           s->observer || s->before_node ? &obs : NULL);
+                           after || before ? &obs : NULL);
   } else if (!st) {
     /* Interpreting: nodes run on the first device with run_node (ref). */
-    kiln_exec_options opts = {s->devices, s->n_devices, s->observer, s->observer_user, s->before_node};
+    kiln_exec_options opts = {s->devices, s->n_devices, after, hooks_user, before};
     st = kiln_execute_graph(run_graph, NULL, g->n_inputs, bound, n_outputs, out_outputs, &opts);
     for (int i = 0; !st && into && i < n_outputs; i++) { /* the results copied into the caller's tensors */
       if (!into[i]) continue;

@@ -35,6 +35,11 @@ struct kiln_session {
   bool keeps_state; /* exec keeps state on the device (kiln_session_keep_state): it must not be replaced */
   int threads;
   kiln_precision precision;
+  double created_s; /* monotonic seconds at creation: the profile's origin */
+  /* kiln_session_set_profiling: events of the runs since enabled; owned, NULL when off. */
+  struct kiln_profiler *profiler;
+  const struct kiln_plan *prof_plan; /* the plan prof_step_of indexes */
+  int *prof_step_of;                 /* per node of prof_plan's graph: its step, or -1; owned */
 };
 
 /* The specialized graph for these bound inputs (one per graph input, NULL
@@ -60,6 +65,10 @@ void kiln_session_state_forget(kiln_session *s);
 /* Bytes the last run moved between host and device (0 where the device
  * computes in host memory or the session interprets). */
 void kiln_session_transfer_bytes(const kiln_session *s, int64_t *out_uploaded, int64_t *out_read_back);
+
+/* Name of the session's primary device (its query's name); borrowed from
+ * the process-wide device. */
+const char *kiln_session_device_name(const kiln_session *s);
 
 /* Wraps an imported model: resolves ops and infers types. Takes `ir`. */
 kiln_status_t kiln_model_from_ir(kiln_model_ir *ir, kiln_model **out);

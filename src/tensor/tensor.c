@@ -111,7 +111,7 @@ kiln_status_t kiln_tensor_new_uninit(kiln_dtype dtype, int rank, const int64_t *
   return tensor_alloc(dtype, rank, dims, false, out);
 }
 
-kiln_status_t kiln_tensor_wrap(kiln_dtype dtype, int rank, const int64_t *dims, void *data,
+kiln_status_t kiln_tensor_wrap_borrowed(kiln_dtype dtype, int rank, const int64_t *dims, void *data,
                                kiln_keepalive *keepalive, kiln_tensor **out) {
   int64_t bytes;
   KILN_TRY(tensor_header(dtype, rank, dims, false, out, &bytes));

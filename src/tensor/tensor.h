@@ -43,7 +43,7 @@ kiln_status_t kiln_tensor_new(kiln_dtype dtype, int rank, const int64_t *dims, k
 kiln_status_t kiln_tensor_new_uninit(kiln_dtype dtype, int rank, const int64_t *dims, kiln_tensor **out);
 /* Tensor over borrowed bytes kept alive by `keepalive` (retained; may be NULL
  * for static data that outlives the tensor). */
-kiln_status_t kiln_tensor_wrap(kiln_dtype dtype, int rank, const int64_t *dims, void *data,
+kiln_status_t kiln_tensor_wrap_borrowed(kiln_dtype dtype, int rank, const int64_t *dims, void *data,
                                kiln_keepalive *keepalive, kiln_tensor **out);
 /* Deep copy (strings duplicated). */
 kiln_status_t kiln_tensor_clone(const kiln_tensor *t, kiln_tensor **out);
