@@ -326,6 +326,7 @@ class InferenceSession:
         out = c_void_p()
         check(self._lib.kiln_session_create(self._model, ctypes.byref(opts), ctypes.byref(out)))
         self._sess = out.value
+        self._sess_created_ns = time.perf_counter_ns()  # kiln's profile times count from here
         if self._profiling:
             fn = self._lib.optional("kiln_session_set_profiling")
             if fn is not None:
@@ -387,8 +388,11 @@ class InferenceSession:
                 k, v = c_char_p(), c_char_p()
                 check(prop(self._model, i, ctypes.byref(k), ctypes.byref(v)))
                 props[s(k.value)] = s(v.value)
+        # ONNX Runtime reports a model_version the file leaves unset as
+        # INT64_MAX; kiln reads an unset one as 0, and 0 maps back to that.
+        version = int(md.model_version) or 2**63 - 1
         return ModelMetadata(s(md.producer_name), s(md.graph_name), s(md.domain), s(md.doc_string),
-                             s(md.graph_doc_string), int(md.model_version), props)
+                             s(md.graph_doc_string), version, props)
 
     def get_profiling_start_time_ns(self) -> int:
         return self._start_ns
@@ -425,7 +429,6 @@ class InferenceSession:
                                   f"(given: {', '.join(map(repr, input_feed)) or 'nothing'})")
         names: list[bytes] = []
         handles: list[_Handle] = []
-        t_in = time.perf_counter_ns()
         for name, value in input_feed.items():
             if not isinstance(name, str):
                 raise InvalidArgument(f"input names must be str, got {name!r}")
@@ -450,7 +453,7 @@ class InferenceSession:
             self._require_open()
             t = time.perf_counter_ns()
             st = self._lib.kiln_session_run(self._sess, len(names), c_names, c_inputs, n_out, c_outputs)
-            self._event("Session", "model_run", t, {"inputs_ns": t - t_in})
+            self._event("Session", "model_run", t)
         del handles  # the inputs: kiln holds its own references where it needs them
         check(st)
         owned = [_Handle(c_outputs[i]) for i in range(n_out)]
@@ -495,15 +498,13 @@ class InferenceSession:
 
     def _node_events(self, prof: dict[str, Any]) -> list[dict[str, Any]]:
         evs = prof.get("events", []) if isinstance(prof, dict) else []
-        runs = [e for e in self._events if e["name"] == "model_run"]
-        base_us = min((float(e.get("start_us", 0)) for e in evs), default=0.0)
-        first_run_ts = runs[0]["ts"] if runs else 0
+        created_us = (self._sess_created_ns - self._t0_ns) / 1000  # start_us counts from the session's creation
         out = []
         for e in evs:
             dev = str(e.get("device", self._device or ""))
             out.append({"cat": "Node", "pid": os.getpid(), "tid": int(e.get("thread", 0)),
                         "dur": int(round(float(e.get("dur_us", 0)))),
-                        "ts": first_run_ts + int(round(float(e.get("start_us", 0)) - base_us)), "ph": "X",
+                        "ts": int(round(created_us + float(e.get("start_us", 0)))), "ph": "X",
                         "name": f"{e.get('name', '')}_kernel_time",
                         "args": {"op_name": str(e.get("op", "")), "provider": _ort_name(dev),
                                  "run": int(e.get("run", 0))}})

@@ -100,6 +100,18 @@ def test_profiling_json(rt: Any, mlp: Any, rng: np.random.Generator, tmp_path: P
         assert {"cat", "name", "ph", "ts", "dur", "pid", "tid", "args"} <= set(e), e
         assert e["ph"] == "X" and isinstance(e["ts"], int) and isinstance(e["dur"], int)
     assert sum(e["name"] == "model_run" for e in events) == 3
+    nodes = [e for e in events if e["cat"] == "Node"]
+    if rt.__name__ == "kiln":
+        from kiln import _capi
+        if _capi.lib().optional("kiln_session_profile_json") is None:
+            return  # an older libkiln.so: the session's events only
+    assert nodes, "no per-node events"
+    for e in nodes:
+        assert e["name"].endswith("_kernel_time") and e["args"]["op_name"] and e["args"]["provider"]
+    runs = [e for e in events if e["name"] == "model_run"]
+    first, last = runs[0]["ts"], runs[-1]["ts"] + runs[-1]["dur"]
+    slack = 2000  # us: the two clocks are read at slightly different moments
+    assert all(first - slack <= e["ts"] <= last + slack for e in nodes), (first, last, nodes[:3])
 
 
 def test_profiling_off_returns_empty(rt: Any, mlp: Any) -> None:
@@ -155,6 +167,16 @@ def test_modelmeta(rt: Any, mlp: Any) -> None:
     assert md.graph_description == "the graph's own words"
     assert md.version == 42
     assert md.custom_metadata_map == {"author": "kiln", "license": "MIT"}
+
+
+def test_modelmeta_unset_fields(rt: Any, mlp: Any) -> None:
+    if rt.__name__ == "kiln":
+        from kiln import _capi
+        if _capi.lib().optional("kiln_model_metadata_get") is None:
+            pytest.skip("this libkiln.so predates kiln_model_metadata_get")
+    md = rt.InferenceSession(mlp.SerializeToString(), providers=["CPUExecutionProvider"]).get_modelmeta()
+    assert (md.producer_name, md.domain, md.description, md.graph_description) == ("", "", "", "")
+    assert md.graph_name == "mlp" and md.version == 2**63 - 1 and md.custom_metadata_map == {}
 
 
 def test_run_options_accepted(rt: Any, mlp: Any, rng: np.random.Generator) -> None:
