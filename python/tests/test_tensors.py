@@ -212,6 +212,8 @@ def test_no_rss_growth_over_1000_sessions(mlp: Any, rng: np.random.Generator) ->
     data = mlp.SerializeToString()
     x = rng.standard_normal((2, 4)).astype(np.float32)
     n = int(os.environ.get("KILN_PY_RSS_CYCLES", "1000"))
+    if n <= 0:
+        pytest.skip("KILN_PY_RSS_CYCLES=0 (the ASan run: its quarantine keeps freed memory)")
     warm = min(100, n // 2)
     base = 0
     for i in range(n):
