@@ -2,8 +2,9 @@
 # Creates (once) the Python virtual environment that the benchmarks and the
 # zoo check run ONNX Runtime in, and pip-installs onnxruntime, onnx, numpy
 # and pytest there (onnx: onnxruntime.quantization needs it, and its wheel
-# ships the light_* models; pytest: the Python package's tests, python/tests). Idempotent: when the venv exists and imports all four
-# (onnx at its pin) it does nothing, without touching the network. Uses the
+# ships the light_* models; pytest: the Python package's tests,
+# python/tests). Idempotent: when the venv exists and imports all four (onnx
+# at its pin) it does nothing, without touching the network. Uses the
 # first `python3` on PATH (Debian's /usr/bin/python3 has torch for the
 # exports; this one need not).
 #
