@@ -27,7 +27,7 @@ import numpy as np
 from . import _capi as C
 from . import _dtypes
 from ._errors import InvalidArgument, NoSuchFile, ProviderNotAvailable, Unsupported, check
-from ._tensor import Tensor, _Handle, input_array, outputs_to_numpy, tensor_from_input
+from ._tensor import Tensor, _Handle, copy_tensor, input_array, outputs_to_numpy, tensor_from_input
 
 # ---- options ------------------------------------------------------------------
 
@@ -430,6 +430,7 @@ class InferenceSession:
                                   f"(given: {', '.join(map(repr, input_feed)) or 'nothing'})")
         names: list[bytes] = []
         handles: list[_Handle] = []
+        lent: set[int] = set()  # inputs over the caller's arrays (kiln_tensor_wrap)
         for name, value in input_feed.items():
             if not isinstance(name, str):
                 raise InvalidArgument(f"input names must be str, got {name!r}")
@@ -442,7 +443,9 @@ class InferenceSession:
                     raise Unsupported(f"input '{name}' is a sequence: kiln's C API takes tensors only")
                 kd = self._input_dtypes.get(name, C.DTYPE_UNDEFINED)
                 arr = input_array(name, value, kd, _dtypes.type_string(kd) if kd else "a tensor")
-                ptr, _ = tensor_from_input(name, arr, kd)
+                ptr, borrowed = tensor_from_input(name, arr, kd)
+                if borrowed:
+                    lent.add(ptr)
             handles.append(_Handle(ptr))
             names.append(name.encode())
         n_out = max(want) + 1 if want else 0
@@ -459,7 +462,11 @@ class InferenceSession:
         owned = [_Handle(c_outputs[i] or 0) for i in range(n_out)]
         result = []
         for i in want:
-            result.append(self._lib.kiln_tensor_retain(owned[i].ptr))
+            p = owned[i].ptr or 0
+            # An output may be a lent input itself (a graph input passed
+            # through unchanged, on ref): copied, so that it never shares the
+            # caller's array, as in ONNX Runtime.
+            result.append(copy_tensor(p) if p in lent else self._lib.kiln_tensor_retain(p))
         return result
 
     def run(self, output_names: Optional[Sequence[str]], input_feed: dict[str, Any],

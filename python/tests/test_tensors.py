@@ -284,3 +284,17 @@ def test_release_on_collection(mlp: Any, rng: np.random.Generator) -> None:
     gc.collect()
     assert handle() is None and not _tensor._dl_live
     assert not _tensor._lent  # kiln released every lent input
+
+
+def test_output_never_shares_an_input_array(rt: Any, rng: np.random.Generator) -> None:
+    """A graph input passed through unchanged (Identity on ref, where kiln's
+    output may be the lent input tensor itself) comes back as its own array."""
+    providers = ["ref"] if rt.__name__ == "kiln" else ["CPUExecutionProvider"]
+    model = make_model([helper.make_node("Identity", ["x"], ["y"])], [vi("x", TensorProto.FLOAT, [3])],
+                       [vi("y", TensorProto.FLOAT, [3])])
+    sess = rt.InferenceSession(model.SerializeToString(), providers=providers)
+    x = rng.standard_normal(3).astype(np.float32)
+    (y,) = sess.run(None, {"x": x})
+    expected = x.copy()
+    x[:] = 0
+    np.testing.assert_array_equal(y, expected)
