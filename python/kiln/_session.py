@@ -494,6 +494,9 @@ class InferenceSession:
             out = c_void_p()
             with self._lock:
                 check(fn(self._sess, ctypes.byref(out)))
+                off = self._lib.optional("kiln_session_set_profiling")
+                if off is not None:
+                    check(off(self._sess, 0))  # profiling ends here, as in ONNX Runtime
             text = self._lib.take_string(out.value)
             events += self._node_events(json.loads(text) if text else {})
         stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(self._start_ns / 1e9))

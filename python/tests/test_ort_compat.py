@@ -114,6 +114,17 @@ def test_profiling_json(rt: Any, mlp: Any, rng: np.random.Generator, tmp_path: P
     assert all(first - slack <= e["ts"] <= last + slack for e in nodes), (first, last, nodes[:3])
 
 
+def test_profiling_ends_with_end_profiling(rt: Any, mlp: Any, rng: np.random.Generator, tmp_path: Path) -> None:
+    so = rt.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "once")
+    sess = rt.InferenceSession(mlp.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess.run(None, {"x": _x(rng)})
+    assert sess.end_profiling()
+    sess.run(None, {"x": _x(rng)})
+    assert sess.end_profiling() == ""
+
+
 def test_profiling_off_returns_empty(rt: Any, mlp: Any) -> None:
     sess = rt.InferenceSession(mlp.SerializeToString(), providers=["CPUExecutionProvider"])
     assert sess.end_profiling() == ""
