@@ -108,9 +108,9 @@ class RunOptions:
 class NodeArg:
     """A graph input or output as ONNX Runtime describes it: name, type
     ('tensor(float)') and shape (ints, symbolic dims by name, None where
-    unknown)."""
+    unknown; [] for an unknown rank, as for a scalar)."""
 
-    def __init__(self, name: str, type: str, shape: Optional[list[Union[int, str, None]]]):
+    def __init__(self, name: str, type: str, shape: list[Union[int, str, None]]):
         self.name = name
         self.type = type
         self.shape = shape
@@ -233,11 +233,8 @@ _Model = Union[str, bytes, os.PathLike, Any]
 
 def _io_info(info: C.kiln_io_info) -> tuple[NodeArg, int]:
     name = info.name.decode() if info.name else ""
-    shape: Optional[list[Union[int, str, None]]]
-    if info.rank < 0:
-        shape = None
-    else:
-        shape = []
+    shape: list[Union[int, str, None]] = []  # unknown rank: [] as ONNX Runtime says (like a scalar's)
+    if info.rank >= 0:
         for d in range(info.rank):
             if info.dims[d] >= 0:
                 shape.append(int(info.dims[d]))

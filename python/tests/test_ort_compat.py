@@ -57,6 +57,16 @@ def test_metadata_symbolic_and_unknown_dims(rt: Any) -> None:
                                                        ("c", "tensor(int64)", ["batch", None, 3])]
 
 
+def test_metadata_unknown_rank(rt: Any) -> None:
+    """A value of unknown rank has shape [] in ONNX Runtime (as a scalar's)."""
+    model = make_model([helper.make_node("Reshape", ["x", "s"], ["y"])],
+                       [vi("x", TensorProto.FLOAT, None), vi("s", TensorProto.INT64, ["k"])],
+                       [vi("y", TensorProto.FLOAT, None)])
+    sess = rt.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert [(a.name, a.type, a.shape) for a in sess.get_inputs() + sess.get_outputs()] == [
+        ("x", "tensor(float)", []), ("s", "tensor(int64)", ["k"]), ("y", "tensor(float)", [])]
+
+
 def test_list_and_noncontiguous_inputs(rt: Any, mlp: Any, rng: np.random.Generator) -> None:
     sess = rt.InferenceSession(mlp.SerializeToString(), providers=["CPUExecutionProvider"])
     x = _x(rng, 3)
