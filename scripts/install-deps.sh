@@ -6,7 +6,8 @@
 #   tests:   clang + compiler-rt (libFuzzer, sanitizers), the official ONNX
 #            backend test data, and Debian's python3 with onnx/numpy/torch/
 #            torchvision (used by /usr/bin/python3 to export test models and
-#            to write reference .npy files).
+#            to write reference .npy files); pytest for the Python package's
+#            tests (python/tests, run by ctest against /usr/bin/python3 too).
 #   vulkan:  the Vulkan headers and loader, shaderc (GLSL -> SPIR-V at run
 #            time; kiln dlopens both), Mesa's lavapipe driver (Vulkan on the
 #            CPU, so the tests exercise the real Vulkan path), the Khronos
@@ -34,6 +35,7 @@ packages=(
   libopenblas0-pthread dataset-fashion-mnist python3-sklearn
   libdnnl-dev
   libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libtiff6 libwebp7 libopenjp2-7 python3-pil
+  python3-pytest
 )
 
 missing=()
