@@ -116,10 +116,14 @@ class ModelHandle:
             check(self._lib.kiln_model_load_memory(self.data, len(self.data), ctypes.byref(out)))
         self.ptr = out.value
         self.inputs: dict[str, int] = {}  # name -> kiln dtype
+        self.shapes: dict[str, Optional[list[Any]]] = {}  # name -> dims (a str for a symbolic one)
         info = C.kiln_io_info()
         for i in range(self._lib.kiln_model_input_count(self.ptr)):
             check(self._lib.kiln_model_input_info(self.ptr, i, ctypes.byref(info)))
             self.inputs[info.name.decode()] = int(info.dtype)
+            self.shapes[info.name.decode()] = None if info.rank < 0 else [
+                int(info.dims[d]) if info.dims[d] >= 0 else (info.dim_names[d] or b"?").decode()
+                for d in range(info.rank)]
         self.outputs: list[str] = []
         for i in range(self._lib.kiln_model_output_count(self.ptr)):
             check(self._lib.kiln_model_output_info(self.ptr, i, ctypes.byref(info)))
