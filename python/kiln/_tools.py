@@ -91,6 +91,13 @@ def devices(include_absent: bool = False) -> list[Device]:
 # ---- models and inputs ----------------------------------------------------------
 
 
+def _dims(info: C.kiln_io_info) -> Optional[list[Any]]:
+    """A declared shape: ints, a str for a symbolic dim ("?" unnamed); None for unknown rank."""
+    if info.rank < 0:
+        return None
+    return [int(info.dims[d]) if info.dims[d] >= 0 else (info.dim_names[d] or b"?").decode() for d in range(info.rank)]
+
+
 class ModelHandle:
     """A kiln_model* loaded from a path, bytes or an onnx.ModelProto, with
     its graph inputs' names and dtypes. Freed by close() or when collected."""
@@ -121,13 +128,13 @@ class ModelHandle:
         for i in range(self._lib.kiln_model_input_count(self.ptr)):
             check(self._lib.kiln_model_input_info(self.ptr, i, ctypes.byref(info)))
             self.inputs[info.name.decode()] = int(info.dtype)
-            self.shapes[info.name.decode()] = None if info.rank < 0 else [
-                int(info.dims[d]) if info.dims[d] >= 0 else (info.dim_names[d] or b"?").decode()
-                for d in range(info.rank)]
+            self.shapes[info.name.decode()] = _dims(info)
         self.outputs: list[str] = []
+        self.output_shapes: list[Optional[list[Any]]] = []
         for i in range(self._lib.kiln_model_output_count(self.ptr)):
             check(self._lib.kiln_model_output_info(self.ptr, i, ctypes.byref(info)))
             self.outputs.append(info.name.decode())
+            self.output_shapes.append(_dims(info))
 
     def read_bytes(self) -> bytes:
         """The serialized model."""

@@ -25,7 +25,7 @@ import numpy as np
 
 from . import _capi as C
 from . import _proto
-from ._errors import InvalidArgument, NotFound, check
+from ._errors import InvalidArgument, NotFound, OutOfRange, check
 from ._tensor import _Handle, _new_from_array
 from ._tools import InputTensors, ModelHandle, _device_arg
 
@@ -144,6 +144,7 @@ class Trainer:
         self.optimizer = optimizer
         self.seed = int(seed)
         self.grad_accum = int(grad_accum)
+        self._ignore_index = ignore_index
         dev = _device_arg(device, providers)
         self._model = ModelHandle(model)
         try:
@@ -273,14 +274,48 @@ class Trainer:
             arr = arr.astype(np.float32, copy=False)
             kd = C.DTYPE_F32
         if arr.ndim < 1:
-            raise InvalidArgument(f"targets: a scalar; axis 0 must be the batch (shape [N, ...])")
+            raise InvalidArgument("targets: a scalar; axis 0 must be the batch (shape [N, ...])")
         if n is not None and arr.shape[0] != n:
-            raise InvalidArgument(f"targets: {arr.shape[0]} samples (shape {arr.shape}), the inputs have {n}")
+            raise InvalidArgument(f"targets: {arr.shape[0]} samples (shape {list(arr.shape)}), the inputs have {n}")
+        self._check_target_shape(arr)
         ptr, _ = _new_from_array(np.ascontiguousarray(arr), kd, "targets", copy=True)
         return _Handle(ptr)
 
+    def _check_target_shape(self, arr: np.ndarray) -> None:
+        """Targets against the declared shape of the loss's output, where
+        known: class indices [N, d...] for logits [N, C, d...] and in
+        [0, C) (ignore_index aside), else the output's own shape."""
+        k = self._model.outputs.index(self.output) if self.output in self._model.outputs else -1
+        shape = self._model.output_shapes[k] if k >= 0 else None
+        if shape is None:
+            return
+        if self.loss in _CLASS_LOSSES:
+            want = [shape[0]] + shape[2:] if len(shape) >= 2 else None
+            classes = shape[1] if len(shape) >= 2 and isinstance(shape[1], int) else None
+        else:
+            want, classes = shape, None
+        if want is not None:
+            ok = arr.ndim == len(want) and all(not isinstance(w, int) or w == g for w, g in zip(want[1:], arr.shape[1:]))
+            if not ok:
+                what = "class indices" if self.loss in _CLASS_LOSSES else "targets shaped like the output"
+                raise InvalidArgument(f"targets: shape {list(arr.shape)}, expected {what} "
+                                      f"[{', '.join(map(str, ['N'] + list(want[1:])))}] for output '{self.output}' "
+                                      f"{list(shape)}")
+        if classes is not None and arr.size:
+            bad = (arr < 0) | (arr >= classes)
+            if self._ignore_index is not None:
+                bad &= arr != self._ignore_index
+            if bad.any():
+                i = int(np.flatnonzero(bad.reshape(-1))[0])
+                raise OutOfRange(f"targets: element {i} is class {int(arr.reshape(-1)[i])}, expected 0..{classes - 1} "
+                                 f"(output '{self.output}' has {classes} classes)")
+
     def _batch(self, inputs: Inputs, targets: Any) -> tuple[InputTensors, _Handle]:
         feed = self._feed(inputs)
+        unknown = [n for n in feed if n not in self._model.inputs]
+        if unknown:
+            raise InvalidArgument(f"input '{unknown[0]}': the model has no such input "
+                                  f"(inputs: {', '.join(self._graph_inputs)})")
         missing = [n for n in self._graph_inputs if n not in feed]
         if missing:
             raise InvalidArgument(f"input '{missing[0]}' is missing (inputs given: {', '.join(feed) or 'none'})")
