@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Creates (once) the Python virtual environment that the benchmarks and the
-# zoo check run ONNX Runtime in, and pip-installs onnxruntime, onnx, numpy
-# and pytest there (onnx: onnxruntime.quantization needs it, and its wheel
-# ships the light_* models; pytest: the Python package's tests, python/tests). Idempotent: when the venv exists and imports all four
-# (onnx at its pin) it does nothing, without touching the network. Uses the
+# zoo check run ONNX Runtime in, and pip-installs onnxruntime, onnx, numpy,
+# pytest and mypy there (onnx: onnxruntime.quantization needs it, and its
+# wheel ships the light_* models; pytest and mypy: the Python package's
+# tests, python/tests, and its annotations). Idempotent: when the venv exists
+# and imports all five (onnx at its pin) it does nothing, without touching
+# the network. Uses the
 # first `python3` on PATH (Debian's /usr/bin/python3 has torch for the
 # exports; this one need not).
 #
@@ -24,8 +26,8 @@ fi
 # (tests/conformance/gen_onnx_node_cases.py), whose expected-pass list is
 # written for this version.
 onnx_pin=1.23.2
-if [ "$update" = 1 ] || ! "$py" -c "import onnxruntime, numpy, onnx, pytest; assert onnx.__version__ == '$onnx_pin'" >/dev/null 2>&1; then
-  echo "python-venv: pip-installing onnxruntime, onnx==$onnx_pin, numpy and pytest into $venv" >&2
-  "$py" -m pip install --quiet --disable-pip-version-check --upgrade onnxruntime "onnx==$onnx_pin" numpy pytest >&2
+if [ "$update" = 1 ] || ! "$py" -c "import onnxruntime, numpy, onnx, pytest, mypy; assert onnx.__version__ == '$onnx_pin'" >/dev/null 2>&1; then
+  echo "python-venv: pip-installing onnxruntime, onnx==$onnx_pin, numpy, pytest and mypy into $venv" >&2
+  "$py" -m pip install --quiet --disable-pip-version-check --upgrade onnxruntime "onnx==$onnx_pin" numpy pytest mypy >&2
 fi
 echo "$py"

@@ -263,6 +263,11 @@ class Library:
         self._optional: dict[str, Optional[Callable[..., Any]]] = {}
         self._lock = threading.Lock()
 
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names __init__ did not set: the required calls are
+        # instance attributes (this also tells type checkers they exist).
+        raise AttributeError(f"libkiln has no required call {name!r} (optional ones: Library.optional)")
+
     def optional(self, name: str) -> Optional[Callable[..., Any]]:
         """The newer call `name` with its prototype, or None where this
         library predates it."""

@@ -9,7 +9,7 @@ returns); str ('U') and bytes ('S') arrays are accepted as inputs.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -42,6 +42,7 @@ _ONNX_NAMES = {
     C.DTYPE_F4E2M1: "float4e2m1", C.DTYPE_F8E8M0: "float8e8m0", C.DTYPE_U2: "uint2", C.DTYPE_I2: "int2",
 }
 
+_ml: Any
 try:  # optional: numpy dtypes for bfloat16 and the narrow types
     import ml_dtypes as _ml
 except ImportError:  # pragma: no cover - depends on the environment

@@ -314,6 +314,7 @@ class InferenceSession:
             self._outputs.append(_io_info(info)[0])
         self._output_index = {o.name: i for i, o in enumerate(self._outputs)}
         self._optional_inputs = {a.name for a in self._inputs if a.type.startswith("optional(")}
+        self._sequence_inputs = {a.name for a in self._inputs if a.type.startswith(("seq(", "optional(seq("))}
 
     def _create_session(self, device: Optional[str]) -> None:
         opts = self._lib.kiln_session_options_default()
@@ -437,8 +438,7 @@ class InferenceSession:
             if isinstance(value, Tensor):
                 ptr = self._lib.kiln_tensor_retain(value.ptr)
             else:
-                if isinstance(value, list) and name in self._input_dtypes and \
-                        self._inputs[[a.name for a in self._inputs].index(name)].type.startswith(("seq(", "optional(seq(")):
+                if name in self._sequence_inputs:
                     raise Unsupported(f"input '{name}' is a sequence: kiln's C API takes tensors only")
                 kd = self._input_dtypes.get(name, C.DTYPE_UNDEFINED)
                 arr = input_array(name, value, kd, _dtypes.type_string(kd) if kd else "a tensor")
@@ -456,7 +456,7 @@ class InferenceSession:
             self._event("Session", "model_run", t)
         del handles  # the inputs: kiln holds its own references where it needs them
         check(st)
-        owned = [_Handle(c_outputs[i]) for i in range(n_out)]
+        owned = [_Handle(c_outputs[i] or 0) for i in range(n_out)]
         result = []
         for i in want:
             result.append(self._lib.kiln_tensor_retain(owned[i].ptr))

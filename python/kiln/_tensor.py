@@ -27,6 +27,7 @@ class _Handle:
     """One reference to a kiln_tensor; released on collection."""
 
     __slots__ = ("ptr", "__weakref__")
+    ptr: Optional[int]
 
     def __init__(self, ptr: int):
         self.ptr = ptr
@@ -80,7 +81,7 @@ class Tensor:
     @property
     def ptr(self) -> int:
         """The kiln_tensor* (borrowed)."""
-        return self._handle.ptr
+        return self._handle.ptr or 0
 
     @property
     def kiln_dtype(self) -> int:
@@ -126,7 +127,7 @@ class Tensor:
 
 
 def _to_numpy(handle: _Handle) -> np.ndarray:
-    kd, shape, numel, data = _info(handle.ptr)
+    kd, shape, numel, data = _info(handle.ptr or 0)
     if kd == C.DTYPE_STRING:
         out = np.empty(numel, dtype=object)
         ptrs = ctypes.cast(data, POINTER(c_void_p))
@@ -297,7 +298,7 @@ def _capsule_destructor(capsule: Optional[int]) -> None:
 
 
 def _dlpack_capsule(handle: _Handle) -> Any:
-    kd, shape, numel, data = _info(handle.ptr)
+    kd, shape, numel, data = _info(handle.ptr or 0)
     if kd not in _DL_CODES:
         raise BufferError(f"DLPack has no {_dtypes.onnx_name(kd)} type")
     code, bits = _DL_CODES[kd]

@@ -30,12 +30,12 @@ def _providers(device: str) -> Optional[list[str]]:
 
 class KilnBackendRep(BackendRep):
     """A prepared model: an InferenceSession whose run takes the inputs as a
-    list (in graph-input order) or a dict, and returns the outputs as a list."""
+    list (in graph-input order) or a dict, and returns the outputs as a tuple."""
 
     def __init__(self, session: InferenceSession):
         self.session = session
 
-    def run(self, inputs: Any, **kwargs: Any) -> list[Any]:
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
         names = [i.name for i in self.session.get_inputs()]
         if isinstance(inputs, dict):
             feed = dict(inputs)
@@ -45,7 +45,7 @@ class KilnBackendRep(BackendRep):
             feed = dict(zip(names, inputs))
         else:
             feed = {names[0]: inputs}
-        return self.session.run(None, feed)
+        return tuple(self.session.run(None, feed))
 
 
 class KilnBackend(Backend):
@@ -71,12 +71,12 @@ class KilnBackend(Backend):
         return KilnBackendRep(InferenceSession(model, options, providers=_providers(device)))
 
     @classmethod
-    def run_model(cls, model: Any, inputs: Any, device: str = "CPU", **kwargs: Any) -> list[Any]:
+    def run_model(cls, model: Any, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple[Any, ...]:
         return cls.prepare(model, device, **kwargs).run(inputs)
 
     @classmethod
     def run_node(cls, node: onnx.NodeProto, inputs: Any, device: str = "CPU",
-                 outputs_info: Optional[Sequence[tuple[Any, Any]]] = None, **kwargs: Any) -> list[Any]:
+                 outputs_info: Optional[Sequence[tuple[Any, Any]]] = None, **kwargs: Any) -> tuple[Any, ...]:
         """Runs one node on numpy inputs (a list in the node's input order, or
         a dict by name), as a one-node model at the newest opset this onnx
         knows (kwargs opset_version to choose)."""
@@ -95,7 +95,7 @@ def _tensor_type(dtype: np.dtype) -> int:
     helper = getattr(onnx.helper, "np_dtype_to_tensor_dtype", None)
     if helper is not None:
         return int(helper(np.dtype(dtype)))
-    from onnx import mapping  # onnx < 1.13
+    from onnx import mapping  # type: ignore[attr-defined]  # onnx < 1.13
     return int(mapping.NP_TYPE_TO_TENSOR_TYPE[np.dtype(dtype)])
 
 

@@ -228,3 +228,29 @@ def test_no_rss_growth_over_1000_sessions(mlp: Any, rng: np.random.Generator) ->
     gc.collect()
     grown = _rss_kb() - base
     assert grown < 8 * 1024, f"RSS grew by {grown} kB over {n - warm} cycles"
+
+
+def test_library_without_the_newer_calls(monkeypatch: pytest.MonkeyPatch, mlp: Any, rng: np.random.Generator,
+                                         tmp_path: Any) -> None:
+    """On a libkiln.so that predates kiln_tensor_wrap, the metadata and the
+    profiling calls (each looked up lazily), sessions still run: inputs are
+    copied once, metadata is empty, the profile has the session's events."""
+    import json
+
+    import kiln
+    from kiln import _capi
+    lib = _capi.lib()
+    monkeypatch.setattr(lib, "optional", lambda name: None)
+    so = kiln.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "old_")
+    sess = kiln.InferenceSession(mlp, so)
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    y, z = sess.run(None, {"x": x})
+    from conftest import mlp_reference
+    np.testing.assert_allclose(y, mlp_reference(x)[0], rtol=1e-5, atol=1e-6)
+    md = sess.get_modelmeta()
+    assert md.producer_name == "" and md.custom_metadata_map == {}
+    events = json.loads(open(sess.end_profiling()).read())
+    assert [e["name"] for e in events if e["cat"] == "Session"][-1] == "model_run"
+    assert kiln.get_version_string() == "0.1.0"
