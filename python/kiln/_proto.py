@@ -31,7 +31,7 @@ class Initializer:
         return n
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         if pos >= len(buf):
@@ -44,69 +44,72 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _fields(buf: bytes) -> Iterator[tuple[int, int, object]]:
-    """(field number, wire type, value): an int for varints and fixed
-    widths, a bytes slice (memoryview) for length-delimited fields."""
+_EMPTY = memoryview(b"")
+
+
+def _fields(buf: memoryview) -> Iterator[tuple[int, int, int, memoryview]]:
+    """(field number, wire type, number, bytes): the number for varints and
+    fixed widths, the bytes (a view, no copy) for length-delimited fields."""
     pos, end = 0, len(buf)
     while pos < end:
         key, pos = _varint(buf, pos)
         num, wt = key >> 3, key & 7
         if wt == 0:
             v, pos = _varint(buf, pos)
-            yield num, wt, v
+            yield num, wt, v, _EMPTY
         elif wt == 1:
-            yield num, wt, int.from_bytes(buf[pos:pos + 8], "little")
+            yield num, wt, int.from_bytes(buf[pos:pos + 8], "little"), _EMPTY
             pos += 8
         elif wt == 2:
             n, pos = _varint(buf, pos)
             if pos + n > end:
                 raise InvalidModel("truncated protobuf field")
-            yield num, wt, buf[pos:pos + n]
+            yield num, wt, 0, buf[pos:pos + n]
             pos += n
         elif wt == 5:
-            yield num, wt, int.from_bytes(buf[pos:pos + 4], "little")
+            yield num, wt, int.from_bytes(buf[pos:pos + 4], "little"), _EMPTY
             pos += 4
         else:
             raise InvalidModel(f"protobuf wire type {wt} is not ONNX's")
 
 
 def _graph(model: bytes) -> memoryview:
-    for num, wt, v in _fields(memoryview(model)):
+    for num, wt, _, v in _fields(memoryview(model)):
         if num == 7 and wt == 2:
-            return v  # type: ignore[return-value]
+            return v
     raise InvalidModel("the model has no graph")
 
 
 def _tensor(buf: memoryview) -> Initializer:
     name, dtype, dims = "", 0, []
-    for num, wt, v in _fields(buf):
+    for num, wt, x, v in _fields(buf):
         if num == 8 and wt == 2:
-            name = bytes(v).decode("utf-8", "replace")  # type: ignore[arg-type]
+            name = bytes(v).decode("utf-8", "replace")
         elif num == 2 and wt == 0:
-            dtype = int(v)  # type: ignore[arg-type]
+            dtype = x
         elif num == 1 and wt == 0:
-            dims.append(int(v))  # type: ignore[arg-type]
+            dims.append(x)
         elif num == 1 and wt == 2:  # packed dims
-            p, data = 0, bytes(v)  # type: ignore[arg-type]
-            while p < len(data):
-                d, p = _varint(data, p)
+            p = 0
+            while p < len(v):
+                d, p = _varint(v, p)
                 dims.append(d)
     return Initializer(name, dtype, tuple(dims))
 
 
 def initializers(model: bytes) -> list[Initializer]:
     """The main graph's initializers, in file order."""
-    return [_tensor(v) for num, wt, v in _fields(_graph(model)) if num == 5 and wt == 2]  # type: ignore[arg-type]
+    return [_tensor(v) for num, wt, _, v in _fields(_graph(model)) if num == 5 and wt == 2]
 
 
 def op_types(model: bytes) -> list[str]:
     """The main graph's nodes' op types, in file order."""
     out = []
-    for num, wt, v in _fields(_graph(model)):
+    for num, wt, _, v in _fields(_graph(model)):
         if num == 1 and wt == 2:
             op = ""
-            for n2, w2, v2 in _fields(v):  # type: ignore[arg-type]
+            for n2, w2, _, v2 in _fields(v):
                 if n2 == 4 and w2 == 2:
-                    op = bytes(v2).decode("utf-8", "replace")  # type: ignore[arg-type]
+                    op = bytes(v2).decode("utf-8", "replace")
             out.append(op)
     return out

@@ -403,7 +403,7 @@ class Trainer:
             for k, v in x.items():
                 if len(v) != n:
                     raise InvalidArgument(f"data: array '{k}' has {len(v)} samples, the targets {n}")
-            per_epoch = (n + batch_size - 1) // batch_size
+            per_epoch: Optional[int] = (n + batch_size - 1) // batch_size
         else:
             per_epoch = len(data) if hasattr(data, "__len__") else None
         per_update = self.grad_accum
