@@ -341,12 +341,13 @@ class Trainer:
         """(loss, accuracy) with the current weights in inference mode
         (BatchNormalization on running statistics, no Dropout); accuracy
         (argmax over axis 1 against the targets) for cross_entropy and nll,
-        None for the other losses. With batch_size, in batches (the loss
-        the mean over samples), as `kiln train --eval` does."""
+        None for the other losses. In batches of batch_size (default 256;
+        the loss the mean of the batches' weighted by their sizes), as
+        `kiln train --eval` does."""
         ptr = self._require_open()
         feed = self._feed(inputs)
         n = len(np.asarray(targets))
-        bs = batch_size or n
+        bs = batch_size or 256
         total, correct, counted = 0.0, 0, 0
         for start in range(0, n, bs):
             part = {k: v[start:start + bs] for k, v in feed.items()}

@@ -103,6 +103,15 @@ def test_verify_agrees_with_kiln_verify(rng):
     assert r["ok"] is False and r["errors"]
 
 
+@pytest.mark.parametrize("kind", ["cpu", "vulkan", "opencl", "cuda"])
+def test_verify_every_device(kind):
+    names = [d.name for d in kiln.devices() if d.name.split(":")[0] == kind]
+    if not names:
+        pytest.skip(f"no {kind} device here")
+    r = kiln.verify(str(SHAPES), names[0])
+    assert r["ok"] and r["device"] == names[0] and r["max_abs_err"] < 1e-3, r
+
+
 def test_bench_report():
     r = kiln.bench(str(SHAPES), device="cpu", warmup=1, iterations=5, profile=True, threads=1)
     assert r["iterations"] == 5 and r["threads"] == 1 and r["min_ms"] <= r["median_ms"] <= r["max_ms"]

@@ -326,3 +326,25 @@ def test_python_m_kiln_train_log_equals_kiln_trains(digits, tmp_path):
     r = subprocess.run([sys.executable, "-m", "kiln", "train", str(tmp_path / "m.onnx"), "--data",
                         str(tmp_path / "nope.npz"), "--loss", "cross_entropy"], capture_output=True, text=True, env=env)
     assert r.returncode == 1 and "kiln: error:" in r.stderr and "nope.npz" in r.stderr
+
+
+def _other_devices() -> list[str]:
+    return [d.name for d in kiln.devices() if d.name.split(":")[0] in ("vulkan", "opencl", "cuda")]
+
+
+@pytest.mark.parametrize("device", ["vulkan", "opencl", "cuda"])
+def test_trainer_on_other_devices_matches_cpu(digits, device):
+    """The same 10 steps on a device with memory of its own (lavapipe, PoCL
+    in the suite): the cpu's losses and evaluation within 1e-5."""
+    names = [d for d in _other_devices() if d.split(":")[0] == device]
+    if not names:
+        pytest.skip(f"no {device} device here")
+    xtr, ytr, xte, yte = digits
+    out = {}
+    for dev in ("cpu", names[0]):
+        with kiln.Trainer(TM.digits_mlp(), loss="cross_entropy", optimizer="adamw", lr=3e-3, device=dev) as t:
+            log = t.fit((xtr[:320], ytr[:320]), epochs=1, progress=False)
+            out[dev] = ([e["loss"] for e in log], t.evaluate(xte, yte))
+    (cpu_l, (cpu_el, cpu_acc)), (dev_l, (dev_el, dev_acc)) = out["cpu"], out[names[0]]
+    np.testing.assert_allclose(dev_l, cpu_l, rtol=1e-5)
+    assert dev_el == pytest.approx(cpu_el, rel=1e-5) and dev_acc == cpu_acc
