@@ -5,7 +5,7 @@ initializer names, and `python -m kiln info` prints the op histogram and
 parameter counts. Only the main graph is read (not subgraphs' bodies).
 
 Field numbers (onnx.proto): ModelProto.graph = 7; GraphProto.node = 1,
-.initializer = 5; NodeProto.op_type = 4; TensorProto.dims = 1,
+.initializer = 5; NodeProto.input = 1, .op_type = 4; TensorProto.dims = 1,
 .data_type = 2, .name = 8.
 """
 
@@ -102,14 +102,21 @@ def initializers(model: bytes) -> list[Initializer]:
     return [_tensor(v) for num, wt, _, v in _fields(_graph(model)) if num == 5 and wt == 2]
 
 
-def op_types(model: bytes) -> list[str]:
-    """The main graph's nodes' op types, in file order."""
+def nodes(model: bytes) -> list[tuple[str, list[str]]]:
+    """The main graph's nodes as (op type, input names), in file order."""
     out = []
     for num, wt, _, v in _fields(_graph(model)):
         if num == 1 and wt == 2:
-            op = ""
+            op, inputs = "", []
             for n2, w2, _, v2 in _fields(v):
                 if n2 == 4 and w2 == 2:
                     op = bytes(v2).decode("utf-8", "replace")
-            out.append(op)
+                elif n2 == 1 and w2 == 2:
+                    inputs.append(bytes(v2).decode("utf-8", "replace"))
+            out.append((op, inputs))
     return out
+
+
+def op_types(model: bytes) -> list[str]:
+    """The main graph's nodes' op types, in file order."""
+    return [op for op, _ in nodes(model)]

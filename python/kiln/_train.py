@@ -148,8 +148,11 @@ class Trainer:
         dev = _device_arg(device, providers)
         self._model = ModelHandle(model)
         try:
-            inits = _proto.initializers(self._model.read_bytes())
-            self.initializers = {i.name: i for i in inits}
+            data = self._model.read_bytes()
+            self.initializers = {i.name: i for i in _proto.initializers(data)}
+            # BatchNormalization's running mean and variance: state the step updates, never trained.
+            self._running_stats = {ins[k] for op, ins in _proto.nodes(data) if op == "BatchNormalization"
+                                   for k in (3, 4) if k < len(ins)}
             self._graph_inputs = [n for n in self._model.inputs if n not in self.initializers]
             if output is not None and output not in self._model.outputs:
                 raise NotFound(f"output '{output}': the model has no such output "
@@ -193,7 +196,7 @@ class Trainer:
                 rx = re.compile(trainable)
             except re.error as e:
                 raise InvalidArgument(f"trainable pattern '{trainable}': {e}") from None
-            chosen = [n for n in floats if rx.search(n)]
+            chosen = [n for n in floats if rx.search(n) and n not in self._running_stats]
             if not chosen:
                 raise NotFound(f"trainable pattern '{trainable}' matches no float initializer "
                                f"(float initializers: {', '.join(floats) or 'none'})")
@@ -208,6 +211,9 @@ class Trainer:
                 if n not in floats:
                     raise InvalidArgument(f"trainable '{n}' is a {C_DTYPE_NAME(self.initializers[n].dtype)} "
                                           f"initializer; only float ones train")
+                if n in self._running_stats:
+                    raise InvalidArgument(f"trainable '{n}' is a running statistic of BatchNormalization: state "
+                                          f"the step updates, not a trained value")
                 if n not in chosen:
                     chosen.append(n)
         want = set(chosen)

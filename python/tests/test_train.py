@@ -192,6 +192,22 @@ def test_trainable_errors():
         kiln.Trainer(model, loss="mse", trainable="^zz")
     with pytest.raises(kiln.InvalidArgument, match="not both"):
         kiln.Trainer(model, loss="mse", trainable=["b"], freeze="b")
+    with pytest.raises(kiln.InvalidArgument, match="'block0.bn.running_mean' is a running statistic"):
+        kiln.Trainer(TM.fmnist_cnn(), trainable=["block0.bn.running_mean"])
+
+
+def test_trainable_regex_on_the_cnn(tmp_path):
+    """The pattern "bn[.]" picks BatchNormalization's scales and biases, not its running
+    statistics (which the step still updates)."""
+    x = np.random.default_rng(5).standard_normal((4, 1, 28, 28)).astype(np.float32)
+    y = np.arange(4, dtype=np.int64)
+    with kiln.Trainer(TM.fmnist_cnn(), optimizer="adamw", lr=1e-2, trainable=r"bn[.]") as t:
+        t.step(x, y)
+        assert trained_set(t, tmp_path) == {f"block{i}.bn.{k}" for i in (0, 1) for k in ("weight", "bias")}
+        with np.load(tmp_path / "weights.npz") as z:
+            assert not np.array_equal(z["block0.bn.running_mean"], np.zeros(32, np.float32))  # state, updated
+            assert np.array_equal(z["fc1.weight"], numpy_helper.to_array(
+                [i for i in TM.fmnist_cnn().graph.initializer if i.name == "fc1.weight"][0]))
 
 
 def test_freeze_pattern_escapes_and_anchors():
@@ -323,6 +339,14 @@ def test_python_m_kiln_train_log_equals_kiln_trains(digits, tmp_path):
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "py.jsonl").read_text() == (tmp_path / "cli.jsonl").read_text()
     assert (tmp_path / "py.onnx").exists() and (tmp_path / "ck" / "trainer.json").exists()
+    # --resume: a run stopped after epoch 1 and resumed writes the uninterrupted run's log
+    r1 = subprocess.run([sys.executable, "-m", "kiln", *args[:-4], "--epochs", "1", "--grad-accum", "2", "--log",
+                         str(tmp_path / "part.jsonl"), "--checkpoint", str(tmp_path / "ck1")],
+                        capture_output=True, text=True, env=env)
+    r2 = subprocess.run([sys.executable, "-m", "kiln", *args, "--log", str(tmp_path / "part.jsonl"),
+                         "--resume", str(tmp_path / "ck1")], capture_output=True, text=True, env=env)
+    assert r1.returncode == 0 and r2.returncode == 0, r1.stderr + r2.stderr
+    assert (tmp_path / "part.jsonl").read_text() == (tmp_path / "cli.jsonl").read_text()
     r = subprocess.run([sys.executable, "-m", "kiln", "train", str(tmp_path / "m.onnx"), "--data",
                         str(tmp_path / "nope.npz"), "--loss", "cross_entropy"], capture_output=True, text=True, env=env)
     assert r.returncode == 1 and "kiln: error:" in r.stderr and "nope.npz" in r.stderr
