@@ -21,12 +21,17 @@ import numpy as np
 import pytest
 
 import kiln
-from conftest import BUILD, REPO, make_model, vi
+from conftest import KILN_BIN, KILN_BIN_SAME_BUILD, REPO, make_model, vi
 from onnx import TensorProto, helper, numpy_helper
 
 import train_models as TM
 
-KILN_BIN = BUILD / "kiln"
+
+
+# The binary and the library of one build compute the same floats: the losses
+# must be equal (the log's %.9g). A binary of another build (the ASan run's
+# library is a Debug build) only agrees to rounding, which grows over steps.
+RTOL = 2e-8 if KILN_BIN_SAME_BUILD else 2e-2
 
 
 def need_cli() -> Path:
@@ -79,7 +84,7 @@ def test_digits_mlp_reaches_the_bar_and_matches_kiln_train(digits, tmp_path):
     cli = cli_losses(tmp_path, model, xtr, ytr, "--loss", "cross_entropy", "--optimizer", "adamw", "--lr", "3e-3",
                      "--batch-size", "32", "--epochs", "10", "--shuffle", "0")
     assert len(cli) == len(steps)
-    np.testing.assert_allclose(steps, cli, rtol=2e-8, atol=0)  # the log's %.9g: the same numbers
+    np.testing.assert_allclose(steps, cli, rtol=RTOL, atol=0)  # the log's %.9g: the same numbers
 
 
 def test_fmnist_cnn_losses_match_kiln_train(fmnist, tmp_path):
@@ -93,7 +98,7 @@ def test_fmnist_cnn_losses_match_kiln_train(fmnist, tmp_path):
     cli = cli_losses(tmp_path, model, x, y, "--loss", "cross_entropy", "--optimizer", "adamw", "--lr", "1e-3",
                      "--batch-size", "64", "--epochs", "1", "--shuffle", "0")
     assert len(steps) == len(cli) == 50
-    np.testing.assert_allclose(steps, cli, rtol=2e-8, atol=0)
+    np.testing.assert_allclose(steps, cli, rtol=RTOL, atol=0)
     assert np.mean(steps[-10:]) < 0.5 * steps[0]  # it learns
 
 
@@ -131,7 +136,7 @@ def test_options_match_kiln_train(digits, tmp_path, opts, cli):
         log = t.fit((x, y), epochs=2, batch_size=32, progress=False)
         lrs = [e["lr"] for e in log]
     ref = cli_losses(tmp_path, model, x, y, "--loss", "cross_entropy", "--batch-size", "32", "--epochs", "2", *cli)
-    np.testing.assert_allclose([e["loss"] for e in log], ref, rtol=2e-8, atol=0)
+    np.testing.assert_allclose([e["loss"] for e in log], ref, rtol=RTOL, atol=0)
     if opts.get("schedule") == "step:5:0.5":
         assert lrs[0] == pytest.approx(1e-3) and lrs[5] == pytest.approx(5e-4)
 
@@ -337,7 +342,16 @@ def test_python_m_kiln_train_log_equals_kiln_trains(digits, tmp_path):
     assert r.returncode == 0, r.stderr
     r = subprocess.run([str(need_cli()), *args, "--log", str(tmp_path / "cli.jsonl")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert (tmp_path / "py.jsonl").read_text() == (tmp_path / "cli.jsonl").read_text()
+    def same_log(a: Path, b: Path) -> None:
+        if KILN_BIN_SAME_BUILD:
+            assert a.read_text() == b.read_text()
+        else:
+            la, lb = [json.loads(x) for x in a.read_text().splitlines()], [json.loads(x) for x in b.read_text().splitlines()]
+            assert [sorted(x) for x in la] == [sorted(x) for x in lb]
+            np.testing.assert_allclose([x.get("loss", x.get("eval_loss")) for x in la],
+                                       [x.get("loss", x.get("eval_loss")) for x in lb], rtol=RTOL)
+
+    same_log(tmp_path / "py.jsonl", tmp_path / "cli.jsonl")
     assert (tmp_path / "py.onnx").exists() and (tmp_path / "ck" / "trainer.json").exists()
     # --resume: a run stopped after epoch 1 and resumed writes the uninterrupted run's log
     r1 = subprocess.run([sys.executable, "-m", "kiln", *args[:-4], "--epochs", "1", "--grad-accum", "2", "--log",
@@ -346,7 +360,7 @@ def test_python_m_kiln_train_log_equals_kiln_trains(digits, tmp_path):
     r2 = subprocess.run([sys.executable, "-m", "kiln", *args, "--log", str(tmp_path / "part.jsonl"),
                          "--resume", str(tmp_path / "ck1")], capture_output=True, text=True, env=env)
     assert r1.returncode == 0 and r2.returncode == 0, r1.stderr + r2.stderr
-    assert (tmp_path / "part.jsonl").read_text() == (tmp_path / "cli.jsonl").read_text()
+    same_log(tmp_path / "part.jsonl", tmp_path / "cli.jsonl")
     r = subprocess.run([sys.executable, "-m", "kiln", "train", str(tmp_path / "m.onnx"), "--data",
                         str(tmp_path / "nope.npz"), "--loss", "cross_entropy"], capture_output=True, text=True, env=env)
     assert r.returncode == 1 and "kiln: error:" in r.stderr and "nope.npz" in r.stderr
