@@ -27,8 +27,12 @@
  * kiln_status_free(). The library never aborts on bad input.
  *
  * Ownership: a function that returns an object through an out_* parameter
- * transfers ownership to the caller (destroy/release it). Pointers passed in
- * are borrowed for the duration of the call unless stated otherwise.
+ * transfers ownership to the caller (destroy/release it); a JSON report
+ * returned through `char **out_json` is the caller's too (kiln_string_free),
+ * and *out_json is NULL when the call fails. Strings returned as `const
+ * char *` are borrowed (from the model, the device or the library). Pointers
+ * passed in are borrowed for the duration of the call unless stated
+ * otherwise (kiln_tensor_wrap's buffer: for the tensor's life).
  *
  * Thread safety: a kiln_model is immutable after loading and may be shared by
  * threads. A kiln_session may be used by one thread at a time (callers
@@ -165,8 +169,10 @@ typedef void (*kiln_release_fn)(void *user_data);
  * KILN_INVALID_ARGUMENT saying what was expected); data may be NULL only
  * when numel is 0; STRING is refused (its elements are owned pointers).
  * Any address aligned to the element size works (a float buffer at 4 mod
- * 16, say): the tensor is a kiln_session_run input like a created one. A
- * run reads it during the call only; outputs never alias it. */
+ * 16, say): the tensor is a kiln_session_run input like a created one.
+ * A session keeps no reference to an input after the run, but an output
+ * may be the input tensor itself (a graph input passed through unchanged,
+ * on ref): then the release waits for that output's release as well. */
 KILN_API kiln_status_t kiln_tensor_wrap(kiln_dtype dtype, int rank, const int64_t *dims, void *data, size_t nbytes,
                                         kiln_release_fn release, void *user_data, kiln_tensor **out_tensor);
 
@@ -305,6 +311,7 @@ KILN_API kiln_status_t kiln_devices_json(char **out_json);
  *    "nodes": int (after optimization), "n_kernels": int (generated kernels),
  *    "fused_nodes": int, "nodes_on_ref": int, "device_segments": int,
  *    "kernels": [{"name": str  (the step's name: "Conv", "Add+fused", "host:LSTM"),
+ *                 "node": str  (the node that starts the step: a profile event's "name"),
  *                 "kind": "kernel" | "routine" | "dynamic" | "host_only" | "control_flow" | "interpreted",
  *                 "op": str  (the op types, "Conv+Relu"), "ops": [node names], "flops": int}],
  *    "fallbacks": [{"node": str, "op": str, "reason": str}]   (nodes left to ref),
@@ -318,7 +325,8 @@ KILN_API kiln_status_t kiln_session_report_json(const kiln_session *session, cha
  * step (a compiled kernel, a host step, or a node on the interpreter),
  * timed on the host clock around the step. On devices without host memory
  * (vulkan, opencl, cuda) profiled runs submit and wait per step, so they
- * are slower than plain runs. Disabling drops what was recorded. */
+ * are slower than plain runs. Enabling it again keeps what was recorded;
+ * disabling drops it. */
 KILN_API kiln_status_t kiln_session_set_profiling(kiln_session *session, int enabled);
 /* The events recorded since profiling was enabled or since the last call
  * (which clears them); KILN_INVALID_ARGUMENT when profiling is off:

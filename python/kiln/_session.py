@@ -27,7 +27,7 @@ import numpy as np
 from . import _capi as C
 from . import _dtypes
 from ._errors import InvalidArgument, NoSuchFile, ProviderNotAvailable, Unsupported, check
-from ._tensor import Tensor, _Handle, input_array, outputs_to_numpy, tensor_from_input
+from ._tensor import Tensor, _Handle, copy_tensor, input_array, outputs_to_numpy, tensor_from_input
 
 # ---- options ------------------------------------------------------------------
 
@@ -108,9 +108,9 @@ class RunOptions:
 class NodeArg:
     """A graph input or output as ONNX Runtime describes it: name, type
     ('tensor(float)') and shape (ints, symbolic dims by name, None where
-    unknown)."""
+    unknown; [] for an unknown rank, as for a scalar)."""
 
-    def __init__(self, name: str, type: str, shape: Optional[list[Union[int, str, None]]]):
+    def __init__(self, name: str, type: str, shape: list[Union[int, str, None]]):
         self.name = name
         self.type = type
         self.shape = shape
@@ -233,11 +233,8 @@ _Model = Union[str, bytes, os.PathLike, Any]
 
 def _io_info(info: C.kiln_io_info) -> tuple[NodeArg, int]:
     name = info.name.decode() if info.name else ""
-    shape: Optional[list[Union[int, str, None]]]
-    if info.rank < 0:
-        shape = None
-    else:
-        shape = []
+    shape: list[Union[int, str, None]] = []  # unknown rank: [] as ONNX Runtime says (like a scalar's)
+    if info.rank >= 0:
         for d in range(info.rank):
             if info.dims[d] >= 0:
                 shape.append(int(info.dims[d]))
@@ -430,6 +427,7 @@ class InferenceSession:
                                   f"(given: {', '.join(map(repr, input_feed)) or 'nothing'})")
         names: list[bytes] = []
         handles: list[_Handle] = []
+        lent: set[int] = set()  # inputs over the caller's arrays (kiln_tensor_wrap)
         for name, value in input_feed.items():
             if not isinstance(name, str):
                 raise InvalidArgument(f"input names must be str, got {name!r}")
@@ -442,7 +440,9 @@ class InferenceSession:
                     raise Unsupported(f"input '{name}' is a sequence: kiln's C API takes tensors only")
                 kd = self._input_dtypes.get(name, C.DTYPE_UNDEFINED)
                 arr = input_array(name, value, kd, _dtypes.type_string(kd) if kd else "a tensor")
-                ptr, _ = tensor_from_input(name, arr, kd)
+                ptr, borrowed = tensor_from_input(name, arr, kd)
+                if borrowed:
+                    lent.add(ptr)
             handles.append(_Handle(ptr))
             names.append(name.encode())
         n_out = max(want) + 1 if want else 0
@@ -459,7 +459,11 @@ class InferenceSession:
         owned = [_Handle(c_outputs[i] or 0) for i in range(n_out)]
         result = []
         for i in want:
-            result.append(self._lib.kiln_tensor_retain(owned[i].ptr))
+            p = owned[i].ptr or 0
+            # An output may be a lent input itself (a graph input passed
+            # through unchanged, on ref): copied, so that it never shares the
+            # caller's array, as in ONNX Runtime.
+            result.append(copy_tensor(p) if p in lent else self._lib.kiln_tensor_retain(p))
         return result
 
     def run(self, output_names: Optional[Sequence[str]], input_feed: dict[str, Any],
@@ -487,6 +491,9 @@ class InferenceSession:
             out = c_void_p()
             with self._lock:
                 check(fn(self._sess, ctypes.byref(out)))
+                off = self._lib.optional("kiln_session_set_profiling")
+                if off is not None:
+                    check(off(self._sess, 0))  # profiling ends here, as in ONNX Runtime
             text = self._lib.take_string(out.value)
             events += self._node_events(json.loads(text) if text else {})
         stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(self._start_ns / 1e9))

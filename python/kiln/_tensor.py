@@ -204,6 +204,19 @@ def _new_from_array(arr: np.ndarray, kd: int, what: str, copy: bool = False) -> 
     return out.value or 0, False
 
 
+def copy_tensor(ptr: int) -> int:
+    """A new kiln_tensor* (the caller's) with a copy of `ptr`'s elements
+    (not for STRING)."""
+    lib = C.lib()
+    kd, shape, numel, data = _info(ptr)
+    dims = (c_int64 * max(len(shape), 1))(*shape)
+    out = c_void_p()
+    check(lib.kiln_tensor_create(kd, len(shape), dims, ctypes.byref(out)))
+    if numel and data:
+        ctypes.memmove(lib.kiln_tensor_data(out), data, numel * lib.kiln_dtype_size(kd))
+    return out.value or 0
+
+
 def input_array(name: str, value: Any, kd: int, type_str: str) -> np.ndarray:
     """The numpy array of one fed input, checked against the declared kiln
     dtype `kd` (UNDEFINED: take the array's): a numpy array (or anything

@@ -57,6 +57,16 @@ def test_metadata_symbolic_and_unknown_dims(rt: Any) -> None:
                                                        ("c", "tensor(int64)", ["batch", None, 3])]
 
 
+def test_metadata_unknown_rank(rt: Any) -> None:
+    """A value of unknown rank has shape [] in ONNX Runtime (as a scalar's)."""
+    model = make_model([helper.make_node("Reshape", ["x", "s"], ["y"])],
+                       [vi("x", TensorProto.FLOAT, None), vi("s", TensorProto.INT64, ["k"])],
+                       [vi("y", TensorProto.FLOAT, None)])
+    sess = rt.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert [(a.name, a.type, a.shape) for a in sess.get_inputs() + sess.get_outputs()] == [
+        ("x", "tensor(float)", []), ("s", "tensor(int64)", ["k"]), ("y", "tensor(float)", [])]
+
+
 def test_list_and_noncontiguous_inputs(rt: Any, mlp: Any, rng: np.random.Generator) -> None:
     sess = rt.InferenceSession(mlp.SerializeToString(), providers=["CPUExecutionProvider"])
     x = _x(rng, 3)
@@ -112,6 +122,17 @@ def test_profiling_json(rt: Any, mlp: Any, rng: np.random.Generator, tmp_path: P
     first, last = runs[0]["ts"], runs[-1]["ts"] + runs[-1]["dur"]
     slack = 2000  # us: the two clocks are read at slightly different moments
     assert all(first - slack <= e["ts"] <= last + slack for e in nodes), (first, last, nodes[:3])
+
+
+def test_profiling_ends_with_end_profiling(rt: Any, mlp: Any, rng: np.random.Generator, tmp_path: Path) -> None:
+    so = rt.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "once")
+    sess = rt.InferenceSession(mlp.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess.run(None, {"x": _x(rng)})
+    assert sess.end_profiling()
+    sess.run(None, {"x": _x(rng)})
+    assert sess.end_profiling() == ""
 
 
 def test_profiling_off_returns_empty(rt: Any, mlp: Any) -> None:

@@ -254,3 +254,47 @@ def test_library_without_the_newer_calls(monkeypatch: pytest.MonkeyPatch, mlp: A
     events = json.loads(open(sess.end_profiling()).read())
     assert [e["name"] for e in events if e["cat"] == "Session"][-1] == "model_run"
     assert kiln.get_version_string() == "0.1.0"
+
+
+def test_release_on_collection(mlp: Any, rng: np.random.Generator) -> None:
+    """The kiln tensor goes when its last user does: the numpy view, then a
+    DLPack consumer; lent inputs are given back after the run."""
+    import weakref
+
+    import kiln
+    from kiln import _tensor
+    sess = kiln.InferenceSession(mlp)
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    (t,) = sess.run_tensors(["y"], {"x": x})
+    handle = weakref.ref(t._handle)
+    view = t.numpy()
+    del t
+    gc.collect()
+    assert handle() is not None  # the view keeps it
+    del view
+    gc.collect()
+    assert handle() is None
+    (t,) = sess.run_tensors(["y"], {"x": x})
+    handle = weakref.ref(t._handle)
+    consumer = np.from_dlpack(t)
+    del t
+    gc.collect()
+    assert handle() is not None and len(_tensor._dl_live) >= 1
+    del consumer
+    gc.collect()
+    assert handle() is None and not _tensor._dl_live
+    assert not _tensor._lent  # kiln released every lent input
+
+
+def test_output_never_shares_an_input_array(rt: Any, rng: np.random.Generator) -> None:
+    """A graph input passed through unchanged (Identity on ref, where kiln's
+    output may be the lent input tensor itself) comes back as its own array."""
+    providers = ["ref"] if rt.__name__ == "kiln" else ["CPUExecutionProvider"]
+    model = make_model([helper.make_node("Identity", ["x"], ["y"])], [vi("x", TensorProto.FLOAT, [3])],
+                       [vi("y", TensorProto.FLOAT, [3])])
+    sess = rt.InferenceSession(model.SerializeToString(), providers=providers)
+    x = rng.standard_normal(3).astype(np.float32)
+    (y,) = sess.run(None, {"x": x})
+    expected = x.copy()
+    x[:] = 0
+    np.testing.assert_array_equal(y, expected)

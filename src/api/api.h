@@ -86,6 +86,14 @@ typedef struct kiln_verify_result {
 kiln_status_t kiln_verify_run(const kiln_model *model, const kiln_verify_options *opts, int n_inputs,
                               const char *const *names, kiln_value *const *inputs, kiln_verify_result *out);
 void kiln_verify_result_free(kiln_verify_result *r);
+/* kiln_verify_json's object for bound inputs (desc[i]: how input i was made), with opts' tolerances;
+ * what `kiln verify --json` prints. *out_ok (may be NULL): its "ok". */
+kiln_status_t kiln_verify_report_json(const kiln_model *model, const kiln_verify_options *opts, int n_inputs,
+                                      const char *const *names, kiln_value *const *inputs, char *const *desc,
+                                      char **out_json, bool *out_ok);
+/* The default tolerances of `kiln verify` and kiln_verify_json. */
+#define KILN_VERIFY_RTOL 1e-3
+#define KILN_VERIFY_ATOL 1e-4
 
 /* ---- bench (bench.c) ---- */
 

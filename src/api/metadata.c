@@ -25,7 +25,8 @@ kiln_status_t kiln_model_metadata_get(const kiln_model *model, kiln_model_metada
 }
 
 kiln_status_t kiln_model_opset(const kiln_model *model, int index, const char **out_domain, int64_t *out_version) {
-  if (!model || !out_domain || !out_version) return kiln_error(KILN_INVALID_ARGUMENT, "kiln_model_opset: NULL argument");
+  if (!model || !out_domain || !out_version)
+    return kiln_error(KILN_INVALID_ARGUMENT, "kiln_model_opset: NULL argument");
   const kiln_model_ir *m = model->ir;
   if (index < 0 || index >= m->n_opsets)
     return kiln_error(KILN_OUT_OF_RANGE, "opset index %d out of range (the model imports %d opsets)", index,

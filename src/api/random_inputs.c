@@ -28,8 +28,9 @@ kiln_status_t kiln_random_input(const kiln_value_def *def, kiln_dim_lookup dim_v
   const kiln_type *t = &def->type;
   char tb[256];
   if (t->kind == KILN_TYPE_SEQUENCE)
-    return kiln_error(KILN_INVALID_ARGUMENT, "input '%s' is a sequence (%s): give it explicitly (--input NAME=FILE.npz)",
-                      def->name, kiln_type_str(t, tb, sizeof tb));
+    return kiln_error(KILN_INVALID_ARGUMENT,
+                      "input '%s' is a sequence (%s): give it explicitly (--input NAME=FILE.npz)", def->name,
+                      kiln_type_str(t, tb, sizeof tb));
   if (t->kind != KILN_TYPE_TENSOR || t->rank < 0 || !t->dtype)
     return kiln_error(KILN_INVALID_ARGUMENT, "input '%s' has no declared dtype and rank (%s): give it explicitly",
                       def->name, kiln_type_str(t, tb, sizeof tb));
@@ -77,7 +78,8 @@ kiln_status_t kiln_bind_inputs(const kiln_model *model, int n_inputs, const char
   const kiln_graph *g = model->ir->graph;
   for (int i = 0; i < n_inputs; i++) {
     if (!input_names[i] || !inputs[i]) return kiln_error(KILN_INVALID_ARGUMENT, "input %d: NULL name or tensor", i);
-    if (kiln_graph_find_value(g, input_names[i]) < 0 || !g->values[kiln_graph_find_value(g, input_names[i])].is_graph_input)
+    int id = kiln_graph_find_value(g, input_names[i]);
+    if (id < 0 || !g->values[id].is_graph_input)
       return kiln_error(KILN_INVALID_ARGUMENT, "the model has no input named '%s'", input_names[i]);
   }
   size_t cap = (size_t)(g->n_inputs ? g->n_inputs : 1);

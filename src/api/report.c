@@ -29,6 +29,7 @@ static void plan_json(kiln_json *j, const kiln_plan *p, const struct kiln_execut
     kiln_plan_step_ops(p, s, ops, sizeof ops);
     kiln_json_object_begin(j, NULL);
     kiln_json_string(j, "name", s->name);
+    kiln_json_string(j, "node", s->node->name);
     kiln_json_string(j, "kind", step_kind(p, s));
     kiln_json_string(j, "op", ops);
     kiln_json_array_begin(j, "ops");
@@ -74,6 +75,7 @@ static void interpreted_json(kiln_json *j, const kiln_graph *g, const char *fall
   for (int i = 0; !fallback_reason && i < g->n_nodes; i++) {
     kiln_json_object_begin(j, NULL);
     kiln_json_string(j, "name", g->nodes[i].name);
+    kiln_json_string(j, "node", g->nodes[i].name);
     kiln_json_string(j, "kind", "interpreted");
     kiln_json_string(j, "op", g->nodes[i].op_type);
     kiln_json_array_begin(j, "ops");

@@ -29,10 +29,14 @@ kiln_status_t kiln_tensor_wrap(kiln_dtype dtype, int rank, const int64_t *dims, 
                       "pointers); create one with kiln_tensor_create");
   if (rank < 0 || rank > KILN_MAX_RANK)
     return kiln_error(KILN_INVALID_ARGUMENT, "kiln_tensor_wrap: rank %d outside 0..%d", rank, KILN_MAX_RANK);
+  for (int i = 0; i < rank; i++)
+    if (dims[i] < 0)
+      return kiln_error(KILN_INVALID_ARGUMENT, "kiln_tensor_wrap: dimension %d is negative (%lld)", i,
+                        (long long)dims[i]);
   char sb[256];
   int64_t numel = kiln_shape_numel(rank, dims), expected;
   if (numel < 0 || !kiln_mul_i64(numel, (int64_t)kiln_dtype_size(dtype), &expected))
-    return kiln_error(KILN_INVALID_ARGUMENT, "kiln_tensor_wrap: invalid shape %s",
+    return kiln_error(KILN_INVALID_ARGUMENT, "kiln_tensor_wrap: shape %s has too many elements",
                       kiln_shape_str(rank, dims, sb, sizeof sb));
   if ((uint64_t)expected != (uint64_t)nbytes)
     return kiln_error(KILN_INVALID_ARGUMENT,

@@ -6,7 +6,7 @@
 
 #include "api/api.h"
 
-
+/* What one verification collects while the two sessions run (their observer hooks). */
 typedef struct verify_state {
   double rtol, atol;
   /* ref side: the ref session's graph and the value captured per value id */
@@ -287,9 +287,6 @@ void kiln_verify_result_free(kiln_verify_result *r) {
 
 /* ---- kiln_verify_json ---- */
 
-#define VERIFY_RTOL 1e-3
-#define VERIFY_ATOL 1e-4
-
 static void divergence_json(kiln_json *j, const char *key, const kiln_graph *g, const kiln_node *node, int id,
                             const kiln_verify_cmp *r, double rtol, double atol) {
   kiln_json_object_begin(j, key);
@@ -310,34 +307,26 @@ static void divergence_json(kiln_json *j, const char *key, const kiln_graph *g, 
   kiln_json_object_end(j);
 }
 
-kiln_status_t kiln_verify_json(const kiln_model *model, const char *device, int n_inputs,
-                               const char *const *input_names, const kiln_tensor *const *inputs, char **out_json) {
-  if (!out_json) return kiln_error(KILN_INVALID_ARGUMENT, "kiln_verify_json: out_json is NULL");
+kiln_status_t kiln_verify_report_json(const kiln_model *model, const kiln_verify_options *opts, int n_inputs,
+                                      const char *const *names, kiln_value *const *inputs, char *const *desc,
+                                      char **out_json, bool *out_ok) {
   *out_json = NULL;
-  if (!model) return kiln_error(KILN_INVALID_ARGUMENT, "kiln_verify_json: model is NULL");
-  kiln_bound_inputs in;
-  kiln_status_t st = kiln_bind_inputs(model, n_inputs, input_names, inputs, &in);
-  if (st) {
-    kiln_bound_inputs_free(&in);
-    return kiln_status_annotate(st, "kiln_verify_json");
-  }
-  kiln_verify_options o = {device, VERIFY_RTOL, VERIFY_ATOL, NULL};
+  if (out_ok) *out_ok = false;
   kiln_verify_result r;
-  kiln_status_t run_st = kiln_verify_run(model, &o, in.n, in.names, in.values, &r);
+  kiln_status_t run_st = kiln_verify_run(model, opts, n_inputs, names, inputs, &r);
   /* An unknown device or a model that cannot be loaded on it is the caller's error; a run that fails on
    * one side is a finding, reported in "errors". */
   if (run_st && (!r.dev_sess || !r.ref_sess)) {
     kiln_verify_result_free(&r);
-    kiln_bound_inputs_free(&in);
     return run_st;
   }
   kiln_json j = {0};
   kiln_json_object_begin(&j, NULL);
   kiln_json_string(&j, "device", r.device);
-  kiln_json_double(&j, "rtol", VERIFY_RTOL);
-  kiln_json_double(&j, "atol", VERIFY_ATOL);
+  kiln_json_double(&j, "rtol", opts->rtol);
+  kiln_json_double(&j, "atol", opts->atol);
   kiln_json_array_begin(&j, "inputs");
-  for (int i = 0; i < in.n; i++) kiln_json_string(&j, NULL, in.desc[i]);
+  for (int i = 0; i < n_inputs; i++) kiln_json_string(&j, NULL, desc[i]);
   kiln_json_array_end(&j);
   const kiln_graph *g = r.ref_g;
   int n_compared = 0, n_diverge = 0, n_ref_only = 0;
@@ -358,7 +347,7 @@ kiln_status_t kiln_verify_json(const kiln_model *model, const char *device, int 
       max_rel = KILN_MAX(max_rel, c->max_rel);
       if (!c->diverges) continue;
       n_diverge++;
-      if (!first) divergence_json(&j, "first_divergence", g, node, id, c, VERIFY_RTOL, VERIFY_ATOL);
+      if (!first) divergence_json(&j, "first_divergence", g, node, id, c, opts->rtol, opts->atol);
       first = true;
     }
   }
@@ -391,10 +380,25 @@ kiln_status_t kiln_verify_json(const kiln_model *model, const char *device, int 
   if (run_st) kiln_json_string(&j, NULL, kiln_status_message(run_st));
   else if (!n_compared) kiln_json_string(&j, NULL, "no value was produced by both sides, nothing compared");
   kiln_json_array_end(&j);
-  kiln_json_bool(&j, "ok", !run_st && n_compared > 0 && n_diverge == 0);
+  bool all_ok = !run_st && n_compared > 0 && n_diverge == 0;
+  kiln_json_bool(&j, "ok", all_ok);
+  if (out_ok) *out_ok = all_ok;
   kiln_json_object_end(&j);
   kiln_status_free(run_st);
   kiln_verify_result_free(&r);
-  kiln_bound_inputs_free(&in);
   return kiln_json_finish(&j, out_json);
+}
+
+kiln_status_t kiln_verify_json(const kiln_model *model, const char *device, int n_inputs,
+                               const char *const *input_names, const kiln_tensor *const *inputs, char **out_json) {
+  if (!out_json) return kiln_error(KILN_INVALID_ARGUMENT, "kiln_verify_json: out_json is NULL");
+  *out_json = NULL;
+  if (!model) return kiln_error(KILN_INVALID_ARGUMENT, "kiln_verify_json: model is NULL");
+  kiln_bound_inputs in;
+  kiln_status_t st = kiln_bind_inputs(model, n_inputs, input_names, inputs, &in);
+  if (st) st = kiln_status_annotate(st, "kiln_verify_json");
+  kiln_verify_options o = {device, KILN_VERIFY_RTOL, KILN_VERIFY_ATOL, NULL};
+  if (!st) st = kiln_verify_report_json(model, &o, in.n, in.names, in.values, in.desc, out_json, NULL);
+  kiln_bound_inputs_free(&in);
+  return st;
 }

@@ -13,6 +13,7 @@
 #include "api/api.h"
 #include "base/cpu_features.h"
 #include "runtime/plan.h"
+#include "runtime/profile.h"
 #include "passes/passes.h"
 #include "tensor/npy.h"
 
@@ -379,9 +380,6 @@ typedef struct node_prof {
   int *count;
   int *last;  /* per kernel: the node whose outputs ended it when that is another node (a fused
                  epilogue), else -1 */
-  int start;  /* node whose before_node hook ran last, or -1 */
-  bool oom;
-  double t0;
 } node_prof;
 
 static bool prof_graph(node_prof *p, const kiln_graph *g) {
@@ -396,9 +394,7 @@ static bool prof_graph(node_prof *p, const kiln_graph *g) {
   p->seconds = calloc(n, sizeof *p->seconds);
   p->count = calloc(n, sizeof *p->count);
   p->last = malloc(n * sizeof *p->last);
-  p->start = -1;
   if (!p->seconds || !p->count || !p->last) {
-    p->oom = true;
     p->g = NULL;
     p->n_nodes = 0;
     return false;
@@ -407,35 +403,22 @@ static bool prof_graph(node_prof *p, const kiln_graph *g) {
   return true;
 }
 
-static int node_index(const node_prof *p, const kiln_graph *g, const kiln_node *node) {
-  ptrdiff_t idx = node - g->nodes;
-  return idx >= 0 && idx < p->n_nodes ? (int)idx : -1;
-}
-
-/* The before_node hook starts a clock; the observer, called once a node's
- * outputs exist, stops it. The interpreter calls both for every node. A
- * compiling device calls before_node per step and the observer with the node
- * whose outputs the step materialized: for a contraction with a fused
- * epilogue that is the epilogue's node, and the epilogue's own step gets a
- * before_node call and no observer call. So the time between the two is
- * charged to the node that started the kernel, noting the node that ended it. */
-static void prof_before(void *user, const kiln_graph *g, const kiln_node *node) {
-  node_prof *p = user;
-  if (!prof_graph(p, g)) return;
-  p->start = node_index(p, g, node);
-  p->t0 = kiln_cli_now();
-}
-
-static kiln_status_t prof_after(void *user, const kiln_graph *g, const kiln_node *node, kiln_value *const *outputs) {
-  double t1 = kiln_cli_now();
-  node_prof *p = user;
-  if (!prof_graph(p, g) || p->oom) return KILN_OOM();
-  int idx = node_index(p, g, node), k = p->start >= 0 ? p->start : idx;
-  p->start = -1;
-  if (k < 0) return NULL;
-  p->seconds[k] += t1 - p->t0;
-  p->count[k]++;
-  if (idx >= 0 && idx != k) p->last[k] = idx;
+/* The session profiler's events (runtime/profile.h: what
+ * kiln_session_profile_json reports) summed per kernel: the time of a step
+ * is charged to the node that started it, noting the node that ended it
+ * when that is another one (a contraction's fused epilogue). */
+static kiln_status_t prof_from_events(node_prof *p, const kiln_profiler *profiler) {
+  if (profiler->oom) return KILN_OOM();
+  /* Only the graph of the last run is alive (a session that re-specialized freed the earlier ones). */
+  const kiln_graph *g = profiler->n_events ? profiler->events[profiler->n_events - 1].g : NULL;
+  for (int i = 0; i < profiler->n_events; i++) {
+    const kiln_profile_event *e = &profiler->events[i];
+    if (e->g != g || e->node < 0) continue;
+    if (!prof_graph(p, g)) return KILN_OOM();
+    p->seconds[e->node] += e->dur_us * 1e-6;
+    p->count[e->node]++;
+    if (e->end_node >= 0 && e->end_node != e->node) p->last[e->node] = e->end_node;
+  }
   return NULL;
 }
 
@@ -653,13 +636,9 @@ int kiln_cmd_bench(int argc, char **argv) {
   }
   /* Profiled runs, separate so the hooks cannot disturb the statistics. */
   if (!st && o.profile) {
-    sess->before_node = prof_before;
-    sess->observer = prof_after;
-    sess->observer_user = &prof;
+    st = kiln_session_set_profiling(sess, 1);
     for (int i = 0; i < o.iterations && !st; i++) st = run_once(sess, &in, n_out, outs);
-    sess->before_node = NULL;
-    sess->observer = NULL;
-    sess->observer_user = NULL;
+    if (!st) st = prof_from_events(&prof, sess->profiler);
     if (!st && !prof.g) st = kiln_error(KILN_INTERNAL, "the profiled runs reported no nodes");
     if (!st) {
       rows = calloc((size_t)(prof.n_nodes ? prof.n_nodes : 1), sizeof *rows);
@@ -832,7 +811,7 @@ int kiln_cmd_bench(int argc, char **argv) {
   if (o.profile) {
     const kiln_graph *g = prof.g;
     if (run_stats && run_stats[0]) printf("\ndevice work per timed run: %s", run_stats);
-    printf("\nprofile: %d more runs with a clock around each kernel (the before_node/observer hooks);\n", K);
+    printf("\nprofile: %d more runs with a clock around each kernel (the session profiler: kiln_session_set_profiling);\n", K);
     printf("  %d timed kernels (%d graph nodes%s), %.3f ms per run in them, %.4g FLOPs per run (%.2f GFLOP/s "
            "overall)\n",
            n_rows, prof.n_nodes, n_rows < prof.n_nodes ? "; the others ran inside another node's kernel" : "",

@@ -47,6 +47,20 @@ static void print_io(const char *what, const kiln_graph *g, int id) {
   printf("\n");
 }
 
+/* --device D --json: kiln_session_report_json's object for the declared input shapes. */
+static kiln_status_t report_json(const kiln_model *model, const char *device) {
+  kiln_session_options so = kiln_session_options_default();
+  so.device = device;
+  kiln_session *s;
+  KILN_TRY(kiln_session_create(model, &so, &s));
+  char *text = NULL;
+  kiln_status_t st = kiln_session_report_json(s, &text);
+  if (!st) puts(text);
+  kiln_string_free(text);
+  kiln_session_destroy(s);
+  return st;
+}
+
 /* Compiles the model for `device` with its declared input shapes (symbolic
  * dims taken as 1) and prints what the device made of it. */
 static kiln_status_t describe_on_device(const kiln_model *model, const char *device) {
@@ -68,27 +82,36 @@ static kiln_status_t describe_on_device(const kiln_model *model, const char *dev
 
 int kiln_cmd_info(int argc, char **argv) {
   if (kiln_cli_wants_help(argc, argv)) {
-    puts("usage: kiln info MODEL.onnx [--dot] [--device D]\n\n"
+    puts("usage: kiln info MODEL.onnx [--dot] [--device D [--json]]\n\n"
          "Prints the model's opsets, inputs and outputs, node and parameter counts, op\n"
          "histogram, estimated FLOPs and the ops no device supports. --dot prints the\n"
          "graph in Graphviz DOT instead (kiln info m.onnx --dot | dot -Tsvg > m.svg).\n"
          "--device D also compiles the model for D and shows the fused kernels,\n"
-         "the nodes that fell back to ref and why, and the planned memory.");
+         "the nodes that fell back to ref and why, and the planned memory; with\n"
+         "--json, only that, as the JSON object kiln_session_report_json returns\n"
+         "(the schema is in include/kiln.h).");
     return 0;
   }
   const char *path = NULL, *device = NULL;
-  bool dot = false;
+  bool dot = false, json = false;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--dot")) dot = true;
+    else if (!strcmp(argv[i], "--json")) json = true;
     else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
     else if (argv[i][0] == '-') return kiln_cli_failf("unknown option '%s' (see `kiln info --help`)", argv[i]);
     else if (!path) path = argv[i];
     else return kiln_cli_failf("unexpected argument '%s'", argv[i]);
   }
   if (!path) return kiln_cli_failf("info needs a model file (see `kiln info --help`)");
+  if (json && (!device || dot)) return kiln_cli_failf("--json goes with --device D (and not with --dot)");
   kiln_model *model;
   kiln_status_t st = kiln_model_load_file(path, &model);
   if (st) return kiln_cli_fail(st);
+  if (json) {
+    st = report_json(model, device);
+    kiln_model_destroy(model);
+    return st ? kiln_cli_fail(st) : 0;
+  }
   const kiln_model_ir *m = model->ir;
   const kiln_graph *g = m->graph;
   if (dot) {
@@ -96,12 +119,29 @@ int kiln_cmd_info(int argc, char **argv) {
     kiln_model_destroy(model);
     return 0;
   }
+  /* The header from what kiln_model_metadata_get gives a binding. */
+  kiln_model_metadata md;
+  st = kiln_model_metadata_get(model, &md);
+  if (st) {
+    kiln_model_destroy(model);
+    return kiln_cli_fail(st);
+  }
   printf("model: %s\n", path);
-  printf("  ir_version %lld, producer %s %s\n", (long long)m->ir_version, m->producer_name ? m->producer_name : "?",
-         m->producer_version ? m->producer_version : "");
+  printf("  ir_version %lld, producer %s %s", (long long)md.ir_version, md.producer_name[0] ? md.producer_name : "?",
+         md.producer_version);
+  if (md.domain[0] || md.model_version) printf(", domain '%s' version %lld", md.domain, (long long)md.model_version);
+  printf("\n");
+  for (int i = 0; i < md.n_props; i++) {
+    const char *key, *value;
+    if (!kiln_model_metadata_prop(model, i, &key, &value)) printf("  %s: %s\n", key, value);
+  }
   printf("opsets:");
-  for (int i = 0; i < m->n_opsets; i++)
-    printf(" %s=%lld", m->opsets[i].domain[0] ? m->opsets[i].domain : "ai.onnx", (long long)m->opsets[i].version);
+  for (int i = 0; i < md.n_opsets; i++) {
+    const char *domain;
+    int64_t version;
+    if (!kiln_model_opset(model, i, &domain, &version))
+      printf(" %s=%lld", domain[0] ? domain : "ai.onnx", (long long)version);
+  }
   printf("\ninputs:\n");
   for (int i = 0; i < g->n_inputs; i++)
     if (!g->values[g->inputs[i]].constant) print_io("input", g, g->inputs[i]);

@@ -1,6 +1,8 @@
 /* `kiln verify`: runs a model on a device and on ref with the same inputs,
  * compares every value both produce (matched by name) and reports the first
- * node, in graph order, whose output diverges beyond tolerance. */
+ * node, in graph order, whose output diverges beyond tolerance. The runs
+ * and comparisons are kiln_verify_run's (api/verify.c, which
+ * kiln_verify_json reports from too); this file parses and prints. */
 #include "cli/cmd_bench.h"
 
 #include "api/api.h"
@@ -10,7 +12,7 @@
 
 static const char *verify_help =
     "usage: kiln verify MODEL.onnx [--device D] [--input NAME=FILE.npy]... [--dim NAME=VALUE]...\n"
-    "                   [--seed S] [--rtol R] [--atol A] [--max-report N]\n"
+    "                   [--seed S] [--rtol R] [--atol A] [--max-report N] [--json]\n"
     "\n"
     "Runs the model on device D (default: the default device) and on the reference\n"
     "device with the same inputs (random ones where not given: floats normal(0,1),\n"
@@ -24,7 +26,10 @@ static const char *verify_help =
     "Reports the first node in graph order whose output diverges: its op, name,\n"
     "input and output shapes, max abs/rel error and the worst element, then up to\n"
     "N (--max-report, default 5) further diverging values and a summary line.\n"
-    "Exit status 0 if every compared value matches, 1 otherwise.\n";
+    "Exit status 0 if every compared value matches, 1 otherwise.\n"
+    "\n"
+    "--json  prints the JSON object kiln_verify_json returns instead (the schema is\n"
+    "        in include/kiln.h), with these inputs and tolerances.\n";
 
 static void print_index(const kiln_verify_cmp *r) {
   int64_t idx[KILN_MAX_RANK], e = r->worst;
@@ -59,6 +64,7 @@ typedef struct verify_opts {
   const char *model_path, *device, *inject;
   double rtol, atol;
   int max_report;
+  bool json;
 } verify_opts;
 
 static bool parse_double(const char *name, const char *v, double *out) {
@@ -77,7 +83,7 @@ int kiln_cmd_verify(int argc, char **argv) {
     fputs(verify_help, stdout);
     return 0;
   }
-  verify_opts o = {NULL, NULL, NULL, 1e-3, 1e-4, 5};
+  verify_opts o = {NULL, NULL, NULL, KILN_VERIFY_RTOL, KILN_VERIFY_ATOL, 5, false};
   kiln_cli_inputs in = {0};
   int rc = 1;
   for (int i = 1; i < argc; i++) {
@@ -85,7 +91,9 @@ int kiln_cmd_verify(int argc, char **argv) {
     int r = kiln_cli_inputs_parse(&in, argc, argv, &i);
     if (r < 0) goto out;
     if (r > 0) continue;
-    if (!strcmp(a, "--device") || !strcmp(a, "--rtol") || !strcmp(a, "--atol") || !strcmp(a, "--inject-error") ||
+    if (!strcmp(a, "--json")) {
+      o.json = true;
+    } else if (!strcmp(a, "--device") || !strcmp(a, "--rtol") || !strcmp(a, "--atol") || !strcmp(a, "--inject-error") ||
         !strcmp(a, "--max-report")) {
       if (i + 1 >= argc) {
         kiln_cli_failf("%s needs a value", a);
@@ -120,6 +128,15 @@ int kiln_cmd_verify(int argc, char **argv) {
   kiln_verify_options vo = {o.device, o.rtol, o.atol, o.inject};
   kiln_status_t st = kiln_model_load_file(o.model_path, &model);
   if (!st) st = kiln_cli_inputs_build(&in, model);
+  if (!st && o.json) {
+    char *text = NULL;
+    bool all_ok = false;
+    st = kiln_verify_report_json(model, &vo, in.n, in.names, in.values, in.desc, &text, &all_ok);
+    if (!st) puts(text);
+    kiln_string_free(text);
+    rc = st ? kiln_cli_fail(st) : all_ok ? 0 : 1;
+    goto cleanup;
+  }
   if (!st) st = kiln_verify_run(model, &vo, in.n, in.names, in.values, &vr);
   const char *device = vr.device;
   if (st) {

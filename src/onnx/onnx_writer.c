@@ -1,7 +1,7 @@
 /* onnx_writer.c — kiln_model_ir back to an ONNX ModelProto.
  *
  * Written: ir_version, producer, domain, model_version, doc_string, opset
- * imports, and the graph: nodes (inputs, outputs, name, op_type, domain,
+ * imports, metadata_props, and the graph (with the main graph's doc_string): nodes (inputs, outputs, name, op_type, domain,
  * every attribute kind, subgraphs recursively), initializers as raw_data
  * (string tensors as string_data), graph inputs and outputs with their
  * types, and value_info for the other typed values. Values a subgraph
@@ -162,7 +162,7 @@ static kiln_status_t write_sparse(pw_writer *w, uint32_t field, const kiln_tenso
   return NULL;
 }
 
-static kiln_status_t write_graph(pw_writer *w, uint32_t field, const kiln_graph *g, int depth);
+static kiln_status_t write_graph(pw_writer *w, uint32_t field, const kiln_graph *g, int depth, const char *doc);
 
 static kiln_status_t write_attr(pw_writer *w, const kiln_attr *a, int depth) {
   size_t m = pw_begin(w, 5);
@@ -178,7 +178,7 @@ static kiln_status_t write_attr(pw_writer *w, const kiln_attr *a, int depth) {
       break;
     case KILN_ATTR_GRAPH:
       if (!a->g) return kiln_error(KILN_INVALID_ARGUMENT, "attribute '%s' has no graph", a->name);
-      KILN_TRY(write_graph(w, 6, a->g, depth + 1));
+      KILN_TRY(write_graph(w, 6, a->g, depth + 1, NULL));
       break;
     case KILN_ATTR_SPARSE_TENSOR:
       if (!a->t) return kiln_error(KILN_INVALID_ARGUMENT, "attribute '%s' has no tensor", a->name);
@@ -202,7 +202,7 @@ static kiln_status_t write_attr(pw_writer *w, const kiln_attr *a, int depth) {
       for (int i = 0; i < a->n; i++) write_tensor(w, 10, a->tensors[i], NULL);
       break;
     case KILN_ATTR_GRAPHS:
-      for (int i = 0; i < a->n; i++) KILN_TRY(write_graph(w, 11, a->graphs[i], depth + 1));
+      for (int i = 0; i < a->n; i++) KILN_TRY(write_graph(w, 11, a->graphs[i], depth + 1, NULL));
       break;
     case KILN_ATTR_SPARSE_TENSORS:
       for (int i = 0; i < a->n; i++) KILN_TRY(write_sparse(w, 23, a->tensors[i]));
@@ -230,11 +230,12 @@ static kiln_status_t write_node(pw_writer *w, const kiln_graph *g, const kiln_no
   return NULL;
 }
 
-static kiln_status_t write_graph(pw_writer *w, uint32_t field, const kiln_graph *g, int depth) {
+static kiln_status_t write_graph(pw_writer *w, uint32_t field, const kiln_graph *g, int depth, const char *doc) {
   if (depth > ONNX_MAX_DEPTH) return kiln_error(KILN_INVALID_ARGUMENT, "subgraphs nested deeper than %d", ONNX_MAX_DEPTH);
   size_t m = pw_begin(w, field);
   for (int i = 0; i < g->n_nodes; i++) KILN_TRY(write_node(w, g, &g->nodes[i], depth));
   pw_put_string_field(w, 2, g->name && g->name[0] ? g->name : "graph");
+  pw_put_string_field(w, 10, doc);
   for (int i = 0; i < g->n_values; i++)
     if (g->values[i].constant && !g->values[i].outer_name) write_tensor(w, 5, g->values[i].constant, g->values[i].name);
   for (int i = 0; i < g->n_inputs; i++) write_value_info(w, 11, g, g->inputs[i], true);
@@ -269,11 +270,17 @@ kiln_status_t kiln_onnx_serialize(const kiln_model_ir *m, uint8_t **out_data, si
   pw_put_string_field(&w, 4, m->domain);
   if (m->model_version) pw_put_i64_field(&w, 5, m->model_version);
   pw_put_string_field(&w, 6, m->doc_string);
-  kiln_status_t st = write_graph(&w, 7, m->graph, 0);
+  kiln_status_t st = write_graph(&w, 7, m->graph, 0, m->graph_doc_string);
   for (int i = 0; i < m->n_opsets && !st; i++) {
     size_t o = pw_begin(&w, 8);
     pw_put_string_field(&w, 1, m->opsets[i].domain ? m->opsets[i].domain : "");
     pw_put_i64_field(&w, 2, m->opsets[i].version);
+    pw_end(&w, o);
+  }
+  for (int i = 0; i < m->n_props && !st; i++) {
+    size_t o = pw_begin(&w, 14);
+    pw_put_string_field(&w, 1, m->props[i].key);
+    pw_put_string_field(&w, 2, m->props[i].value);
     pw_end(&w, o);
   }
   if (!st && w.oom) st = kiln_error(KILN_OUT_OF_MEMORY, "out of memory serializing the model");

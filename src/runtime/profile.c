@@ -27,7 +27,12 @@ void kiln_profiler_before(kiln_profiler *p, const kiln_node *node) {
   p->t0 = kiln_profile_now();
 }
 
-kiln_status_t kiln_profiler_after(kiln_profiler *p, const kiln_node *node, const char *ops) {
+static int index_in(const kiln_graph *g, const kiln_node *node) {
+  ptrdiff_t i = node - g->nodes;
+  return i >= 0 && i < g->n_nodes ? (int)i : -1;
+}
+
+kiln_status_t kiln_profiler_after(kiln_profiler *p, const kiln_graph *g, const kiln_node *node, const char *ops) {
   double t1 = kiln_profile_now();
   /* The observer names the node whose outputs a step materialized; the
    * time is the step's that the last before_node started. */
@@ -59,6 +64,9 @@ kiln_status_t kiln_profiler_after(kiln_profiler *p, const kiln_node *node, const
   e->run = p->run - 1;
   e->start_us = (t0 - p->origin_s) * 1e6;
   e->dur_us = (t1 - t0) * 1e6;
+  e->g = g;
+  e->node = index_in(g, start);
+  e->end_node = index_in(g, node);
   p->n_events++;
   return NULL;
 }

@@ -19,6 +19,12 @@ typedef struct kiln_profile_event {
   int run;         /* index of the run since profiling was enabled */
   double start_us; /* since the profiler's origin (the session's creation) */
   double dur_us;
+  /* For tools in the process (`kiln bench --profile`): the graph the run
+   * ran (the session's, valid until it re-specializes), the index of the
+   * node that started the step and of the node whose outputs ended it
+   * (another one for a fused epilogue), -1 when not in that graph. */
+  const kiln_graph *g;
+  int node, end_node;
 } kiln_profile_event;
 
 typedef struct kiln_profiler {
@@ -38,7 +44,7 @@ int kiln_profile_thread_id(void);
 void kiln_profiler_run_begin(kiln_profiler *p);
 void kiln_profiler_before(kiln_profiler *p, const kiln_node *node);
 /* ops: the op string for the event ("Conv+Relu"), or NULL for node's op type. */
-kiln_status_t kiln_profiler_after(kiln_profiler *p, const kiln_node *node, const char *ops);
+kiln_status_t kiln_profiler_after(kiln_profiler *p, const kiln_graph *g, const kiln_node *node, const char *ops);
 /* Frees the events (the profiler stays enabled). */
 void kiln_profiler_clear(kiln_profiler *p);
 void kiln_profiler_free(kiln_profiler *p);

@@ -133,7 +133,7 @@ static kiln_status_t profiled_after(void *user, const kiln_graph *g, const kiln_
   kiln_session *s = user;
   char ops[256];
   const kiln_node *start = s->profiler->start ? s->profiler->start : node;
-  KILN_TRY(kiln_profiler_after(s->profiler, node, step_ops(s, g, start, ops, sizeof ops)));
+  KILN_TRY(kiln_profiler_after(s->profiler, g, node, step_ops(s, g, start, ops, sizeof ops)));
   return s->observer ? s->observer(s->observer_user, g, node, outputs) : NULL;
 }
 

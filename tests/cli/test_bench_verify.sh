@@ -96,6 +96,13 @@ check "verify reports the injected node first" 'grep -q "^FIRST DIVERGENCE at no
 check "verify reports shapes and the worst element" \
   'grep -q "output: device f32\[1,16\], ref f32\[1,16\]" "$tmp/v2.txt" && grep -qE "worst element \[0,8\]: device" "$tmp/v2.txt" && grep -q "1 of 16 elements beyond tolerance" "$tmp/v2.txt"'
 check "verify summary names the node" 'grep -q "^verify: FAIL: .* first at node .relu1. (Relu)" "$tmp/v2.txt"'
+# --json: kiln_verify_json's object, the same finding.
+"$kiln" verify "$m" --device ref --inject-error relu1 --json >"$tmp/v2.json"; rc=$?
+check "verify --json exits 1 and names the injected node" \
+  '[ $rc -eq 1 ] && $py -c "import json, sys; d = json.load(open(sys.argv[1])); f = d[\"first_divergence\"]; assert not d[\"ok\"] and f[\"node\"] == \"relu1\" and f[\"op\"] == \"Relu\" and f[\"n_bad\"] == 1 and d[\"diverging\"] >= 1, d" "$tmp/v2.json"'
+"$kiln" verify "$m" --device ref --json --rtol 0.5 >"$tmp/v.json"; rc=$?
+check "verify --json: all match, the tolerances given" \
+  '[ $rc -eq 0 ] && $py -c "import json, sys; d = json.load(open(sys.argv[1])); assert d[\"ok\"] and d[\"first_divergence\"] is None and d[\"compared\"] == 6 and d[\"rtol\"] == 0.5, d" "$tmp/v.json"'
 "$kiln" verify "$m" --device ref --inject-error gather1 --input x="$tmp/x.npy" --dim N=5 >"$tmp/v3.txt" 2>&1; rc=$?
 check "verify finds an error in an integer-input branch" '[ $rc -eq 1 ] && grep -q "first at node .gather1." "$tmp/v3.txt"'
 "$kiln" verify "$m" --device ref --inject-error mm2 --atol 1e9 --rtol 0 >"$tmp/v4.txt" 2>&1; rc=$?

@@ -15,6 +15,10 @@ check "help" '"$kiln" help | grep -q "run MODEL.onnx"'
 check "run --help" '"$kiln" run --help | grep -q "output-dir"'
 check "info --help" '"$kiln" info --help | grep -q "dot"'
 check "devices lists ref" '"$kiln" devices | grep -q "^ref "'
+# --json: kiln_devices_json's object, the same devices as the text.
+check "devices --json parses and names the same devices" \
+  '"$kiln" devices --json | $py -c "import json, sys; d = json.load(sys.stdin); print(\"\n\".join(x[\"name\"] for x in d[\"devices\"]))" > "$tmp/dev_json.txt" &&
+   "$kiln" devices | grep -v "^ " | grep -v " absent: " | cut -d" " -f1 > "$tmp/dev_text.txt" && diff "$tmp/dev_json.txt" "$tmp/dev_text.txt"'
 check "unknown command exits non-zero" '! "$kiln" frobnicate 2>/dev/null'
 
 model=$data/node/test_add/model.onnx
@@ -71,6 +75,9 @@ check "run-time Gather indices, negative ones too, on cpu" \
 conv=$data/node/test_basic_conv_with_padding/model.onnx
 check "info shows op histogram and FLOPs" '"$kiln" info "$conv" | grep -q "Conv" && "$kiln" info "$conv" | grep -q "estimated FLOPs: [1-9]"'
 check "info --dot is Graphviz" '"$kiln" info "$conv" --dot | head -1 | grep -q "^digraph"'
+check "info --device cpu --json is kiln_session_report_json's object" \
+  '"$kiln" info "$conv" --device cpu --json | $py -c "import json, sys; d = json.load(sys.stdin); assert d[\"device\"] == \"cpu\" and d[\"kernels\"] and \"arena_bytes\" in d[\"memory\"], d"'
+expect_error "info --json needs --device" "json goes with --device" -- info "$conv" --json
 check "info reports unsupported ops" '"$kiln" info "$src/tests/conformance/models/unknown_op.onnx" | grep -q "unsupported ops: .*NoSuchOp"'
 expect_error "run refuses unknown ops, naming them" "NoSuchOp" -- run "$src/tests/conformance/models/unknown_op.onnx"
 

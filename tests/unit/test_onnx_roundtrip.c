@@ -220,6 +220,13 @@ static void roundtrip(const kiln_model_ir *m, const char *what, bool checker) {
   if (ok(kiln_onnx_load_buffer(buf, n, &r), what)) {
     CHECK(graph_eq(m->graph, r->graph, what), "%s: reloaded graph differs", what);
     CHECK(r->n_opsets == m->n_opsets, "%s: opset count", what);
+    CHECK(!strcmp(r->doc_string ? r->doc_string : "", m->doc_string ? m->doc_string : "") &&
+              !strcmp(r->graph_doc_string ? r->graph_doc_string : "", m->graph_doc_string ? m->graph_doc_string : ""),
+          "%s: doc strings", what);
+    CHECK(r->n_props == m->n_props, "%s: %d metadata_props, %d written", what, r->n_props, m->n_props);
+    for (int i = 0; i < m->n_props && i < r->n_props; i++)
+      CHECK(!strcmp(r->props[i].key, m->props[i].key) && !strcmp(r->props[i].value, m->props[i].value),
+            "%s: metadata_props %d", what, i);
     for (int i = 0; i < m->n_opsets && i < r->n_opsets; i++)
       CHECK(!strcmp(r->opsets[i].domain, m->opsets[i].domain) && r->opsets[i].version == m->opsets[i].version,
             "%s: opset %d", what, i);
@@ -335,6 +342,13 @@ static kiln_model_ir *all_attrs_model(void) {
   m->opsets[0].version = 17;
   m->opsets[1].domain = kiln_strdup("test.kiln");
   m->opsets[1].version = 1;
+  /* What kiln_model_metadata_get reports survives a round trip. */
+  m->doc_string = kiln_strdup("a \"model\"\nwith a doc");
+  m->graph_doc_string = kiln_strdup("the main graph's doc");
+  m->n_props = 2;
+  m->props = calloc(2, sizeof *m->props);
+  m->props[0] = (kiln_metadata_prop){kiln_strdup("author"), kiln_strdup("kiln \xe2\x9c\x93")};
+  m->props[1] = (kiln_metadata_prop){kiln_strdup("empty"), kiln_strdup("")};
   kiln_graph *g = NULL;
   kiln_graph_new("main", NULL, &g);
   m->graph = g;
