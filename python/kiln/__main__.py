@@ -230,6 +230,8 @@ def _print_report(r: dict[str, Any]) -> None:
 
 
 def cmd_info(a: argparse.Namespace) -> int:
+    if a.dot:
+        raise Unsupported("info --dot: the C API does not expose the graph; use `kiln info MODEL --dot`")
     with ModelHandle(a.model) as m:
         s = _model_summary(m, a.model)
     report = None
@@ -483,6 +485,7 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("model")
     i.add_argument("--device")
     i.add_argument("--json", action="store_true")
+    i.add_argument("--dot", action="store_true", help="not here: the C API does not expose the graph")
     i.set_defaults(fn=cmd_info)
 
     for name, fn, hlp in (("bench", cmd_bench, "latency statistics, throughput; --profile: per-kernel table"),
@@ -543,6 +546,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "help":
+        _parser().print_help()
+        return 0
     if args and args[0] in ("--version", "version"):
         from . import get_version_string
         print(f"kiln {get_version_string()} (python)")

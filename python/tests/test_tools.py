@@ -189,8 +189,11 @@ def test_command_errors_are_one_line(tmp_path):
                         (["run", str(SHAPES), "--input", f"img={CIRCLE}"], "'img'"),
                         (["verify", str(SHAPES), "--device", "warp9"], "warp9"),
                         (["bench", str(tmp_path / "missing.onnx")], "missing.onnx"),
-                        (["bench", str(SHAPES), "--dim", "batch=2"], "batch")]:
+                        (["bench", str(SHAPES), "--dim", "batch=2"], "batch"),
+                        (["info", str(SHAPES), "--dot"], "--dot")]:
         r = py_kiln(*args)
         assert r.returncode == 1, (args, r.stdout, r.stderr)
         assert r.stderr.startswith("kiln: error: ") and r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
     assert py_kiln("frobnicate").returncode == 2
+    h = py_kiln("help")
+    assert h.returncode == 0 and all(c in h.stdout for c in ("run", "info", "bench", "verify", "train", "devices"))
