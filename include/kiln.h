@@ -322,8 +322,9 @@ KILN_API kiln_status_t kiln_devices_json(char **out_json);
 KILN_API kiln_status_t kiln_session_report_json(const kiln_session *session, char **out_json);
 
 /* Profiling: while enabled, every run of the session records one event per
- * step (a compiled kernel, a host step, or a node on the interpreter),
- * timed on the host clock around the step. On devices without host memory
+ * step (a compiled kernel, a host step, or a node on the interpreter; a
+ * control-flow node is one event, its bodies' work inside it), timed on
+ * the host clock around the step; the steps run on the calling thread. On devices without host memory
  * (vulkan, opencl, cuda) profiled runs submit and wait per step, so they
  * are slower than plain runs. Enabling it again keeps what was recorded;
  * disabling drops it. */
