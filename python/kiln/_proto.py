@@ -5,7 +5,8 @@ initializer names, and `python -m kiln info` prints the op histogram and
 parameter counts. Only the main graph is read (not subgraphs' bodies).
 
 Field numbers (onnx.proto): ModelProto.graph = 7; GraphProto.node = 1,
-.initializer = 5; NodeProto.input = 1, .op_type = 4; TensorProto.dims = 1,
+.initializer = 5, .input = 11; NodeProto.input = 1, .op_type = 4;
+ValueInfoProto.name = 1; TensorProto.dims = 1,
 .data_type = 2, .name = 8.
 """
 
@@ -114,6 +115,17 @@ def nodes(model: bytes) -> list[tuple[str, list[str]]]:
                 elif n2 == 1 and w2 == 2:
                     inputs.append(bytes(v2).decode("utf-8", "replace"))
             out.append((op, inputs))
+    return out
+
+
+def input_names(model: bytes) -> list[str]:
+    """The main graph's inputs (with and without initializers), by name."""
+    out = []
+    for num, wt, _, v in _fields(_graph(model)):
+        if num == 11 and wt == 2:
+            for n2, w2, _, v2 in _fields(v):
+                if n2 == 1 and w2 == 2:
+                    out.append(bytes(v2).decode("utf-8", "replace"))
     return out
 
 

@@ -153,6 +153,8 @@ class Trainer:
             # BatchNormalization's running mean and variance: state the step updates, never trained.
             self._running_stats = {ins[k] for op, ins in _proto.nodes(data) if op == "BatchNormalization"
                                    for k in (3, 4) if k < len(ins)}
+            # An initializer that is also a graph input (a default the caller may override) is not trained.
+            self._overridable = set(_proto.input_names(data)) & set(self.initializers)
             self._graph_inputs = [n for n in self._model.inputs if n not in self.initializers]
             if output is not None and output not in self._model.outputs:
                 raise NotFound(f"output '{output}': the model has no such output "
@@ -180,6 +182,8 @@ class Trainer:
             out = c_void_p()
             check(self._lib.kiln_trainer_create(self._model.ptr, ctypes.byref(o), ctypes.byref(out)))
             self._ptr = out.value
+            self._model.close()  # the trainer copied what it needs; the names and shapes stay
+            self._model.data = None
         except BaseException:
             self.close()
             raise
@@ -196,7 +200,7 @@ class Trainer:
                 rx = re.compile(trainable)
             except re.error as e:
                 raise InvalidArgument(f"trainable pattern '{trainable}': {e}") from None
-            chosen = [n for n in floats if rx.search(n) and n not in self._running_stats]
+            chosen = [n for n in floats if rx.search(n) and n not in self._running_stats and n not in self._overridable]
             if not chosen:
                 raise NotFound(f"trainable pattern '{trainable}' matches no float initializer "
                                f"(float initializers: {', '.join(floats) or 'none'})")
@@ -211,6 +215,9 @@ class Trainer:
                 if n not in floats:
                     raise InvalidArgument(f"trainable '{n}' is a {C_DTYPE_NAME(self.initializers[n].dtype)} "
                                           f"initializer; only float ones train")
+                if n in self._overridable:
+                    raise InvalidArgument(f"trainable '{n}' is also a graph input (a default the caller may "
+                                          f"override): kiln trains only initializers that are not inputs")
                 if n in self._running_stats:
                     raise InvalidArgument(f"trainable '{n}' is a running statistic of BatchNormalization: state "
                                           f"the step updates, not a trained value")

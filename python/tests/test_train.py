@@ -197,6 +197,10 @@ def test_trainable_errors():
         kiln.Trainer(model, loss="mse", trainable="^zz")
     with pytest.raises(kiln.InvalidArgument, match="not both"):
         kiln.Trainer(model, loss="mse", trainable=["b"], freeze="b")
+    over = two_weights_model()
+    over.graph.input.append(vi("b", TensorProto.FLOAT, [3]))
+    with pytest.raises(kiln.InvalidArgument, match="'b' is also a graph input"):
+        kiln.Trainer(over, loss="mse", trainable=["b"])
     with pytest.raises(kiln.InvalidArgument, match="'block0.bn.running_mean' is a running statistic"):
         kiln.Trainer(TM.fmnist_cnn(), trainable=["block0.bn.running_mean"])
 
