@@ -224,6 +224,9 @@ _OPTIONAL: dict[str, tuple[Any, list[Any]]] = {
     "kiln_session_profile_json": (kiln_status_t, [kiln_session_p, P(c_void_p)]),
     "kiln_devices_json": (kiln_status_t, [P(c_void_p)]),
     "kiln_session_report_json": (kiln_status_t, [kiln_session_p, P(c_void_p)]),
+    "kiln_verify_json": (kiln_status_t, [kiln_model_p, c_char_p, c_int, P(c_char_p), P(kiln_tensor_p), P(c_void_p)]),
+    "kiln_bench_json": (kiln_status_t, [kiln_model_p, P(kiln_session_options), c_int, P(c_char_p), P(kiln_tensor_p),
+                                        c_int, c_int, c_int, P(c_void_p)]),
 }
 _NEEDS_VERSION = {"kiln_tensor_wrap"}
 

@@ -517,6 +517,19 @@ class InferenceSession:
                                  "run": int(e.get("run", 0))}})
         return out
 
+    # -- kiln's own reports (python/kiln/_tools.py)
+    def info(self) -> dict[str, Any]:
+        """What the session compiled (kiln_session_report_json): device and
+        mode, "kernels", "fallbacks" (nodes left to ref and why), "memory"."""
+        from ._tools import session_report
+        return session_report(self)
+
+    def profile(self, input_feed: dict[str, Any], warmup: int = 3, iterations: int = 10) -> dict[str, Any]:
+        """Latency statistics and the per-kernel table of `iterations` runs
+        of input_feed (after `warmup` runs), kiln_bench_json's keys."""
+        from ._tools import profile_session
+        return profile_session(self, input_feed, warmup, iterations)
+
     # -- lifetime
     def close(self) -> None:
         """Frees the session and the model now (outputs already returned stay

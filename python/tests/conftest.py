@@ -19,6 +19,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("KILN_BUILD_DIR", REPO / "build"))
+# The kiln binary of the library under test (its build tree's; else BUILD's):
+# tests comparing the package with the binary need the same compiled code.
+_LIB_DIR = Path(os.environ["KILN_LIBRARY"]).resolve().parent if os.environ.get("KILN_LIBRARY") else BUILD
+KILN_BIN = _LIB_DIR / "kiln" if (_LIB_DIR / "kiln").exists() else BUILD / "kiln"
+KILN_BIN_SAME_BUILD = KILN_BIN.parent.resolve() == _LIB_DIR.resolve()
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
