@@ -179,7 +179,14 @@ void kiln_schedule_gemm(const te_builder *b, kiln_loop_nest *nest, bool any_size
    * step: 1 x 2049 against 2049 x 128) go to the routine too: its small-M
    * path streams B's rows unpacked, where the loops read B down its columns. */
   bool few_rows_big_b = t.m < 4 && (double)t.n * (double)t.k >= 65536.0;
-  bool small = (t.m < 4 && !b_packed_once && !few_rows_big_b) || t.n < 4 || t.k < 4 ||
+  /* Its mirror, one column against a large run-time A (attention's scores
+   * in a decoder step, K x q^T: 2049 x 128 against 128 x 1), is the same
+   * call transposed: C^T = q K^T, one row of dot products over A's rows
+   * where they lie (an output of one column is laid out as its transpose);
+   * the loops had read A at 10 GB/s, the routine's dot rows at 13. */
+  bool a_runtime = la->op == TE_LOAD && !te_get_buffer(b, la->buf)->constant;
+  bool one_col_big_a = !integer && t.n == 1 && t.m >= 4 && a_runtime && (double)t.m * (double)t.k >= 65536.0;
+  bool small = (t.m < 4 && !b_packed_once && !few_rows_big_b) || (t.n < 4 && !one_col_big_a) || t.k < 4 ||
                (double)t.m * (double)t.n * (double)t.k < 8192.0;
   if (small && !any_size) return;
   te_affine fa, fb;
@@ -209,6 +216,21 @@ void kiln_schedule_gemm(const te_builder *b, kiln_loop_nest *nest, bool any_size
     g.a_stride[i] = te_affine_coef(&fa, v);
     g.b_stride[i] = te_affine_coef(&fb, v);
     if (g.a_stride[i] < 0 || g.b_stride[i] < 0) return;
+  }
+  if (one_col_big_a) { /* C^T (1 x M) = B^T (1 x K) A^T (K x M): the operands, their runs and layouts swap */
+    kiln_gemm_call w = g;
+    w.a_buf = g.b_buf, w.b_buf = g.a_buf;
+    w.a_off = g.b_off, w.b_off = g.a_off;
+    w.lda = g.ldb, w.ldb = g.lda;
+    w.trans_a = !g.trans_b; /* B^T stored K-contiguous when B was not */
+    w.trans_b = !g.trans_a; /* A^T as K x M: K-contiguous rows of A */
+    w.m = g.n, w.n = g.m;
+    w.n_m = g.n_n, w.n_n = g.n_m;
+    memcpy(w.m_loops, g.n_loops, sizeof w.m_loops);
+    memcpy(w.n_loops, g.m_loops, sizeof w.n_loops);
+    memcpy(w.a_stride, g.b_stride, sizeof w.a_stride);
+    memcpy(w.b_stride, g.a_stride, sizeof w.b_stride);
+    g = w;
   }
   g.ok = true;
   nest->gemm = g;

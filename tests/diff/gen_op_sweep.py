@@ -544,20 +544,25 @@ def matmul_cases():
               ('a1d', [17], [17, 5]), ('b1d', [3, 17], [17]), ('both1d', [17], [17]), ('b3', [5, 7, 9], [9, 4]),
               ('batch', [2, 3, 7, 33], [33, 5]), ('bcast', [2, 1, 7, 9], [3, 9, 5]), ('bb', [2, 3, 4, 5], [2, 3, 5, 6]),
               ('a1d_b3', [9], [3, 9, 5]), ('b1d_a3', [3, 5, 9], [9]), ('bcast2', [1, 3, 7], [4, 1, 7, 2]),
-              ('big', [31, 64], [64, 33])]
+              ('big', [31, 64], [64, 33]),
+              # one column against a large run-time A (a decoder's K x q^T): the SGEMM's dot rows, A's rows read in place
+              ('one_col_big_a', [2, 600, 128], [2, 128, 1]), ('one_col_big_a_bcast', [3, 520, 130], [130, 1])]
     for tag, sa, sb in shapes:
         m = case('MatMul_%s' % tag)
         m.out(m.node('MatMul', [m.source(sa), m.source(sb)]))
         m = case('MatMul_%s_constB' % tag)
         m.out(m.node('MatMul', [m.source(sa), m.randc(sb)]))
     for tag, sa, sb, ha, hb in [('ncT', [7, 33], [33, 15], 'T', 'plain'), ('ncS', [7, 33], [33, 15], 'S', 'T'),
-                                ('ncB', [2, 5, 9], [2, 9, 3], 'T', 'R')]:
+                                ('ncB', [2, 5, 9], [2, 9, 3], 'T', 'R'), ('ncOneColT', [600, 128], [128, 1], 'T', 'plain')]:
         m = case('MatMul_%s' % tag)
         m.out(m.node('MatMul', [m.source(sa, ha), m.source(sb, hb)]))
     # MatMul + epilogue (bias add, activation)
     m = case('MatMul_bias_relu')
     y = m.node('MatMul', [m.source([7, 33]), m.randc([33, 17])])
     m.out(m.node('Relu', [m.node('Add', [y, m.randc([17])])]))
+    m = case('MatMul_one_col_big_a_epilogue')
+    y = m.node('MatMul', [m.source([2, 700, 96]), m.source([2, 96, 1])])
+    m.out(m.node('Relu', [m.node('Add', [y, m.randc([700, 1])])]))
 
 
 def gemm_cases():
@@ -1843,6 +1848,17 @@ def attention_cases():
         if present:
             m.out(outs[1], [b, hkv, t, e])
             m.out(outs[2], [b, hkv, t, ev])
+    # a decoder step against a long cache (T x E >= 64K: the scores' one-column product goes to the SGEMM's dot rows)
+    for i, (hq, hkv) in enumerate([(2, 2), (4, 2)]):
+        m = case('Attention_decode_long_%d' % i, opset=23)
+        p, e = 1100, 64
+        ins = [m.inp([1, hq, 1, e]), m.inp([1, hkv, 1, e]), m.inp([1, hkv, 1, e]), '', m.inp([1, hkv, p, e]),
+               m.inp([1, hkv, p, e])]
+        outs = [m.fresh('y'), m.fresh('pk'), m.fresh('pv')]
+        m.nodes.append(helper.make_node('Attention', ins, outs, name=m.fresh('n_Attention_'), is_causal=i))
+        m.out(outs[0], [1, hq, 1, e])
+        m.out(outs[1], [1, hkv, p + 1, e])
+        m.out(outs[2], [1, hkv, p + 1, e])
 
 
 def transformer_cases():
