@@ -11,6 +11,7 @@ static const struct {
     {KILN_DEVICE_FEATURE_COOPERATIVE_MATRIX, "cooperative-matrix"},
     {KILN_DEVICE_FEATURE_FUSED_ATTENTION, "fused-attention"},
     {KILN_DEVICE_FEATURE_RECURRENT_ROUTINE, "recurrent-routine"},
+    {KILN_DEVICE_FEATURE_ATTENTION_ROUTINE, "attention-routine"},
     {KILN_DEVICE_FEATURE_QDQ_INTEGER, "qdq-integer"},
 };
 

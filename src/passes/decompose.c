@@ -683,6 +683,20 @@ static bool f32_shaped(const kiln_graph *g, int v, bool bool_ok) {
          (t->dtype == KILN_DTYPE_F32 || (bool_ok && t->dtype == KILN_DTYPE_BOOL));
 }
 
+bool kiln_attention_decode_step(const kiln_graph *g, const kiln_node *n) {
+  if (n->domain[0] || n->n_inputs < 6 || n->n_outputs < 1 || n->outputs[0] < 0) return false;
+  if ((n->n_outputs > 3 && n->outputs[3] >= 0) || (n->n_inputs > 6 && n->inputs[6] >= 0) || n->inputs[3] >= 0)
+    return false;
+  if (n->opset >= 25 && (kiln_attr_int(n, "left_window_size", -1) != -1 || kiln_attr_int(n, "right_window_size", -1) != -1))
+    return false;
+  const int which[5] = {0, 1, 2, 4, 5};
+  for (int i = 0; i < 5; i++) {
+    int v = n->inputs[which[i]];
+    if (!f32_shaped(g, v, false) || g->values[v].type.rank != 4) return false;
+  }
+  return g->values[n->inputs[0]].type.dims[2] <= 4;
+}
+
 static kiln_status_t decompose_attention(kiln_graph *g, int ni) {
   const kiln_node *n = &g->nodes[ni];
   if (n->domain[0] || n->n_inputs < 3 || n->n_outputs < 1 || n->outputs[0] < 0) return NULL;
@@ -1051,12 +1065,19 @@ static kiln_status_t decompose_rope(kiln_graph *g, int ni) {
   return finish(&b);
 }
 
-static kiln_status_t decompose_graph(kiln_graph *g, bool keep_recurrent) {
+/* What decompose_graph leaves whole for a device routine. */
+enum { KEEP_RECURRENT = 1, KEEP_DECODE_ATTENTION = 2 };
+
+static kiln_status_t decompose_graph(kiln_graph *g, unsigned keep) {
+  bool keep_recurrent = keep & KEEP_RECURRENT;
   for (int ni = g->n_nodes - 1; ni >= 0; ni--) /* from the end: insertions move no node still to visit */
     switch (kiln_node_op_id(&g->nodes[ni])) {
       case KILN_OP_DynamicQuantizeLinear: KILN_TRY(decompose_dql(g, ni)); break;
       case KILN_OP_BatchNormalization: KILN_TRY(decompose_batchnorm(g, ni)); break;
-      case KILN_OP_Attention: KILN_TRY(decompose_attention(g, ni)); break;
+      case KILN_OP_Attention:
+        if (!(keep & KEEP_DECODE_ATTENTION) || !kiln_attention_decode_step(g, &g->nodes[ni]))
+          KILN_TRY(decompose_attention(g, ni));
+        break;
       case KILN_OP_Swish:
       case KILN_OP_SwiGLU:
       case KILN_OP_Mish: KILN_TRY(decompose_activation(g, ni)); break;
@@ -1077,10 +1098,20 @@ static kiln_status_t decompose_graph(kiln_graph *g, bool keep_recurrent) {
 
 kiln_status_t kiln_pass_decompose(kiln_graph *g) {
   KILN_TRY(kiln_opt_run_on_subgraphs(g, kiln_pass_decompose));
-  return decompose_graph(g, false);
+  return decompose_graph(g, 0);
 }
 
 kiln_status_t kiln_pass_decompose_keep_recurrent(kiln_graph *g) {
   KILN_TRY(kiln_opt_run_on_subgraphs(g, kiln_pass_decompose_keep_recurrent));
-  return decompose_graph(g, true);
+  return decompose_graph(g, KEEP_RECURRENT);
+}
+
+kiln_status_t kiln_pass_decompose_keep_attention(kiln_graph *g) {
+  KILN_TRY(kiln_opt_run_on_subgraphs(g, kiln_pass_decompose_keep_attention));
+  return decompose_graph(g, KEEP_DECODE_ATTENTION);
+}
+
+kiln_status_t kiln_pass_decompose_keep_routines(kiln_graph *g) {
+  KILN_TRY(kiln_opt_run_on_subgraphs(g, kiln_pass_decompose_keep_routines));
+  return decompose_graph(g, KEEP_RECURRENT | KEEP_DECODE_ATTENTION);
 }

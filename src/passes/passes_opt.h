@@ -46,6 +46,14 @@ kiln_status_t kiln_pass_resample_tables(kiln_graph *g);
 kiln_status_t kiln_pass_decompose(kiln_graph *g);
 /* The same, RNN, GRU and LSTM left whole. */
 kiln_status_t kiln_pass_decompose_keep_recurrent(kiln_graph *g);
+/* The same keeping Attention's decoder steps whole, and both. */
+kiln_status_t kiln_pass_decompose_keep_attention(kiln_graph *g);
+kiln_status_t kiln_pass_decompose_keep_routines(kiln_graph *g);
+/* An ONNX Attention node that is a decoder step a device routine may take
+ * whole (cpu_attention.c): f32, 4-D Q/K/V with known shapes, past_key and
+ * past_value given, no attn_mask, nonpad_kv_seqlen, window or
+ * qk_matmul_output, at most 4 query rows. */
+bool kiln_attention_decode_step(const kiln_graph *g, const kiln_node *n);
 /* An If with a constant condition as its taken branch's nodes, a Loop with
  * a constant trip count that always runs to it as its body's nodes once
  * per iteration (inline_control.c). */
@@ -67,6 +75,7 @@ typedef struct kiln_optimize_options {
   bool fuse_attention; /* false: the patterns pass leaves attention as MatMul, Softmax, MatMul (no fused kernel) */
   bool keep_recurrent; /* RNN, GRU and LSTM stay whole (a device that runs them on a routine of its own) */
   bool qdq_integer;    /* QDQ convolutions become ConvInteger (a device whose integer kernels beat its float ones) */
+  bool keep_decode_attention; /* Attention's decoder steps stay whole (a device with a routine of its own) */
 } kiln_optimize_options;
 /* The same, for a device. */
 kiln_status_t kiln_optimize_graph_for(kiln_graph *g, int level, const kiln_optimize_options *opts);

@@ -463,7 +463,10 @@ kiln_status_t kiln_optimize_graph_for(kiln_graph *g, int level, const kiln_optim
       kiln_pass_fn fn = pipeline[p].fn;
       if (fn == kiln_pass_qdq_integer && !opts->qdq_integer) continue;
       if (fn == kiln_pass_patterns && !opts->fuse_attention) fn = kiln_pass_patterns_unfused_attention;
-      if (fn == kiln_pass_decompose && opts->keep_recurrent) fn = kiln_pass_decompose_keep_recurrent;
+      if (fn == kiln_pass_decompose && (opts->keep_recurrent || opts->keep_decode_attention))
+        fn = !opts->keep_decode_attention ? kiln_pass_decompose_keep_recurrent
+             : opts->keep_recurrent       ? kiln_pass_decompose_keep_routines
+                                          : kiln_pass_decompose_keep_attention;
       KILN_RETURN_IF_ERROR(kiln_run_pass(g, pipeline[p].name, fn), "optimize round %d", round + 1);
     }
     if (graph_fingerprint(g) == before) break;

@@ -78,6 +78,12 @@ enum {
    * for it (passes/qdq_integer.c; a host device whose processor has 8-bit
    * dot-product instructions; KILN_QDQ_INTEGER=0/1 overrides). */
   KILN_DEVICE_FEATURE_QDQ_INTEGER = 1 << 6,
+  /* It runs ONNX Attention's decoder step (a few query rows against a
+   * key/value cache: kiln_attention_decode_step) as a host routine of its
+   * own that reads the cache once, so the optimizer keeps such a node
+   * whole for it (KILN_ATTENTION_ROUTINE=0 decomposes it anyway, for tests
+   * and comparisons). */
+  KILN_DEVICE_FEATURE_ATTENTION_ROUTINE = 1 << 7,
 };
 
 typedef struct kiln_device kiln_device;

@@ -1848,6 +1848,30 @@ def attention_cases():
         if present:
             m.out(outs[1], [b, hkv, t, e])
             m.out(outs[2], [b, hkv, t, ev])
+    # decoder steps without a mask (the cpu's Attention routine, cpu_attention.c): 1-4 query rows, grouped and
+    # multi-query heads, causal, softcap, scale, head sizes around the routine's 16-wide sums, present outputs or not
+    for i in range(12):
+        m = case('Attention_decode_rand_%d' % i, opset=23)
+        hkv = int(rng.choice([1, 2, 3]))
+        hq = hkv * int(rng.choice([1, 2, 4]))
+        b, s, l, p = int(rng.choice([1, 2])), int(rng.randint(1, 5)), int(rng.randint(1, 3)), int(rng.randint(0, 40))
+        e, ev = int(rng.choice([5, 16, 17, 33])), int(rng.choice([3, 16, 20]))
+        attrs = {}
+        if rng.rand() < 0.5:
+            attrs['is_causal'] = 1
+        if rng.rand() < 0.3:
+            attrs['softcap'] = 1.5
+        if rng.rand() < 0.3:
+            attrs['scale'] = 0.2
+        ins = [m.inp([b, hq, s, e]), m.inp([b, hkv, l, e]), m.inp([b, hkv, l, ev]), '', m.inp([b, hkv, p, e]),
+               m.inp([b, hkv, p, ev])]
+        present = i % 4 != 3
+        outs = [m.fresh('y')] + ([m.fresh('pk'), m.fresh('pv')] if present else [])
+        m.nodes.append(helper.make_node('Attention', ins, outs, name=m.fresh('n_Attention_'), **attrs))
+        m.out(outs[0], [b, hq, s, ev])
+        if present:
+            m.out(outs[1], [b, hkv, p + l, e])
+            m.out(outs[2], [b, hkv, p + l, ev])
     # a decoder step against a long cache (T x E >= 64K: the scores' one-column product goes to the SGEMM's dot rows)
     for i, (hq, hkv) in enumerate([(2, 2), (4, 2)]):
         m = case('Attention_decode_long_%d' % i, opset=23)

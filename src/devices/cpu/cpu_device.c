@@ -39,7 +39,7 @@ static void cpu_query(const kiln_device *dev, kiln_device_info *out) {
   }
   out->description = description;
   out->host_memory = true;
-  out->features = KILN_DEVICE_FEATURE_RECURRENT_ROUTINE;
+  out->features = KILN_DEVICE_FEATURE_RECURRENT_ROUTINE | KILN_DEVICE_FEATURE_ATTENTION_ROUTINE;
   /* With VNNI the 8-bit GEMM's vpdpbusd quads (gemm/igemm*) beat the f32
    * convolutions (QDQ ResNet-50: 67 against 77 ms fp32 on a Zen 4); without,
    * its int16 pairs do not. */
@@ -48,7 +48,8 @@ static void cpu_query(const kiln_device *dev, kiln_device_info *out) {
 }
 
 static bool cpu_supports(const kiln_device *dev, const kiln_graph *g, const kiln_node *node, const char **reason) {
-  return kiln_cpu_recurrent_routine(g, node) || kiln_lower_class(g, node, reason) != KILN_OPCLASS_NONE;
+  return kiln_cpu_recurrent_routine(g, node) || kiln_cpu_attention_routine(g, node) ||
+         kiln_lower_class(g, node, reason) != KILN_OPCLASS_NONE;
 }
 
 static void cpu_plan_describe(kiln_device *dev, void *state, const kiln_plan *p, FILE *out) {

@@ -785,7 +785,7 @@ static kiln_status_t host_resize(cpu_exec *x, kiln_kernel_ctx *ctx, bool upsampl
 }
 
 bool kiln_cpu_host_routine_of(const kiln_graph *g, const kiln_node *node) {
-  if (kiln_cpu_recurrent_routine(g, node)) return true;
+  if (kiln_cpu_recurrent_routine(g, node) || kiln_cpu_attention_routine(g, node)) return true;
   int out = node->n_outputs > 0 ? node->outputs[0] : -1;
   kiln_dtype dt = out >= 0 ? g->values[out].type.dtype : KILN_DTYPE_UNDEFINED;
   switch (kiln_node_op_id(node)) {
@@ -825,6 +825,7 @@ kiln_status_t kiln_cpu_host_kernel(void *state, kiln_kernel_ctx *ctx, bool *hand
     case KILN_OP_RNN:
     case KILN_OP_GRU:
     case KILN_OP_LSTM: return kiln_cpu_host_recurrent(x, ctx, handled);
+    case KILN_OP_Attention: return kiln_cpu_host_attention(x, ctx, handled);
     default: return NULL;
   }
 }

@@ -116,6 +116,11 @@ kiln_status_t kiln_cpu_host_recurrent(cpu_exec *x, kiln_kernel_ctx *ctx, bool *h
 /* Whether the routine runs this node (an f32 X): the plan says so, and
  * the optimizer keeps the node whole for it. */
 bool kiln_cpu_recurrent_routine(const kiln_graph *g, const kiln_node *node);
+/* ONNX Attention's decoder step as one host routine (cpu_attention.c);
+ * *handled false: left to ref (shapes ref rejects, with its error). */
+kiln_status_t kiln_cpu_host_attention(cpu_exec *x, kiln_kernel_ctx *ctx, bool *handled);
+/* Whether the routine runs this node (kiln_attention_decode_step). */
+bool kiln_cpu_attention_routine(const kiln_graph *g, const kiln_node *node);
 
 /* A routine over planes (cpu_planes.c): plane(job, x + i * in_size,
  * y + i * out_size, scratch) for every plane i over the pool, scratch
