@@ -1005,6 +1005,7 @@ static kiln_status_t decompose_rope(kiln_graph *g, int ni) {
     return NULL;
   }
   int x = n->inputs[0], cc = n->inputs[1], sc = n->inputs[2], out = n->outputs[0];
+  int64_t max_pos = ct->dims[0]; /* (ct points into g's values, which the new nodes' values move) */
   const kiln_dtype F = KILN_DTYPE_F32;
   builder b = {.g = g};
   snprintf(b.base, sizeof b.base, "%s", n->name);
@@ -1021,7 +1022,7 @@ static kiln_status_t decompose_rope(kiln_graph *g, int ni) {
     const kiln_dtype I = KILN_DTYPE_I64;
     int64_t pd[2] = {B, S};
     int neg = node(&b, "Less", 13, 2, (int[]){pos, scalar_const(&b, I, 0)}, -1, KILN_DTYPE_BOOL, 2, pd);
-    pos = node(&b, "Where", 16, 3, (int[]){neg, scalar_const(&b, I, (double)ct->dims[0]), pos}, -1, I, 2, pd);
+    pos = node(&b, "Where", 16, 3, (int[]){neg, scalar_const(&b, I, (double)max_pos), pos}, -1, I, 2, pd);
   }
   for (int j = 0; j < 2; j++) {
     if (pos >= 0) {
