@@ -1,11 +1,11 @@
 """kiln against ONNX Runtime in one process: the repository's test models
 (build/models, made by tests/models/export_models.py), the example model
-(examples/models/shapes.onnx) and a sample of the ONNX node tests that kiln's
+(examples/models/shapes.onnx) and the ONNX node tests that kiln's
 C conformance test passes, through kiln.InferenceSession and
 onnxruntime.InferenceSession: get_inputs()/get_outputs() equal field by
 field, outputs equal within per-dtype tolerances.
 
-And onnx.backend.test.BackendTest over kiln.backend for a selection of node
+And onnx.backend.test.BackendTest over kiln.backend for the node
 cases from tests/conformance/expected_pass*.txt (the onnx package's own
 copies of the cases)."""
 
@@ -134,7 +134,7 @@ def _node_sample() -> list[Any]:
     folder, expect = _node_data()
     if folder is None or expect is None:
         return [pytest.param(None, id="no-node-data")]
-    every = int(os.environ.get("KILN_PY_NODE_EVERY", "12"))
+    every = int(os.environ.get("KILN_PY_NODE_EVERY", "1"))
     cases = _passing(expect)[::every]
     return [pytest.param(folder / c, id=c) for c in cases if (folder / c).is_dir()]
 
@@ -205,9 +205,9 @@ def _backend_data() -> tuple[Path, Path]:
 
 
 def _backend_selection(expect: Path) -> list[str]:
-    """Node cases that kiln's C conformance passes, one in every few (the
+    """Node cases that kiln's C conformance passes (KILN_PY_BACKEND_EVERY=N: one in N; the
     patterns BackendTest includes)."""
-    every = int(os.environ.get("KILN_PY_BACKEND_EVERY", "8"))
+    every = int(os.environ.get("KILN_PY_BACKEND_EVERY", "1"))
     return _passing(expect)[::every]
 
 

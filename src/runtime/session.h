@@ -13,6 +13,10 @@
 
 struct kiln_model {
   kiln_model_ir *ir; /* owned */
+  /* The graph outputs' types as the file declares them, before inference
+   * refines them (owned; n_outputs of them): what kiln_model_output_info
+   * reports where a shape is declared, as ONNX Runtime does. */
+  kiln_type *declared_outputs;
   struct kiln_fold_cache *fold_cache; /* owned: constants its sessions fold, shared (passes/fold_cache.h) */
 };
 
