@@ -13,6 +13,8 @@ falling back silently to the CPU, unlike ONNX Runtime.
 
 from __future__ import annotations
 
+from ._closeable import Closeable
+
 import ctypes
 import enum
 import json
@@ -246,7 +248,7 @@ def _io_info(info: C.kiln_io_info) -> tuple[NodeArg, int]:
     return NodeArg(name, t, shape), int(info.dtype)
 
 
-class InferenceSession:
+class InferenceSession(Closeable):
     """ONNX Runtime's InferenceSession over a kiln session.
 
     `model` is a path (str or pathlib.Path), the serialized model (bytes) or
@@ -542,15 +544,4 @@ class InferenceSession:
                 self._lib.kiln_model_destroy(self._model)
                 self._model = None
 
-    def __enter__(self) -> "InferenceSession":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 

@@ -9,6 +9,8 @@ in include/kiln.h) parsed into dicts; `devices()` into small dataclasses.
 
 from __future__ import annotations
 
+from ._closeable import Closeable
+
 import ctypes
 import json
 import os
@@ -98,7 +100,7 @@ def _dims(info: C.kiln_io_info) -> Optional[list[Any]]:
     return [int(info.dims[d]) if info.dims[d] >= 0 else (info.dim_names[d] or b"?").decode() for d in range(info.rank)]
 
 
-class ModelHandle:
+class ModelHandle(Closeable):
     """A kiln_model* loaded from a path, bytes or an onnx.ModelProto, with
     its graph inputs' names and dtypes. Freed by close() or when collected."""
 
@@ -149,17 +151,6 @@ class ModelHandle:
             self._lib.kiln_model_destroy(self.ptr)
             self.ptr = None
 
-    def __enter__(self) -> "ModelHandle":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 class InputTensors:

@@ -13,6 +13,8 @@ Fisher-Yates order per epoch), so a run's per-step losses equal the CLI's.
 
 from __future__ import annotations
 
+from ._closeable import Closeable
+
 import ctypes
 import os
 import re
@@ -89,7 +91,7 @@ class _JitSync:
             os.environ.pop("KILN_JIT", None)
 
 
-class Trainer:
+class Trainer(Closeable):
     """A kiln trainer of `model` (a path, bytes or an onnx.ModelProto).
 
     loss: "mse", "l1", "cross_entropy" (logits [N, C, d...], int64 classes
@@ -480,17 +482,6 @@ class Trainer:
         if m is not None:
             m.close()
 
-    def __enter__(self) -> "Trainer":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self) -> str:
         state = f"updates={self.updates}, lr={self.lr:.6g}" if self._ptr is not None else "closed"
