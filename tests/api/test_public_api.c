@@ -15,29 +15,10 @@
 #include <string.h>
 
 #include "kiln.h"
+#define CHECK_RNG_SEED 0x2545f4914f6cdd1dull
+#include "../unit/check.h"
 
-static int g_failures, g_checks;
 static const char *g_models, *g_api_dir, *g_python, *g_work;
-
-#define CHECK(cond, ...)                          \
-  do {                                            \
-    g_checks++;                                   \
-    if (!(cond)) {                                \
-      g_failures++;                               \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      printf(__VA_ARGS__);                        \
-      printf("\n");                               \
-    }                                             \
-  } while (0)
-
-static int ok(kiln_status_t st, const char *what) {
-  g_checks++;
-  if (!st) return 1;
-  g_failures++;
-  printf("FAIL: %s: %s\n", what, kiln_status_message(st));
-  kiln_status_free(st);
-  return 0;
-}
 
 /* The status must be a failure with `code` whose message contains `needle`. */
 static void expect_error(kiln_status_t st, kiln_status_code code, const char *needle, const char *what) {
@@ -80,12 +61,8 @@ static void check_json(const char *mode, const char *arg, const char *text) {
   }
 }
 
-static uint64_t g_rng = 0x2545f4914f6cdd1dull;
 static float rnd_normalish(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  double u = (double)(g_rng >> 11) / (double)(1ull << 53);
+  double u = (double)(rnd() >> 11) / (double)(1ull << 53);
   return (float)((u - 0.5) * 4.0); /* uniform in [-2, 2) */
 }
 

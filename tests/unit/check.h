@@ -1,6 +1,8 @@
 /* check.h — the counters, CHECK macro, status check and xorshift generator
- * the Vulkan unit tests share (one test program per file, so the statics
- * are per program). Define CHECK_RNG_SEED before including to pick a seed. */
+ * the unit tests and tests/api's public-API program share (one test
+ * program per file, so the statics are per program; only kiln.h's API, so
+ * a program linked to libkiln.so alone may include it). Define
+ * CHECK_RNG_SEED before including to pick a seed. */
 #ifndef KILN_TESTS_UNIT_CHECK_H
 #define KILN_TESTS_UNIT_CHECK_H
 
@@ -8,7 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "base/status.h"
+#include "kiln.h"
 
 #ifndef CHECK_RNG_SEED
 #define CHECK_RNG_SEED 0x9e3779b97f4a7c15ull
