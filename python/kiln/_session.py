@@ -13,8 +13,6 @@ falling back silently to the CPU, unlike ONNX Runtime.
 
 from __future__ import annotations
 
-from ._closeable import Closeable
-
 import ctypes
 import enum
 import json
@@ -28,7 +26,9 @@ import numpy as np
 
 from . import _capi as C
 from . import _dtypes
-from ._errors import InvalidArgument, NoSuchFile, ProviderNotAvailable, Unsupported, check
+from ._closeable import Closeable
+from ._errors import InvalidArgument, ProviderNotAvailable, Unsupported, check
+from ._model import load_model
 from ._tensor import Tensor, _Handle, copy_tensor, input_array, outputs_to_numpy, tensor_from_input
 
 # ---- options ------------------------------------------------------------------
@@ -284,21 +284,9 @@ class InferenceSession(Closeable):
 
     # -- construction
     def _load(self, model: _Model) -> None:
-        out = c_void_p()
-        if isinstance(model, (str, os.PathLike)):
-            path = os.fspath(model)
-            if not os.path.exists(path):
-                raise NoSuchFile(f"model file '{path}' does not exist")
+        self._model, path, _ = load_model(self._lib, model)
+        if path is not None:
             self._model_path = path
-            check(self._lib.kiln_model_load_file(os.fsencode(path), ctypes.byref(out)))
-        else:
-            if hasattr(model, "SerializeToString"):  # onnx.ModelProto
-                model = model.SerializeToString()
-            if not isinstance(model, (bytes, bytearray, memoryview)):
-                raise InvalidArgument(f"model: expected a path, bytes or an onnx.ModelProto, got {type(model).__name__}")
-            data = bytes(model)
-            check(self._lib.kiln_model_load_memory(data, len(data), ctypes.byref(out)))
-        self._model = out.value
         self._inputs: list[NodeArg] = []
         self._input_dtypes: dict[str, int] = {}
         self._outputs: list[NodeArg] = []

@@ -9,11 +9,8 @@ in include/kiln.h) parsed into dicts; `devices()` into small dataclasses.
 
 from __future__ import annotations
 
-from ._closeable import Closeable
-
 import ctypes
 import json
-import os
 import statistics
 import time
 from ctypes import c_char_p, c_void_p
@@ -22,7 +19,9 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from . import _capi as C
 from . import _dtypes
-from ._errors import InvalidArgument, NoSuchFile, Unsupported, check
+from ._closeable import Closeable
+from ._errors import InvalidArgument, Unsupported, check
+from ._model import load_model
 from ._tensor import _Handle, input_array, tensor_from_input
 
 
@@ -109,21 +108,7 @@ class ModelHandle(Closeable):
         self.ptr: Optional[int] = None
         self.path: Optional[str] = None
         self.data: Optional[bytes] = None
-        out = c_void_p()
-        if isinstance(model, (str, os.PathLike)):
-            path = os.fspath(model)
-            if not os.path.exists(path):
-                raise NoSuchFile(f"model file '{path}' does not exist")
-            self.path = path
-            check(self._lib.kiln_model_load_file(os.fsencode(path), ctypes.byref(out)))
-        else:
-            if hasattr(model, "SerializeToString"):  # onnx.ModelProto
-                model = model.SerializeToString()
-            if not isinstance(model, (bytes, bytearray, memoryview)):
-                raise InvalidArgument(f"model: expected a path, bytes or an onnx.ModelProto, got {type(model).__name__}")
-            self.data = bytes(model)
-            check(self._lib.kiln_model_load_memory(self.data, len(self.data), ctypes.byref(out)))
-        self.ptr = out.value
+        self.ptr, self.path, self.data = load_model(self._lib, model)
         self.inputs: dict[str, int] = {}  # name -> kiln dtype
         self.shapes: dict[str, Optional[list[Any]]] = {}  # name -> dims (a str for a symbolic one)
         info = C.kiln_io_info()

@@ -13,8 +13,6 @@ Fisher-Yates order per epoch), so a run's per-step losses equal the CLI's.
 
 from __future__ import annotations
 
-from ._closeable import Closeable
-
 import ctypes
 import os
 import re
@@ -25,6 +23,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from ._closeable import Closeable
 from . import _capi as C
 from . import _proto
 from ._errors import InvalidArgument, NotFound, OutOfRange, check
