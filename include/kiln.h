@@ -42,6 +42,7 @@
 #ifndef KILN_H
 #define KILN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -284,6 +285,46 @@ KILN_API kiln_status_t kiln_session_run_into(kiln_session *session, int n_inputs
                                              const kiln_tensor *const *inputs, int n_outputs, kiln_tensor *const *into,
                                              kiln_tensor **out_outputs);
 
+/* ---- values: tensors, sequences and optionals ------------------------------
+ *
+ * Graph inputs and outputs of ONNX's sequence and optional types
+ * (SequenceConstruct's result, a Loop's sequence state, Optional) are
+ * kiln_values; a value of kind TENSOR holds one tensor, SEQUENCE a list
+ * of tensors of one dtype (possibly empty), NONE an optional with nothing
+ * in it. A value owns one reference to each tensor it holds. */
+typedef struct kiln_value kiln_value;
+typedef enum kiln_value_kind {
+  KILN_VALUE_TENSOR = 0,
+  KILN_VALUE_SEQUENCE = 1,
+  KILN_VALUE_NONE = 2, /* an optional with no element */
+} kiln_value_kind;
+
+/* A TENSOR value holding t (takes the caller's reference to t). */
+KILN_API kiln_status_t kiln_value_from_tensor(kiln_tensor *t, kiln_value **out);
+/* An empty SEQUENCE of elem_dtype; items go in with kiln_value_seq_insert
+ * at position pos (-1: the end), which takes the caller's reference. */
+KILN_API kiln_status_t kiln_value_new_sequence(kiln_dtype elem_dtype, kiln_value **out);
+KILN_API kiln_status_t kiln_value_seq_insert(kiln_value *seq, int pos, kiln_tensor *t);
+/* A NONE value: an empty optional of a tensor (or, is_sequence, of a
+ * sequence) of elem_dtype. */
+KILN_API kiln_status_t kiln_value_new_none(kiln_dtype elem_dtype, bool is_sequence, kiln_value **out);
+/* Frees the value and drops its references. NULL is ignored. */
+KILN_API void kiln_value_free(kiln_value *v);
+KILN_API kiln_value_kind kiln_value_kind_of(const kiln_value *v);
+/* Tensors held: 1 for a TENSOR, the items of a SEQUENCE, 0 for NONE. */
+KILN_API int kiln_value_count(const kiln_value *v);
+/* Tensor i (borrowed, valid while the value lives; kiln_tensor_retain to
+ * keep it longer); NULL out of range. */
+KILN_API kiln_tensor *kiln_value_item(const kiln_value *v, int index);
+/* The element dtype (a TENSOR's, a SEQUENCE's items', an optional's declared one; UNDEFINED if unknown). */
+KILN_API kiln_dtype kiln_value_elem_dtype(const kiln_value *v);
+
+/* As kiln_session_run with values: inputs borrowed (NULL entries: absent
+ * optional inputs), each checked against the graph input's declared type;
+ * out_outputs[i] a new value owned by the caller (kiln_value_free). */
+KILN_API kiln_status_t kiln_session_run_values(kiln_session *session, int n_inputs, const char *const *input_names,
+                                               kiln_value *const *inputs, int n_outputs, kiln_value **out_outputs);
+
 /* ---- reports as JSON ---------------------------------------------------------
  *
  * Each call below writes one JSON object (UTF-8) into *out_json, which the
@@ -297,7 +338,8 @@ KILN_API kiln_status_t kiln_session_run_into(kiln_session *session, int n_inputs
  *                 "memory_bytes": int (0: host memory / unknown),
  *                 "compute_units": int (0: unknown), "subgroup_size": int (0: n/a),
  *                 "features": [str]  ("all-dtypes", "fp16", "int8-dot", "cooperative-matrix",
- *                                     "fused-attention", "recurrent-routine", "qdq-integer")}],
+ *                                     "fused-attention", "recurrent-routine", "attention-routine",
+ *                                     "qdq-integer")}],
  *    "absent": [{"name": str, "reason": str}]}   (devices built in but not usable here) */
 KILN_API kiln_status_t kiln_devices_json(char **out_json);
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_double, c_float, c_int, c_int64, c_size_t,
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_bool, c_char_p, c_double, c_float, c_int, c_int64, c_size_t,
                     c_uint64, c_void_p)
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -81,6 +81,7 @@ kiln_tensor_p = c_void_p
 kiln_model_p = c_void_p
 kiln_session_p = c_void_p
 kiln_trainer_p = c_void_p
+kiln_value_p = c_void_p
 
 kiln_release_fn = CFUNCTYPE(None, c_void_p)
 
@@ -227,6 +228,18 @@ _OPTIONAL: dict[str, tuple[Any, list[Any]]] = {
     "kiln_verify_json": (kiln_status_t, [kiln_model_p, c_char_p, c_int, P(c_char_p), P(kiln_tensor_p), P(c_void_p)]),
     "kiln_bench_json": (kiln_status_t, [kiln_model_p, P(kiln_session_options), c_int, P(c_char_p), P(kiln_tensor_p),
                                         c_int, c_int, c_int, P(c_void_p)]),
+    # sequences and optionals (kiln_value_kind_of marks the generation that made them public)
+    "kiln_value_kind_of": (c_int, [kiln_value_p]),
+    "kiln_value_count": (c_int, [kiln_value_p]),
+    "kiln_value_item": (kiln_tensor_p, [kiln_value_p, c_int]),
+    "kiln_value_elem_dtype": (c_int, [kiln_value_p]),
+    "kiln_value_from_tensor": (kiln_status_t, [kiln_tensor_p, P(kiln_value_p)]),
+    "kiln_value_new_sequence": (kiln_status_t, [c_int, P(kiln_value_p)]),
+    "kiln_value_seq_insert": (kiln_status_t, [kiln_value_p, c_int, kiln_tensor_p]),
+    "kiln_value_new_none": (kiln_status_t, [c_int, c_bool, P(kiln_value_p)]),
+    "kiln_value_free": (None, [kiln_value_p]),
+    "kiln_session_run_values": (kiln_status_t, [kiln_session_p, c_int, P(c_char_p), P(kiln_value_p), c_int,
+                                                P(kiln_value_p)]),
 }
 _NEEDS_VERSION = {"kiln_tensor_wrap"}
 
@@ -265,8 +278,13 @@ class Library:
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names __init__ did not set: the required calls are
-        # instance attributes (this also tells type checkers they exist).
-        raise AttributeError(f"libkiln has no required call {name!r} (optional ones: Library.optional)")
+        # instance attributes (this also tells type checkers they exist). A
+        # newer call reads the same way once its caller has checked that the
+        # library has it (Library.optional).
+        fn = self.optional(name) if name in _OPTIONAL else None
+        if fn is None:
+            raise AttributeError(f"libkiln has no call {name!r} (newer ones may be absent: Library.optional)")
+        return fn
 
     def optional(self, name: str) -> Optional[Callable[..., Any]]:
         """The newer call `name` with its prototype, or None where this

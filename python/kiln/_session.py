@@ -236,7 +236,8 @@ _Model = Union[str, bytes, os.PathLike, Any]
 def _io_info(info: C.kiln_io_info) -> tuple[NodeArg, int]:
     name = info.name.decode() if info.name else ""
     shape: list[Union[int, str, None]] = []  # unknown rank: [] as ONNX Runtime says (like a scalar's)
-    if info.rank >= 0:
+    # A sequence or an optional has no shape of its own: [] (ONNX Runtime's NodeArg too).
+    if info.rank >= 0 and not info.is_sequence and not info.is_optional:
         for d in range(info.rank):
             if info.dims[d] >= 0:
                 shape.append(int(info.dims[d]))
@@ -246,6 +247,45 @@ def _io_info(info: C.kiln_io_info) -> tuple[NodeArg, int]:
                 shape.append(None)
     t = _dtypes.type_string(info.dtype, bool(info.is_sequence), bool(info.is_optional))
     return NodeArg(name, t, shape), int(info.dtype)
+
+
+# kiln_value_kind (kiln.h)
+_VALUE_TENSOR, _VALUE_SEQUENCE, _VALUE_NONE = 0, 1, 2
+
+
+class _ValueHandle:
+    """One kiln_value* this side owns (kiln_value_free when collected)."""
+
+    def __init__(self, lib: Any, tensor: Optional[_Handle] = None):
+        self._lib = lib
+        self.ptr: Optional[int] = None
+        if tensor is not None:  # a TENSOR value taking a reference of its own to the tensor
+            out = c_void_p()
+            check(lib.kiln_value_from_tensor(lib.kiln_tensor_retain(tensor.ptr), ctypes.byref(out)))
+            self.ptr = out.value
+
+    @classmethod
+    def adopt(cls, lib: Any, ptr: Optional[int]) -> "_ValueHandle":
+        h = cls(lib)
+        h.ptr = ptr or None
+        return h
+
+    def __del__(self) -> None:
+        if self.ptr:
+            self._lib.kiln_value_free(self.ptr)
+            self.ptr = None
+
+
+class _SequenceHandle(_ValueHandle):
+    """A SEQUENCE value of the given tensors (each handle's tensor retained by the value)."""
+
+    def __init__(self, lib: Any, kd: int, items: list[_Handle]):
+        super().__init__(lib)
+        out = c_void_p()
+        check(lib.kiln_value_new_sequence(kd, ctypes.byref(out)))
+        self.ptr = out.value
+        for h in items:
+            check(lib.kiln_value_seq_insert(self.ptr, -1, lib.kiln_tensor_retain(h.ptr)))
 
 
 class InferenceSession(Closeable):
@@ -398,7 +438,9 @@ class InferenceSession(Closeable):
                              "dur": (now - t_ns) // 1000, "ts": (t_ns - self._t0_ns) // 1000, "ph": "X",
                              "name": name, "args": args or {}})
 
-    def _run_ptrs(self, output_names: Optional[Sequence[str]], input_feed: dict[str, Any]) -> list[int]:
+    def _run_ptrs(self, output_names: Optional[Sequence[str]], input_feed: dict[str, Any]) -> list[Any]:
+        """The wanted outputs as owned kiln_tensor* (an int), a list of them
+        (a sequence output) or None (an empty optional)."""
         if not isinstance(input_feed, dict):
             raise InvalidArgument(f"input_feed: expected a dict of name -> value, got {type(input_feed).__name__}")
         if output_names is None or len(output_names) == 0:
@@ -416,18 +458,30 @@ class InferenceSession(Closeable):
             raise InvalidArgument(f"input '{a.name}' ({a.type}, shape {a.shape}) is missing from the input feed "
                                   f"(given: {', '.join(map(repr, input_feed)) or 'nothing'})")
         names: list[bytes] = []
-        handles: list[_Handle] = []
+        handles: list[Any] = []  # _Handle per tensor input, _SequenceHandle per sequence
         lent: set[int] = set()  # inputs over the caller's arrays (kiln_tensor_wrap)
         for name, value in input_feed.items():
             if not isinstance(name, str):
                 raise InvalidArgument(f"input names must be str, got {name!r}")
             if value is None and name in self._optional_inputs:
                 continue  # an empty optional: omitted, as kiln takes it
+            if name in self._sequence_inputs:
+                if self._lib.optional("kiln_value_kind_of") is None:
+                    raise Unsupported(f"input '{name}' is a sequence: this libkiln.so takes tensors only")
+                if not isinstance(value, (list, tuple)):
+                    raise InvalidArgument(f"input '{name}' is a sequence: expected a list "
+                                          f"of arrays, got {type(value).__name__}")
+                kd = self._input_dtypes.get(name, C.DTYPE_UNDEFINED)
+                items = []
+                for k, item in enumerate(value):
+                    arr = input_array(f"{name}[{k}]", item, kd, _dtypes.type_string(kd) if kd else "a tensor")
+                    items.append(_Handle(tensor_from_input(f"{name}[{k}]", arr, kd)[0]))
+                handles.append(_SequenceHandle(self._lib, kd, items))
+                names.append(name.encode())
+                continue
             if isinstance(value, Tensor):
                 ptr = self._lib.kiln_tensor_retain(value.ptr)
             else:
-                if name in self._sequence_inputs:
-                    raise Unsupported(f"input '{name}' is a sequence: kiln's C API takes tensors only")
                 kd = self._input_dtypes.get(name, C.DTYPE_UNDEFINED)
                 arr = input_array(name, value, kd, _dtypes.type_string(kd) if kd else "a tensor")
                 ptr, borrowed = tensor_from_input(name, arr, kd)
@@ -437,35 +491,67 @@ class InferenceSession(Closeable):
             names.append(name.encode())
         n_out = max(want) + 1 if want else 0
         c_names = (c_char_p * max(len(names), 1))(*names)
+        if self._lib.optional("kiln_value_kind_of") is None:  # an older libkiln.so: tensors only
+            return self._run_tensor_ptrs(want, n_out, c_names, handles, lent)
+        values = [h if isinstance(h, _SequenceHandle) else _ValueHandle(self._lib, h) for h in handles]
+        c_inputs = (c_void_p * max(len(values), 1))(*[v.ptr for v in values])
+        c_outputs = (c_void_p * max(n_out, 1))()
+        with self._lock:
+            self._require_open()
+            t = time.perf_counter_ns()
+            st = self._lib.kiln_session_run_values(self._sess, len(names), c_names, c_inputs, n_out, c_outputs)
+            self._event("Session", "model_run", t)
+        del values, handles  # the inputs: kiln holds its own references where it needs them
+        owned = [_ValueHandle.adopt(self._lib, c_outputs[i]) for i in range(n_out)]
+        check(st)
+
+        def take(p: int) -> int:
+            # An output may be a lent input itself (a graph input passed
+            # through unchanged, on ref): copied, so that it never shares the
+            # caller's array, as in ONNX Runtime.
+            return copy_tensor(p) if p in lent else int(self._lib.kiln_tensor_retain(p))
+
+        result: list[Any] = []
+        for i in want:
+            v = owned[i].ptr
+            kind = self._lib.kiln_value_kind_of(v) if v else _VALUE_NONE
+            if kind == _VALUE_NONE:
+                result.append(None)
+            elif kind == _VALUE_SEQUENCE:
+                result.append([take(self._lib.kiln_value_item(v, k)) for k in range(self._lib.kiln_value_count(v))])
+            else:
+                result.append(take(self._lib.kiln_value_item(v, 0)))
+        return result
+
+    def _run_tensor_ptrs(self, want: list[int], n_out: int, c_names: Any, handles: list[_Handle],
+                         lent: set[int]) -> list[Any]:
         c_inputs = (c_void_p * max(len(handles), 1))(*[h.ptr for h in handles])
         c_outputs = (c_void_p * max(n_out, 1))()
         with self._lock:
             self._require_open()
             t = time.perf_counter_ns()
-            st = self._lib.kiln_session_run(self._sess, len(names), c_names, c_inputs, n_out, c_outputs)
+            st = self._lib.kiln_session_run(self._sess, len(handles), c_names, c_inputs, n_out, c_outputs)
             self._event("Session", "model_run", t)
-        del handles  # the inputs: kiln holds its own references where it needs them
+        del handles
         check(st)
         owned = [_Handle(c_outputs[i] or 0) for i in range(n_out)]
-        result = []
-        for i in want:
-            p = owned[i].ptr or 0
-            # An output may be a lent input itself (a graph input passed
-            # through unchanged, on ref): copied, so that it never shares the
-            # caller's array, as in ONNX Runtime.
-            result.append(copy_tensor(p) if p in lent else self._lib.kiln_tensor_retain(p))
-        return result
+        return [copy_tensor(owned[i].ptr or 0) if (owned[i].ptr or 0) in lent
+                else self._lib.kiln_tensor_retain(owned[i].ptr or 0) for i in want]
 
     def run(self, output_names: Optional[Sequence[str]], input_feed: dict[str, Any],
-            run_options: Optional[RunOptions] = None) -> list[np.ndarray]:
+            run_options: Optional[RunOptions] = None) -> list[Any]:
         """Runs the model: output_names (None: all) as numpy arrays over
-        kiln's memory (no copy), in order."""
-        return outputs_to_numpy(self._run_ptrs(output_names, input_feed))
+        kiln's memory (no copy), in order; a sequence output as a list of
+        arrays, an empty optional as None."""
+        return [o if o is None else outputs_to_numpy(o) if isinstance(o, list) else outputs_to_numpy([o])[0]
+                for o in self._run_ptrs(output_names, input_feed)]
 
     def run_tensors(self, output_names: Optional[Sequence[str]], input_feed: dict[str, Any],
-                    run_options: Optional[RunOptions] = None) -> list[Tensor]:
-        """As run(), the outputs as kiln.Tensor (for DLPack consumers)."""
-        return [Tensor._adopt(p) for p in self._run_ptrs(output_names, input_feed)]
+                    run_options: Optional[RunOptions] = None) -> list[Any]:
+        """As run(), the outputs as kiln.Tensor (for DLPack consumers; a
+        sequence output a list of them, an empty optional None)."""
+        return [o if o is None else [Tensor._adopt(p) for p in o] if isinstance(o, list) else Tensor._adopt(o)
+                for o in self._run_ptrs(output_names, input_feed)]
 
     def end_profiling(self) -> str:
         """Writes the profile as ONNX Runtime does (Chrome trace JSON: a list

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import TensorProto, helper, identity_model, make_model, vi
+from conftest import TensorProto, cpu_providers, helper, identity_model, make_model, vi
 
 DTYPES = [
     (TensorProto.FLOAT, np.float32), (TensorProto.DOUBLE, np.float64), (TensorProto.FLOAT16, np.float16),
@@ -177,22 +177,81 @@ def test_optional_input_omitted(rt: Any, rng: np.random.Generator) -> None:
         assert not bool(has)
 
 
-def test_sequence_output_is_unsupported_by_the_c_api(rng: np.random.Generator) -> None:
-    """kiln_session_run returns tensors only: a sequence output is an
-    Unsupported error (kiln's C API cannot express it), the tensor outputs
-    before it can still be fetched."""
-    import kiln
-    model = make_model([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("SequenceConstruct", ["x", "x"], ["s"])],
-                       [vi("x", TensorProto.FLOAT, [2])],
-                       [vi("y", TensorProto.FLOAT, [2]),
-                        helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [2])])
-    sess = kiln.InferenceSession(model)
-    assert sess.get_outputs()[1].type == "seq(tensor(float))"
-    x = rng.standard_normal(2).astype(np.float32)
-    with pytest.raises(kiln.Unsupported):
-        sess.run(None, {"x": x})
-    (y,) = sess.run(["y"], {"x": x})
+def test_sequence_outputs_are_lists(rt: Any, rng: np.random.Generator) -> None:
+    """A sequence output is a list of arrays (kiln_session_run_values), as
+    in ONNX Runtime: SequenceConstruct of two computed tensors, and one
+    grown by SequenceInsert; the tensor outputs beside it as arrays."""
+    model = make_model([helper.make_node("Relu", ["x"], ["y"]),
+                        helper.make_node("Neg", ["x"], ["n"]),
+                        helper.make_node("SequenceConstruct", ["y", "n"], ["s"]),
+                        helper.make_node("SequenceInsert", ["s", "x"], ["s3"])],
+                       [vi("x", TensorProto.FLOAT, [3])],
+                       [vi("y", TensorProto.FLOAT, [3]),
+                        helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [3]),
+                        helper.make_tensor_sequence_value_info("s3", TensorProto.FLOAT, [3])])
+    sess = rt.InferenceSession(model.SerializeToString(), providers=cpu_providers(rt))
+    assert [o.type for o in sess.get_outputs()] == ["tensor(float)", "seq(tensor(float))", "seq(tensor(float))"]
+    x = rng.standard_normal(3).astype(np.float32)
+    y, s, s3 = sess.run(None, {"x": x})
     np.testing.assert_array_equal(y, np.maximum(x, 0))
+    assert isinstance(s, list) and len(s) == 2 and isinstance(s3, list) and len(s3) == 3
+    np.testing.assert_array_equal(s[0], np.maximum(x, 0))
+    np.testing.assert_array_equal(s[1], -x)
+    np.testing.assert_array_equal(s3[2], x)
+    (only,) = sess.run(["s"], {"x": x})
+    assert len(only) == 2
+
+
+def test_sequence_inputs_from_lists(rt: Any, rng: np.random.Generator) -> None:
+    """A sequence input takes a list of arrays (of any length, empty
+    included where the op allows), as in ONNX Runtime."""
+    model = make_model([helper.make_node("SequenceLength", ["s"], ["n"]),
+                        helper.make_node("ConcatFromSequence", ["s"], ["c"], axis=0)],
+                       [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [None, 2])],
+                       [vi("n", TensorProto.INT64, []), vi("c", TensorProto.FLOAT, [None, 2])])
+    sess = rt.InferenceSession(model.SerializeToString(), providers=cpu_providers(rt))
+    parts = [rng.standard_normal((k, 2)).astype(np.float32) for k in (1, 3, 2)]
+    n, c = sess.run(None, {"s": parts})
+    assert int(n) == 3
+    np.testing.assert_array_equal(c, np.concatenate(parts, 0))
+
+
+def test_sequence_input_errors(rng: np.random.Generator) -> None:
+    """A sequence input fed something else than a list, or items of the
+    wrong dtype, raises the documented class naming the input."""
+    import kiln
+    model = make_model([helper.make_node("SequenceLength", ["s"], ["n"])],
+                       [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [2])],
+                       [vi("n", TensorProto.INT64, [])])
+    sess = kiln.InferenceSession(model)
+    with pytest.raises(kiln.InvalidArgument, match="'s'") as e:
+        sess.run(None, {"s": rng.standard_normal(2).astype(np.float32)})
+    assert isinstance(e.value, ValueError)
+    with pytest.raises(kiln.InvalidArgument, match=r"s\[1\]"):
+        sess.run(None, {"s": [np.zeros(2, np.float32), np.zeros(2, np.int64)]})
+
+
+def test_optional_output_none_and_value(rt: Any, rng: np.random.Generator) -> None:
+    """An optional output: None when it holds nothing (ONNX Runtime: None
+    too), the array when it holds a tensor."""
+    model = make_model([helper.make_node("Optional", ["x"], ["full"]),
+                        helper.make_node("Optional", [], ["empty"],
+                                         type=helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))],
+                       [vi("x", TensorProto.FLOAT, [2])],
+                       [helper.make_value_info("full", helper.make_optional_type_proto(
+                           helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))),
+                        helper.make_value_info("empty", helper.make_optional_type_proto(
+                            helper.make_tensor_type_proto(TensorProto.FLOAT, [2])))], opset=18)
+    try:
+        sess = rt.InferenceSession(model.SerializeToString(), providers=cpu_providers(rt))
+        x = rng.standard_normal(2).astype(np.float32)
+        full, empty = sess.run(None, {"x": x})
+    except Exception as e:  # pragma: no cover - a runtime without optional outputs
+        if rt.__name__ == "kiln":
+            raise
+        pytest.skip(f"onnxruntime: {str(e).splitlines()[0][:100]}")
+    np.testing.assert_array_equal(full, x)
+    assert empty is None
 
 
 def _rss_kb() -> int:

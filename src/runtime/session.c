@@ -301,6 +301,9 @@ kiln_status_t kiln_session_run_values(kiln_session *s, int n_inputs, const char 
 kiln_status_t kiln_session_run_values_into(kiln_session *s, int n_inputs, const char *const *names,
                                            kiln_value *const *inputs, int n_outputs, kiln_tensor *const *into,
                                            kiln_value **out_outputs) {
+  if (!s || (n_outputs > 0 && !out_outputs) || (n_inputs > 0 && (!names || !inputs)))
+    return kiln_error(KILN_INVALID_ARGUMENT, "kiln_session_run_values: NULL %s",
+                      !s ? "session" : n_outputs > 0 && !out_outputs ? "out_outputs" : "inputs or names");
   const kiln_graph *g = s->model->ir->graph;
   if (n_outputs < 0 || n_outputs > g->n_outputs)
     return kiln_error(KILN_INVALID_ARGUMENT, "the model has %d outputs, %d requested", g->n_outputs, n_outputs);

@@ -193,6 +193,10 @@ void *kiln_tensor_data(kiln_tensor *t) { return t->data; }
 /* ---- values -------------------------------------------------------------- */
 
 kiln_status_t kiln_value_from_tensor(kiln_tensor *t, kiln_value **out) {
+  if (!t || !out) {
+    kiln_tensor_release(t);
+    return kiln_error(KILN_INVALID_ARGUMENT, "kiln_value_from_tensor: NULL %s", t ? "out" : "tensor");
+  }
   kiln_value *v = calloc(1, sizeof *v);
   if (!v) {
     kiln_tensor_release(t);
@@ -206,6 +210,7 @@ kiln_status_t kiln_value_from_tensor(kiln_tensor *t, kiln_value **out) {
 }
 
 kiln_status_t kiln_value_new_sequence(kiln_dtype elem_dtype, kiln_value **out) {
+  if (!out) return kiln_error(KILN_INVALID_ARGUMENT, "kiln_value_new_sequence: NULL out");
   kiln_value *v = calloc(1, sizeof *v);
   if (!v) return KILN_OOM();
   v->kind = KILN_VALUE_SEQUENCE;
@@ -215,6 +220,16 @@ kiln_status_t kiln_value_new_sequence(kiln_dtype elem_dtype, kiln_value **out) {
 }
 
 kiln_status_t kiln_value_seq_insert(kiln_value *seq, int pos, kiln_tensor *t) {
+  if (!seq || seq->kind != KILN_VALUE_SEQUENCE || !t) {
+    kiln_tensor_release(t);
+    return kiln_error(KILN_INVALID_ARGUMENT, "kiln_value_seq_insert: %s", !seq || seq->kind != KILN_VALUE_SEQUENCE ? "not a sequence" : "NULL tensor");
+  }
+  if (seq->elem_dtype != KILN_DTYPE_UNDEFINED && t->dtype != seq->elem_dtype) {
+    kiln_status_t st = kiln_error(KILN_INVALID_ARGUMENT, "kiln_value_seq_insert: a %s tensor into a sequence of %s",
+                                  kiln_dtype_name(t->dtype), kiln_dtype_name(seq->elem_dtype));
+    kiln_tensor_release(t);
+    return st;
+  }
   if (pos < 0) pos = seq->n_items;
   if (pos > seq->n_items) {
     kiln_tensor_release(t);
@@ -233,6 +248,7 @@ kiln_status_t kiln_value_seq_insert(kiln_value *seq, int pos, kiln_tensor *t) {
 }
 
 kiln_status_t kiln_value_new_none(kiln_dtype elem_dtype, bool is_sequence, kiln_value **out) {
+  if (!out) return kiln_error(KILN_INVALID_ARGUMENT, "kiln_value_new_none: NULL out");
   kiln_value *v = calloc(1, sizeof *v);
   if (!v) return KILN_OOM();
   v->kind = KILN_VALUE_NONE;
@@ -268,4 +284,21 @@ void kiln_value_free(kiln_value *v) {
   for (int i = 0; i < v->n_items; i++) kiln_tensor_release(v->items[i]);
   free(v->items);
   free(v);
+}
+
+kiln_value_kind kiln_value_kind_of(const kiln_value *v) { return v ? v->kind : KILN_VALUE_NONE; }
+
+int kiln_value_count(const kiln_value *v) {
+  if (!v) return 0;
+  return v->kind == KILN_VALUE_TENSOR ? 1 : v->kind == KILN_VALUE_SEQUENCE ? v->n_items : 0;
+}
+
+kiln_tensor *kiln_value_item(const kiln_value *v, int index) {
+  if (!v || index < 0 || index >= kiln_value_count(v)) return NULL;
+  return v->kind == KILN_VALUE_TENSOR ? v->tensor : v->items[index];
+}
+
+kiln_dtype kiln_value_elem_dtype(const kiln_value *v) {
+  if (!v) return KILN_DTYPE_UNDEFINED;
+  return v->kind == KILN_VALUE_TENSOR ? v->tensor->dtype : v->elem_dtype;
 }

@@ -58,20 +58,16 @@ bool kiln_shape_equal(int ra, const int64_t *a, int rb, const int64_t *b);
 /* Sets string element i (copies s; frees any old value). */
 kiln_status_t kiln_tensor_set_string(kiln_tensor *t, int64_t i, const char *s, size_t len);
 
-typedef enum kiln_value_kind {
-  KILN_VALUE_TENSOR = 0,
-  KILN_VALUE_SEQUENCE = 1,
-  KILN_VALUE_NONE = 2, /* an optional with no element */
-} kiln_value_kind;
-
-typedef struct kiln_value {
+/* kiln_value_kind and the value calls bindings use are public (kiln.h);
+ * the struct is kiln's own. */
+struct kiln_value {
   kiln_value_kind kind;
   kiln_tensor *tensor;     /* KILN_VALUE_TENSOR: one reference owned */
   kiln_tensor **items;     /* KILN_VALUE_SEQUENCE: each item one reference owned */
   int n_items;
   kiln_dtype elem_dtype;   /* SEQUENCE (also when empty), NONE: declared element dtype if known */
   bool none_is_sequence;   /* NONE: the optional's declared type was a sequence */
-} kiln_value;
+};
 
 /* Wraps a tensor (takes the caller's reference). */
 kiln_status_t kiln_value_from_tensor(kiln_tensor *t, kiln_value **out);

@@ -438,6 +438,64 @@ static void test_bench_json(void) {
   kiln_model_destroy(m);
 }
 
+/* Values: a tensor wrapped and read back, a sequence built item by item
+ * (references counted through wrap's release), an empty optional, and the
+ * refused calls (a NULL or non-sequence target, an item of another dtype,
+ * a NULL session), each a status with a message. */
+static int released;
+static void count_value_release(void *user) { (void)user; released++; }
+
+static void test_values(void) {
+  float a[3] = {1.5f, -2, 3}, b[2] = {4, 5};
+  int64_t da[1] = {3}, db[1] = {2};
+  kiln_tensor *ta = NULL, *tb = NULL, *ti = NULL;
+  released = 0;
+  if (!ok(kiln_tensor_wrap(KILN_DTYPE_F32, 1, da, a, sizeof a, count_value_release, NULL, &ta), "wrap a") ||
+      !ok(kiln_tensor_wrap(KILN_DTYPE_F32, 1, db, b, sizeof b, count_value_release, NULL, &tb), "wrap b") ||
+      !ok(kiln_tensor_create(KILN_DTYPE_I64, 1, db, &ti), "create i64"))
+    return;
+  kiln_value *tv = NULL, *seq = NULL, *none = NULL;
+  if (ok(kiln_value_from_tensor(kiln_tensor_retain(ta), &tv), "value of a tensor")) {
+    CHECK(kiln_value_kind_of(tv) == KILN_VALUE_TENSOR && kiln_value_count(tv) == 1, "tensor value kind/count");
+    CHECK(kiln_value_item(tv, 0) == ta && kiln_value_item(tv, 1) == NULL, "tensor value item");
+    CHECK(kiln_value_elem_dtype(tv) == KILN_DTYPE_F32, "tensor value dtype");
+  }
+  if (ok(kiln_value_new_sequence(KILN_DTYPE_F32, &seq), "new sequence")) {
+    ok(kiln_value_seq_insert(seq, -1, kiln_tensor_retain(tb)), "insert b");
+    ok(kiln_value_seq_insert(seq, 0, kiln_tensor_retain(ta)), "insert a at 0");
+    CHECK(kiln_value_kind_of(seq) == KILN_VALUE_SEQUENCE && kiln_value_count(seq) == 2, "sequence count");
+    CHECK(kiln_value_item(seq, 0) == ta && kiln_value_item(seq, 1) == tb && !kiln_value_item(seq, 2), "sequence order");
+    expect_error(kiln_value_seq_insert(seq, -1, kiln_tensor_retain(ti)), KILN_INVALID_ARGUMENT, "i64",
+                 "an i64 item into an f32 sequence");
+    expect_error(kiln_value_seq_insert(seq, 7, kiln_tensor_retain(ta)), KILN_OUT_OF_RANGE, "position 7",
+                 "an item past the end");
+    CHECK(kiln_value_count(seq) == 2, "refused items not added");
+  }
+  expect_error(kiln_value_seq_insert(tv, -1, kiln_tensor_retain(ta)), KILN_INVALID_ARGUMENT, "not a sequence",
+               "insert into a tensor value");
+  expect_error(kiln_value_seq_insert(NULL, -1, kiln_tensor_retain(ta)), KILN_INVALID_ARGUMENT, "not a sequence",
+               "insert into NULL");
+  expect_error(kiln_value_from_tensor(NULL, &none), KILN_INVALID_ARGUMENT, "NULL", "value of NULL");
+  if (ok(kiln_value_new_none(KILN_DTYPE_F32, false, &none), "new none")) {
+    CHECK(kiln_value_kind_of(none) == KILN_VALUE_NONE && kiln_value_count(none) == 0 && !kiln_value_item(none, 0),
+          "none value");
+    CHECK(kiln_value_elem_dtype(none) == KILN_DTYPE_F32, "none's declared dtype");
+  }
+  kiln_value *outs[1] = {NULL};
+  const char *names[1] = {"x"};
+  expect_error(kiln_session_run_values(NULL, 1, names, &tv, 1, outs), KILN_INVALID_ARGUMENT, "session",
+               "run_values on NULL");
+  kiln_value_free(tv);
+  kiln_value_free(seq);
+  kiln_value_free(none);
+  kiln_value_free(NULL);
+  kiln_tensor_release(ta);
+  kiln_tensor_release(tb);
+  kiln_tensor_release(ti);
+  CHECK(released == 2, "every reference dropped: %d of 2 wrapped buffers released", released);
+  printf("ok: values (tensor, sequence, none; refused calls)\n");
+}
+
 int main(int argc, char **argv) {
   if (argc != 5) {
     fprintf(stderr, "usage: %s MODELS_DIR TESTS_API_DIR PYTHON WORK_DIR\n", argv[0]);
@@ -466,6 +524,7 @@ int main(int argc, char **argv) {
   test_report_and_profile();
   test_verify_json();
   test_bench_json();
+  test_values();
   printf("%d checks, %d failures\n", g_checks, g_failures);
   return g_failures ? 1 : 0;
 }
