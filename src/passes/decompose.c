@@ -683,12 +683,17 @@ static bool f32_shaped(const kiln_graph *g, int v, bool bool_ok) {
          (t->dtype == KILN_DTYPE_F32 || (bool_ok && t->dtype == KILN_DTYPE_BOOL));
 }
 
-bool kiln_attention_decode_step(const kiln_graph *g, const kiln_node *n) {
+bool kiln_attention_decode_node(const kiln_node *n) {
   if (n->domain[0] || n->n_inputs < 6 || n->n_outputs < 1 || n->outputs[0] < 0) return false;
-  if ((n->n_outputs > 3 && n->outputs[3] >= 0) || (n->n_inputs > 6 && n->inputs[6] >= 0) || n->inputs[3] >= 0)
+  if ((n->n_outputs > 3 && n->outputs[3] >= 0) || (n->n_inputs > 6 && n->inputs[6] >= 0) || n->inputs[3] >= 0 ||
+      n->inputs[4] < 0 || n->inputs[5] < 0)
     return false;
-  if (n->opset >= 25 && (kiln_attr_int(n, "left_window_size", -1) != -1 || kiln_attr_int(n, "right_window_size", -1) != -1))
-    return false;
+  return n->opset < 25 ||
+         (kiln_attr_int(n, "left_window_size", -1) == -1 && kiln_attr_int(n, "right_window_size", -1) == -1);
+}
+
+bool kiln_attention_decode_step(const kiln_graph *g, const kiln_node *n) {
+  if (!kiln_attention_decode_node(n)) return false;
   const int which[5] = {0, 1, 2, 4, 5};
   for (int i = 0; i < 5; i++) {
     int v = n->inputs[which[i]];

@@ -54,6 +54,10 @@ kiln_status_t kiln_pass_decompose_keep_routines(kiln_graph *g);
  * past_value given, no attn_mask, nonpad_kv_seqlen, window or
  * qk_matmul_output, at most 4 query rows. */
 bool kiln_attention_decode_step(const kiln_graph *g, const kiln_node *n);
+/* Its rules on the node alone (no mask, nonpad_kv_seqlen, window or
+ * qk_matmul_output; the past cache given), for a routine that sees the
+ * node and the run's tensors but not the graph. */
+bool kiln_attention_decode_node(const kiln_node *n);
 /* An If with a constant condition as its taken branch's nodes, a Loop with
  * a constant trip count that always runs to it as its body's nodes once
  * per iteration (inline_control.c). */

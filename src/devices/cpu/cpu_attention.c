@@ -135,14 +135,9 @@ kiln_status_t kiln_cpu_host_attention(cpu_exec *x, kiln_kernel_ctx *ctx, bool *h
   const kiln_node *n = ctx->node;
   kiln_tensor *q = kiln_kernel_input(ctx, 0), *k = kiln_kernel_input(ctx, 1), *v = kiln_kernel_input(ctx, 2);
   kiln_tensor *pk = kiln_kernel_input(ctx, 4), *pv = kiln_kernel_input(ctx, 5);
-  if (!q || !k || !v || !pk || !pv || kiln_kernel_input(ctx, 3) || (ctx->n_inputs > 6 && kiln_kernel_input(ctx, 6)))
-    return NULL;
-  /* Every host step's Attention reaches this hook: the node-level rules of
-   * kiln_attention_decode_step again (a window, the scores as an output). */
-  if ((ctx->n_outputs > 3 && ctx->output_wanted[3]) ||
-      (ctx->opset >= 25 &&
-       (kiln_attr_int(n, "left_window_size", -1) != -1 || kiln_attr_int(n, "right_window_size", -1) != -1)))
-    return NULL;
+  /* Every host step's Attention reaches this hook: the routine's node rules
+   * (kiln_attention_decode_node), then the run's tensors. */
+  if (!kiln_attention_decode_node(n) || !q || !k || !v || !pk || !pv) return NULL;
   const kiln_tensor *all[5] = {q, k, v, pk, pv};
   for (int i = 0; i < 5; i++)
     if (all[i]->dtype != KILN_DTYPE_F32 || all[i]->rank != 4) return NULL;
