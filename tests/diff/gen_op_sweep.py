@@ -1334,6 +1334,10 @@ def pool_cases():
     m = case('GlobalAveragePool_conv_relu')  # the classifier head of CNNs
     y = m.node('Relu', [m.node('Conv', [m.source([1, 4, 9, 9]), m.randc([8, 4, 3, 3]), m.randc([8])], pads=[1, 1, 1, 1])])
     m.out(m.node('Flatten', [m.node('GlobalAveragePool', [y])]))
+    # a mean (sum * 1/n) plus a tensor: the interpreter's multiply-add must not swallow the routine's sum
+    for tag, xs, bs in [('add_n', [31, 2, 31], [31, 1, 1]), ('add_c', [2, 3, 5, 7], [1, 3, 1, 1])]:
+        m = case('GlobalAveragePool_%s' % tag)
+        m.out(m.node('Add', [m.node('GlobalAveragePool', [m.source(xs)]), m.randc(bs)]))
 
 
 def layernorm_cases():

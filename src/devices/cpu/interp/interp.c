@@ -128,6 +128,7 @@ typedef struct builder {
   int64_t *subst_div;
   int n_extra;       /* variables made for merged reductions */
   bool no_merge;     /* a tensorized nest: its sum must stay the expression the tag names */
+  const te_expr *tensorized; /* that sum (borrowed from the nest), which must lower to an instruction of its own */
   kiln_status_t st;
 } builder;
 
@@ -539,8 +540,10 @@ static int lower_expr(builder *bd, const te_expr *e) {
     case TE_ADD: case TE_SUB: case TE_MUL: case TE_DIV: case TE_MOD: case TE_MIN: case TE_MAX:
       if (e->dtype == KILN_DTYPE_F32 && e->op == TE_ADD && (e->a->op == TE_MUL || e->b->op == TE_MUL)) {
         const te_expr *mul = e->a->op == TE_MUL ? e->a : e->b, *add = e->a->op == TE_MUL ? e->b : e->a;
-        if (mul->dtype == KILN_DTYPE_F32 && mul->a->dtype == KILN_DTYPE_F32 && mul->b->dtype == KILN_DTYPE_F32 &&
-            add->dtype == KILN_DTYPE_F32) {
+        /* not when the product is the tensorized sum (a global pool's mean
+         * is sum * 1/n): the routine writes it, the epilogue reads it */
+        if (mul != bd->tensorized && mul->dtype == KILN_DTYPE_F32 && mul->a->dtype == KILN_DTYPE_F32 &&
+            mul->b->dtype == KILN_DTYPE_F32 && add->dtype == KILN_DTYPE_F32) {
           x.op = IK_MULADD;
           x.a = lower_expr(bd, mul->a);
           x.b = lower_expr(bd, mul->b);
@@ -719,6 +722,12 @@ kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nes
   k->rank = nest->rank;
   k->sum = -1;
   bd.no_merge = nest->gemm.ok || nest->conv.ok || nest->pool.ok || nest->resample.ok;
+  const te_expr *sum = nest->gemm.ok       ? nest->gemm.sum
+                       : nest->conv.ok     ? nest->conv.tag->reduce
+                       : nest->pool.ok     ? nest->pool.tag->value
+                       : nest->resample.ok ? nest->resample.tag->value
+                                           : NULL;
+  bd.tensorized = sum;
   if (!st) {
     kiln_dtype out_dt = k->buf_dtype[nest->out_buf];
     k->value = convert(&bd, lower_expr(&bd, nest->value), out_dt);
@@ -727,14 +736,7 @@ kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nes
   }
   k->n_vars += bd.n_extra;
   if (!st) st = build_list(&bd, k->value, &k->value_list, &k->n_value_list);
-  if (!st) {
-    const te_expr *sum = nest->gemm.ok   ? nest->gemm.sum
-                         : nest->conv.ok ? nest->conv.tag->reduce
-                         : nest->pool.ok ? nest->pool.tag->value
-                         : nest->resample.ok ? nest->resample.tag->value
-                                         : NULL;
-    if (sum) k->sum = bd.of_expr[sum->id];
-  }
+  if (!st && sum) k->sum = bd.of_expr[sum->id];
   if (!st) st = finish_vars(&bd);
   if (!st) {
     int64_t s = 1;
