@@ -56,15 +56,20 @@ static bool is_f32(const kiln_value_def *v) { return v && v->type.kind == KILN_T
 
 /* Dtypes the compute definitions compute in beyond f32: integers and
  * bool (what the C dialect stores; each device's claim narrows it to what
- * its dialect stores). f16/bf16/f64 stay on ref. */
+ * its dialect stores). f16 and bf16 are storage: the ops that move
+ * elements (views, gathers, Where, Pad...) and Cast take them; arithmetic
+ * on them runs in f32 between Casts (passes/widen_half.c). f64 stays on
+ * ref. */
 static bool plain_dtype(kiln_dtype dt) {
   switch (dt) {
     case KILN_DTYPE_F32: case KILN_DTYPE_I64: case KILN_DTYPE_I32: case KILN_DTYPE_I16: case KILN_DTYPE_I8:
     case KILN_DTYPE_U64: case KILN_DTYPE_U32: case KILN_DTYPE_U16: case KILN_DTYPE_U8: case KILN_DTYPE_BOOL:
+    case KILN_DTYPE_F16: case KILN_DTYPE_BF16:
       return true;
     default: return false;
   }
 }
+static bool is_half_dtype(kiln_dtype dt) { return dt == KILN_DTYPE_F16 || dt == KILN_DTYPE_BF16; }
 static bool is_plain(const kiln_value_def *v) { return v && v->type.kind == KILN_TYPE_TENSOR && plain_dtype(v->type.dtype); }
 static bool is_signed_int(kiln_dtype dt) {
   return dt == KILN_DTYPE_I64 || dt == KILN_DTYPE_I32 || dt == KILN_DTYPE_I16 || dt == KILN_DTYPE_I8;
@@ -277,6 +282,11 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
         kiln_dtype to = dtype_of(&g->values[n->outputs[0]]);
         /* u64 saturates differently from the other integers (ops/ref's rule): ref */
         if (!is_plain(in0) || !plain_dtype(to) || to == KILN_DTYPE_U64) return "a cast between dtypes compiled kernels do not compute";
+        /* Halves convert through f32, which holds every integer of 16 bits
+         * or fewer exactly; a wider one would round twice into bf16 (f16
+         * overflows first). */
+        bool wide = dt == KILN_DTYPE_I64 || dt == KILN_DTYPE_I32 || dt == KILN_DTYPE_U32 || dt == KILN_DTYPE_U64;
+        if (to == KILN_DTYPE_BF16 && wide) return "a cast of a wide integer to bf16 (rounded once by ref)";
         break;
       }
       default: if (!is_f32(in0)) return "dtype other than f32"; break;
@@ -525,12 +535,12 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
       return ok ? NULL : "an unknown mode or padding_mode (ref reports it)";
     }
     case KILN_OP_Pad: {
-      if (!is_f32(in0)) return "dtype other than f32";
+      if (!is_f32(in0) && !is_half_dtype(dtype_of(in0))) return "dtype other than f32, f16 or bf16";
       if (n->opset >= 11) {
         for (int i = 1; i < n->n_inputs && i < 4; i++)
           if (n->inputs[i] >= 0 && !const_input(g, n, i)) return "pads, value or axes that are not constants";
         const kiln_tensor *cv = n->n_inputs > 2 && n->inputs[2] >= 0 ? const_input(g, n, 2) : NULL;
-        if (cv && (cv->dtype != KILN_DTYPE_F32 || cv->numel != 1)) return "a constant_value that is not one f32";
+        if (cv && (cv->dtype != dtype_of(in0) || cv->numel != 1)) return "a constant_value that is not one element";
       }
       int mode;
       int64_t before[KILN_MAX_RANK], crop[KILN_MAX_RANK], len[KILN_MAX_RANK];
@@ -701,6 +711,11 @@ static te_expr *f32c(te_builder *b, double v) { return te_const_f(b, KILN_DTYPE_
 static te_expr *cast_to(te_builder *b, te_expr *x, kiln_dtype to) {
   kiln_dtype from = x->dtype;
   if (from == to) return x;
+  /* Halves are storage: every cast goes through f32 (exact from a half;
+   * into one the only rounding, claim_problem keeping out what would round
+   * twice), the dialects converting only between f32 and the halves. */
+  if (is_half_dtype(from)) return cast_to(b, te_cast(b, KILN_DTYPE_F32, x), to);
+  if (is_half_dtype(to)) return te_cast(b, to, cast_to(b, x, KILN_DTYPE_F32));
   if (to == KILN_DTYPE_BOOL) {
     te_expr *zero = from == KILN_DTYPE_F32 ? f32c(b, 0) : te_const_i(b, from, 0);
     return te_binary(b, TE_NE, x, zero);
@@ -715,6 +730,14 @@ static te_expr *cast_to(te_builder *b, te_expr *x, kiln_dtype to) {
   return te_cast(b, to, x);
 }
 
+/* A Cast node's conversion: p[0] set for one into bf16 that truncates
+ * (before opset 19), the value first cut to bf16's bits in f32. */
+static te_expr *cast_node(te_builder *b, te_expr *x, const te_tensor *t) {
+  if (t->dtype == KILN_DTYPE_BF16 && t->p[0])
+    return te_cast(b, KILN_DTYPE_BF16, te_call1(b, "kiln_bf16_truncf", cast_to(b, x, KILN_DTYPE_F32)));
+  return cast_to(b, x, t->dtype);
+}
+
 static te_expr *compute_unary(te_builder *b, const te_tensor *t, te_expr *const *idx) {
   te_expr *x = te_at_broadcast(b, t->in[0], t->rank, idx);
   double alpha = t->fp[0], beta = t->fp[1];
@@ -724,7 +747,7 @@ static te_expr *compute_unary(te_builder *b, const te_tensor *t, te_expr *const 
     switch ((unary_kind)t->ip) {
       case U_IDENTITY: return x;
       case U_NOT: return te_unary(b, TE_NOT, x);
-      case U_CAST: return cast_to(b, x, t->dtype);
+      case U_CAST: return cast_node(b, x, t);
       case U_NEG: return te_unary(b, TE_NEG, x);
       case U_ABS: return te_select(b, te_binary(b, TE_LT, x, izero), te_unary(b, TE_NEG, x), x);
       case U_RELU: return te_binary(b, TE_MAX, x, izero);
@@ -733,7 +756,7 @@ static te_expr *compute_unary(te_builder *b, const te_tensor *t, te_expr *const 
   }
   switch ((unary_kind)t->ip) {
     case U_NOT: return NULL;
-    case U_CAST: return cast_to(b, x, t->dtype);
+    case U_CAST: return cast_node(b, x, t);
     case U_ISNAN: return te_binary(b, TE_NE, x, x);
     case U_ISINF: {
       te_expr *pos = te_binary(b, TE_EQ, x, f32c(b, INFINITY)), *neg = te_binary(b, TE_EQ, x, f32c(b, -INFINITY));
@@ -900,7 +923,9 @@ static te_expr *compute_pad(te_builder *b, const te_tensor *t, te_expr *const *i
     sub[d] = te_iadd(b, cl, te_idx(b, crop));
   }
   te_expr *x = te_at(b, in, sub);
-  return valid ? te_select(b, valid, x, f32c(b, t->fp[0])) : x;
+  /* a half's fill is its own bits (the dialects store halves as words) */
+  te_expr *fill = is_half_dtype(x->dtype) ? te_const_f(b, x->dtype, t->fp[0]) : f32c(b, t->fp[0]);
+  return valid ? te_select(b, valid, x, fill) : x;
 }
 
 /* kiln.Resample: p[0..r): for each axis of the output, the operand index of
@@ -1100,7 +1125,8 @@ static te_expr *compute_quant(te_builder *b, const te_tensor *t, te_expr *const 
 /* ConstantOfShape: fp[0] the value (ints exactly in p[0]). */
 static te_expr *compute_fill(te_builder *b, const te_tensor *t, te_expr *const *idx) {
   (void)idx;
-  return t->dtype == KILN_DTYPE_F32 ? f32c(b, t->fp[0]) : te_const_i(b, t->dtype, t->p[0]);
+  if (t->dtype == KILN_DTYPE_F32 || is_half_dtype(t->dtype)) return te_const_f(b, t->dtype, t->fp[0]);
+  return te_const_i(b, t->dtype, t->p[0]);
 }
 
 /* LRN: x / (bias + alpha / size * sum of x^2 over the channel window)^beta,
@@ -2035,6 +2061,7 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
         t->fp[1] = kiln_attr_float(n, "gamma", 1.05070102214813232421875f);
         break;
       case U_GELU: t->fp[0] = !strcmp(kiln_attr_string(n, "approximate", "none"), "tanh"); break;
+      case U_CAST: t->p[0] = n->opset < 19; break;
       case U_ISINF:
         t->fp[0] = kiln_attr_int(n, "detect_positive", 1) != 0;
         t->fp[1] = kiln_attr_int(n, "detect_negative", 1) != 0;

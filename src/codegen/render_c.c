@@ -13,6 +13,7 @@
 #include "base/strbuf.h"
 #include "codegen/fusion.h"
 #include "codegen/render_internal.h"
+#include "tensor/dtype.h"
 #include "kiln_math_text.h" /* generated from kiln_math.h at configure time */
 #include "kiln_rt_text.h"   /* generated from kiln_rt.h at configure time */
 
@@ -45,6 +46,9 @@ static const char *ctype(kiln_dtype dt) {
     case KILN_DTYPE_U32: return "uint32_t";
     case KILN_DTYPE_U64: return "uint64_t";
     case KILN_DTYPE_BOOL: return "uint8_t";
+    /* storage only: loads and stores move the 16-bit words, casts to and
+     * from f32 convert (kiln_math.h's kiln_h2f, kiln_f2h, ...) */
+    case KILN_DTYPE_F16: case KILN_DTYPE_BF16: return "uint16_t";
     default: return NULL;
   }
 }
@@ -63,7 +67,9 @@ static void c_int_literal(const render_ctx *r, kiln_dtype dt, int64_t v, char *b
 
 static void c_float_literal(const render_ctx *r, kiln_dtype dt, double v, char *buf, size_t n) {
   (void)r;
-  if (isnan(v)) snprintf(buf, n, "NAN");
+  if (dt == KILN_DTYPE_F16 || dt == KILN_DTYPE_BF16) /* its bits, rounded once from the double */
+    snprintf(buf, n, "((uint16_t)0x%04x)", (unsigned)(dt == KILN_DTYPE_F16 ? kiln_f64_to_f16(v) : kiln_f64_to_bf16(v)));
+  else if (isnan(v)) snprintf(buf, n, "NAN");
   else if (isinf(v)) snprintf(buf, n, "%sINFINITY", v < 0 ? "-" : "");
   else if (dt == KILN_DTYPE_F32) snprintf(buf, n, "%.9ef", v);
   else snprintf(buf, n, "%.17e", v);
@@ -79,7 +85,16 @@ static bool c_special(render_ctx *r, const te_expr *e, const char *a, const char
   switch (e->op) {
     case TE_LOAD: kiln_strbuf_printf(s, "b%d[%s]", e->buf, a); return true;
     case TE_ABS: kiln_strbuf_printf(s, e->dtype == KILN_DTYPE_F32 ? "fabsf(%s)" : "fabs(%s)", a); return true;
-    case TE_CAST: kiln_strbuf_printf(s, "(%s)(%s)", c_value_type(r, e->dtype), a); return true;
+    case TE_CAST: {
+      kiln_dtype from = e->a->dtype, to = e->dtype;
+      const char *to_f32 = from == KILN_DTYPE_F16 ? "kiln_h2f" : from == KILN_DTYPE_BF16 ? "kiln_bf2f" : NULL;
+      const char *from_f32 = to == KILN_DTYPE_F16 ? "kiln_f2h" : to == KILN_DTYPE_BF16 ? "kiln_f2bf" : NULL;
+      if (from_f32 && to_f32) kiln_strbuf_printf(s, "(uint16_t)%s(%s(%s))", from_f32, to_f32, a);
+      else if (from_f32) kiln_strbuf_printf(s, "(uint16_t)%s((float)(%s))", from_f32, a);
+      else if (to_f32) kiln_strbuf_printf(s, "(%s)%s(%s)", c_value_type(r, to), to_f32, a);
+      else kiln_strbuf_printf(s, "(%s)(%s)", c_value_type(r, to), a);
+      return true;
+    }
     case TE_MAX: /* NaN propagates, as numpy's maximum does (integers have no NaN to test for) */
       if (!is_float(e->dtype)) kiln_strbuf_printf(s, "(%s > %s) ? %s : %s", a, b, a, b);
       else kiln_strbuf_printf(s, "(%s != %s || %s > %s) ? %s : %s", a, a, a, b, a, b);

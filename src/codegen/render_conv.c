@@ -51,7 +51,10 @@ static bool pixels_flat(const kiln_loop_nest *nest, const te_expr *e, const te_e
 static void epilogue_element(render_ctx *r, const kiln_loop_nest *nest, const te_expr *sum, bool integer,
                              bool scratch) {
   if (scratch) { /* the sums in the runtime's scratch, the output stored here */
-    render_line(r, "const %s r%d = c[i * ldc + j];", integer ? "int32_t" : "float", sum->id);
+    char sum_name[48]; /* rN for a reduction; eN for a pool's quotient (marked declared) */
+    render_name_of(r, sum, sum_name, sizeof sum_name);
+    render_line(r, "const %s %s = c[i * ldc + j];", integer ? "int32_t" : "float", sum_name);
+    render_mark_emitted(r, sum);
     render_ensure(r, nest->value);
     char val[48];
     render_name_of(r, nest->value, val, sizeof val);

@@ -15,6 +15,8 @@
  *                   Reshape chains and Transpose pairs
  *   fold-batchnorm  folds inference BatchNormalization (and per-channel
  *                   Mul/Add by constants) into Conv / Gemm / MatMul weights
+ *   widen-half      computes f16/bf16 nodes as f32 nodes between Casts
+ *                   (compiling devices: the halves are storage)
  *   patterns        replaces decomposed GELU, LayerNormalization, Softmax
  *                   and scaled-dot-product attention by one node each
  *                   (kiln.Gelu, LayerNormalization-17, Softmax-13,
@@ -44,6 +46,8 @@ kiln_status_t kiln_pass_fold_batchnorm(kiln_graph *g);
 kiln_status_t kiln_pass_patterns(kiln_graph *g);
 kiln_status_t kiln_pass_resample_tables(kiln_graph *g);
 kiln_status_t kiln_pass_decompose(kiln_graph *g);
+/* f16/bf16 nodes that compute as f32 nodes between Casts (widen_half.c). */
+kiln_status_t kiln_pass_widen_half(kiln_graph *g);
 /* The same, RNN, GRU and LSTM left whole. */
 kiln_status_t kiln_pass_decompose_keep_recurrent(kiln_graph *g);
 /* The same keeping Attention's decoder steps whole, and both. */
@@ -80,6 +84,7 @@ typedef struct kiln_optimize_options {
   bool keep_recurrent; /* RNN, GRU and LSTM stay whole (a device that runs them on a routine of its own) */
   bool qdq_integer;    /* QDQ convolutions become ConvInteger (a device whose integer kernels beat its float ones) */
   bool keep_decode_attention; /* Attention's decoder steps stay whole (a device with a routine of its own) */
+  bool widen_half;     /* f16/bf16 arithmetic as f32 between Casts (widen_half.c: a device computing in f32) */
 } kiln_optimize_options;
 /* The same, for a device. */
 kiln_status_t kiln_optimize_graph_for(kiln_graph *g, int level, const kiln_optimize_options *opts);

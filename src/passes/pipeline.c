@@ -440,6 +440,7 @@ typedef struct named_pass {
 static const named_pass pipeline[] = {
     {"qdq-integer", kiln_pass_qdq_integer},
     {"inline-control", kiln_pass_inline_control},
+    {"widen-half", kiln_pass_widen_half}, /* before folding: the weights' Casts fold */
     {"fold-sequences", kiln_pass_fold_sequences},
     {"fold-constants", kiln_pass_fold_constants},
     {"dce", kiln_pass_dce},
@@ -462,6 +463,7 @@ kiln_status_t kiln_optimize_graph_for(kiln_graph *g, int level, const kiln_optim
     for (size_t p = 0; p < KILN_ARRAY_SIZE(pipeline); p++) {
       kiln_pass_fn fn = pipeline[p].fn;
       if (fn == kiln_pass_qdq_integer && !opts->qdq_integer) continue;
+      if (fn == kiln_pass_widen_half && !opts->widen_half) continue;
       if (fn == kiln_pass_patterns && !opts->fuse_attention) fn = kiln_pass_patterns_unfused_attention;
       if (fn == kiln_pass_decompose && (opts->keep_recurrent || opts->keep_decode_attention))
         fn = !opts->keep_decode_attention ? kiln_pass_decompose_keep_recurrent

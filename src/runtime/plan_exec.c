@@ -228,7 +228,7 @@ const kiln_body_plans *kiln_plan_bodies_of(const struct kiln_executable *x) { re
 kiln_status_t kiln_plan_optimize_for(kiln_device *dev, kiln_graph *g) {
   const char *lvl = getenv("KILN_OPT_LEVEL"), *fa = getenv("KILN_FUSED_ATTENTION");
   const char *rr = getenv("KILN_RECURRENT_ROUTINE"), *qi = getenv("KILN_QDQ_INTEGER");
-  const char *ar = getenv("KILN_ATTENTION_ROUTINE");
+  const char *ar = getenv("KILN_ATTENTION_ROUTINE"), *wh = getenv("KILN_WIDEN_HALF");
   int level = lvl ? atoi(lvl) : 1;
   kiln_device_info dinfo;
   dev->vt->query(dev, &dinfo);
@@ -237,7 +237,10 @@ kiln_status_t kiln_plan_optimize_for(kiln_device *dev, kiln_graph *g) {
   bool keep_recurrent = (dinfo.features & KILN_DEVICE_FEATURE_RECURRENT_ROUTINE) && !(rr && *rr && !atoi(rr));
   bool qdq_integer = qi && *qi ? atoi(qi) != 0 : (dinfo.features & KILN_DEVICE_FEATURE_QDQ_INTEGER) != 0;
   bool keep_attention = (dinfo.features & KILN_DEVICE_FEATURE_ATTENTION_ROUTINE) && !(ar && *ar && !atoi(ar));
-  kiln_optimize_options o = {fuse_attention, keep_recurrent, qdq_integer, keep_attention};
+  /* Every compiling device computes halves in f32 (lower.c stores them);
+   * KILN_WIDEN_HALF=0 leaves their nodes to ref, for comparisons. */
+  bool widen_half = !(wh && *wh && !atoi(wh));
+  kiln_optimize_options o = {fuse_attention, keep_recurrent, qdq_integer, keep_attention, widen_half};
   return kiln_optimize_graph_for(g, level, &o);
 }
 

@@ -66,11 +66,13 @@ class Model:
         self.nodes.append(helper.make_node(op, ins, [out], name=self.fresh('n_' + op + '_'), domain=domain, **attrs))
         return out
 
-    def out(self, name, shape=None):
-        """Marks a graph output; `shape` where ONNX's shape inference cannot tell."""
+    def out(self, name, shape=None, dtype=F):
+        """Marks a graph output; `shape` (and `dtype`) where ONNX's shape inference cannot tell."""
         self.outputs.append(name)
         if shape is not None:
             self.out_shapes[name] = shape
+        self.out_dtypes = getattr(self, 'out_dtypes', {})
+        self.out_dtypes[name] = dtype
 
     def source(self, shape, how='plain'):
         """An f32 value of `shape` that is a graph input ('plain') or is
@@ -121,7 +123,7 @@ class Model:
             # Newer than Debian's onnx knows: no inference or checker; every output is declared.
             model.ir_version = 10
             for o in model.graph.output:
-                o.type.CopyFrom(helper.make_tensor_type_proto(F, self.out_shapes[o.name]))
+                o.type.CopyFrom(helper.make_tensor_type_proto(self.out_dtypes[o.name], self.out_shapes[o.name]))
             return model
         model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
         # Declare the outputs with their inferred types.
@@ -1952,13 +1954,151 @@ def transformer_cases():
               xshape)
 
 
+def half_cases():
+    """f16 and bf16 compiled as storage with f32 arithmetic (passes/widen_half.c widens the computing
+    nodes between Casts; lower.c and the dialects load, store, move and convert the halves): elementwise
+    chains, contractions, normalizations, reductions, the transformer ops, movement of halves and every
+    cast to and from them, from f16 graph inputs and from f32 sources through a Cast. Named dtype_* (mixed
+    on vulkan, whose GLSL stores f32 only)."""
+    H, BH = TensorProto.FLOAT16, TensorProto.BFLOAT16
+    rng = np.random.RandomState(2525)
+
+    def hc(tag, dt, opset=17):
+        return case('dtype_%s_%s' % ('f16' if dt == H else 'bf16', tag), opset)
+
+    def half_const(m, shape, dt, scale=1.0):
+        v = (m.rng.standard_normal(shape) * scale).astype(np.float32)
+        if dt == H:
+            return m.const(v.astype(np.float16))
+        return m.node('Cast', [m.const(v)], to=BH)  # numpy has no bfloat16: a folded Cast makes the constant
+
+    for dt in (H, BH):
+        m = hc('elementwise', dt)
+        x = m.inp([3, 37], dt) if dt == H else m.node('Cast', [m.source([3, 37])], to=dt)
+        y = m.node('Sigmoid', [m.node('Add', [m.node('Mul', [m.node('Relu', [x]), half_const(m, [37], dt)]),
+                                              half_const(m, [3, 1], dt)])])
+        m.out(m.node('Tanh', [m.node('Sub', [y, x])]))
+        m = hc('matmul_bias_gelu', dt)
+        x = m.node('Cast', [m.source([2, 5, 24])], to=dt)
+        h = m.node('Add', [m.node('MatMul', [x, half_const(m, [24, 33], dt, 0.2)]), half_const(m, [33], dt)])
+        m.out(m.node('Mul', [h, m.node('Sigmoid', [m.node('Mul', [h, m.node('Cast', [m.const(np.float32(1.702))],
+                                                                                     to=dt)])])]))
+        m = hc('layernorm_softmax', dt)
+        x = m.node('Cast', [m.source([4, 6, 32])], to=dt)
+        ln = m.node('LayerNormalization', [x, half_const(m, [32], dt), half_const(m, [32], dt)], axis=-1)
+        m.out(m.node('Softmax', [ln], axis=-1))
+        m = hc('reduce', dt)
+        x = m.node('Cast', [m.source([5, 7, 19])], to=dt)
+        m.out(m.node('ReduceMean', [x], axes=[2], keepdims=1))
+        m.out(m.node('ReduceSum', [x, m.const(ints([0, 2]))], keepdims=0))
+        m.out(m.node('ReduceMax', [x], axes=[1], keepdims=0))
+        m.out(m.node('ArgMax', [x], axis=2))
+    m = hc('conv_relu_pool', H)  # (ONNX's Conv takes no bf16)
+    x = m.node('Cast', [m.source([1, 3, 11, 11])], to=H)
+    c = m.node('Conv', [x, half_const(m, [8, 3, 3, 3], H, 0.3), half_const(m, [8], H)], pads=[1, 1, 1, 1])
+    m.out(m.node('GlobalAveragePool', [m.node('Relu', [c])]))
+    m.out(m.node('MaxPool', [c], kernel_shape=[2, 2], strides=[2, 2]))
+    m = hc('gemm_transB', H)
+    m.out(m.node('Gemm', [m.inp([7, 20], H), half_const(m, [13, 20], H, 0.3), half_const(m, [13], H)], transB=1))
+    m = hc('compare_where', H)
+    x, y = m.inp([4, 9], H), m.inp([9], H)
+    m.out(m.node('Where', [m.node('Less', [x, y]), x, m.node('Neg', [y])]))
+    m.out(m.node('Equal', [x, x]))
+
+    # Movement of halves (no arithmetic: the 16-bit words move), a Pad's fill value and ConstantOfShape's
+    for dt in (H, BH):
+        m = hc('movement', dt)
+        x = m.inp([2, 3, 5], dt) if dt == H else m.node('Cast', [m.source([2, 3, 5])], to=dt)
+        t = m.node('Transpose', [x], perm=[2, 0, 1])
+        r = m.node('Reshape', [t, m.const(ints([5, 6]))])
+        g = m.node('Gather', [r, m.const(ints([4, 0, 2, 2, 1]))], axis=0)
+        sl = m.node('Slice', [r, m.const(ints([1])), m.const(ints([5])), m.const(ints([1])), m.const(ints([2]))])
+        m.out(m.node('Concat', [g, sl], axis=1))
+        pv = m.node('Cast', [m.const(np.float32(1.5))], to=dt)
+        m.out(m.node('Pad', [x, m.const(ints([0, 1, 0, 0, 2, 1])), pv]))
+        m.out(m.node('Expand', [m.node('Unsqueeze', [x, m.const(ints([1]))]), m.const(ints([2, 2, 3, 5]))]))
+        if dt == H:  # (ONNX's ConstantOfShape makes no bf16)
+            fill = numpy_helper.from_array(np.array([1.25], np.float16), 'v')
+            m.out(m.node('Add', [m.node('ConstantOfShape', [m.const(ints([3, 5]))], value=fill), x]))
+    # Casts to and from the halves: from f32 (rounding: ties, overflow to inf, subnormals, NaN), to
+    # f32, integers (saturating as from f32), bool, each other, and from small integers
+    # (opset 19: Cast to bf16 rounds to nearest even; before, it truncates, which ref does: lower.c leaves it)
+    for dt, tag in ((H, 'f16'), (BH, 'bf16')):
+        m = case('dtype_Cast_%s_all' % tag, 19)
+        x = m.node('Mul', [m.source([4, 33]), m.const(np.float32(3e4 if dt == H else 1e5))])
+        tiny = m.node('Mul', [m.source([4, 33]), m.const(np.float32(1e-6 if dt == H else 1e-39))])
+        nan = m.node('Div', [m.node('Log', [m.source([4, 33])]), m.source([4, 33])])
+        for v in (x, tiny, nan):
+            hv = m.node('Cast', [v], to=dt)
+            m.out(hv, [4, 33], dt)
+            m.out(m.node('Cast', [hv], to=F), [4, 33], F)
+        hv = m.node('Cast', [x], to=dt)
+        for to in (TensorProto.INT32, TensorProto.INT64, TensorProto.INT8, TensorProto.UINT8, B,
+                   BH if dt == H else H):
+            m.out(m.node('Cast', [hv], to=to), [4, 33], to)
+        small = m.node('Cast', [m.node('Mul', [m.source([3, 17]), m.const(np.float32(200.0))])], to=TensorProto.INT16)
+        m.out(m.node('Cast', [small], to=dt), [3, 17], dt)
+        m.out(m.node('Cast', [m.node('Cast', [small], to=TensorProto.UINT8)], to=dt), [3, 17], dt)
+        m.out(m.node('Cast', [m.node('Less', [x, m.const(np.float32(0))])], to=dt), [4, 33], dt)
+    m = case('dtype_Cast_i64_f16')
+    m.out(m.node('Cast', [m.node('Cast', [m.node('Mul', [m.source([5, 9]), m.const(np.float32(4e4))])],
+                                  to=TensorProto.INT64)], to=H))
+
+    # The transformer ops in f16 (issue 13's dtypes): Attention with a cache, RMSNormalization, RotaryEmbedding,
+    # Gelu, Swish, as a half model exported from PyTorch has them
+    for i in range(4):
+        m = case('dtype_f16_Attention_%d' % i, opset=23)
+        hkv, grp = int(rng.choice([1, 2])), int(rng.choice([1, 2]))
+        hq, b, s, l, p, e = hkv * grp, int(rng.choice([1, 2])), int(rng.randint(1, 5)), int(rng.randint(1, 4)), \
+            int(rng.choice([0, 5, 9])), 8
+        ins = [m.inp([b, hq, s, e], H), m.inp([b, hkv, l, e], H), m.inp([b, hkv, l, e], H)]
+        attrs = {'is_causal': 1} if i % 2 else {}
+        if i == 2:
+            ins.append(m.inp([b, 1, s, p + l], H))  # an additive mask
+        elif p:
+            ins.append('')
+        if p:
+            ins += [m.inp([b, hkv, p, e], H), m.inp([b, hkv, p, e], H)]
+        outs = [m.fresh('y')] + ([m.fresh('pk'), m.fresh('pv')] if p else [])
+        m.nodes.append(helper.make_node('Attention', ins, outs, name=m.fresh('n_Attention_'), **attrs))
+        m.out(outs[0], [b, hq, s, e], H)
+        if p:
+            m.out(outs[1], [b, hkv, p + l, e], H)
+            m.out(outs[2], [b, hkv, p + l, e], H)
+    m = case('dtype_bf16_Attention_0', opset=23)  # grouped heads, a cache, causal
+    ins = [m.inp([1, 4, 3, 8], BH), m.inp([1, 2, 3, 8], BH), m.inp([1, 2, 3, 8], BH), '', m.inp([1, 2, 6, 8], BH),
+           m.inp([1, 2, 6, 8], BH)]
+    outs = [m.fresh('y'), m.fresh('pk'), m.fresh('pv')]
+    m.nodes.append(helper.make_node('Attention', ins, outs, name=m.fresh('n_Attention_'), is_causal=1))
+    m.out(outs[0], [1, 4, 3, 8], BH)
+    m.out(outs[1], [1, 2, 9, 8], BH)
+    m.out(outs[2], [1, 2, 9, 8], BH)
+    for dt in (H, BH):
+        tag = 'f16' if dt == H else 'bf16'
+        shape = [2, 3, 16]
+        m = case('dtype_%s_RMSNormalization' % tag, opset=23)
+        x = m.node('Cast', [m.source(shape)], to=dt)
+        m.out(m.node('RMSNormalization', [x, half_const(m, [16], dt)], axis=-1, epsilon=1e-5), shape, dt)
+        m = case('dtype_%s_Gelu_Swish' % tag, opset=24)
+        x = m.node('Cast', [m.source(shape)], to=dt)
+        m.out(m.node('Gelu', [x], approximate='tanh'), shape, dt)
+        m.out(m.node('Swish', [x], alpha=1.0), shape, dt)
+        m = case('dtype_%s_RotaryEmbedding' % tag, opset=23)
+        ang = rng.uniform(-3, 3, size=(12, 4)).astype(np.float32)
+        x = m.node('Cast', [m.source([1, 2, 5, 8])], to=dt)
+        cos = m.node('Cast', [m.const(np.cos(ang))], to=dt)
+        sin = m.node('Cast', [m.const(np.sin(ang))], to=dt)
+        m.out(m.node('RotaryEmbedding', [x, cos, sin, m.const(rng.randint(0, 12, size=(1, 5)).astype(np.int64))]),
+              [1, 2, 5, 8], dt)
+
+
 def main(argv):
     if len(argv) < 2:
         print('usage: gen_op_sweep.py OUTDIR [--list]', file=sys.stderr)
         return 2
     out = argv[1]
     for gen in (unary_cases, binary_cases, where_cases, reduce_cases, softmax_cases, movement_cases, matmul_cases,
-                gemm_cases, conv_cases, conv_transpose_cases, dtype_cases, rnn_cases, pool_cases, layernorm_cases, epilogue_cases, structure_cases, pattern_cases,
+                gemm_cases, conv_cases, conv_transpose_cases, dtype_cases, half_cases, rnn_cases, pool_cases, layernorm_cases, epilogue_cases, structure_cases, pattern_cases,
                 large_cases, host_cases, attention_cases, transformer_cases):
         gen()
     os.makedirs(out, exist_ok=True)

@@ -5,7 +5,8 @@
  * clamp (NaN, signed zeros, operands as scalars), QuantizeLinear's
  * rounding (ties, saturation, NaN, per-lane scales), f32 folds of every
  * kind (NaN anywhere), and the Softmax / LayerNorm row routines against
- * float64. Random inputs from a fixed seed. */
+ * float64, and the f16 / bf16 storage conversions bit for bit against
+ * tensor/dtype.h's. Random inputs from a fixed seed. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 
 #include "base/cpu_features.h"
 #include "devices/cpu/interp/lanes.h"
+#include "tensor/dtype.h"
 
 static int failures;
 #define CHECK(cond, ...)                          \
@@ -245,6 +247,47 @@ static void check_arg_rows(const kiln_lanes_ops *ops) {
   }
 }
 
+/* f16 / bf16 storage conversions (kiln_math.h's helpers, which generated C
+ * calls too) against tensor/dtype.h's: every half to f32 and back, and f32s
+ * around every rounding case (ties, subnormals, overflow, NaN payloads),
+ * bit for bit. */
+static uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+static void check_halves(const kiln_lanes_ops *ops) {
+  static uint16_t h[65536], back[65536];
+  static float f[65536];
+  for (int i = 0; i < 65536; i++) h[i] = (uint16_t)i;
+  for (int k = 0; k < 2; k++) {
+    kiln_dtype dt = k ? KILN_DTYPE_BF16 : KILN_DTYPE_F16;
+    ops->cast(KILN_DTYPE_F32, dt, 65536, f, h);
+    ops->cast(dt, KILN_DTYPE_F32, 65536, back, f);
+    for (int i = 0; i < 65536; i++) {
+      float want = k ? kiln_bf16_to_f32(h[i]) : kiln_f16_to_f32(h[i]);
+      CHECK(f32_bits(f[i]) == f32_bits(want), "%s %s -> f32 of 0x%04x: 0x%08x, want 0x%08x", ops->name,
+            kiln_dtype_name(dt), i, f32_bits(f[i]), f32_bits(want));
+      uint16_t rt = k ? kiln_f32_to_bf16(want) : kiln_f32_to_f16(want);
+      CHECK(back[i] == rt, "%s f32 -> %s of 0x%08x: 0x%04x, want 0x%04x", ops->name, kiln_dtype_name(dt),
+            f32_bits(want), back[i], rt);
+    }
+    /* f32s between the halves: every low-bit pattern near a rounding boundary, and random bits */
+    for (int i = 0; i < 65536; i++) {
+      uint32_t u = ((uint32_t)i << 16) | (uint32_t)(i & 7 ? next_u64() & 0xffff : (i & 8 ? 0x8000 : 0x1000));
+      if (!k) u = ((uint32_t)i << 16) ^ (uint32_t)(next_u64() & 0x1fff) ^ (i & 1 ? 0x1000u : 0u);
+      memcpy(&f[i], &u, 4);
+    }
+    ops->cast(dt, KILN_DTYPE_F32, 65536, back, f);
+    for (int i = 0; i < 65536; i++) {
+      uint16_t want = k ? kiln_f32_to_bf16(f[i]) : kiln_f32_to_f16(f[i]);
+      CHECK(back[i] == want, "%s f32 -> %s of 0x%08x: 0x%04x, want 0x%04x", ops->name, kiln_dtype_name(dt),
+            f32_bits(f[i]), back[i], want);
+    }
+  }
+}
+
 int main(void) {
   const kiln_lanes_ops *tables[] = {&kiln_lanes_generic, &kiln_lanes_avx2, &kiln_lanes_avx512};
   const kiln_cpu_features *f = kiln_cpu_features_get();
@@ -260,6 +303,7 @@ int main(void) {
     check_fold(ops);
     check_rows(ops);
     check_arg_rows(ops);
+    check_halves(ops);
     printf("lanes %s: checked\n", ops->name);
     ran++;
   }

@@ -42,13 +42,14 @@ typedef struct cu_plan_state {
   kiln_device_buffer *dummy; /* bound for operands of no bytes; owned */
 } cu_plan_state;
 
-/* Dtypes the CUDA C dialect stores (fp16 and bf16 are not yet rendered). */
+/* Dtypes the CUDA C dialect stores. */
 static bool dtype_ok(const void *user, kiln_dtype dt, const char **why) {
   (void)user;
   switch (dt) {
     case KILN_DTYPE_F32: case KILN_DTYPE_F64: case KILN_DTYPE_I64: case KILN_DTYPE_I32: case KILN_DTYPE_I16:
     case KILN_DTYPE_I8: case KILN_DTYPE_U8: case KILN_DTYPE_U16: case KILN_DTYPE_U32: case KILN_DTYPE_U64:
     case KILN_DTYPE_BOOL:
+      case KILN_DTYPE_F16: case KILN_DTYPE_BF16: /* 16-bit words, converted through f32 */
       return true;
     default:
       if (why) *why = "a dtype the CUDA C dialect does not store";

@@ -46,6 +46,7 @@ static bool dtype_ok(const void *user, kiln_dtype dt, const char **why) {
   switch (dt) {
     case KILN_DTYPE_F32: case KILN_DTYPE_I64: case KILN_DTYPE_I32: case KILN_DTYPE_I16: case KILN_DTYPE_I8:
     case KILN_DTYPE_U8: case KILN_DTYPE_U16: case KILN_DTYPE_U32: case KILN_DTYPE_U64: case KILN_DTYPE_BOOL:
+      case KILN_DTYPE_F16: case KILN_DTYPE_BF16: /* 16-bit words, converted through f32 */
       return true;
     case KILN_DTYPE_F64:
       if (!d->props.fp64 && why) *why = "the OpenCL device has no fp64";

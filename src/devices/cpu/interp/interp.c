@@ -171,6 +171,8 @@ static void put_bytes(unsigned char *out, kiln_dtype dt, int64_t i, double f) {
     case KILN_DTYPE_I64: case KILN_DTYPE_U64: memcpy(out, &i, 8); break;
     case KILN_DTYPE_I32: case KILN_DTYPE_U32: { int32_t v = (int32_t)i; memcpy(out, &v, 4); break; }
     case KILN_DTYPE_I16: case KILN_DTYPE_U16: { int16_t v = (int16_t)i; memcpy(out, &v, 2); break; }
+    case KILN_DTYPE_F16: { uint16_t v = kiln_f64_to_f16(f); memcpy(out, &v, 2); break; }
+    case KILN_DTYPE_BF16: { uint16_t v = kiln_f64_to_bf16(f); memcpy(out, &v, 2); break; }
     case KILN_DTYPE_I8: case KILN_DTYPE_U8: case KILN_DTYPE_BOOL: { int8_t v = (int8_t)i; memcpy(out, &v, 1); break; }
     default: break;
   }
@@ -181,7 +183,7 @@ static inline size_t lane_size(kiln_dtype dt) {
   switch (dt) {
     case KILN_DTYPE_F64: case KILN_DTYPE_I64: case KILN_DTYPE_U64: return 8;
     case KILN_DTYPE_F32: case KILN_DTYPE_I32: case KILN_DTYPE_U32: return 4;
-    case KILN_DTYPE_I16: case KILN_DTYPE_U16: return 2;
+    case KILN_DTYPE_I16: case KILN_DTYPE_U16: case KILN_DTYPE_F16: case KILN_DTYPE_BF16: return 2;
     default: return 1;
   }
 }
@@ -190,7 +192,7 @@ static bool has_lanes(kiln_dtype dt) {
   switch (dt) {
     case KILN_DTYPE_F32: case KILN_DTYPE_F64: case KILN_DTYPE_I64: case KILN_DTYPE_I32: case KILN_DTYPE_I16:
     case KILN_DTYPE_I8: case KILN_DTYPE_U8: case KILN_DTYPE_U16: case KILN_DTYPE_U32: case KILN_DTYPE_U64:
-    case KILN_DTYPE_BOOL: return true;
+    case KILN_DTYPE_BOOL: case KILN_DTYPE_F16: case KILN_DTYPE_BF16: return true; /* halves: storage only */
     default: return false;
   }
 }

@@ -28,7 +28,7 @@ int kiln_lanes_fn_of(const char *name) {
       [KILN_FN_GELU_TANH] = "kiln_gelu_tanhf", [KILN_FN_SQRT] = "sqrtf", [KILN_FN_LOG] = "logf",
       [KILN_FN_FLOOR] = "floorf",    [KILN_FN_CEIL] = "ceilf",      [KILN_FN_ROUND] = "nearbyintf",
       [KILN_FN_SIN] = "sinf",        [KILN_FN_COS] = "cosf",        [KILN_FN_POW] = "powf",
-      [KILN_FN_POW_POS] = "kiln_powf_pos",
+      [KILN_FN_POW_POS] = "kiln_powf_pos", [KILN_FN_BF16_TRUNC] = "kiln_bf16_truncf",
   };
   for (int i = 0; name && i < KILN_FN_COUNT; i++)
     if (!strcmp(names[i], name)) return i;

@@ -50,7 +50,7 @@ static inline size_t lanes_size(kiln_dtype dt) {
   switch (dt) {
     case KILN_DTYPE_F64: case KILN_DTYPE_I64: case KILN_DTYPE_U64: return 8;
     case KILN_DTYPE_F32: case KILN_DTYPE_I32: case KILN_DTYPE_U32: return 4;
-    case KILN_DTYPE_I16: case KILN_DTYPE_U16: return 2;
+    case KILN_DTYPE_I16: case KILN_DTYPE_U16: case KILN_DTYPE_F16: case KILN_DTYPE_BF16: return 2;
     default: return 1;
   }
 }
@@ -233,7 +233,45 @@ static void lanes_unary(te_op op, kiln_dtype dt, int n, void *o, const void *a) 
   }
 }
 
+static void lanes_cast(kiln_dtype to, kiln_dtype from, int n, void *o, const void *a);
+
+static bool is_half(kiln_dtype dt) { return dt == KILN_DTYPE_F16 || dt == KILN_DTYPE_BF16; }
+
+/* f16 / bf16 lanes are storage: to or from f32 by kiln_math.h's helpers
+ * (what the generated C calls), any other pair through f32 in chunks. */
+static void lanes_cast_half(kiln_dtype to, kiln_dtype from, int n, void *o, const void *a) {
+  if (from == KILN_DTYPE_F32 && is_half(to)) {
+    const float *a_ = a;
+    uint16_t *o_ = o;
+    if (to == KILN_DTYPE_F16)
+      for (int l = 0; l < n; l++) o_[l] = (uint16_t)kiln_f2h(a_[l]);
+    else
+      for (int l = 0; l < n; l++) o_[l] = (uint16_t)kiln_f2bf(a_[l]);
+    return;
+  }
+  if (is_half(from) && to == KILN_DTYPE_F32) {
+    const uint16_t *a_ = a;
+    float *o_ = o;
+    if (from == KILN_DTYPE_F16)
+      for (int l = 0; l < n; l++) o_[l] = kiln_h2f(a_[l]);
+    else
+      for (int l = 0; l < n; l++) o_[l] = kiln_bf2f(a_[l]);
+    return;
+  }
+  float tmp[64];
+  size_t to_size = lanes_size(to), from_size = lanes_size(from);
+  for (int l = 0; l < n; l += 64) {
+    int m = n - l < 64 ? n - l : 64;
+    lanes_cast(KILN_DTYPE_F32, from, m, tmp, (const char *)a + (size_t)l * from_size);
+    lanes_cast(to, KILN_DTYPE_F32, m, (char *)o + (size_t)l * to_size, tmp);
+  }
+}
+
 static void lanes_cast(kiln_dtype to, kiln_dtype from, int n, void *o, const void *a) {
+  if (is_half(to) || is_half(from)) {
+    lanes_cast_half(to, from, n, o, a);
+    return;
+  }
   if (to == KILN_DTYPE_BOOL) {
     uint8_t *o_ = o;
     switch (from) {
@@ -286,6 +324,7 @@ static void lanes_select(kiln_dtype dt, int n, void *o, const uint8_t *c, int cs
       memmove(o, src, (size_t)n * size);
     return;
   }
+  if (is_half(dt)) dt = KILN_DTYPE_U16; /* selects move the 16-bit words */
   switch (dt) {
 #define X(DT, T, U, FLOAT)                                                              \
   case DT: {                                                                            \
@@ -328,6 +367,7 @@ static void lanes_call(kiln_lanes_fn fn, int n, float *o, const float *a, int as
     F1(KILN_FN_ROUND, nearbyintf(x))
     F1(KILN_FN_SIN, sinf(x))
     F1(KILN_FN_COS, cosf(x))
+    F1(KILN_FN_BF16_TRUNC, kiln_bf16_truncf(x))
 #undef F1
     case KILN_FN_POW: LANES_LOOP2(float, float, float, o, a, as, b, bs, powf(x, y)); return;
     case KILN_FN_POW_POS: LANES_LOOP2(float, float, float, o, a, as, b, bs, kiln_powf_pos(x, y)); return;
