@@ -1,16 +1,19 @@
-"""kiln's own tools as Python data: the devices and their properties, what a
+"""kiln's own tools as Python data: the devices and their properties, a
+model's summary (what `kiln info` prints) and its graph in DOT, what a
 session compiled (kernels, fallbacks, memory plan), verification against
 the reference device, benchmarks and per-kernel profiles.
 
-Each is a JSON report of the C API (kiln_devices_json, kiln_session_report_json,
-kiln_verify_json, kiln_bench_json, kiln_session_profile_json; their schemas are
-in include/kiln.h) parsed into dicts; `devices()` into small dataclasses.
+Each is a JSON report of the C API (kiln_devices_json, kiln_model_info_json,
+kiln_session_report_json, kiln_verify_json, kiln_bench_json,
+kiln_session_profile_json; their schemas are in include/kiln.h) parsed into
+dicts; `devices()` into small dataclasses; `model_dot()` kiln_model_dot's text.
 """
 
 from __future__ import annotations
 
 import ctypes
 import json
+import math
 import statistics
 import time
 from ctypes import c_char_p, c_void_p
@@ -177,18 +180,65 @@ def _device_arg(device: Optional[str], providers: Optional[Sequence[Any]]) -> Op
 
 
 def verify(model: Any, device: Optional[str] = None, inputs: Optional[Mapping[str, Any]] = None,
-           providers: Optional[Sequence[Any]] = None) -> dict[str, Any]:
+           providers: Optional[Sequence[Any]] = None, rtol: float = 1e-3, atol: float = 1e-4,
+           max_report: int = 5) -> dict[str, Any]:
     """What `kiln verify` does: the model on `device` (None: the default)
     and on ref with the same inputs (random where not given: floats
     normal(0,1), ints in [0,3], seed 0, symbolic dims 1), every value both
-    produce compared. Returns kiln_verify_json's report: "ok",
-    "first_divergence" (None, or the first node in graph order whose output
-    diverges, with its errors), "outputs", "errors", timings. A run failing
-    on one side is reported ("ok" False, "errors"), not raised."""
+    produce compared: an element matches when |device - ref| <= atol +
+    rtol * |ref| (integers, bools and strings exactly; NaN matches NaN).
+    Returns kiln_verify_json's report: "ok", "first_divergence" (None, or
+    the first node in graph order whose output diverges, with its errors),
+    "later_divergences" (the next `max_report` diverging values),
+    "outputs", "errors", timings. A run failing on one side is reported
+    ("ok" False, "errors"), not raised; a negative or non-finite tolerance
+    or a negative max_report is InvalidArgument."""
+    for name, v in (("rtol", rtol), ("atol", atol)):
+        if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise InvalidArgument(f"{name} must be a non-negative finite number, got {v!r}")
+    if not isinstance(max_report, int) or max_report < 0:
+        raise InvalidArgument(f"max_report must be an integer >= 0, got {max_report!r}")
     dev = _device_arg(device, providers)
+    lib = C.lib()
+    if lib.optional("kiln_verify_json") is None:
+        raise Unsupported(f"{lib.path} predates kiln_verify_json with options: rebuild libkiln.so")
+    opts = lib.kiln_verify_options_default()
+    dev_bytes = dev.encode() if dev else None  # kept alive while opts points at it
+    opts.device = dev_bytes
+    opts.rtol = float(rtol)
+    opts.atol = float(atol)
+    opts.max_report = max_report
     with ModelHandle(model) as m:
         feed = InputTensors(m, inputs)
-        return _json_call("kiln_verify_json", m.ptr, dev.encode() if dev else None, feed.n, feed.names, feed.ptrs)
+        return _json_call("kiln_verify_json", m.ptr, ctypes.byref(opts), feed.n, feed.names, feed.ptrs)
+
+
+# ---- the model -------------------------------------------------------------------
+
+
+def model_info(model: Any) -> dict[str, Any]:
+    """What `kiln info MODEL` prints, as data (kiln_model_info_json): ir
+    and producer, "metadata_props", "opsets", "inputs" and "outputs" (name,
+    type, dtype, shape), "nodes" (control-flow bodies included),
+    "main_graph_nodes", "parameters", "initializers", "parameter_bytes",
+    "flops" (estimated for the declared input shapes; 0 when unknown),
+    "op_histogram" (most frequent first), "unsupported_ops". `model`: a
+    path, the serialized model (bytes) or an onnx.ModelProto."""
+    with ModelHandle(model) as m:
+        return _json_call("kiln_model_info_json", m.ptr)
+
+
+def model_dot(model: Any) -> str:
+    """The model's main graph in Graphviz DOT, as `kiln info MODEL --dot`
+    prints it (kiln_model_dot)."""
+    lib = C.lib()
+    fn = lib.optional("kiln_model_dot")
+    if fn is None:
+        raise Unsupported(f"{lib.path} predates kiln_model_dot: rebuild libkiln.so")
+    with ModelHandle(model) as m:
+        out = c_void_p()
+        check(fn(m.ptr, ctypes.byref(out)))
+        return lib.take_string(out.value) or ""
 
 
 def bench(model: Any, providers: Optional[Sequence[Any]] = None, device: Optional[str] = None,
