@@ -437,7 +437,7 @@ KILN_API kiln_verify_options kiln_verify_options_default(void);
  *    "errors": [str]}
  * DIVERGENCE: {"node": str, "op": str, "node_index": int (in ref's graph), "output": str,
  *    "output_index": int, "device_type": str, "ref_type": str,
- *    "node_inputs": [{"name": str, "type": str, "source": "constant" | "graph input" | null}],
+ *    "node_inputs": [{"index": int, "name": str, "type": str, "source": "constant" | "graph input" | null}],
  *    "max_abs_err": double, "max_rel_err": double, "n_bad": int, "n_elements": int,
  *    "why": str or null (a dtype/shape/kind difference),
  *    "worst": null or {"index": [int], "item": int or null (a sequence's item),

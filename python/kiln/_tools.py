@@ -28,16 +28,21 @@ from ._model import load_model
 from ._tensor import _Handle, input_array, tensor_from_input
 
 
-def _json_call(name: str, *args: Any) -> dict[str, Any]:
-    """Calls one of the library's `..._json(..., char **out_json)` and
-    returns the parsed object."""
+def _json_text(name: str, *args: Any) -> str:
+    """Calls one of the library's `..._json(..., char **out_json)` (or a
+    `char **out_text` call) and returns its text as the library wrote it."""
     lib = C.lib()
     fn = lib.optional(name)
     if fn is None:
         raise Unsupported(f"{lib.path} predates {name}: rebuild libkiln.so")
     out = c_void_p()
     check(fn(*args, ctypes.byref(out)))
-    text = lib.take_string(out.value)
+    return lib.take_string(out.value) or ""
+
+
+def _json_call(name: str, *args: Any) -> dict[str, Any]:
+    """_json_text's object, parsed."""
+    text = _json_text(name, *args)
     return json.loads(text) if text else {}
 
 
@@ -231,26 +236,24 @@ def model_info(model: Any) -> dict[str, Any]:
 def model_dot(model: Any) -> str:
     """The model's main graph in Graphviz DOT, as `kiln info MODEL --dot`
     prints it (kiln_model_dot)."""
-    lib = C.lib()
-    fn = lib.optional("kiln_model_dot")
-    if fn is None:
-        raise Unsupported(f"{lib.path} predates kiln_model_dot: rebuild libkiln.so")
     with ModelHandle(model) as m:
-        out = c_void_p()
-        check(fn(m.ptr, ctypes.byref(out)))
-        return lib.take_string(out.value) or ""
+        return _json_text("kiln_model_dot", m.ptr)
 
 
 def bench(model: Any, providers: Optional[Sequence[Any]] = None, device: Optional[str] = None,
           inputs: Optional[Mapping[str, Any]] = None, warmup: int = 3, iterations: int = 10, threads: int = 0,
-          profile: bool = False, fp16: bool = False) -> dict[str, Any]:
+          profile: bool = False, fp16: bool = False, precision: Optional[str] = None) -> dict[str, Any]:
     """What `kiln bench` measures, on a session of its own: `warmup` runs,
     then `iterations` timed ones ("median_ms", "p10_ms", "p90_ms", "min_ms",
     "max_ms", "mean_ms", "throughput_per_s", "create_ms", "first_run_ms");
     with profile, as many runs again with a clock around each kernel:
     "profiled_ms" and "kernels" (name, op, calls, total_ms, ms_per_run,
     percent; slowest first). Inputs not given are random (see verify).
-    On the cpu set KILN_JIT=sync to time compiled kernels only."""
+    precision "fp32" or "fp16" as SessionOptions.precision (fp16=True is
+    precision="fp16"). On the cpu set KILN_JIT=sync to time compiled
+    kernels only."""
+    from ._session import precision_code
+    prec = precision_code(precision if precision is not None else "fp16" if fp16 else "fp32")
     if iterations < 1:
         raise InvalidArgument(f"iterations must be >= 1, got {iterations}")
     if warmup < 0 or threads < 0:
@@ -263,8 +266,7 @@ def bench(model: Any, providers: Optional[Sequence[Any]] = None, device: Optiona
         dev_bytes = dev.encode() if dev else None
         opts.device = dev_bytes
         opts.threads = threads
-        if fp16:
-            opts.precision = C.PRECISION_FP16
+        opts.precision = prec
         return _json_call("kiln_bench_json", m.ptr, ctypes.byref(opts), feed.n, feed.names, feed.ptrs, warmup,
                           iterations, 1 if profile else 0)
 

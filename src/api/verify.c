@@ -335,6 +335,7 @@ static void divergence_json(kiln_json *j, const char *key, const kiln_graph *g, 
     if (in_id < 0) continue;
     const kiln_value_def *def = &g->values[in_id];
     kiln_json_object_begin(j, NULL);
+    kiln_json_int(j, "index", k);
     kiln_json_string(j, "name", def->name);
     kiln_json_string(j, "type", kiln_type_str(&def->type, tb, sizeof tb));
     kiln_json_string(j, "source", def->constant ? "constant" : def->is_graph_input ? "graph input" : NULL);
