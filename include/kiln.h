@@ -68,8 +68,8 @@ extern "C" {
  * caller was compiled with). A static string, never NULL. */
 KILN_API const char *kiln_version(void);
 
-/* Frees a string the API returned through a `char **out_json` parameter
- * (kiln_devices_json, kiln_session_report_json, ...). NULL is ignored. */
+/* Frees a string the API returned through a `char **out_json` or `char
+ * **out_text` parameter (kiln_devices_json, kiln_model_dot, ...). NULL is ignored. */
 KILN_API void kiln_string_free(char *s);
 
 /* ---- status ---------------------------------------------------------- */
@@ -332,6 +332,28 @@ KILN_API kiln_status_t kiln_session_run_values(kiln_session *session, int n_inpu
  * are null; "_ms" / "_us" are milliseconds / microseconds, "_bytes" bytes.
  * Members may be added in later versions; none listed here is removed. */
 
+/* What `kiln info MODEL` prints, as data: the model as loaded, before any
+ * device compiles it (subgraphs of control flow counted in "nodes", the
+ * histogram and the FLOPs):
+ *   {"ir_version": int, "producer_name": str, "producer_version": str, "domain": str,
+ *    "model_version": int, "metadata_props": [{"key": str, "value": str}]  (file order),
+ *    "opsets": [{"domain": str ("ai.onnx" for ""), "version": int}],
+ *    "inputs": [IO] (graph inputs without an initializer), "outputs": [IO],
+ *    "nodes": int (all graphs), "main_graph_nodes": int,
+ *    "parameters": int (elements of the initializers), "initializers": int, "parameter_bytes": int,
+ *    "flops": int (estimated for the declared input shapes; 0: unknown shapes),
+ *    "op_histogram": [{"op": str, "count": int}]  (most frequent first, then by name),
+ *    "unsupported_ops": [str]  (ops no device runs, "NoSuchOp (node 'n1')"; with any, a session
+ *                               cannot be created)}
+ * IO: {"name": str, "type": str (kiln's notation: "f32[1,3]", "seq(f32[?])"), "dtype": str,
+ *      "shape": null (unknown rank) or [int, str (a symbolic dim's name) or null (unknown)]} */
+KILN_API kiln_status_t kiln_model_info_json(const kiln_model *model, char **out_json);
+
+/* The main graph in Graphviz DOT, as `kiln info MODEL --dot` prints it
+ * (inputs, nodes with op and name, edges labelled with their types).
+ * *out_text is the caller's (kiln_string_free); NULL when the call fails. */
+KILN_API kiln_status_t kiln_model_dot(const kiln_model *model, char **out_text);
+
 /* The devices compiled in and found, with what `kiln devices` prints:
  *   {"devices": [{"name": "cpu", "description": str, "vendor": str,
  *                 "driver": str or null, "memory": "host" | "device",
@@ -362,6 +384,12 @@ KILN_API kiln_status_t kiln_devices_json(char **out_json);
  * "interpreted" (device ref) lists every node as its own kernel. Bodies of
  * control flow are not listed (`kiln info` prints them). */
 KILN_API kiln_status_t kiln_session_report_json(const kiln_session *session, char **out_json);
+/* The same as text, as `kiln info MODEL --device D` prints it after the
+ * model's summary: "device D:", the plan (kernels, fusion, nodes on ref,
+ * memory), the device's own lines and the plans of control-flow bodies.
+ * For people, not parsers: its lines may change between versions.
+ * *out_text is the caller's (kiln_string_free). */
+KILN_API kiln_status_t kiln_session_describe(const kiln_session *session, char **out_text);
 
 /* Profiling: while enabled, every run of the session records one event per
  * step (a compiled kernel, a host step, or a node on the interpreter; a
@@ -379,24 +407,43 @@ KILN_API kiln_status_t kiln_session_set_profiling(kiln_session *session, int ena
  *                "start_us": double (since the session's creation), "dur_us": double}]} */
 KILN_API kiln_status_t kiln_session_profile_json(kiln_session *session, char **out_json);
 
-/* What `kiln verify` does: the model on `device` (NULL: the default) and
- * on ref with the same inputs, every value both produce (matched by name)
- * compared, |device - ref| <= 1e-4 + 1e-3 |ref| per element (integers,
- * bools, strings exact; NaN matches NaN). Inputs not given (n_inputs may
- * be 0, names and tensors NULL then) are random as the CLI makes them
- * (floats normal(0,1), ints in [0,3], seed 0, symbolic dims 1). An unknown
- * device or bad arguments are a status; a run that fails on one side is
- * reported in "errors" with "ok": false.
+/* How kiln_verify_json compares (`kiln verify`'s options). */
+typedef struct kiln_verify_options {
+  const char *device; /* NULL: the default device; borrowed */
+  double rtol, atol;  /* an element matches when |device - ref| <= atol + rtol |ref|; both >= 0 and finite */
+  int max_report;     /* diverging values listed in "later_divergences" after the first (>= 0) */
+} kiln_verify_options;
+
+/* device NULL, rtol 1e-3, atol 1e-4, max_report 5 (`kiln verify`'s defaults). */
+KILN_API kiln_verify_options kiln_verify_options_default(void);
+
+/* What `kiln verify` does: the model on options->device and on ref with
+ * the same inputs, every value both produce (matched by name) compared,
+ * |device - ref| <= atol + rtol |ref| per element (integers, bools,
+ * strings exact; NaN matches NaN). options NULL: kiln_verify_options_default();
+ * a negative or non-finite tolerance or a negative max_report is
+ * KILN_INVALID_ARGUMENT. Inputs not given (n_inputs may be 0, names and
+ * tensors NULL then) are random as the CLI makes them (floats normal(0,1),
+ * ints in [0,3], seed 0, symbolic dims 1). An unknown device or bad
+ * arguments are a status; a run that fails on one side is reported in
+ * "errors" with "ok": false.
  *   {"device": str, "ok": bool, "rtol": double, "atol": double, "inputs": [str (descriptions)],
- *    "first_divergence": null or {"node": str, "op": str, "output": str, "device_type": str,
- *        "ref_type": str, "max_abs_err": double, "max_rel_err": double, "n_bad": int,
- *        "n_elements": int, "why": str or null (a dtype/shape/kind difference),
- *        "tolerance": {"rtol": double, "atol": double}},
+ *    "first_divergence": null or DIVERGENCE,
+ *    "later_divergences": [DIVERGENCE]  (the next max_report diverging values in ref's graph order),
  *    "outputs": [{"name": str, "compared": bool, "max_abs_err": double or null, "ok": bool}],
  *    "compared": int, "diverging": int, "device_only": int, "ref_only": int (values not compared),
  *    "max_abs_err": double, "max_rel_err": double, "device_ms": double, "ref_ms": double,
- *    "errors": [str]} */
-KILN_API kiln_status_t kiln_verify_json(const kiln_model *model, const char *device, int n_inputs,
+ *    "device_steps": int (steps the device side ran), "ref_nodes": int (nodes of ref's graph),
+ *    "errors": [str]}
+ * DIVERGENCE: {"node": str, "op": str, "node_index": int (in ref's graph), "output": str,
+ *    "output_index": int, "device_type": str, "ref_type": str,
+ *    "node_inputs": [{"index": int, "name": str, "type": str, "source": "constant" | "graph input" | null}],
+ *    "max_abs_err": double, "max_rel_err": double, "n_bad": int, "n_elements": int,
+ *    "why": str or null (a dtype/shape/kind difference),
+ *    "worst": null or {"index": [int], "item": int or null (a sequence's item),
+ *                      "device": double or str, "ref": double or str, "is_float": bool},
+ *    "tolerance": {"rtol": double, "atol": double}} */
+KILN_API kiln_status_t kiln_verify_json(const kiln_model *model, const kiln_verify_options *options, int n_inputs,
                                         const char *const *input_names, const kiln_tensor *const *inputs,
                                         char **out_json);
 

@@ -16,7 +16,7 @@ from ._errors import (EPFail, Fail, InvalidArgument, InvalidGraph, InvalidModel,
 from ._session import (ExecutionMode, GraphOptimizationLevel, InferenceSession, ModelMetadata, NodeArg, RunOptions,
                        SessionOptions, get_all_providers, get_available_providers, get_device)
 from ._tensor import Tensor
-from ._tools import Device, bench, devices, verify
+from ._tools import Device, bench, devices, model_dot, model_info, verify
 from ._train import Trainer
 
 __version__ = "0.1.0"
@@ -27,7 +27,7 @@ __all__ = [
     "KilnError", "InvalidArgument", "InvalidModel", "Unsupported", "OutOfMemory", "KilnIOError", "NoSuchFile",
     "OutOfRange", "NotFound", "ProviderNotAvailable", "Internal", "DeviceError", "Timeout",
     "Fail", "InvalidProtobuf", "NotImplemented", "RuntimeException", "InvalidGraph", "EPFail",
-    "Device", "devices", "verify", "bench", "Trainer",
+    "Device", "devices", "verify", "bench", "model_info", "model_dot", "Trainer",
 ]
 
 

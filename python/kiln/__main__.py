@@ -1,24 +1,41 @@
 """python -m kiln: the `kiln` command line over the Python package.
 
-    python -m kiln run MODEL.onnx [--device D] [--threads N] [--fp16] [--input NAME=FILE.npy]... [--output-dir DIR]
-                                  [--labels FILE.txt] [--top K]
-    python -m kiln info MODEL.onnx [--device D] [--json]
+    python -m kiln run MODEL.onnx [--device D] [--threads N] [--fp16] [--input NAME=FILE.npy|.npz]...
+                                  [--output-dir DIR] [--labels FILE.txt] [--top K]
+    python -m kiln info MODEL.onnx [--dot] [--device D] [--json]
     python -m kiln bench MODEL.onnx [--device D] [--threads N] [--warmup W] [--iterations K]
                                     [--input NAME=FILE.npy]... [--dim NAME=VALUE]... [--seed S]
                                     [--profile] [--top T] [--json] [--fp16]
-    python -m kiln verify MODEL.onnx [--device D] [--input NAME=FILE.npy]... [--dim NAME=VALUE]... [--seed S] [--json]
+    python -m kiln verify MODEL.onnx [--device D] [--input NAME=FILE.npy]... [--dim NAME=VALUE]... [--seed S]
+                                     [--rtol R] [--atol A] [--max-report N] [--json]
     python -m kiln train MODEL.onnx --data TRAIN.npz --loss L [kiln train's options]
     python -m kiln devices [--json]
 
-The commands and flags are the `kiln` binary's (src/cli/), implemented over
-kiln's Python API and C API, not by running the binary; output formats
-follow its. Differences: `run --labels/--top` print the top classes (as
-examples/classify.c does); `info` has no --dot and lists no unsupported ops
-or FLOPs estimate (the C API does not expose the graph); verify compares at
-the C API's tolerances (rtol 1e-3, atol 1e-4); random inputs (bench,
-verify) come from numpy where --dim or --seed is given, else from kiln's
-own generator as the binary's. Errors: one line `kiln: error: ...` on
-stderr, exit status 1 (2 for a bad command line).
+The commands and options are the `kiln` binary's (src/cli/), implemented
+over kiln's Python API and C API, not by running the binary. What the C
+API reports, this prints as the binary does: `info` (kiln_model_info_json,
+kiln_model_dot for --dot, kiln_session_describe / kiln_session_report_json
+with --device), `verify` (kiln_verify_json with --rtol, --atol and
+--max-report; its text is the binary's), `run` (sequence inputs from .npz,
+sequence outputs to .npz, --fp16 as SessionOptions.precision = "fp16"),
+`devices`.
+
+Differences, and why:
+  - `run --labels/--top` print the top classes (as examples/classify.c does);
+    the binary has no such option.
+  - `bench` prints kiln_bench_json's statistics: no load time, peak RSS or
+    per-op GFLOP/s table (the binary measures those around its own process
+    and a private FMA loop that the C API does not offer).
+  - random inputs (bench, verify) come from numpy where --dim or --seed is
+    given, else from kiln's own generator as the binary's; bench and verify
+    take tensors only (.npy), as kiln_bench_json and kiln_verify_json do.
+  - `verify --inject-error NODE`, a hidden option of the binary for tests of
+    the tool itself, is not offered: it perturbs a device's buffers, which no
+    public call does.
+  - `verify --json` and `bench --json` print the parsed object again
+    (json.dumps), so the text is the same data, not the same bytes.
+Errors: one line `kiln: error: ...` on stderr, exit status 1 (2 for a bad
+command line).
 """
 
 from __future__ import annotations
@@ -48,19 +65,27 @@ def _dtype_name(kd: int) -> str:
     return n.decode() if n else "?"
 
 
-def _parse_inputs(specs: Sequence[str]) -> dict[str, Any]:
-    """--input NAME=FILE.npy values as arrays."""
+def _parse_inputs(specs: Sequence[str], sequences: bool = False) -> dict[str, Any]:
+    """--input NAME=FILE.npy values as arrays; with `sequences`, NAME=FILE.npz
+    as a list of its arrays in order (a sequence input, as `kiln run` reads it)."""
     out: dict[str, Any] = {}
     for spec in specs or ():
         name, eq, path = spec.partition("=")
         if not eq or not name or not path:
             raise InvalidArgument(f"--input takes NAME=FILE.npy, got '{spec}'")
-        if path.endswith(".npz"):
-            raise Unsupported(f"input '{name}': {path} is a sequence (.npz); kiln's C API takes tensors only")
+        if name in out:
+            raise InvalidArgument(f"input '{name}' given twice")
+        if path.endswith(".npz") and not sequences:
+            raise Unsupported(f"input '{name}': {path} is a sequence (.npz); kiln_verify_json and kiln_bench_json "
+                              "take tensors only (`python -m kiln run` takes it)")
         if not os.path.exists(path):
             raise NoSuchFile(f"input '{name}': {path} does not exist")
         try:
-            out[name] = np.load(path, allow_pickle=False)
+            if path.endswith(".npz"):
+                with np.load(path, allow_pickle=False) as z:
+                    out[name] = [z[k] for k in z.files]
+            else:
+                out[name] = np.load(path, allow_pickle=False)
         except (ValueError, OSError) as e:
             raise InvalidArgument(f"input '{name}': {path}: {e}") from None
     return out
@@ -122,26 +147,56 @@ def _values(arr: np.ndarray, limit: int = 10) -> str:
     return text
 
 
+def _print_output(name: str, y: Any, elem_dtype: str) -> None:
+    """One output as `kiln run` prints it: a tensor's dtype, shape and first
+    values; a sequence's items (up to 4); an empty optional."""
+    if y is None:
+        print(f"{name}: empty optional")
+        return
+    if isinstance(y, list):
+        dt = elem_dtype
+        if y:
+            kd = _dtypes.from_numpy(y[0].dtype)
+            dt = _dtype_name(kd) if kd else str(y[0].dtype)
+        print(f"{name}: sequence of {len(y)} {dt} tensors")
+        for i, item in enumerate(y[:4]):
+            print(f"  [{i}] [{','.join(map(str, item.shape))}]")
+            print(_values(item))
+        return
+    kd = _dtypes.from_numpy(y.dtype)
+    print(f"{name}: {_dtype_name(kd) if kd else y.dtype} [{','.join(map(str, y.shape))}]")
+    print(_values(y))
+
+
 def cmd_run(a: argparse.Namespace) -> int:
     from ._session import InferenceSession, SessionOptions
-    feed = _parse_inputs(a.input)
+    if a.threads is not None and a.threads < 1:
+        raise InvalidArgument("--threads needs a positive number")
+    feed = _parse_inputs(a.input, sequences=True)
     so = SessionOptions()
-    so.intra_op_num_threads = a.threads
-    providers = [a.device] if a.device else None
+    so.intra_op_num_threads = a.threads or 0
     if a.fp16:
-        raise Unsupported("--fp16: the Python session has no precision option; use `kiln run --fp16`")
+        so.precision = "fp16"  # GPUs with fp16 support keep float tensors in fp16; other devices ignore it
+    providers = [a.device] if a.device else None
     with InferenceSession(a.model, so, providers=providers) as sess:
         names = [o.name for o in sess.get_outputs()]
         outs = sess.run(None, feed)
     if a.output_dir:
         os.makedirs(a.output_dir, exist_ok=True)
         for i, y in enumerate(outs):
-            np.save(os.path.join(a.output_dir, f"output_{i}.npy"), y)
+            if y is None:  # an empty optional has no array to write: the file is absent
+                sys.stderr.write(f"kiln: note: output {i} is an empty optional; no file written\n")
+            elif isinstance(y, list):
+                np.savez(os.path.join(a.output_dir, f"output_{i}.npz"), **{f"item_{k}": v for k, v in enumerate(y)})
+            else:
+                np.save(os.path.join(a.output_dir, f"output_{i}.npy"), y)
         return 0
+    elem = {}
+    if any(isinstance(y, list) and not y for y in outs):  # an empty sequence: its declared dtype
+        from ._tools import model_info
+        elem = {o["name"]: o["dtype"] for o in model_info(a.model)["outputs"]}
     for name, y in zip(names, outs):
-        kd = _dtypes.from_numpy(y.dtype)
-        print(f"{name}: {_dtype_name(kd) if kd else y.dtype} [{','.join(map(str, y.shape))}]")
-        print(_values(y))
+        _print_output(name, y, elem.get(name, "?"))
     if a.labels:
         with open(a.labels) as f:
             labels = [line.strip() for line in f if line.strip()]
@@ -159,107 +214,61 @@ def cmd_run(a: argparse.Namespace) -> int:
 # ---- info ---------------------------------------------------------------------------
 
 
-def _model_summary(model: ModelHandle, path: str) -> dict[str, Any]:
-    lib = C.lib()
-    out: dict[str, Any] = {"model": path}
-    meta_get = lib.optional("kiln_model_metadata_get")
-    opset = lib.optional("kiln_model_opset")
-    if meta_get is not None:
-        from ._errors import check
-        import ctypes
-        meta = C.kiln_model_metadata()
-        check(meta_get(model.ptr, ctypes.byref(meta)))
-        out["ir_version"] = int(meta.ir_version)
-        out["producer"] = " ".join(x.decode() for x in (meta.producer_name, meta.producer_version) if x)
-        ops = []
-        for i in range(meta.n_opsets):
-            d, v = ctypes.c_char_p(), ctypes.c_int64()
-            if opset is not None:
-                check(opset(model.ptr, i, ctypes.byref(d), ctypes.byref(v)))
-                ops.append([(d.value or b"").decode() or "ai.onnx", int(v.value)])
-        out["opsets"] = ops
-    out["inputs"] = [{"name": n, "dtype": _dtype_name(kd), "shape": model.shapes.get(n)}
-                     for n, kd in model.inputs.items()]
-    info = C.kiln_io_info()
-    outs = []
-    from ._errors import check
-    import ctypes
-    for i in range(lib.kiln_model_output_count(model.ptr)):
-        check(lib.kiln_model_output_info(model.ptr, i, ctypes.byref(info)))
-        shape = None if info.rank < 0 else [int(info.dims[d]) if info.dims[d] >= 0 else
-                                            (info.dim_names[d] or b"?").decode() for d in range(info.rank)]
-        outs.append({"name": info.name.decode(), "dtype": _dtype_name(info.dtype), "shape": shape})
-    out["outputs"] = outs
-    data = model.read_bytes()
-    ops_list = _proto.op_types(data)
-    inits = _proto.initializers(data)
-    hist: dict[str, int] = {}
-    for op in ops_list:
-        hist[op] = hist.get(op, 0) + 1
-    out["nodes"] = len(ops_list)
-    out["parameters"] = sum(i.numel for i in inits)
-    out["initializers"] = len(inits)
-    out["parameter_bytes"] = sum(i.numel * int(lib.kiln_dtype_size(i.dtype)) for i in inits)
-    out["op_histogram"] = dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])))
-    return out
+def _ljust_bytes(text: str, width: int) -> str:
+    """C's %-Ns: padded to `width` bytes of UTF-8, not characters."""
+    return text + " " * max(width - len(text.encode()), 0)
 
 
-def _print_report(r: dict[str, Any]) -> None:
-    print(f"device {r.get('device')}:")
-    mode = r.get("mode")
-    if mode == "fallback":
-        print(f"  every node runs on ref: {r.get('fallback_reason')}")
-    elif mode == "interpreted":
-        print("  interpreted node by node")
-    print(f"  {r.get('nodes')} nodes after optimization, {r.get('n_kernels')} kernels "
-          f"({r.get('fused_nodes')} nodes fused), {r.get('nodes_on_ref')} on ref, {r.get('device_segments')} device "
-          f"segment(s); threads {r.get('threads') or 'default'}, {r.get('precision')}")
-    for i, k in enumerate(r.get("kernels", [])):
-        ops = ", ".join(k.get("ops", []))
-        print(f"  {i:4d}  {k.get('kind', ''):<12} {k.get('op', ''):<28} {k.get('flops', 0):>12} FLOPs  {ops}")
-    fb = r.get("fallbacks", [])
-    if fb:
-        print("  fallbacks to ref:")
-        for f in fb:
-            print(f"    {f.get('node')} ({f.get('op')}): {f.get('reason')}")
-    mem = r.get("memory") or {}
-    if mem:
-        print(f"  memory: {'host' if mem.get('host_memory') else 'device'}; intermediates "
-              f"{mem.get('intermediate_bytes', 0) / 1e6:.3f} MB in an arena of {mem.get('arena_bytes', 0) / 1e6:.3f} MB"
-              f"; weights on the device {mem.get('weight_bytes_on_device', 0) / 1e6:.3f} MB")
+def format_model_info(info: dict[str, Any], path: str) -> str:
+    """The text `kiln info MODEL` prints, from kiln_model_info_json's object."""
+    lines = [f"model: {path}"]
+    head = f"  ir_version {info['ir_version']}, producer {info['producer_name'] or '?'} {info['producer_version']}"
+    if info["domain"] or info["model_version"]:
+        head += f", domain '{info['domain']}' version {info['model_version']}"
+    lines.append(head)
+    lines += [f"  {p['key']}: {p['value']}" for p in info["metadata_props"]]
+    lines.append("opsets:" + "".join(f" {o['domain']}={o['version']}" for o in info["opsets"]))
+    for what, key in (("input", "inputs"), ("output", "outputs")):
+        lines.append(f"{key}:")
+        for io in info[key]:
+            line = f"  {_ljust_bytes(what, 7)} {_ljust_bytes(io['name'], 24)} {io['type']}"
+            shape = io["shape"] or []
+            if any(isinstance(d, str) for d in shape):
+                line += "  (" + ",".join(d if isinstance(d, str) else "_" for d in shape) + ")"
+            lines.append(line)
+    lines.append(f"nodes: {info['nodes']} ({info['main_graph_nodes']} in the main graph)")
+    lines.append(f"parameters: {info['parameters']} in {info['initializers']} initializers "
+                 f"({info['parameter_bytes'] / 1e6:.2f} MB)")
+    flops = info["flops"]
+    lines.append("estimated FLOPs: %.4g (%s)" % (flops, "for the declared input shapes" if flops else "unknown shapes"))
+    lines.append("op histogram:")
+    lines += [f"  {_ljust_bytes(h['op'], 28)} {h['count']}" for h in info["op_histogram"]]
+    lines.append("unsupported ops: " + (", ".join(info["unsupported_ops"]) or "none"))
+    return "\n".join(lines) + "\n"
 
 
 def cmd_info(a: argparse.Namespace) -> int:
+    from ._tools import _json_text, model_dot, model_info
+    if a.json and a.dot:
+        raise InvalidArgument("--json and --dot: one at a time")
     if a.dot:
-        raise Unsupported("info --dot: the C API does not expose the graph; use `kiln info MODEL --dot`")
-    with ModelHandle(a.model) as m:
-        s = _model_summary(m, a.model)
-    report = None
+        sys.stdout.write(model_dot(a.model))
+        return 0
+    if a.json and not a.device:
+        with ModelHandle(a.model) as m:
+            print(_json_text("kiln_model_info_json", m.ptr))
+        return 0
+    if not a.json:  # the summary comes first, even where the device then refuses the model
+        sys.stdout.write(format_model_info(model_info(a.model), a.model))
     if a.device:
         from ._session import InferenceSession
         with InferenceSession(a.model, providers=[a.device]) as sess:
-            report = sess.info()
-    if a.json:
-        if report is not None:
-            s["session"] = report
-        print(json.dumps(s, indent=1))
-        return 0
-    print(f"model: {a.model}")
-    if "ir_version" in s:
-        print(f"  ir_version {s['ir_version']}, producer {s['producer'] or '?'}")
-        print("opsets:" + "".join(f" {d}={v}" for d, v in s["opsets"]))
-    for what in ("inputs", "outputs"):
-        print(f"{what}:")
-        for io in s[what]:
-            shape = "?" if io["shape"] is None else "[" + ",".join(map(str, io["shape"])) + "]"
-            print(f"  {what[:-1]:<7} {io['name']:<24} {io['dtype']}{shape}")
-    print(f"nodes: {s['nodes']} (in the main graph)")
-    print(f"parameters: {s['parameters']} in {s['initializers']} initializers ({s['parameter_bytes'] / 1e6:.2f} MB)")
-    print("op histogram:")
-    for op, n in s["op_histogram"].items():
-        print(f"  {op:<28} {n}")
-    if report is not None:
-        _print_report(report)
+            with sess._lock:
+                sess._require_open()
+                if a.json:  # kiln_session_report_json's object, only that (as `kiln info --device D --json`)
+                    print(_json_text("kiln_session_report_json", sess._sess))
+                else:
+                    sys.stdout.write(_json_text("kiln_session_describe", sess._sess))
     return 0
 
 
@@ -277,7 +286,7 @@ def _inputs_for(a: argparse.Namespace) -> Optional[dict[str, Any]]:
 def cmd_bench(a: argparse.Namespace) -> int:
     os.environ.setdefault("KILN_JIT", "sync")  # as `kiln bench`: time the compiled kernels
     r = bench(a.model, device=a.device, inputs=_inputs_for(a), warmup=a.warmup, iterations=a.iterations,
-              threads=a.threads, profile=a.profile, fp16=a.fp16)
+              threads=a.threads, profile=a.profile, precision="fp16" if a.fp16 else "fp32")
     if a.json:
         print(json.dumps(r))
         return 0
@@ -307,40 +316,80 @@ def cmd_bench(a: argparse.Namespace) -> int:
     return 0
 
 
+_NOTHING_COMPARED = "no value was produced by both sides, nothing compared"
+
+
+def _divergence_figures(d: dict[str, Any], indent: str) -> list[str]:
+    """What `kiln verify` prints about one diverging value's elements."""
+    if d.get("why"):
+        return [f"{indent}{d['why']}"]
+    lines = [f"{indent}{d['n_bad']} of {d['n_elements']} elements beyond tolerance; max abs err "
+             f"{d['max_abs_err']:.6g}, max rel err {d['max_rel_err']:.6g}"]
+    w = d.get("worst")
+    if w:
+        where = (f"item {w['item']} " if w.get("item") is not None else "") + \
+            "[" + ",".join(str(i) for i in w["index"]) + "]"
+        if isinstance(w["device"], str):
+            vals = f': device "{w["device"]}", ref "{w["ref"]}"'
+        elif w["is_float"]:
+            vals = ": device %.9g, ref %.9g" % (w["device"], w["ref"])
+        else:
+            vals = ": device %.17g, ref %.17g" % (w["device"], w["ref"])
+        lines.append(f"{indent}worst element {where}{vals}")
+    return lines
+
+
+def format_verify(r: dict[str, Any], path: str) -> str:
+    """The text `kiln verify` prints, from kiln_verify_json's object."""
+    lines = [f"verify {path}: {r['device']} vs ref, rtol {r['rtol']:g}, atol {r['atol']:g}"]
+    lines += [f"{'inputs' if i == 0 else '      '} {d}" for i, d in enumerate(r.get("inputs", []))]
+    fd = r.get("first_divergence")
+    if fd:
+        lines += ["", f"FIRST DIVERGENCE at node #{fd['node_index']} '{fd['node']}' ({fd['op']}), output "
+                      f"{fd['output_index']} '{fd['output']}'",
+                  f"  output: device {fd['device_type']}, ref {fd['ref_type']}"]
+        for x in fd.get("node_inputs", []):
+            src = f" ({x['source']})" if x.get("source") else ""
+            lines.append(f"  input {x['index']}: '{x['name']}' {x['type']}{src}")
+        lines += _divergence_figures(fd, "  ")
+    later = r.get("later_divergences", [])
+    if later:
+        lines += ["", "later diverging values (graph order):"]
+        for d in later:
+            lines.append(f"  node #{d['node_index']} '{d['node']}' ({d['op']}), output '{d['output']}' {d['ref_type']}")
+            lines += _divergence_figures(d, "    ")
+    if r["diverging"] > 1 + len(later):
+        lines.append(f"  ... and {r['diverging'] - 1 - len(later)} more")
+    lines += ["", f"compared {r['compared']} values; {r['device']}: {r['device_steps']} steps observed in "
+                  f"{r['device_ms']:.1f} ms, ref: {r['ref_nodes']} nodes in {r['ref_ms']:.1f} ms;",
+              f"not compared: {r['device_only']} values only on the device, {r['ref_only']} only on the reference"]
+    if r["diverging"]:
+        lines.append(f"verify: FAIL: {r['diverging']} of {r['compared']} values diverge beyond rtol {r['rtol']:g}, "
+                     f"atol {r['atol']:g}; first at node '{fd['node'] if fd else '?'}' ({fd['op'] if fd else '?'})")
+    elif not r["compared"]:
+        lines.append(f"verify: FAIL: {_NOTHING_COMPARED}")
+    else:
+        lines.append(f"verify: OK: all {r['compared']} values match (max abs err {r['max_abs_err']:.3g}, "
+                     f"max rel err {r['max_rel_err']:.3g})")
+    return "\n".join(lines) + "\n"
+
+
 def cmd_verify(a: argparse.Namespace) -> int:
-    if a.rtol != 1e-3 or a.atol != 1e-4:
-        raise Unsupported("--rtol/--atol: kiln_verify_json compares at rtol 1e-3, atol 1e-4; "
-                          "use the kiln binary for other tolerances")
-    r = verify(a.model, device=a.device, inputs=_inputs_for(a))
+    for name in ("rtol", "atol"):
+        v = getattr(a, name)
+        if not (v >= 0) or v == float("inf"):
+            raise InvalidArgument(f"--{name} takes a non-negative number, got '{v}'")
+    if a.max_report < 0:
+        raise InvalidArgument(f"--max-report takes a non-negative number, got '{a.max_report}'")
+    r = verify(a.model, device=a.device, inputs=_inputs_for(a), rtol=a.rtol, atol=a.atol, max_report=a.max_report)
     if a.json:
         print(json.dumps(r))
         return 0 if r.get("ok") else 1
-    print(f"verify {a.model}: {r['device']} vs ref, rtol {r['rtol']:g}, atol {r['atol']:g}")
-    for i, d in enumerate(r.get("inputs", [])):
-        print(f"{'inputs' if i == 0 else '      '} {d}")
-    for e in r.get("errors", []):
-        print(f"error: {e}")
-    fd = r.get("first_divergence")
-    if fd:
-        print(f"\nFIRST DIVERGENCE at node '{fd['node']}' ({fd['op']}), output '{fd['output']}'")
-        print(f"  output: device {fd.get('device_type')}, ref {fd.get('ref_type')}")
-        if fd.get("why"):
-            print(f"  {fd['why']}")
-        else:
-            print(f"  {fd['n_bad']} of {fd['n_elements']} elements beyond tolerance; max abs err "
-                  f"{fd['max_abs_err']:.6g}, max rel err {fd['max_rel_err']:.6g}")
-    print(f"\ncompared {r['compared']} values; {r['device']}: {r['device_ms']:.1f} ms, ref: {r['ref_ms']:.1f} ms; "
-          f"{r['device_only']} only on the device, {r['ref_only']} only on ref")
-    if r.get("ok"):
-        print(f"verify: OK: all {r['compared']} values match (max abs err {r['max_abs_err']:.3g}, "
-              f"max rel err {r['max_rel_err']:.3g})")
-        return 0
-    if fd:
-        print(f"verify: FAIL: {r['diverging']} of {r['compared']} values diverge beyond rtol {r['rtol']:g}, "
-              f"atol {r['atol']:g}; first at node '{fd['node']}' ({fd['op']})")
-    else:
-        print("verify: FAIL" + (f": {r['errors'][0]}" if r.get("errors") else ""))
-    return 1
+    errors = [e for e in r.get("errors", []) if e != _NOTHING_COMPARED]
+    if errors:  # a run that failed on one side: `kiln verify` reports it as an error
+        return _fail(errors[0])
+    sys.stdout.write(format_verify(r, a.model))
+    return 0 if r.get("ok") else 1
 
 
 def cmd_devices(a: argparse.Namespace) -> int:
@@ -473,19 +522,23 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a model; write DIR/output_<i>.npy or print the outputs")
     r.add_argument("model")
     r.add_argument("--device")
-    r.add_argument("--threads", type=int, default=0)
-    r.add_argument("--fp16", action="store_true")
-    r.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
-    r.add_argument("--output-dir")
+    r.add_argument("--threads", type=int, help="threads (a positive number; default: the physical cores)")
+    r.add_argument("--fp16", action="store_true",
+                   help="fp16 precision (GPUs with fp16 support keep float tensors in fp16; others ignore it)")
+    r.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                   help="an input by name (FILE.npz: a sequence input, its arrays in order)")
+    r.add_argument("--output-dir", help="write DIR/output_<i>.npy (sequences: .npz) instead of printing")
     r.add_argument("--labels", help="a text file of class names, one a line: print the top classes")
     r.add_argument("--top", type=int, default=3)
     r.set_defaults(fn=cmd_run)
 
-    i = sub.add_parser("info", help="opsets, inputs/outputs, op histogram, parameters; --device: kernels, fallbacks")
+    i = sub.add_parser("info", help="opsets, inputs/outputs, op histogram, parameters, FLOPs, unsupported ops; "
+                                    "--device: kernels, fallbacks")
     i.add_argument("model")
-    i.add_argument("--device")
-    i.add_argument("--json", action="store_true")
-    i.add_argument("--dot", action="store_true", help="not here: the C API does not expose the graph")
+    i.add_argument("--device", help="also compile for D and show its kernels, fallbacks and memory")
+    i.add_argument("--json", action="store_true",
+                   help="kiln_model_info_json's object (with --device: kiln_session_report_json's)")
+    i.add_argument("--dot", action="store_true", help="the graph in Graphviz DOT instead")
     i.set_defaults(fn=cmd_info)
 
     for name, fn, hlp in (("bench", cmd_bench, "latency statistics, throughput; --profile: per-kernel table"),
@@ -503,10 +556,13 @@ def _parser() -> argparse.ArgumentParser:
             b.add_argument("--iterations", type=int, default=20)
             b.add_argument("--profile", action="store_true")
             b.add_argument("--top", type=int, default=40)
-            b.add_argument("--fp16", action="store_true")
+            b.add_argument("--fp16", action="store_true",
+                           help="fp16 precision (GPUs with fp16 support keep float tensors in fp16)")
         else:
-            b.add_argument("--rtol", type=float, default=1e-3)
-            b.add_argument("--atol", type=float, default=1e-4)
+            b.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
+            b.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (default 1e-4)")
+            b.add_argument("--max-report", type=int, default=5, metavar="N",
+                           help="diverging values listed after the first (default 5)")
         b.set_defaults(fn=fn)
 
     t = sub.add_parser("train", help="train the model (docs/TRAINING.md)")

@@ -150,6 +150,15 @@ class kiln_model_metadata(Structure):
     ]
 
 
+class kiln_verify_options(Structure):
+    _fields_ = [
+        ("device", c_char_p),
+        ("rtol", c_double),
+        ("atol", c_double),
+        ("max_report", c_int),
+    ]
+
+
 # The structs the size/offset test (python/tests/test_capi_layout.py)
 # compares with the C compiler's view of kiln.h.
 STRUCTS = {
@@ -157,6 +166,7 @@ STRUCTS = {
     "kiln_session_options": kiln_session_options,
     "kiln_trainer_options": kiln_trainer_options,
     "kiln_model_metadata": kiln_model_metadata,
+    "kiln_verify_options": kiln_verify_options,
 }
 
 P = POINTER
@@ -210,9 +220,12 @@ _REQUIRED: dict[str, tuple[Any, list[Any]]] = {
 }
 
 # Newer calls, looked up on first use (optional() returns None without them).
-# kiln_version marks the API generation that also made kiln_tensor_wrap
-# public: older libraries export an internal kiln_tensor_wrap with another
-# signature, so it is only trusted where kiln_version exists.
+# A call whose signature changed is trusted only where the library also has
+# the call that came with the change (_NEEDS): kiln_version marks the API
+# generation that made kiln_tensor_wrap public (older libraries export an
+# internal kiln_tensor_wrap with another signature), and
+# kiln_verify_options_default the one where kiln_verify_json takes options
+# (before, a device name in that place).
 _OPTIONAL: dict[str, tuple[Any, list[Any]]] = {
     "kiln_version": (c_char_p, []),
     "kiln_tensor_wrap": (kiln_status_t, [c_int, c_int, P(c_int64), c_void_p, c_size_t, kiln_release_fn, c_void_p,
@@ -225,7 +238,12 @@ _OPTIONAL: dict[str, tuple[Any, list[Any]]] = {
     "kiln_session_profile_json": (kiln_status_t, [kiln_session_p, P(c_void_p)]),
     "kiln_devices_json": (kiln_status_t, [P(c_void_p)]),
     "kiln_session_report_json": (kiln_status_t, [kiln_session_p, P(c_void_p)]),
-    "kiln_verify_json": (kiln_status_t, [kiln_model_p, c_char_p, c_int, P(c_char_p), P(kiln_tensor_p), P(c_void_p)]),
+    "kiln_session_describe": (kiln_status_t, [kiln_session_p, P(c_void_p)]),
+    "kiln_verify_options_default": (kiln_verify_options, []),
+    "kiln_verify_json": (kiln_status_t, [kiln_model_p, P(kiln_verify_options), c_int, P(c_char_p), P(kiln_tensor_p),
+                                         P(c_void_p)]),
+    "kiln_model_info_json": (kiln_status_t, [kiln_model_p, P(c_void_p)]),
+    "kiln_model_dot": (kiln_status_t, [kiln_model_p, P(c_void_p)]),
     "kiln_bench_json": (kiln_status_t, [kiln_model_p, P(kiln_session_options), c_int, P(c_char_p), P(kiln_tensor_p),
                                         c_int, c_int, c_int, P(c_void_p)]),
     # sequences and optionals (kiln_value_kind_of marks the generation that made them public)
@@ -241,7 +259,7 @@ _OPTIONAL: dict[str, tuple[Any, list[Any]]] = {
     "kiln_session_run_values": (kiln_status_t, [kiln_session_p, c_int, P(c_char_p), P(kiln_value_p), c_int,
                                                 P(kiln_value_p)]),
 }
-_NEEDS_VERSION = {"kiln_tensor_wrap"}
+_NEEDS = {"kiln_tensor_wrap": "kiln_version", "kiln_verify_json": "kiln_verify_options_default"}
 
 
 def _candidates() -> list[Path]:
@@ -293,7 +311,7 @@ class Library:
             if name in self._optional:
                 return self._optional[name]
             fn: Optional[Callable[..., Any]] = None
-            trusted = name not in _NEEDS_VERSION or hasattr(self.cdll, "kiln_version")
+            trusted = name not in _NEEDS or hasattr(self.cdll, _NEEDS[name])
             if trusted and hasattr(self.cdll, name):
                 restype, argtypes = _OPTIONAL[name]
                 f = getattr(self.cdll, name)

@@ -49,6 +49,16 @@ class ExecutionMode(enum.IntEnum):
     ORT_PARALLEL = 1
 
 
+_PRECISIONS = {"fp32": C.PRECISION_FP32, "fp16": C.PRECISION_FP16}
+
+
+def precision_code(value: str) -> int:
+    """kiln_precision for "fp32" or "fp16"; ValueError for anything else."""
+    if not isinstance(value, str) or value not in _PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(repr(p) for p in _PRECISIONS)}, got {value!r}")
+    return _PRECISIONS[value]
+
+
 class SessionOptions:
     """ONNX Runtime's SessionOptions. Honoured: intra_op_num_threads (kiln's
     thread count, 0 = the default), enable_profiling and
@@ -56,9 +66,16 @@ class SessionOptions:
     graph_optimization_level, inter_op_num_threads, execution_mode,
     log_severity_level, log_verbosity_level, logid, enable_cpu_mem_arena,
     enable_mem_pattern, enable_mem_reuse, use_deterministic_compute,
-    optimized_model_filepath and the session config entries."""
+    optimized_model_filepath and the session config entries.
+
+    kiln's own: `precision`, "fp32" (the default) or "fp16" (kiln_session_options'
+    precision, `kiln run --fp16`): GPUs with fp16 support keep float tensors
+    in fp16 (storage, and arithmetic where safe; sums accumulate in fp32);
+    the other devices (cpu, ref) accept it and compute in fp32. Any other
+    value raises ValueError when set."""
 
     def __init__(self) -> None:
+        self._precision = "fp32"
         self.intra_op_num_threads: int = 0
         self.inter_op_num_threads: int = 0
         self.graph_optimization_level: GraphOptimizationLevel = GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -74,6 +91,15 @@ class SessionOptions:
         self.use_deterministic_compute: bool = False
         self.optimized_model_filepath: str = ""
         self._config: dict[str, str] = {}
+
+    @property
+    def precision(self) -> str:
+        return self._precision
+
+    @precision.setter
+    def precision(self, value: str) -> None:
+        precision_code(value)
+        self._precision = value
 
     def add_session_config_entry(self, key: str, value: str) -> None:
         self._config[key] = value
@@ -351,6 +377,7 @@ class InferenceSession(Closeable):
         if threads < 0:
             raise InvalidArgument(f"intra_op_num_threads must be >= 0, got {threads}")
         opts.threads = threads
+        opts.precision = precision_code(self._sess_options.precision)
         out = c_void_p()
         check(self._lib.kiln_session_create(self._model, ctypes.byref(opts), ctypes.byref(out)))
         self._sess = out.value

@@ -1,16 +1,19 @@
-"""kiln's own tools as Python data: the devices and their properties, what a
+"""kiln's own tools as Python data: the devices and their properties, a
+model's summary (what `kiln info` prints) and its graph in DOT, what a
 session compiled (kernels, fallbacks, memory plan), verification against
 the reference device, benchmarks and per-kernel profiles.
 
-Each is a JSON report of the C API (kiln_devices_json, kiln_session_report_json,
-kiln_verify_json, kiln_bench_json, kiln_session_profile_json; their schemas are
-in include/kiln.h) parsed into dicts; `devices()` into small dataclasses.
+Each is a JSON report of the C API (kiln_devices_json, kiln_model_info_json,
+kiln_session_report_json, kiln_verify_json, kiln_bench_json,
+kiln_session_profile_json; their schemas are in include/kiln.h) parsed into
+dicts; `devices()` into small dataclasses; `model_dot()` kiln_model_dot's text.
 """
 
 from __future__ import annotations
 
 import ctypes
 import json
+import math
 import statistics
 import time
 from ctypes import c_char_p, c_void_p
@@ -25,16 +28,21 @@ from ._model import load_model
 from ._tensor import _Handle, input_array, tensor_from_input
 
 
-def _json_call(name: str, *args: Any) -> dict[str, Any]:
-    """Calls one of the library's `..._json(..., char **out_json)` and
-    returns the parsed object."""
+def _json_text(name: str, *args: Any) -> str:
+    """Calls one of the library's `..._json(..., char **out_json)` (or a
+    `char **out_text` call) and returns its text as the library wrote it."""
     lib = C.lib()
     fn = lib.optional(name)
     if fn is None:
         raise Unsupported(f"{lib.path} predates {name}: rebuild libkiln.so")
     out = c_void_p()
     check(fn(*args, ctypes.byref(out)))
-    text = lib.take_string(out.value)
+    return lib.take_string(out.value) or ""
+
+
+def _json_call(name: str, *args: Any) -> dict[str, Any]:
+    """_json_text's object, parsed."""
+    text = _json_text(name, *args)
     return json.loads(text) if text else {}
 
 
@@ -177,30 +185,75 @@ def _device_arg(device: Optional[str], providers: Optional[Sequence[Any]]) -> Op
 
 
 def verify(model: Any, device: Optional[str] = None, inputs: Optional[Mapping[str, Any]] = None,
-           providers: Optional[Sequence[Any]] = None) -> dict[str, Any]:
+           providers: Optional[Sequence[Any]] = None, rtol: float = 1e-3, atol: float = 1e-4,
+           max_report: int = 5) -> dict[str, Any]:
     """What `kiln verify` does: the model on `device` (None: the default)
     and on ref with the same inputs (random where not given: floats
     normal(0,1), ints in [0,3], seed 0, symbolic dims 1), every value both
-    produce compared. Returns kiln_verify_json's report: "ok",
-    "first_divergence" (None, or the first node in graph order whose output
-    diverges, with its errors), "outputs", "errors", timings. A run failing
-    on one side is reported ("ok" False, "errors"), not raised."""
+    produce compared: an element matches when |device - ref| <= atol +
+    rtol * |ref| (integers, bools and strings exactly; NaN matches NaN).
+    Returns kiln_verify_json's report: "ok", "first_divergence" (None, or
+    the first node in graph order whose output diverges, with its errors),
+    "later_divergences" (the next `max_report` diverging values),
+    "outputs", "errors", timings. A run failing on one side is reported
+    ("ok" False, "errors"), not raised; a negative or non-finite tolerance
+    or a negative max_report is InvalidArgument."""
+    for name, v in (("rtol", rtol), ("atol", atol)):
+        if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise InvalidArgument(f"{name} must be a non-negative finite number, got {v!r}")
+    if not isinstance(max_report, int) or max_report < 0:
+        raise InvalidArgument(f"max_report must be an integer >= 0, got {max_report!r}")
     dev = _device_arg(device, providers)
+    lib = C.lib()
+    if lib.optional("kiln_verify_json") is None:
+        raise Unsupported(f"{lib.path} predates kiln_verify_json with options: rebuild libkiln.so")
+    opts = lib.kiln_verify_options_default()
+    dev_bytes = dev.encode() if dev else None  # kept alive while opts points at it
+    opts.device = dev_bytes
+    opts.rtol = float(rtol)
+    opts.atol = float(atol)
+    opts.max_report = max_report
     with ModelHandle(model) as m:
         feed = InputTensors(m, inputs)
-        return _json_call("kiln_verify_json", m.ptr, dev.encode() if dev else None, feed.n, feed.names, feed.ptrs)
+        return _json_call("kiln_verify_json", m.ptr, ctypes.byref(opts), feed.n, feed.names, feed.ptrs)
+
+
+# ---- the model -------------------------------------------------------------------
+
+
+def model_info(model: Any) -> dict[str, Any]:
+    """What `kiln info MODEL` prints, as data (kiln_model_info_json): ir
+    and producer, "metadata_props", "opsets", "inputs" and "outputs" (name,
+    type, dtype, shape), "nodes" (control-flow bodies included),
+    "main_graph_nodes", "parameters", "initializers", "parameter_bytes",
+    "flops" (estimated for the declared input shapes; 0 when unknown),
+    "op_histogram" (most frequent first), "unsupported_ops". `model`: a
+    path, the serialized model (bytes) or an onnx.ModelProto."""
+    with ModelHandle(model) as m:
+        return _json_call("kiln_model_info_json", m.ptr)
+
+
+def model_dot(model: Any) -> str:
+    """The model's main graph in Graphviz DOT, as `kiln info MODEL --dot`
+    prints it (kiln_model_dot)."""
+    with ModelHandle(model) as m:
+        return _json_text("kiln_model_dot", m.ptr)
 
 
 def bench(model: Any, providers: Optional[Sequence[Any]] = None, device: Optional[str] = None,
           inputs: Optional[Mapping[str, Any]] = None, warmup: int = 3, iterations: int = 10, threads: int = 0,
-          profile: bool = False, fp16: bool = False) -> dict[str, Any]:
+          profile: bool = False, fp16: bool = False, precision: Optional[str] = None) -> dict[str, Any]:
     """What `kiln bench` measures, on a session of its own: `warmup` runs,
     then `iterations` timed ones ("median_ms", "p10_ms", "p90_ms", "min_ms",
     "max_ms", "mean_ms", "throughput_per_s", "create_ms", "first_run_ms");
     with profile, as many runs again with a clock around each kernel:
     "profiled_ms" and "kernels" (name, op, calls, total_ms, ms_per_run,
     percent; slowest first). Inputs not given are random (see verify).
-    On the cpu set KILN_JIT=sync to time compiled kernels only."""
+    precision "fp32" or "fp16" as SessionOptions.precision (fp16=True is
+    precision="fp16"). On the cpu set KILN_JIT=sync to time compiled
+    kernels only."""
+    from ._session import precision_code
+    prec = precision_code(precision if precision is not None else "fp16" if fp16 else "fp32")
     if iterations < 1:
         raise InvalidArgument(f"iterations must be >= 1, got {iterations}")
     if warmup < 0 or threads < 0:
@@ -213,8 +266,7 @@ def bench(model: Any, providers: Optional[Sequence[Any]] = None, device: Optiona
         dev_bytes = dev.encode() if dev else None
         opts.device = dev_bytes
         opts.threads = threads
-        if fp16:
-            opts.precision = C.PRECISION_FP16
+        opts.precision = prec
         return _json_call("kiln_bench_json", m.ptr, ctypes.byref(opts), feed.n, feed.names, feed.ptrs, warmup,
                           iterations, 1 if profile else 0)
 

@@ -169,17 +169,20 @@ def test_devices_info_bench_verify_commands():
     cli = kiln_bin("info", str(SHAPES)).stdout
     for line in ("opsets: ai.onnx=13", "parameters: 38152 in 8 initializers", "  Conv                         2"):
         assert line in i.stdout and line in cli
-    assert "device cpu:" in i.stdout and "Conv+Relu" in i.stdout
+    assert "device cpu:" in i.stdout and "generated kernels" in i.stdout  # kiln_session_describe's text
     ij = json.loads(py_kiln("info", str(SHAPES), "--device", "ref", "--json").stdout)
-    assert ij["nodes"] == 10 and ij["session"]["mode"] == "interpreted"
+    assert ij["nodes"] == 10 and ij["mode"] == "interpreted"  # kiln_session_report_json's, as `kiln info`'s
+    mj = json.loads(py_kiln("info", str(SHAPES), "--json").stdout)
+    assert mj["nodes"] == 10 and mj["flops"] > 0 and mj["unsupported_ops"] == []
     b = py_kiln("bench", str(SHAPES), "--iterations", "3", "--warmup", "1", "--profile", "--top", "2")
     assert b.returncode == 0 and "latency     median" in b.stdout and "... 5 more" in b.stdout
     bj = json.loads(py_kiln("bench", str(SHAPES), "--iterations", "2", "--json").stdout)
     assert bj["iterations"] == 2
     v = py_kiln("verify", str(SHAPES), "--device", "cpu", "--seed", "3")
     assert v.returncode == 0 and "verify: OK" in v.stdout
-    v = py_kiln("verify", str(SHAPES), "--device", "null")
-    assert v.returncode == 1 and "verify: FAIL" in v.stdout
+    v = py_kiln("verify", str(SHAPES), "--device", "null")  # a run failing on one side: an error, as the binary's
+    assert v.returncode == 1 and v.stderr.startswith("kiln: error: ") and "null device does not execute" in v.stderr
+    assert v.stderr == kiln_bin("verify", str(SHAPES), "--device", "null").stderr
 
 
 def test_command_errors_are_one_line(tmp_path):
@@ -190,7 +193,8 @@ def test_command_errors_are_one_line(tmp_path):
                         (["verify", str(SHAPES), "--device", "warp9"], "warp9"),
                         (["bench", str(tmp_path / "missing.onnx")], "missing.onnx"),
                         (["bench", str(SHAPES), "--dim", "batch=2"], "batch"),
-                        (["info", str(SHAPES), "--dot"], "--dot")]:
+                        (["info", str(SHAPES), "--dot", "--json"], "one at a time"),
+                        (["verify", str(SHAPES), "--atol", "-1"], "atol")]:
         r = py_kiln(*args)
         assert r.returncode == 1, (args, r.stdout, r.stderr)
         assert r.stderr.startswith("kiln: error: ") and r.stderr.count("\n") == 1 and words in r.stderr, r.stderr

@@ -15,6 +15,31 @@ void kiln_device_features_str(unsigned features, char *buf, size_t size);
 /* One device's properties as members of the JSON object being written. */
 void kiln_device_info_json(kiln_json *j, const kiln_device_info *info);
 
+/* ---- the model's summary (model_info.c) ---- */
+
+/* One op type and how many nodes have it. */
+typedef struct kiln_op_count {
+  const char *op; /* borrowed from the model's graph */
+  int count;
+} kiln_op_count;
+
+/* What `kiln info MODEL` and kiln_model_info_json report beyond the
+ * metadata: counted over the model as loaded, control-flow bodies included. */
+typedef struct kiln_model_summary {
+  int n_nodes, n_main_nodes;
+  int64_t params, param_bytes; /* elements and bytes of the initializers */
+  int n_initializers;
+  int64_t flops;               /* estimated for the declared input shapes; 0: unknown */
+  kiln_op_count *hist;         /* owned; most frequent first, then by name */
+  int n_hist;
+  char **unsupported;          /* owned, each owned: the ops no device runs */
+  int n_unsupported;
+} kiln_model_summary;
+
+/* Fills *out (zeroed first; on failure freed again). */
+kiln_status_t kiln_model_summarize(const kiln_model *model, kiln_model_summary *out);
+void kiln_model_summary_free(kiln_model_summary *s);
+
 /* ---- random inputs (random_inputs.c) ---- */
 
 /* Random values for a graph input, as `kiln bench` and `kiln verify` make
@@ -62,12 +87,6 @@ typedef struct kiln_verify_cmp {
   char worst_dev_str[64], worst_ref_str[64]; /* string tensors: the worst element (truncated) */
 } kiln_verify_cmp;
 
-typedef struct kiln_verify_options {
-  const char *device; /* NULL: the default device */
-  double rtol, atol;  /* an element matches when |d - r| <= atol + rtol |r| */
-  const char *inject; /* a node whose output the device side perturbs (tests of the tool), or NULL */
-} kiln_verify_options;
-
 typedef struct kiln_verify_result {
   const char *device;     /* the device's name (borrowed from the process-wide device) */
   const kiln_graph *ref_g; /* the graph ref ran (owned by ref_sess) */
@@ -81,19 +100,22 @@ typedef struct kiln_verify_result {
 } kiln_verify_result;
 
 /* Runs the model on opts->device and on ref with the same inputs, every
- * node's outputs compared by name (kiln verify). *out is filled as far
+ * node's outputs compared by name at opts' tolerances (kiln verify).
+ * inject (or NULL): a node whose output the device side perturbs, for
+ * tests of the tool (`kiln verify --inject-error`). *out is filled as far
  * as it got even on error; free it with kiln_verify_result_free. */
-kiln_status_t kiln_verify_run(const kiln_model *model, const kiln_verify_options *opts, int n_inputs,
-                              const char *const *names, kiln_value *const *inputs, kiln_verify_result *out);
+kiln_status_t kiln_verify_run(const kiln_model *model, const kiln_verify_options *opts, const char *inject,
+                              int n_inputs, const char *const *names, kiln_value *const *inputs,
+                              kiln_verify_result *out);
 void kiln_verify_result_free(kiln_verify_result *r);
-/* kiln_verify_json's object for bound inputs (desc[i]: how input i was made), with opts' tolerances;
- * what `kiln verify --json` prints. *out_ok (may be NULL): its "ok". */
-kiln_status_t kiln_verify_report_json(const kiln_model *model, const kiln_verify_options *opts, int n_inputs,
-                                      const char *const *names, kiln_value *const *inputs, char *const *desc,
-                                      char **out_json, bool *out_ok);
-/* The default tolerances of `kiln verify` and kiln_verify_json. */
-#define KILN_VERIFY_RTOL 1e-3
-#define KILN_VERIFY_ATOL 1e-4
+/* kiln_verify_json's object for bound inputs (desc[i]: how input i was made), with opts' tolerances
+ * (checked here: both callers' values arrive through it); what `kiln verify --json` prints. inject as
+ * for kiln_verify_run. *out_ok (may be NULL): its "ok". */
+kiln_status_t kiln_verify_report_json(const kiln_model *model, const kiln_verify_options *opts, const char *inject,
+                                      int n_inputs, const char *const *names, kiln_value *const *inputs,
+                                      char *const *desc, char **out_json, bool *out_ok);
+/* KILN_INVALID_ARGUMENT naming the option when a tolerance is negative or not finite or max_report < 0. */
+kiln_status_t kiln_verify_options_check(const kiln_verify_options *opts);
 
 /* ---- bench (bench.c) ---- */
 

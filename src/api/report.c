@@ -1,5 +1,8 @@
-/* kiln_session_report_json (include/kiln.h): what `kiln info --device D`
- * prints, as data, from the session's plan (runtime/plan.h). */
+/* kiln_session_report_json and kiln_session_describe (include/kiln.h):
+ * what `kiln info --device D` prints, as data and as the text itself, from
+ * the session's plan (runtime/plan.h). */
+#include <stdio.h>
+
 #include "api/api.h"
 #include "passes/passes.h"
 #include "runtime/plan.h"
@@ -122,4 +125,31 @@ kiln_status_t kiln_session_report_json(const kiln_session *session, char **out_j
   else interpreted_json(&j, spec, s->fallback_reason[0] ? s->fallback_reason : NULL);
   kiln_json_object_end(&j);
   return kiln_json_finish(&j, out_json);
+}
+
+kiln_status_t kiln_session_describe(const kiln_session *session, char **out_text) {
+  if (!out_text) return kiln_error(KILN_INVALID_ARGUMENT, "kiln_session_describe: out_text is NULL");
+  *out_text = NULL;
+  if (!session) return kiln_error(KILN_INVALID_ARGUMENT, "kiln_session_describe: session is NULL");
+  /* As kiln_session_report_json: before the first run, the declared shapes. */
+  kiln_session *s = (kiln_session *)session;
+  const kiln_graph *spec = s->specialized;
+  if (!spec) KILN_RETURN_IF_ERROR(kiln_session_specialize_declared(s, &spec), "kiln_session_describe");
+  char *text = NULL;
+  size_t len = 0;
+  /* The plan's describers (each device adds its own lines) write to a stream. */
+  FILE *f = open_memstream(&text, &len);
+  if (!f) return KILN_OOM();
+  fprintf(f, "device %s:\n", kiln_session_device_name(s));
+  if (s->exec) kiln_plan_describe_executable(s->devices[0], s->exec, f);
+  else if (s->fallback_reason[0]) fprintf(f, "  every node runs on ref: %s\n", s->fallback_reason);
+  else fprintf(f, "  interpreted node by node\n");
+  bool failed = ferror(f) != 0;
+  if (fclose(f) != 0) failed = true;
+  if (failed || !text) {
+    free(text);
+    return KILN_OOM();
+  }
+  *out_text = text;
+  return NULL;
 }

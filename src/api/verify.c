@@ -217,10 +217,25 @@ static kiln_status_t compare_device(void *user, const kiln_graph *g, const kiln_
 }
 
 
-kiln_status_t kiln_verify_run(const kiln_model *model, const kiln_verify_options *opts, int n_inputs,
-                              const char *const *names, kiln_value *const *inputs, kiln_verify_result *out) {
+kiln_verify_options kiln_verify_options_default(void) {
+  return (kiln_verify_options){.device = NULL, .rtol = 1e-3, .atol = 1e-4, .max_report = 5};
+}
+
+kiln_status_t kiln_verify_options_check(const kiln_verify_options *opts) {
+  if (!(opts->rtol >= 0) || !isfinite(opts->rtol))
+    return kiln_error(KILN_INVALID_ARGUMENT, "rtol must be a non-negative finite number, got %g", opts->rtol);
+  if (!(opts->atol >= 0) || !isfinite(opts->atol))
+    return kiln_error(KILN_INVALID_ARGUMENT, "atol must be a non-negative finite number, got %g", opts->atol);
+  if (opts->max_report < 0)
+    return kiln_error(KILN_INVALID_ARGUMENT, "max_report must be >= 0, got %d", opts->max_report);
+  return NULL;
+}
+
+kiln_status_t kiln_verify_run(const kiln_model *model, const kiln_verify_options *opts, const char *inject,
+                              int n_inputs, const char *const *names, kiln_value *const *inputs,
+                              kiln_verify_result *out) {
   memset(out, 0, sizeof *out);
-  verify_state vs = {.rtol = opts->rtol, .atol = opts->atol, .inject = opts->inject};
+  verify_state vs = {.rtol = opts->rtol, .atol = opts->atol, .inject = inject};
   kiln_session_options so = kiln_session_options_default(), ro = kiln_session_options_default();
   if (opts->device) so.device = opts->device;
   ro.device = "ref";
@@ -255,16 +270,16 @@ kiln_status_t kiln_verify_run(const kiln_model *model, const kiln_verify_options
   }
   if (out->ref_sess) out->ref_sess->observer = NULL, out->ref_sess->observer_user = NULL;
   free(outs);
-  if (!st && opts->inject && !vs.injected && vs.inject_started)
+  if (!st && inject && !vs.injected && vs.inject_started)
     st = kiln_error(KILN_INVALID_ARGUMENT,
                     "--inject-error: on %s, node '%s' is fused with other nodes into one kernel that never "
                     "materializes its output; pick the last node of the fused group",
-                    out->device, opts->inject);
-  else if (!st && opts->inject && !vs.injected)
+                    out->device, inject);
+  else if (!st && inject && !vs.injected)
     st = kiln_error(KILN_NOT_FOUND,
                     "--inject-error: the %s side ran no node named '%s' (a device's passes may merge nodes; "
                     "`kiln bench --profile --top 0` lists what it runs)",
-                    out->device, opts->inject);
+                    out->device, inject);
   out->ref_g = vs.ref_g;
   out->results = vs.results;
   out->ref_only = vs.ref_vals;
@@ -287,19 +302,68 @@ void kiln_verify_result_free(kiln_verify_result *r) {
 
 /* ---- kiln_verify_json ---- */
 
-static void divergence_json(kiln_json *j, const char *key, const kiln_graph *g, const kiln_node *node, int id,
+/* The worst element's index within its tensor, outermost dimension first. */
+static void worst_index_json(kiln_json *j, const kiln_verify_cmp *r) {
+  int64_t idx[KILN_MAX_RANK], e = r->worst;
+  for (int d = r->worst_rank - 1; d >= 0; d--) {
+    int64_t n = r->worst_dims[d] > 0 ? r->worst_dims[d] : 1;
+    idx[d] = e % n;
+    e /= n;
+  }
+  kiln_json_array_begin(j, "index");
+  for (int d = 0; d < r->worst_rank; d++) kiln_json_int(j, NULL, idx[d]);
+  kiln_json_array_end(j);
+}
+
+/* One diverging value: everything `kiln verify` prints about it, so a binding can print the same. */
+static void divergence_json(kiln_json *j, const char *key, const kiln_graph *g, int node_index, int output_index,
                             const kiln_verify_cmp *r, double rtol, double atol) {
+  const kiln_node *node = &g->nodes[node_index];
+  int id = node->outputs[output_index];
   kiln_json_object_begin(j, key);
   kiln_json_string(j, "node", node->name);
   kiln_json_string(j, "op", node->op_type);
+  kiln_json_int(j, "node_index", node_index);
   kiln_json_string(j, "output", g->values[id].name);
+  kiln_json_int(j, "output_index", output_index);
   kiln_json_string(j, "device_type", r->dev_type);
   kiln_json_string(j, "ref_type", r->ref_type);
+  kiln_json_array_begin(j, "node_inputs");
+  for (int k = 0; k < node->n_inputs; k++) {
+    char tb[256];
+    int in_id = node->inputs[k];
+    if (in_id < 0) continue;
+    const kiln_value_def *def = &g->values[in_id];
+    kiln_json_object_begin(j, NULL);
+    kiln_json_int(j, "index", k);
+    kiln_json_string(j, "name", def->name);
+    kiln_json_string(j, "type", kiln_type_str(&def->type, tb, sizeof tb));
+    kiln_json_string(j, "source", def->constant ? "constant" : def->is_graph_input ? "graph input" : NULL);
+    kiln_json_object_end(j);
+  }
+  kiln_json_array_end(j);
   kiln_json_double(j, "max_abs_err", r->max_abs);
   kiln_json_double(j, "max_rel_err", r->max_rel);
   kiln_json_int(j, "n_bad", r->n_bad);
   kiln_json_int(j, "n_elements", r->n_elems);
   kiln_json_string(j, "why", r->why[0] ? r->why : NULL);
+  if (r->why[0] || r->worst < 0) {
+    kiln_json_null(j, "worst");
+  } else {
+    kiln_json_object_begin(j, "worst");
+    worst_index_json(j, r);
+    if (r->worst_item >= 0) kiln_json_int(j, "item", r->worst_item);
+    else kiln_json_null(j, "item");
+    if (r->worst_is_string) {
+      kiln_json_string(j, "device", r->worst_dev_str);
+      kiln_json_string(j, "ref", r->worst_ref_str);
+    } else {
+      kiln_json_double(j, "device", r->worst_dev);
+      kiln_json_double(j, "ref", r->worst_ref);
+    }
+    kiln_json_bool(j, "is_float", r->worst_is_float);
+    kiln_json_object_end(j);
+  }
   kiln_json_object_begin(j, "tolerance");
   kiln_json_double(j, "rtol", rtol);
   kiln_json_double(j, "atol", atol);
@@ -307,13 +371,14 @@ static void divergence_json(kiln_json *j, const char *key, const kiln_graph *g, 
   kiln_json_object_end(j);
 }
 
-kiln_status_t kiln_verify_report_json(const kiln_model *model, const kiln_verify_options *opts, int n_inputs,
-                                      const char *const *names, kiln_value *const *inputs, char *const *desc,
-                                      char **out_json, bool *out_ok) {
+kiln_status_t kiln_verify_report_json(const kiln_model *model, const kiln_verify_options *opts, const char *inject,
+                                      int n_inputs, const char *const *names, kiln_value *const *inputs,
+                                      char *const *desc, char **out_json, bool *out_ok) {
   *out_json = NULL;
   if (out_ok) *out_ok = false;
+  KILN_TRY(kiln_verify_options_check(opts));
   kiln_verify_result r;
-  kiln_status_t run_st = kiln_verify_run(model, opts, n_inputs, names, inputs, &r);
+  kiln_status_t run_st = kiln_verify_run(model, opts, inject, n_inputs, names, inputs, &r);
   /* An unknown device or a model that cannot be loaded on it is the caller's error; a run that fails on
    * one side is a finding, reported in "errors". */
   if (run_st && (!r.dev_sess || !r.ref_sess)) {
@@ -331,27 +396,37 @@ kiln_status_t kiln_verify_report_json(const kiln_model *model, const kiln_verify
   const kiln_graph *g = r.ref_g;
   int n_compared = 0, n_diverge = 0, n_ref_only = 0;
   double max_abs = 0, max_rel = 0;
-  bool first = false;
-  for (int n = 0; g && n < g->n_nodes; n++) {
-    const kiln_node *node = &g->nodes[n];
-    for (int i = 0; i < node->n_outputs; i++) {
-      int id = node->outputs[i];
-      if (id < 0) continue;
-      const kiln_verify_cmp *c = &r.results[id];
-      if (!c->compared) {
-        n_ref_only += r.ref_only[id] != NULL;
-        continue;
+  /* Two walks over ref's graph in node order: the first diverging value, then the next max_report. */
+  int n_listed = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass == 1) kiln_json_array_begin(&j, "later_divergences");
+    int seen = 0;
+    for (int n = 0; g && n < g->n_nodes; n++) {
+      const kiln_node *node = &g->nodes[n];
+      for (int i = 0; i < node->n_outputs; i++) {
+        int id = node->outputs[i];
+        if (id < 0) continue;
+        const kiln_verify_cmp *c = &r.results[id];
+        if (pass == 0) {
+          if (!c->compared) {
+            n_ref_only += r.ref_only[id] != NULL;
+            continue;
+          }
+          n_compared++;
+          max_abs = KILN_MAX(max_abs, c->max_abs);
+          max_rel = KILN_MAX(max_rel, c->max_rel);
+          if (!c->diverges) continue;
+          if (!n_diverge) divergence_json(&j, "first_divergence", g, n, i, c, opts->rtol, opts->atol);
+          n_diverge++;
+        } else if (c->compared && c->diverges && seen++ > 0 && n_listed < opts->max_report) {
+          divergence_json(&j, NULL, g, n, i, c, opts->rtol, opts->atol);
+          n_listed++;
+        }
       }
-      n_compared++;
-      max_abs = KILN_MAX(max_abs, c->max_abs);
-      max_rel = KILN_MAX(max_rel, c->max_rel);
-      if (!c->diverges) continue;
-      n_diverge++;
-      if (!first) divergence_json(&j, "first_divergence", g, node, id, c, opts->rtol, opts->atol);
-      first = true;
     }
+    if (pass == 0 && !n_diverge) kiln_json_null(&j, "first_divergence");
   }
-  if (!first) kiln_json_null(&j, "first_divergence");
+  kiln_json_array_end(&j);
   /* The graph outputs: the values both produced, matched by name. */
   kiln_json_array_begin(&j, "outputs");
   const kiln_graph *mg = model->ir->graph;
@@ -376,6 +451,8 @@ kiln_status_t kiln_verify_report_json(const kiln_model *model, const kiln_verify
   kiln_json_double(&j, "max_rel_err", max_rel);
   kiln_json_double(&j, "device_ms", r.dev_seconds * 1e3);
   kiln_json_double(&j, "ref_ms", r.ref_seconds * 1e3);
+  kiln_json_int(&j, "device_steps", r.dev_nodes);
+  kiln_json_int(&j, "ref_nodes", g ? g->n_nodes : 0);
   kiln_json_array_begin(&j, "errors");
   if (run_st) kiln_json_string(&j, NULL, kiln_status_message(run_st));
   else if (!n_compared) kiln_json_string(&j, NULL, "no value was produced by both sides, nothing compared");
@@ -389,16 +466,17 @@ kiln_status_t kiln_verify_report_json(const kiln_model *model, const kiln_verify
   return kiln_json_finish(&j, out_json);
 }
 
-kiln_status_t kiln_verify_json(const kiln_model *model, const char *device, int n_inputs,
+kiln_status_t kiln_verify_json(const kiln_model *model, const kiln_verify_options *options, int n_inputs,
                                const char *const *input_names, const kiln_tensor *const *inputs, char **out_json) {
   if (!out_json) return kiln_error(KILN_INVALID_ARGUMENT, "kiln_verify_json: out_json is NULL");
   *out_json = NULL;
   if (!model) return kiln_error(KILN_INVALID_ARGUMENT, "kiln_verify_json: model is NULL");
+  kiln_verify_options o = options ? *options : kiln_verify_options_default();
+  KILN_RETURN_IF_ERROR(kiln_verify_options_check(&o), "kiln_verify_json");
   kiln_bound_inputs in;
   kiln_status_t st = kiln_bind_inputs(model, n_inputs, input_names, inputs, &in);
   if (st) st = kiln_status_annotate(st, "kiln_verify_json");
-  kiln_verify_options o = {device, KILN_VERIFY_RTOL, KILN_VERIFY_ATOL, NULL};
-  if (!st) st = kiln_verify_report_json(model, &o, in.n, in.names, in.values, in.desc, out_json, NULL);
+  if (!st) st = kiln_verify_report_json(model, &o, NULL, in.n, in.names, in.values, in.desc, out_json, NULL);
   kiln_bound_inputs_free(&in);
   return st;
 }

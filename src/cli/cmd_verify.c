@@ -29,7 +29,7 @@ static const char *verify_help =
     "Exit status 0 if every compared value matches, 1 otherwise.\n"
     "\n"
     "--json  prints the JSON object kiln_verify_json returns instead (the schema is\n"
-    "        in include/kiln.h), with these inputs and tolerances.\n";
+    "        in include/kiln.h), with these inputs, tolerances and --max-report.\n";
 
 static void print_index(const kiln_verify_cmp *r) {
   int64_t idx[KILN_MAX_RANK], e = r->worst;
@@ -83,7 +83,8 @@ int kiln_cmd_verify(int argc, char **argv) {
     fputs(verify_help, stdout);
     return 0;
   }
-  verify_opts o = {NULL, NULL, NULL, KILN_VERIFY_RTOL, KILN_VERIFY_ATOL, 5, false};
+  kiln_verify_options dflt = kiln_verify_options_default();
+  verify_opts o = {NULL, NULL, NULL, dflt.rtol, dflt.atol, dflt.max_report, false};
   kiln_cli_inputs in = {0};
   int rc = 1;
   for (int i = 1; i < argc; i++) {
@@ -125,19 +126,19 @@ int kiln_cmd_verify(int argc, char **argv) {
 
   kiln_model *model = NULL;
   kiln_verify_result vr = {0};
-  kiln_verify_options vo = {o.device, o.rtol, o.atol, o.inject};
+  kiln_verify_options vo = {.device = o.device, .rtol = o.rtol, .atol = o.atol, .max_report = o.max_report};
   kiln_status_t st = kiln_model_load_file(o.model_path, &model);
   if (!st) st = kiln_cli_inputs_build(&in, model);
   if (!st && o.json) {
     char *text = NULL;
     bool all_ok = false;
-    st = kiln_verify_report_json(model, &vo, in.n, in.names, in.values, in.desc, &text, &all_ok);
+    st = kiln_verify_report_json(model, &vo, o.inject, in.n, in.names, in.values, in.desc, &text, &all_ok);
     if (!st) puts(text);
     kiln_string_free(text);
     rc = st ? kiln_cli_fail(st) : all_ok ? 0 : 1;
     goto cleanup;
   }
-  if (!st) st = kiln_verify_run(model, &vo, in.n, in.names, in.values, &vr);
+  if (!st) st = kiln_verify_run(model, &vo, o.inject, in.n, in.names, in.values, &vr);
   const char *device = vr.device;
   if (st) {
     rc = kiln_cli_fail(st);

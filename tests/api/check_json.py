@@ -2,7 +2,8 @@
 stdin, against its documented schema; the metadata mode checks the lines
 the test prints against what onnx's Python reads from the model file.
 
-usage: check_json.py devices|report|report_ref|report_gpu|profile|profile_empty|verify|verify_given|bench|bench_noprof|metadata [MODEL]
+usage: check_json.py devices|report|report_ref|report_gpu|profile|profile_empty|verify|verify_given|verify_exact|
+                     bench|bench_noprof|metadata MODEL|model_info MODEL
 Exit status 0 when every check passes; the failures are printed.
 """
 import json
@@ -120,9 +121,56 @@ else:
             for a, b in zip(per_run, per_run[1:]):
                 check(a[-1]["start_us"] <= b[0]["start_us"], "runs out of order")
 
-    elif mode in ("verify", "verify_given"):
+    elif mode == "model_info":
+        import onnx
+        m = onnx.load(sys.argv[2])
+        has(doc, {"ir_version": int, "producer_name": str, "producer_version": str, "domain": str,
+                  "model_version": int, "metadata_props": list, "opsets": list, "inputs": list, "outputs": list,
+                  "nodes": int, "main_graph_nodes": int, "parameters": int, "initializers": int,
+                  "parameter_bytes": int, "flops": int, "op_histogram": list, "unsupported_ops": list}, "model_info")
+        check(doc["ir_version"] == m.ir_version and doc["producer_name"] == m.producer_name, "ir_version/producer")
+        check([(o["domain"], o["version"]) for o in doc["opsets"]] ==
+              [(o.domain or "ai.onnx", o.version) for o in m.opset_import], f"opsets {doc['opsets']}")
+        inits = {i.name: i for i in m.graph.initializer}
+        check([i["name"] for i in doc["inputs"]] == [i.name for i in m.graph.input if i.name not in inits],
+              f"inputs {doc['inputs']}")
+        check([o["name"] for o in doc["outputs"]] == [o.name for o in m.graph.output], f"outputs {doc['outputs']}")
+        for io in doc["inputs"] + doc["outputs"]:
+            has(io, {"name": str, "type": str, "dtype": str}, "io")
+            check(io["shape"] is None or all(d is None or isinstance(d, (int, str)) for d in io["shape"]),
+                  f"shape {io}")
+        for io, v in zip(doc["inputs"], [i for i in m.graph.input if i.name not in inits]):
+            dims = [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+            check(io["shape"] == dims, f"input {io['name']}: kiln {io['shape']}, onnx {dims}")
+
+        def all_nodes(g):
+            for n in g.node:
+                yield n
+                for a in n.attribute:
+                    for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                        yield from all_nodes(sub)
+        nodes = list(all_nodes(m.graph))
+        check(doc["main_graph_nodes"] == len(m.graph.node) and doc["nodes"] == len(nodes), "node counts")
+        hist = {}
+        for n in nodes:
+            hist[n.op_type] = hist.get(n.op_type, 0) + 1
+        want = sorted(hist.items(), key=lambda kv: (-kv[1], kv[0]))
+        check([(h["op"], h["count"]) for h in doc["op_histogram"]] == want, f"histogram {doc['op_histogram']}")
+        import numpy as np
+        from onnx import numpy_helper
+        check(doc["initializers"] == len(inits), "initializers")
+        check(doc["parameters"] == sum(int(np.prod(i.dims)) for i in inits.values()), "parameters")
+        check(doc["parameter_bytes"] == sum(numpy_helper.to_array(i).nbytes for i in inits.values()),
+              "parameter_bytes")
+        check(doc["flops"] > 0 and doc["unsupported_ops"] == [], f"flops {doc['flops']}, {doc['unsupported_ops']}")
+
+    elif mode in ("verify", "verify_given", "verify_exact"):
         has(doc, {"device": str, "ok": bool, "rtol": num, "atol": num, "inputs": list, "outputs": list,
-                  "compared": int, "diverging": int, "max_abs_err": num, "errors": list}, "verify")
+                  "compared": int, "diverging": int, "max_abs_err": num, "errors": list,
+                  "later_divergences": list, "device_steps": int, "ref_nodes": int}, "verify")
+        if mode == "verify_exact":
+            check(doc["device"] == "ref" and doc["rtol"] == 0 and doc["atol"] == 0 and doc["max_abs_err"] == 0,
+                  f"exact: {doc}")
         check(doc["ok"] is True and doc["first_divergence"] is None and doc["errors"] == [], f"not ok: {doc}")
         check(doc["compared"] >= 1 and doc["diverging"] == 0, "compared")
         check(doc["max_abs_err"] <= 1e-3, f"max_abs_err {doc['max_abs_err']}")
@@ -130,6 +178,7 @@ else:
             has(o, {"name": str, "ok": bool, "compared": bool}, "output")
             check(o["ok"] and o["compared"] and isinstance(o["max_abs_err"], num), f"output {o}")
         check(len(doc["outputs"]) >= 1, "no outputs")
+        check(doc["later_divergences"] == [] and doc["ref_nodes"] >= 1 and doc["device_steps"] >= 1, "counts")
         word = "given" if mode == "verify_given" else "random normal(0,1)"
         check(all(word in d for d in doc["inputs"]), f"inputs {doc['inputs']}")
 

@@ -325,6 +325,7 @@ static void test_report_and_profile(void) {
   if (!m) return;
   char *json = NULL;
   expect_error(kiln_session_report_json(NULL, &json), KILN_INVALID_ARGUMENT, "session", "report of NULL");
+  expect_error(kiln_session_describe(NULL, &json), KILN_INVALID_ARGUMENT, "session", "describe of NULL");
   expect_error(kiln_session_set_profiling(NULL, 1), KILN_INVALID_ARGUMENT, "session", "profiling NULL");
   expect_error(kiln_session_profile_json(NULL, &json), KILN_INVALID_ARGUMENT, "session", "profile of NULL");
   /* cpu, ref, and the GPU devices found (lavapipe, PoCL, CUDA): their profiled runs go step by step. */
@@ -345,6 +346,13 @@ static void test_report_and_profile(void) {
     if (ok(kiln_session_report_json(s, &json), "report before a run")) check_json(checks[d], NULL, json);
     kiln_string_free(json);
     json = NULL;
+    /* The text `kiln info --device` prints: it starts by naming the device. */
+    char *text = NULL, head[64];
+    snprintf(head, sizeof head, "device %s:\n", devices[d]);
+    if (ok(kiln_session_describe(s, &text), "kiln_session_describe"))
+      CHECK(!strncmp(text, head, strlen(head)) && strlen(text) > strlen(head), "describe: %.300s", text);
+    kiln_string_free(text);
+    expect_error(kiln_session_describe(s, NULL), KILN_INVALID_ARGUMENT, "out_text", "describe without out_text");
     expect_error(kiln_session_profile_json(s, &json), KILN_INVALID_ARGUMENT, "profiling is off", "profile while off");
     ok(kiln_session_set_profiling(s, 1), "enable profiling");
     kiln_io_info info;
@@ -380,12 +388,64 @@ static void test_report_and_profile(void) {
   kiln_model_destroy(m);
 }
 
+/* kiln_model_info_json against what onnx's Python reads from the file, and kiln_model_dot's text. */
+static void test_model_info(const char *name) {
+  char path[2048];
+  snprintf(path, sizeof path, "%s/%s", g_models, name);
+  kiln_model *m = load(name);
+  if (!m) return;
+  char *json = NULL, *dot = NULL;
+  if (ok(kiln_model_info_json(m, &json), "kiln_model_info_json")) check_json("model_info", path, json);
+  if (ok(kiln_model_dot(m, &dot), "kiln_model_dot")) {
+    CHECK(!strncmp(dot, "digraph kiln {\n", 15) && strlen(dot) > 2 && !strcmp(dot + strlen(dot) - 2, "}\n"),
+          "dot text: %.200s", dot);
+  }
+  kiln_string_free(json);
+  kiln_string_free(dot);
+  json = dot = NULL;
+  expect_error(kiln_model_info_json(NULL, &json), KILN_INVALID_ARGUMENT, "model", "model_info of NULL");
+  expect_error(kiln_model_info_json(m, NULL), KILN_INVALID_ARGUMENT, "out_json", "model_info without out_json");
+  expect_error(kiln_model_dot(NULL, &dot), KILN_INVALID_ARGUMENT, "model", "dot of NULL");
+  expect_error(kiln_model_dot(m, NULL), KILN_INVALID_ARGUMENT, "out_text", "dot without out_text");
+  CHECK(json == NULL && dot == NULL, "a failed call left its out parameter set");
+  kiln_model_destroy(m);
+}
+
 static void test_verify_json(void) {
   kiln_model *m = load("mlp.onnx");
   if (!m) return;
   char *json = NULL;
-  if (ok(kiln_verify_json(m, "cpu", 0, NULL, NULL, &json), "verify_json cpu, random inputs"))
+  kiln_verify_options vo = kiln_verify_options_default();
+  CHECK(vo.device == NULL && vo.rtol == 1e-3 && vo.atol == 1e-4 && vo.max_report == 5, "verify defaults");
+  vo.device = "cpu";
+  if (ok(kiln_verify_json(m, &vo, 0, NULL, NULL, &json), "verify_json cpu, random inputs"))
     check_json("verify", NULL, json);
+  kiln_string_free(json);
+  json = NULL;
+  /* NULL options: the defaults, on the default device. */
+  if (ok(kiln_verify_json(m, NULL, 0, NULL, NULL, &json), "verify_json default options"))
+    check_json("verify", NULL, json);
+  kiln_string_free(json);
+  json = NULL;
+  /* ref against ref is exact: tolerances of 0 pass, and the report says which it used. */
+  kiln_verify_options exact = kiln_verify_options_default();
+  exact.device = "ref";
+  exact.rtol = 0;
+  exact.atol = 0;
+  if (ok(kiln_verify_json(m, &exact, 0, NULL, NULL, &json), "verify_json ref, tolerance 0"))
+    check_json("verify_exact", NULL, json);
+  kiln_string_free(json);
+  json = NULL;
+  exact.rtol = -1;
+  expect_error(kiln_verify_json(m, &exact, 0, NULL, NULL, &json), KILN_INVALID_ARGUMENT, "rtol", "verify rtol < 0");
+  exact.rtol = 0;
+  exact.atol = NAN;
+  expect_error(kiln_verify_json(m, &exact, 0, NULL, NULL, &json), KILN_INVALID_ARGUMENT, "atol", "verify atol NaN");
+  exact.atol = 0;
+  exact.max_report = -1;
+  expect_error(kiln_verify_json(m, &exact, 0, NULL, NULL, &json), KILN_INVALID_ARGUMENT, "max_report",
+               "verify max_report < 0");
+  CHECK(json == NULL, "a refused verify left out_json set");
   kiln_string_free(json);
   json = NULL;
   /* Given inputs: PyTorch's, wrapped. */
@@ -395,20 +455,22 @@ static void test_verify_json(void) {
   kiln_io_info info;
   if (ok(kiln_tensor_load_npy(path, &x), path) && ok(kiln_model_input_info(m, 0, &info), "mlp input")) {
     const char *names[1] = {info.name};
-    if (ok(kiln_verify_json(m, "cpu", 1, names, (const kiln_tensor *const *)&x, &json), "verify_json given"))
+    if (ok(kiln_verify_json(m, &vo, 1, names, (const kiln_tensor *const *)&x, &json), "verify_json given"))
       check_json("verify_given", NULL, json);
     kiln_string_free(json);
     json = NULL;
     const char *wrong[1] = {"no_such_input"};
-    expect_error(kiln_verify_json(m, "cpu", 1, wrong, (const kiln_tensor *const *)&x, &json), KILN_INVALID_ARGUMENT,
+    expect_error(kiln_verify_json(m, &vo, 1, wrong, (const kiln_tensor *const *)&x, &json), KILN_INVALID_ARGUMENT,
                  "no_such_input", "verify with an unknown input name");
   }
   kiln_tensor_release(x);
-  expect_error(kiln_verify_json(m, "no-such-device", 0, NULL, NULL, &json), KILN_NOT_FOUND, "no-such-device",
+  vo.device = "no-such-device";
+  expect_error(kiln_verify_json(m, &vo, 0, NULL, NULL, &json), KILN_NOT_FOUND, "no-such-device",
                "verify on an unknown device");
-  expect_error(kiln_verify_json(NULL, "cpu", 0, NULL, NULL, &json), KILN_INVALID_ARGUMENT, "model",
+  vo.device = "cpu";
+  expect_error(kiln_verify_json(NULL, &vo, 0, NULL, NULL, &json), KILN_INVALID_ARGUMENT, "model",
                "verify NULL model");
-  expect_error(kiln_verify_json(m, "cpu", 0, NULL, NULL, NULL), KILN_INVALID_ARGUMENT, "out_json", "verify NULL out");
+  expect_error(kiln_verify_json(m, &vo, 0, NULL, NULL, NULL), KILN_INVALID_ARGUMENT, "out_json", "verify NULL out");
   CHECK(json == NULL, "a failed call left out_json set");
   kiln_model_destroy(m);
 }
@@ -522,6 +584,8 @@ int main(int argc, char **argv) {
   test_metadata(meta);
   test_devices_json();
   test_report_and_profile();
+  test_model_info("mlp.onnx");
+  test_model_info("small_cnn.onnx");
   test_verify_json();
   test_bench_json();
   test_values();

@@ -77,7 +77,11 @@ check "info shows op histogram and FLOPs" '"$kiln" info "$conv" | grep -q "Conv"
 check "info --dot is Graphviz" '"$kiln" info "$conv" --dot | head -1 | grep -q "^digraph"'
 check "info --device cpu --json is kiln_session_report_json's object" \
   '"$kiln" info "$conv" --device cpu --json | $py -c "import json, sys; d = json.load(sys.stdin); assert d[\"device\"] == \"cpu\" and d[\"kernels\"] and \"arena_bytes\" in d[\"memory\"], d"'
-expect_error "info --json needs --device" "json goes with --device" -- info "$conv" --json
+check "info --json is kiln_model_info_json's object" \
+  '"$kiln" info "$conv" --json | $py -c "import json, sys; d = json.load(sys.stdin); assert d[\"op_histogram\"] == [{\"op\": \"Conv\", \"count\": 1}] and d[\"flops\"] > 0, d"'
+check "info --json lists the unsupported ops" \
+  '"$kiln" info "$src/tests/conformance/models/unknown_op.onnx" --json | $py -c "import json, sys; u = json.load(sys.stdin)[\"unsupported_ops\"]; assert len(u) == 1 and u[0].startswith(\"NoSuchOp \"), u"'
+expect_error "info --json and --dot" "one at a time" -- info "$conv" --json --dot
 check "info reports unsupported ops" '"$kiln" info "$src/tests/conformance/models/unknown_op.onnx" | grep -q "unsupported ops: .*NoSuchOp"'
 expect_error "run refuses unknown ops, naming them" "NoSuchOp" -- run "$src/tests/conformance/models/unknown_op.onnx"
 
