@@ -419,7 +419,8 @@ KILN_API kiln_verify_options kiln_verify_options_default(void);
 
 /* What `kiln verify` does: the model on options->device and on ref with
  * the same inputs, every value both produce (matched by name) compared,
- * |device - ref| <= atol + rtol |ref| per element (integers, bools,
+ * |device - ref| <= atol + rtol |ref| per element (f16 values with at
+ * least rtol 1e-2 / atol 1e-3, bf16 4e-2 / 1e-2; integers, bools,
  * strings exact; NaN matches NaN). options NULL: kiln_verify_options_default();
  * a negative or non-finite tolerance or a negative max_report is
  * KILN_INVALID_ARGUMENT. Inputs not given (n_inputs may be 0, names and

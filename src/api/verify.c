@@ -65,7 +65,9 @@ static void compare_tensors(const kiln_tensor *d, const kiln_tensor *r, int item
         bad = a != b;
         ratio = bad ? INFINITY : 0;
       } else {
-        double diff = fabs(a - b), tol = vs->atol + vs->rtol * fabs(b);
+        double rtol = vs->rtol, atol = vs->atol;
+        kiln_dtype_tolerance_floor(dt, &rtol, &atol);
+        double diff = fabs(a - b), tol = atol + rtol * fabs(b);
         bad = diff > tol;
         ratio = tol > 0 ? diff / tol : diff > 0 ? INFINITY : 0;
         if (diff > res->max_abs) res->max_abs = diff;

@@ -51,6 +51,19 @@ bool kiln_dtype_is_signed(kiln_dtype dt);  /* signed ints and floats */
 /* Parses "f32", "float32", "float", "int64", ... ; UNDEFINED if unknown. */
 kiln_dtype kiln_dtype_from_name(const char *name);
 
+/* The least tolerances a comparison of dt values against ref grants (kiln
+ * verify, the differential test): f16 and bf16 results computed in f32
+ * between casts differ from ref's (which rounds inside some ops, e.g. its
+ * bf16 sums after every addition) by a few of their ulps, so f16 gets at
+ * least rtol 1e-2 / atol 1e-3 and bf16 4e-2 / 1e-2; other dtypes keep
+ * what is asked. */
+static inline void kiln_dtype_tolerance_floor(kiln_dtype dt, double *rtol, double *atol) {
+  double r = dt == KILN_DTYPE_F16 ? 1e-2 : dt == KILN_DTYPE_BF16 ? 4e-2 : 0;
+  double a = dt == KILN_DTYPE_F16 ? 1e-3 : dt == KILN_DTYPE_BF16 ? 1e-2 : 0;
+  if (*rtol < r) *rtol = r;
+  if (*atol < a) *atol = a;
+}
+
 static inline float kiln_f16_to_f32(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000) << 16;
   uint32_t exp = (h >> 10) & 0x1f;

@@ -123,16 +123,11 @@ static kiln_status_t random_input(const kiln_value_def *def, rng *r, kiln_value 
 
 /* ---- comparison ------------------------------------------------------------------ */
 
-/* The allowed error at `want` for an output of dtype dt (see the header). */
+/* The allowed error at `want` for an output of dtype dt (see the header;
+ * the half floors are tensor/dtype.h's, which kiln verify applies too). */
 static double allowed_error(const options *o, kiln_dtype dt, double want) {
   double rtol = o->rtol, atol = o->atol;
-  if (dt == KILN_DTYPE_F16) {
-    rtol = fmax(rtol, 1e-2);
-    atol = fmax(atol, 1e-3);
-  } else if (dt == KILN_DTYPE_BF16) {
-    rtol = fmax(rtol, 4e-2);
-    atol = fmax(atol, 1e-2);
-  }
+  kiln_dtype_tolerance_floor(dt, &rtol, &atol);
   return atol + rtol * fabs(want);
 }
 
