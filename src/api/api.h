@@ -15,6 +15,12 @@ void kiln_device_features_str(unsigned features, char *buf, size_t size);
 /* One device's properties as members of the JSON object being written. */
 void kiln_device_info_json(kiln_json *j, const kiln_device_info *info);
 
+/* ---- text written through a stream (report.c) ---- */
+
+/* Closes f, an open_memstream of *text, and hands the text to *out_text
+ * (the caller's, free()d); KILN_OOM when the stream failed (*text freed). */
+kiln_status_t kiln_api_memstream_close(FILE *f, char **text, char **out_text);
+
 /* ---- the model's summary (model_info.c) ---- */
 
 /* One op type and how many nodes have it. */

@@ -169,12 +169,5 @@ kiln_status_t kiln_model_dot(const kiln_model *model, char **out_text) {
   FILE *f = open_memstream(&text, &len);
   if (!f) return KILN_OOM();
   kiln_graph_print_dot(model->ir->graph, f);
-  bool failed = ferror(f) != 0;
-  if (fclose(f) != 0) failed = true;
-  if (failed || !text) {
-    free(text);
-    return KILN_OOM();
-  }
-  *out_text = text;
-  return NULL;
+  return kiln_api_memstream_close(f, &text, out_text);
 }

@@ -144,12 +144,17 @@ kiln_status_t kiln_session_describe(const kiln_session *session, char **out_text
   if (s->exec) kiln_plan_describe_executable(s->devices[0], s->exec, f);
   else if (s->fallback_reason[0]) fprintf(f, "  every node runs on ref: %s\n", s->fallback_reason);
   else fprintf(f, "  interpreted node by node\n");
+  return kiln_api_memstream_close(f, &text, out_text);
+}
+
+kiln_status_t kiln_api_memstream_close(FILE *f, char **text, char **out_text) {
   bool failed = ferror(f) != 0;
   if (fclose(f) != 0) failed = true;
-  if (failed || !text) {
-    free(text);
+  if (failed || !*text) {
+    free(*text);
+    *text = NULL;
     return KILN_OOM();
   }
-  *out_text = text;
+  *out_text = *text;
   return NULL;
 }
