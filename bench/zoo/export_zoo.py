@@ -135,6 +135,11 @@ FIXED_ENTRIES = [
     E("bert_encoder_qdq", "quantized", "venv", ["full"], "qdq", base="bert_encoder"),
     E("bert_encoder_int8_dynamic", "quantized", "venv", ["full"], "dynamic", base="bert_encoder"),
     E("weight_only_int8", "quantized", "venv", BOTH, "weight_only_int8"),
+    # half precision as people ship it for inference: every float (weights, inputs, outputs) in f16
+    E("small_cnn_f16", "half", "venv", ["suite"], "f16", base="small_cnn"),
+    E("transformer_encoder_f16", "half", "venv", ["suite"], "f16", base="transformer_encoder"),
+    E("resnet50_f16", "half", "venv", ["full"], "f16", base="resnet50"),
+    E("bert_encoder_f16", "half", "venv", ["full"], "f16", base="bert_encoder"),
     E("nhwc_tf", "nhwc", "venv", BOTH, "nhwc"),
 ] + [E(n, "light", "venv", BOTH if n in LIGHT_SUITE else ["full"], "light") for n in LIGHT]
 
@@ -689,8 +694,27 @@ def export_light(e, out):
                   f"onnx {onnx.__version__} wheel, onnx/backend/test/data/light")
 
 
+def export_f16(e, out):
+    """The base model with every float in f16, inputs and outputs included (onnxruntime's own converter,
+    onnxruntime.transformers.float16, as its documentation converts models for fp16 inference)."""
+    import numpy as np
+    import onnx
+    import onnxruntime
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+    bm = base_meta(out, e["base"])
+    m = convert_float_to_float16(onnx.load(os.path.join(out, bm["file"])), keep_io_types=False)
+    onnx.save(m, os.path.join(out, e["name"] + ".onnx"))
+    arrays = []
+    for i in bm["inputs"]:
+        a = np.load(os.path.join(out, i["file"]))
+        arrays.append((i["name"], a.astype(np.float16) if a.dtype == np.float32 else a))
+    return finish(out, e, save_inputs(out, e["name"], arrays),
+                  f"onnxruntime {onnxruntime.__version__} transformers.float16.convert_float_to_float16 of "
+                  f"{e['base']} (keep_io_types=False)")
+
+
 VENV_EXPORTERS = {"qdq": export_quantized, "dynamic": export_quantized, "weight_only_int8": export_weight_only_int8,
-                  "nhwc": export_nhwc, "light": export_light}
+                  "nhwc": export_nhwc, "light": export_light, "f16": export_f16}
 
 
 # ---- driver ---------------------------------------------------------------------------------

@@ -84,6 +84,11 @@ DET_BOX_ATOL, DET_SCORE_RTOL, DET_OTHER_FRACTION = 1e-2, 5e-2, 1e-2
 TOLERANCE = {name: (1e-2, 1e-2, why) for name, why in [
     ("small_cnn_qdq", "static QDQ int8"),
     ("transformer_encoder_int8_dynamic", "dynamic int8"), ("resnet50_int8_dynamic", "dynamic int8")]}
+# f16 models: kiln rounds every node's result to f16 as the graph says (ref does too) where ORT's CPU
+# provider keeps f32 between the nodes it has no f16 kernel for; both are a few f16 ulps (2^-11 relative)
+# from the f32 model, so they differ by a few of them, more after a residual sum of large values.
+TOLERANCE.update({name: (1e-2, 5e-3, "f16 throughout: rounding after each node vs ORT's f32 between casts")
+                  for name in ("small_cnn_f16", "transformer_encoder_f16", "resnet50_f16", "bert_encoder_f16")})
 # name -> (max relative L2 error ||kiln - ort|| / ||ort||, why), instead of element-wise limits. The 12-layer
 # BERT encoder with int8 activations is chaotic at its quantizers' rounding boundaries: kiln's own cpu and ref
 # devices differ by 8.6% (relative L2) on bert_encoder_qdq, kiln vs ORT by 8.8%, and int8 vs the float model by
