@@ -75,8 +75,8 @@ static bool widens(const kiln_graph *g, const kiln_node *n) {
 /* A Cast of `from` into `to` (the value ids exist, typed), appended: the
  * toposort at the end puts it in place. */
 static kiln_status_t append_cast(kiln_graph *g, const char *base, int from, int to) {
-  char name[300];
-  snprintf(name, sizeof name, "%s/widen_half", base);
+  char name[300]; /* the node's name and the value's: one Cast per value */
+  snprintf(name, sizeof name, "%s/widen_half/%s", base, g->values[to].name ? g->values[to].name : "");
   /* opset 19: into bf16 it rounds to nearest even (before, it truncates) */
   KILN_TRY(kiln_opt_append_node(g, name, "Cast", "", 19, 1, &from, 1, &to));
   return kiln_opt_set_attr_int(&g->nodes[g->n_nodes - 1], "to", g->values[to].type.dtype);
