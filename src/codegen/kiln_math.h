@@ -124,10 +124,13 @@ KILN_HELPER float kiln_gelu_tanhf(float x) {
  * ever formed (GPUs may flush them): a half subnormal is its integer
  * mantissa times 2^-24, computed exactly. */
 KILN_HELPER float kiln_h2f(uint32_t h) {
+  /* masks, not selects: GCC does not if-convert the nested choice, and the
+   * loop would not vectorize */
   uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-  uint32_t bits = sign | (e == 31u ? 0x7f800000u : (e + 112u) << 23) | (m << 13);
-  float sub = (float)m * 5.9604644775390625e-8f;
-  return e == 0u ? (sign ? -sub : sub) : KILN_AS_FLOAT(bits);
+  uint32_t inf = 0u - (uint32_t)(e == 31u), zero = 0u - (uint32_t)(e == 0u);
+  uint32_t normal = (((e + 112u) << 23) & ~inf) | (0x7f800000u & inf) | (m << 13);
+  uint32_t sub = KILN_AS_UINT((float)(int32_t)m * 5.9604644775390625e-8f);
+  return KILN_AS_FLOAT(sign | (sub & zero) | (normal & ~zero));
 }
 KILN_HELPER uint32_t kiln_f2h(float f) {
   uint32_t x = KILN_AS_UINT(f);
