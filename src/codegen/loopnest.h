@@ -323,6 +323,9 @@ const char *kiln_cuda_preamble(void);
  * have elements). A source starts with kiln_opencl_preamble() once. */
 kiln_status_t kiln_render_opencl(const te_builder *b, const kiln_loop_nest *nest, const char *name, kiln_strbuf *src);
 const char *kiln_opencl_preamble(void);
+/* What a source whose kernels store f16/bf16 needs after that preamble
+ * (kiln_half.h; the C and CUDA preambles include it). */
+const char *kiln_opencl_half_helpers(void);
 
 /* ---- GLSL (Vulkan compute shaders) -------------------------------------------
  *

@@ -49,6 +49,19 @@ static kiln_status_t render_step(const kiln_plan *p, int i, kiln_kernel_renderer
   return st;
 }
 
+/* Whether a kernel of the plan reads or writes an f16 / bf16 buffer. */
+static bool stores_halves(const kiln_plan *p) {
+  for (int i = 0; i < p->n_steps; i++) {
+    if (!kiln_plan_step_launches(p, i)) continue;
+    const te_builder *b = p->steps[i].fk.b;
+    for (int k = 0; b && k < te_buffer_count(b); k++) {
+      kiln_dtype dt = te_get_buffer(b, k)->dtype;
+      if (dt == KILN_DTYPE_F16 || dt == KILN_DTYPE_BF16) return true;
+    }
+  }
+  return false;
+}
+
 kiln_status_t kiln_plan_render_kernels(const kiln_plan *p, const kiln_plan_dialect *dialect,
                                        const kiln_loop_schedule *gpu, kiln_plan_kernels *out) {
   kiln_kernel_renderer render = dialect->render;
@@ -61,6 +74,7 @@ kiln_status_t kiln_plan_render_kernels(const kiln_plan *p, const kiln_plan_diale
   }
   kiln_strbuf src = {0};
   kiln_strbuf_puts(&src, dialect->preamble);
+  if (dialect->half_helpers && stores_halves(p)) kiln_strbuf_puts(&src, dialect->half_helpers);
   kiln_status_t st = NULL;
   for (int i = 0; i < p->n_steps && !st; i++) {
     if (kiln_plan_step_launches(p, i) && !(st = render_step(p, i, render, gpu, &src, out)))

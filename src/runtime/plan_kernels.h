@@ -26,6 +26,7 @@ typedef struct kiln_plan_dialect {
   const char *name;        /* the device's name: prefixes errors; the dump kind (KILN_DUMP=<name>) */
   const char *dump_ext;    /* file extension of the dumped source */
   const char *preamble;    /* what the source starts with (the dialect's kiln_*_preamble()) */
+  const char *half_helpers; /* follows the preamble when a kernel stores f16/bf16; NULL: none needed */
   kiln_kernel_renderer render;
 } kiln_plan_dialect;
 

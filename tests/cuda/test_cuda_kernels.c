@@ -58,7 +58,7 @@ static int test_model(const char *path) {
   for (int i = 0; p && i < p->n_steps; i++) n_host += p->steps[i].kind == KILN_STEP_HOST;
   /* Exactly what the CUDA device builds at prepare: one module of every kernel. */
   kiln_loop_schedule sched = cu_gpu_schedule(132); /* an H200's SMs */
-  kiln_plan_dialect dialect = {"cuda", "cu", kiln_cuda_preamble(), kiln_render_cuda};
+  kiln_plan_dialect dialect = {"cuda", "cu", kiln_cuda_preamble(), NULL, kiln_render_cuda};
   if (!st) st = kiln_plan_render_kernels(p, &dialect, &sched, &ks);
   void *cubin = NULL;
   size_t cubin_bytes = 0;

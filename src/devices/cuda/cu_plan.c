@@ -118,7 +118,7 @@ kiln_status_t cu_plan_compile(kiln_device *dev, void *state, kiln_plan *p, const
   x->n_flushes = p->n_flushes;
   kiln_plan_kernels ks;
   kiln_loop_schedule sched = cu_gpu_schedule(x->d->props.multiprocessors);
-  kiln_plan_dialect dialect = {"cuda", "cu", kiln_cuda_preamble(), kiln_render_cuda};
+  kiln_plan_dialect dialect = {"cuda", "cu", kiln_cuda_preamble(), NULL, kiln_render_cuda};
   KILN_TRY(kiln_plan_render_kernels(p, &dialect, &sched, &ks));
   kiln_status_t st = NULL;
   x->n_kernels = ks.n_kernels;

@@ -128,7 +128,7 @@ kiln_status_t cl_plan_compile(kiln_device *dev, void *state, kiln_plan *p, const
   x->n_steps = p->n_steps;
   kiln_plan_kernels ks;
   kiln_loop_schedule sched = cl_gpu_schedule(x->d);
-  kiln_plan_dialect dialect = {"opencl", "cl", kiln_opencl_preamble(), kiln_render_opencl};
+  kiln_plan_dialect dialect = {"opencl", "cl", kiln_opencl_preamble(), kiln_opencl_half_helpers(), kiln_render_opencl};
   KILN_TRY(kiln_plan_render_kernels(p, &dialect, &sched, &ks));
   kiln_status_t st = NULL;
   x->n_kernels = ks.n_kernels;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "codegen/kiln_math.h"
+#include "codegen/kiln_half.h"
 #include "devices/cpu/interp/lanes.h"
 
 /* One loop body serves every type: tests like `x < 0` are always false for
