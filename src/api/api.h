@@ -93,6 +93,10 @@ typedef struct kiln_verify_cmp {
   char worst_dev_str[64], worst_ref_str[64]; /* string tensors: the worst element (truncated) */
 } kiln_verify_cmp;
 
+/* The worst element's index within its tensor, outermost dimension first,
+ * into idx (worst_rank entries). */
+void kiln_verify_worst_index(const kiln_verify_cmp *r, int64_t idx[KILN_MAX_RANK]);
+
 typedef struct kiln_verify_result {
   const char *device;     /* the device's name (borrowed from the process-wide device) */
   const kiln_graph *ref_g; /* the graph ref ran (owned by ref_sess) */

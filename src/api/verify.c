@@ -304,14 +304,18 @@ void kiln_verify_result_free(kiln_verify_result *r) {
 
 /* ---- kiln_verify_json ---- */
 
-/* The worst element's index within its tensor, outermost dimension first. */
-static void worst_index_json(kiln_json *j, const kiln_verify_cmp *r) {
-  int64_t idx[KILN_MAX_RANK], e = r->worst;
+void kiln_verify_worst_index(const kiln_verify_cmp *r, int64_t idx[KILN_MAX_RANK]) {
+  int64_t e = r->worst;
   for (int d = r->worst_rank - 1; d >= 0; d--) {
     int64_t n = r->worst_dims[d] > 0 ? r->worst_dims[d] : 1;
     idx[d] = e % n;
     e /= n;
   }
+}
+
+static void worst_index_json(kiln_json *j, const kiln_verify_cmp *r) {
+  int64_t idx[KILN_MAX_RANK];
+  kiln_verify_worst_index(r, idx);
   kiln_json_array_begin(j, "index");
   for (int d = 0; d < r->worst_rank; d++) kiln_json_int(j, NULL, idx[d]);
   kiln_json_array_end(j);

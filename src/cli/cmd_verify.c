@@ -33,12 +33,8 @@ static const char *verify_help =
     "        in include/kiln.h), with these inputs, tolerances and --max-report.\n";
 
 static void print_index(const kiln_verify_cmp *r) {
-  int64_t idx[KILN_MAX_RANK], e = r->worst;
-  for (int d = r->worst_rank - 1; d >= 0; d--) {
-    int64_t n = r->worst_dims[d] > 0 ? r->worst_dims[d] : 1;
-    idx[d] = e % n;
-    e /= n;
-  }
+  int64_t idx[KILN_MAX_RANK];
+  kiln_verify_worst_index(r, idx);
   if (r->worst_item >= 0) printf("item %d ", r->worst_item);
   printf("[");
   for (int d = 0; d < r->worst_rank; d++) printf("%s%lld", d ? "," : "", (long long)idx[d]);

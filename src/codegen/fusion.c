@@ -133,7 +133,7 @@ kiln_status_t kiln_fusion_plan(const kiln_graph *g, const kiln_op_class *cls, bo
          * GEMM and convolution store f32 (or their integer sums); rounding
          * to the half goes with what follows it (widen_half.c's Casts),
          * else the contraction would run as a plain loop nest. */
-        bool half_out = out->dtype == KILN_DTYPE_F16 || out->dtype == KILN_DTYPE_BF16;
+        bool half_out = kiln_dtype_is_half(out->dtype);
         ok = consumer_elementwise && kiln_type_same_shape(out, vt) && !half_out;
         if (!ok && conv_transposed_output && f->n_members[p] == 1 && f->n_members[n] == 1 &&
             transposed_conv(g, node, &g->nodes[p]))

@@ -69,7 +69,6 @@ static bool plain_dtype(kiln_dtype dt) {
     default: return false;
   }
 }
-static bool is_half_dtype(kiln_dtype dt) { return dt == KILN_DTYPE_F16 || dt == KILN_DTYPE_BF16; }
 static bool is_plain(const kiln_value_def *v) { return v && v->type.kind == KILN_TYPE_TENSOR && plain_dtype(v->type.dtype); }
 static bool is_signed_int(kiln_dtype dt) {
   return dt == KILN_DTYPE_I64 || dt == KILN_DTYPE_I32 || dt == KILN_DTYPE_I16 || dt == KILN_DTYPE_I8;
@@ -535,7 +534,7 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
       return ok ? NULL : "an unknown mode or padding_mode (ref reports it)";
     }
     case KILN_OP_Pad: {
-      if (!is_f32(in0) && !is_half_dtype(dtype_of(in0))) return "dtype other than f32, f16 or bf16";
+      if (!is_f32(in0) && !kiln_dtype_is_half(dtype_of(in0))) return "dtype other than f32, f16 or bf16";
       if (n->opset >= 11) {
         for (int i = 1; i < n->n_inputs && i < 4; i++)
           if (n->inputs[i] >= 0 && !const_input(g, n, i)) return "pads, value or axes that are not constants";
@@ -714,8 +713,8 @@ static te_expr *cast_to(te_builder *b, te_expr *x, kiln_dtype to) {
   /* Halves are storage: every cast goes through f32 (exact from a half;
    * into one the only rounding, claim_problem keeping out what would round
    * twice), the dialects converting only between f32 and the halves. */
-  if (is_half_dtype(from)) return cast_to(b, te_cast(b, KILN_DTYPE_F32, x), to);
-  if (is_half_dtype(to)) return te_cast(b, to, cast_to(b, x, KILN_DTYPE_F32));
+  if (kiln_dtype_is_half(from)) return cast_to(b, te_cast(b, KILN_DTYPE_F32, x), to);
+  if (kiln_dtype_is_half(to)) return te_cast(b, to, cast_to(b, x, KILN_DTYPE_F32));
   if (to == KILN_DTYPE_BOOL) {
     te_expr *zero = from == KILN_DTYPE_F32 ? f32c(b, 0) : te_const_i(b, from, 0);
     return te_binary(b, TE_NE, x, zero);
@@ -924,7 +923,7 @@ static te_expr *compute_pad(te_builder *b, const te_tensor *t, te_expr *const *i
   }
   te_expr *x = te_at(b, in, sub);
   /* a half's fill is its own bits (the dialects store halves as words) */
-  te_expr *fill = is_half_dtype(x->dtype) ? te_const_f(b, x->dtype, t->fp[0]) : f32c(b, t->fp[0]);
+  te_expr *fill = kiln_dtype_is_half(x->dtype) ? te_const_f(b, x->dtype, t->fp[0]) : f32c(b, t->fp[0]);
   return valid ? te_select(b, valid, x, fill) : x;
 }
 
@@ -1125,7 +1124,7 @@ static te_expr *compute_quant(te_builder *b, const te_tensor *t, te_expr *const 
 /* ConstantOfShape: fp[0] the value (ints exactly in p[0]). */
 static te_expr *compute_fill(te_builder *b, const te_tensor *t, te_expr *const *idx) {
   (void)idx;
-  if (t->dtype == KILN_DTYPE_F32 || is_half_dtype(t->dtype)) return te_const_f(b, t->dtype, t->fp[0]);
+  if (t->dtype == KILN_DTYPE_F32 || kiln_dtype_is_half(t->dtype)) return te_const_f(b, t->dtype, t->fp[0]);
   return te_const_i(b, t->dtype, t->p[0]);
 }
 

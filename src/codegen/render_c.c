@@ -68,7 +68,7 @@ static void c_int_literal(const render_ctx *r, kiln_dtype dt, int64_t v, char *b
 
 static void c_float_literal(const render_ctx *r, kiln_dtype dt, double v, char *buf, size_t n) {
   (void)r;
-  if (dt == KILN_DTYPE_F16 || dt == KILN_DTYPE_BF16) /* its bits, rounded once from the double */
+  if (kiln_dtype_is_half(dt)) /* its bits, rounded once from the double */
     snprintf(buf, n, "((uint16_t)0x%04x)", (unsigned)(dt == KILN_DTYPE_F16 ? kiln_f64_to_f16(v) : kiln_f64_to_bf16(v)));
   else if (isnan(v)) snprintf(buf, n, "NAN");
   else if (isinf(v)) snprintf(buf, n, "%sINFINITY", v < 0 ? "-" : "");

@@ -38,7 +38,7 @@
 
 static bool is_half(const kiln_graph *g, int v) {
   const kiln_type *t = v >= 0 ? &g->values[v].type : NULL;
-  return t && t->kind == KILN_TYPE_TENSOR && (t->dtype == KILN_DTYPE_F16 || t->dtype == KILN_DTYPE_BF16);
+  return t && t->kind == KILN_TYPE_TENSOR && kiln_dtype_is_half(t->dtype);
 }
 
 /* Ops whose results are elements of their inputs (or their shape) moved, or

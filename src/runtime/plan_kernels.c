@@ -55,8 +55,7 @@ static bool stores_halves(const kiln_plan *p) {
     if (!kiln_plan_step_launches(p, i)) continue;
     const te_builder *b = p->steps[i].fk.b;
     for (int k = 0; b && k < te_buffer_count(b); k++) {
-      kiln_dtype dt = te_get_buffer(b, k)->dtype;
-      if (dt == KILN_DTYPE_F16 || dt == KILN_DTYPE_BF16) return true;
+      if (kiln_dtype_is_half(te_get_buffer(b, k)->dtype)) return true;
     }
   }
   return false;

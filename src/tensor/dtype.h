@@ -46,6 +46,8 @@ uint8_t kiln_f32_to_e8m0(float v, bool saturate, int round_mode);
 /* Is this code a NaN of the narrow float type dt? */
 bool kiln_narrow_is_nan(uint8_t code, kiln_dtype dt);
 bool kiln_dtype_is_float(kiln_dtype dt);   /* f16 bf16 f32 f64 */
+/* f16 or bf16: the halves compiled kernels store and compute in f32 (passes/widen_half.c) */
+static inline bool kiln_dtype_is_half(kiln_dtype dt) { return dt == KILN_DTYPE_F16 || dt == KILN_DTYPE_BF16; }
 bool kiln_dtype_is_int(kiln_dtype dt);     /* signed or unsigned integers, not bool */
 bool kiln_dtype_is_signed(kiln_dtype dt);  /* signed ints and floats */
 /* Parses "f32", "float32", "float", "int64", ... ; UNDEFINED if unknown. */

@@ -236,12 +236,10 @@ static void lanes_unary(te_op op, kiln_dtype dt, int n, void *o, const void *a) 
 
 static void lanes_cast(kiln_dtype to, kiln_dtype from, int n, void *o, const void *a);
 
-static bool is_half(kiln_dtype dt) { return dt == KILN_DTYPE_F16 || dt == KILN_DTYPE_BF16; }
-
-/* f16 / bf16 lanes are storage: to or from f32 by kiln_math.h's helpers
+/* f16 / bf16 lanes are storage: to or from f32 by kiln_half.h's helpers
  * (what the generated C calls), any other pair through f32 in chunks. */
 static void lanes_cast_half(kiln_dtype to, kiln_dtype from, int n, void *o, const void *a) {
-  if (from == KILN_DTYPE_F32 && is_half(to)) {
+  if (from == KILN_DTYPE_F32 && kiln_dtype_is_half(to)) {
     const float *a_ = a;
     uint16_t *o_ = o;
     if (to == KILN_DTYPE_F16)
@@ -250,7 +248,7 @@ static void lanes_cast_half(kiln_dtype to, kiln_dtype from, int n, void *o, cons
       for (int l = 0; l < n; l++) o_[l] = (uint16_t)kiln_f2bf(a_[l]);
     return;
   }
-  if (is_half(from) && to == KILN_DTYPE_F32) {
+  if (kiln_dtype_is_half(from) && to == KILN_DTYPE_F32) {
     const uint16_t *a_ = a;
     float *o_ = o;
     if (from == KILN_DTYPE_F16)
@@ -269,7 +267,7 @@ static void lanes_cast_half(kiln_dtype to, kiln_dtype from, int n, void *o, cons
 }
 
 static void lanes_cast(kiln_dtype to, kiln_dtype from, int n, void *o, const void *a) {
-  if (is_half(to) || is_half(from)) {
+  if (kiln_dtype_is_half(to) || kiln_dtype_is_half(from)) {
     lanes_cast_half(to, from, n, o, a);
     return;
   }
@@ -325,7 +323,7 @@ static void lanes_select(kiln_dtype dt, int n, void *o, const uint8_t *c, int cs
       memmove(o, src, (size_t)n * size);
     return;
   }
-  if (is_half(dt)) dt = KILN_DTYPE_U16; /* selects move the 16-bit words */
+  if (kiln_dtype_is_half(dt)) dt = KILN_DTYPE_U16; /* selects move the 16-bit words */
   switch (dt) {
 #define X(DT, T, U, FLOAT)                                                              \
   case DT: {                                                                            \
