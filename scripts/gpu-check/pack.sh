@@ -3,7 +3,9 @@
 # .git/info/exclude; the device tool carries at most 64 MiB): kiln's binaries
 # from a build here, glslc and the Vulkan loader with its GL dispatch libraries
 # (the machine has the NVIDIA driver but no loader), the ONNX 1.12 node tests,
-# the differential test's models, and the zoo and bench models with their
+# the onnx 1.23 node cases (tests/conformance/latest_cases.sh, into
+# BUILD_DIR/onnx-node-latest as the suite's fixture writes them), the
+# differential test's models (the sweep's f16/bf16 and transformer cases among them), and the zoo and bench models with their
 # weights stubbed (bench/zoo/weights_stub.py: graph and statistics only; the
 # machine refills them).
 #
@@ -23,6 +25,8 @@ cp "$(command -v glslc)" .gpu/bin/
 cp -L /usr/lib/x86_64-linux-gnu/libshaderc.so.1 .gpu/lib/
 (cd .gpu/debs && apt-get download -q libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 > /dev/null 2>&1)
 tar czf .gpu/node.tgz -C "$($py -c 'import onnx, os; print(os.path.dirname(onnx.__file__))')/backend/test/data" node
+tests/conformance/latest_cases.sh . "$build/onnx-node-latest" > /dev/null
+tar czf .gpu/node_latest.tgz -C "$build/onnx-node-latest" node
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 $py tests/diff/gen_op_sweep.py "$tmp/sweep" > /dev/null

@@ -264,6 +264,71 @@ static bool inference_agrees(const kiln_graph *g, const kiln_node *n) {
   return ok;
 }
 
+/* The scatter kernels below search, for each output element, the updates
+ * that land on it: this many index reads per element at most, or that
+ * many in all, before the search costs more than ref's one pass. */
+#define SCATTER_MAX_SEARCH 16
+#define SCATTER_MAX_PROBES ((int64_t)1 << 22)
+
+/* GatherElements, ScatterElements and ScatterND: ref's shape rules
+ * (ops/movement_index.c) hold, the indices are int32/int64 of a known
+ * shape, constant ones in range (run-time ones: the plan checks them,
+ * kiln_lower_runtime_indices), and a scatter's search is short. */
+static const char *scatter_gather_problem(const kiln_graph *g, const kiln_node *n, kiln_op_id id) {
+  const kiln_value_def *x = input_def(g, n, 0), *iv = input_def(g, n, 1);
+  const kiln_value_def *u = id == KILN_OP_GatherElements ? NULL : input_def(g, n, 2);
+  if (!is_plain(x) || (id != KILN_OP_GatherElements && (!u || dtype_of(u) != dtype_of(x))))
+    return "dtype not computed by compiled kernels";
+  if (!iv || (dtype_of(iv) != KILN_DTYPE_I64 && dtype_of(iv) != KILN_DTYPE_I32))
+    return "indices of dtype other than int64 or int32";
+  if (!fully_known(&iv->type) || (u && !fully_known(&u->type))) return "indices of a shape not known before running";
+  int r = x->type.rank, q = iv->type.rank;
+  const int64_t *xd = x->type.dims, *id_ = iv->type.dims;
+  if (r < 1 || q < 1 || has_zero_dim(&x->type) || has_zero_dim(&iv->type)) return "a scalar or empty operand (ref reports it)";
+  int64_t axis = 0, m = 0, search;
+  int64_t bounds[KILN_MAX_RANK];
+  int nb;
+  if (id == KILN_OP_ScatterND) {
+    m = id_[q - 1];
+    if (m < 1 || m > r || q - 1 + r - m > KILN_MAX_RANK) return "an index depth out of range (ref reports it)";
+    int64_t want[KILN_MAX_RANK];
+    int wr = 0;
+    for (int d = 0; d < q - 1; d++) want[wr++] = id_[d];
+    for (int64_t d = m; d < r; d++) want[wr++] = xd[d];
+    if (!kiln_shape_equal(u->type.rank, u->type.dims, wr, want)) return "updates of another shape (ref reports it)";
+    search = kiln_shape_numel(q - 1, id_);
+    nb = (int)m;
+    for (int64_t k = 0; k < m; k++) bounds[k] = xd[k];
+  } else {
+    axis = kiln_attr_int(n, "axis", 0);
+    if (axis < -r || axis >= r) return "an axis out of range (ref reports it)";
+    if (axis < 0) axis += r;
+    bool ok = q == r;
+    for (int d = 0; ok && d < r; d++) ok = d == axis || id_[d] <= xd[d];
+    if (!ok) return "indices that do not fit the data (ref reports it)";
+    if (u && !kiln_shape_equal(u->type.rank, u->type.dims, q, id_)) return "updates of another shape (ref reports it)";
+    search = id_[axis];
+    nb = 1;
+    bounds[0] = xd[axis];
+  }
+  if (id != KILN_OP_GatherElements) {
+    const char *red = n->opset >= 16 ? kiln_attr_string(n, "reduction", "none") : "none";
+    bool ints = is_integer(dtype_of(x));
+    bool ok = !strcmp(red, "none") ||
+              ((!strcmp(red, "add") || !strcmp(red, "mul")) && (ints || is_f32(x))) ||
+              ((!strcmp(red, "min") || !strcmp(red, "max")) && ints);
+    if (!ok) return "a reduction compiled kernels do not compute for this dtype (ref computes it)";
+    if (search > SCATTER_MAX_SEARCH && kiln_shape_numel(r, xd) * search > SCATTER_MAX_PROBES)
+      return "a scatter whose per-element search is long (ref applies it in one pass)";
+  }
+  const kiln_tensor *ind = const_input(g, n, 1);
+  for (int64_t i = 0; ind && i < ind->numel; i++) {
+    int64_t v = kiln_load_i64(ind->data, ind->dtype, i), dim = bounds[i % nb];
+    if (v < -dim || v >= dim) return "an index out of range (ref reports it)";
+  }
+  return NULL;
+}
+
 /* Checks the dtypes and constant parameters a compute definition of this
  * op needs; NULL if they hold, else why not. */
 static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_op_id id) {
@@ -508,6 +573,26 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
       }
       return NULL; /* run-time indices: the plan checks their range before the kernel */
     }
+    case KILN_OP_GatherElements:
+    case KILN_OP_ScatterElements:
+    case KILN_OP_ScatterND: return scatter_gather_problem(g, n, id);
+    case KILN_OP_DepthToSpace:
+    case KILN_OP_SpaceToDepth: {
+      if (!is_plain(in0) || in0->type.rank != 4) return "dtype not computed by compiled kernels";
+      int64_t bs = kiln_attr_int(n, "blocksize", 0);
+      const char *mode = n->opset >= (id == KILN_OP_DepthToSpace ? 11 : 28) ? kiln_attr_string(n, "mode", "DCR") : "DCR";
+      if (bs < 1 || bs > ((int64_t)1 << 31) || (strcmp(mode, "DCR") && strcmp(mode, "CRD")))
+        return "a blocksize or mode ref rejects (it reports them)";
+      return NULL;
+    }
+    case KILN_OP_Trilu: {
+      if (!is_plain(in0) || in0->type.rank < 2) return "dtype not computed by compiled kernels";
+      if (n->n_inputs > 1 && n->inputs[1] >= 0) {
+        const kiln_tensor *k = const_input(g, n, 1);
+        if (!k || k->numel != 1 || !kiln_dtype_is_int(k->dtype)) return "a k that is not a constant integer scalar";
+      }
+      return NULL;
+    }
     case KILN_OP_kiln_Resample: {
       if (!is_f32(in0)) return "dtype other than f32";
       bool nearest = kiln_attr_int(n, "nearest", 0) != 0;
@@ -660,26 +745,29 @@ bool kiln_lower_is_param_input(const kiln_node *n, int i) {
     case KILN_OP_Expand:
     case KILN_OP_Tile:
     case KILN_OP_Pad:
+    case KILN_OP_Trilu:
     case KILN_OP_Dropout: return true;
     default: return reduce_kind_of(kiln_node_op_id(n)) >= 0;
   }
 }
 
 bool kiln_lower_runtime_indices(const kiln_graph *g, const kiln_node *n, int *input, int *n_bounds, int64_t *bounds) {
-  bool gather = kiln_node_is(n, KILN_OP_Gather), nd = kiln_node_is(n, KILN_OP_GatherND);
+  kiln_op_id id = kiln_node_op_id(n);
+  bool gather = id == KILN_OP_Gather || id == KILN_OP_GatherElements || id == KILN_OP_ScatterElements;
+  bool nd = id == KILN_OP_GatherND || id == KILN_OP_ScatterND;
   if ((!gather && !nd) || n->n_inputs < 2 || n->inputs[1] < 0 || const_input(g, n, 1)) return false;
   const kiln_value_def *in0 = input_def(g, n, 0), *iv = input_def(g, n, 1);
   if (!in0 || in0->type.rank < 1 || !iv) return false;
   int64_t r = in0->type.rank;
   *input = 1;
-  if (gather) {
+  if (gather) { /* one bound, the axis's length */
     int64_t axis = kiln_attr_int(n, "axis", 0);
     if (axis < -r || axis >= r) return false;
     *n_bounds = 1;
     bounds[0] = in0->type.dims[axis < 0 ? axis + r : axis];
     return true;
   }
-  int64_t bd = n->opset >= 12 ? kiln_attr_int(n, "batch_dims", 0) : 0, q = iv->type.rank;
+  int64_t bd = id == KILN_OP_GatherND && n->opset >= 12 ? kiln_attr_int(n, "batch_dims", 0) : 0, q = iv->type.rank;
   int64_t m = q > 0 ? iv->type.dims[q - 1] : -1;
   if (m < 1 || bd < 0 || m > r - bd) return false;
   *n_bounds = (int)m;
@@ -1196,6 +1284,148 @@ static te_expr *compute_gathernd(te_builder *b, const te_tensor *t, te_expr *con
   }
   for (int d = bd + m; d < data->rank; d++) sub[d] = idx[q - 1 + (d - bd - m)];
   return te_at(b, data, sub);
+}
+
+/* An index read from an indices view, wrapped when negative (in range:
+ * the claim checks constants, the plan run-time ones). */
+static te_expr *wrapped_index(te_builder *b, const te_tensor *ind, te_expr *const *at, int64_t dim) {
+  te_expr *v = te_cast(b, KILN_DTYPE_I64, te_at(b, ind, at));
+  return te_select(b, te_binary(b, TE_LT, v, te_idx(b, 0)), te_iadd(b, v, te_idx(b, dim)), v);
+}
+
+/* GatherElements: data at the output's index with its axis coordinate
+ * taken from indices at the same index (indices has data's rank and fits
+ * it off the axis), clamped so that every load stays inside the data.
+ * p[0]: axis; in[1]: the indices. */
+static te_expr *compute_gather_elements(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *data = t->in[0];
+  int axis = (int)t->p[0];
+  int64_t dim = data->dims[axis];
+  te_expr *k = wrapped_index(b, t->in[1], idx, dim), *sub[KILN_MAX_RANK];
+  for (int d = 0; d < data->rank; d++) sub[d] = idx[d];
+  sub[axis] = te_binary(b, TE_MIN, te_binary(b, TE_MAX, k, te_idx(b, 0)), te_idx(b, dim - 1));
+  return te_at(b, data, sub);
+}
+
+/* ScatterElements (ip 0) and ScatterND (ip 1) as a search per output
+ * element, which keeps the kernel one output element per iteration like
+ * every other (a device's loops, no atomics, no order between threads):
+ * the element gathers the updates whose index lands on it, over the
+ * indices' axis (ScatterElements, the same coordinates elsewhere) or over
+ * all index tuples (ScatterND, whose first m components must all match).
+ * reduction none: the last update that lands wins, as ref applies them in
+ * order; add and mul: data combined with every update that lands (the
+ * order of a float sum differs from ref's by rounding); min and max
+ * (integers): the extreme of data and those updates. The claim bounds the
+ * search (SCATTER_MAX_SEARCH, SCATTER_MAX_PROBES). p[0]: axis (elements)
+ * or m (ND); p[1]: 0 none, 1 add, 2 mul, 3 min, 4 max; in: data, indices,
+ * updates. */
+static te_expr *compute_scatter(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *data = t->in[0], *ind = t->in[1], *upd = t->in[2];
+  bool nd = t->ip == 1;
+  int red = (int)t->p[1], q = ind->rank;
+  int64_t extent = nd ? kiln_shape_numel(q - 1, ind->dims) : ind->dims[t->p[0]];
+  int v = te_new_var(b);
+  te_set_var_extent(b, v, extent);
+  te_expr *j = te_var(b, v), *hit = NULL, *usub[KILN_MAX_RANK];
+  if (nd) {
+    int m = (int)t->p[0];
+    te_expr *isub[KILN_MAX_RANK];
+    /* j unravelled over the indices' leading dims, which updates leads with too */
+    te_expr *rest = j;
+    for (int d = q - 2; d >= 0; d--) {
+      isub[d] = usub[d] = d ? te_imod(b, rest, ind->dims[d]) : rest;
+      if (d) rest = te_idiv(b, rest, ind->dims[d]);
+    }
+    for (int c = 0; c < m; c++) {
+      isub[q - 1] = te_idx(b, c);
+      te_expr *eq = te_binary(b, TE_EQ, wrapped_index(b, ind, isub, data->dims[c]), idx[c]);
+      hit = hit ? te_binary(b, TE_AND, hit, eq) : eq;
+    }
+    for (int d = m; d < data->rank; d++) usub[q - 1 + d - m] = idx[d];
+  } else {
+    int axis = (int)t->p[0];
+    for (int d = 0; d < data->rank; d++) {
+      if (d == axis) {
+        usub[d] = j;
+      } else if (ind->dims[d] < data->dims[d]) { /* past the indices' extent no update lands */
+        usub[d] = te_binary(b, TE_MIN, idx[d], te_idx(b, ind->dims[d] - 1));
+        te_expr *in = te_binary(b, TE_LT, idx[d], te_idx(b, ind->dims[d]));
+        hit = hit ? te_binary(b, TE_AND, hit, in) : in;
+      } else {
+        usub[d] = idx[d];
+      }
+    }
+    te_expr *eq = te_binary(b, TE_EQ, wrapped_index(b, ind, usub, data->dims[axis]), idx[axis]);
+    hit = hit ? te_binary(b, TE_AND, hit, eq) : eq;
+  }
+  te_expr *old = te_at(b, data, idx);
+  if (red == 0) {
+    te_expr *last = te_reduce(b, TE_RMAX, v, extent, te_select(b, hit, j, te_idx(b, -1)));
+    te_expr *found = te_binary(b, TE_LE, te_idx(b, 0), last);
+    /* the updates' element at the last hit (index 0 when none: not used) */
+    te_expr *at = te_binary(b, TE_MAX, last, te_idx(b, 0)), *lsub[KILN_MAX_RANK];
+    int ur = upd->rank;
+    for (int d = 0; d < ur; d++) lsub[d] = te_substitute(b, usub[d], v, at);
+    return te_select(b, found, te_at(b, upd, lsub), old);
+  }
+  te_expr *u = te_at(b, upd, usub);
+  kiln_dtype dt = t->dtype;
+  bool f = dt == KILN_DTYPE_F32;
+  if (red == 1) {
+    te_expr *zero = f ? f32c(b, 0) : te_const_i(b, dt, 0);
+    return te_binary(b, TE_ADD, old, te_reduce(b, TE_RSUM, v, extent, te_select(b, hit, u, zero)));
+  }
+  if (red == 2) {
+    te_expr *one = f ? f32c(b, 1) : te_const_i(b, dt, 1);
+    return te_binary(b, TE_MUL, old, te_reduce(b, TE_RPROD, v, extent, te_select(b, hit, u, one)));
+  }
+  /* integers (the claim's rule): the updates that miss count as the dtype's extreme */
+  bool is_min = red == 3, is_signed = dt == KILN_DTYPE_I64 || dt == KILN_DTYPE_I32 || dt == KILN_DTYPE_I16 || dt == KILN_DTYPE_I8;
+  int bits = (int)kiln_dtype_size(dt) * 8;
+  int64_t hi = is_signed ? (int64_t)(((uint64_t)1 << (bits - 1)) - 1) : bits == 64 ? -1 : (int64_t)(((uint64_t)1 << bits) - 1);
+  int64_t lo = is_signed ? -hi - 1 : 0;
+  te_expr *none = te_const_i(b, dt, is_min ? hi : lo);
+  te_expr *ext = te_reduce(b, is_min ? TE_RMIN : TE_RMAX, v, extent, te_select(b, hit, u, none));
+  return te_binary(b, is_min ? TE_MIN : TE_MAX, old, ext);
+}
+
+/* DepthToSpace (ip 1) and SpaceToDepth (ip 0), NCHW, as ops/movement_layout.c
+ * maps them: block (i, j) of a pixel is channel group i*b + j of the depth
+ * side (DCR: the group outermost, (i*b + j)*C + c; CRD: innermost,
+ * c*b*b + i*b + j). p[0]: blocksize, p[1]: CRD. */
+static te_expr *compute_depth_space(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *in = t->in[0];
+  int64_t bs = t->p[0], bb = bs * bs;
+  bool crd = t->p[1] != 0;
+  te_expr *sub[4] = {idx[0]};
+  if (t->ip) { /* to space: out [N, C/bb, H*b, W*b] */
+    int64_t cout = t->dims[1];
+    te_expr *i = te_imod(b, idx[2], bs), *j = te_imod(b, idx[3], bs);
+    te_expr *blk = te_iadd(b, te_imul(b, i, bs), j);
+    sub[1] = crd ? te_iadd(b, te_imul(b, idx[1], bb), blk) : te_iadd(b, te_imul(b, blk, cout), idx[1]);
+    sub[2] = te_idiv(b, idx[2], bs);
+    sub[3] = te_idiv(b, idx[3], bs);
+  } else { /* to depth: out [N, C*bb, H/b, W/b] */
+    int64_t c = in->dims[1];
+    te_expr *k = crd ? te_imod(b, idx[1], bb) : te_idiv(b, idx[1], c);
+    sub[1] = crd ? te_idiv(b, idx[1], bb) : te_imod(b, idx[1], c);
+    sub[2] = te_iadd(b, te_imul(b, idx[2], bs), te_idiv(b, k, bs));
+    sub[3] = te_iadd(b, te_imul(b, idx[3], bs), te_imod(b, k, bs));
+  }
+  return te_at(b, in, sub);
+}
+
+/* Trilu: element (i, j) of each matrix where j - i >= k (upper) or
+ * j - i <= k (lower), else 0. p[0]: k (clamped: past the matrix's size it
+ * changes nothing), p[1]: upper. */
+static te_expr *compute_trilu(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  int r = t->rank;
+  te_expr *diff = te_binary(b, TE_SUB, idx[r - 1], idx[r - 2]), *k = te_idx(b, t->p[0]);
+  te_expr *keep = t->p[1] ? te_binary(b, TE_LE, k, diff) : te_binary(b, TE_LE, diff, k);
+  kiln_dtype dt = t->dtype;
+  te_expr *zero = dt == KILN_DTYPE_F32 || kiln_dtype_is_half(dt) ? te_const_f(b, dt, 0) : te_const_i(b, dt, 0);
+  return te_select(b, keep, te_at(b, t->in[0], idx), zero);
 }
 
 /* ArgMax/ArgMin as ref computes them: the first (select_last_index: the
@@ -2266,6 +2496,49 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     t->in[0] = inputs[0];
     t->in[1] = inputs[1];
     t->n_in = 2;
+  } else if (id == KILN_OP_GatherElements) {
+    t = te_view_compute(b, odt, rank, dims, compute_gather_elements);
+    if (!t) return te_builder_status(b);
+    int64_t axis = kiln_attr_int(n, "axis", 0);
+    t->p[0] = axis < 0 ? axis + inputs[0]->rank : axis;
+    t->in[0] = inputs[0];
+    t->in[1] = inputs[1];
+    t->n_in = 2;
+  } else if (id == KILN_OP_ScatterElements || id == KILN_OP_ScatterND) {
+    t = te_view_compute(b, odt, rank, dims, compute_scatter);
+    if (!t) return te_builder_status(b);
+    t->ip = id == KILN_OP_ScatterND;
+    if (t->ip) {
+      t->p[0] = inputs[1]->dims[inputs[1]->rank - 1];
+    } else {
+      int64_t axis = kiln_attr_int(n, "axis", 0);
+      t->p[0] = axis < 0 ? axis + inputs[0]->rank : axis;
+    }
+    static const char *const reductions[] = {"none", "add", "mul", "min", "max"};
+    const char *red = n->opset >= 16 ? kiln_attr_string(n, "reduction", "none") : "none";
+    t->p[1] = -1;
+    for (int r = 0; r < 5; r++)
+      if (!strcmp(red, reductions[r])) t->p[1] = r;
+    if (t->p[1] < 0) return kiln_error(KILN_UNSUPPORTED, "%s: reduction '%s'", op, red);
+    for (int i = 0; i < 3; i++) t->in[i] = inputs[i];
+    t->n_in = 3;
+  } else if (id == KILN_OP_DepthToSpace || id == KILN_OP_SpaceToDepth) {
+    t = te_view_compute(b, odt, rank, dims, compute_depth_space);
+    if (!t) return te_builder_status(b);
+    t->ip = id == KILN_OP_DepthToSpace;
+    t->p[0] = kiln_attr_int(n, "blocksize", 1);
+    t->p[1] = n->opset >= (t->ip ? 11 : 28) && !strcmp(kiln_attr_string(n, "mode", "DCR"), "CRD");
+    t->in[0] = inputs[0];
+    t->n_in = 1;
+  } else if (id == KILN_OP_Trilu) {
+    t = te_view_compute(b, odt, rank, dims, compute_trilu);
+    if (!t) return te_builder_status(b);
+    const kiln_tensor *kt = n->n_inputs > 1 && n->inputs[1] >= 0 ? const_input(g, n, 1) : NULL;
+    int64_t k = kt ? kiln_load_i64(kt->data, kt->dtype, 0) : 0, lim = dims[rank - 1] + dims[rank - 2] + 1;
+    t->p[0] = k > lim ? lim : k < -lim ? -lim : k;
+    t->p[1] = kiln_attr_int(n, "upper", 1) != 0;
+    t->in[0] = inputs[0];
+    t->n_in = 1;
   } else if (id == KILN_OP_Gather) {
     t = te_view_compute(b, odt, rank, dims, compute_gather);
     if (!t) return te_builder_status(b);

@@ -33,12 +33,13 @@ bool kiln_lower_reduces_trailing(const kiln_graph *g, const kiln_node *node);
 bool kiln_lower_is_param_input(const kiln_node *node, int i);
 
 /* True when node reads indices known only at run time whose range its
- * compute definition does not check (a Gather's or GatherND's, clamped to
- * stay inside the data): the plan checks them before the kernel runs, so
- * an index out of range is the same error ref reports. *input: which input
- * holds them; element i of it must lie in [-bounds[i % n_bounds],
- * bounds[i % n_bounds]) (GatherND: one bound per component of the index
- * tuple, its last axis); bounds holds KILN_MAX_RANK. */
+ * compute definition does not check (a Gather's, GatherElements', GatherND's,
+ * ScatterElements' or ScatterND's, clamped to stay inside the data): the
+ * plan checks them before the kernel runs, so an index out of range is the
+ * same error ref reports. *input: which input holds them; element i of it
+ * must lie in [-bounds[i % n_bounds], bounds[i % n_bounds]) (GatherND and
+ * ScatterND: one bound per component of the index tuple, its last axis);
+ * bounds holds KILN_MAX_RANK. */
 bool kiln_lower_runtime_indices(const kiln_graph *g, const kiln_node *node, int *input, int *n_bounds,
                                 int64_t *bounds);
 

@@ -158,8 +158,9 @@ static const kiln_op_def movement_ops[] = {
     MV_OP_G(Reshape, 1, 2, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP(ReverseSequence, 2, 2, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP(Scatter, 3, 3, 1, 1, KILN_OPCLASS_NONE),
-    MV_OP(ScatterElements, 3, 3, 1, 1, KILN_OPCLASS_NONE),
-    MV_OP(ScatterND, 3, 3, 1, 1, KILN_OPCLASS_NONE),
+    /* reductions: each output element searches the updates (codegen/lower.c's compute_scatter) */
+    MV_OP(ScatterElements, 3, 3, 1, 1, KILN_OPCLASS_REDUCTION),
+    MV_OP(ScatterND, 3, 3, 1, 1, KILN_OPCLASS_REDUCTION),
     MV_OP(Shape, 1, 1, 1, 1, KILN_OPCLASS_NONE),
     MV_OP(Size, 1, 1, 1, 1, KILN_OPCLASS_NONE),
     MV_OP_G(Slice, 1, 5, 1, 1, KILN_OPCLASS_INJECTIVE),

@@ -72,6 +72,31 @@ done
 check "run-time Gather indices, negative ones too, on cpu" \
   '"$kiln" run "$tmp/gather.onnx" --device cpu --input data="$tmp/data.npy" --input ids="$tmp/ids_ok.npy" | grep -q "values: 0 1 2 12 13 14 12 13 14 0"'
 
+# The same check for GatherElements' and ScatterND's run-time indices (compiled on cpu).
+$py - "$tmp" <<'PY'
+import sys, numpy as np, onnx
+from onnx import helper as h, TensorProto as T
+d = sys.argv[1]
+for op, ids_shape, extra in (("GatherElements", [2, 3], []), ("ScatterND", [2, 1], ["upd"])):
+    ins = [h.make_tensor_value_info("data", T.FLOAT, [5, 3]), h.make_tensor_value_info("ids", T.INT64, ids_shape)]
+    if extra:
+        ins.append(h.make_tensor_value_info("upd", T.FLOAT, [2, 3]))
+    g = h.make_graph([h.make_node(op, ["data", "ids"] + extra, ["y"], name="pick")], "g", ins,
+                     [h.make_tensor_value_info("y", T.FLOAT, ids_shape if op == "GatherElements" else [5, 3])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)]); m.ir_version = 8
+    onnx.save(m, f"{d}/{op}.onnx")
+np.save(f"{d}/ids23_bad.npy", np.array([[0, 1, -6], [4, 0, 2]], np.int64))
+np.save(f"{d}/ids21_bad.npy", np.array([[1], [5]], np.int64))
+np.save(f"{d}/upd.npy", np.ones((2, 3), np.float32))
+PY
+for dev in cpu ref; do
+  expect_error "run-time GatherElements index out of range on $dev" "pick.*indices.*-6 out of range \[-5, 5\)" -- \
+    run "$tmp/GatherElements.onnx" --device $dev --input data="$tmp/data.npy" --input ids="$tmp/ids23_bad.npy"
+  expect_error "run-time ScatterND index out of range on $dev" "pick.*indices.*5 out of range \[-5, 5\)" -- \
+    run "$tmp/ScatterND.onnx" --device $dev --input data="$tmp/data.npy" --input ids="$tmp/ids21_bad.npy" \
+    --input upd="$tmp/upd.npy"
+done
+
 conv=$data/node/test_basic_conv_with_padding/model.onnx
 check "info shows op histogram and FLOPs" '"$kiln" info "$conv" | grep -q "Conv" && "$kiln" info "$conv" | grep -q "estimated FLOPs: [1-9]"'
 check "info --dot is Graphviz" '"$kiln" info "$conv" --dot | head -1 | grep -q "^digraph"'

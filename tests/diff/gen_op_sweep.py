@@ -2092,6 +2092,91 @@ def half_cases():
               [1, 2, 5, 8], dt)
 
 
+def index_cases():
+    """GatherElements, ScatterElements, ScatterND, Trilu, DepthToSpace and SpaceToDepth compiled
+    (codegen/lower.c): constant indices with negative and repeated ones, indices smaller than the data off
+    the axis, every scatter reduction the compiled kernels take, and indices computed at run time (their
+    range checked by the plan first; compiled where the plan can check them on the host, the cpu)."""
+    def runtime_ids(m, shape, lo, hi, dt=TensorProto.INT64):
+        """Indices in [lo, hi] computed from a source at run time."""
+        span = np.float32(hi - lo + 0.99)
+        v = m.node('Cast', [m.node('Mul', [m.node('Sigmoid', [m.source(shape)]), m.const(span)])], to=dt)
+        return m.node('Add', [v, m.const(np.array(lo, np.int64 if dt == TensorProto.INT64 else np.int32))])
+
+    rng = np.random.RandomState(5150)
+    m = case('GatherElements_const_axis0')
+    m.out(m.node('GatherElements', [m.source([4, 5]), m.const(rng.randint(-4, 4, size=(3, 5)))], axis=0))
+    m = case('GatherElements_const_neg_axis_T')
+    m.out(m.node('GatherElements', [m.source([3, 6, 4], 'T'), m.const(rng.randint(-6, 6, size=(3, 2, 4)))], axis=-2))
+    m = case('GatherElements_const_smaller')
+    m.out(m.node('Relu', [m.node('GatherElements', [m.source([5, 7]),
+                                                     m.const(rng.randint(-7, 7, size=(3, 4)).astype(np.int32))],
+                                 axis=1)]))
+    m = case('GatherElements_runtime_axis1')
+    m.out(m.node('GatherElements', [m.source([3, 9]), runtime_ids(m, [3, 5], -9, 8)], axis=1))
+    m = case('GatherElements_runtime_i32_axis0')
+    m.out(m.node('GatherElements', [m.source([6, 4]), runtime_ids(m, [2, 3], -6, 5, TensorProto.INT32)], axis=0))
+
+    m = case('ScatterElements_const_none')
+    m.out(m.node('ScatterElements', [m.source([5, 4]), m.const(ints([[1, -1, 0, 3], [1, 2, -5, 0]])),
+                                     m.source([2, 4])], axis=0))
+    m = case('ScatterElements_const_dup_axis1')
+    m.out(m.node('ScatterElements', [m.source([3, 6], 'T'), m.const(ints([[2, 2], [-1, 0], [5, 5]])),
+                                     m.source([3, 2])], axis=1))
+    for red in ('add', 'mul'):
+        m = case('ScatterElements_const_%s' % red, 16)
+        m.out(m.node('ScatterElements', [m.source([4, 3, 5]), m.const(rng.randint(-3, 3, size=(2, 4, 5))),
+                                         m.source([2, 4, 5])], axis=1, reduction=red))
+    m = case('ScatterElements_runtime_axis0')
+    m.out(m.node('ScatterElements', [m.source([7, 3]), runtime_ids(m, [4, 3], -7, 6), m.source([4, 3])], axis=0))
+    for red in ('none', 'add', 'min', 'max'):
+        m = case('dtype_ScatterElements_i64_%s' % red, 18)
+        data = m.node('Cast', [m.node('Mul', [m.source([4, 6]), m.const(np.float32(9.0))])], to=TensorProto.INT64)
+        upd = m.node('Cast', [m.node('Mul', [m.source([4, 3]), m.const(np.float32(9.0))])], to=TensorProto.INT64)
+        m.out(m.node('ScatterElements', [data, m.const(rng.randint(-6, 6, size=(4, 3))), upd], axis=1,
+                     reduction=red), [4, 6], TensorProto.INT64)
+
+    m = case('ScatterND_const_rows')
+    m.out(m.node('ScatterND', [m.source([6, 4, 3]), m.const(ints([[1], [-2], [3]])), m.source([3, 4, 3])]))
+    m = case('ScatterND_const_elems_T')
+    m.out(m.node('ScatterND', [m.source([5, 4], 'T'), m.const(ints([[[0, 1], [4, -1]], [[2, 2], [-5, 0]]])),
+                               m.source([2, 2])]))
+    for red in ('add', 'mul'):
+        m = case('ScatterND_const_dup_%s' % red, 16)
+        m.out(m.node('ScatterND', [m.source([4, 5]), m.const(ints([[0, 1], [2, -1], [0, 1], [-4, 1]])),
+                                   m.source([4])], reduction=red))
+    # a decoder's cache write: this step's key rows into [batch, heads, positions, dim] at position 5
+    m = case('ScatterND_const_cache_write')
+    pos = np.array([[[b, h, 5] for h in range(2)] for b in range(1)], np.int64)   # [1, 2, 3]
+    m.out(m.node('ScatterND', [m.source([1, 2, 8, 4]), m.const(pos), m.source([1, 2, 4])]))
+    m = case('ScatterND_runtime_rows')
+    m.out(m.node('ScatterND', [m.source([6, 5]), runtime_ids(m, [3, 1], -6, 5), m.source([3, 5])]))
+    m = case('dtype_ScatterND_i32_max', 18)
+    data = m.node('Cast', [m.node('Mul', [m.source([3, 4]), m.const(np.float32(9.0))])], to=TensorProto.INT32)
+    upd = m.node('Cast', [m.node('Mul', [m.source([3, 4]), m.const(np.float32(9.0))])], to=TensorProto.INT32)
+    m.out(m.node('ScatterND', [data, m.const(ints([[2], [0], [2]])), upd], reduction='max'), [3, 4], TensorProto.INT32)
+
+    for tag, upper, k, shape, how in (('upper', 1, None, [4, 6], 'plain'), ('lower_k2', 0, 2, [3, 5, 4], 'T'),
+                                      ('upper_negk', 1, -2, [2, 7, 3], 'plain'), ('lower_bigk', 0, -100, [5, 5], 'S'),
+                                      ('upper_hugek', 1, 2**40, [3, 4], 'plain')):
+        m = case('Trilu_%s' % tag, 14)
+        ins = [m.source(shape, how)] + ([m.const(np.int64(k))] if k is not None else [])
+        m.out(m.node('Trilu', ins, upper=upper))
+    m = case('dtype_Trilu_i64', 14)
+    x = m.node('Cast', [m.node('Mul', [m.source([4, 4]), m.const(np.float32(9.0))])], to=TensorProto.INT64)
+    m.out(m.node('Trilu', [x, m.const(np.int64(1))], upper=0))
+
+    for mode in ('DCR', 'CRD'):
+        m = case('DepthToSpace_%s' % mode, 13)
+        m.out(m.node('DepthToSpace', [m.source([2, 12, 3, 2])], blocksize=2, mode=mode))
+    m = case('DepthToSpace_b3_T', 13)
+    m.out(m.node('DepthToSpace', [m.source([1, 9, 2, 4], 'T')], blocksize=3))
+    m = case('SpaceToDepth_b2', 13)
+    m.out(m.node('SpaceToDepth', [m.source([2, 3, 4, 6])], blocksize=2))
+    m = case('SpaceToDepth_CRD', 28)
+    m.out(m.node('SpaceToDepth', [m.source([1, 2, 6, 3])], blocksize=3, mode='CRD'), [1, 18, 2, 1])
+
+
 def main(argv):
     if len(argv) < 2:
         print('usage: gen_op_sweep.py OUTDIR [--list]', file=sys.stderr)
@@ -2099,7 +2184,7 @@ def main(argv):
     out = argv[1]
     for gen in (unary_cases, binary_cases, where_cases, reduce_cases, softmax_cases, movement_cases, matmul_cases,
                 gemm_cases, conv_cases, conv_transpose_cases, dtype_cases, half_cases, rnn_cases, pool_cases, layernorm_cases, epilogue_cases, structure_cases, pattern_cases,
-                large_cases, host_cases, attention_cases, transformer_cases):
+                large_cases, host_cases, attention_cases, transformer_cases, index_cases):
         gen()
     os.makedirs(out, exist_ok=True)
     names = set()

@@ -137,10 +137,10 @@ mixed='^mixed_'
 # Concat's shape to the run, which only the cpu specializes then
 # (kiln_plan_target.specialize_at_run_time); elsewhere ref appends.
 [ "$device" != cpu ] && mixed="$mixed|^cf_loop_growing"
-# Gathers whose indices only the run knows compile where the plan can check
+# Gathers and scatters whose indices only the run knows compile where the plan can check
 # their range on the host first (host memory: the cpu); elsewhere ref (a
 # RotaryEmbedding's run-time positions gather the caches' rows so).
-[ "$device" != cpu ] && mixed="$mixed|^Gather(ND)?_runtime_|^RotaryEmbedding_runtime_pos_"
+[ "$device" != cpu ] && mixed="$mixed|^(Gather(ND|Elements)?|Scatter(ND|Elements))_runtime_|^RotaryEmbedding_runtime_pos_"
 (cd "$tmp/sweep" && ls -- *.onnx) | grep -E -- "$match" | grep -Ev -- "$mixed" | sed "s:^:$tmp/sweep/:" > "$tmp/sweep.list"
 (cd "$tmp/sweep" && ls -- *.onnx) | grep -E -- "$match" | grep -E -- "$mixed" | sed "s:^:$tmp/sweep/:" > "$tmp/mixed.list"
 if [ ! -s "$tmp/sweep.list" ] && [ ! -s "$tmp/mixed.list" ]; then

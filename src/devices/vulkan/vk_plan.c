@@ -99,8 +99,11 @@ const char *vk_plan_unsupported(const kiln_graph *g, const kiln_node *node) {
   for (int i = 0; i < node->n_inputs; i++) {
     if (node->inputs[i] < 0 || kiln_lower_is_param_input(node, i)) continue;
     kiln_dtype dt = g->values[node->inputs[i]].type.dtype;
-    /* Gather's and GatherND's constant indices (range-checked by the claim) read by their low word */
-    bool index = dt == KILN_DTYPE_I64 && i == 1 && (kiln_node_is(node, KILN_OP_Gather) || kiln_node_is(node, KILN_OP_GatherND));
+    /* the gathers' and scatters' constant indices (range-checked by the claim) read by their low word */
+    kiln_op_id id = kiln_node_op_id(node);
+    bool index = dt == KILN_DTYPE_I64 && i == 1 &&
+                 (id == KILN_OP_Gather || id == KILN_OP_GatherND || id == KILN_OP_GatherElements ||
+                  id == KILN_OP_ScatterElements || id == KILN_OP_ScatterND);
     if (dt != KILN_DTYPE_F32 && dt != KILN_DTYPE_I32 && dt != KILN_DTYPE_BOOL && !index)
       return "an input of dtype other than f32";
   }
