@@ -269,6 +269,8 @@ static bool inference_agrees(const kiln_graph *g, const kiln_node *n) {
  * many in all, before the search costs more than ref's one pass. */
 #define SCATTER_MAX_SEARCH 16
 #define SCATTER_MAX_PROBES ((int64_t)1 << 22)
+/* CumSum and CumProd: each element sums its axis under a mask, the same bound's way */
+#define SCAN_MAX_SEARCH 64
 
 /* GatherElements, ScatterElements and ScatterND: ref's shape rules
  * (ops/movement_index.c) hold, the indices are int32/int64 of a known
@@ -576,6 +578,30 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
     case KILN_OP_GatherElements:
     case KILN_OP_ScatterElements:
     case KILN_OP_ScatterND: return scatter_gather_problem(g, n, id);
+    case KILN_OP_CumSum:
+    case KILN_OP_CumProd: {
+      kiln_dtype dt = dtype_of(in0);
+      if (!(dt == KILN_DTYPE_F32 || is_integer(dt)) || in0->type.rank < 1) return "dtype not computed by compiled kernels";
+      const kiln_tensor *ax = const_input(g, n, 1);
+      int64_t r = in0->type.rank, a = ax && ax->numel == 1 && kiln_dtype_is_int(ax->dtype) ? kiln_load_i64(ax->data, ax->dtype, 0) : r;
+      if (a < -r || a >= r) return "an axis that is not a constant in range (ref reports it)";
+      int64_t len = in0->type.dims[a < 0 ? a + r : a];
+      if (len > SCAN_MAX_SEARCH && kiln_shape_numel(in0->type.rank, in0->type.dims) * len > SCATTER_MAX_PROBES * 16)
+        return "a scan over a long axis (ref runs it in one pass)";
+      return NULL;
+    }
+    case KILN_OP_OneHot: {
+      const kiln_value_def *vals = input_def(g, n, 2);
+      kiln_dtype idt = dtype_of(in0);
+      if (!(idt == KILN_DTYPE_F32 || is_integer(idt)) || !is_plain(vals) || !fully_known(&vals->type) ||
+          kiln_shape_numel(vals->type.rank, vals->type.dims) != 2)
+        return "dtype not computed by compiled kernels";
+      const kiln_tensor *depth = const_input(g, n, 1);
+      if (!depth || depth->numel != 1 || !(kiln_dtype_is_int(depth->dtype) || kiln_dtype_is_float(depth->dtype)))
+        return "a depth that is not a constant scalar";
+      return NULL;
+    }
+    case KILN_OP_EyeLike: return is_plain(&g->values[n->outputs[0]]) && in0->type.rank == 2 ? NULL : "dtype not computed by compiled kernels";
     case KILN_OP_DepthToSpace:
     case KILN_OP_SpaceToDepth: {
       if (!is_plain(in0) || in0->type.rank != 4) return "dtype not computed by compiled kernels";
@@ -734,6 +760,7 @@ out:
 
 bool kiln_lower_is_param_input(const kiln_node *n, int i) {
   if (kiln_node_is(n, KILN_OP_ConstantOfShape)) return true; /* the shape: read when lowering */
+  if (kiln_node_is(n, KILN_OP_EyeLike)) return true;          /* only its shape counts: the output's */
   if (kiln_node_is(n, KILN_OP_kiln_MaxPoolGrad)) return i == 2; /* the shape: the output's */
   if (i == 0) return false;
   switch (kiln_node_op_id(n)) {
@@ -746,7 +773,10 @@ bool kiln_lower_is_param_input(const kiln_node *n, int i) {
     case KILN_OP_Tile:
     case KILN_OP_Pad:
     case KILN_OP_Trilu:
+    case KILN_OP_CumSum:
+    case KILN_OP_CumProd:
     case KILN_OP_Dropout: return true;
+    case KILN_OP_OneHot: return i == 1; /* its depth (values, input 2, are data) */
     default: return reduce_kind_of(kiln_node_op_id(n)) >= 0;
   }
 }
@@ -1414,6 +1444,69 @@ static te_expr *compute_depth_space(te_builder *b, const te_tensor *t, te_expr *
     sub[3] = te_iadd(b, te_imul(b, idx[3], bs), te_imod(b, k, bs));
   }
   return te_at(b, in, sub);
+}
+
+/* CumSum (ip 0) and CumProd (ip 1): element i of the axis combines the
+ * axis's elements k with k <= i (exclusive: k < i; reverse: k >= i, k > i)
+ * and the identity elsewhere, in k's order (ref's order; it accumulates
+ * floats in double). The claim bounds the axis (SCAN_MAX_SEARCH). p[0]:
+ * axis, p[1]: exclusive, p[2]: reverse. */
+static te_expr *compute_scan(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *in = t->in[0];
+  int axis = (int)t->p[0];
+  int64_t n = in->dims[axis];
+  int v = te_new_var(b);
+  te_set_var_extent(b, v, n);
+  te_expr *k = te_var(b, v), *i = idx[axis], *sub[KILN_MAX_RANK];
+  for (int d = 0; d < in->rank; d++) sub[d] = d == axis ? k : idx[d];
+  bool excl = t->p[1] != 0, rev = t->p[2] != 0;
+  te_expr *take = rev ? te_binary(b, excl ? TE_LT : TE_LE, i, k) : te_binary(b, excl ? TE_LT : TE_LE, k, i);
+  kiln_dtype dt = t->dtype;
+  double id = t->ip ? 1.0 : 0.0;
+  te_expr *ident = dt == KILN_DTYPE_F32 ? f32c(b, id) : te_const_i(b, dt, (int64_t)id);
+  return te_reduce(b, t->ip ? TE_RPROD : TE_RSUM, v, n, te_select(b, take, te_at(b, in, sub), ident));
+}
+
+/* OneHot: on where the index at the output's other coordinates equals the
+ * output's coordinate d on the axis (negative indices counted from the
+ * end; float ones truncated), off elsewhere, and everywhere on a row
+ * whose index is outside [-depth, depth) (the spec's rule, no error).
+ * p[0]: axis, p[1]: depth; in: indices, values [off, on]. */
+static te_expr *compute_onehot(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  const te_tensor *ind = t->in[0], *vals = t->in[1];
+  int axis = (int)t->p[0];
+  int64_t depth = t->p[1];
+  te_expr *sub[KILN_MAX_RANK], *d = idx[axis];
+  for (int a = 0, o = 0; a < t->rank; a++)
+    if (a != axis) sub[o++] = idx[a];
+  te_expr *x = te_at(b, ind, sub), *hit;
+  if (x->dtype == KILN_DTYPE_F32) {
+    /* truncated toward zero, compared as floats (exact below 2^24; NaN is never in range) */
+    te_expr *tr = te_select(b, te_binary(b, TE_LT, x, f32c(b, 0)), te_call1(b, "ceilf", x), te_call1(b, "floorf", x));
+    te_expr *in = te_binary(b, TE_AND, te_binary(b, TE_LE, f32c(b, (double)-depth), tr), te_binary(b, TE_LT, tr, f32c(b, (double)depth)));
+    te_expr *w = te_select(b, te_binary(b, TE_LT, tr, f32c(b, 0)), te_binary(b, TE_ADD, tr, f32c(b, (double)depth)), tr);
+    hit = te_binary(b, TE_AND, in, te_binary(b, TE_EQ, w, te_cast(b, KILN_DTYPE_F32, d)));
+  } else {
+    te_expr *v = te_cast(b, KILN_DTYPE_I64, x);
+    te_expr *in = te_binary(b, TE_AND, te_binary(b, TE_LE, te_idx(b, -depth), v), te_binary(b, TE_LT, v, te_idx(b, depth)));
+    te_expr *w = te_select(b, te_binary(b, TE_LT, v, te_idx(b, 0)), te_iadd(b, v, te_idx(b, depth)), v);
+    hit = te_binary(b, TE_AND, in, te_binary(b, TE_EQ, w, d));
+  }
+  te_expr *at[KILN_MAX_RANK] = {0};
+  int vr = vals->rank;
+  for (int a = 0; a < vr; a++) at[a] = te_idx(b, 0);
+  te_expr *off = te_at(b, vals, at);
+  if (vr) at[vr - 1] = te_idx(b, 1);
+  return te_select(b, hit, vr ? te_at(b, vals, at) : off, off);
+}
+
+/* EyeLike: 1 on the diagonal k (j - i == k), 0 elsewhere. p[0]: k (clamped). */
+static te_expr *compute_eyelike(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  kiln_dtype dt = t->dtype;
+  bool flt = dt == KILN_DTYPE_F32 || kiln_dtype_is_half(dt);
+  te_expr *one = flt ? te_const_f(b, dt, 1) : te_const_i(b, dt, 1), *zero = flt ? te_const_f(b, dt, 0) : te_const_i(b, dt, 0);
+  te_expr *on = te_binary(b, TE_EQ, te_binary(b, TE_SUB, idx[1], idx[0]), te_idx(b, t->p[0]));
+  return te_select(b, on, one, zero);
 }
 
 /* Trilu: element (i, j) of each matrix where j - i >= k (upper) or
@@ -2530,6 +2623,32 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     t->p[1] = n->opset >= (t->ip ? 11 : 28) && !strcmp(kiln_attr_string(n, "mode", "DCR"), "CRD");
     t->in[0] = inputs[0];
     t->n_in = 1;
+  } else if (id == KILN_OP_CumSum || id == KILN_OP_CumProd) {
+    t = te_view_compute(b, odt, rank, dims, compute_scan);
+    if (!t) return te_builder_status(b);
+    const kiln_tensor *ax = const_input(g, n, 1);
+    int64_t axis = ax ? kiln_load_i64(ax->data, ax->dtype, 0) : 0;
+    t->ip = id == KILN_OP_CumProd;
+    t->p[0] = axis < 0 ? axis + rank : axis;
+    t->p[1] = kiln_attr_int(n, "exclusive", 0) != 0;
+    t->p[2] = kiln_attr_int(n, "reverse", 0) != 0;
+    t->in[0] = inputs[0];
+    t->n_in = 1;
+  } else if (id == KILN_OP_OneHot) {
+    t = te_view_compute(b, odt, rank, dims, compute_onehot);
+    if (!t) return te_builder_status(b);
+    int64_t axis = kiln_attr_int(n, "axis", -1);
+    t->p[0] = axis < 0 ? axis + rank : axis;
+    t->p[1] = dims[t->p[0]];
+    t->in[0] = inputs[0];
+    t->in[1] = inputs[2];
+    t->n_in = 2;
+  } else if (id == KILN_OP_EyeLike) {
+    t = te_view_compute(b, odt, rank, dims, compute_eyelike);
+    if (!t) return te_builder_status(b);
+    int64_t k = kiln_attr_int(n, "k", 0), lim = dims[0] + dims[1] + 1;
+    t->p[0] = k > lim ? lim : k < -lim ? -lim : k;
+    t->n_in = 0;
   } else if (id == KILN_OP_Trilu) {
     t = te_view_compute(b, odt, rank, dims, compute_trilu);
     if (!t) return te_builder_status(b);

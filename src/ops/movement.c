@@ -148,7 +148,7 @@ static const kiln_op_def movement_ops[] = {
     MV_OP(DepthToSpace, 1, 1, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP(SpaceToDepth, 1, 1, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP_G(Expand, 2, 2, 1, 1, KILN_OPCLASS_INJECTIVE),
-    MV_OP(EyeLike, 1, 1, 1, 1, KILN_OPCLASS_NONE),
+    MV_OP(EyeLike, 1, 1, 1, 1, KILN_OPCLASS_INJECTIVE), /* a function of the index, like ConstantOfShape */
     MV_OP_G(Flatten, 1, 1, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP_G(Gather, 2, 2, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP(GatherElements, 2, 2, 1, 1, KILN_OPCLASS_INJECTIVE),
@@ -170,7 +170,8 @@ static const kiln_op_def movement_ops[] = {
     MV_OP(Tile, 2, 3, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP_G(Transpose, 1, 1, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP(Trilu, 1, 2, 1, 1, KILN_OPCLASS_INJECTIVE),
-    MV_OP(OneHot, 3, 3, 1, 1, KILN_OPCLASS_NONE),
+    /* a compare of the indices broadcast against the depth's positions */
+    MV_OP(OneHot, 3, 3, 1, 1, KILN_OPCLASS_BROADCAST),
     MV_OP(ConstantOfShape, 1, 1, 1, 1, KILN_OPCLASS_INJECTIVE),
     MV_OP(Constant, 0, 0, 1, 1, KILN_OPCLASS_NONE),
     MV_OP(NonZero, 1, 1, 1, 1, KILN_OPCLASS_NONE),

@@ -497,8 +497,9 @@ static const kiln_op_def reduce_ops[] = {
             KILN_OP_REREADS_INPUT, kiln_grad_softmax),
     RD_OP(Hardmax, 1, 1, 1, 1, same_as_input0, kiln_reduce_hardmax_kernel, KILN_OPCLASS_NONE),
     RD_OP(LpNormalization, 1, 1, 1, 1, same_as_input0, kiln_reduce_lpnorm_kernel, KILN_OPCLASS_NONE),
-    RD_OP(CumSum, 2, 2, 1, 1, same_as_input0, kiln_reduce_cumsum_kernel, KILN_OPCLASS_NONE),
-    RD_OP(CumProd, 2, 2, 1, 1, same_as_input0, kiln_reduce_cumprod_kernel, KILN_OPCLASS_NONE),
+    /* reductions: each element combines its axis under a mask (codegen/lower.c's compute_scan) */
+    RD_OP(CumSum, 2, 2, 1, 1, same_as_input0, kiln_reduce_cumsum_kernel, KILN_OPCLASS_REDUCTION),
+    RD_OP(CumProd, 2, 2, 1, 1, same_as_input0, kiln_reduce_cumprod_kernel, KILN_OPCLASS_REDUCTION),
     RD_OP(TopK, 1, 2, 2, 2, kiln_reduce_topk_infer, kiln_reduce_topk_kernel, KILN_OPCLASS_NONE),
 };
 

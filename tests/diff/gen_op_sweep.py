@@ -2093,7 +2093,8 @@ def half_cases():
 
 
 def index_cases():
-    """GatherElements, ScatterElements, ScatterND, Trilu, DepthToSpace and SpaceToDepth compiled
+    """GatherElements, ScatterElements, ScatterND, Trilu, CumSum, CumProd, OneHot, EyeLike, DepthToSpace and
+    SpaceToDepth compiled
     (codegen/lower.c): constant indices with negative and repeated ones, indices smaller than the data off
     the axis, every scatter reduction the compiled kernels take, and indices computed at run time (their
     range checked by the plan first; compiled where the plan can check them on the host, the cpu)."""
@@ -2165,6 +2166,35 @@ def index_cases():
     m = case('dtype_Trilu_i64', 14)
     x = m.node('Cast', [m.node('Mul', [m.source([4, 4]), m.const(np.float32(9.0))])], to=TensorProto.INT64)
     m.out(m.node('Trilu', [x, m.const(np.int64(1))], upper=0))
+
+    # CumSum/CumProd (every axis, exclusive, reverse; a decoder's position ids as an int64 cumsum of its
+    # attention mask), OneHot (float and int indices, negative and out-of-range ones: all-off rows),
+    # EyeLike (diagonals past the matrix too).
+    for i, (shape, axis, excl, rev, how) in enumerate((([7], 0, 0, 0, 'plain'), ([3, 9], 1, 1, 0, 'T'),
+                                                         ([4, 5, 6], -2, 0, 1, 'plain'), ([5, 33], -1, 1, 1, 'S'))):
+        m = case('CumSum_%d' % i, 14)
+        m.out(m.node('CumSum', [m.source(shape, how), m.const(np.int64(axis))], exclusive=excl, reverse=rev))
+        m = case('CumProd_%d' % i, 26)
+        x = m.node('Add', [m.node('Mul', [m.source(shape, how), m.const(np.float32(0.1))]), m.const(np.float32(1.0))])
+        m.out(m.node('CumProd', [x, m.const(np.int32(axis))], exclusive=excl, reverse=rev), shape)
+    m = case('dtype_CumSum_position_ids', 14)
+    mask = m.node('Cast', [m.node('Less', [m.source([2, 11]), m.const(np.float32(0.7))])], to=TensorProto.INT64)
+    m.out(m.node('Sub', [m.node('CumSum', [mask, m.const(np.int64(1))]), m.const(np.int64(1))]))
+    m = case('dtype_CumSum_i32_reverse', 14)
+    x = m.node('Cast', [m.node('Mul', [m.source([3, 6]), m.const(np.float32(9.0))])], to=TensorProto.INT32)
+    m.out(m.node('CumSum', [x, m.const(np.int64(0))], reverse=1))
+    for i, (ishape, depth, axis, float_idx) in enumerate((([5], 7, -1, True), ([2, 3], 4, 0, False),
+                                                          ([3, 2], 6, 1, True), ([4], 3, -1, False))):
+        m = case(('OneHot_%d' if float_idx else 'dtype_OneHot_i64_%d') % i, 11)   # vulkan stores no int64
+        raw = m.node('Mul', [m.source(ishape), m.const(np.float32(depth * 1.6))])   # some outside [-depth, depth)
+        idx = raw if float_idx else m.node('Cast', [raw], to=TensorProto.INT64)
+        vals = m.const(np.array([-0.5, 2.0], np.float32)) if i % 2 == 0 else m.node('Relu', [m.source([2])])
+        m.out(m.node('OneHot', [idx, m.const(np.float32(depth) if i == 2 else np.int64(depth)), vals], axis=axis))
+    for i, (shape, k) in enumerate((([4, 6], 0), ([5, 3], -2), ([3, 3], 7))):
+        m = case('EyeLike_%d' % i, 9)
+        m.out(m.node('Add', [m.node('EyeLike', [m.source(shape)], k=k), m.source(shape)]))
+    m = case('dtype_EyeLike_i32', 9)
+    m.out(m.node('EyeLike', [m.source([3, 5])], k=1, dtype=TensorProto.INT32))
 
     for mode in ('DCR', 'CRD'):
         m = case('DepthToSpace_%s' % mode, 13)
