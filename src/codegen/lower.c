@@ -1410,13 +1410,10 @@ static te_expr *compute_scatter(te_builder *b, const te_tensor *t, te_expr *cons
     te_expr *one = f ? f32c(b, 1) : te_const_i(b, dt, 1);
     return te_binary(b, TE_MUL, old, te_reduce(b, TE_RPROD, v, extent, te_select(b, hit, u, one)));
   }
-  /* integers (the claim's rule): the updates that miss count as the dtype's extreme */
-  bool is_min = red == 3, is_signed = dt == KILN_DTYPE_I64 || dt == KILN_DTYPE_I32 || dt == KILN_DTYPE_I16 || dt == KILN_DTYPE_I8;
-  int bits = (int)kiln_dtype_size(dt) * 8;
-  int64_t hi = is_signed ? (int64_t)(((uint64_t)1 << (bits - 1)) - 1) : bits == 64 ? -1 : (int64_t)(((uint64_t)1 << bits) - 1);
-  int64_t lo = is_signed ? -hi - 1 : 0;
-  te_expr *none = te_const_i(b, dt, is_min ? hi : lo);
-  te_expr *ext = te_reduce(b, is_min ? TE_RMIN : TE_RMAX, v, extent, te_select(b, hit, u, none));
+  /* integers (the claim's rule): old stands in for the updates that miss,
+   * and joins once more for when all of them hit */
+  bool is_min = red == 3;
+  te_expr *ext = te_reduce(b, is_min ? TE_RMIN : TE_RMAX, v, extent, te_select(b, hit, u, old));
   return te_binary(b, is_min ? TE_MIN : TE_MAX, old, ext);
 }
 

@@ -118,6 +118,8 @@ typedef struct builder {
   int64_t *aff_coef, *aff_div;
   int n_aff, cap_aff_var, cap_aff_coef, cap_aff_div;
   char *mark;        /* per instruction: in the list being built */
+  signed char *holds; /* per instruction: 1 it is or reads a reduction, -1 not, 0 not known yet (holds_reduce) */
+  int cap_holds;
   uint64_t *vset;    /* per instruction: free variables, words per instruction */
   int words;
   /* Two nested reductions of one kind merged into one over a new
@@ -596,6 +598,26 @@ static int lower_expr(builder *bd, const te_expr *e) {
   return i;
 }
 
+/* Whether instruction i is or reads (outside reductions' bodies, through
+ * operands and load index terms) a reduction; memoized per instruction. */
+static bool holds_reduce(builder *bd, int i) {
+  if (i < 0 || bd->st) return false;
+  int have = bd->cap_holds;
+  if (!grow((void **)&bd->holds, &bd->cap_holds, bd->k->n_ins, 1)) {
+    bd->st = KILN_OOM();
+    return false;
+  }
+  if (bd->cap_holds > have) memset(bd->holds + have, 0, (size_t)(bd->cap_holds - have));
+  if (bd->holds[i]) return bd->holds[i] > 0;
+  const ik_ins *x = &bd->k->ins[i];
+  bool r = x->op == TE_REDUCE || holds_reduce(bd, x->a) || holds_reduce(bd, x->b) || holds_reduce(bd, x->c);
+  if (x->op == TE_LOAD)
+    for (int t = 0; t < x->n_aff && !r; t++)
+      if (bd->aff_var[x->aff + t] < 0) r = holds_reduce(bd, -1 - bd->aff_var[x->aff + t]);
+  bd->holds[i] = r ? 1 : -1;
+  return r;
+}
+
 /* Appends the instructions `root` needs, each after its operands, stopping
  * at reductions (their bodies have lists of their own). */
 static void list_visit(builder *bd, int i) {
@@ -603,9 +625,16 @@ static void list_visit(builder *bd, int i) {
   bd->mark[i] = 1;
   const ik_ins *x = &bd->k->ins[i];
   if (x->op != TE_REDUCE) {
-    list_visit(bd, x->a);
-    list_visit(bd, x->b);
-    list_visit(bd, x->c);
+    /* Operands that hold a reduction first: a reduction evaluates its body
+     * in its own lanes (by rows, row by row), into the slots of whatever
+     * instructions the body shares with this list. Listed after it, a
+     * shared value that does not read the reduction's variable (a
+     * scatter's old element, read inside its search and again outside) is
+     * computed again in this list's lanes before it is read here. */
+    int ops[3] = {x->a, x->b, x->c};
+    for (int pass = 0; pass < 2; pass++)
+      for (int k = 0; k < 3; k++)
+        if (ops[k] >= 0 && holds_reduce(bd, ops[k]) == (pass == 0)) list_visit(bd, ops[k]);
   }
   if (x->op == TE_LOAD)
     for (int t = 0; t < x->n_aff; t++)
@@ -850,6 +879,7 @@ kiln_status_t kiln_interp_kernel_create(const te_builder *b, const kiln_loop_nes
   }
   free(bd.of_expr);
   free(bd.vset);
+  free(bd.holds);
   free(bd.subst_var);
   free(bd.subst_div);
   if (st) {
