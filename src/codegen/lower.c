@@ -98,7 +98,7 @@ typedef enum unary_kind {
   U_RELU, U_SIGMOID, U_TANH, U_EXP, U_LOG, U_SQRT, U_NEG, U_ABS, U_ERF, U_RECIPROCAL, U_FLOOR, U_CEIL,
   U_LEAKY_RELU, U_ELU, U_HARD_SIGMOID, U_HARD_SWISH, U_CLIP, U_SOFTPLUS, U_SOFTSIGN, U_SIN, U_COS,
   U_IDENTITY, U_SELU, U_GELU, U_ROUND, U_NOT, U_ISNAN, U_ISINF, U_CAST,
-  U_SIGN, U_SINH, U_COSH, U_TAN, U_CELU, U_THRESHOLDED_RELU,
+  U_SIGN, U_SINH, U_COSH, U_TAN, U_CELU, U_THRESHOLDED_RELU, U_SHRINK,
 } unary_kind;
 
 typedef enum reduce_kind { R_SUM, R_MEAN, R_MAX, R_MIN, R_PROD, R_SUMSQ, R_L1, R_L2, R_LOGSUMEXP, R_LOGSUM } reduce_kind;
@@ -142,6 +142,7 @@ static int unary_kind_of(kiln_op_id id) {
     case KILN_OP_Tan: return U_TAN;
     case KILN_OP_Celu: return U_CELU;
     case KILN_OP_ThresholdedRelu: return U_THRESHOLDED_RELU;
+    case KILN_OP_Shrink: return U_SHRINK;
     default: return -1;
   }
 }
@@ -153,6 +154,7 @@ static int binary_te_of(kiln_op_id id) {
     case KILN_OP_Sub: return TE_SUB;
     case KILN_OP_Mul: return TE_MUL;
     case KILN_OP_Div: return TE_DIV;
+    case KILN_OP_Mod: return TE_MOD; /* integers (the claim's rule) */
     case KILN_OP_Max: return TE_MAX;
     case KILN_OP_Min: return TE_MIN;
     case KILN_OP_Pow: return TE_CALL2;
@@ -269,6 +271,8 @@ static bool inference_agrees(const kiln_graph *g, const kiln_node *n) {
  * many in all, before the search costs more than ref's one pass. */
 #define SCATTER_MAX_SEARCH 16
 #define SCATTER_MAX_PROBES ((int64_t)1 << 22)
+/* ReverseSequence's lengths ride in its view's parameters (te_tensor.p, after two axes) */
+#define REVSEQ_MAX_BATCH (4 * KILN_MAX_RANK - 2)
 /* CumSum and CumProd: each element sums its axis under a mask, the same bound's way */
 #define SCAN_MAX_SEARCH 64
 
@@ -376,8 +380,22 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
         return "inputs of different dtypes";
     bool logic = bk == TE_AND || bk == TE_OR || bk == TE_XOR;
     bool compare = bk == TE_EQ || bk == TE_LT || bk == TE_LE;
-    /* Integer Div/Mod stay on ref: division by zero is its error to report. */
+    /* Integer Div and Mod by a constant with no 0 (ref's error to report)
+     * and, signed, no -1 (INT_MIN / -1 traps in C; ref wraps); run-time
+     * divisors stay on ref. Mod on floats (fmod=1) stays there too. */
     bool int_ok = id == KILN_OP_Add || id == KILN_OP_Sub || id == KILN_OP_Mul || id == KILN_OP_Max || id == KILN_OP_Min;
+    if ((id == KILN_OP_Div || id == KILN_OP_Mod) && is_integer(dt)) {
+      const kiln_tensor *d = const_input(g, n, 1);
+      int_ok = d != NULL && n->n_inputs == 2;
+      for (int64_t i = 0; int_ok && i < d->numel; i++) {
+        int64_t v = kiln_load_i64(d->data, d->dtype, i);
+        int_ok = v != 0 && (v != -1 || !is_signed_int(dt));
+      }
+      if (!int_ok) return "an integer division by a run-time divisor, or by 0 or -1 (ref computes or reports it)";
+    }
+    if (id == KILN_OP_Mod && !is_integer(dt)) return "Mod on a dtype other than an integer (ref computes it)";
+    if (id == KILN_OP_Mod && kiln_attr_int(n, "fmod", 0) != 0 && kiln_attr_int(n, "fmod", 0) != 1)
+      return "an fmod other than 0 or 1 (ref reports it)";
     if (logic ? dt != KILN_DTYPE_BOOL
               : compare ? !(dt == KILN_DTYPE_F32 || is_integer(dt) || (bk == TE_EQ && dt == KILN_DTYPE_BOOL))
                         : !(dt == KILN_DTYPE_F32 || (int_ok && is_integer(dt))))
@@ -602,6 +620,28 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
       return NULL;
     }
     case KILN_OP_EyeLike: return is_plain(&g->values[n->outputs[0]]) && in0->type.rank == 2 ? NULL : "dtype not computed by compiled kernels";
+    case KILN_OP_Hardmax: {
+      if (!is_f32(in0) || in0->type.rank < 1 || has_zero_dim(&in0->type)) return "dtype other than f32";
+      int64_t r = in0->type.rank, axis = kiln_attr_int(n, "axis", n->opset < 13 ? 1 : -1);
+      if (axis < -r || axis >= r) return "an axis out of range (ref reports it)";
+      /* before opset 13 a row is every axis from `axis` on: one axis only when it is the last */
+      if (n->opset < 13 && (axis < 0 ? axis + r : axis) != r - 1) return "a row of several axes (opset < 13)";
+      return NULL;
+    }
+    case KILN_OP_ReverseSequence: {
+      if (!is_plain(in0) || in0->type.rank < 2) return "dtype not computed by compiled kernels";
+      int64_t ta = kiln_attr_int(n, "time_axis", 0), ba = kiln_attr_int(n, "batch_axis", 1);
+      const kiln_tensor *lens = const_input(g, n, 1);
+      if ((ta != 0 && ta != 1) || (ba != 0 && ba != 1) || ta == ba) return "axes ref rejects (it reports them)";
+      if (!lens || !kiln_dtype_is_int(lens->dtype) || lens->numel != in0->type.dims[ba])
+        return "sequence_lens that are not constants of the batch's size";
+      if (lens->numel > REVSEQ_MAX_BATCH) return "more sequence lengths than a kernel holds (ref runs it)";
+      for (int64_t i = 0; i < lens->numel; i++) {
+        int64_t v = kiln_load_i64(lens->data, lens->dtype, i);
+        if (v < 0 || v > in0->type.dims[ta]) return "a sequence length out of range (ref reports it)";
+      }
+      return NULL;
+    }
     case KILN_OP_DepthToSpace:
     case KILN_OP_SpaceToDepth: {
       if (!is_plain(in0) || in0->type.rank != 4) return "dtype not computed by compiled kernels";
@@ -775,6 +815,7 @@ bool kiln_lower_is_param_input(const kiln_node *n, int i) {
     case KILN_OP_Trilu:
     case KILN_OP_CumSum:
     case KILN_OP_CumProd:
+    case KILN_OP_ReverseSequence:
     case KILN_OP_Dropout: return true;
     case KILN_OP_OneHot: return i == 1; /* its depth (values, input 2, are data) */
     default: return reduce_kind_of(kiln_node_op_id(n)) >= 0;
@@ -918,6 +959,9 @@ static te_expr *compute_unary(te_builder *b, const te_tensor *t, te_expr *const 
                                            te_binary(b, TE_SUB, te_call1(b, "kiln_expf", te_binary(b, TE_DIV, x, f32c(b, alpha))),
                                                      one))));
     case U_THRESHOLDED_RELU: return te_select(b, te_binary(b, TE_LT, f32c(b, alpha), x), x, zero);
+    case U_SHRINK: /* x + bias below -lambd, x - bias above lambd, 0 between */
+      return te_select(b, te_binary(b, TE_LT, x, f32c(b, -alpha)), te_binary(b, TE_ADD, x, f32c(b, beta)),
+                       te_select(b, te_binary(b, TE_LT, f32c(b, alpha), x), te_binary(b, TE_SUB, x, f32c(b, beta)), zero));
     case U_IDENTITY: return x;
     case U_LEAKY_RELU:
       return te_select(b, te_binary(b, TE_LT, x, zero), te_binary(b, TE_MUL, f32c(b, alpha), x), x);
@@ -959,6 +1003,12 @@ static te_expr *compute_binary(te_builder *b, const te_tensor *t, te_expr *const
       acc = te_select(b, te_binary(b, TE_LT, acc, f32c(b, 0)), te_binary(b, TE_MUL, y, acc), acc);
     } else if (t->fp[3] != 0) {
       acc = te_binary(b, op, y, acc);
+    } else if (op == TE_MOD && t->fp[0] == 0) {
+      /* fmod=0: the sign of the divisor (Python's %), from C's truncated remainder */
+      te_expr *r = te_binary(b, TE_MOD, acc, y), *zero = te_const_i(b, acc->dtype, 0);
+      te_expr *fix = te_binary(b, TE_AND, te_binary(b, TE_NE, r, zero),
+                               te_binary(b, TE_NE, te_binary(b, TE_LT, r, zero), te_binary(b, TE_LT, y, zero)));
+      acc = te_select(b, fix, te_binary(b, TE_ADD, r, y), r);
     } else {
       acc = te_binary(b, op, acc, y);
     }
@@ -1504,6 +1554,34 @@ static te_expr *compute_eyelike(te_builder *b, const te_tensor *t, te_expr *cons
   te_expr *one = flt ? te_const_f(b, dt, 1) : te_const_i(b, dt, 1), *zero = flt ? te_const_f(b, dt, 0) : te_const_i(b, dt, 0);
   te_expr *on = te_binary(b, TE_EQ, te_binary(b, TE_SUB, idx[1], idx[0]), te_idx(b, t->p[0]));
   return te_select(b, on, one, zero);
+}
+
+static te_expr *compute_arg(te_builder *b, const te_tensor *t, te_expr *const *idx);
+
+/* Hardmax: 1 at the row's first maximum (a NaN counts as the maximum),
+ * 0 elsewhere: ArgMax's definition (keepdims) against the axis's index.
+ * p[0]: axis (p[1], ip, fp[0]: ArgMax's keepdims, kind, first index). */
+static te_expr *compute_hardmax(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  te_expr *at = compute_arg(b, t, idx);
+  return te_select(b, te_binary(b, TE_EQ, at, idx[t->p[0]]), f32c(b, 1), f32c(b, 0));
+}
+
+/* ReverseSequence: along the time axis, the first len[b] elements of batch
+ * b reversed, the rest as they are. p[0]: time axis, p[1]: batch axis,
+ * p[2 + b]: the constant lengths (at most REVSEQ_MAX_BATCH: the claim's). */
+static te_expr *compute_revseq(te_builder *b, const te_tensor *t, te_expr *const *idx) {
+  int ta = (int)t->p[0], ba = (int)t->p[1];
+  int64_t nb = t->dims[ba];
+  /* len of this batch row: a select chain over the constants */
+  te_expr *len = te_idx(b, t->p[2 + nb - 1]);
+  for (int64_t i = nb - 2; i >= 0; i--)
+    len = te_select(b, te_binary(b, TE_EQ, idx[ba], te_idx(b, i)), te_idx(b, t->p[2 + i]), len);
+  te_expr *sub[KILN_MAX_RANK];
+  for (int d = 0; d < t->rank; d++) sub[d] = idx[d];
+  te_expr *tt = idx[ta];
+  te_expr *rev = te_binary(b, TE_SUB, te_binary(b, TE_SUB, len, te_idx(b, 1)), tt);
+  sub[ta] = te_select(b, te_binary(b, TE_LT, tt, len), rev, tt);
+  return te_at(b, t->in[0], sub);
 }
 
 /* Trilu: element (i, j) of each matrix where j - i >= k (upper) or
@@ -2371,6 +2449,10 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
       case U_ELU: t->fp[0] = kiln_attr_float(n, "alpha", 1.0f); break;
       case U_CELU: t->fp[0] = kiln_attr_float(n, "alpha", 1.0f); break;
       case U_THRESHOLDED_RELU: t->fp[0] = kiln_attr_float(n, "alpha", 1.0f); break;
+      case U_SHRINK:
+        t->fp[0] = kiln_attr_float(n, "lambd", 0.5f);
+        t->fp[1] = kiln_attr_float(n, "bias", 0.0f);
+        break;
       case U_HARD_SIGMOID:
         t->fp[0] = kiln_attr_float(n, "alpha", 0.2f);
         t->fp[1] = kiln_attr_float(n, "beta", 0.5f);
@@ -2414,6 +2496,7 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
       t->fp[1] = ok ? 1.0 : 0.0;
     }
     if (id == KILN_OP_Mean) t->fp[2] = 1;
+    if (id == KILN_OP_Mod) t->fp[0] = kiln_attr_int(n, "fmod", 0) != 0;
     if (id == KILN_OP_Greater || id == KILN_OP_GreaterOrEqual) t->fp[3] = 1; /* a > b is b < a */
   } else if (id == KILN_OP_Where) {
     t = te_view_compute(b, odt, rank, dims, compute_where);
@@ -2646,6 +2729,27 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     int64_t k = kiln_attr_int(n, "k", 0), lim = dims[0] + dims[1] + 1;
     t->p[0] = k > lim ? lim : k < -lim ? -lim : k;
     t->n_in = 0;
+  } else if (id == KILN_OP_Hardmax) {
+    t = te_view_compute(b, odt, rank, dims, compute_hardmax);
+    if (!t) return te_builder_status(b);
+    int64_t axis = kiln_attr_int(n, "axis", n->opset < 13 ? 1 : -1);
+    t->p[0] = axis < 0 ? axis + rank : axis;
+    t->p[1] = 1;
+    t->ip = 1;
+    t->in[0] = inputs[0];
+    t->n_in = 1;
+  } else if (id == KILN_OP_ReverseSequence) {
+    const kiln_tensor *lens = const_input(g, n, 1);
+    int ba = (int)kiln_attr_int(n, "batch_axis", 1);
+    if (!lens || lens->numel != dims[ba] || lens->numel > REVSEQ_MAX_BATCH)
+      return kiln_error(KILN_UNSUPPORTED, "ReverseSequence: %lld sequence lengths", lens ? (long long)lens->numel : -1LL);
+    t = te_view_compute(b, odt, rank, dims, compute_revseq);
+    if (!t) return te_builder_status(b);
+    t->p[0] = kiln_attr_int(n, "time_axis", 0);
+    t->p[1] = ba;
+    for (int64_t i = 0; i < lens->numel; i++) t->p[2 + i] = kiln_load_i64(lens->data, lens->dtype, i);
+    t->in[0] = inputs[0];
+    t->n_in = 1;
   } else if (id == KILN_OP_Trilu) {
     t = te_view_compute(b, odt, rank, dims, compute_trilu);
     if (!t) return te_builder_status(b);

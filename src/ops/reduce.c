@@ -495,7 +495,7 @@ static const kiln_op_def reduce_ops[] = {
             KILN_OP_REREADS_INPUT, kiln_grad_softmax),
     RD_OP_G(LogSoftmax, 1, 1, 1, 1, same_as_input0, kiln_reduce_logsoftmax_kernel, KILN_OPCLASS_REDUCTION,
             KILN_OP_REREADS_INPUT, kiln_grad_softmax),
-    RD_OP(Hardmax, 1, 1, 1, 1, same_as_input0, kiln_reduce_hardmax_kernel, KILN_OPCLASS_NONE),
+    RD_OP(Hardmax, 1, 1, 1, 1, same_as_input0, kiln_reduce_hardmax_kernel, KILN_OPCLASS_REDUCTION),
     RD_OP(LpNormalization, 1, 1, 1, 1, same_as_input0, kiln_reduce_lpnorm_kernel, KILN_OPCLASS_NONE),
     /* reductions: each element combines its axis under a mask (codegen/lower.c's compute_scan) */
     RD_OP(CumSum, 2, 2, 1, 1, same_as_input0, kiln_reduce_cumsum_kernel, KILN_OPCLASS_REDUCTION),

@@ -2196,6 +2196,32 @@ def index_cases():
     m = case('dtype_EyeLike_i32', 9)
     m.out(m.node('EyeLike', [m.source([3, 5])], k=1, dtype=TensorProto.INT32))
 
+    # Hardmax (ties and the opset-11 last-axis form), ReverseSequence (constant lengths, both axis orders),
+    # Shrink, integer Div and Mod by constants (negative operands, both fmod modes, unsigned).
+    for i, (shape, axis, opset, how) in enumerate((([3, 7], -1, 13, 'plain'), ([4, 5, 6], 1, 13, 'T'),
+                                                    ([2, 9], 1, 11, 'S'))):
+        m = case('Hardmax_%d' % i, opset)
+        x = m.node('Floor', [m.node('Mul', [m.source(shape, how), m.const(np.float32(2.0))])])  # ties
+        m.out(m.node('Hardmax', [x], axis=axis))
+    m = case('ReverseSequence_time0', 10)
+    m.out(m.node('ReverseSequence', [m.source([6, 4, 3]), m.const(ints([6, 0, 3, 1]))], time_axis=0, batch_axis=1))
+    m = case('ReverseSequence_batch0_T', 10)
+    m.out(m.node('ReverseSequence', [m.source([3, 5, 2], 'T'), m.const(ints([2, 5, 4]))], time_axis=1, batch_axis=0))
+    m = case('Shrink_rand', 9)
+    m.out(m.node('Shrink', [m.source([5, 9])], lambd=0.7, bias=0.2))
+    for dt, tdt in ((TensorProto.INT64, np.int64), (TensorProto.INT32, np.int32), (TensorProto.UINT8, np.uint8)):
+        nm = {TensorProto.INT64: 'i64', TensorProto.INT32: 'i32', TensorProto.UINT8: 'u8'}[dt]
+        signed = tdt != np.uint8
+        for op, attrs in (('Div', {}), ('Mod', {'fmod': 0}), ('Mod', {'fmod': 1})):
+            tag = '%s%s' % (op, '_fmod' if attrs.get('fmod') else '')
+            m = case('dtype_%s_const_%s' % (tag, nm), 14)
+            scale = m.const(np.float32(40.0))
+            xf = m.source([3, 8])
+            xf = m.node('Mul', [xf, scale]) if signed else m.node('Abs', [m.node('Mul', [xf, scale])])
+            x = m.node('Cast', [xf], to=dt)
+            d = np.array([3, -4, 7, 5, -2, 9, 6, -11] if signed else [3, 4, 7, 5, 2, 9, 6, 11], tdt)
+            m.out(m.node(op, [x, m.const(d)], **attrs))
+
     for mode in ('DCR', 'CRD'):
         m = case('DepthToSpace_%s' % mode, 13)
         m.out(m.node('DepthToSpace', [m.source([2, 12, 3, 2])], blocksize=2, mode=mode))

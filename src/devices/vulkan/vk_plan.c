@@ -96,6 +96,9 @@ const char *vk_plan_unsupported(const kiln_graph *g, const kiln_node *node) {
   kiln_dtype odt = g->values[node->outputs[0]].type.dtype;
   if (odt != KILN_DTYPE_F32 && odt != KILN_DTYPE_I32 && odt != KILN_DTYPE_BOOL)
     return "a result of dtype other than f32, int32 or bool";
+  /* GLSL leaves integer / and % undefined for negative operands (C truncates: ref's rule) */
+  if ((kiln_node_is(node, KILN_OP_Div) || kiln_node_is(node, KILN_OP_Mod)) && odt != KILN_DTYPE_F32)
+    return "an integer division (GLSL leaves negative operands undefined)";
   for (int i = 0; i < node->n_inputs; i++) {
     if (node->inputs[i] < 0 || kiln_lower_is_param_input(node, i)) continue;
     kiln_dtype dt = g->values[node->inputs[i]].type.dtype;
