@@ -375,9 +375,12 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
   if (bk >= 0) {
     if (n->opset < 7) return "legacy broadcast attributes";
     kiln_dtype dt = dtype_of(in0);
-    for (int i = 0; i < n->n_inputs; i++)
-      if (!input_def(g, n, i) || dtype_of(input_def(g, n, i)) != dt || !fully_known(&input_def(g, n, i)->type))
-        return "inputs of different dtypes";
+    for (int i = 0; i < n->n_inputs; i++) {
+      const kiln_value_def *v = input_def(g, n, i);
+      /* Pow of an f32 base takes an exponent of any integer dtype (opset 12+), converted to f32 */
+      bool exponent = id == KILN_OP_Pow && i == 1 && dt == KILN_DTYPE_F32 && v && is_integer(dtype_of(v));
+      if (!v || (dtype_of(v) != dt && !exponent) || !fully_known(&v->type)) return "inputs of different dtypes";
+    }
     bool logic = bk == TE_AND || bk == TE_OR || bk == TE_XOR;
     bool compare = bk == TE_EQ || bk == TE_LT || bk == TE_LE;
     /* Integer Div and Mod by a constant with no 0 (ref's error to report)
@@ -998,7 +1001,7 @@ static te_expr *compute_binary(te_builder *b, const te_tensor *t, te_expr *const
     if (op == TE_CALL2) { /* Pow: exponents 2 and 0.5 are common and cheap */
       if (t->fp[0] == 2.0 && t->fp[1] == 1.0) acc = te_binary(b, TE_MUL, acc, acc);
       else if (t->fp[0] == 0.5 && t->fp[1] == 1.0) acc = te_call1(b, "sqrtf", acc);
-      else acc = te_call2(b, "powf", acc, y);
+      else acc = te_call2(b, "powf", acc, y->dtype == KILN_DTYPE_F32 ? y : te_cast(b, KILN_DTYPE_F32, y));
     } else if (op == TE_SELECT) { /* PRelu */
       acc = te_select(b, te_binary(b, TE_LT, acc, f32c(b, 0)), te_binary(b, TE_MUL, y, acc), acc);
     } else if (t->fp[3] != 0) {

@@ -2207,6 +2207,10 @@ def index_cases():
     m.out(m.node('ReverseSequence', [m.source([6, 4, 3]), m.const(ints([6, 0, 3, 1]))], time_axis=0, batch_axis=1))
     m = case('ReverseSequence_batch0_T', 10)
     m.out(m.node('ReverseSequence', [m.source([3, 5, 2], 'T'), m.const(ints([2, 5, 4]))], time_axis=1, batch_axis=0))
+    for i, (edt, e) in enumerate(((np.int64, 3), (np.int32, -2))):   # an f32 base, an integer exponent (opset 12+)
+        m = case(('dtype_Pow_int_exponent_%d' if edt == np.int64 else 'Pow_int_exponent_%d') % i, 13)  # vulkan: no int64
+        m.out(m.node('Pow', [m.node('Add', [m.node('Abs', [m.source([4, 7])]), m.const(np.float32(0.5))]),
+                             m.const(np.array(e, edt))]))
     m = case('Shrink_rand', 9)
     m.out(m.node('Shrink', [m.source([5, 9])], lambd=0.7, bias=0.2))
     for dt, tdt in ((TensorProto.INT64, np.int64), (TensorProto.INT32, np.int32), (TensorProto.UINT8, np.uint8)):
