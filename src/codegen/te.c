@@ -178,6 +178,13 @@ void te_set_var_extent(te_builder *b, int var, int64_t extent) {
 int te_var_count(const te_builder *b) { return b->n_vars; }
 int te_expr_count(const te_builder *b) { return b->n_exprs; }
 
+bool te_has_dtype(const te_builder *b, kiln_dtype dt) {
+  for (int k = 0; k < b->n_buckets; k++)
+    for (const te_expr *e = b->buckets[k]; e; e = e->next_in_bucket)
+      if (e->dtype == dt) return true;
+  return false;
+}
+
 /* ---- hash-consing ---------------------------------------------------------- */
 
 static uint64_t mix(uint64_t h, uint64_t v) {

@@ -87,6 +87,10 @@ int te_new_var(te_builder *b);
 void te_set_var_extent(te_builder *b, int var, int64_t extent);
 int te_var_count(const te_builder *b);
 int te_expr_count(const te_builder *b);
+/* Whether the builder holds an expression of dtype dt (any it interned,
+ * used by the kernel or not): a half cast inside a fused kernel whose
+ * buffers are all f32 needs the dialect's half conversions too. */
+bool te_has_dtype(const te_builder *b, kiln_dtype dt);
 
 te_expr *te_const_f(te_builder *b, kiln_dtype dtype, double v);
 te_expr *te_const_i(te_builder *b, kiln_dtype dtype, int64_t v);

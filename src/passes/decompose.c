@@ -1,8 +1,11 @@
 /* decompose: ops with more than one output rewritten as the graph of
  * single-output ops they compute, so compiling devices fuse and compile
- * them (a kernel has one output); a Concat of more than 8 inputs as a
- * tree of Concats of at most 8 (a compiled view's operands); a Softmax over
- * an axis that is not the last between two Transposes.
+ * them (a kernel has one output); ops without a compute definition of
+ * their own (normalizations, losses) as the ops that have one; a Concat of
+ * more than 8 inputs as a tree of Concats of at most 8 (a compiled view's
+ * operands); a Softmax over an axis that is not the last between two
+ * Transposes. ref runs the graph as written: its kernels are the truth
+ * each rewrite follows.
  *
  *   DynamicQuantizeLinear(x) -> y, y_scale, y_zero_point   (ops/quant.c's rules):
  *     xc    = Where(IsNaN(x), 0, x)           NaN does not count (ref skips it)
@@ -39,7 +42,50 @@
  *   is a constant is checked against ref's range here (out of range: ref
  *   reports it); a run-time one becomes masks, and a length outside
  *   [0, seq] acts as its nearest bound instead of ref's error. Only f32,
- *   shapes known, every input of ref's shape. */
+ *   shapes known, every input of ref's shape.
+ *
+ * The normalizations and losses below, as their ref kernels compute them
+ * (statistics in two passes: the mean, then the mean of the squared
+ * deviations), only for f32 with shapes known and an input ref accepts
+ * (anything else, empty tensors too, stays on ref, which words the error):
+ *
+ *   GroupNormalization(X [N, C, ...], scale, bias, num_groups G, epsilon)   (ops/nn_transformer.c):
+ *     Xg   = Reshape(X, [N, G, C/G * prod(spatial)])   a group's elements are contiguous
+ *     mean = ReduceMean(Xg, 2), D = Xg - mean, var = ReduceMean(D * D, 2)
+ *     Yg   = D * (1 / Sqrt(var + epsilon))
+ *     opset 18 (scale, bias [G]):  Reshape(Yg * scale[G, 1] + bias[G, 1], X's shape)
+ *     opset 21 (scale, bias [C]):  Reshape(Yg, X's shape) * scale[C, 1...] + bias[C, 1...]
+ *     (stash_type other than f32 stays on ref)
+ *
+ *   MeanVarianceNormalization(X, axes = [0, 2, 3])   (ops/nn_norm.c: the ONNX function body):
+ *     D = X - ReduceMean(X, axes), Y = D / (Sqrt(ReduceMean(D * D, axes)) + 1e-9)
+ *
+ *   LpNormalization(X, axis = -1, p in {1, 2})   (ops/reduce_softmax.c):
+ *     norm = ReduceL1 / ReduceL2(X, axis), Y = X / Where(norm == 0, 1, norm)
+ *     (an all-zero row gives 0 as ref; a row whose squares all underflow f32,
+ *     |x| < 1e-19, gives itself where ref, in double, normalizes it)
+ *
+ *   LayerNormalization(X, Scale, B, axis, epsilon) -> Y, Mean, InvStdDev   (ops/nn_norm.c)
+ *   when Mean or InvStdDev is read (one that nobody reads is dropped first; a
+ *   LayerNormalization left with Y alone compiles whole):
+ *     Mean = ReduceMean(X, axis..), D = X - Mean, InvStdDev = 1 / Sqrt(ReduceMean(D * D, axis..) + epsilon)
+ *     Y    = D * InvStdDev * Scale + B   (Scale, B broadcast into X; stash_type f32 only)
+ *
+ *   NegativeLogLikelihoodLoss(lp [N, C, d...], target [N, d...], weight [C]) and
+ *   SoftmaxCrossEntropyLoss(scores, labels, weights) -> loss, log_prob   (ops/nn_loss.c):
+ *     SCE: lp = LogSoftmax(scores, axis 1) (-> log_prob; Transposes around it next round)
+ *     ign  = target == ignore_index    (when the attribute is given)
+ *     t    = Where(ign, 0, Where(target < 0, C, target))
+ *     l    = -GatherElements(lp, Reshape(t, [N, 1, d...]), axis 1) * Gather(weight, t)
+ *     l    = Where(ign, 0, l)                                     -> loss (reduction none)
+ *     sum: ReduceSum(l); mean: ReduceSum(l) / ReduceSum(Where(ign, 0, weight[t] or 1))
+ *     (every target ignored: 0 / 0, NaN as ref; no weight nor ignore_index: ReduceMean(l))
+ *   Range: a constant target out of [0, C) that is not ignored leaves the
+ *   node to ref, which reports it. A run-time one is mapped out of range
+ *   when negative (a gather would wrap it) and left to the gathers' checks:
+ *   ref's GatherElements and Gather report it, and a compiled Gather's
+ *   run-time indices are checked by the plan before the kernel (runtime/plan.c,
+ *   kiln_lower_runtime_indices): an error naming the gather, not the loss. */
 #include "passes/passes_opt.h"
 #include "ops/rnn.h"
 
@@ -959,6 +1005,320 @@ static kiln_status_t decompose_rms_norm(kiln_graph *g, int ni) {
   return finish(&b);
 }
 
+/* ---- normalizations and losses (ops/nn_norm.c, ops/nn_transformer.c,
+ * ops/reduce_softmax.c, ops/nn_loss.c) ------------------------------------ */
+
+/* ReduceMean-13 of x over axes, dims kept (rdims: the result's shape);
+ * out: an existing value, or -1. */
+static int mean_over(builder *b, int x, int na, const int64_t *axes, int rank, const int64_t *rdims, int out) {
+  int y = node(b, "ReduceMean", 13, 1, &x, out, KILN_DTYPE_F32, rank, rdims);
+  if (!b->st) b->st = kiln_opt_set_attr_ints(last(b), "axes", na, axes);
+  if (!b->st) b->st = kiln_opt_set_attr_int(last(b), "keepdims", 1);
+  return y;
+}
+
+/* x - mean and the population variance over axes, as ref's kernels form
+ * them in two passes (the mean, then the mean of the squared deviations,
+ * never E[x^2] - E[x]^2). mean_out: an existing value for the mean, or -1. */
+static int centred(builder *b, int x, int na, const int64_t *axes, int rank, const int64_t *dims,
+                   const int64_t *rdims, int mean_out, int *out_var) {
+  int mean = mean_over(b, x, na, axes, rank, rdims, mean_out);
+  int dev = node(b, "Sub", 14, 2, (int[]){x, mean}, -1, KILN_DTYPE_F32, rank, dims);
+  int sq = node(b, "Mul", 14, 2, (int[]){dev, dev}, -1, KILN_DTYPE_F32, rank, dims);
+  *out_var = mean_over(b, sq, na, axes, rank, rdims, -1);
+  return dev;
+}
+
+/* 1 / Sqrt(var + eps). */
+static int inv_std(builder *b, int var, double eps, int rank, const int64_t *rdims, int out) {
+  const kiln_dtype F = KILN_DTYPE_F32;
+  int ve = node(b, "Add", 14, 2, (int[]){var, scalar_const(b, F, eps)}, -1, F, rank, rdims);
+  int sd = node(b, "Sqrt", 13, 1, &ve, -1, F, rank, rdims);
+  return node(b, "Reciprocal", 13, 1, &sd, out, F, rank, rdims);
+}
+
+/* Value v (f32, shape known) broadcasts to a tensor of rank r and dims
+ * without growing it. */
+static bool broadcasts_into(const kiln_graph *g, int v, int r, const int64_t *dims) {
+  const kiln_type *t = &g->values[v].type;
+  if (t->rank > r) return false;
+  for (int d = 0; d < t->rank; d++) {
+    int64_t sd = t->dims[d], xd = dims[r - t->rank + d];
+    if (sd != 1 && sd != xd) return false;
+  }
+  return true;
+}
+
+static kiln_status_t decompose_group_norm(kiln_graph *g, int ni) {
+  const kiln_node *n = &g->nodes[ni];
+  if (n->domain[0] || n->n_inputs != 3 || n->n_outputs != 1 || n->outputs[0] < 0) return NULL;
+  for (int i = 0; i < 3; i++)
+    if (!f32_shaped(g, n->inputs[i], false)) return NULL;
+  const kiln_attr *ga = kiln_node_attr(n, "num_groups");
+  if (!ga || ga->type != KILN_ATTR_INT || ga->i < 1) return NULL; /* ref words it */
+  if (n->opset >= 21 && kiln_attr_int(n, "stash_type", 1) != KILN_DTYPE_F32) return NULL;
+  const kiln_type *xt = &g->values[n->inputs[0]].type;
+  int r = xt->rank;
+  if (r < 2 || kiln_shape_numel(r, xt->dims) == 0) return NULL;
+  int64_t G = ga->i, N = xt->dims[0], C = xt->dims[1], inner = kiln_shape_numel(r - 2, xt->dims + 2);
+  if (C % G) return NULL;
+  bool per_channel = n->opset >= 21;
+  for (int i = 1; i < 3; i++) {
+    const kiln_type *t = &g->values[n->inputs[i]].type;
+    if (t->rank != 1 || t->dims[0] != (per_channel ? C : G)) return NULL;
+  }
+  int64_t dims[KILN_MAX_RANK];
+  memcpy(dims, xt->dims, sizeof(int64_t) * (size_t)r);
+  int x = n->inputs[0], scale = n->inputs[1], bias = n->inputs[2], out = n->outputs[0];
+  double eps = kiln_attr_float(n, "epsilon", 1e-5f);
+  const kiln_dtype F = KILN_DTYPE_F32;
+  builder b = {.g = g};
+  snprintf(b.base, sizeof b.base, "%s", n->name);
+  KILN_TRY(replace_node(&b, g, ni));
+  int64_t d3[3] = {N, G, C / G * inner}, r3[3] = {N, G, 1}, ax = 2;
+  int var, dev = centred(&b, reshape(&b, x, 3, d3, -1), 1, &ax, 3, d3, r3, -1, &var);
+  int nrm = node(&b, "Mul", 14, 2, (int[]){dev, inv_std(&b, var, eps, 3, r3, -1)}, -1, F, 3, d3);
+  if (!per_channel) { /* a group's elements are contiguous: [G, 1] broadcasts over them */
+    int64_t p2[2] = {G, 1};
+    int y = node(&b, "Mul", 14, 2, (int[]){nrm, reshape(&b, scale, 2, p2, -1)}, -1, F, 3, d3);
+    y = node(&b, "Add", 14, 2, (int[]){y, reshape(&b, bias, 2, p2, -1)}, -1, F, 3, d3);
+    reshape(&b, y, r, dims, out);
+  } else {
+    int64_t pd[KILN_MAX_RANK] = {C};
+    for (int d = 1; d < r - 1; d++) pd[d] = 1;
+    int y = node(&b, "Mul", 14, 2, (int[]){reshape(&b, nrm, r, dims, -1), reshape(&b, scale, r - 1, pd, -1)}, -1, F,
+                 r, dims);
+    node(&b, "Add", 14, 2, (int[]){y, reshape(&b, bias, r - 1, pd, -1)}, out, F, r, dims);
+  }
+  return finish(&b);
+}
+
+static kiln_status_t decompose_mvn(kiln_graph *g, int ni) {
+  const kiln_node *n = &g->nodes[ni];
+  if (n->domain[0] || n->n_inputs != 1 || n->n_outputs != 1 || n->outputs[0] < 0) return NULL;
+  if (!f32_shaped(g, n->inputs[0], false)) return NULL;
+  const kiln_type *t = &g->values[n->inputs[0]].type;
+  int r = t->rank, n_axes = 3;
+  if (kiln_shape_numel(r, t->dims) == 0) return NULL; /* nothing to compile: ref */
+  static const int64_t default_axes[3] = {0, 2, 3};
+  const int64_t *axes_attr = default_axes;
+  if (kiln_node_attr(n, "axes")) axes_attr = kiln_attr_ints(n, "axes", &n_axes);
+  if (!axes_attr || n_axes < 1) return NULL; /* no axis: every element its own group, ref computes it */
+  bool reduce[KILN_MAX_RANK] = {0};
+  for (int i = 0; i < n_axes; i++) {
+    int64_t a = axes_attr[i];
+    if (a < -r || a >= r) return NULL; /* ref words it */
+    reduce[a < 0 ? a + r : a] = true;
+  }
+  int64_t dims[KILN_MAX_RANK], rdims[KILN_MAX_RANK], axes[KILN_MAX_RANK];
+  int na = 0;
+  for (int d = 0; d < r; d++) {
+    dims[d] = t->dims[d];
+    rdims[d] = reduce[d] ? 1 : dims[d];
+    if (reduce[d]) axes[na++] = d;
+  }
+  int x = n->inputs[0], out = n->outputs[0];
+  const kiln_dtype F = KILN_DTYPE_F32;
+  builder b = {.g = g};
+  snprintf(b.base, sizeof b.base, "%s", n->name);
+  KILN_TRY(replace_node(&b, g, ni));
+  int var, dev = centred(&b, x, na, axes, r, dims, rdims, -1, &var);
+  int sd = node(&b, "Sqrt", 13, 1, &var, -1, F, r, rdims);
+  int den = node(&b, "Add", 14, 2, (int[]){sd, scalar_const(&b, F, 1e-9)}, -1, F, r, rdims);
+  node(&b, "Div", 14, 2, (int[]){dev, den}, out, F, r, dims);
+  return finish(&b);
+}
+
+static kiln_status_t decompose_lp_norm(kiln_graph *g, int ni) {
+  const kiln_node *n = &g->nodes[ni];
+  if (n->domain[0] || n->n_inputs != 1 || n->n_outputs != 1 || n->outputs[0] < 0) return NULL;
+  if (!f32_shaped(g, n->inputs[0], false)) return NULL;
+  const kiln_type *t = &g->values[n->inputs[0]].type;
+  int r = t->rank;
+  int64_t p = kiln_attr_int(n, "p", 2), axis = kiln_attr_int(n, "axis", -1);
+  if ((p != 1 && p != 2) || r < 1 || axis < -r || axis >= r) return NULL; /* ref words it */
+  if (kiln_shape_numel(r, t->dims) == 0) return NULL;
+  if (axis < 0) axis += r;
+  int64_t dims[KILN_MAX_RANK], rdims[KILN_MAX_RANK];
+  for (int d = 0; d < r; d++) {
+    dims[d] = t->dims[d];
+    rdims[d] = d == axis ? 1 : dims[d];
+  }
+  int x = n->inputs[0], out = n->outputs[0];
+  const kiln_dtype F = KILN_DTYPE_F32;
+  builder b = {.g = g};
+  snprintf(b.base, sizeof b.base, "%s", n->name);
+  KILN_TRY(replace_node(&b, g, ni));
+  int nm = node(&b, p == 1 ? "ReduceL1" : "ReduceL2", 13, 1, &x, -1, F, r, rdims);
+  if (!b.st) b.st = kiln_opt_set_attr_ints(last(&b), "axes", 1, &axis);
+  if (!b.st) b.st = kiln_opt_set_attr_int(last(&b), "keepdims", 1);
+  int zero = node(&b, "Equal", 13, 2, (int[]){nm, scalar_const(&b, F, 0.0)}, -1, KILN_DTYPE_BOOL, r, rdims);
+  int safe = node(&b, "Where", 16, 3, (int[]){zero, scalar_const(&b, F, 1.0), nm}, -1, F, r, rdims);
+  node(&b, "Div", 14, 2, (int[]){x, safe}, out, F, r, dims);
+  return finish(&b);
+}
+
+/* Drops the optional outputs of node ni nobody reads (not a node's input,
+ * a graph output or a subgraph's read); true when one that is read is left. */
+static kiln_status_t drop_unread_outputs(kiln_graph *g, int ni, bool *out_extra) {
+  kiln_opt_uses u;
+  KILN_TRY(kiln_opt_uses_build(g, &u));
+  kiln_node *n = &g->nodes[ni];
+  *out_extra = false;
+  for (int i = 1; i < n->n_outputs; i++) {
+    int v = n->outputs[i];
+    if (v < 0) continue;
+    if (u.count[v] == 0 && !u.pinned[v]) {
+      n->outputs[i] = -1;
+      g->values[v].producer = -1;
+    } else {
+      *out_extra = true;
+    }
+  }
+  kiln_opt_uses_free(&u);
+  return NULL;
+}
+
+static kiln_status_t decompose_layer_norm(kiln_graph *g, int ni) {
+  const kiln_node *n = &g->nodes[ni];
+  if (n->domain[0] || n->n_outputs < 2 || n->n_inputs < 2 || n->n_inputs > 3) return NULL;
+  bool extra;
+  KILN_TRY(drop_unread_outputs(g, ni, &extra));
+  if (!extra) return NULL; /* one output: compiled whole */
+  n = &g->nodes[ni];
+  int bias = n->n_inputs > 2 ? n->inputs[2] : -1;
+  if (!f32_shaped(g, n->inputs[0], false) || !f32_shaped(g, n->inputs[1], false) ||
+      (bias >= 0 && !f32_shaped(g, bias, false)))
+    return NULL;
+  if (kiln_attr_int(n, "stash_type", 1) != KILN_DTYPE_F32) return NULL;
+  const kiln_type *t = &g->values[n->inputs[0]].type;
+  int r = t->rank;
+  int64_t axis = kiln_attr_int(n, "axis", -1);
+  if (r < 1 || axis < -r || axis >= r || kiln_shape_numel(r, t->dims) == 0) return NULL; /* ref words it */
+  if (axis < 0) axis += r;
+  if (!broadcasts_into(g, n->inputs[1], r, t->dims) || (bias >= 0 && !broadcasts_into(g, bias, r, t->dims)))
+    return NULL;
+  int64_t dims[KILN_MAX_RANK], rdims[KILN_MAX_RANK], axes[KILN_MAX_RANK];
+  int na = 0;
+  for (int d = 0; d < r; d++) {
+    dims[d] = t->dims[d];
+    rdims[d] = d >= axis ? 1 : dims[d];
+    if (d >= axis) axes[na++] = d;
+  }
+  int outs[3] = {-1, -1, -1};
+  for (int i = 0; i < 3 && i < n->n_outputs; i++) outs[i] = n->outputs[i];
+  for (int i = 1; i < 3; i++) { /* ref's statistics: stash_type's f32 with the reduced axes kept */
+    const kiln_type *ot = outs[i] >= 0 ? &g->values[outs[i]].type : NULL;
+    if (ot && (ot->kind != KILN_TYPE_TENSOR || ot->dtype != KILN_DTYPE_F32 || !kiln_shape_equal(ot->rank, ot->dims, r, rdims)))
+      return NULL;
+  }
+  int x = n->inputs[0], scale = n->inputs[1];
+  double eps = kiln_attr_float(n, "epsilon", 1e-5f);
+  const kiln_dtype F = KILN_DTYPE_F32;
+  builder b = {.g = g};
+  snprintf(b.base, sizeof b.base, "%s", n->name);
+  KILN_TRY(replace_node(&b, g, ni));
+  int var, dev = centred(&b, x, na, axes, r, dims, rdims, outs[1], &var);
+  int inv = inv_std(&b, var, eps, r, rdims, outs[2]);
+  if (outs[0] >= 0) {
+    int y = node(&b, "Mul", 14, 2, (int[]){dev, inv}, -1, F, r, dims);
+    y = node(&b, "Mul", 14, 2, (int[]){y, scale}, bias >= 0 ? -1 : outs[0], F, r, dims);
+    if (bias >= 0) node(&b, "Add", 14, 2, (int[]){y, bias}, outs[0], F, r, dims);
+  }
+  return finish(&b);
+}
+
+static kiln_status_t decompose_loss(kiln_graph *g, int ni) {
+  const kiln_node *n = &g->nodes[ni];
+  bool sce = kiln_node_is(n, KILN_OP_SoftmaxCrossEntropyLoss);
+  if (n->domain[0] || n->n_inputs < 2 || n->n_inputs > 3 || n->n_outputs < 1 || n->n_outputs > (sce ? 2 : 1) ||
+      n->outputs[0] < 0)
+    return NULL;
+  const char *rs = kiln_attr_string(n, "reduction", "mean");
+  int red = !strcmp(rs, "none") ? 0 : !strcmp(rs, "sum") ? 1 : !strcmp(rs, "mean") ? 2 : -1;
+  if (red < 0 || !f32_shaped(g, n->inputs[0], false)) return NULL; /* ref words it */
+  int tgt = n->inputs[1], weight = n->n_inputs > 2 ? n->inputs[2] : -1;
+  const kiln_type *xt = &g->values[n->inputs[0]].type, *tt = tgt >= 0 ? &g->values[tgt].type : NULL;
+  int r = xt->rank, tr = r - 1;
+  if (r < 2 || !tt || tt->kind != KILN_TYPE_TENSOR || !kiln_opt_shape_known(tt) ||
+      (tt->dtype != KILN_DTYPE_I32 && tt->dtype != KILN_DTYPE_I64))
+    return NULL;
+  int64_t N = xt->dims[0], C = xt->dims[1], xdims[KILN_MAX_RANK], td[KILN_MAX_RANK], id[KILN_MAX_RANK];
+  memcpy(xdims, xt->dims, sizeof(int64_t) * (size_t)r);
+  if (kiln_shape_numel(r, xdims) == 0) return NULL;
+  td[0] = id[0] = N;
+  id[1] = 1;
+  for (int d = 2; d < r; d++) td[d - 1] = id[d] = xdims[d];
+  if (!kiln_shape_equal(tt->rank, tt->dims, tr, td)) return NULL;
+  if (weight >= 0) {
+    const kiln_type *wt = &g->values[weight].type;
+    if (!f32_shaped(g, weight, false) || wt->rank != 1 || wt->dims[0] != C) return NULL;
+  }
+  kiln_dtype tdt = tt->dtype;
+  const kiln_attr *ia = kiln_node_attr(n, "ignore_index");
+  bool has_ignore = ia && ia->type == KILN_ATTR_INT;
+  int64_t ignore = has_ignore ? ia->i : 0;
+  /* ref compares the loaded int64 target: an int32 target never equals an
+   * ignore_index int32 cannot hold */
+  if (has_ignore && tdt == KILN_DTYPE_I32 && (ignore < INT32_MIN || ignore > INT32_MAX)) has_ignore = false;
+  /* Constant targets out of range: ref's error to report. */
+  const kiln_tensor *tc = kiln_opt_const(g, tgt);
+  for (int64_t i = 0; tc && i < tc->numel; i++) {
+    int64_t v = kiln_load_i64(tc->data, tc->dtype, i);
+    if (!(has_ignore && v == ignore) && (v < 0 || v >= C)) return NULL;
+  }
+  int x = n->inputs[0], out = n->outputs[0], log_prob = sce && n->n_outputs > 1 ? n->outputs[1] : -1;
+  const kiln_dtype F = KILN_DTYPE_F32, BOOL = KILN_DTYPE_BOOL;
+  builder b = {.g = g};
+  snprintf(b.base, sizeof b.base, "%s", n->name);
+  KILN_TRY(replace_node(&b, g, ni));
+  int lp = x;
+  if (sce) { /* over axis 1: decompose_softmax moves it last in the next round */
+    lp = node(&b, "LogSoftmax", 13, 1, &x, log_prob, F, r, xdims);
+    if (!b.st) b.st = kiln_opt_set_attr_int(last(&b), "axis", 1);
+  }
+  /* The target to gather: ignored ones 0 (any class), negative ones C, out
+   * of range, which GatherElements refuses (ref's and the plan's index
+   * checks) as ref's loss refuses them, where a gather would wrap them. */
+  int ign = -1, ts = tgt;
+  if (has_ignore)
+    ign = node(&b, "Equal", 13, 2, (int[]){tgt, scalar_const(&b, tdt, (double)ignore)}, -1, BOOL, tr, td);
+  if (!tc) {
+    int neg = node(&b, "Less", 13, 2, (int[]){tgt, scalar_const(&b, tdt, 0)}, -1, BOOL, tr, td);
+    ts = node(&b, "Where", 16, 3, (int[]){neg, scalar_const(&b, tdt, (double)C), tgt}, -1, tdt, tr, td);
+  }
+  if (has_ignore) ts = node(&b, "Where", 16, 3, (int[]){ign, scalar_const(&b, tdt, 0), ts}, -1, tdt, tr, td);
+  int picked = node(&b, "GatherElements", 13, 2, (int[]){lp, reshape(&b, ts, r, id, -1)}, -1, F, r, id);
+  if (!b.st) b.st = kiln_opt_set_attr_int(last(&b), "axis", 1);
+  picked = reshape(&b, picked, tr, td, -1);
+  /* loss = -lp[target] * weight[target], 0 where ignored; written to out
+   * by its last node when the reduction is none */
+  int loss_out = red == 0 ? out : -1, w = -1;
+  int loss = node(&b, "Neg", 13, 1, &picked, weight < 0 && !has_ignore ? loss_out : -1, F, tr, td);
+  if (weight >= 0) {
+    w = node(&b, "Gather", 13, 2, (int[]){weight, ts}, -1, F, tr, td);
+    if (!b.st) b.st = kiln_opt_set_attr_int(last(&b), "axis", 0);
+    loss = node(&b, "Mul", 14, 2, (int[]){loss, w}, has_ignore ? -1 : loss_out, F, tr, td);
+  }
+  int zero = scalar_const(&b, F, 0.0);
+  if (has_ignore) loss = node(&b, "Where", 16, 3, (int[]){ign, zero, loss}, loss_out, F, tr, td);
+  if (red == 0) return finish(&b);
+  if (red == 2 && weight < 0 && !has_ignore) {
+    node(&b, "ReduceMean", 13, 1, &loss, out, F, 0, NULL);
+    if (!b.st) b.st = kiln_opt_set_attr_int(last(&b), "keepdims", 0);
+    return finish(&b);
+  }
+  int sum = node(&b, "ReduceSum", 13, 1, &loss, red == 1 ? out : -1, F, 0, NULL);
+  if (!b.st) b.st = kiln_opt_set_attr_int(last(&b), "keepdims", 0);
+  if (red == 1) return finish(&b);
+  /* mean: over the weights of the positions not ignored (all ignored: 0/0, NaN as ref) */
+  if (has_ignore) w = node(&b, "Where", 16, 3, (int[]){ign, zero, w >= 0 ? w : scalar_const(&b, F, 1.0)}, -1, F, tr, td);
+  int wsum = node(&b, "ReduceSum", 13, 1, &w, -1, F, 0, NULL);
+  if (!b.st) b.st = kiln_opt_set_attr_int(last(&b), "keepdims", 0);
+  node(&b, "Div", 14, 2, (int[]){sum, wsum}, out, F, 0, NULL);
+  return finish(&b);
+}
+
 /* RotaryEmbedding (opset 23, ops/nn_transformer.c's rule) as slices,
  * elementwise products and a Concat (f32, shapes known):
  *   cos, sin = the caches' rows (Gather by position_ids), shaped to
@@ -1089,6 +1449,14 @@ static kiln_status_t decompose_graph(kiln_graph *g, unsigned keep) {
       case KILN_OP_Mish: KILN_TRY(decompose_activation(g, ni)); break;
       case KILN_OP_RMSNormalization: KILN_TRY(decompose_rms_norm(g, ni)); break;
       case KILN_OP_RotaryEmbedding: KILN_TRY(decompose_rope(g, ni)); break;
+      case KILN_OP_GroupNormalization: KILN_TRY(decompose_group_norm(g, ni)); break;
+      case KILN_OP_MeanVarianceNormalization: KILN_TRY(decompose_mvn(g, ni)); break;
+      case KILN_OP_LpNormalization: KILN_TRY(decompose_lp_norm(g, ni)); break;
+      case KILN_OP_LayerNormalization:
+        if (g->nodes[ni].n_outputs > 1) KILN_TRY(decompose_layer_norm(g, ni));
+        break;
+      case KILN_OP_NegativeLogLikelihoodLoss:
+      case KILN_OP_SoftmaxCrossEntropyLoss: KILN_TRY(decompose_loss(g, ni)); break;
       case KILN_OP_Concat:
         if (g->nodes[ni].n_inputs > 8) KILN_TRY(decompose_concat(g, ni));
         break;

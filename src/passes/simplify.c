@@ -3,6 +3,9 @@
  *   Identity(x)                          -> x
  *   Dropout(x) in inference mode          -> x   (mask output absent or unused)
  *   Cast(x, to=dtype of x), CastLike same -> x
+ *   CastLike(x, like)                     -> Cast(x, to=dtype of like), same opset (bf16's
+ *                                            rounding follows it), saturate and round_mode
+ *                                            kept: compiled kernels have Cast only
  *   Transpose(x, identity perm)           -> x
  *   Transpose(Transpose(x, p1), p2)       -> Transpose(x, p1∘p2)  (or x)
  *   Transpose(x, p) moving only dims of 1  -> Reshape(x)  (a view)
@@ -196,8 +199,31 @@ static kiln_status_t simplify_node(kiln_graph *g, const kiln_opt_uses *u, int id
   }
   if (kiln_node_is(n, KILN_OP_CastLike)) {
     int like = n->n_inputs > 1 ? n->inputs[1] : -1;
-    if (like >= 0 && tx->kind == KILN_TYPE_TENSOR && tx->dtype && tx->dtype == g->values[like].type.dtype)
+    if (like < 0 || tx->kind != KILN_TYPE_TENSOR || !tx->dtype) return NULL;
+    const kiln_type *tl = &g->values[like].type;
+    if (tl->kind != KILN_TYPE_TENSOR || !tl->dtype) return NULL;
+    if (tx->dtype == tl->dtype) {
       *changed = kiln_opt_bypass(g, u, idx, x, y, dead);
+      return NULL;
+    }
+    /* Cast of the same opset converts as CastLike does (ref's cast_mode_of
+     * reads the opset and these attributes); the attributes go with the
+     * rewrite, which drops them. */
+    kiln_dtype to = tl->dtype;
+    int opset = n->opset;
+    const kiln_attr *sa = kiln_node_attr(n, "saturate");
+    bool has_sat = sa && sa->type == KILN_ATTR_INT;
+    int64_t sat = has_sat ? sa->i : 1;
+    const char *rm = kiln_node_attr(n, "round_mode") ? kiln_attr_string(n, "round_mode", NULL) : NULL;
+    char round_mode[64] = "";
+    if (rm && strlen(rm) >= sizeof round_mode) return NULL; /* ref words it */
+    if (rm) snprintf(round_mode, sizeof round_mode, "%s", rm);
+    KILN_TRY(kiln_opt_rewrite_node(g, idx, "Cast", "", opset, 1, &x, 1, &y));
+    n = &g->nodes[idx];
+    KILN_TRY(kiln_opt_set_attr_int(n, "to", to));
+    if (has_sat) KILN_TRY(kiln_opt_set_attr_int(n, "saturate", sat));
+    if (rm) KILN_TRY(kiln_opt_set_attr_string(n, "round_mode", round_mode));
+    *changed = true;
     return NULL;
   }
   if (kiln_node_is(n, KILN_OP_Transpose)) {

@@ -49,7 +49,10 @@ static kiln_status_t render_step(const kiln_plan *p, int i, kiln_kernel_renderer
   return st;
 }
 
-/* Whether a kernel of the plan reads or writes an f16 / bf16 buffer. */
+/* Whether a kernel of the plan reads or writes an f16 / bf16 buffer, or
+ * converts to one inside (Cast f32 -> bf16 -> f32 fused into a kernel of
+ * f32 buffers calls kiln_f2bf and kiln_bf2f). Asked after rendering: the
+ * kernels' expressions are built as they are scheduled and rendered. */
 static bool stores_halves(const kiln_plan *p) {
   for (int i = 0; i < p->n_steps; i++) {
     if (!kiln_plan_step_launches(p, i)) continue;
@@ -57,6 +60,7 @@ static bool stores_halves(const kiln_plan *p) {
     for (int k = 0; b && k < te_buffer_count(b); k++) {
       if (kiln_dtype_is_half(te_get_buffer(b, k)->dtype)) return true;
     }
+    if (b && (te_has_dtype(b, KILN_DTYPE_F16) || te_has_dtype(b, KILN_DTYPE_BF16))) return true;
   }
   return false;
 }
@@ -71,15 +75,20 @@ kiln_status_t kiln_plan_render_kernels(const kiln_plan *p, const kiln_plan_diale
     kiln_plan_kernels_free(out);
     return KILN_OOM();
   }
-  kiln_strbuf src = {0};
-  kiln_strbuf_puts(&src, dialect->preamble);
-  if (dialect->half_helpers && stores_halves(p)) kiln_strbuf_puts(&src, dialect->half_helpers);
+  kiln_strbuf kernels = {0}, src = {0};
   kiln_status_t st = NULL;
   for (int i = 0; i < p->n_steps && !st; i++) {
-    if (kiln_plan_step_launches(p, i) && !(st = render_step(p, i, render, gpu, &src, out)))
+    if (kiln_plan_step_launches(p, i) && !(st = render_step(p, i, render, gpu, &kernels, out)))
       out->n_kernels++;
   }
-  if (!st) st = kiln_strbuf_status(&src);
+  if (!st) st = kiln_strbuf_status(&kernels);
+  if (!st) {
+    kiln_strbuf_puts(&src, dialect->preamble);
+    if (dialect->half_helpers && stores_halves(p)) kiln_strbuf_puts(&src, dialect->half_helpers);
+    kiln_strbuf_puts(&src, kernels.data ? kernels.data : "");
+    st = kiln_strbuf_status(&src);
+  }
+  kiln_strbuf_free(&kernels);
   if (!st) {
     out->source_bytes = src.len;
     out->source = kiln_strbuf_take(&src);

@@ -2235,6 +2235,141 @@ def index_cases():
     m.out(m.node('SpaceToDepth', [m.source([2, 3, 4, 6])], blocksize=2))
     m = case('SpaceToDepth_CRD', 28)
     m.out(m.node('SpaceToDepth', [m.source([1, 2, 6, 3])], blocksize=3, mode='CRD'), [1, 18, 2, 1])
+def decompose_norm_cases():
+    """GroupNormalization (opset 18: scale and bias per group; 21: per channel), MeanVarianceNormalization,
+    LpNormalization, LayerNormalization with its Mean and InvStdDev outputs, NegativeLogLikelihoodLoss,
+    SoftmaxCrossEntropyLoss and CastLike, which compiling devices run as the graphs passes/decompose.c
+    (CastLike: passes/simplify.c's Cast) makes of them; ref runs the ops themselves. Random shapes and
+    attributes from fixed seeds.
+    The losses pick each target's log-probability with GatherElements: NLL_* and SCE_* compile entirely
+    only where GatherElements does (NLL_runtime_* / SCE_runtime_*: targets computed at run time, whose
+    range the plan checks on the host: the cpu; elsewhere mixed, see run_diff.sh). CastLike cases with a
+    half or int64 operand or a bool result are named dtype_CastLike_* (mixed on vulkan, as the Casts of
+    dtype_cases are)."""
+    rng = np.random.RandomState(3131)
+    I64, I32, H, BH = TensorProto.INT64, TensorProto.INT32, TensorProto.FLOAT16, TensorProto.BFLOAT16
+
+    # GroupNormalization: 3-D to 5-D, 1 group to one per channel, constant and run-time scale/bias
+    for i in range(8):
+        opset = 18 if i % 2 == 0 else 21
+        groups = int(rng.choice([1, 2, 3, 4]))
+        c = groups * int(rng.randint(1, 4))
+        shape = [int(rng.randint(1, 4)), c] + [int(d) for d in rng.randint(1, 7, size=int(rng.randint(1, 4)))]
+        np_ = groups if opset == 18 else c
+        m = case('GroupNorm_%d_opset%d' % (i, opset), opset)
+        how = 'T' if i == 3 else 'plain'
+        par = [m.source([np_]), m.source([np_])] if i % 3 == 2 else [m.randc([np_]), m.randc([np_])]
+        attrs = dict(num_groups=groups)
+        if i % 4 == 1:
+            attrs['epsilon'] = 1e-3
+        m.out(m.node('GroupNormalization', [m.source(shape, how)] + par, **attrs), shape)
+
+    # MeanVarianceNormalization: the default axes on 4-D, negative and single axes, 3-D and 5-D
+    for i, (shape, axes) in enumerate([([2, 3, 5, 7], None), ([3, 4, 6], [1]), ([2, 5, 9], [0, -1]),
+                                       ([2, 3, 4, 5, 3], [2, -2, -1]), ([4, 17], [-1]), ([3, 5, 2, 4], [0, 2, 3])]):
+        m = case('MVN_%d' % i)
+        attrs = {} if axes is None else dict(axes=axes)
+        m.out(m.node('MeanVarianceNormalization', [m.source(shape, 'T' if i == 5 else 'plain')], **attrs))
+
+    # LpNormalization: p 1 and 2, negative and leading axes; the last case has a zero row (its norm 0)
+    for i in range(6):
+        r = int(rng.randint(1, 5))
+        shape = [int(d) for d in rng.randint(1, 8, size=r)]
+        axis = int(rng.randint(-r, r))
+        m = case('LpNorm_%d_p%d' % (i, 1 + i % 2))
+        m.out(m.node('LpNormalization', [m.source(shape)], axis=axis, p=1 + i % 2))
+    m = case('LpNorm_zero_row')
+    mask = np.ones([4, 6], np.float32)
+    mask[2] = 0
+    m.out(m.node('LpNormalization', [m.node('Mul', [m.source([4, 6]), m.const(mask)])], axis=1, p=2))
+
+    # LayerNormalization with Mean and InvStdDev read (each, both), without B, a named Mean nobody reads
+    for i, (shape, axis, outs, bias) in enumerate([([3, 17], -1, 'ymv', True), ([2, 3, 5], 1, 'ymv', True),
+                                                   ([2, 4, 6], -2, 'ym', False), ([5, 33], 0, 'yv', True),
+                                                   ([2, 3, 4, 5], -3, 'ymv', True), ([3, 9], -1, 'y_unread', True)]):
+        m = case('LayerNorm_outs_%d_%s' % (i, outs), 17)
+        a = axis % len(shape)
+        x = m.source(shape)
+        ins = [x, m.randc(shape[a:])] + ([m.randc(shape[-1:])] if bias else [])
+        names = [m.fresh('y'), m.fresh('mean'), m.fresh('inv')]
+        m.nodes.append(helper.make_node('LayerNormalization', ins, names, name=m.fresh('n_LayerNormalization_'),
+                                        axis=axis, epsilon=1e-5 if i % 2 else 1e-3))
+        m.out(names[0])
+        if 'm' in outs:
+            m.out(names[1])
+        if 'v' in outs:
+            m.out(m.node('Mul', [names[2], m.const(np.float32(0.5))]))  # read by a node, not only as an output
+
+    # NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss: 2-D and 4-D, each reduction, with and
+    # without weights, ignore_index present in the targets; constant targets and run-time ones (kiln_diff
+    # fills int64 inputs with 0..2; minus 1 for a negative ignore_index)
+    for i in range(12):
+        sce = i % 2 == 1
+        op = 'SoftmaxCrossEntropyLoss' if sce else 'NegativeLogLikelihoodLoss'
+        red = ['none', 'sum', 'mean'][(i // 2) % 3]
+        four = i % 4 >= 2
+        n, c = int(rng.randint(1, 5)), int(rng.randint(3, 7))
+        spatial = [int(rng.randint(1, 4)), int(rng.randint(1, 5))] if four else []
+        runtime = i >= 6
+        tshape = [n] + spatial
+        m = case('%s_%s_%d_%s%s' % ('SCE' if sce else 'NLL', 'runtime' if runtime else 'const', i, red,
+                                    '_4d' if four else ''))
+        x = m.source([n, c] + spatial)
+        if not sce:
+            x = m.node('LogSoftmax', [x], axis=1)
+        attrs = dict(reduction=red)
+        ignore = None
+        if i % 3 != 0:
+            ignore = [1, -1, 2, -100][i % 4]
+            attrs['ignore_index'] = ignore
+        if runtime:
+            t = m.inp(tshape, I64)
+            if ignore == -1:
+                t = m.node('Sub', [t, m.const(np.int64(1))])
+            if i % 5 == 0:
+                t = m.node('Cast', [t], to=I32)
+        else:
+            tv = rng.randint(0, c, size=tshape).astype(np.int64)
+            if ignore is not None:
+                tv.flat[::3] = ignore
+            t = m.const(tv if i % 5 else tv.astype(np.int32))
+        ins = [x, t]
+        if i % 4 in (1, 2):
+            ins.append(m.randc([c]) if i % 8 < 4 else m.node('Abs', [m.source([c])]))
+        outs = [m.fresh('loss')] + ([m.fresh('log_prob')] if sce and i % 3 == 1 else [])
+        m.nodes.append(helper.make_node(op, ins, outs, name=m.fresh('n_' + op + '_'), **attrs))
+        for o in outs:
+            m.out(o)
+    m = case('NLL_const_all_ignored_mean')  # every target ignored: 0 / 0, NaN as ref
+    x = m.node('LogSoftmax', [m.source([3, 4])], axis=1)
+    m.nodes.append(helper.make_node('NegativeLogLikelihoodLoss', [x, m.const(np.full([3], 2, np.int64))], ['loss'],
+                                    name='n_nll_all', reduction='mean', ignore_index=2))
+    m.out('loss')
+
+    # CastLike between f32, f16, bf16, int32, int64 and bool (bf16 from f32 truncates before opset 19)
+    kinds = {'f32': F, 'f16': H, 'bf16': BH, 'i32': I32, 'i64': I64, 'bool': B}
+    pairs = [('f32', 'f16', 15), ('f32', 'bf16', 15), ('f32', 'bf16', 19), ('f32', 'i32', 15), ('f32', 'i64', 15),
+             ('f32', 'bool', 15), ('f16', 'f32', 15), ('bf16', 'f32', 19), ('i32', 'f32', 15), ('i64', 'f32', 19),
+             ('bool', 'f32', 15), ('i32', 'i64', 15), ('i64', 'i32', 15), ('f16', 'bf16', 19), ('bool', 'i32', 15),
+             ('i64', 'bool', 15), ('f16', 'i64', 19), ('i32', 'f16', 15)]
+    for src, dst, opset in pairs:
+        name = 'CastLike_%s_%s_opset%d' % (src, dst, opset)
+        # vulkan reads and writes f32, int32 and bool only, and makes no bool of a float
+        vulkan = src in ('f32', 'i32', 'bool') and dst in ('f32', 'i32')
+        m = case(name if vulkan else 'dtype_' + name, opset)
+        shape = [3, 17]
+        if src == 'f32':
+            x = m.node('Mul', [m.source(shape), m.const(np.float32(50.0))])  # integers past 0 and 1
+        elif src == 'bf16':
+            x = m.node('Cast', [m.node('Mul', [m.source(shape), m.const(np.float32(50.0))])], to=BH)
+        else:
+            x = m.inp(shape, kinds[src])
+        attrs = dict(saturate=1) if opset >= 19 else {}
+        y = m.node('CastLike', [x, m.inp([2], kinds[dst])], **attrs)
+        if opset > 17:
+            m.out(y, shape, kinds[dst])
+        else:
+            m.out(y)  # typed by onnx's inference (a declared shape is typed f32, see Model.build)
 
 
 def main(argv):
@@ -2244,7 +2379,7 @@ def main(argv):
     out = argv[1]
     for gen in (unary_cases, binary_cases, where_cases, reduce_cases, softmax_cases, movement_cases, matmul_cases,
                 gemm_cases, conv_cases, conv_transpose_cases, dtype_cases, half_cases, rnn_cases, pool_cases, layernorm_cases, epilogue_cases, structure_cases, pattern_cases,
-                large_cases, host_cases, attention_cases, transformer_cases, index_cases):
+                large_cases, host_cases, attention_cases, transformer_cases, index_cases, decompose_norm_cases):
         gen()
     os.makedirs(out, exist_ok=True)
     names = set()

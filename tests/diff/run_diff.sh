@@ -139,8 +139,9 @@ mixed='^mixed_'
 [ "$device" != cpu ] && mixed="$mixed|^cf_loop_growing"
 # Gathers and scatters whose indices only the run knows compile where the plan can check
 # their range on the host first (host memory: the cpu); elsewhere ref (a
-# RotaryEmbedding's run-time positions gather the caches' rows so).
-[ "$device" != cpu ] && mixed="$mixed|^(Gather(ND|Elements)?|Scatter(ND|Elements))_runtime_|^RotaryEmbedding_runtime_pos_"
+# RotaryEmbedding's run-time positions gather the caches' rows so, and the
+# losses' run-time targets their log-probabilities and weights).
+[ "$device" != cpu ] && mixed="$mixed|^(Gather(ND|Elements)?|Scatter(ND|Elements))_runtime_|^RotaryEmbedding_runtime_pos_|^(NLL|SCE)_runtime_"
 (cd "$tmp/sweep" && ls -- *.onnx) | grep -E -- "$match" | grep -Ev -- "$mixed" | sed "s:^:$tmp/sweep/:" > "$tmp/sweep.list"
 (cd "$tmp/sweep" && ls -- *.onnx) | grep -E -- "$match" | grep -E -- "$mixed" | sed "s:^:$tmp/sweep/:" > "$tmp/mixed.list"
 if [ ! -s "$tmp/sweep.list" ] && [ ! -s "$tmp/mixed.list" ]; then
