@@ -2672,14 +2672,6 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     t->in[0] = inputs[0];
     t->in[1] = inputs[1];
     t->n_in = 2;
-  } else if (id == KILN_OP_GatherElements) {
-    t = te_view_compute(b, odt, rank, dims, compute_gather_elements);
-    if (!t) return te_builder_status(b);
-    int64_t axis = kiln_attr_int(n, "axis", 0);
-    t->p[0] = axis < 0 ? axis + inputs[0]->rank : axis;
-    t->in[0] = inputs[0];
-    t->in[1] = inputs[1];
-    t->n_in = 2;
   } else if (id == KILN_OP_ScatterElements || id == KILN_OP_ScatterND) {
     t = te_view_compute(b, odt, rank, dims, compute_scatter);
     if (!t) return te_builder_status(b);
@@ -2762,8 +2754,8 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
     t->p[1] = kiln_attr_int(n, "upper", 1) != 0;
     t->in[0] = inputs[0];
     t->n_in = 1;
-  } else if (id == KILN_OP_Gather) {
-    t = te_view_compute(b, odt, rank, dims, compute_gather);
+  } else if (id == KILN_OP_Gather || id == KILN_OP_GatherElements) {
+    t = te_view_compute(b, odt, rank, dims, id == KILN_OP_Gather ? compute_gather : compute_gather_elements);
     if (!t) return te_builder_status(b);
     int64_t axis = kiln_attr_int(n, "axis", 0);
     t->p[0] = axis < 0 ? axis + inputs[0]->rank : axis;
