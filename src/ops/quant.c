@@ -10,10 +10,24 @@
  *
  * Scales/zero points are per tensor (one element) or per axis / per row /
  * per column as each op allows. Division by the scale happens in float32
- * for float32 input, as numpy does with float32 operands; the requantizing
- * multiply of the integer products is done in double. Convolution and matrix
- * products are written here (direct loops), independent of the float ops. */
+ * for float32 input, as numpy does with float32 operands.
+ *
+ * Requantizing (QLinearConv, QLinearMatMul) is float32 throughout, as ONNX
+ * Runtime's CPU kernels do it (MlasRequantizeOutput; ORT forms the output
+ * scale as a float): m = (a_scale * b_scale) / y_scale, two float ops left
+ * to right (each scale converted to float first: float16 ones from opset
+ * 21), then y = saturate(round_half_even((float)(sum + bias) * m) + y_zp),
+ * kiln_qlinear_requant below. The spec leaves the precision open (ONNX's
+ * own Python reference multiplies the int32 sums by the f32 multiplier in
+ * float64); float32 is what the models' producer, ORT, computes, and what
+ * a compiled f32 kernel can reproduce bit for bit: passes/decompose.c
+ * rewrites both ops into ConvInteger / MatMulInteger, Cast, Mul by the
+ * constant m and QuantizeLinear(scale 1), exact against this code.
+ *
+ * Convolution and matrix products are written here (direct loops),
+ * independent of the float ops. */
 #include "ops/op.h"
+#include "ops/quant.h"
 #include "ops/window.h"
 
 #include <math.h>
@@ -32,6 +46,13 @@ static int64_t q_saturate(double rounded, int64_t zp, kiln_dtype dt) {
   if (v < (double)q_min(dt)) return q_min(dt);
   if (v > (double)q_max(dt)) return q_max(dt);
   return (int64_t)v;
+}
+
+/* The requantized value of an integer sum (bias included) with multiplier m:
+ * float32 product, rounded half to even, plus the zero point, saturated. */
+static int64_t requant(int64_t acc, float m, int64_t zp, kiln_dtype dt) {
+  float v = (float)acc * m;
+  return q_saturate(nearbyintf(v), zp, dt);
 }
 
 static kiln_status_t expect_dtype(const kiln_tensor *t, int idx, const char *name, kiln_dtype want) {
@@ -656,7 +677,7 @@ static kiln_status_t qlinear_conv_kernel(kiln_kernel_ctx *ctx) {
   int64_t *acc = malloc(sizeof(int64_t) * (size_t)KILN_MAX(y->numel, 1));
   if (!acc) return KILN_OOM();
   conv_integer(&g, x, kiln_load_i64(in[2]->data, x->dtype, 0), w, in[5], acc);
-  double xs = *(const float *)in[1]->data, ys = *(const float *)in[6]->data;
+  float xs = *(const float *)in[1]->data, ys = *(const float *)in[6]->data;
   int64_t yz = kiln_load_i64(in[7]->data, odt, 0);
   const float *ws = in[4]->data;
   int64_t out_sp = 1;
@@ -664,8 +685,8 @@ static kiln_status_t qlinear_conv_kernel(kiln_kernel_ctx *ctx) {
   for (int64_t i = 0; i < y->numel; i++) {
     int64_t m = (i / out_sp) % g.m;
     int64_t a = acc[i] + (b ? ((const int32_t *)b->data)[m] : 0);
-    double mult = xs * (double)ws[in[4]->numel == 1 ? 0 : m] / ys;
-    kiln_store_i64(y->data, odt, i, q_saturate(nearbyint((double)a * mult), yz, odt));
+    float mult = kiln_qlinear_multiplier(xs, ws[in[4]->numel == 1 ? 0 : m], ys);
+    kiln_store_i64(y->data, odt, i, requant(a, mult, yz, odt));
   }
   free(acc);
   return NULL;
@@ -865,10 +886,11 @@ typedef struct qmm_state {
 static void qmm_visit(void *user, const mm_geom *g, const int64_t *bc, int64_t m, int64_t n, int64_t out_i,
                       int64_t acc) {
   qmm_state *s = user;
-  double mult =
-      mm_param_f64(&s->as, g, bc, m, n) * mm_param_f64(&s->bs, g, bc, m, n) / mm_param_f64(&s->ys, g, bc, m, n);
+  /* Each scale as float first (f16/bf16 widen exactly), then ref's float rule. */
+  float mult = kiln_qlinear_multiplier((float)mm_param_f64(&s->as, g, bc, m, n), (float)mm_param_f64(&s->bs, g, bc, m, n),
+                                       (float)mm_param_f64(&s->ys, g, bc, m, n));
   int64_t z = mm_param_i64(&s->yz, g, bc, m, n);
-  kiln_store_i64(s->y->data, s->y->dtype, out_i, q_saturate(nearbyint((double)acc * mult), z, s->y->dtype));
+  kiln_store_i64(s->y->data, s->y->dtype, out_i, requant(acc, mult, z, s->y->dtype));
 }
 
 static kiln_status_t qlinear_matmul_kernel(kiln_kernel_ctx *ctx) {

@@ -16,6 +16,16 @@
  *
  * Only for an f32 x of known rank; anything else stays for ref.
  *
+ *   QLinearConv(x, xs, xz, w, ws, wz, ys, yz, B?), QLinearMatMul(a, as, az, b, bs, bz, ys, yz)
+ *   (ops/quant.c's float32 requantization, ORT's):
+ *     acc = ConvInteger(x, w, xz, wz) [+ B as int32 [C, 1...]]  /  MatMulInteger(a, b, az, bz)
+ *     y   = QuantizeLinear(Cast<f32>(acc) * M, 1, yz)
+ *   M the constant multiplier kiln_qlinear_multiplier(xs, ws[c], ys) (per
+ *   output channel, row or column, else a scalar), so the compiled integer
+ *   sums and the f32 tail are bit-equal to ref. Only with constant scales and
+ *   zero points of the forms ref and the compiled pieces take
+ *   (decompose_qlinear_conv / _matmul say which).
+ *
  *   BatchNormalization in training mode -> Y, running mean and variance:
  *     the batch statistics as two ReduceMeans, the normalization as
  *     elementwise ops, the running statistics' update (decompose_batchnorm).
@@ -87,6 +97,7 @@
  *   run-time indices are checked by the plan before the kernel (runtime/plan.c,
  *   kiln_lower_runtime_indices): an error naming the gather, not the loss. */
 #include "passes/passes_opt.h"
+#include "ops/quant.h"
 #include "ops/rnn.h"
 
 #include <float.h>
@@ -1431,6 +1442,178 @@ static kiln_status_t decompose_rope(kiln_graph *g, int ni) {
   return finish(&b);
 }
 
+/* ---- QLinearConv / QLinearMatMul (ops/quant.c) ----------------------------- */
+
+static bool q8(kiln_dtype d) { return d == KILN_DTYPE_U8 || d == KILN_DTYPE_I8; }
+
+/* A constant of one element (rank 0 or 1), the form ref requires of the
+ * per-tensor parameters. */
+static const kiln_tensor *const_one(const kiln_graph *g, int v) {
+  const kiln_tensor *t = kiln_opt_const(g, v);
+  return t && t->numel == 1 && t->rank <= 1 ? t : NULL;
+}
+
+/* A constant of one element or `count` along one axis (rank 1): per tensor
+ * or per output channel / row / column. */
+static const kiln_tensor *const_per(const kiln_graph *g, int v, int64_t count) {
+  const kiln_tensor *t = kiln_opt_const(g, v);
+  return t && ((t->numel == 1 && t->rank <= 1) || (t->rank == 1 && t->dims[0] == count)) ? t : NULL;
+}
+
+static float scale_at(const kiln_tensor *t, int64_t i) {
+  return (float)kiln_load_f64(t->data, t->dtype, t->numel == 1 ? 0 : i);
+}
+
+/* The requantizing tail both rewrites end in: y = QuantizeLinear(Cast<f32>(acc) * m, 1, y_zp),
+ * which is ref's saturate(round_half_even((float)acc * m) + y_zp): the
+ * Cast rounds the int32 as ref's (float) does, Mul is ref's one float
+ * product with the same constant m (kiln_qlinear_multiplier), and the
+ * division by a scale of 1 is exact (as is x * 1, should a compiler use the
+ * reciprocal), so nothing can contract or reorder: every device that
+ * compiles the pieces computes ref's bits. */
+static void requant_tail(builder *b, int acc, kiln_tensor *m, int yz, int y, int rank, const int64_t *dims) {
+  const kiln_dtype F = KILN_DTYPE_F32;
+  int f = node(b, "Cast", 13, 1, &acc, -1, F, rank, dims);
+  if (!b->st) b->st = kiln_opt_set_attr_int(last(b), "to", F);
+  int mid = const_of(b, m);
+  int v = node(b, "Mul", 14, 2, (int[]){f, mid}, -1, F, rank, dims);
+  node(b, "QuantizeLinear", 13, 3, (int[]){v, scalar_const(b, F, 1.0), yz}, y, g_dtype(b, yz), rank, dims);
+}
+
+/* QLinearConv(x, xs, xz, w, ws, wz, ys, yz, B?) ->
+ *   QuantizeLinear(Cast<f32>(ConvInteger(x, w, xz, wz) [+ B as int32 [C, 1...]]) * M, 1, yz)
+ * M[c] = kiln_qlinear_multiplier(xs, ws[c], ys), [C, 1...] or a scalar.
+ * Only with the scales, zero points and B constants of the shapes and
+ * dtypes ref accepts (anything else stays on ref, which words the error);
+ * w may be a run-time value. The bias is added in int32 where ref sums in
+ * int64: they differ only past int32's range, where ConvInteger itself
+ * wraps. */
+static kiln_status_t decompose_qlinear_conv(kiln_graph *g, int ni) {
+  const kiln_node *n = &g->nodes[ni];
+  if (n->domain[0] || n->n_inputs < 8 || n->n_outputs != 1 || n->outputs[0] < 0) return NULL;
+  for (int i = 0; i < 8; i++)
+    if (n->inputs[i] < 0) return NULL;
+  int x = n->inputs[0], w = n->inputs[3], bias = n->n_inputs > 8 ? n->inputs[8] : -1, y = n->outputs[0];
+  const kiln_type *xt = &g->values[x].type, *wt = &g->values[w].type, *yt = &g->values[y].type;
+  if (!kiln_opt_shape_known(xt) || !kiln_opt_shape_known(wt) || !kiln_opt_shape_known(yt)) return NULL;
+  if (!q8(xt->dtype) || !q8(wt->dtype) || xt->rank < 3 || wt->rank != xt->rank || yt->rank != xt->rank) return NULL;
+  int64_t co = wt->dims[0];
+  const kiln_tensor *xs = const_one(g, n->inputs[1]), *xz = const_one(g, n->inputs[2]);
+  const kiln_tensor *ws = const_per(g, n->inputs[4], co), *wz = const_per(g, n->inputs[5], co);
+  const kiln_tensor *ys = const_one(g, n->inputs[6]), *yz = const_one(g, n->inputs[7]);
+  const kiln_tensor *bt = bias >= 0 ? kiln_opt_const(g, bias) : NULL;
+  if (!xs || !xz || !ws || !wz || !ys || !yz || (bias >= 0 && !bt)) return NULL;
+  if (xs->dtype != KILN_DTYPE_F32 || ws->dtype != KILN_DTYPE_F32 || ys->dtype != KILN_DTYPE_F32) return NULL;
+  if (xz->dtype != xt->dtype || wz->dtype != wt->dtype || !q8(yz->dtype) || yt->dtype != yz->dtype) return NULL;
+  if (bt && (bt->dtype != KILN_DTYPE_I32 || bt->rank != 1 || bt->dims[0] != co)) return NULL;
+  if (yt->dims[1] != co) return NULL;
+  /* Everything read from g->values and the node before it moves. */
+  int rank = yt->rank, xz_id = n->inputs[2], wz_id = n->inputs[5], yz_id = n->inputs[7];
+  int64_t ydims[KILN_MAX_RANK], cdims[KILN_MAX_RANK];
+  memcpy(ydims, yt->dims, sizeof(int64_t) * (size_t)rank);
+  cdims[0] = co;
+  for (int d = 1; d < rank - 1; d++) cdims[d] = 1;
+  kiln_tensor *m, *bc = NULL;
+  bool per_channel = ws->numel > 1;
+  KILN_TRY(kiln_tensor_new(KILN_DTYPE_F32, per_channel ? rank - 1 : 0, cdims, &m));
+  float xsv = scale_at(xs, 0), ysv = scale_at(ys, 0);
+  for (int64_t c = 0; c < m->numel; c++) ((float *)m->data)[c] = kiln_qlinear_multiplier(xsv, scale_at(ws, c), ysv);
+  kiln_status_t st = bt ? kiln_tensor_new(KILN_DTYPE_I32, rank - 1, cdims, &bc) : NULL;
+  if (st) {
+    kiln_tensor_release(m);
+    return st;
+  }
+  if (bc) memcpy(bc->data, bt->data, sizeof(int32_t) * (size_t)co);
+  /* The Conv attributes ConvInteger shares. */
+  static const char *list_attrs[4] = {"kernel_shape", "strides", "pads", "dilations"};
+  int64_t lists[4][2 * KILN_MAX_RANK];
+  int counts[4];
+  for (int a = 0; a < 4; a++) {
+    const int64_t *v = kiln_attr_ints(n, list_attrs[a], &counts[a]);
+    if (!v) counts[a] = -1;
+    else if (counts[a] > 2 * KILN_MAX_RANK) counts[a] = -2; /* ref words it */
+    else memcpy(lists[a], v, sizeof(int64_t) * (size_t)counts[a]);
+  }
+  int64_t group = kiln_attr_int(n, "group", 1);
+  char auto_pad[32];
+  snprintf(auto_pad, sizeof auto_pad, "%s", kiln_attr_string(n, "auto_pad", "NOTSET"));
+  for (int a = 0; a < 4; a++)
+    if (counts[a] == -2) {
+      kiln_tensor_release(m);
+      kiln_tensor_release(bc);
+      return NULL;
+    }
+  builder b = {.g = g};
+  snprintf(b.base, sizeof b.base, "%s", n->name);
+  st = replace_node(&b, g, ni);
+  if (st) {
+    kiln_tensor_release(m);
+    kiln_tensor_release(bc);
+    return st;
+  }
+  const kiln_dtype I = KILN_DTYPE_I32;
+  int acc = node(&b, "ConvInteger", 10, 4, (int[]){x, w, xz_id, wz_id}, -1, I, rank, ydims);
+  for (int a = 0; a < 4; a++)
+    if (!b.st && counts[a] >= 0) b.st = kiln_opt_set_attr_ints(last(&b), list_attrs[a], counts[a], lists[a]);
+  if (!b.st) b.st = kiln_opt_set_attr_int(last(&b), "group", group);
+  if (!b.st) b.st = kiln_opt_set_attr_string(last(&b), "auto_pad", auto_pad);
+  if (bc) acc = node(&b, "Add", 14, 2, (int[]){acc, const_of(&b, bc)}, -1, I, rank, ydims);
+  requant_tail(&b, acc, m, yz_id, y, rank, ydims);
+  return finish(&b);
+}
+
+/* QLinearMatMul(a, as, az, b, bs, bz, ys, yz) ->
+ *   QuantizeLinear(Cast<f32>(MatMulInteger(a, b, az, bz)) * M, 1, yz)
+ * M[i, j] = kiln_qlinear_multiplier(as[i], bs[j], ys[i]): a scalar, [M, 1],
+ * [1, N] or [M, N] as the scales are per tensor, per row (as, ys) or per
+ * column (bs). Only with constant parameters; the zero points one element
+ * each (the compiled MatMulInteger's and QuantizeLinear's form), per-row or
+ * per-column scales only for operands of rank 2 or more (batched layouts
+ * stay on ref); scales f32, or f16 / bf16 from opset 21, converted to f32
+ * first as ref does. */
+static kiln_status_t decompose_qlinear_matmul(kiln_graph *g, int ni) {
+  const kiln_node *n = &g->nodes[ni];
+  if (n->domain[0] || n->n_inputs != 8 || n->n_outputs != 1 || n->outputs[0] < 0) return NULL;
+  for (int i = 0; i < 8; i++)
+    if (n->inputs[i] < 0) return NULL;
+  int a = n->inputs[0], bm = n->inputs[3], y = n->outputs[0];
+  const kiln_type *at = &g->values[a].type, *bt = &g->values[bm].type, *yt = &g->values[y].type;
+  if (!kiln_opt_shape_known(at) || !kiln_opt_shape_known(bt) || !kiln_opt_shape_known(yt)) return NULL;
+  if (!q8(at->dtype) || !q8(bt->dtype) || at->rank < 1 || bt->rank < 1 || yt->rank < 0) return NULL;
+  bool mats = at->rank >= 2 && bt->rank >= 2;
+  int64_t rows = mats ? at->dims[at->rank - 2] : 1, cols = mats ? bt->dims[bt->rank - 1] : 1;
+  const kiln_tensor *as = const_per(g, n->inputs[1], rows), *bs = const_per(g, n->inputs[4], cols);
+  const kiln_tensor *ys = const_per(g, n->inputs[6], rows);
+  const kiln_tensor *az = const_one(g, n->inputs[2]), *bz = const_one(g, n->inputs[5]), *yz = const_one(g, n->inputs[7]);
+  if (!as || !bs || !ys || !az || !bz || !yz) return NULL;
+  const kiln_tensor *scales[3] = {as, bs, ys};
+  for (int i = 0; i < 3; i++) {
+    kiln_dtype d = scales[i]->dtype;
+    if (d != KILN_DTYPE_F32 && !(n->opset >= 21 && (d == KILN_DTYPE_F16 || d == KILN_DTYPE_BF16))) return NULL;
+  }
+  if (az->dtype != at->dtype || bz->dtype != bt->dtype || !q8(yz->dtype) || yt->dtype != yz->dtype) return NULL;
+  bool per_row = as->numel > 1 || ys->numel > 1, per_col = bs->numel > 1;
+  int rank = yt->rank, az_id = n->inputs[2], bz_id = n->inputs[5], yz_id = n->inputs[7];
+  int64_t ydims[KILN_MAX_RANK];
+  memcpy(ydims, yt->dims, sizeof(int64_t) * (size_t)rank);
+  int64_t mdims[2] = {per_row ? rows : 1, per_col ? cols : 1};
+  kiln_tensor *m;
+  KILN_TRY(kiln_tensor_new(KILN_DTYPE_F32, per_row || per_col ? 2 : 0, mdims, &m));
+  for (int64_t i = 0; i < mdims[0]; i++)
+    for (int64_t j = 0; j < mdims[1]; j++)
+      ((float *)m->data)[i * mdims[1] + j] = kiln_qlinear_multiplier(scale_at(as, i), scale_at(bs, j), scale_at(ys, i));
+  builder b = {.g = g};
+  snprintf(b.base, sizeof b.base, "%s", n->name);
+  kiln_status_t st = replace_node(&b, g, ni);
+  if (st) {
+    kiln_tensor_release(m);
+    return st;
+  }
+  int acc = node(&b, "MatMulInteger", 10, 4, (int[]){a, bm, az_id, bz_id}, -1, KILN_DTYPE_I32, rank, ydims);
+  requant_tail(&b, acc, m, yz_id, y, rank, ydims);
+  return finish(&b);
+}
+
 /* What decompose_graph leaves whole for a device routine. */
 enum { KEEP_RECURRENT = 1, KEEP_DECODE_ATTENTION = 2 };
 
@@ -1439,6 +1622,8 @@ static kiln_status_t decompose_graph(kiln_graph *g, unsigned keep) {
   for (int ni = g->n_nodes - 1; ni >= 0; ni--) /* from the end: insertions move no node still to visit */
     switch (kiln_node_op_id(&g->nodes[ni])) {
       case KILN_OP_DynamicQuantizeLinear: KILN_TRY(decompose_dql(g, ni)); break;
+      case KILN_OP_QLinearConv: KILN_TRY(decompose_qlinear_conv(g, ni)); break;
+      case KILN_OP_QLinearMatMul: KILN_TRY(decompose_qlinear_matmul(g, ni)); break;
       case KILN_OP_BatchNormalization: KILN_TRY(decompose_batchnorm(g, ni)); break;
       case KILN_OP_Attention:
         if (!(keep & KEEP_DECODE_ATTENTION) || !kiln_attention_decode_step(g, &g->nodes[ni]))

@@ -2372,6 +2372,97 @@ def decompose_norm_cases():
             m.out(y)  # typed by onnx's inference (a declared shape is typed f32, see Model.build)
 
 
+def qlinear_cases():
+    # QLinearConv / QLinearMatMul compiled (passes/decompose.c: ConvInteger / MatMulInteger, Cast, Mul by the
+    # constant multiplier, QuantizeLinear with scale 1; ref requantizes in float32, ops/quant.c). 8-bit
+    # inputs from QuantizeLinear of the f32 sources (scale 0.02: about +-50 steps around the zero point),
+    # weights drawn from the case's RandomState; y_scale set from the sums' spread so that most outputs land
+    # inside the range and the tails saturate. Named dtype_* (integer outputs, compared exactly; mixed on
+    # vulkan, whose GLSL stores no 8-bit results).
+    U8, I8 = TensorProto.UINT8, TensorProto.INT8
+    npt = {U8: np.uint8, I8: np.int8}
+
+    def qsrc(m, shape, dt, zp, how='plain'):
+        return m.node('QuantizeLinear', [m.source(shape, how), m.const(np.float32(0.02)), m.const(npt[dt](zp))])
+
+    def qints(m, shape, dt):
+        lo, hi = (0, 256) if dt == U8 else (-128, 128)
+        return m.rng.randint(lo, hi, shape).astype(npt[dt])
+
+    def y_scale(xs, ws, k, wspread, spread):
+        # The sums' standard deviation is about 50 (x's steps) * sqrt(k) * w's spread around its zero point;
+        # y's steps: `spread` per standard deviation (~60: a few percent saturate; small: most do).
+        return np.float32(xs * float(np.mean(ws)) * 50.0 * math.sqrt(k) * wspread / spread)
+
+    def qconv(tag, xshape, wshape, xdt=U8, wdt=U8, ydt=U8, xzp=128, wzp=None, per_channel=False, bias=False,
+              spread=60.0, **attrs):
+        m = case('dtype_QLinearConv_' + tag, 10)
+        co, k = wshape[0], int(np.prod(wshape[1:]))
+        x = qsrc(m, xshape, xdt, xzp)
+        w = qints(m, wshape, wdt)
+        if wzp is None:
+            wzp = 128 if wdt == U8 else 0
+        wz = np.asarray(wzp, npt[wdt]).reshape(co if np.ndim(wzp) else ())
+        xs = np.float32(0.02)
+        ws = (np.linspace(0.5, 1.5, co) * 0.01).astype(np.float32) if per_channel else np.float32(0.01)
+        wspread = float(np.std(w.astype(np.float64) - wz.reshape((-1,) + (1,) * (len(wshape) - 1)).astype(np.float64)))
+        ys = y_scale(xs, ws, k, wspread, spread)
+        yzp = npt[ydt](128 if ydt == U8 else -5)
+        ins = [x, m.const(xs), m.const(npt[xdt](xzp)), m.const(w), m.const(ws), m.const(wz), m.const(ys), m.const(yzp)]
+        if bias:
+            sigma = 50.0 * math.sqrt(k) * wspread
+            ins.append(m.const((m.rng.standard_normal(co) * sigma).astype(np.int32)))
+        m.out(m.node('QLinearConv', ins, **attrs))
+
+    qconv('u8_3x3_pads_bias', [1, 3, 9, 8], [4, 3, 3, 3], wzp=120, bias=True, pads=[1, 1, 1, 1])
+    qconv('u8_per_channel', [2, 4, 7, 7], [5, 4, 3, 3], xzp=100, wzp=[10, 128, 0, 255, 77], per_channel=True)
+    qconv('i8_per_channel_bias_s2', [1, 8, 10, 10], [12, 8, 3, 3], xdt=I8, wdt=I8, ydt=I8, xzp=-3,
+          per_channel=True, bias=True, strides=[2, 2], pads=[1, 0, 1, 2])
+    qconv('u8_i8_1x1_bias', [1, 16, 9, 9], [24, 16, 1, 1], wdt=I8, per_channel=True, bias=True)
+    qconv('depthwise_s2_bias', [1, 6, 9, 9], [6, 1, 3, 3], wzp=128, bias=True, group=6, strides=[2, 2],
+          pads=[1, 1, 1, 1])
+    qconv('grouped_dilated', [1, 6, 12, 12], [9, 2, 3, 3], wdt=I8, ydt=I8, per_channel=True, group=3,
+          dilations=[2, 2], pads=[2, 2, 2, 2])
+    qconv('1d', [1, 3, 17], [4, 3, 5], xzp=7, pads=[2, 2])
+    qconv('3d_bias', [1, 2, 5, 6, 5], [3, 2, 2, 3, 2], xdt=I8, wdt=I8, xzp=0, bias=True, pads=[1, 0, 1, 0, 1, 1])
+    qconv('same_upper', [1, 3, 8, 8], [4, 3, 3, 3], auto_pad='SAME_UPPER', strides=[2, 2])
+    qconv('saturating', [1, 4, 8, 8], [6, 4, 3, 3], wdt=I8, ydt=I8, per_channel=True, bias=True, spread=600.0)
+    qconv('igemm_large', [1, 32, 14, 14], [32, 32, 3, 3], wdt=I8, per_channel=True, bias=True, pads=[1, 1, 1, 1])
+
+    def qmm(tag, ashape, bshape, adt=U8, bdt=U8, ydt=U8, azp=128, bzp=None, per_row=False, per_col=False,
+            b_runtime=False, spread=60.0, opset=10, scale_dtype=np.float32, out_shape=None):
+        m = case('dtype_QLinearMatMul_' + tag, opset)
+        k = ashape[-1]
+        rows = ashape[-2] if len(ashape) > 1 else 1
+        cols = bshape[-1] if len(bshape) > 1 else 1
+        a = qsrc(m, ashape, adt, azp)
+        if bzp is None:
+            bzp = 128 if bdt == U8 else 0
+        if b_runtime:
+            b, bspread = qsrc(m, bshape, bdt, bzp), 50.0
+        else:
+            bw = qints(m, bshape, bdt)
+            b, bspread = m.const(bw), float(np.std(bw.astype(np.float64) - bzp))
+        as_ = (np.linspace(0.8, 1.2, rows) * 0.02) if per_row else np.float64(0.02)
+        bs = (np.linspace(0.5, 1.5, cols) * 0.01) if per_col else np.float64(0.01)
+        ys = y_scale(0.02, bs, k, bspread, spread) * (np.linspace(0.9, 1.1, rows) if per_row else 1.0)
+        yzp = npt[ydt](128 if ydt == U8 else 3)
+        ins = [a, m.const(np.asarray(as_).astype(scale_dtype)), m.const(npt[adt](azp)), b,
+               m.const(np.asarray(bs).astype(scale_dtype)), m.const(npt[bdt](bzp)),
+               m.const(np.asarray(ys).astype(scale_dtype)), m.const(yzp)]
+        m.out(m.node('QLinearMatMul', ins), out_shape, ydt)
+
+    qmm('2d_u8', [5, 33], [33, 7])
+    qmm('2d_i8_per_col', [7, 40], [40, 9], adt=I8, bdt=I8, ydt=I8, azp=-2, per_col=True)
+    qmm('2d_per_row_per_col', [6, 24], [24, 10], bdt=I8, per_row=True, per_col=True)
+    qmm('3d_u8_i8', [2, 6, 17], [17, 5], bdt=I8, per_col=True)
+    qmm('3d_batched_runtime_b', [3, 4, 20], [3, 20, 6], adt=I8, bdt=U8, azp=0, b_runtime=True)
+    qmm('1d_a', [33], [33, 7], ydt=I8)
+    qmm('saturating', [4, 30], [30, 8], bdt=I8, ydt=I8, per_col=True, spread=500.0)
+    qmm('igemm_u8_i8', [37, 71], [71, 45], bdt=I8, per_col=True)
+    qmm('f16_scales', [5, 33], [33, 7], bdt=I8, per_col=True, opset=21, scale_dtype=np.float16, out_shape=[5, 7])
+
+
 def main(argv):
     if len(argv) < 2:
         print('usage: gen_op_sweep.py OUTDIR [--list]', file=sys.stderr)
@@ -2379,7 +2470,7 @@ def main(argv):
     out = argv[1]
     for gen in (unary_cases, binary_cases, where_cases, reduce_cases, softmax_cases, movement_cases, matmul_cases,
                 gemm_cases, conv_cases, conv_transpose_cases, dtype_cases, half_cases, rnn_cases, pool_cases, layernorm_cases, epilogue_cases, structure_cases, pattern_cases,
-                large_cases, host_cases, attention_cases, transformer_cases, index_cases, decompose_norm_cases):
+                large_cases, host_cases, attention_cases, transformer_cases, index_cases, decompose_norm_cases, qlinear_cases):
         gen()
     os.makedirs(out, exist_ok=True)
     names = set()

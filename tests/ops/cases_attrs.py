@@ -1293,7 +1293,8 @@ def gen_quant_signal(case):
     xs, ys = np.float32(0.02), np.float32(0.05)
     bias = rng.integers(-1000, 1000, size=(6,)).astype(np.int32)
     acc = conv_ref(x, w, 7, wz, (2, 1), [1, 0, 2, 1], (1, 2), 2) + bias.reshape(1, 6, 1, 1)
-    yq = sat(np.rint(acc * (np.float64(xs) * ws.astype(np.float64).reshape(1, 6, 1, 1) / np.float64(ys))) + (-10), np.int8)
+    # float32 requantization, ORT's (ops/quant.c): m = (xs * ws) / ys and acc * m as float32 ops
+    yq = sat(np.rint(acc.astype(np.float32) * ((xs * ws) / ys).reshape(1, 6, 1, 1)) + (-10), np.int8)
     case('q_qlconv_perch', 'QLinearConv', 10, [x, xs, np.uint8(7), w, ws, wz, ys, np.int8(-10), bias], [yq],
          {'group': 2, 'strides': [2, 1], 'pads': [1, 0, 2, 1], 'dilations': [1, 2]})
     A = rng.integers(0, 256, size=(2, 1, 3, 5)).astype(np.uint8)
@@ -1310,7 +1311,7 @@ def gen_quant_signal(case):
     bsc = (rng.random(5) * 0.02).astype(np.float32)
     bzz = rng.integers(-3, 3, size=(5,)).astype(np.int8)
     acc = np.matmul(A8.astype(np.int64) - 2, Bq.astype(np.int64) - bzz)
-    yy = sat(np.rint(acc * (np.float64(asc) * bsc.astype(np.float64) / np.float64(np.float32(0.1)))) + 3, np.int8)
+    yy = sat(np.rint(acc.astype(np.float32) * ((asc * bsc) / np.float32(0.1))) + 3, np.int8)
     case('q_qlmm_int8_percol', 'QLinearMatMul', 10, [A8, asc, np.int8(2), Bq, bsc, bzz, np.float32(0.1), np.int8(3)], [yy])
 
     # DFT / STFT / windows / mel
