@@ -130,6 +130,11 @@ FIXED_ENTRIES = [
     # venv stage
     E("small_cnn_qdq", "quantized", "venv", ["suite"], "qdq", base="small_cnn"),
     E("transformer_encoder_int8_dynamic", "quantized", "venv", ["suite"], "dynamic", base="transformer_encoder"),
+    # QOperator format (QLinearConv, QLinearMatMul between QuantizeLinear/DequantizeLinear), as TFLite-style
+    # converters and ORT's quantizer in that mode ship them
+    E("small_cnn_qop", "quantized", "venv", ["suite"], "qop", base="small_cnn"),
+    E("transformer_encoder_qop", "quantized", "venv", ["suite"], "qop", base="transformer_encoder"),
+    E("resnet50_qop", "quantized", "venv", ["full"], "qop", base="resnet50"),
     E("resnet50_qdq", "quantized", "venv", ["full"], "qdq", base="resnet50"),
     E("resnet50_int8_dynamic", "quantized", "venv", ["full"], "dynamic", base="resnet50"),
     E("bert_encoder_qdq", "quantized", "venv", ["full"], "qdq", base="bert_encoder"),
@@ -539,7 +544,7 @@ def base_meta(out, base):
 
 
 def export_quantized(e, out):
-    """Static QDQ or dynamic int8 version of an exported model. The dynamic one uses reduce_range (weights in
+    """Static QDQ, static QOperator or dynamic int8 version of an exported model. The dynamic one uses reduce_range (weights in
     [-64, 63]) as ORT's documentation asks on x86 without VNNI: there ORT's MatMulInteger (u8 x s8 through
     vpmaddubsw) saturates pair sums past int16 and no longer computes what the graph says (seen on this AVX2
     machine: transformer_encoder_int8_dynamic off by 0.49 where onnx.reference and kiln agree)."""
@@ -554,6 +559,14 @@ def export_quantized(e, out):
         q.quantize_static(src, tmp, RandomReader(bm, out), quant_format=q.QuantFormat.QDQ, per_channel=True,
                           activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8)
         how = "quantize_static QDQ, per-channel, int8 activations and weights, 4 random calibration inputs"
+    elif e["kind"] == "qop":
+        # Conv and MatMul only: for the other ops (Add, pools, Gemm) QOperator mode writes com.microsoft
+        # contrib ops (QLinearAdd, QGemm...), which are not ONNX
+        q.quantize_static(src, tmp, RandomReader(bm, out), quant_format=q.QuantFormat.QOperator, per_channel=True,
+                          activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8,
+                          op_types_to_quantize=["Conv", "MatMul"])
+        how = ("quantize_static QOperator (QLinearConv, QLinearMatMul), Conv and MatMul only, per-channel int8 "
+               "weights, uint8 activations, 4 random calibration inputs")
     else:
         q.quantize_dynamic(src, tmp, weight_type=q.QuantType.QInt8, reduce_range=True)
         how = "quantize_dynamic, int8 weights, reduce_range (7-bit: see export_quantized)"
@@ -713,7 +726,7 @@ def export_f16(e, out):
                   f"{e['base']} (keep_io_types=False)")
 
 
-VENV_EXPORTERS = {"qdq": export_quantized, "dynamic": export_quantized, "weight_only_int8": export_weight_only_int8,
+VENV_EXPORTERS = {"qdq": export_quantized, "qop": export_quantized, "dynamic": export_quantized, "weight_only_int8": export_weight_only_int8,
                   "nhwc": export_nhwc, "light": export_light, "f16": export_f16}
 
 

@@ -1460,6 +1460,21 @@ static const kiln_tensor *const_per(const kiln_graph *g, int v, int64_t count) {
   return t && ((t->numel == 1 && t->rank <= 1) || (t->rank == 1 && t->dims[0] == count)) ? t : NULL;
 }
 
+/* A zero point given per row or column whose values are all the same (ORT's
+ * per-channel quantizer writes a vector of zeros for symmetric weights): its
+ * one element as a scalar constant (new, owned by the caller), else NULL. */
+static kiln_tensor *uniform_zero_point(const kiln_graph *g, int v, int64_t count) {
+  const kiln_tensor *t = const_per(g, v, count);
+  if (!t || t->numel < 2) return NULL;
+  size_t es = kiln_dtype_size(t->dtype);
+  for (int64_t i = 1; i < t->numel; i++)
+    if (memcmp((const char *)t->data + (size_t)i * es, t->data, es)) return NULL;
+  kiln_tensor *s;
+  if (kiln_tensor_new(t->dtype, 0, NULL, &s)) return NULL;
+  memcpy(s->data, t->data, es);
+  return s;
+}
+
 static float scale_at(const kiln_tensor *t, int64_t i) {
   return (float)kiln_load_f64(t->data, t->dtype, t->numel == 1 ? 0 : i);
 }
@@ -1585,30 +1600,48 @@ static kiln_status_t decompose_qlinear_matmul(kiln_graph *g, int ni) {
   const kiln_tensor *as = const_per(g, n->inputs[1], rows), *bs = const_per(g, n->inputs[4], cols);
   const kiln_tensor *ys = const_per(g, n->inputs[6], rows);
   const kiln_tensor *az = const_one(g, n->inputs[2]), *bz = const_one(g, n->inputs[5]), *yz = const_one(g, n->inputs[7]);
-  if (!as || !bs || !ys || !az || !bz || !yz) return NULL;
+  /* MatMulInteger's compiled kernel takes scalar zero points: a per-row or
+   * per-column one whose values agree becomes that scalar */
+  kiln_tensor *az_u = az ? NULL : uniform_zero_point(g, n->inputs[2], rows);
+  kiln_tensor *bz_u = bz ? NULL : uniform_zero_point(g, n->inputs[5], cols);
+  if (az_u) az = az_u;
+  if (bz_u) bz = bz_u;
+  if (!as || !bs || !ys || !az || !bz || !yz || az->dtype != at->dtype || bz->dtype != bt->dtype) {
+    kiln_tensor_release(az_u);
+    kiln_tensor_release(bz_u);
+    return NULL;
+  }
   const kiln_tensor *scales[3] = {as, bs, ys};
   for (int i = 0; i < 3; i++) {
     kiln_dtype d = scales[i]->dtype;
-    if (d != KILN_DTYPE_F32 && !(n->opset >= 21 && (d == KILN_DTYPE_F16 || d == KILN_DTYPE_BF16))) return NULL;
+    if (d != KILN_DTYPE_F32 && !(n->opset >= 21 && (d == KILN_DTYPE_F16 || d == KILN_DTYPE_BF16))) yz = NULL;
   }
-  if (az->dtype != at->dtype || bz->dtype != bt->dtype || !q8(yz->dtype) || yt->dtype != yz->dtype) return NULL;
+  if (!yz || !q8(yz->dtype) || yt->dtype != yz->dtype) {
+    kiln_tensor_release(az_u);
+    kiln_tensor_release(bz_u);
+    return NULL;
+  }
   bool per_row = as->numel > 1 || ys->numel > 1, per_col = bs->numel > 1;
   int rank = yt->rank, az_id = n->inputs[2], bz_id = n->inputs[5], yz_id = n->inputs[7];
   int64_t ydims[KILN_MAX_RANK];
   memcpy(ydims, yt->dims, sizeof(int64_t) * (size_t)rank);
   int64_t mdims[2] = {per_row ? rows : 1, per_col ? cols : 1};
-  kiln_tensor *m;
-  KILN_TRY(kiln_tensor_new(KILN_DTYPE_F32, per_row || per_col ? 2 : 0, mdims, &m));
-  for (int64_t i = 0; i < mdims[0]; i++)
+  kiln_tensor *m = NULL;
+  kiln_status_t st = kiln_tensor_new(KILN_DTYPE_F32, per_row || per_col ? 2 : 0, mdims, &m);
+  for (int64_t i = 0; !st && i < mdims[0]; i++)
     for (int64_t j = 0; j < mdims[1]; j++)
       ((float *)m->data)[i * mdims[1] + j] = kiln_qlinear_multiplier(scale_at(as, i), scale_at(bs, j), scale_at(ys, i));
   builder b = {.g = g};
   snprintf(b.base, sizeof b.base, "%s", n->name);
-  kiln_status_t st = replace_node(&b, g, ni);
+  if (!st) st = replace_node(&b, g, ni);
   if (st) {
     kiln_tensor_release(m);
+    kiln_tensor_release(az_u);
+    kiln_tensor_release(bz_u);
     return st;
   }
+  if (az_u) az_id = const_of(&b, az_u); /* takes the tensor */
+  if (bz_u) bz_id = const_of(&b, bz_u);
   int acc = node(&b, "MatMulInteger", 10, 4, (int[]){a, bm, az_id, bz_id}, -1, KILN_DTYPE_I32, rank, ydims);
   requant_tail(&b, acc, m, yz_id, y, rank, ydims);
   return finish(&b);

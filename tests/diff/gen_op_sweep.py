@@ -2430,7 +2430,7 @@ def qlinear_cases():
     qconv('igemm_large', [1, 32, 14, 14], [32, 32, 3, 3], wdt=I8, per_channel=True, bias=True, pads=[1, 1, 1, 1])
 
     def qmm(tag, ashape, bshape, adt=U8, bdt=U8, ydt=U8, azp=128, bzp=None, per_row=False, per_col=False,
-            b_runtime=False, spread=60.0, opset=10, scale_dtype=np.float32, out_shape=None):
+            b_runtime=False, spread=60.0, opset=10, scale_dtype=np.float32, out_shape=None, zp_vector=False):
         m = case('dtype_QLinearMatMul_' + tag, opset)
         k = ashape[-1]
         rows = ashape[-2] if len(ashape) > 1 else 1
@@ -2448,7 +2448,8 @@ def qlinear_cases():
         ys = y_scale(0.02, bs, k, bspread, spread) * (np.linspace(0.9, 1.1, rows) if per_row else 1.0)
         yzp = npt[ydt](128 if ydt == U8 else 3)
         ins = [a, m.const(np.asarray(as_).astype(scale_dtype)), m.const(npt[adt](azp)), b,
-               m.const(np.asarray(bs).astype(scale_dtype)), m.const(npt[bdt](bzp)),
+               m.const(np.asarray(bs).astype(scale_dtype)),
+               m.const(np.full(cols, bzp, npt[bdt]) if zp_vector else npt[bdt](bzp)),
                m.const(np.asarray(ys).astype(scale_dtype)), m.const(yzp)]
         m.out(m.node('QLinearMatMul', ins), out_shape, ydt)
 
@@ -2460,6 +2461,9 @@ def qlinear_cases():
     qmm('1d_a', [33], [33, 7], ydt=I8)
     qmm('saturating', [4, 30], [30, 8], bdt=I8, ydt=I8, per_col=True, spread=500.0)
     qmm('igemm_u8_i8', [37, 71], [71, 45], bdt=I8, per_col=True)
+    # ORT's per-channel quantizer writes b's zero point as a vector of one value: compiled as that scalar
+    qmm('per_col_zero_vector', [6, 32], [32, 8], bdt=I8, per_col=True, zp_vector=True)
+    qmm('per_col_zero_vector_u8', [3, 20], [20, 5], per_col=True, zp_vector=True)
     qmm('f16_scales', [5, 33], [33, 7], bdt=I8, per_col=True, opset=21, scale_dtype=np.float16, out_shape=[5, 7])
 
 
