@@ -12,7 +12,7 @@ that has what it needs:
                torch.onnx.export), and ResNet-50 and the bench BERT encoder
                through tests/models/export_models.py (imported, not copied);
   venv stage   bench/.venv's python (made by scripts/python-venv.sh:
-               onnxruntime, onnx, numpy from pip): QDQ int8 (static,
+               onnxruntime, onnx, numpy from pip): QDQ and QOperator int8 (static,
                onnxruntime.quantization.quantize_static, calibrated on 4
                random inputs of the model's distribution) and dynamic int8
                (quantize_dynamic) versions, the weight-only int8 model
@@ -48,14 +48,15 @@ Tiers:
          model, the NHWC model, five light_* models (alexnet, inception_v1,
          resnet50, shufflenet, squeezenet), and small_cnn
          (export_models.py) quantized static QDQ and transformer_encoder
-         quantized dynamically;
+         quantized dynamically, both also static in QOperator format
+         (QLinearConv, QLinearMatMul);
   full   every torchvision classification, detection, segmentation, video
          and optical-flow model (torchvision.models.list_models) at realistic
          sizes (224x224, inception_v3 299, efficientnet_b0..b7 and v2 at
          their eval sizes, detection on a 480x640 image, segmentation
          520x520, video 16 frames of 112x112 (s3d, mvit 224x224), RAFT
          368x496), ResNet-50 and the bench BERT encoder (export_models.py)
-         with their static QDQ and dynamic int8 versions, all nine light_*
+         with their static QDQ and dynamic int8 versions, ResNet-50 in QOperator format, all nine light_*
          models, plus the custom models of the suite tier. --max-params (default for full:
          500e6) skips the few models whose ONNX file would pass protobuf's
          2 GiB (vit_h_14, regnet_y_128gf).
