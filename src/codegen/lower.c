@@ -348,6 +348,9 @@ static const char *claim_problem(const kiln_graph *g, const kiln_node *n, kiln_o
         if (!is_f32(in0) && !is_signed_int(dt)) return "dtype other than f32 or a signed integer";
         break;
       case U_NOT: if (dt != KILN_DTYPE_BOOL) return "dtype other than bool"; break;
+      case U_CLIP: /* integers from opset 12 (their bounds: constants of x's dtype, read below) */
+        if (!is_f32(in0) && !(is_integer(dt) && n->opset >= 12)) return "dtype other than f32 or an integer";
+        break;
       case U_CAST: {
         kiln_dtype to = dtype_of(&g->values[n->outputs[0]]);
         /* u64 saturates differently from the other integers (ops/ref's rule): ref */
@@ -912,6 +915,12 @@ static te_expr *compute_unary(te_builder *b, const te_tensor *t, te_expr *const 
       case U_NEG: return te_unary(b, TE_NEG, x);
       case U_ABS: return te_select(b, te_binary(b, TE_LT, x, izero), te_unary(b, TE_NEG, x), x);
       case U_RELU: return te_binary(b, TE_MAX, x, izero);
+      case U_CLIP: { /* p[0], p[2]: whether each bound is given; p[1], p[3]: the bounds (min first: numpy's clip) */
+        te_expr *r = x;
+        if (t->p[0]) r = te_binary(b, TE_MAX, r, te_const_i(b, x->dtype, t->p[1]));
+        if (t->p[2]) r = te_binary(b, TE_MIN, r, te_const_i(b, x->dtype, t->p[3]));
+        return r;
+      }
       default: return NULL;
     }
   }
@@ -2479,6 +2488,11 @@ kiln_status_t kiln_lower_node(te_builder *b, const kiln_graph *g, const kiln_nod
           bool ok;
           if (n->n_inputs > 1 && n->inputs[1] >= 0) lo = const_scalar_f(const_input(g, n, 1), &ok);
           if (n->n_inputs > 2 && n->inputs[2] >= 0) hi = const_scalar_f(const_input(g, n, 2), &ok);
+          for (int i = 1; i < 3; i++) { /* integer bounds exactly (an int64 past 2^24 is no float) */
+            const kiln_tensor *c = n->n_inputs > i && n->inputs[i] >= 0 ? const_input(g, n, i) : NULL;
+            t->p[2 * (i - 1)] = c != NULL;
+            t->p[2 * (i - 1) + 1] = c ? kiln_load_i64(c->data, c->dtype, 0) : 0;
+          }
         }
         t->fp[0] = lo;
         t->fp[1] = hi;

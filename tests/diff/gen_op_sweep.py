@@ -2211,6 +2211,18 @@ def index_cases():
         m = case(('dtype_Pow_int_exponent_%d' if edt == np.int64 else 'Pow_int_exponent_%d') % i, 13)  # vulkan: no int64
         m.out(m.node('Pow', [m.node('Add', [m.node('Abs', [m.source([4, 7])]), m.const(np.float32(0.5))]),
                              m.const(np.array(e, edt))]))
+    for dt, npdt, lo, hi in ((TensorProto.INT64, np.int64, -5, 2**40), (TensorProto.INT32, np.int32, -7, None),
+                             (TensorProto.UINT8, np.uint8, None, 9)):
+        nm = {TensorProto.INT64: 'i64', TensorProto.INT32: 'i32', TensorProto.UINT8: 'u8'}[dt]
+        m = case('dtype_Clip_%s' % nm, 13)   # integer Clip (opset 12+), bounds of x's dtype, one left out
+        xf = m.node('Mul', [m.source([3, 9]), m.const(np.float32(12.0))])
+        if dt == TensorProto.UINT8:
+            xf = m.node('Abs', [xf])
+        ins = [m.node('Cast', [xf], to=dt), m.const(npdt(lo)) if lo is not None else '',
+               m.const(npdt(hi)) if hi is not None else '']
+        while ins[-1] == '':
+            ins.pop()
+        m.out(m.node('Clip', ins))
     m = case('Shrink_rand', 9)
     m.out(m.node('Shrink', [m.source([5, 9])], lambd=0.7, bias=0.2))
     for dt, tdt in ((TensorProto.INT64, np.int64), (TensorProto.INT32, np.int32), (TensorProto.UINT8, np.uint8)):
