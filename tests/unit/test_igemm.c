@@ -173,7 +173,7 @@ int main(void) {
     fprintf(stderr, "cannot create a thread pool\n");
     return 1;
   }
-  const char *kernels[] = {"generic", "avx2", "avxvnni", "avx512vnni"};
+  const char *kernels[] = {"generic", "avx2", "avxvnni", "avx512vnni", "amx"};
   for (size_t ki = 0; ki < sizeof kernels / sizeof kernels[0]; ki++) {
     if (!kiln_igemm_force_kernel(kernels[ki])) {
       printf("skip kernel %s (not available on this CPU or not built)\n", kernels[ki]);
