@@ -786,15 +786,15 @@ void kiln_igemm_rows(kiln_threadpool *pool, const kiln_igemm_args *g, const int3
   /* Tiny products stay on the caller's thread. */
   double macs = (double)g->m * (double)g->n * (double)g->k;
   if (macs < 65536.0) pool = NULL;
-  /* Narrower column blocks while the blocks do not share evenly among the
-   * threads (BERT's [128, 768] outputs: 9 blocks of 48 x 256 left one of 2
-   * threads idle a ninth of the time); each block re-packs its A panel, a
-   * K-th of its work. */
   /* AMX: the quads layouts on tiles where the rows fill them (below 16
    * rows a tile is mostly padding and VNNI does as well); forced, always. */
   bool amx = quads && !strcmp(chosen()->name, "amx") &&
              (__atomic_load_n(&g_forced, __ATOMIC_ACQUIRE) || g->m >= AMX_MIN_ROWS);
   int64_t mc = amx ? AMX_MC : MC;
+  /* Narrower column blocks while the blocks do not share evenly among the
+   * threads (BERT's [128, 768] outputs: 9 blocks of 48 x 256 left one of 2
+   * threads idle a ninth of the time); each block re-packs its A panel, a
+   * K-th of its work. */
   int64_t nc = NC, threads = pool ? kiln_threadpool_size(pool) : 1;
   for (; nc > 4 * IGEMM_NR; nc /= 2) {
     int64_t blocks = (g->m + mc - 1) / mc * ((g->n + nc - 1) / nc);
