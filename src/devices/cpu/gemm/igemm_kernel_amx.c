@@ -45,32 +45,32 @@ __attribute__((target("amx-tile"))) static void amx_release(void) { _tile_releas
  * 16-31, cols 0-15), 3 (rows 16-31, cols 16-31); A 4, 5; B 6, 7. The
  * second row or column tile is skipped where the block has no rows or
  * columns there (mr <= 16, nr <= 16): tdp* is the whole cost. */
-#define AMX_STEP(DP, a, b0, b1)                     \
-  {                                                 \
-    _tile_loadd(4, (a), astride);                   \
-    _tile_loadd(6, (b0), 64);                       \
-    if (two_cols) _tile_loadd(7, (b1), 64);         \
-    DP(0, 4, 6);                                    \
-    if (two_cols) DP(1, 4, 7);                      \
-    if (two_rows) {                                 \
-      _tile_loadd(5, (a) + 16 * astride, astride);  \
-      DP(2, 5, 6);                                  \
-      if (two_cols) DP(3, 5, 7);                    \
-    }                                               \
+#define AMX_STEP(DP, a, b0, b1)                                                                                     \
+  {                                                                                                                 \
+    _tile_loadd(4, (a), astride);                                                                                   \
+    _tile_loadd(6, (b0), 64);                                                                                       \
+    if (two_cols) _tile_loadd(7, (b1), 64);                                                                         \
+    DP(0, 4, 6);                                                                                                    \
+    if (two_cols) DP(1, 4, 7);                                                                                      \
+    if (two_rows) {                                                                                                 \
+      _tile_loadd(5, (a) + 16 * astride, astride);                                                                  \
+      DP(2, 5, 6);                                                                                                  \
+      if (two_cols) DP(3, 5, 7);                                                                                    \
+    }                                                                                                               \
   }
 
 /* Stores C tile T (rows r0.., columns c0..) of the mr x nr block: straight
  * into C when whole, else through a scratch tile. */
-#define AMX_STORE(T, r0, c0)                                                        \
-  if (mr > (r0) && nr > (c0)) {                                                     \
-    int tr = mr - (r0) < 16 ? mr - (r0) : 16, tc = nr - (c0) < 16 ? nr - (c0) : 16; \
-    int32_t *dst = c + (int64_t)(r0) * ldc + (c0);                                   \
-    if (tr == 16 && tc == 16) {                                                     \
-      _tile_stored(T, dst, ldc * 4);                                                \
-    } else {                                                                        \
-      _tile_stored(T, scratch, 64);                                                 \
-      for (int r = 0; r < tr; r++) memcpy(dst + r * ldc, scratch[r], (size_t)tc * 4); \
-    }                                                                               \
+#define AMX_STORE(T, r0, c0)                                                                                        \
+  if (mr > (r0) && nr > (c0)) {                                                                                     \
+    int tr = mr - (r0) < 16 ? mr - (r0) : 16, tc = nr - (c0) < 16 ? nr - (c0) : 16;                                 \
+    int32_t *dst = c + (int64_t)(r0) * ldc + (c0);                                                                  \
+    if (tr == 16 && tc == 16) {                                                                                     \
+      _tile_stored(T, dst, ldc * 4);                                                                                \
+    } else {                                                                                                        \
+      _tile_stored(T, scratch, 64);                                                                                 \
+      for (int r = 0; r < tr; r++) memcpy(dst + r * ldc, scratch[r], (size_t)tc * 4);                               \
+    }                                                                                                               \
   }
 
 /* C[0..mr, 0..nr] = the kq-quad product of A (rows of astride bytes, 32 of
@@ -98,10 +98,10 @@ __attribute__((target("amx-tile"))) static void amx_release(void) { _tile_releas
         memcpy(t1, b1 + 1024 * whole, rows);                                                                        \
         memset(t1 + rows, 0, 1024 - rows);                                                                          \
       }                                                                                                             \
-      /* GCC's _tile_loadd takes its address as a plain register operand and   \
-       * declares no memory read: without this barrier the copies above are   \
-       * dead stores to it. */                                                 \
-      __asm__ volatile("" ::: "memory");                                        \
+      /* GCC's _tile_loadd takes its address as a plain register operand and                                        \
+       * declares no memory read: without this barrier the copies above are                                         \
+       * dead stores to it. */                                                                                      \
+      __asm__ volatile("" ::: "memory");                                                                            \
       AMX_STEP(DP, ap + 64 * whole, t0, t1)                                                                         \
     }                                                                                                               \
     _Alignas(64) int32_t scratch[16][16];                                                                           \
