@@ -572,14 +572,16 @@ static void a_row_sums(const kiln_igemm_args *g, const int32_t *rows, uint32_t *
   }
 }
 
-/* Unsigned-B layout: C[i0..i1, j0..j1] -= B's zero point (u8 form) x A's row sums. */
-static void quads_ub_correct(const igemm_run *run, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+/* Unsigned-B layout: C[i0..i1, j0..j1] -= B's zero point (u8 form) x A's
+ * row sums (sums[i - i0]). */
+static void quads_ub_correct(const igemm_run *run, const uint32_t *sums, int64_t i0, int64_t i1, int64_t j0,
+                             int64_t j1) {
   const kiln_igemm_args *g = run->g;
   uint32_t z = (uint32_t)(g->b_zero + (g->b_signed ? 128 : 0));
   if (!z) return;
   for (int64_t i = i0; i < i1; i++) {
     int32_t *row = g->c + i * g->ldc;
-    for (int64_t j = j0; j < j1; j++) row[j] = (int32_t)((uint32_t)row[j] - z * run->a_sums[i]);
+    for (int64_t j = j0; j < j1; j++) row[j] = (int32_t)((uint32_t)row[j] - z * sums[i - i0]);
   }
 }
 
@@ -587,7 +589,7 @@ static void quads_ub_correct(const igemm_run *run, int64_t i0, int64_t i1, int64
 static void quads_correct(const igemm_run *run, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   const kiln_igemm_args *g = run->g;
   if (run->ub) {
-    quads_ub_correct(run, i0, i1, j0, j1);
+    quads_ub_correct(run, run->a_sums + i0, i0, i1, j0, j1);
     return;
   }
   for (int64_t i = i0; i < i1; i++) {
@@ -675,8 +677,9 @@ static void task_quads(void *ctx, int64_t begin, int64_t end, int thread) {
 /* Rows [i0, i0 + AMX_MC) of A as the AMX kernel reads them, `stride` bytes
  * a row: the quads kernels' bytes (u8 A, a signed A offset by 128; in the
  * unsigned-B layout A - a_zero as s8), 0 past K and past the rows, so the
- * padding adds nothing whatever the B tile holds there. */
-static void pack_a_amx(const igemm_run *run, int64_t i0, int64_t stride, uint8_t *out) {
+ * padding adds nothing whatever the B tile holds there; in the unsigned-B
+ * layout also the rows' sums of A - a_zero (sums[r], rows inside M). */
+static void pack_a_amx(const igemm_run *run, int64_t i0, int64_t stride, uint8_t *out, uint32_t *sums) {
   const kiln_igemm_args *g = run->g;
   for (int64_t r = 0; r < AMX_MC; r++) {
     uint8_t *o = out + r * stride;
@@ -699,6 +702,9 @@ static void pack_a_amx(const igemm_run *run, int64_t i0, int64_t stride, uint8_t
       } else {
         for (int64_t p = 0; p < g->k; p++) o[p] = (uint8_t)a_s8(run, row, p);
       }
+      uint32_t sum = 0; /* the packed bytes are A - z as int8 */
+      for (int64_t p = 0; p < g->k; p++) sum += (uint32_t)(int32_t)(int8_t)o[p];
+      sums[r] = sum;
     } else if (!g->trans_a) {
       const uint8_t *src = (const uint8_t *)g->a + row * g->lda;
       if (g->a_signed)
@@ -717,8 +723,24 @@ static void task_amx(void *ctx, int64_t begin, int64_t end, int thread) {
   const kiln_igemm_args *g = run->g;
   int64_t kq = kquads(g->k), stride = (g->k + 63) / 64 * 64;
   uint8_t *ap = aligned_alloc(64, (size_t)(AMX_MC * stride));
-  if (!ap) { /* the VNNI quads kernel over the same blocks (run->kernel is it) */
+  if (!ap && !run->ub) { /* the VNNI quads kernel over the same blocks (run->kernel is it) */
     task_quads(ctx, begin, end, thread);
+    return;
+  }
+  if (!ap) { /* plain loops over B as stored (the unsigned-B layout is packed by this call: b is there),
+              * with no correction: the row sums are the AMX tasks' own */
+    for (int64_t t = begin; t < end; t++) {
+      int64_t i0, i1, j0, j1;
+      block_of(run, t, &i0, &i1, &j0, &j1);
+      for (int64_t i = i0; i < i1; i++)
+        for (int64_t j = j0; j < j1; j++) {
+          uint32_t s = 0;
+          for (int64_t p = 0; p < g->k; p++)
+            s += (uint32_t)(a_s8(run, i, p) * at(g->b, g->b_signed, !g->trans_b, g->ldb, j, p, g->b_zero));
+          g->c[i * g->ldc + j] = (int32_t)s;
+        }
+      if (g->epilogue) g->epilogue(g->epilogue_ctx, g->c + i0 * g->ldc + j0, g->ldc, i0, j0, i1 - i0, j1 - j0);
+    }
     return;
   }
   kiln_igemm_amx_fn kernel = run->ub ? kiln_igemm_amx_ub_kernel : kiln_igemm_amx_kernel;
@@ -726,7 +748,8 @@ static void task_amx(void *ctx, int64_t begin, int64_t end, int thread) {
   for (int64_t t = begin; t < end; t++) {
     int64_t i0, i1, j0, j1;
     block_of(run, t, &i0, &i1, &j0, &j1);
-    pack_a_amx(run, i0, stride, ap);
+    uint32_t sums[AMX_MC];
+    pack_a_amx(run, i0, stride, ap, sums);
     for (int64_t c0 = j0; c0 < j1; c0 += 2 * IGEMM_NR) {
       const uint8_t *b0 = (const uint8_t *)(run->pb + (c0 / IGEMM_NR) * kq * IGEMM_NR);
       int nr = j1 - c0 < 2 * IGEMM_NR ? (int)(j1 - c0) : 2 * IGEMM_NR;
@@ -736,7 +759,10 @@ static void task_amx(void *ctx, int64_t begin, int64_t end, int thread) {
                nr);
       }
     }
-    quads_correct(run, i0, i1, j0, j1);
+    if (run->ub)
+      quads_ub_correct(run, sums, i0, i1, j0, j1);
+    else
+      quads_correct(run, i0, i1, j0, j1);
     if (g->epilogue) g->epilogue(g->epilogue_ctx, g->c + i0 * g->ldc + j0, g->ldc, i0, j0, i1 - i0, j1 - j0);
   }
   kiln_igemm_amx_release();
@@ -780,7 +806,6 @@ void kiln_igemm_rows(kiln_threadpool *pool, const kiln_igemm_args *g, const int3
     packed = own;
   }
   bool ub = packed[0] == LAYOUT_QUADS_UB; /* only this call packs it, its kernel and a_sums at hand */
-  if (ub) a_row_sums(g, rows, a_sums);
   bool quads = packed[0] == LAYOUT_QUADS || packed[0] == LAYOUT_QUADS_FULL || ub;
   int64_t panels = (g->n + IGEMM_NR - 1) / IGEMM_NR;
   /* Tiny products stay on the caller's thread. */
@@ -791,6 +816,10 @@ void kiln_igemm_rows(kiln_threadpool *pool, const kiln_igemm_args *g, const int3
   bool amx = quads && !strcmp(chosen()->name, "amx") &&
              (__atomic_load_n(&g_forced, __ATOMIC_ACQUIRE) || g->m >= AMX_MIN_ROWS);
   int64_t mc = amx ? AMX_MC : MC;
+  /* AMX sums each task's rows as it packs them: a separate pass read
+   * ConvInteger's weights from memory once more per call (a sixth of
+   * QDQ ResNet-50's time with AMX, 1 thread). */
+  if (ub && !amx) a_row_sums(g, rows, a_sums);
   /* Narrower column blocks while the blocks do not share evenly among the
    * threads (BERT's [128, 768] outputs: 9 blocks of 48 x 256 left one of 2
    * threads idle a ninth of the time); each block re-packs its A panel, a
