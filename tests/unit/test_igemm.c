@@ -6,7 +6,8 @@
  * zero point (the quads layout: vpmaddubsw), at its bounds and just past
  * them (one value of 65: the pairs layout again, or on VNNI the full-range
  * quads layout, as every random B whose values minus its zero point fit
- * int8 is there). */
+ * int8 is there); the AMX kernel's tile, block and K-step edges with K up
+ * to a few thousand. */
 #include "devices/cpu/gemm/igemm.h"
 
 #include <stdio.h>
@@ -166,6 +167,30 @@ static void run_suite(kiln_threadpool *pool, const char *kname) {
   run_case(pool, kname, &big);
 }
 
+/* The AMX path's edges: M and N around its 16 x 16 tiles, 32 x 32 kernel
+ * blocks and 64-row tasks, K around its 64-byte steps and 16-quad B tiles
+ * (a partial last B tile is copied, the rest read in place), K up to a few
+ * thousand; every layout it serves (narrow, full and unsigned-B quads) by
+ * the operands' signedness and zero points. */
+static void run_tile_edges(kiln_threadpool *pool, const char *kname) {
+  static const int64_t ms[] = {1, 15, 16, 17, 32, 33, 64, 65, 130}, ns[] = {1, 16, 17, 31, 32, 33, 47, 300},
+                       ks[] = {1, 4, 63, 64, 65, 127, 129, 1000, 2049};
+  for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+    for (size_t p = 0; p < sizeof ks / sizeof ks[0]; p++) {
+      igemm_case t = random_case(1, 1, 1);
+      t.m = ms[i];
+      t.n = ns[(i + p) % (sizeof ns / sizeof ns[0])];
+      t.k = ks[p];
+      run_case(pool, kname, &t);
+    }
+  for (int r = 0; r < 24; r++) {
+    igemm_case t = random_case(150, 200, 3500);
+    if (r % 3 == 0) t.a_signed = false, t.b_signed = true; /* QDQ's u8 activations x s8 weights */
+    if (r % 3 == 1) t.a_signed = true, t.b_signed = false, t.row_zeros = true; /* ConvInteger's */
+    run_case(pool, kname, &t);
+  }
+}
+
 int main(void) {
   g_rng = 0x2545f4914f6cdd1dull;
   kiln_threadpool *pools[2] = {NULL, NULL};
@@ -173,7 +198,8 @@ int main(void) {
     fprintf(stderr, "cannot create a thread pool\n");
     return 1;
   }
-  const char *kernels[] = {"generic", "avx2", "avxvnni", "avx512vnni"};
+  /* "amx": AMX-INT8 tiles for the quads layouts (AVX-512 VNNI for the rest). */
+  const char *kernels[] = {"generic", "avx2", "avxvnni", "avx512vnni", "amx"};
   for (size_t ki = 0; ki < sizeof kernels / sizeof kernels[0]; ki++) {
     if (!kiln_igemm_force_kernel(kernels[ki])) {
       printf("skip kernel %s (not available on this CPU or not built)\n", kernels[ki]);
@@ -182,6 +208,7 @@ int main(void) {
     for (int pi = 0; pi < 2; pi++) {
       int before = g_failures;
       run_suite(pools[pi], kernels[ki]);
+      if (!strcmp(kernels[ki], "amx")) run_tile_edges(pools[pi], kernels[ki]);
       printf("kernel %-10s threads %d: %s\n", kernels[ki], pi + 1, g_failures == before ? "ok" : "FAILED");
     }
   }

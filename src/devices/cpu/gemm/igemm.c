@@ -54,7 +54,10 @@ typedef struct igemm_kernel {
 } igemm_kernel;
 
 static const kiln_igemm_kernel_fn generic_fn = kiln_igemm_kernel_generic;
+/* "amx" runs the quads layouts on AMX tiles (task_amx) and everything
+ * else, the pairs layout included, on the AVX-512 VNNI kernels. */
 static const igemm_kernel g_kernels[] = {
+    {"amx", &kiln_igemm_kernel_avx512vnni},
     {"avx512vnni", &kiln_igemm_kernel_avx512vnni},
     {"avxvnni", &kiln_igemm_kernel_avxvnni},
     {"avx2", &kiln_igemm_kernel_avx2},
@@ -65,17 +68,32 @@ static const igemm_kernel *g_forced;
 static bool usable(const igemm_kernel *k) {
   const kiln_cpu_features *f = kiln_cpu_features_get();
   if (!*k->fn) return false;
+  if (!strcmp(k->name, "amx"))
+    return kiln_igemm_amx_kernel && f->amx && f->amx_int8 && f->avx2 && f->avx512f && f->avx512vl && f->avx512_vnni;
   if (!strcmp(k->name, "avx512vnni")) return f->avx2 && f->avx512f && f->avx512vl && f->avx512_vnni;
   if (!strcmp(k->name, "avxvnni")) return f->avx2 && f->avx_vnni;
   if (!strcmp(k->name, "avx2")) return f->avx2;
   return true;
 }
 
+/* KILN_AMX=0 keeps the automatic choice off AMX (read once; a forced
+ * kernel ignores it). */
+static bool amx_allowed(void) {
+  static int allowed = -1; /* racing first readers compute the same value */
+  int v = __atomic_load_n(&allowed, __ATOMIC_RELAXED);
+  if (v < 0) {
+    const char *e = getenv("KILN_AMX");
+    v = !(e && !strcmp(e, "0"));
+    __atomic_store_n(&allowed, v, __ATOMIC_RELAXED);
+  }
+  return v;
+}
+
 static const igemm_kernel *chosen(void) {
   const igemm_kernel *k = __atomic_load_n(&g_forced, __ATOMIC_ACQUIRE);
   if (k) return k;
   for (size_t i = 0; i < sizeof g_kernels / sizeof g_kernels[0]; i++)
-    if (usable(&g_kernels[i])) return &g_kernels[i];
+    if (usable(&g_kernels[i]) && (strcmp(g_kernels[i].name, "amx") || amx_allowed())) return &g_kernels[i];
   return &g_kernels[sizeof g_kernels / sizeof g_kernels[0] - 1];
 }
 
@@ -98,6 +116,7 @@ bool kiln_igemm_force_kernel(const char *name) {
  * when that one is, or is forced to be); full: B takes the whole int8
  * range, which only vpdpbusd (and C) sum exactly. */
 static kiln_igemm_kernel_fn quad_kernel_for(const igemm_kernel *k, bool full) {
+  if (!strcmp(k->name, "amx")) k = &g_kernels[1]; /* its VNNI kernels */
   if (!strcmp(k->name, "avx512vnni") && kiln_igemm_quad_kernel_avx512vnni) return kiln_igemm_quad_kernel_avx512vnni;
   if (!strcmp(k->name, "avxvnni") && kiln_igemm_quad_kernel_avxvnni) return kiln_igemm_quad_kernel_avxvnni;
   if (!full && strcmp(k->name, "generic") && kiln_igemm_quad_kernel_avx2 && kiln_cpu_features_get()->avx2)
@@ -113,7 +132,7 @@ static bool quads_full_fast(void) { return quad_kernel(true) != kiln_igemm_quad_
 /* The unsigned-B quads kernel of the chosen instruction set, or NULL. */
 static kiln_igemm_kernel_fn quad_ub_kernel(void) {
   const igemm_kernel *k = chosen();
-  if (!strcmp(k->name, "avx512vnni")) return kiln_igemm_quad_ub_kernel_avx512vnni;
+  if (!strcmp(k->name, "avx512vnni") || !strcmp(k->name, "amx")) return kiln_igemm_quad_ub_kernel_avx512vnni;
   if (!strcmp(k->name, "avxvnni")) return kiln_igemm_quad_ub_kernel_avxvnni;
   return NULL;
 }
@@ -388,6 +407,7 @@ typedef struct igemm_run {
   const uint32_t *a_sums; /* ub: A's row sums (a_row_sums) */
   const int32_t *rows;   /* A's zero point per row, or NULL */
   kiln_igemm_kernel_fn kernel;
+  int64_t mc;      /* rows of a task */
   int64_t nc;      /* columns of a task */
   int64_t tasks_n; /* column blocks */
 } igemm_run;
@@ -426,8 +446,8 @@ static void pack_a_row(const kiln_igemm_args *g, int32_t z, int64_t row, int64_t
 
 /* Output block t of the run: rows [i0, i1), columns [j0, j1). */
 static void block_of(const igemm_run *run, int64_t t, int64_t *i0, int64_t *i1, int64_t *j0, int64_t *j1) {
-  *i0 = (t / run->tasks_n) * MC, *j0 = (t % run->tasks_n) * run->nc;
-  *i1 = *i0 + MC < run->g->m ? *i0 + MC : run->g->m, *j1 = *j0 + run->nc < run->g->n ? *j0 + run->nc : run->g->n;
+  *i0 = (t / run->tasks_n) * run->mc, *j0 = (t % run->tasks_n) * run->nc;
+  *i1 = *i0 + run->mc < run->g->m ? *i0 + run->mc : run->g->m, *j1 = *j0 + run->nc < run->g->n ? *j0 + run->nc : run->g->n;
 }
 
 /* The micro-kernel over output block [i0, i1) x [j0, j1) for K words
@@ -538,19 +558,30 @@ static void a_row_sums(const kiln_igemm_args *g, const int32_t *rows, uint32_t *
   for (int64_t i = 0; i < g->m; i++) {
     uint32_t sum = 0;
     int32_t z = a_zero_of(g, rows, i);
+    if (!g->trans_a) { /* a run of bytes, summed in a loop the compiler vectorizes (ConvInteger's weights, every call) */
+      const uint8_t *src = (const uint8_t *)g->a + i * g->lda;
+      if (g->a_signed)
+        for (int64_t p = 0; p < g->k; p++) sum += (uint32_t)(int32_t)(int8_t)src[p];
+      else
+        for (int64_t p = 0; p < g->k; p++) sum += src[p];
+      sums[i] = sum - (uint32_t)z * (uint32_t)g->k;
+      continue;
+    }
     for (int64_t p = 0; p < g->k; p++) sum += (uint32_t)at(g->a, g->a_signed, g->trans_a, g->lda, i, p, z);
     sums[i] = sum;
   }
 }
 
-/* Unsigned-B layout: C[i0..i1, j0..j1] -= B's zero point (u8 form) x A's row sums. */
-static void quads_ub_correct(const igemm_run *run, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+/* Unsigned-B layout: C[i0..i1, j0..j1] -= B's zero point (u8 form) x A's
+ * row sums (sums[i - i0]). */
+static void quads_ub_correct(const igemm_run *run, const uint32_t *sums, int64_t i0, int64_t i1, int64_t j0,
+                             int64_t j1) {
   const kiln_igemm_args *g = run->g;
   uint32_t z = (uint32_t)(g->b_zero + (g->b_signed ? 128 : 0));
   if (!z) return;
   for (int64_t i = i0; i < i1; i++) {
     int32_t *row = g->c + i * g->ldc;
-    for (int64_t j = j0; j < j1; j++) row[j] = (int32_t)((uint32_t)row[j] - z * run->a_sums[i]);
+    for (int64_t j = j0; j < j1; j++) row[j] = (int32_t)((uint32_t)row[j] - z * sums[i - i0]);
   }
 }
 
@@ -558,7 +589,7 @@ static void quads_ub_correct(const igemm_run *run, int64_t i0, int64_t i1, int64
 static void quads_correct(const igemm_run *run, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   const kiln_igemm_args *g = run->g;
   if (run->ub) {
-    quads_ub_correct(run, i0, i1, j0, j1);
+    quads_ub_correct(run, run->a_sums + i0, i0, i1, j0, j1);
     return;
   }
   for (int64_t i = i0; i < i1; i++) {
@@ -574,7 +605,8 @@ static void task_quads(void *ctx, int64_t begin, int64_t end, int thread) {
   const igemm_run *run = ctx;
   const kiln_igemm_args *g = run->g;
   int64_t kq = kquads(g->k);
-  int32_t *ap = malloc((size_t)MC * KCQ * sizeof *ap);
+  /* run->mc rows (AMX_MC when task_amx falls back here), whole micro-panels */
+  int32_t *ap = malloc((size_t)((run->mc + IGEMM_MR - 1) / IGEMM_MR * IGEMM_MR) * KCQ * sizeof *ap);
   for (int64_t t = begin; t < end; t++) {
     int64_t i0, i1, j0, j1;
     block_of(run, t, &i0, &i1, &j0, &j1);
@@ -637,6 +669,106 @@ static void task_quads(void *ctx, int64_t begin, int64_t end, int thread) {
   free(ap);
 }
 
+/* ---- the quads layouts on AMX tiles ---- */
+
+#define AMX_MC 64 /* rows of a task: B's panels are read once per 64 rows of A */
+#define AMX_MIN_ROWS 16
+
+/* Rows [i0, i0 + AMX_MC) of A as the AMX kernel reads them, `stride` bytes
+ * a row: the quads kernels' bytes (u8 A, a signed A offset by 128; in the
+ * unsigned-B layout A - a_zero as s8), 0 past K and past the rows, so the
+ * padding adds nothing whatever the B tile holds there; in the unsigned-B
+ * layout also the rows' sums of A - a_zero (sums[r], rows inside M). */
+static void pack_a_amx(const igemm_run *run, int64_t i0, int64_t stride, uint8_t *out, uint32_t *sums) {
+  const kiln_igemm_args *g = run->g;
+  for (int64_t r = 0; r < AMX_MC; r++) {
+    uint8_t *o = out + r * stride;
+    int64_t row = i0 + r;
+    if (row >= g->m) {
+      memset(o, 0, (size_t)stride);
+      continue;
+    }
+    if (run->ub) {
+      int32_t z = a_zero_of(g, run->rows, row);
+      if (!g->trans_a) {
+        /* A - z fits int8 (a_fits_s8), so its byte is A's byte minus z's
+         * modulo 256 for either signedness: a loop the compiler vectorizes. */
+        const uint8_t *src = (const uint8_t *)g->a + row * g->lda;
+        uint8_t zb = (uint8_t)z;
+        if (!zb)
+          memcpy(o, src, (size_t)g->k);
+        else
+          for (int64_t p = 0; p < g->k; p++) o[p] = (uint8_t)(src[p] - zb);
+      } else {
+        for (int64_t p = 0; p < g->k; p++) o[p] = (uint8_t)a_s8(run, row, p);
+      }
+      uint32_t sum = 0; /* the packed bytes are A - z as int8 */
+      for (int64_t p = 0; p < g->k; p++) sum += (uint32_t)(int32_t)(int8_t)o[p];
+      sums[r] = sum;
+    } else if (!g->trans_a) {
+      const uint8_t *src = (const uint8_t *)g->a + row * g->lda;
+      if (g->a_signed)
+        for (int64_t p = 0; p < g->k; p++) o[p] = (uint8_t)(src[p] ^ 0x80u);
+      else
+        memcpy(o, src, (size_t)g->k);
+    } else {
+      for (int64_t p = 0; p < g->k; p++) o[p] = (uint8_t)a_u8(g, row, p);
+    }
+    memset(o + g->k, 0, (size_t)(stride - g->k));
+  }
+}
+
+static void task_amx(void *ctx, int64_t begin, int64_t end, int thread) {
+  const igemm_run *run = ctx;
+  const kiln_igemm_args *g = run->g;
+  int64_t kq = kquads(g->k), stride = (g->k + 63) / 64 * 64;
+  uint8_t *ap = aligned_alloc(64, (size_t)(AMX_MC * stride));
+  if (!ap && !run->ub) { /* the VNNI quads kernel over the same blocks (run->kernel is it) */
+    task_quads(ctx, begin, end, thread);
+    return;
+  }
+  if (!ap) { /* plain loops over B as stored (the unsigned-B layout is packed by this call: b is there),
+              * with no correction: the row sums are the AMX tasks' own */
+    for (int64_t t = begin; t < end; t++) {
+      int64_t i0, i1, j0, j1;
+      block_of(run, t, &i0, &i1, &j0, &j1);
+      for (int64_t i = i0; i < i1; i++)
+        for (int64_t j = j0; j < j1; j++) {
+          uint32_t s = 0;
+          for (int64_t p = 0; p < g->k; p++)
+            s += (uint32_t)(a_s8(run, i, p) * at(g->b, g->b_signed, !g->trans_b, g->ldb, j, p, g->b_zero));
+          g->c[i * g->ldc + j] = (int32_t)s;
+        }
+      if (g->epilogue) g->epilogue(g->epilogue_ctx, g->c + i0 * g->ldc + j0, g->ldc, i0, j0, i1 - i0, j1 - j0);
+    }
+    return;
+  }
+  kiln_igemm_amx_fn kernel = run->ub ? kiln_igemm_amx_ub_kernel : kiln_igemm_amx_kernel;
+  kiln_igemm_amx_configure();
+  for (int64_t t = begin; t < end; t++) {
+    int64_t i0, i1, j0, j1;
+    block_of(run, t, &i0, &i1, &j0, &j1);
+    uint32_t sums[AMX_MC];
+    pack_a_amx(run, i0, stride, ap, sums);
+    for (int64_t c0 = j0; c0 < j1; c0 += 2 * IGEMM_NR) {
+      const uint8_t *b0 = (const uint8_t *)(run->pb + (c0 / IGEMM_NR) * kq * IGEMM_NR);
+      int nr = j1 - c0 < 2 * IGEMM_NR ? (int)(j1 - c0) : 2 * IGEMM_NR;
+      for (int64_t r0 = i0; r0 < i1; r0 += 32) {
+        int mr = i1 - r0 < 32 ? (int)(i1 - r0) : 32;
+        kernel(kq, ap + (r0 - i0) * stride, stride, b0, b0 + kq * IGEMM_NR * 4, g->c + r0 * g->ldc + c0, g->ldc, mr,
+               nr);
+      }
+    }
+    if (run->ub)
+      quads_ub_correct(run, sums, i0, i1, j0, j1);
+    else
+      quads_correct(run, i0, i1, j0, j1);
+    if (g->epilogue) g->epilogue(g->epilogue_ctx, g->c + i0 * g->ldc + j0, g->ldc, i0, j0, i1 - i0, j1 - j0);
+  }
+  kiln_igemm_amx_release();
+  free(ap);
+}
+
 /* The whole product with plain loops, B read as stored (no memory to pack it). */
 static void all_plain(const kiln_igemm_args *g, const int32_t *rows) {
   for (int64_t i = 0; i < g->m; i++)
@@ -674,19 +806,27 @@ void kiln_igemm_rows(kiln_threadpool *pool, const kiln_igemm_args *g, const int3
     packed = own;
   }
   bool ub = packed[0] == LAYOUT_QUADS_UB; /* only this call packs it, its kernel and a_sums at hand */
-  if (ub) a_row_sums(g, rows, a_sums);
   bool quads = packed[0] == LAYOUT_QUADS || packed[0] == LAYOUT_QUADS_FULL || ub;
   int64_t panels = (g->n + IGEMM_NR - 1) / IGEMM_NR;
   /* Tiny products stay on the caller's thread. */
   double macs = (double)g->m * (double)g->n * (double)g->k;
   if (macs < 65536.0) pool = NULL;
+  /* AMX: the quads layouts on tiles where the rows fill them (below 16
+   * rows a tile is mostly padding and VNNI does as well); forced, always. */
+  bool amx = quads && !strcmp(chosen()->name, "amx") &&
+             (__atomic_load_n(&g_forced, __ATOMIC_ACQUIRE) || g->m >= AMX_MIN_ROWS);
+  int64_t mc = amx ? AMX_MC : MC;
+  /* AMX sums each task's rows as it packs them: a separate pass read
+   * ConvInteger's weights from memory once more per call (a sixth of
+   * QDQ ResNet-50's time with AMX, 1 thread). */
+  if (ub && !amx) a_row_sums(g, rows, a_sums);
   /* Narrower column blocks while the blocks do not share evenly among the
    * threads (BERT's [128, 768] outputs: 9 blocks of 48 x 256 left one of 2
    * threads idle a ninth of the time); each block re-packs its A panel, a
    * K-th of its work. */
   int64_t nc = NC, threads = pool ? kiln_threadpool_size(pool) : 1;
   for (; nc > 4 * IGEMM_NR; nc /= 2) {
-    int64_t blocks = (g->m + MC - 1) / MC * ((g->n + nc - 1) / nc);
+    int64_t blocks = (g->m + mc - 1) / mc * ((g->n + nc - 1) / nc);
     if ((blocks + threads - 1) / threads * threads * 100 <= blocks * 105) break; /* within 5% of even */
   }
   igemm_run run = {g,
@@ -696,10 +836,11 @@ void kiln_igemm_rows(kiln_threadpool *pool, const kiln_igemm_args *g, const int3
                    a_sums,
                    rows,
                    ub ? quad_ub_kernel() : quads ? quad_kernel(packed[0] == LAYOUT_QUADS_FULL) : *chosen()->fn,
+                   mc,
                    nc,
                    (g->n + nc - 1) / nc};
-  int64_t tasks = (g->m + MC - 1) / MC * run.tasks_n;
-  kiln_parallel_for(pool, tasks, 1, quads ? task_quads : task, &run);
+  int64_t tasks = (g->m + mc - 1) / mc * run.tasks_n;
+  kiln_parallel_for(pool, tasks, 1, amx ? task_amx : quads ? task_quads : task, &run);
   free(own);
   free(a_sums);
 }

@@ -25,6 +25,8 @@
  * dynamic int8 on Zen 1, 1 thread: 301 -> 200 ms). A constant B is packed
  * once (kiln_igemm_pack_b, which picks the layout and records it in the
  * buffer's header; valid only for the zero point it was packed with).
+ * With AMX-INT8 (Sapphire Rapids) the quads layouts run on tiles: a quads
+ * B panel is AMX's B tile layout as it is (igemm_kernel_amx.c).
  *
  * epilogue (may be NULL): called once per finished tile (rows m0..m0+mb,
  * columns n0..n0+nb; c points at element (m0, n0)), possibly from several
@@ -63,7 +65,9 @@ size_t kiln_igemm_packed_b_size(int64_t k, int64_t n);
  * `packed` (64-byte aligned, kiln_igemm_packed_b_size bytes). */
 void kiln_igemm_pack_b(const kiln_igemm_args *args, void *packed);
 
-/* "avx512vnni", "avxvnni", "avx2" or "generic": the micro-kernel in use. */
+/* "amx", "avx512vnni", "avxvnni", "avx2" or "generic": the micro-kernel
+ * in use ("amx": AMX-INT8 tiles for the quads layouts, AVX-512 VNNI for the
+ * pairs; never chosen automatically under KILN_AMX=0, read once). */
 const char *kiln_igemm_kernel_name(void);
 
 /* For tests: use the named kernel (false when this CPU cannot run it);

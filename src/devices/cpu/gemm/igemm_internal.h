@@ -57,4 +57,18 @@ extern const kiln_igemm_kernel_fn kiln_igemm_quad_kernel_avxvnni, kiln_igemm_qua
  * (A - a_zero) s8; C = or += their quad products. VNNI only. */
 extern const kiln_igemm_kernel_fn kiln_igemm_quad_ub_kernel_avxvnni, kiln_igemm_quad_ub_kernel_avx512vnni;
 
+/* AMX-INT8 (igemm_kernel_amx.c): C[0..mr, 0..nr] (=, not +=; mr, nr <= 32)
+ * the kq-quad product of an A block packed as rows of astride bytes (a
+ * multiple of 64 holding K rounded up to 64, zero past K and past the
+ * block's rows, 32 rows readable when mr > 16) and the quads-layout B
+ * panels b0 and b1 (b1 read only when nr > 16). The first: u8 A x s8 B (the
+ * quads layouts); the ub one: s8 A x u8 B (the unsigned-B layout). Only
+ * between kiln_igemm_amx_configure and kiln_igemm_amx_release on the
+ * calling thread. NULL where the compiler cannot build them. */
+typedef void (*kiln_igemm_amx_fn)(int64_t kq, const uint8_t *ap, int64_t astride, const uint8_t *b0,
+                                  const uint8_t *b1, int32_t *c, int64_t ldc, int mr, int nr);
+extern const kiln_igemm_amx_fn kiln_igemm_amx_kernel, kiln_igemm_amx_ub_kernel;
+extern void (*const kiln_igemm_amx_configure)(void);
+extern void (*const kiln_igemm_amx_release)(void);
+
 #endif
